@@ -1,0 +1,270 @@
+"""The Band operator: exact per-token ratio bounds from an f-divergence trust region.
+
+Math (see docs/band-operator.md of the project's shared material): for a sampled token with old probability
+p = exp(old_log_prob) and ratio r = pi_new / pi_old, the cheapest way to move the token's probability to q = p r
+rescales every other action by c = (1 - r p) / (1 - p). The trust region D_f(new || old) <= delta then reduces to
+
+    g_f(p, r) = p f(r) + (1 - p) f((1 - r p) / (1 - p)) <= delta,        r in [0, 1/p],
+
+whose feasible set is one interval [r_lo(p), r_hi(p)] containing 1. `band_bounds` returns that interval, exactly
+(to float64 round-off), with no cap and no relaxation: those belong to the method layer (`bandpo.methods`).
+
+Solvers
+- ``tv`` and ``chi2``: closed forms, clamped to the simplex [0, 1/p].
+- ``kl`` (f(u) = -log u + u - 1, i.e. KL(old || new)): g is the Bernoulli divergence KL(Bern(p) || Bern(q)),
+  q = p r. In logit space z = log(q / (1 - q)) it is convex with derivative sigmoid(z) - p, so Newton steps
+  started on the outer side of the root decrease monotonically onto it. A fixed number of steps, no
+  data-dependent exit and no host synchronisation: the whole path compiles with ``torch.compile(fullgraph=True)``.
+  The lower root uses the mirror identity KL(p || q) = KL(1 - p || 1 - q), so one solver serves both sides.
+- any other registered convex f: bisection with a fixed number of halvings in a cancellation-free
+  parametrisation (upper: q = p + (1 - p) t; lower: r = 1 - u), float64 throughout.
+
+All arithmetic runs in float64 from log p and log(1 - p) (log1mexp form), so p close to 1 and tiny p keep their
+precision; results are cast back to the input dtype. Special inputs: log p >= 0 (p = 1, including tiny positive
+rounding noise) gives (r_lo(1), 1); log p = -inf (p = 0) gives (0, +inf); NaN stays NaN in its own position.
+The bounds are constants of ``old_log_prob``: they carry no gradient.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+__all__ = ["Divergence", "band_bounds", "get_divergence", "list_divergences", "register_divergence"]
+
+# log p is clamped to at most -_LOGP_ONE before solving (1 - p = 1e-300): the p -> 1 limit to float64 precision.
+_LOGP_ONE = 1e-300
+# Below exp(_LOGP_FLOOR) the solvers work at the floor: r_lo ~ exp(-delta / p) is 0 there to float64 precision and
+# r_hi = q_hi / p uses the floor's q_hi (see `_kl_bounds` and `_bisect_bounds`).
+_LOGP_FLOOR = -700.0
+# Enough for 1e-11 relative accuracy over p in [1e-8, 1 - 1e-8], delta in [1e-4, 1] (measured; tests check 1e-9).
+_NEWTON_STEPS = 5
+_BISECTION_STEPS = 64
+
+ClosedForm = Callable[[Tensor, float], tuple[Tensor, Tensor]]
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """A registered f-divergence.
+
+    Attributes:
+        name: registry key.
+        f: convex generator with f(1) = 0, a torch function of a float64 tensor u >= 0 (may return +inf, e.g.
+            -log(0); write u log u as ``torch.xlogy(u, u)`` so that f(0) is finite where the limit is).
+        closed_form: optional ``(log_p, delta) -> (lower, upper)`` on float64 tensors with log_p in [-inf, 0);
+            without it the generic bisection solver is used.
+    """
+
+    name: str
+    f: Callable[[Tensor], Tensor]
+    closed_form: ClosedForm | None = None
+
+
+_REGISTRY: dict[str, Divergence] = {}
+
+
+def register_divergence(name: str, f: Callable[[Tensor], Tensor], closed_form: ClosedForm | None = None) -> Divergence:
+    """Register a convex generator ``f`` (f(1) = 0) under ``name``; returns the registered `Divergence`.
+
+    ``f`` is checked on a grid: f(1) must be 0 and f must be convex (midpoint test), else ValueError.
+    Re-registering a name replaces the previous entry.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"divergence name must be a non-empty string, got {name!r}")
+    u = torch.linspace(0.05, 8.0, 161, dtype=torch.float64)
+    fu = f(u)
+    f1 = f(torch.ones(1, dtype=torch.float64))
+    if not torch.is_tensor(fu) or fu.shape != u.shape:
+        raise ValueError(f"divergence {name!r}: f must map a tensor to a tensor of the same shape")
+    if abs(float(f1)) > 1e-12:
+        raise ValueError(f"divergence {name!r}: f(1) must be 0, got {float(f1)!r}")
+    midpoint_gap = (fu[:-2] + fu[2:]) / 2 - fu[1:-1]
+    if not bool((midpoint_gap >= -1e-9 * (1 + fu[1:-1].abs())).all()):
+        raise ValueError(f"divergence {name!r}: f is not convex on [0.05, 8]")
+    div = Divergence(name, f, closed_form)
+    _REGISTRY[name] = div
+    return div
+
+
+def list_divergences() -> list[str]:
+    """Names of the registered divergences, sorted."""
+    return sorted(_REGISTRY)
+
+
+def get_divergence(name: str) -> Divergence:
+    """The registered divergence ``name``; ValueError naming the valid choices otherwise."""
+    try:
+        return _REGISTRY[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown divergence {name!r}; valid choices: {', '.join(list_divergences())}") from None
+
+
+def band_bounds(old_log_prob: Tensor, divergence: str = "kl", delta: float = 0.05) -> tuple[Tensor, Tensor]:
+    """Exact trust-region ratio bounds (r_lo, r_hi) for each token, elementwise.
+
+    Args:
+        old_log_prob: log pi_old(a|s) of the sampled tokens, any shape, any floating dtype, any device.
+        divergence: a registered divergence name (`list_divergences()`): "kl", "tv", "chi2", or your own.
+        delta: trust-region radius, > 0.
+
+    Returns:
+        (lower, upper), same shape and dtype as ``old_log_prob``, no gradient; 0 <= lower <= 1 <= upper <= 1/p.
+    """
+    div = get_divergence(divergence)
+    if not isinstance(delta, (int, float)) or isinstance(delta, bool) or not math.isfinite(delta) or delta <= 0:
+        raise ValueError(f"delta must be a finite number > 0, got {delta!r}")
+    if not torch.is_tensor(old_log_prob) or not old_log_prob.is_floating_point():
+        raise TypeError("old_log_prob must be a floating-point torch.Tensor")
+    x = old_log_prob.detach()
+    log_p = x.to(torch.float64).clamp(max=-_LOGP_ONE)  # p = 1 (and rounding noise above it) -> the p -> 1 limit
+    if div.closed_form is not None:
+        lower, upper = div.closed_form(log_p, float(delta))
+    else:
+        lower, upper = _bisect_bounds(div.f, log_p, float(delta))
+    upper = torch.where(x >= 0, torch.ones_like(upper), upper)  # exactly 1 at p = 1
+    p_zero = log_p == -math.inf
+    lower = torch.where(p_zero, torch.zeros_like(lower), lower)
+    upper = torch.where(p_zero, torch.full_like(upper, math.inf), upper)
+    nan = torch.isnan(log_p)  # a NaN input stays NaN in its own position (the bisection would otherwise hide it)
+    lower, upper = torch.where(nan, log_p, lower), torch.where(nan, log_p, upper)
+    return lower.clamp(0.0, 1.0).to(x.dtype), upper.clamp(min=1.0).to(x.dtype)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Helpers in log space
+
+
+def _log1mexp(a: Tensor) -> Tensor:
+    """log(1 - exp(a)) for a < 0: exact relative precision near 0, absolute precision ~1e-16 far from it,
+    which is all the solvers need (this value only ever enters sums of bounded terms)."""
+    return torch.log(-torch.expm1(a))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Closed forms
+
+
+def _tv_bounds(log_p: Tensor, delta: float) -> tuple[Tensor, Tensor]:
+    # g = p |r - 1| = delta  ->  r = 1 +- delta / p, clamped to [0, 1/p].
+    inv_p = torch.exp(-log_p)
+    return (1.0 - delta * inv_p).clamp(min=0.0), torch.minimum(1.0 + delta * inv_p, inv_p)
+
+
+def _chi2_bounds(log_p: Tensor, delta: float) -> tuple[Tensor, Tensor]:
+    # g = p (r - 1)^2 / (1 - p) = delta  ->  r = 1 +- sqrt(delta (1 - p) / p), clamped to [0, 1/p].
+    half_width = torch.exp(0.5 * (math.log(delta) + _log1mexp(log_p) - log_p))
+    return (1.0 - half_width).clamp(min=0.0), torch.minimum(1.0 + half_width, torch.exp(-log_p))
+
+
+def _kl_upper_logit(log_p: Tensor, log_1mp: Tensor, delta: float) -> Tensor:
+    """z = logit(q) of the root q in (p, 1) of KL(Bern(p) || Bern(q)) = delta, by outer-side Newton.
+
+    With H = -p log p - (1 - p) log(1 - p), in logit space
+        h(z) = KL(p || sigmoid(z)) - delta = -H - delta + softplus(-z) + (1 - p) z = -H - delta + softplus(z) - p z,
+        h'(z) = sigmoid(z) - p = (1 - p) - sigmoid(-z).
+    In float64 the cancellation between softplus(-z) and (1 - p) z costs at most ~1e-13 relative here.
+    Inputs must be finite (callers clamp them).
+    """
+    p, pc = torch.exp(log_p), torch.exp(log_1mp)
+    c = p * log_p + pc * log_1mp - delta
+    # Outer starting points (h(z0) >= 0 and z0 > logit p); the tightest one wins. For q >= p:
+    #  KL(p || q) >= (q - p)^2 / (2 q)        ->  q <= p + delta + sqrt(delta^2 + 2 delta p);
+    #  KL(p || q) >= (q - p)^2 / (2 (1 - p))  ->  q <= p + sqrt(2 delta (1 - p))   (the mirror of the first);
+    #  KL(p || q) >= p log p + (1 - p)(log(1 - p) - log(1 - q))   (drop -p log q >= 0), solved for log(1 - q).
+    q_quadratic = torch.minimum(
+        p + delta + torch.sqrt(delta * delta + 2.0 * delta * p), p + torch.sqrt(2.0 * delta * pc)
+    )
+    z_quadratic = torch.where(q_quadratic < 1.0, torch.log(q_quadratic) - torch.log1p(-q_quadratic), math.inf)
+    log_1mq = log_1mp - (delta - p * log_p) / pc
+    z_entropy = _log1mexp(log_1mq) - log_1mq
+    z = torch.minimum(z_quadratic, z_entropy)
+    u, h, dh = torch.empty_like(z), torch.empty_like(z), torch.empty_like(z)  # reused buffers: no allocation per step
+    for _ in range(_NEWTON_STEPS):
+        torch.exp(torch.neg(z, out=u), out=u)  # u = exp(-z): softplus(-z) = log1p(u), sigmoid(-z) = u / (1 + u)
+        torch.log1p(u, out=h).add_(c).addcmul_(pc, z)  # h = c + softplus(-z) + (1 - p) z
+        torch.sub(pc, torch.div(u, torch.add(u, 1.0, out=dh), out=dh), out=dh)  # h' = (1 - p) - sigmoid(-z)
+        z = z.sub_(h.div_(dh))
+    return z
+
+
+def _kl_bounds(log_p: Tensor, delta: float) -> tuple[Tensor, Tensor]:
+    floor = _LOGP_FLOOR
+    safe = log_p.clamp(min=floor)
+    log_1mp = _log1mexp(safe)
+    # Upper root on the token itself: r_hi = q / p = exp(log sigmoid(z) - log p), with the true log p.
+    z_hi = _kl_upper_logit(safe, log_1mp, delta)
+    upper = torch.exp(torch.nn.functional.logsigmoid(z_hi) - log_p)
+    # Lower root by the mirror identity: q_lo(p) = 1 - q_hi(1 - p), so r_lo = (1 - q_hi(1 - p)) / p.
+    z_mirror = _kl_upper_logit(log_1mp, safe, delta)
+    lower = torch.exp(torch.nn.functional.logsigmoid(-z_mirror) - safe)
+    # Below the floor r_lo ~ exp(-delta / p) underflows to 0.
+    lower = torch.where(log_p < floor, torch.zeros_like(lower), lower)
+    return lower, upper
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Generic solver for any registered convex f
+
+
+def _bisect_bounds(f: Callable[[Tensor], Tensor], log_p: Tensor, delta: float) -> tuple[Tensor, Tensor]:
+    """Bisection on g_f(p, r) = delta with a fixed number of halvings.
+
+    Upper side: q = p + (1 - p) t, t in [0, 1], so r = 1 + s t and c = 1 - t with s = (1 - p) / p.
+    Lower side: r = 1 - u, u in [0, 1], so c = 1 + u / s. Neither form subtracts nearly equal numbers.
+    For p < exp(_LOGP_FLOOR) the root in q is taken at p = exp(_LOGP_FLOOR) (its p -> 0 limit to float64
+    precision for divergences whose q_hi has a positive limit, such as KL), then divided by the true p.
+    """
+    floor = _LOGP_FLOOR
+    solve_log_p = log_p.clamp(min=floor)
+    p, pc = torch.exp(solve_log_p), torch.exp(_log1mexp(solve_log_p))
+    s = torch.exp(_log1mexp(solve_log_p) - solve_log_p)
+    inv_s = torch.exp(solve_log_p - _log1mexp(solve_log_p))
+
+    def g_upper(t: Tensor) -> Tensor:
+        return p * f(1.0 + s * t) + pc * f(1.0 - t)
+
+    def g_lower(u: Tensor) -> Tensor:
+        return p * f(1.0 - u) + pc * f(1.0 + u * inv_s)
+
+    def bisect(g: Callable[[Tensor], Tensor]) -> Tensor:
+        lo, hi = torch.zeros_like(p), torch.ones_like(p)  # invariant: g(lo) <= delta < g(hi) unless saturated
+        for _ in range(_BISECTION_STEPS):
+            mid = 0.5 * (lo + hi)
+            infeasible = g(mid) > delta
+            lo = torch.where(infeasible, lo, mid)
+            hi = torch.where(infeasible, mid, hi)
+        saturated = g(torch.ones_like(p)) <= delta
+        return torch.where(saturated, torch.ones_like(p), 0.5 * (lo + hi))
+
+    t, u = bisect(g_upper), bisect(g_lower)
+    # r_hi = q / p with q = p + (1 - p) t computed at the solve point, divided by the true p.
+    log_q = torch.log(p + pc * t)
+    upper = torch.where(log_p < floor, torch.exp(log_q - log_p), 1.0 + s * t)
+    lower = torch.where(log_p < floor, torch.zeros_like(u), 1.0 - u)
+    return lower, upper
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Built-in divergences
+
+
+def _f_kl(u: Tensor) -> Tensor:
+    return -torch.log(u) + u - 1.0
+
+
+def _f_tv(u: Tensor) -> Tensor:
+    return 0.5 * (u - 1.0).abs()
+
+
+def _f_chi2(u: Tensor) -> Tensor:
+    return (u - 1.0) ** 2
+
+
+register_divergence("kl", _f_kl, _kl_bounds)
+register_divergence("tv", _f_tv, _tv_bounds)
+register_divergence("chi2", _f_chi2, _chi2_bounds)
