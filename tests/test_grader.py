@@ -1,0 +1,496 @@
+"""Tests of bandpo.grader: extraction, equivalences, hostile inputs, time bounds, threads, provenance."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from bandpo import __version__ as bandpo_version
+from bandpo import grader as G
+
+ITEM_BOUND_S = 1.0  # the issue's hard per-item bound
+
+
+@pytest.fixture(scope="module", autouse=True)
+def workers():
+    """One warm worker pool for the module, with the test hook that lets a request hang a worker on purpose."""
+    old = os.environ.get("BANDPO_GRADER_TEST_HOOKS")
+    os.environ["BANDPO_GRADER_TEST_HOOKS"] = "1"
+    G.configure(mode="subprocess", workers=2)
+    G.shutdown()
+    assert G.warmup(), "math-verify workers did not start"
+    yield
+    G.shutdown()
+    if old is None:
+        os.environ.pop("BANDPO_GRADER_TEST_HOOKS", None)
+    else:
+        os.environ["BANDPO_GRADER_TEST_HOOKS"] = old
+
+
+def timed(response, reference, **kw) -> tuple[G.GradeResult, float]:
+    t0 = time.perf_counter()
+    result = G.grade_detailed(response, reference, **kw)
+    return result, time.perf_counter() - t0
+
+
+def boxed(s: str) -> str:
+    return "Some reasoning first.  So the result is $\\boxed{" + s + "}$."
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Extraction
+# --------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("\\boxed{1} then \\boxed{2}", "2"),
+        ("so $\\boxed{\\frac{1}{2}}$.", "\\frac{1}{2}"),
+        ("\\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),
+        ("the answer is \\boxed{42", "42"),  # a stop sequence removed the closing brace
+        ("\\boxed{\\frac{1}{2", "\\frac{1}{2"),
+        ("\\boxed 5 is it", "5"),
+        ("\\fbox{3}", "3"),
+        ("\\boxed{\\boxed{7}}", "7"),
+        ("\\boxed{3}\nOn reflection:\nAnswer: 4", "4"),
+        ("Answer: 4\nWait, actually \\boxed{5}.", "5"),
+        ("Answer: 1\nmore\nanswer: 2", "2"),
+        ("**Answer:** $-3$.", "-3"),
+        ("Answer:\n\n  17", "17"),
+        ("Final Answer: The final answer is $\\frac{3}{4}$. I hope it is correct.", "\\frac{3}{4}"),
+        ("Janet has 3 eggs left.\n#### 18", "18"),
+        ("Answer: $\\boxed{9}$", "9"),
+        ("\u0130\u0130\u0130 answer: 12", "12"),  # non-ASCII case folding must not shift positions
+        ("no final answer here", None),
+        ("\\boxed{}", None),
+        ("", None),
+        (None, None),
+        (b"\\boxed{8}", "8"),
+    ],
+)
+def test_extract_answer(text, expected):
+    assert G.extract_answer(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\\boxed{" * 150_000,
+        "\\boxed{" + "{" * 1_000_000,
+        "answer " * 150_000,
+        "Answer: 1" + " " * 1_000_000 + "x",
+        "x" * 1_000_000 + "\\boxed{3}",
+        "\\" * 1_000_000,
+        "}" * 500_000 + "{" * 500_000,
+    ],
+    ids=["many-boxed", "open-braces", "many-answer-words", "space-run", "long-prefix", "backslashes", "braces"],
+)
+def test_extract_is_linear_on_megabyte_inputs(text):
+    t0 = time.perf_counter()
+    G.extract_answer(text)
+    assert time.perf_counter() - t0 < ITEM_BOUND_S
+    result, elapsed = timed(text, "3")
+    assert elapsed < ITEM_BOUND_S
+    assert result.score in (0.0, 1.0)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Equivalences (both directions)
+# --------------------------------------------------------------------------------------------------------------
+EQUIVALENT = [
+    ("\\frac{1}{2}", "0.5"),
+    ("1/2", "\\frac{1}{2}"),
+    ("0.5", "1/2"),
+    ("\\dfrac{1}{2}", "\\frac12"),
+    ("2\\sqrt{2}", "\\sqrt{8}"),
+    ("3\\sqrt{3}", "\\sqrt{27}"),
+    ("\\frac{\\sqrt{3}}{2}", "\\frac{1}{2}\\sqrt{3}"),
+    ("[1, 3)", "[1,3)"),
+    ("(-\\infty, 2]", "\\left(-\\infty,2\\right]"),
+    ("(0, \\infty)", "(0,\\infty)"),
+    ("[-2, 5]", "[-2.0, 5]"),
+    ("\\{1, 2, 3\\}", "\\{3, 2, 1\\}"),
+    ("\\{-1, 4\\}", "\\{4, -1\\}"),
+    ("(3, -4)", "\\left( 3, -4 \\right)"),
+    ("-5", "-5.0"),
+    ("-5", "\u22125"),
+    ("-\\frac{3}{4}", "-0.75"),
+    ("\\frac{-3}{4}", "-\\frac{3}{4}"),
+    ("1,000", "1000"),
+    ("12{,}345", "12345"),
+    ("1,234,567", "1234567"),
+    ("(x+1)^2", "x^2+2x+1"),
+    ("\\frac{\\pi}{2}", "\\pi/2"),
+    ("90^\\circ", "90"),
+    ("\\text{(B)}", "B"),
+    ("2^{10}", "1024"),
+]
+
+NOT_EQUIVALENT = [
+    ("\\frac{1}{2}", "0.52"),
+    ("\\frac{1}{3}", "0.33"),
+    ("2\\sqrt{2}", "\\sqrt{6}"),
+    ("[1, 3)", "(1, 3]"),
+    ("[1, 3)", "[1, 3]"),
+    ("(-\\infty, 2]", "(-\\infty, 2)"),
+    ("\\{1, 2, 3\\}", "\\{1, 2\\}"),
+    ("(3, -4)", "(-4, 3)"),
+    ("-5", "5"),
+    ("-\\frac{3}{4}", "\\frac{3}{4}"),
+    ("1,000", "100"),
+    ("1000", "10000"),
+    ("12{,}345", "12,346"),
+    ("(x+1)^2", "x^2+1"),
+    ("\\frac{\\pi}{2}", "\\pi"),
+    ("\\text{(B)}", "C"),
+    ("3", "4"),
+    ("2^{10}", "1000"),
+]
+
+
+def _grade_pairs(pairs):
+    responses = [boxed(b) for _, b in pairs] + [boxed(a) for a, _ in pairs]
+    references = [a for a, _ in pairs] + [b for _, b in pairs]
+    return list(zip(responses, references, G.grade_many(responses, references), strict=True))
+
+
+def test_equivalent_forms_score_one_both_ways():
+    failures = [(r, g, s) for r, g, s in _grade_pairs(EQUIVALENT) if s != 1.0]
+    assert not failures
+
+
+def test_wrong_answers_score_zero_both_ways():
+    failures = [(r, g, s) for r, g, s in _grade_pairs(NOT_EQUIVALENT) if s != 0.0]
+    assert not failures
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        "\\boxed{0.5",  # truncated
+        "Answer: 0.5",
+        "**Answer:** $\\frac{1}{2}$",
+        "Final Answer: The final answer is $1/2$. I hope it is correct.",
+        "First \\boxed{3}, but no: \\boxed{\\frac{1}{2}}",
+    ],
+)
+def test_response_shapes(response):
+    assert G.grade(response, "\\frac{1}{2}") == 1.0
+
+
+def test_reference_may_be_a_full_solution_or_a_number():
+    assert G.grade("\\boxed{6}", "We add them: $2+4=\\boxed{6}$.") == 1.0
+    assert G.grade("\\boxed{18}", "She sells 9*2 = 18 eggs.\n#### 18") == 1.0
+    assert G.grade("\\boxed{18}", 18) == 1.0
+    assert G.grade("\\boxed{0.25}", Fraction(1, 4)) == 1.0
+    assert G.grade("\\boxed{2.5}", Decimal("2.5")) == 1.0
+
+
+def test_no_answer_scores_zero():
+    assert G.grade("The answer is 4", "4") == 0.0
+    assert G.grade_detailed("I could not solve it.", "4").method == "no_answer"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Hostile inputs: bounded time, score 0, nothing executed
+# --------------------------------------------------------------------------------------------------------------
+HOSTILE = [
+    "\\boxed{9^9^9^9}",
+    "\\boxed{9^{9^{9^{9}}}}",
+    "\\boxed{10^{10^{10}}}",
+    "\\boxed{x^{9^{9^9}}}",
+    "\\boxed{2^{99999999}}",
+    "\\boxed{(2^{9999})^{9999}}",
+    "\\boxed{99^99^99^99}",
+    "\\boxed{{2^{999}}^{999}}",
+    "\\boxed{99999999!}",
+    "\\boxed{((4!)!)!}",
+    "\\boxed{\\binom{1000000000}{500000000}}",
+    "\\boxed{\\sum_{k=1}^{99999} k^{k}}",
+    "\\boxed{\\prod_{k=1}^{100000} k}",
+    "\\boxed{" + "(" * 31 + "1" + ")" * 31 + "}",
+    "\\boxed{" + "{" * 10_000 + "1" + "}" * 10_000 + "}",
+    "\\boxed{" + "{" * 10_000,
+    "\\boxed{" + "\\frac{1}{" * 5_000 + "2" + "}" * 5_000 + "}",
+    "\\boxed{" + "1+" * 500_000 + "1}",
+    "\\boxed{" + "7" * 5_000 + "}",
+    "Answer: " + "x" * 1_000_000,
+    "a" * 1_000_000,
+    "\\boxed{" + "\\sqrt{" * 3_000 + "2" + "}" * 3_000 + "}",
+]
+
+
+@pytest.mark.parametrize("response", HOSTILE, ids=range(len(HOSTILE)))
+def test_hostile_input_is_bounded_and_scores_zero(response):
+    result, elapsed = timed(response, "5")
+    assert elapsed < ITEM_BOUND_S, (result.method, elapsed)
+    assert result.score == 0.0
+
+
+def test_hostile_reference_is_bounded():
+    for reference in (HOSTILE[1], HOSTILE[14], "9" * 1_000_000):
+        result, elapsed = timed("\\boxed{5}", reference)
+        assert elapsed < ITEM_BOUND_S
+        assert result.score == 0.0
+
+
+def test_python_payloads_are_never_executed(tmp_path):
+    target = tmp_path / "pwned"
+    payloads = [
+        f"__import__('os').system('touch {target}')",
+        f"exec(\"open('{target}', 'w').write('x')\")",
+        f"eval(\"open('{target}', 'w')\")",
+        f"os.system('touch {target}')",
+        f"(lambda: open('{target}', 'w'))()",
+    ]
+    for payload in payloads:
+        for response in (f"\\boxed{{{payload}}}", f"Answer: {payload}", f"The final answer is {payload}", payload):
+            for reference in ("1", payload):
+                result, elapsed = timed(response, reference)
+                assert elapsed < ITEM_BOUND_S
+                assert result.score in (0.0, 1.0)
+        assert G.extract_answer(f"\\boxed{{{payload}}}") == payload
+    time.sleep(0.05)
+    assert not target.exists()
+
+
+class _BadStr:
+    def __str__(self):
+        raise RuntimeError("boom")
+
+    __repr__ = __str__
+
+
+WEIRD = [
+    None,
+    b"\\boxed{3}",
+    b"\xff\xfe\\boxed{\xc3(}",
+    bytearray(b"Answer: 3"),
+    memoryview(b"\\boxed{3}"),
+    3,
+    3.0,
+    float("nan"),
+    float("inf"),
+    10**5000,
+    True,
+    Fraction(3, 1),
+    Decimal("3"),
+    _BadStr(),
+    object(),
+    ["\\boxed{3}"],
+    {"answer": 3},
+    "\ud800\\boxed{\udfff}",
+    "\x00\\boxed{3\x00}",
+    "\\boxed{\u202e3\u202d}",
+    "\\boxed{\U0001f600}",
+    "\\boxed{3\u0301}",
+    "Answer: \u0663",
+    "\\boxed{\\}",
+    "\\boxed{}}}}}",
+    "\\boxed{$}$",
+    "$$$$$$",
+    "\\boxed{\\boxed{\\boxed{",
+]
+
+
+def test_never_raises_on_weird_input():
+    for response in WEIRD:
+        for reference in ("3", WEIRD[2], None, _BadStr(), 3, "\ud800"):
+            result, elapsed = timed(response, reference)
+            assert result.score in (0.0, 1.0)
+            assert elapsed < ITEM_BOUND_S
+        G.extract_answer(response)
+    assert G.grade("\\boxed{3}", 3) == 1.0
+    assert G.grade(b"\\boxed{3}", b"3") == 1.0
+
+
+def test_hung_worker_is_killed_and_the_spare_answers_next():
+    before = G.stats().get("worker_kills", 0)
+    result, elapsed = timed("\\boxed{1}", G._TEST_HANG_MARKER)  # the worker sleeps: only a kill stops it
+    assert result.method == "timeout"
+    assert result.score == 0.0
+    assert elapsed < ITEM_BOUND_S
+    assert G.stats().get("worker_kills", 0) == before + 1
+    result, elapsed = timed(boxed("\\sqrt{12}"), "2\\sqrt{3}")
+    assert (result.score, result.method) == (1.0, "math_verify")
+    assert elapsed < ITEM_BOUND_S
+
+
+def test_non_main_threads_are_bounded_too():
+    items = [
+        (boxed("\\sqrt{8}"), "2\\sqrt{2}", 1.0),
+        (boxed("\\{2, 1\\}"), "\\{1, 2\\}", 1.0),
+        (boxed("x^2-1"), "(x-1)(x+1)", 1.0),
+        (boxed("\\frac{\\pi}{3}"), "\\pi/4", 0.0),
+        (HOSTILE[1], "5", 0.0),
+        (HOSTILE[5], "5", 0.0),
+        (HOSTILE[14], "5", 0.0),
+        ("\\boxed{2}", G._TEST_HANG_MARKER, 0.0),
+    ] * 3
+
+    def run(item):
+        t0 = time.perf_counter()
+        score = G.grade(item[0], item[1])
+        return score, item[2], time.perf_counter() - t0
+
+    with ThreadPoolExecutor(max_workers=6) as ex:
+        results = list(ex.map(run, items))
+    assert max(elapsed for _, _, elapsed in results) < ITEM_BOUND_S
+    assert [score for score, _, _ in results] == [expected for _, expected, _ in results]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# API, provenance, consistency with math-verify
+# --------------------------------------------------------------------------------------------------------------
+def test_provenance():
+    assert G.GRADER_NAME == "bandpo.grader"
+    assert bandpo_version in G.GRADER_VERSION
+    info = G.grader_info()
+    assert info["name"] == G.GRADER_NAME and info["version"] == G.GRADER_VERSION
+    assert info["math_verify_version"] != "missing"
+    assert info["math_verify_version"] in G.GRADER_VERSION
+    record = G.grade_detailed(boxed("4"), "4").as_record()
+    assert record["grader"] == G.GRADER_NAME and record["grader_version"] == G.GRADER_VERSION
+    assert record["score"] == 1.0 and record["pred"] == "4" and record["gold"] == "4"
+
+
+def test_grade_many_matches_grade():
+    responses = [boxed("0.5"), boxed("\\sqrt{8}"), boxed("7"), "nothing", boxed("\\sqrt{8}"), HOSTILE[0]]
+    references = ["1/2", "2\\sqrt{2}", "8", "1", "2\\sqrt{2}", "5"]
+    assert G.grade_many(responses, references) == [G.grade(r, g) for r, g in zip(responses, references, strict=True)]
+    assert G.grade_many([], []) == []
+    with pytest.raises(ValueError):
+        G.grade_many(["a"], [])
+
+
+def test_fast_paths_agree_with_math_verify():
+    """The plain-number, choice and tuple/interval/set shortcuts must give math-verify's own verdicts."""
+
+    def judge(gold, pred):
+        verdict, method = G._verify_bounded(gold, pred, time.monotonic() + 10)  # straight to a worker
+        assert method == "math_verify"
+        return verdict
+
+    pairs = [
+        ("0.5", "\\frac{1}{2}"),
+        ("1/3", "0.333333"),
+        ("1/3", "0.3333"),
+        ("10.0", "10"),
+        ("-3", "3"),
+        ("2.5", "5/2"),
+        ("1,000", "1000"),
+        ("(1,2)", "[1,2]"),
+        ("[1,2]", "[1, 2.0]"),
+        ("(-\\infty,3)", "(-\\infty, 3]"),
+        ("\\{1,2\\}", "\\{2,1,1\\}"),
+        ("\\{0.5\\}", "\\{1/2\\}"),
+        ("(1,2,3)", "(1,3,2)"),
+        ("(0.5, 1)", "(\\frac12, 1)"),
+        ("A", "(A)"),
+        ("(B)", "A"),
+    ]
+    checked = 0
+    for gold, pred in pairs:
+        g, p = G._normalise(gold), G._normalise(pred)
+        fast = G._structural_verdict(g, p)
+        if fast is not None:
+            checked += 1
+            assert fast == judge(g, p), (gold, pred)
+    assert checked >= 12
+
+
+def test_benchmark_items_agree_with_their_labels(monkeypatch):
+    spec = importlib.util.spec_from_file_location(
+        "bench_grader", Path(__file__).resolve().parents[1] / "benchmarks" / "bench_grader.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_grader", bench)  # dataclasses look their module up there
+    spec.loader.exec_module(bench)
+    items = bench.make_items(150, group_size=1, seed=7, hostile_rate=0.05)
+    results = G.grade_many_detailed([it.response for it in items], [it.reference for it in items])
+    disagreements = [(it, r) for it, r in zip(items, results, strict=True) if (it.label or 0.0) != r.score]
+    assert not disagreements
+    assert max(r.seconds for r in results) < ITEM_BOUND_S
+
+
+# --------------------------------------------------------------------------------------------------------------
+# In-process mode (the fallback when worker processes are unavailable).  Last: it stops the worker pool.
+# --------------------------------------------------------------------------------------------------------------
+class _SpinningJudge:
+    def __call__(self, gold, pred):
+        while True:
+            pass
+
+
+@pytest.fixture
+def inprocess(monkeypatch):
+    G.configure(mode="inprocess")
+    yield monkeypatch
+    G.configure(mode="subprocess")
+
+
+def test_inprocess_alarm_bounds_the_main_thread(inprocess):
+    inprocess.setattr(G, "_INPROCESS_JUDGE", _SpinningJudge())
+    handler = signal.getsignal(signal.SIGALRM)
+    result, elapsed = timed(boxed("x+1"), "x+2")
+    assert (result.score, result.method) == (0.0, "timeout")
+    assert elapsed < ITEM_BOUND_S
+    assert signal.getsignal(signal.SIGALRM) is handler
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_inprocess_off_main_thread_and_foreign_alarm_do_not_block(inprocess):
+    inprocess.setattr(G, "_INPROCESS_JUDGE", _SpinningJudge())
+    out = {}
+    thread = threading.Thread(target=lambda: out.update(r=timed(boxed("x+1"), "x+3")))
+    thread.start()
+    thread.join(5)
+    result, elapsed = out["r"]
+    assert (result.score, result.method, elapsed < ITEM_BOUND_S) == (0.0, "unavailable", True)
+    # Plain numbers never need math-verify, in any thread.
+    assert G.grade(boxed("0.5"), "\\frac{1}{2}") == 1.0
+
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(1))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 30.0)
+        result, elapsed = timed(boxed("x+1"), "x+4")
+        assert (result.method, elapsed < ITEM_BOUND_S) == ("unavailable", True)
+        assert signal.getitimer(signal.ITIMER_REAL)[0] > 20  # the caller's timer is untouched
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not fired
+
+
+def test_inprocess_real_math_verify(inprocess):
+    assert G.warmup()  # loads math-verify into this process (one-off)
+    result, elapsed = timed(boxed("\\sqrt{18}"), "3\\sqrt{2}")
+    assert (result.score, result.method) == (1.0, "math_verify")
+    assert elapsed < ITEM_BOUND_S
+    result, elapsed = timed(boxed("(2^{99})^{99}"), "7")  # not rejected up front, parsed under the alarm
+    assert result.score == 0.0 and elapsed < ITEM_BOUND_S
+
+
+def test_pool_that_cannot_start_falls_back_to_inprocess(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise OSError("no processes here")
+
+    G.shutdown()
+    monkeypatch.setattr(G, "_Worker", refuse)
+    try:
+        assert G.warmup()  # no workers: loads math-verify into this process instead (one-off)
+        result, elapsed = timed(boxed("\\sqrt{50}"), "5\\sqrt{2}")
+        assert (result.score, result.method) == (1.0, "math_verify")  # in-process, under the alarm
+        assert G._get_pool().broken is not None
+    finally:
+        G.shutdown()
