@@ -1,0 +1,250 @@
+"""One run of the suite's sweep -> the verl command line (Hydra overrides for ``python -m verl.trainer.main_ppo``).
+
+The defaults are the paper's protocol (docs: paper-protocol.md): GRPO outcome advantages, 256 prompts x 16 rollouts
+per step, mini-batches of 64 prompts (4 optimizer updates per step), AdamW lr 1e-6 constant, weight decay 0.01,
+grad clip 1.0, k3 ("low_var_kl") KL loss 0.001, no entropy bonus, dual clip c = 10, seq-mean-token-mean,
+prompts <= 1024 and responses <= 4096 tokens, temperature 1.0, top_p 1.0, 10 epochs, one node of 8 GPUs.
+Every method runs through the same verl entry point and differs only in ``policy_loss.loss_mode=bandpo.<method>``
+and its parameters.
+
+How the method's parameters reach verl's workers: ``BANDPO_METHOD_CONFIG`` (inline JSON, see
+`bandpo.verl_plugin`) is added to ``ray_kwargs.ray_init.runtime_env.env_vars`` (verl merges that mapping into the
+runtime_env of its ``ray.init``, so every worker of the job inherits it), together with
+``VERL_USE_EXTERNAL_MODULES=bandpo.verl_plugin`` (the fallback registration for verl without entry points) and
+``VERL_FILE_LOGGER_PATH`` (the "file" logger's JSONL, written by verl's driver actor). The same variables are
+returned by `VerlRun.env` for the launching shell. Under ``ray job submit``, Ray (>= 2.8, ray-project/ray#39208)
+merges the job's runtime_env with the one verl gives ``ray.init`` and raises on conflicting keys: do not set these
+variables to other values in ``--runtime-env-json``.
+
+    run = VerlRun(model="Qwen/Qwen2.5-3B-Instruct", method="bandpo", params={"divergence": "kl"}, seed=0,
+                  train_files="resources/data/train.parquet", val_files="resources/data/val.parquet",
+                  output_dir="results/gpu/runs/qwen3b/bandpo/seed0")
+    subprocess.run(run.command(), env={**os.environ, **run.env()}, check=True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bandpo import methods
+
+__all__ = ["PLUGIN_MODULE", "VerlRun"]
+
+PLUGIN_MODULE = "bandpo.verl_plugin"
+_METHOD_CONFIG_ENV = "BANDPO_METHOD_CONFIG"  # == bandpo.verl_plugin.ENV_VAR (not imported: that imports verl)
+
+
+def _hydra_value(value: Any) -> str:
+    """A Python value as a Hydra override value (strings single-quoted so that JSON, commas, ':' stay literal)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_hydra_value(v) for v in value) + "]"
+    text = str(value)
+    if "'" in text or "\\" in text or "${" in text:
+        raise ValueError(f"cannot pass {text!r} through a Hydra override (contains ', \\ or ${{)")
+    return f"'{text}'"
+
+
+@dataclass
+class VerlRun:
+    """One run of the sweep: model x method (with its parameters) x seed, plus batch and cluster settings.
+
+    Required: ``model`` (HF id or local path), ``method`` (a registered name), ``train_files`` / ``val_files``
+    (verl parquet files, one path or several), ``output_dir`` (the run directory: checkpoints and the verl JSONL
+    log go there). Everything else defaults to the paper's protocol; ``extra_overrides`` are appended last, so
+    they win (e.g. the DAPO recipe's dynamic sampling and overlong penalty).
+    """
+
+    model: str
+    method: str
+    train_files: str | Sequence[str]
+    val_files: str | Sequence[str]
+    output_dir: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    # --- algorithm (paper protocol)
+    train_batch_size: int = 256  # prompts per step
+    rollout_n: int = 16  # responses per prompt
+    ppo_mini_batch_size: int = 64  # prompts per optimizer update -> 4 updates per step
+    ppo_epochs: int = 1
+    lr: float = 1e-6
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    use_kl_loss: bool = True
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = "low_var_kl"  # k3
+    entropy_coeff: float = 0.0
+    clip_ratio_c: float = 10.0  # dual clip
+    loss_agg_mode: str = "seq-mean-token-mean"
+    max_prompt_length: int = 1024
+    max_response_length: int = 4096
+    temperature: float = 1.0
+    top_p: float = 1.0
+    total_epochs: int = 10
+    # --- cluster and memory (not part of the protocol)
+    nnodes: int = 1
+    n_gpus_per_node: int = 8
+    rollout_name: str = "vllm"
+    rollout_tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.6
+    ppo_max_token_len_per_gpu: int = 16384  # dynamic batch size: tokens per micro-batch
+    save_freq: int = 100  # steps; the last step is always saved (as an HF model too) when > 0
+    # --- reward, logging
+    reward_fn_path: str | None = None  # a Python file with the training grader; None = verl's default for the data
+    reward_fn_name: str = "compute_score"
+    project_name: str = "bandpo-bench"
+    experiment_name: str | None = None  # default: <model basename>-<method>-seed<seed>
+    logger: Sequence[str] = ("console", "file")
+    python: str = "python"
+    plugin_modules: Sequence[str] = ()  # modules defining extra methods, imported by verl in every process
+    extra_overrides: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        self.params = methods.make_config(self.method, self.params).to_dict()  # validates method + parameters
+        if self.loss_agg_mode not in methods.AGG_MODES:
+            raise ValueError(f"loss_agg_mode {self.loss_agg_mode!r} is not one of {', '.join(methods.AGG_MODES)}")
+        if self.clip_ratio_c <= 1.0:
+            raise ValueError(f"clip_ratio_c must be > 1 (verl's dual clip), got {self.clip_ratio_c}")
+        for name in ("train_batch_size", "rollout_n", "ppo_mini_batch_size", "ppo_epochs", "total_epochs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.train_batch_size % self.ppo_mini_batch_size:
+            raise ValueError(
+                f"train_batch_size ({self.train_batch_size}) must be a multiple of ppo_mini_batch_size "
+                f"({self.ppo_mini_batch_size})"
+            )
+
+    @classmethod
+    def from_mapping(cls, spec: Mapping[str, Any]) -> VerlRun:
+        """Build from a sweep entry (e.g. YAML); unknown keys raise ValueError with close matches."""
+        known = [f.name for f in dataclasses.fields(cls)]
+        unknown = [k for k in spec if k not in known]
+        if unknown:
+            hints = {k: difflib.get_close_matches(str(k), known, n=1) for k in unknown}
+            detail = ", ".join(f"{k!r}" + (f" (did you mean {h[0]!r}?)" if h else "") for k, h in hints.items())
+            raise ValueError(f"unknown verl run key(s) {detail}; valid: {', '.join(known)}")
+        return cls(**spec)
+
+    # ------------------------------------------------------------------------------------------------------------
+
+    @property
+    def loss_mode(self) -> str:
+        return f"bandpo.{self.method}"
+
+    @property
+    def run_name(self) -> str:
+        if self.experiment_name:
+            return self.experiment_name
+        return f"{os.path.basename(self.model.rstrip('/'))}-{self.method}-seed{self.seed}"
+
+    def method_config_json(self) -> str:
+        """The value of BANDPO_METHOD_CONFIG: ``{"<method>": {all parameters, defaults included}}``, compact JSON."""
+        return json.dumps({self.method: self.params}, sort_keys=True, separators=(",", ":"))
+
+    def env(self) -> dict[str, str]:
+        """Environment variables for the driver and (through Ray's runtime_env) for every worker."""
+        return {
+            _METHOD_CONFIG_ENV: self.method_config_json(),
+            "VERL_USE_EXTERNAL_MODULES": ",".join([PLUGIN_MODULE, *self.plugin_modules]),
+            "VERL_FILE_LOGGER_PATH": os.path.join(self.output_dir, "verl_metrics.jsonl"),
+        }
+
+    def overrides(self) -> list[str]:
+        """The Hydra overrides, ``key=value`` strings, for verl's ``ppo_trainer`` config."""
+        actor = "actor_rollout_ref.actor"
+        rollout = "actor_rollout_ref.rollout"
+        o: dict[str, Any] = {
+            # algorithm
+            "algorithm.adv_estimator": "grpo",
+            "algorithm.norm_adv_by_std_in_grpo": True,
+            "algorithm.use_kl_in_reward": False,
+            # data
+            "data.train_files": list(self._files(self.train_files)),
+            "data.val_files": list(self._files(self.val_files)),
+            "data.train_batch_size": self.train_batch_size,
+            "data.max_prompt_length": self.max_prompt_length,
+            "data.max_response_length": self.max_response_length,
+            "data.filter_overlong_prompts": True,
+            "data.truncation": "error",
+            "data.seed": self.seed,
+            # model
+            "actor_rollout_ref.model.path": self.model,
+            "actor_rollout_ref.model.use_remove_padding": True,
+            "actor_rollout_ref.model.enable_gradient_checkpointing": True,
+            # actor: the method and the shared PPO settings
+            f"{actor}.policy_loss.loss_mode": self.loss_mode,
+            f"{actor}.loss_agg_mode": self.loss_agg_mode,
+            f"{actor}.clip_ratio_c": self.clip_ratio_c,
+            f"{actor}.ppo_mini_batch_size": self.ppo_mini_batch_size,
+            f"{actor}.ppo_epochs": self.ppo_epochs,
+            f"{actor}.use_dynamic_bsz": True,
+            f"{actor}.ppo_max_token_len_per_gpu": self.ppo_max_token_len_per_gpu,
+            f"{actor}.optim.lr": self.lr,
+            f"{actor}.optim.weight_decay": self.weight_decay,
+            f"{actor}.optim.lr_scheduler_type": "constant",
+            f"{actor}.optim.lr_warmup_steps_ratio": 0.0,
+            f"{actor}.grad_clip": self.grad_clip,
+            f"{actor}.use_kl_loss": self.use_kl_loss,
+            f"{actor}.kl_loss_coef": self.kl_loss_coef,
+            f"{actor}.kl_loss_type": self.kl_loss_type,
+            f"{actor}.entropy_coeff": self.entropy_coeff,
+            f"{actor}.data_loader_seed": self.seed,
+            f"{actor}.fsdp_config.seed": self.seed,
+            f"{actor}.checkpoint.save_contents": ["model", "optimizer", "extra", "hf_model"],
+            # rollout
+            f"{rollout}.name": self.rollout_name,
+            f"{rollout}.n": self.rollout_n,
+            f"{rollout}.temperature": self.temperature,
+            f"{rollout}.top_p": self.top_p,
+            f"{rollout}.seed": self.seed,
+            f"{rollout}.tensor_model_parallel_size": self.rollout_tensor_parallel_size,
+            f"{rollout}.gpu_memory_utilization": self.gpu_memory_utilization,
+            # trainer
+            "trainer.nnodes": self.nnodes,
+            "trainer.n_gpus_per_node": self.n_gpus_per_node,
+            "trainer.total_epochs": self.total_epochs,
+            "trainer.project_name": self.project_name,
+            "trainer.experiment_name": self.run_name,
+            "trainer.logger": list(self.logger),
+            "trainer.default_local_dir": os.path.join(self.output_dir, "checkpoints"),
+            "trainer.save_freq": self.save_freq,
+            "trainer.test_freq": -1,  # evaluation is lm-eval's job, on the saved checkpoints
+            "trainer.val_before_train": False,
+        }
+        # verl's own clip ratios do not drive bandpo.* losses; mirror the method's fixed eps so verl's dumped
+        # config does not show a different interval than the one trained.
+        if "eps_low" in self.params and "eps_high" in self.params:
+            o[f"{actor}.clip_ratio_low"] = self.params["eps_low"]
+            o[f"{actor}.clip_ratio_high"] = self.params["eps_high"]
+        if self.reward_fn_path is not None:
+            o["reward.custom_reward_function.path"] = self.reward_fn_path
+            o["reward.custom_reward_function.name"] = self.reward_fn_name
+        out = [f"{k}={_hydra_value(v)}" for k, v in o.items()]
+        # New keys under the runtime_env struct need Hydra's '+'.
+        out += [f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}={_hydra_value(v)}" for k, v in self.env().items()]
+        return out + list(self.extra_overrides)
+
+    def command(self) -> list[str]:
+        """argv of the verl run: ``python -m verl.trainer.main_ppo <overrides>``."""
+        return [self.python, "-m", "verl.trainer.main_ppo", *self.overrides()]
+
+    def shell_command(self) -> str:
+        """The command as one shell line, environment variables first."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env().items())
+        return f"{env} {shlex.join(self.command())}"
+
+    @staticmethod
+    def _files(files: str | Sequence[str]) -> Sequence[str]:
+        return [files] if isinstance(files, str) else list(files)

@@ -1,0 +1,429 @@
+"""Method registry, configs, bounds, the shared PPO surrogate and its diagnostics (bandpo.methods)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from bandpo import band, methods
+from bandpo.methods import BUCKET_LABELS, aggregate_loss, compute_bounds, compute_loss, ppo_surrogate
+
+torch.set_num_threads(1)
+
+BUILT_IN = ["bandpo", "cispo", "clip_higher", "dcpo", "grpo", "gspo"]
+
+
+def logp(*ps: float) -> torch.Tensor:
+    """A (1, n) float64 old_log_prob row from probabilities."""
+    return torch.tensor([ps], dtype=torch.float64).log()
+
+
+def full_mask(t: torch.Tensor) -> torch.Tensor:
+    return torch.ones_like(t, dtype=torch.bool)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Registry and configs
+
+
+def test_registry_lists_builtins_with_kinds():
+    assert set(BUILT_IN) <= set(methods.list_methods())
+    assert set(methods.list_methods("bounds")) >= {"grpo", "clip_higher", "dcpo", "bandpo"}
+    assert set(methods.list_methods("loss")) >= {"cispo", "gspo"}
+    assert all(methods.get_method(n).description for n in BUILT_IN)
+    with pytest.raises(ValueError, match="did you mean 'bandpo'"):
+        methods.get_method("bandp")
+    with pytest.raises(ValueError, match="kind"):
+        methods.list_methods("other")
+
+
+def test_default_configs_are_the_paper_settings():
+    assert methods.make_config("grpo").to_dict() == {"eps_low": 0.2, "eps_high": 0.2}
+    assert methods.make_config("clip_higher").to_dict() == {"eps_low": 0.2, "eps_high": 0.28}
+    assert methods.make_config("dcpo").to_dict() == {"eps_low": 0.16, "eps_high": 0.20, "cap": 10.0}
+    assert methods.make_config("bandpo").to_dict() == {
+        "divergence": "kl",
+        "delta": 0.05,
+        "cap": 10.0,
+        "relax": False,
+        "relax_eps_low": 0.2,
+        "relax_eps_high": 0.2,
+    }
+    assert methods.make_config("gspo").to_dict() == {"eps_low": 3e-4, "eps_high": 4e-4}
+    s = methods.SurrogateConfig()
+    assert (s.loss_agg_mode, s.dual_clip_c, s.log_ratio_clamp) == ("seq-mean-token-mean", 10.0, 20.0)
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "match"),
+    [
+        ("bandpo", {"delt": 0.1}, "unknown parameter.*did you mean 'delta'"),
+        ("bandpo", {"delta": 0.0}, "'delta' = 0.0 must be > 0"),
+        ("bandpo", {"delta": float("nan")}, "'delta' must be finite"),
+        ("bandpo", {"delta": "0.05"}, "'delta' must be float"),
+        ("bandpo", {"divergence": "kll"}, "not registered; valid: .*kl"),
+        ("bandpo", {"cap": 1.0}, "'cap' = 1.0 must be > 1"),
+        ("bandpo", {"relax": 1}, "'relax' must be bool"),
+        ("grpo", {"eps_low": True}, "'eps_low' must be float"),
+        ("grpo", {"eps_low": 1.5}, "'eps_low' = 1.5 must be in"),
+        ("dcpo", {"eps_high": -0.1}, "'eps_high' = -0.1 must be > 0"),
+        ("gspo", {"eps_low": None}, "must not be None"),
+    ],
+)
+def test_bad_params_raise_clear_errors(method, params, match):
+    with pytest.raises(ValueError, match=match):
+        methods.make_config(method, params)
+
+
+def test_config_coercion_and_instances():
+    cfg = methods.make_config("bandpo", {"delta": 1, "cap": None, "divergence": "chi2"})
+    assert cfg.delta == 1.0 and isinstance(cfg.delta, float) and cfg.cap is None
+    assert methods.make_config("bandpo", cfg) is cfg
+    with pytest.raises(TypeError, match="takes BandPOConfig"):
+        methods.make_config("bandpo", methods.GRPOConfig())
+    with pytest.raises(TypeError, match="mapping"):
+        methods.make_config("grpo", [("eps_low", 0.1)])
+    with pytest.raises(ValueError, match="loss_agg_mode"):
+        methods.SurrogateConfig(loss_agg_mode="mean")
+    with pytest.raises(ValueError, match="dual_clip_c"):
+        methods.SurrogateConfig(dual_clip_c=1.0)
+
+
+def test_user_method_is_one_function_and_one_config(monkeypatch):
+    monkeypatch.setattr(methods, "_METHODS", dict(methods._METHODS))
+    monkeypatch.setattr(methods, "_REGISTRATION_HOOKS", [])  # keep it out of verl's registry (see test_verl_plugin)
+
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class HalfConfig(methods.MethodConfig):
+        eps: float = 0.1
+
+        def validate(self) -> None:
+            self.require(0.0 < self.eps < 1.0, "eps", "must be in (0, 1)")
+
+    @methods.register_bounds("half_clip", config=HalfConfig)
+    def half_clip(old_log_prob, response_mask, params):
+        """Fixed clip of half-width eps."""
+        return methods.constant_bounds(old_log_prob, response_mask, 1 - params.eps, 1 + params.eps)
+
+    assert "half_clip" in methods.list_methods("bounds")
+    old = torch.zeros(2, 3)
+    lo, hi = compute_bounds("half_clip", old, full_mask(old), {"eps": 0.25})
+    assert torch.all(lo == 0.75) and torch.all(hi == 1.25)
+    with pytest.raises(ValueError, match="method 'half_clip'.*'eps' = 2.0 must be in"):
+        compute_bounds("half_clip", old, full_mask(old), {"eps": 2.0})
+    with pytest.raises(ValueError, match="method name"):
+        methods.register_bounds("bad.name", config=HalfConfig)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Bounds against hand-computed values
+
+
+def test_fixed_clip_bounds_and_padding():
+    old = logp(0.1, 0.5, 0.9)
+    mask = torch.tensor([[True, True, False]])
+    lo, hi = compute_bounds("grpo", old, mask)
+    assert lo.tolist() == [[0.8, 0.8, 1.0]] and hi.tolist() == [[1.2, 1.2, 1.0]]  # padding: [1, 1]
+    lo, hi = compute_bounds("clip_higher", old, full_mask(old))
+    torch.testing.assert_close(hi, torch.full_like(hi, 1.28))
+    torch.testing.assert_close(lo, torch.full_like(lo, 0.8))
+
+
+def test_dcpo_bounds_hand_computed():
+    # r_lo = 1/2 + 1/2 sqrt(max(1 - 4 eps_low / p, 0)), r_hi = min(1/2 + 1/2 sqrt(1 + 4 eps_high / p), 10)
+    old = logp(1.0, 0.8, 0.5, 0.01, 0.001)
+    lo, hi = compute_bounds("dcpo", old, full_mask(old))
+    expected_lo = [0.8, 0.5 + 0.5 * math.sqrt(0.2), 0.5, 0.5, 0.5]
+    expected_hi = [0.5 + 0.5 * math.sqrt(1.8), 0.5 + 0.5 * math.sqrt(2.0), 0.5 + 0.5 * math.sqrt(2.6), 5.0, 10.0]
+    torch.testing.assert_close(lo[0], torch.tensor(expected_lo, dtype=torch.float64))
+    torch.testing.assert_close(hi[0], torch.tensor(expected_hi, dtype=torch.float64))
+    _, hi_nocap = compute_bounds("dcpo", old, full_mask(old), {"cap": None})
+    assert hi_nocap[0, -1].item() == pytest.approx(0.5 + 0.5 * math.sqrt(801.0))
+
+
+# Reference values of the Band operator, delta = 0.05, before the cap (docs: band-operator.md).
+BAND_REF = {
+    "kl": {0.01: (0.00249739, 7.80985), 0.08: (0.261696, 2.41055), 0.5: (0.691516, 1.30848), 0.9: (0.866579, 1.07636)},
+    "tv": {0.01: (0.0, 6.0), 0.08: (0.375, 1.625), 0.5: (0.9, 1.1), 0.9: (0.944444, 1.05556)},
+    "chi2": {0.01: (0.0, 3.22486), 0.08: (0.241712, 1.75829), 0.5: (0.776393, 1.22361), 0.9: (0.925464, 1.07454)},
+}
+
+
+@pytest.mark.parametrize("divergence", ["kl", "tv", "chi2"])
+def test_bandpo_bounds_reference_values(divergence):
+    ref = BAND_REF[divergence]
+    old = logp(*ref)
+    lo, hi = compute_bounds("bandpo", old, full_mask(old), {"divergence": divergence})
+    torch.testing.assert_close(
+        lo[0], torch.tensor([v[0] for v in ref.values()], dtype=torch.float64), atol=2e-6, rtol=0
+    )
+    torch.testing.assert_close(
+        hi[0], torch.tensor([v[1] for v in ref.values()], dtype=torch.float64), atol=2e-5, rtol=0
+    )
+
+
+def test_bandpo_cap_relax_and_custom_divergence():
+    old = logp(0.01, 0.08, 0.99)
+    mask = full_mask(old)
+    _, hi = compute_bounds("bandpo", old, mask, {"cap": 5.0})
+    assert hi[0, 0].item() == 5.0 and hi[0, 1].item() == pytest.approx(2.41055, abs=1e-5)
+    lo, hi = compute_bounds("bandpo", old, mask, {"relax": True})  # union with [0.8, 1.2]
+    assert lo[0, 2].item() == pytest.approx(0.8) and hi[0, 2].item() == pytest.approx(1.2)  # Band: [0.9312, 1.0101]
+    assert lo[0, 1].item() == pytest.approx(0.261696, abs=1e-6) and hi[0, 1].item() == pytest.approx(2.41055, abs=1e-5)
+    # p = 0 (log p = -inf) would give r_hi = inf: the cap maps it to 10.
+    lo, hi = compute_bounds("bandpo", torch.tensor([[-math.inf, -1e-3]]), torch.tensor([[True, True]]))
+    assert hi[0, 0].item() == 10.0 and lo[0, 0].item() == 0.0
+    # Any registered divergence works by name (squared Hellinger, solved numerically by the Band operator).
+    band.register_divergence("test_sq_hellinger", lambda u: (torch.sqrt(u) - 1.0) ** 2)
+    lo, hi = compute_bounds("bandpo", old, mask, {"divergence": "test_sq_hellinger"})
+    assert torch.all(lo < 1) and torch.all(hi > 1)
+
+
+def test_bounds_are_computed_on_valid_tokens_only(monkeypatch):
+    seen = []
+    real = methods.band_bounds
+
+    def spy(x, divergence, delta):
+        seen.append(x.numel())
+        return real(x, divergence, delta)
+
+    monkeypatch.setattr(methods, "band_bounds", spy)
+    old = torch.full((4, 6), float("nan"))  # padding may hold anything
+    mask = torch.zeros(4, 6, dtype=torch.bool)
+    mask[:, :2] = True
+    old[mask] = -0.5
+    lo, hi = compute_bounds("bandpo", old, mask)
+    assert seen == [8]
+    assert torch.all(lo[~mask] == 1) and torch.all(hi[~mask] == 1)
+    assert torch.isfinite(lo).all() and torch.isfinite(hi).all()
+    with pytest.raises(ValueError, match="whole-loss"):
+        compute_bounds("cispo", old, mask)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Aggregation and the surrogate
+
+
+def test_aggregation_modes_hand_computed():
+    loss = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0]], dtype=torch.bool)  # last sequence fully padded
+    expected = {
+        "token-mean": 7 / 3,
+        "token-sum": 7.0,
+        "seq-mean-token-mean": (1.5 + 4.0) / 2,
+        "seq-mean-token-sum": (3.0 + 4.0) / 2,
+        "seq-mean-token-sum-norm": (3.0 + 4.0) / 2 / 3,
+    }
+    for mode, value in expected.items():
+        assert aggregate_loss(loss, mask, mode).item() == pytest.approx(value, rel=1e-6), mode
+    # Data-parallel normalisation by the global counts.
+    assert aggregate_loss(loss, mask, "token-mean", dp_size=2, batch_num_tokens=14).item() == pytest.approx(1.0)
+    assert aggregate_loss(loss, mask, "seq-mean-token-sum-norm", loss_scale_factor=7).item() == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="batch_num_tokens"):
+        aggregate_loss(loss, mask, "token-mean", dp_size=2)
+    with pytest.raises(ValueError, match="loss_agg_mode"):
+        aggregate_loss(loss, mask, "mean")
+
+
+def crafted_batch():
+    """One row of six valid tokens with known ratios, plus one padded token with an absurd ratio."""
+    ratio = torch.tensor([[1.5, 0.5, 0.5, 1.5, 20.0, 1.0, 1000.0]], dtype=torch.float64)
+    adv = torch.tensor([[1.0, 1.0, -1.0, -1.0, -1.0, 0.0, 1.0]], dtype=torch.float64)
+    old = logp(0.1, 0.3, 0.5, 0.7, 0.9, 1.0, 0.5)
+    mask = torch.tensor([[True] * 6 + [False]])
+    return old, old + ratio.log(), adv, mask
+
+
+def test_surrogate_per_token_values_and_gradient():
+    old, new, adv, mask = crafted_batch()
+    new = new.clone().requires_grad_()
+    lo, hi = compute_bounds("grpo", old, mask)
+    loss, _ = ppo_surrogate(old, new, adv, mask, lo, hi, {"loss_agg_mode": "token-sum", "dual_clip_c": 10.0})
+    # r=1.5,A=+1 -> -1.2 (clipped) | r=.5,A=+1 -> -.5 | r=.5,A=-1 -> .8 (clipped) | r=1.5,A=-1 -> 1.5
+    # r=20,A=-1 -> min(20, c=10) = 10 (dual clip) | A=0 -> 0
+    assert loss.item() == pytest.approx(-1.2 - 0.5 + 0.8 + 1.5 + 10.0 + 0.0)
+    loss.backward()
+    # d/d log pi of -A r is -A r where the unclipped branch is active, 0 where a clip binds; 0 on padding.
+    assert new.grad[0].tolist() == pytest.approx([0.0, -0.5, 0.0, 1.5, 0.0, 0.0, 0.0])
+    loss_nodual, _ = ppo_surrogate(old, new, adv, mask, lo, hi, {"loss_agg_mode": "token-sum", "dual_clip_c": None})
+    assert loss_nodual.item() == pytest.approx(-1.2 - 0.5 + 0.8 + 1.5 + 20.0)
+
+
+def test_surrogate_equals_verl_vanilla_exactly():
+    core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
+    from verl.workers.config import ActorConfig
+
+    g = torch.Generator().manual_seed(0)
+    old = -3 * torch.rand(8, 12, generator=g)
+    new = old + 0.6 * torch.randn(8, 12, generator=g)
+    new[0, :3] += 3.0  # a few ratios above the dual clip
+    adv = torch.randn(8, 1, generator=g).expand(8, 12).contiguous()
+    mask = torch.rand(8, 12, generator=g) > 0.3
+    mask[3] = False
+    for mode in methods.AGG_MODES:
+        for info in ({}, {"dp_size": 2, "batch_num_tokens": 90, "global_batch_size": 14, "loss_scale_factor": 9}):
+            cfg = ActorConfig(
+                strategy="fsdp",
+                rollout_n=1,
+                ppo_micro_batch_size_per_gpu=1,
+                clip_ratio_low=0.2,
+                clip_ratio_high=0.28,
+                clip_ratio_c=3.0,
+                loss_agg_mode=mode,
+                global_batch_info=dict(info),
+            )
+            a, b = new.clone().requires_grad_(), new.clone().requires_grad_()
+            ref, ref_metrics = core_algos.compute_policy_loss_vanilla(old, a, adv, mask, mode, cfg)
+            settings = {"loss_agg_mode": mode, "dual_clip_c": 3.0}
+            ours, metrics = compute_loss("clip_higher", old, b, adv, mask, settings=settings, global_batch_info=info)
+            ref.backward()
+            ours.backward()
+            assert torch.equal(ref, ours), (mode, info)
+            assert torch.equal(a.grad, b.grad), (mode, info)
+            assert metrics["clipfrac"].item() == pytest.approx(ref_metrics["actor/pg_clipfrac"])
+            assert metrics["clipfrac_dual"].item() == pytest.approx(ref_metrics["actor/pg_clipfrac_lower"])
+            assert metrics["approx_kl"].item() == pytest.approx(ref_metrics["actor/ppo_kl"], rel=1e-6)
+
+
+def test_precomputed_bounds_per_batch_equal_per_micro_batch():
+    g = torch.Generator().manual_seed(1)
+    old = -4 * torch.rand(8, 16, generator=g)
+    new = old + 0.3 * torch.randn(8, 16, generator=g)
+    adv = torch.randn(8, 16, generator=g)
+    mask = torch.rand(8, 16, generator=g) > 0.3
+    lo, hi = compute_bounds("bandpo", old, mask)  # once per rollout batch
+    for sl in (slice(0, 4), slice(4, 8)):
+        a, _ = compute_loss("bandpo", old[sl], new[sl], adv[sl], mask[sl], bounds=(lo[sl], hi[sl]))
+        b, _ = compute_loss("bandpo", old[sl], new[sl], adv[sl], mask[sl])  # recomputed inside (verl's way)
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="no precomputed bounds"):
+        compute_loss("cispo", old, new, adv, mask, bounds=(lo, hi))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Diagnostics on crafted tensors
+
+
+def test_diagnostics_counts_by_direction_and_bucket():
+    old, new, adv, mask = crafted_batch()  # buckets of the six valid tokens: 0, 1, 2, 3, 4, 4
+    lo = torch.tensor([[0.8, 0.7, 0.6, 0.9, 0.95, 0.97, 0.1]], dtype=torch.float64)
+    hi = torch.tensor([[1.2, 1.3, 1.4, 1.1, 1.05, 1.03, 9.0]], dtype=torch.float64)
+    _, d = ppo_surrogate(old, new, adv, mask, lo, hi, {"dual_clip_c": 10.0})
+    n = 6
+    # upper clip (r > r_hi, A > 0): token 0; lower clip (r < r_lo, A < 0): token 2; dual (A < 0, r > c): token 4.
+    assert d["clipfrac_upper"].item() == pytest.approx(1 / n)
+    assert d["clipfrac_lower"].item() == pytest.approx(1 / n)
+    assert d["clipfrac"].item() == pytest.approx(2 / n)
+    assert d["clipfrac_dual"].item() == pytest.approx(1 / n)
+    expected_upper = [1.0, 0.0, 0.0, 0.0, 0.0]
+    expected_lower = [0.0, 0.0, 1.0, 0.0, 0.0]
+    expected_share = [1 / n, 1 / n, 1 / n, 1 / n, 2 / n]
+    expected_lo_mean = [0.8, 0.7, 0.6, 0.9, (0.95 + 0.97) / 2]
+    expected_hi_mean = [1.2, 1.3, 1.4, 1.1, (1.05 + 1.03) / 2]
+    for j, label in enumerate(BUCKET_LABELS):
+        assert d[f"clipfrac_upper/{label}"].item() == pytest.approx(expected_upper[j]), label
+        assert d[f"clipfrac_lower/{label}"].item() == pytest.approx(expected_lower[j]), label
+        assert d[f"token_frac/{label}"].item() == pytest.approx(expected_share[j]), label
+        assert d[f"bound_lower_mean/{label}"].item() == pytest.approx(expected_lo_mean[j]), label
+        assert d[f"bound_upper_mean/{label}"].item() == pytest.approx(expected_hi_mean[j]), label
+    ratios = [1.5, 0.5, 0.5, 1.5, 20.0, 1.0]  # the padded ratio 1000 is not counted
+    assert d["ratio_min"].item() == pytest.approx(0.5)
+    assert d["ratio_max"].item() == pytest.approx(20.0)
+    assert d["ratio_mean"].item() == pytest.approx(sum(ratios) / n)
+    assert d["approx_kl"].item() == pytest.approx(-sum(math.log(r) for r in ratios) / n)
+    assert d["approx_kl_k3"].item() == pytest.approx(sum(r - 1 - math.log(r) for r in ratios) / n)
+    assert d["bound_upper_mean"].item() == pytest.approx(sum([1.2, 1.3, 1.4, 1.1, 1.05, 1.03]) / n)
+
+
+def test_diagnostics_empty_buckets_and_empty_batch_are_safe():
+    old = logp(0.9, 0.95)
+    mask = full_mask(old)
+    lo, hi = compute_bounds("grpo", old, mask)
+    _, d = ppo_surrogate(old, old.clone(), torch.ones_like(old), mask, lo, hi)
+    assert d[f"token_frac/{BUCKET_LABELS[0]}"].item() == 0.0 and d[f"bound_upper_mean/{BUCKET_LABELS[0]}"].item() == 0
+    assert d[f"token_frac/{BUCKET_LABELS[4]}"].item() == 1.0
+    empty = torch.zeros_like(mask)
+    loss, d = ppo_surrogate(old, old.clone(), torch.ones_like(old), empty, lo, hi, {"loss_agg_mode": "token-mean"})
+    assert all(torch.isfinite(v).all() for v in d.values())
+    assert d["ratio_min"].item() == 1.0 and d["clipfrac"].item() == 0.0
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Whole-loss methods
+
+
+def test_cispo_hand_computed_and_stop_gradient():
+    old = logp(0.5, 0.5, 0.5)
+    ratio = torch.tensor([[2.0, 0.1, 1.1]], dtype=torch.float64)
+    new = (old + ratio.log()).requires_grad_()
+    adv = torch.tensor([[1.0, -1.0, 2.0]], dtype=torch.float64)
+    mask = full_mask(old)
+    loss, d = compute_loss("cispo", old, new, adv, mask, settings={"loss_agg_mode": "token-sum"})
+    w = [1.28, 0.1, 1.1]  # clip(r, 1 - 1.0, 1 + 0.28)
+    logpi = new.detach()[0].tolist()
+    assert loss.item() == pytest.approx(-sum(wi * a * lp for wi, a, lp in zip(w, [1, -1, 2], logpi, strict=True)))
+    loss.backward()
+    # Stop-gradient weight: d/d log pi = -w A, even where the weight is clipped (token 0 keeps its gradient).
+    assert new.grad[0].tolist() == pytest.approx([-1.28, 0.1, -2.2])
+    assert d["clipfrac_upper"].item() == pytest.approx(1 / 3)
+
+
+def test_gspo_sequence_ratio_hand_computed():
+    old = logp(0.5, 0.5, 0.5, 0.4, 0.4, 0.4)
+    log_r = torch.tensor([[0.1, 0.3, 0.0, -0.1, -0.3, 5.0]], dtype=torch.float64)  # last token padded
+    old = old.reshape(2, 3)
+    log_r = log_r.reshape(2, 3)
+    mask = torch.tensor([[True, True, False], [True, True, False]])
+    adv = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]], dtype=torch.float64)
+    new = (old + log_r).requires_grad_()
+    loss, d = compute_loss("gspo", old, new, adv, mask, settings={"loss_agg_mode": "seq-mean-token-mean"})
+    s1, s2 = math.exp(0.2), math.exp(-0.2)  # s = exp(mean log r) over each sequence's valid tokens
+    # Sequence 1: s > 1 + 4e-4 with A > 0 -> clipped to 1.0004, no gradient; sequence 2: s < 1, unclipped -A s.
+    assert loss.item() == pytest.approx((-1.0004 - s2) / 2)
+    loss.backward()
+    assert new.grad.flatten().tolist() == pytest.approx([0.0, 0.0, 0.0, -s2 / 4, -s2 / 4, 0.0])
+    assert d["ratio_max"].item() == pytest.approx(s1) and d["ratio_min"].item() == pytest.approx(s2)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Bad input
+
+
+@pytest.mark.parametrize("method", BUILT_IN)
+def test_non_finite_inputs(method):
+    old = torch.full((2, 4), -1.0)
+    new = old + 0.1
+    adv = torch.ones(2, 4)
+    mask = torch.tensor([[True, True, False, False], [True, True, True, False]])
+    # Non-finite values on padding are harmless: finite loss, finite gradients, zero gradient on padding.
+    old_p, new_p, adv_p = old.clone(), new.clone(), adv.clone()
+    old_p[~mask], new_p[~mask], adv_p[~mask] = float("nan"), -float("inf"), float("nan")
+    new_p.requires_grad_()
+    loss, metrics = compute_loss(method, old_p, new_p, adv_p, mask)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(new_p.grad).all() and torch.all(new_p.grad[~mask] == 0)
+    assert all(torch.isfinite(v).all() for v in metrics.values())
+    # On a valid token they are an error that names the tensor.
+    bad = new.clone()
+    bad[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="non-finite.*log_prob: 1"):
+        compute_loss(method, old, bad, adv, mask)
+
+
+def test_shape_and_type_errors():
+    old = torch.zeros(2, 3)
+    mask = full_mask(old)
+    with pytest.raises(ValueError, match="advantages has shape"):
+        compute_loss("grpo", old, old, torch.zeros(2, 4), mask)
+    with pytest.raises(ValueError, match=r"\(batch, response_length\)"):
+        compute_loss("grpo", old[0], old[0], old[0], mask[0])
+    with pytest.raises(TypeError, match="log_prob must be a torch.Tensor"):
+        compute_loss("grpo", old, [[0.0] * 3] * 2, old, mask)
+    with pytest.raises(ValueError, match="unknown method"):
+        compute_loss("ppo", old, old, old, mask)
+    with pytest.raises(ValueError, match="global_batch_info"):
+        compute_loss("grpo", old, old, old, mask, global_batch_info={"dp": 2})

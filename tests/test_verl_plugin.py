@@ -1,0 +1,325 @@
+"""verl integration on CPU: registry via entry point / fallback, exact equality with the suite's loss, command builder.
+
+Needs verl installed (skipped otherwise) and this package installed (``pip install -e .``) for the entry point.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("verl.trainer.ppo.core_algos")
+
+from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla, get_policy_loss_fn  # noqa: E402
+from verl.workers.config import ActorConfig  # noqa: E402
+
+from bandpo import methods, verl_plugin  # noqa: E402
+from bandpo.verl_command import VerlRun  # noqa: E402
+
+torch.set_num_threads(1)
+
+BUILT_IN = ["bandpo", "cispo", "clip_higher", "dcpo", "grpo", "gspo"]
+# Non-default parameters per method, to show they travel through BANDPO_METHOD_CONFIG.
+PARAMS = {
+    "grpo": {"eps_low": 0.25, "eps_high": 0.3},
+    "clip_higher": {},
+    "dcpo": {"cap": 6.0},
+    "bandpo": {"divergence": "tv", "delta": 0.08, "relax": True},
+    "cispo": {"eps_high": 0.5},
+    "gspo": {"eps_low": 0.01, "eps_high": 0.02},
+}
+
+
+def actor_config(mode: str, clip_ratio_c: float = 10.0, **info) -> ActorConfig:
+    return ActorConfig(
+        strategy="fsdp",
+        rollout_n=1,
+        ppo_micro_batch_size_per_gpu=1,
+        clip_ratio_c=clip_ratio_c,
+        loss_agg_mode=mode,
+        global_batch_info=dict(info),
+    )
+
+
+def random_batch(seed: int = 0, b: int = 6, t: int = 10):
+    g = torch.Generator().manual_seed(seed)
+    old = -4 * torch.rand(b, t, generator=g)
+    new = old + 0.7 * torch.randn(b, t, generator=g)
+    new[0, :2] += 3.0  # ratios above the dual clip
+    adv = torch.randn(b, 1, generator=g).expand(b, t).contiguous()
+    mask = torch.rand(b, t, generator=g) > 0.3
+    mask[1] = False  # a fully padded sequence
+    weights = 0.5 + torch.rand(b, t, generator=g)
+    return old, new, adv, mask, weights
+
+
+def run_python(code: str, **env: str) -> str:
+    full_env = {k: v for k, v in os.environ.items() if k not in ("VERL_USE_EXTERNAL_MODULES", verl_plugin.ENV_VAR)}
+    full_env.update(env)
+    out = subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Registration
+
+
+REGISTRY_PROBE = (
+    "import sys, verl\n"
+    "from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY as R\n"
+    "print(sorted(k for k in R if k.startswith('bandpo.')), 'bandpo.verl_plugin' in sys.modules)"
+)
+EXPECTED_NAMES = str(sorted(f"bandpo.{m}" for m in BUILT_IN))
+
+
+def test_import_verl_registers_every_method_via_entry_point():
+    """A fresh interpreter: `import verl` alone loads the plugin (as in every Ray worker)."""
+    from importlib.metadata import entry_points
+
+    if not any(ep.value == "bandpo.verl_plugin" for ep in entry_points(group="verl.plugins")):
+        pytest.fail(
+            "the verl.plugins entry point is not installed: run `pip install -e .` (pyproject.toml declares it)"
+        )
+    code = REGISTRY_PROBE
+    assert run_python(code).strip() == f"{EXPECTED_NAMES} True"
+
+
+@pytest.mark.slow
+def test_external_modules_fallback_registers_every_method():
+    """Fallback for verl without entry points: VERL_USE_EXTERNAL_MODULES (entry points disabled to prove it)."""
+    out = run_python(REGISTRY_PROBE, VERL_USE_EXTERNAL_PLUGINS="none", VERL_USE_EXTERNAL_MODULES="bandpo.verl_plugin")
+    assert out.strip() == f"{EXPECTED_NAMES} True"
+
+
+def test_get_policy_loss_fn_returns_the_suite_loss_for_every_method():
+    assert set(verl_plugin.registered_names()) >= {f"bandpo.{m}" for m in BUILT_IN}
+    for m in BUILT_IN:
+        fn = get_policy_loss_fn(verl_plugin.verl_loss_name(m))
+        assert fn.__name__ == f"bandpo_{m}_policy_loss"
+    # verl's own names stay verl's.
+    assert get_policy_loss_fn("gspo") is not get_policy_loss_fn("bandpo.gspo")
+    assert verl_plugin.register_all() == verl_plugin.registered_names()  # idempotent
+
+
+def test_methods_registered_later_reach_verl(monkeypatch):
+    from verl.trainer.ppo import core_algos
+
+    monkeypatch.setattr(methods, "_METHODS", dict(methods._METHODS))
+    monkeypatch.setattr(core_algos, "POLICY_LOSS_REGISTRY", dict(core_algos.POLICY_LOSS_REGISTRY))
+
+    @methods.register_bounds("wide_clip", config=methods.GRPOConfig)
+    def wide_clip(old_log_prob, response_mask, params):
+        """Twice the GRPO interval."""
+        return methods.constant_bounds(old_log_prob, response_mask, 1 - 2 * params.eps_low, 1 + 2 * params.eps_high)
+
+    monkeypatch.delenv(verl_plugin.ENV_VAR, raising=False)
+    old, new, adv, mask, _ = random_batch()
+    loss, _ = get_policy_loss_fn("bandpo.wide_clip")(old, new, adv, mask, "token-mean", actor_config("token-mean"))
+    ref, _ = methods.compute_loss("wide_clip", old, new, adv, mask, settings={"loss_agg_mode": "token-mean"})
+    assert torch.equal(loss, ref)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Exact equality with the suite's loss
+
+
+@pytest.mark.parametrize("method", sorted(PARAMS))
+def test_verl_loss_equals_suite_loss_for_every_mode(method, monkeypatch):
+    monkeypatch.setenv(verl_plugin.ENV_VAR, json.dumps({method: PARAMS[method]}))
+    verl_fn = get_policy_loss_fn(f"bandpo.{method}")
+    old, new, adv, mask, weights = random_batch()
+    for mode in methods.AGG_MODES:
+        for info in ({}, {"dp_size": 2, "batch_num_tokens": 70, "global_batch_size": 11, "loss_scale_factor": 13}):
+            a, b = new.clone().requires_grad_(), new.clone().requires_grad_()
+            # Called the way verl's ppo_loss calls it (keywords; bool mask).
+            loss, metrics = verl_fn(
+                old_log_prob=old,
+                log_prob=a,
+                advantages=adv,
+                response_mask=mask,
+                loss_agg_mode=mode,
+                config=actor_config(mode, 10.0, **info),
+                rollout_is_weights=weights,
+            )
+            ref, ref_metrics = methods.compute_loss(
+                method,
+                old,
+                b,
+                adv,
+                mask,
+                PARAMS[method],
+                {"loss_agg_mode": mode, "dual_clip_c": 10.0},
+                rollout_is_weights=weights,
+                global_batch_info=info,
+            )
+            assert torch.equal(loss, ref), (mode, info)
+            loss.backward()
+            ref.backward()
+            assert torch.equal(a.grad, b.grad), (mode, info)
+            assert all(isinstance(v, float) for v in metrics.values())
+            assert metrics["actor/bandpo/clipfrac_upper"] == ref_metrics["clipfrac_upper"].item()
+            assert {"actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"} <= set(metrics)
+
+
+def test_bandpo_grpo_equals_verl_vanilla(monkeypatch):
+    monkeypatch.setenv(verl_plugin.ENV_VAR, json.dumps({"grpo": {"eps_low": 0.2, "eps_high": 0.2}}))
+    old, new, adv, mask, weights = random_batch(seed=3)
+    for mode in methods.AGG_MODES:
+        cfg = actor_config(mode, clip_ratio_c=3.0)
+        ours, m = get_policy_loss_fn("bandpo.grpo")(old, new, adv, mask, mode, cfg, weights)
+        ref, ref_m = compute_policy_loss_vanilla(old, new, adv, mask, mode, cfg, weights)
+        assert torch.equal(ours, ref), mode
+        assert m["actor/pg_clipfrac"] == pytest.approx(ref_m["actor/pg_clipfrac"])
+        assert m["actor/pg_clipfrac_lower"] == pytest.approx(ref_m["actor/pg_clipfrac_lower"])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# BANDPO_METHOD_CONFIG
+
+
+def test_method_config_sources(tmp_path, monkeypatch):
+    monkeypatch.delenv(verl_plugin.ENV_VAR, raising=False)
+    assert verl_plugin.method_config("bandpo") == methods.make_config("bandpo")  # unset -> defaults
+    inline = '{"bandpo": {"delta": 0.1}, "dcpo": {}}'
+    assert verl_plugin.method_config("bandpo", inline).delta == 0.1
+    assert verl_plugin.method_config("dcpo", inline) == methods.make_config("dcpo")
+    json_file = tmp_path / "m.json"
+    json_file.write_text('{"grpo": {"eps_high": 0.3}}')
+    yaml_file = tmp_path / "m.yaml"
+    yaml_file.write_text("bandpo:\n  divergence: chi2\n")
+    monkeypatch.setenv(verl_plugin.ENV_VAR, str(json_file))
+    assert verl_plugin.method_config("grpo").eps_high == 0.3
+    assert verl_plugin.method_config("bandpo", str(yaml_file)).divergence == "chi2"
+
+
+@pytest.mark.parametrize(
+    ("raw", "match"),
+    [
+        ('{"grpo": {}}', "has parameters for \\['grpo'\\] but the loss is 'bandpo.bandpo'"),
+        ('{"bandpo": {"delta": -1}}', "'delta' = -1.0 must be > 0"),
+        ('{"bandpo": {"dleta": 1}}', "did you mean 'delta'"),
+        ('{"bandpo": {}, "ppo": {}}', "unknown method"),
+        ('{"bandpo": {', "not valid JSON"),
+        ('{"bandpo": 3}', "must map method names"),
+        ("/nonexistent/m.json", "does not exist"),
+    ],
+)
+def test_method_config_errors(raw, match):
+    with pytest.raises(ValueError, match=match):
+        verl_plugin.method_config("bandpo", raw)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Command builder against verl's own Hydra config
+
+
+def sweep_run(**kw) -> VerlRun:
+    spec = {
+        "model": "Qwen/Qwen2.5-3B-Instruct",
+        "method": "bandpo",
+        "params": {"divergence": "chi2", "delta": 0.05},
+        "seed": 7,
+        "train_files": "/data/train.parquet",
+        "val_files": ["/data/aime24.parquet", "/data/amc23.parquet"],
+        "output_dir": "/runs/qwen3b/bandpo/seed7",
+        "reward_fn_path": "/work/bandpo/reward.py",
+    }
+    spec.update(kw)
+    return VerlRun.from_mapping(spec)
+
+
+@pytest.fixture(scope="module")
+def compose():
+    import verl
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+
+    def _compose(overrides):
+        with initialize_config_dir(config_dir=config_dir, version_base=None):
+            return hydra_compose("ppo_trainer", overrides=list(overrides))
+
+    return _compose
+
+
+@pytest.mark.filterwarnings("ignore:Disabled critic")
+def test_overrides_compose_validate_and_carry_the_method(compose):
+    from omegaconf import OmegaConf
+    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    run = sweep_run()
+    cfg = compose(run.overrides())
+    validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))  # as main()
+    actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+    assert actor.policy_loss.loss_mode == "bandpo.bandpo"
+    assert get_policy_loss_fn(actor.policy_loss.loss_mode) is not None
+
+    # The paper's protocol.
+    a, r = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
+    assert (cfg.data.train_batch_size, r.n, a.ppo_mini_batch_size, a.ppo_epochs) == (256, 16, 64, 1)
+    assert (a.optim.lr, a.optim.weight_decay, a.grad_clip, a.optim.lr_scheduler_type) == (1e-6, 0.01, 1.0, "constant")
+    assert (a.use_kl_loss, a.kl_loss_coef, a.kl_loss_type, a.entropy_coeff) == (True, 0.001, "low_var_kl", 0)
+    assert (a.clip_ratio_c, a.loss_agg_mode) == (10.0, "seq-mean-token-mean")
+    assert (cfg.data.max_prompt_length, cfg.data.max_response_length, r.temperature, r.top_p) == (1024, 4096, 1, 1)
+    assert (cfg.algorithm.adv_estimator, cfg.algorithm.norm_adv_by_std_in_grpo, cfg.trainer.total_epochs) == (
+        "grpo",
+        True,
+        10,
+    )
+    assert list(cfg.data.val_files) == ["/data/aime24.parquet", "/data/amc23.parquet"]
+    assert cfg.reward.custom_reward_function.path == "/work/bandpo/reward.py"
+    assert (cfg.data.seed, r.seed, a.data_loader_seed) == (7, 7, 7)
+
+    # The runtime_env verl's run_ppo() hands to ray.init carries the method's parameters to every worker.
+    runtime_env = OmegaConf.merge(get_ppo_ray_runtime_env(cfg), cfg.ray_kwargs.ray_init.runtime_env)
+    env_vars = OmegaConf.to_container(runtime_env)["env_vars"]
+    assert env_vars["VERL_USE_EXTERNAL_MODULES"] == "bandpo.verl_plugin"
+    assert env_vars["VERL_FILE_LOGGER_PATH"] == "/runs/qwen3b/bandpo/seed7/verl_metrics.jsonl"
+    worker_cfg = verl_plugin.method_config("bandpo", env_vars[verl_plugin.ENV_VAR])
+    assert worker_cfg == methods.make_config("bandpo", {"divergence": "chi2", "delta": 0.05})
+
+
+@pytest.mark.parametrize("method", sorted(PARAMS))
+def test_every_method_composes(compose, method):
+    cfg = compose(sweep_run(method=method, params=PARAMS[method]).overrides())
+    assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == f"bandpo.{method}"
+    raw = cfg.ray_kwargs.ray_init.runtime_env.env_vars[verl_plugin.ENV_VAR]
+    assert verl_plugin.method_config(method, raw) == methods.make_config(method, PARAMS[method])
+
+
+def test_wrong_keys_fail_here_not_on_a_cluster(compose):
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException):  # verl's PolicyLossConfig is closed
+        compose(sweep_run(extra_overrides=["actor_rollout_ref.actor.policy_loss.delta=0.1"]).overrides())
+    with pytest.raises(ValueError, match="did you mean 'seed'"):
+        sweep_run(sed=1)
+    with pytest.raises(ValueError, match="'delta' = -1.0 must be > 0"):
+        sweep_run(params={"delta": -1})
+    with pytest.raises(ValueError, match="multiple of ppo_mini_batch_size"):
+        sweep_run(ppo_mini_batch_size=100)
+
+
+@pytest.mark.slow
+def test_command_line_through_verl_cli():
+    """The real entry point parses the shell line (``--cfg job`` prints the config and exits; no GPU, no Ray)."""
+    import yaml
+
+    run = sweep_run(method="dcpo", params={"cap": 5})
+    cmd = run.shell_command().replace(f"{run.python} -m", f"{sys.executable} -m", 1)
+    assert cmd.startswith("BANDPO_METHOD_CONFIG=")
+    out = subprocess.run(["bash", "-c", cmd + " --cfg job"], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    cfg = yaml.safe_load(out.stdout)
+    assert cfg["actor_rollout_ref"]["actor"]["policy_loss"]["loss_mode"] == "bandpo.dcpo"
+    raw = cfg["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"][verl_plugin.ENV_VAR]
+    assert json.loads(raw) == {"dcpo": {"cap": 5.0, "eps_high": 0.2, "eps_low": 0.16}}
