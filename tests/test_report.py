@@ -1,0 +1,665 @@
+"""The report stage: reading runs and lm-eval files, the statistics, the tables, the figures' series, the HTML page
+(escaping, sortable columns, rendered in headless Chromium), publishing, and the Snakemake report captions."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bandpo import report
+from bandpo.methods import BUCKET_LABELS
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILE = "testprof"
+TASK = "tiny_math"
+N = 8  # samples per problem
+METRICS = [f"mean@{N}", "pass@2", "pass@4", f"pass@{N}", f"maj@{N}", f"best@{N}_bootstrap"]
+XSS = "</script><script>document.title='pwned'</script><img src=x onerror=\"document.title='pwned'\">"
+XSS_ENTRY = 'evil<img src=x onerror="document.title=1">&x$^_$'  # a folder name: no '/', but markup and mathtext
+ENTRIES = {
+    # entry: (method, params, mean@8 per seed, final entropy)
+    "grpo": ("grpo", {"eps_high": 0.2, "eps_low": 0.2}, [0.40, 0.42, 0.41], 0.02),
+    "clip_higher": ("clip_higher", {"eps_high": 0.28, "eps_low": 0.2}, [0.40, 0.43, 0.39], 0.03),
+    "bandpo_kl": (
+        "bandpo",
+        {"divergence": "kl", "delta": 0.05, "cap": 10.0, "relax": False, "relax_eps_low": 0.2, "relax_eps_high": 0.2},
+        [0.50, 0.52, 0.55],
+        0.2,
+    ),
+    XSS_ENTRY: ("bandpo", {"divergence": "tv", "delta": 0.05, "note": XSS}, [0.30, 0.31, 0.32], 0.1),
+}
+BASE_SCORES = [0.35, 0.36, 0.34]
+SEEDS = (0, 1, 2)
+
+
+def _write(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=1), encoding="utf-8")
+
+
+def write_eval(root: Path, model, entry, seed, method, params, mean, with_lm_file=True, task=TASK, n=N, summary_k=True):
+    """One run's evaluation files in bandpo.evaluate's format: lm-eval's results file (all tasks of the run in one
+    file) and the suite's per-task summary."""
+    folder = root / "eval" / model / entry / f"seed{seed}"
+    metrics = {f"mean@{n}": mean, f"maj@{n}": min(1, 1.2 * mean), f"best@{n}_bootstrap": min(1, 1.9 * mean)}
+    for k in (2, 4, 8):
+        if k <= n:
+            metrics[f"pass@{k}"] = min(1.0, (1 + k / 8) * mean)
+    if with_lm_file:
+        path = folder / "lm_eval_results.json"
+        results = json.loads(path.read_text()) if path.is_file() else {"results": {}, "configs": {}, "n-samples": {}}
+        results["results"][task] = {
+            "alias": task,
+            **{f"{k},all_k": v for k, v in metrics.items()},
+            **{f"{k}_stderr,all_k": 0.01 for k in metrics},
+        }
+        results["configs"][task] = {"repeats": n}
+        results["n-samples"][task] = {"original": 100, "effective": 100}
+        _write(path, results)
+    summary = {
+        "schema": "bandpo-bench/eval-summary/v1",
+        "profile": PROFILE,
+        "model": model,
+        "entry": entry,
+        "seed": seed,
+        "method": method,
+        "params": params,
+        "step": 0 if method is None else "final",
+        "task": task,
+        # deliberately different from lm-eval's file: the loader must read lm-eval's numbers when that file exists
+        "metrics": {k: v + 0.5 for k, v in metrics.items()},
+        "stderr": {k: 0.01 for k in metrics},
+        "k": n if summary_k else None,
+        "n_problems": 100,
+        "lm_eval": {"results_file": "lm_eval_results.json", "samples_file": f"{task}.samples.jsonl", "filter": "all_k"},
+    }
+    _write(folder / f"{task}.json", summary)
+
+
+def write_run(root: Path, model: str, entry: str, seed: int, method, params, entropy: float, steps: int = 10):
+    folder = root / "runs" / model / entry / f"seed{seed}"
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for step in range(1, steps + 1):
+        m = {
+            "step": step,
+            "reward_mean": 0.3 + 0.01 * step + 0.001 * seed,
+            "accuracy": 0.3,
+            "entropy": entropy * (1 + 0.05 * seed) * (1 + (steps - step) / steps),
+            "response_length": 20.0,
+            "clipfrac": 0.01,
+            "offpolicy/clipfrac": 0.013,
+            "step_seconds": 1.0 + seed,
+            "bounds_seconds": 0.001,
+        }
+        for j, b in enumerate(BUCKET_LABELS):
+            for direction in ("upper", "lower"):
+                m[f"clipfrac_{direction}/{b}"] = 0.001 * (j + 1)
+                m[f"offpolicy/clipfrac_{direction}/{b}"] = 0.002 * (j + 1) * (2 if direction == "upper" else 1)
+            m[f"bound_lower_mean/{b}"] = 0.8
+            m[f"bound_upper_mean/{b}"] = 1.2
+        rows.append(m)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    _write(
+        folder / "run.json",
+        {
+            "config": {
+                "model": f"resources/models/{model}",
+                "method": method,
+                "params": params,
+                "seed": seed,
+                "steps": steps,
+            },
+            "method_params": params,
+            "steps": steps,
+            "train_seconds_total": 10.0 * (1 + seed),
+            "grader": {"name": "bandpo.grader"},
+            "versions": {},
+        },
+    )
+
+
+def make_results(root: Path, models=("tiny-s", "tiny-m")) -> Path:
+    root = root / PROFILE
+    for model in models:
+        for seed, value in zip(SEEDS, BASE_SCORES, strict=True):
+            write_eval(root, model, "base", seed, None, None, value)
+        for entry, (method, params, means, entropy) in ENTRIES.items():
+            for seed, value in zip(SEEDS, means, strict=True):
+                write_eval(root, model, entry, seed, method, params, value)
+                write_run(root, model, entry, seed, method, params, entropy)
+    return root
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """Synthetic results of two model sizes, and the report built from them once (shared by the tests below)."""
+    base = tmp_path_factory.mktemp("report")
+    results = make_results(base)
+    assert report.main(["build", "--results", str(results), "--resamples", "500"]) == 0  # the CLI, in process
+    written = {f"figures/{n}.png": results / "figures" / f"{n}.png" for n in report.FIGURES}
+    return results, written
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Loading
+
+
+def test_load_eval_scores_reads_lm_evals_file(built):
+    results, _ = built
+    scores = report.load_eval_scores(results)
+    assert list(scores.columns[:10]) == [
+        "profile",
+        "model",
+        "entry",
+        "method",
+        "params",
+        "seed",
+        "task",
+        "k",
+        "metric",
+        "value",
+    ]
+    n_runs = 2 * (len(ENTRIES) + 1) * len(SEEDS)
+    assert len(scores) == n_runs * len(METRICS)
+    row = scores[
+        (scores.model == "tiny-s") & (scores.entry == "bandpo_kl") & (scores.seed == 2) & (scores.metric == "mean")
+    ].iloc[0]
+    assert row.value == pytest.approx(0.55)  # lm-eval's number, not the summary's (+0.5)
+    assert row.k == N and row["name"] == f"mean@{N}" and row.source.endswith("lm_eval_results.json")
+    p4 = scores[(scores.metric == "pass") & (scores.k == 4)]
+    assert set(p4["name"]) == {"pass@4"}
+    assert set(scores["metric"]) == {"mean", "pass", "maj", "best_bootstrap"}
+    base = scores[scores.entry == "base"]
+    assert set(base["method"]) == {"base"} and set(base["params"]) == {""}
+    assert json.loads(row.params)["divergence"] == "kl"
+
+
+def test_load_eval_scores_falls_back_to_the_summary(tmp_path):
+    root = tmp_path / PROFILE
+    write_eval(root, "m", "grpo", 0, "grpo", {}, 0.4, with_lm_file=False)
+    (root / "eval" / "m" / "grpo" / "seed0" / "notes.json").write_text('{"anything": 1}')  # not a summary: ignored
+    with pytest.warns(UserWarning, match="missing"):
+        scores = report.load_eval_scores(root)
+    assert len(scores) == len(METRICS)
+    assert scores.loc[scores["name"] == f"mean@{N}", "value"].item() == pytest.approx(0.9)
+    assert scores["source"].str.endswith(f"{TASK}.json").all()
+
+
+def test_load_runs(built):
+    results, _ = built
+    metrics = report.load_run_metrics(results)
+    assert len(metrics) == 2 * len(ENTRIES) * len(SEEDS) * 10
+    assert {"entropy", "reward_mean", "offpolicy/clipfrac_upper/p0.0-0.2"} <= set(metrics.columns)
+    runs = report.load_run_summaries(results)
+    assert len(runs) == 2 * len(ENTRIES) * len(SEEDS)
+    assert runs.loc[runs.seed == 2, "train_seconds"].eq(30.0).all()
+
+
+def test_runs_without_run_json_are_read_from_metrics(tmp_path):
+    """Another trainer's run (metrics.jsonl only): time from step_seconds; the partial file of a live run ignored."""
+    root = tmp_path / PROFILE
+    write_run(root, "m", "ext", 0, "grpo", {}, 0.1, steps=4)
+    (root / "runs" / "m" / "ext" / "seed0" / "run.json").unlink()
+    live = root / "runs" / "m" / "live" / "seed0"
+    live.mkdir(parents=True)
+    (live / "metrics.jsonl.partial").write_text('{"step": 1}\n')
+    runs = report.load_run_summaries(root)
+    assert runs[["entry", "train_seconds", "finished", "steps"]].values.tolist() == [["ext", 4.0, False, 4]]
+    assert set(report.load_run_metrics(root)["entry"]) == {"ext"}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Statistics
+
+
+def test_probability_of_improvement():
+    assert report.probability_of_improvement([3, 4, 5], [0, 1, 2])[0] == 1.0
+    assert report.probability_of_improvement([0, 1, 2], [3, 4, 5])[0] == 0.0
+    assert report.probability_of_improvement([1, 1], [1, 1])[0] == 0.5
+    # pairs: (1>0) (1=1) (1<2) (3>0) (3>1) (3>2) -> (4 + 0.5) / 6
+    est, lo, hi = report.probability_of_improvement([1, 3], [0, 1, 2], n_resamples=300)
+    assert est == pytest.approx(4.5 / 6) and 0 <= lo <= est <= hi <= 1
+    # two tasks: averaged; deterministic given the seed
+    x, y = {"a": [1, 2, 3], "b": [0, 0, 0]}, {"a": [0, 0, 0], "b": [1, 1, 1]}
+    assert report.probability_of_improvement(x, y)[0] == 0.5
+    assert report.probability_of_improvement(x, y, rng=7) == report.probability_of_improvement(x, y, rng=7)
+
+
+def test_score_stats(built):
+    results, _ = built
+    scores = report.load_eval_scores(results)
+    stats = report.score_stats(scores, n_resamples=500)
+    again = report.score_stats(scores, n_resamples=500)
+    pd.testing.assert_frame_equal(stats, again)  # seeded
+    row = stats[
+        (stats.model == "tiny-s") & (stats.entry == "bandpo_kl") & (stats.task == "all") & (stats.metric == "mean")
+    ].iloc[0]
+    assert row["mean"] == pytest.approx(np.mean([0.50, 0.52, 0.55]))
+    assert row.iqm == pytest.approx(row["mean"])  # 3 scores: nothing trimmed
+    assert 0.50 <= row.ci_low <= row["mean"] <= row.ci_high <= 0.55
+    assert row.poi == 1.0 and row.baseline == "grpo" and row.label == f"mean@{N}" and row.n_seeds == 3
+    grpo = stats[(stats.entry == "grpo") & (stats.task == "all") & (stats.metric == "mean")]
+    assert grpo["poi"].isna().all()  # the baseline's own row
+    worse = stats[(stats.entry == XSS_ENTRY) & (stats.task == "all") & (stats.metric == "mean")]
+    assert (worse["poi"] == 0.0).all()
+    # per task: every pass@k; over tasks ("all"): the headline k = n only
+    per_task = stats[
+        (stats.task == TASK) & (stats.metric == "pass") & (stats.entry == "grpo") & (stats.model == "tiny-s")
+    ]
+    assert sorted(per_task["k"]) == [2, 4, N]
+    overall = stats[(stats.task == "all") & (stats.entry == "grpo") & (stats.model == "tiny-s")]
+    assert sorted(overall["label"]) == sorted([f"mean@{N}", f"pass@{N}", f"maj@{N}", f"best@{N}_bootstrap"])
+
+
+def test_stratified_over_tasks_and_one_seed():
+    rows = []
+    for task, values in (("a", [0.1, 0.2, 0.3]), ("b", [0.9, 0.8])):
+        for seed, v in enumerate(values):
+            rows.append(
+                {
+                    "profile": "p",
+                    "model": "m",
+                    "entry": "x",
+                    "method": "grpo",
+                    "params": "",
+                    "seed": seed,
+                    "task": task,
+                    "k": 4.0,
+                    "metric": "mean",
+                    "value": v,
+                    "name": "mean@4",
+                    "n": 4,
+                }
+            )
+    rows.append({**rows[0], "entry": "solo", "task": "a", "value": 0.5})
+    stats = report.score_stats(pd.DataFrame(rows), baseline=None, n_resamples=400)
+    overall = stats[(stats.entry == "x") & (stats.task == "all")].iloc[0]
+    assert overall["mean"] == pytest.approx((0.2 + 0.85) / 2)  # tasks weigh equally
+    assert overall.iqm == pytest.approx(1.3 / 3)  # trim_mean([.1,.2,.3,.8,.9], .25) = mean(.2,.3,.8)
+    assert overall.ci_low < overall["mean"] < overall.ci_high
+    solo = stats[(stats.entry == "solo") & (stats.task == "all")].iloc[0]
+    assert solo["mean"] == 0.5 and math.isnan(solo.ci_low)  # one seed: no interval, not a fake one
+
+
+def test_several_tasks_with_different_k(tmp_path):
+    """Tasks with different sample counts (as AIME with 32 and MATH-500 with 4): the aggregate over tasks uses each
+    task's k = n and is labelled "@n"; per-task tables appear in the Markdown and the HTML."""
+    root = tmp_path / PROFILE
+    for entry, method, means in (("grpo", "grpo", [0.2, 0.3]), ("bandpo_kl", "bandpo", [0.4, 0.5])):
+        for seed, mean in enumerate(means):
+            write_eval(root, "m", entry, seed, method, {}, mean, task="aime", n=4, summary_k=False)
+            write_eval(root, "m", entry, seed, method, {}, mean / 2, task="math", n=8)
+    scores = report.load_eval_scores(root)
+    assert set(scores["task"]) == {"aime", "math"} and scores["source"].str.endswith("lm_eval_results.json").all()
+    stats = report.score_stats(scores, n_resamples=200)
+    overall = stats[(stats.task == "all") & (stats.entry == "bandpo_kl")].set_index("label")
+    assert set(overall.index) == {"mean@n", "pass@n", "maj@n", "best@n_bootstrap"}
+    assert overall.loc["mean@n", "mean"] == pytest.approx((0.45 + 0.225) / 2)
+    assert overall.loc["pass@n", "mean"] == pytest.approx((1.5 * 0.45 + 2 * 0.225) / 2)  # pass@4 of aime, @8 of math
+    assert overall.loc["mean@n", "poi"] == 1.0
+    board = report.leaderboard(stats, pd.DataFrame(columns=["model", "entry"]))
+    assert list(board["entry"]) == ["bandpo_kl", "grpo"] and "mean@n" in board
+    tasks = report.per_task_table(stats, board)
+    assert {"aime mean@4", "math mean@8", "aime pass@4", "math pass@8", "aime mean@4_ci_low"} <= set(tasks.columns)
+    md = report.leaderboard_markdown(board, per_task=tasks)
+    assert "## m: per task" in md and "aime mean@4 %" in md
+    page = report.leaderboard_html(board, per_task=tasks)
+    assert page.count("<table") == 2 and 'data-key="math pass@8"' in page
+
+
+def test_leaderboard_rows_and_order(built):
+    results, _ = built
+    board = pd.read_csv(results / "leaderboard.csv", dtype={"params": str}).fillna({"params": ""})
+    assert len(board) == 2 * (len(ENTRIES) + 1)
+    for _, g in board.groupby("model"):
+        assert g["entry"].iloc[0] == "base"
+        assert g["entry"].iloc[1] == "bandpo_kl"  # then by mean@k, best first
+        assert set(g["entry"]) == {"base", *ENTRIES}
+    cols = set(board.columns)
+    for label in (f"mean@{N}", f"pass@{N}", f"maj@{N}"):
+        assert {label, f"{label}_ci_low", f"{label}_ci_high", f"{label}_iqm", f"{label}_poi"} <= cols
+    assert {"entropy_final", "entropy_final_ci_low", "train_seconds_mean", "train_seconds_total"} <= cols
+    kl = board[(board.model == "tiny-s") & (board.entry == "bandpo_kl")].iloc[0]
+    assert kl["train_seconds_total"] == pytest.approx(60.0) and kl["train_seconds_mean"] == pytest.approx(20.0)
+    assert kl["params"] == "" and kl["method"] == "bandpo"  # the paper's defaults: nothing to say
+    tv = board[board.entry == XSS_ENTRY].iloc[0]
+    assert "divergence=tv" in tv["params"] and "note=" in tv["params"]
+    base = board[board.entry == "base"].iloc[0]
+    assert math.isnan(base["entropy_final"]) and base["method"] == "base"
+
+
+def test_markdown(built):
+    results, _ = built
+    md = (results / "leaderboard.md").read_text()
+    assert md.count("\n## tiny-") == 2 and "seed(s) per row these intervals are wide" in md
+    assert "<script>" not in md and "&lt;/script&gt;" in md and "evil&lt;img" in md
+    for name in report.FIGURES:
+        assert f"(figures/{name}.png)" in md
+    table = [line for line in md.splitlines() if line.startswith("| bandpo_kl")]
+    assert len(table) == 2 and all(line.count(" | ") == table[0].count(" | ") for line in table)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Figures: existence and the series they must contain
+
+
+def test_figures_exist(built):
+    results, written = built
+    for name in report.FIGURES:
+        png = results / "figures" / f"{name}.png"
+        assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and written[f"figures/{name}.png"] == png
+
+
+def test_bound_figure_series(tmp_path):
+    data = report.plot_bounds(tmp_path / "b.png", delta=0.1)
+    assert (tmp_path / "b.png").is_file()
+    labels = {"BandPO-KL", "BandPO-TV", "BandPO-chi2", "GRPO", "Clip-Higher", "DCPO", report.SIMPLEX}
+    assert set(data["method"]) == labels
+    d = data.set_index(["method", "p"])
+    p = 0.5
+    near = data.loc[(data.p - p).abs().idxmin(), "p"]
+    assert d.loc[("BandPO-TV", near), "r_hi"] == pytest.approx(1 + 0.1 / near)  # tv closed form
+    assert d.loc[("GRPO", near), "r_lo"] == pytest.approx(0.8)
+    assert d.loc[("Clip-Higher", near), "r_hi"] == pytest.approx(1.28)
+    q = near
+    assert d.loc[("DCPO", near), "r_hi"] == pytest.approx(0.5 + 0.5 * math.sqrt(1 + 4 * 0.2 / q))
+    # (b) is p (r - 1); every Band bound lies inside the simplex limits r in [0, 1/p]
+    assert np.allclose(data["dq_hi"], data["p"] * (data["r_hi"] - 1))
+    band = data[data.method.str.startswith("BandPO")]
+    assert (band.r_lo >= -1e-12).all() and (band.r_hi <= 1 / band.p + 1e-9).all()
+    simplex = data[data.method == report.SIMPLEX]
+    assert np.allclose(simplex.dq_lo, -simplex.p) and np.allclose(simplex.dq_hi, 1 - simplex.p)
+    # fixed clipping leaves the simplex near p = 1: 1.2 > 1/p for p > 1/1.2
+    grpo = data[(data.method == "GRPO") & (data.p > 0.9)]
+    assert (grpo.r_hi > 1 / grpo.p).all()
+
+
+def test_training_curve_series(built):
+    results, _ = built
+    df = pd.read_csv(results / "figures" / "training_curves.csv")
+    assert set(df["metric"]) == {"entropy", "reward_mean"}
+    assert set(df["entry"]) == set(ENTRIES) and set(df["model"]) == {"tiny-s", "tiny-m"}
+    assert df["n_seeds"].eq(3).all() and (df["ci_low"] <= df["mean"]).all() and (df["mean"] <= df["ci_high"]).all()
+
+
+def test_clipfrac_series(built):
+    results, _ = built
+    df = pd.read_csv(results / "figures" / "clipfrac_buckets.csv")
+    assert set(df["bucket"]) == set(BUCKET_LABELS) and set(df["direction"]) == {"upper", "lower"}
+    assert set(df["entry"]) == set(ENTRIES)
+    top = df[(df.bucket == "p0.8-1.0") & (df.direction == "upper")]
+    assert top["value"].eq(0.02).all()  # off-policy statistics preferred
+
+
+def test_final_scores_series(built):
+    results, _ = built
+    df = pd.read_csv(results / "figures" / "final_scores.csv")
+    assert set(df["label"]) == {f"mean@{N}", f"pass@{N}"}
+    assert set(df["entry"]) == {"base", *ENTRIES}
+    assert (df["ci_low"] <= df["mean"]).all() and (df["mean"] <= df["ci_high"]).all()
+
+
+def test_figures_without_data_are_placeholders(tmp_path):
+    empty = pd.DataFrame()
+    report.plot_training_curves(empty, tmp_path / "t.png")
+    report.plot_clipfrac(empty, tmp_path / "c.png")
+    report.plot_final_scores(empty, tmp_path / "f.png")
+    assert all((tmp_path / f).is_file() for f in ("t.png", "c.png", "f.png"))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# HTML: escaping (static) and rendering (Chromium)
+
+
+class _Rows(HTMLParser):
+    """Collects the rows of the leaderboard tables: (model, entry, cell texts) and every <script>/<img> seen."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows, self.scripts, self.imgs, self.title = [], 0, [], ""
+        self._model, self._row, self._cell, self._in_title = None, None, None, False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "table" and "leaderboard" in (a.get("class") or ""):
+            self._model = a.get("data-model")
+        elif tag == "tr" and self._model is not None and "data-entry" in a:
+            self._row = [self._model, a["data-entry"], []]
+        elif tag == "td" and self._row is not None:
+            self._cell = ""
+        elif tag == "script":
+            self.scripts += 1
+        elif tag == "img":
+            self.imgs.append(a.get("src", ""))
+        elif tag == "title":
+            self._in_title = True
+
+    def handle_endtag(self, tag):
+        if tag == "td" and self._cell is not None:
+            self._row[2].append(self._cell)
+            self._cell = None
+        elif tag == "tr" and self._row is not None:
+            self.rows.append(tuple(self._row))
+            self._row = None
+        elif tag == "table":
+            self._model = None
+        elif tag == "title":
+            self._in_title = False
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell += data
+        if self._in_title:
+            self.title += data
+
+
+def parse(text: str) -> _Rows:
+    p = _Rows()
+    p.feed(text)
+    return p
+
+
+def test_html_is_standalone_and_escaped(built):
+    results, _ = built
+    page = (results / "leaderboard.html").read_text()
+    p = parse(page)
+    assert p.scripts == 1 and "pwned" not in p.title
+    assert all(src.startswith("data:image/png;base64,") for src in p.imgs) and len(p.imgs) == len(report.FIGURES)
+    assert not re.search(r"""(src|href)=["']?(https?:|//)""", page)
+    assert XSS not in page and "<img src=x" not in page and "evil&lt;img src=x onerror=&quot;" in page
+    assert "script-src 'sha256-" in page  # only the page's own script may run
+    entries = {(m, e) for m, e, _ in p.rows}
+    assert entries == {(m, e) for m in ("tiny-s", "tiny-m") for e in ("base", *ENTRIES)}
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="headless Chromium not installed (Debian: `apt-get install -y chromium`; .ci/run installs it)",
+)
+
+
+def chromium(url: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--mute-audio",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+        "--window-size=1200,800",
+        *args,
+        url,
+    ]
+    env = {**os.environ, "HOME": str(tmp_path)}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=90, env=env, check=True)
+
+
+@needs_chromium
+def test_html_renders_in_chromium(built, tmp_path):
+    results, _ = built
+    page = results / "leaderboard.html"
+    shot = tmp_path / "shot.png"
+    chromium(page.as_uri(), tmp_path, f"--screenshot={shot}")
+    import matplotlib.image
+
+    img = matplotlib.image.imread(shot)
+    assert img.shape[0] >= 700 and img.shape[1] >= 1100
+    assert float(img[..., :3].std()) > 0.01  # not blank
+    assert float((img[..., :3].mean(axis=-1) < 0.5).mean()) > 0.001  # some dark pixels: text
+
+    dom = chromium(page.as_uri(), tmp_path, "--dump-dom", "--virtual-time-budget=3000").stdout
+    assert 'data-sortable="ready"' in dom  # the script ran (the CSP admits it)
+    p = parse(dom)
+    assert "pwned" not in p.title and p.scripts == 1
+    by_model = {}
+    for model, entry, cells in p.rows:
+        by_model.setdefault(model, []).append(entry)
+        assert len(cells) == len(p.rows[0][2])
+    assert set(by_model) == {"tiny-s", "tiny-m"}
+    assert all(sorted(v) == sorted(["base", *ENTRIES]) for v in by_model.values())
+    assert any(f"note={XSS}" in cells[2] for _, e, cells in p.rows if e == XSS_ENTRY)  # shown as text, inert
+
+    # sorting: #sort=<column>:asc runs the page's sort on load (what a header click does)
+    dom = chromium(page.as_uri() + f"#sort=mean@{N}:asc", tmp_path, "--dump-dom", "--virtual-time-budget=3000").stdout
+    rows = [(m, e) for m, e, _ in parse(dom).rows if m == "tiny-s"]
+    assert [e for _, e in rows] == [XSS_ENTRY, "base", "clip_higher", "grpo", "bandpo_kl"]
+    assert re.search(r'data-key="mean@8"[^>]*aria-sort="ascending"', dom)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Publishing, CLI, Snakemake report
+
+
+def test_publish(built, tmp_path):
+    results, _ = built
+    written = report.publish(results, tmp_path / "top")
+    names = sorted(p.relative_to(tmp_path / "top").as_posix() for p in written)
+    assert names == sorted([*report.LEADERBOARD_FILES, *(f"figures/{n}.png" for n in report.FIGURES)])
+    assert (tmp_path / "top" / "leaderboard.html").read_bytes() == (results / "leaderboard.html").read_bytes()
+    with pytest.raises(FileNotFoundError, match="missing"):
+        report.publish(tmp_path / "nothing", tmp_path / "top")
+
+
+def test_cli_errors_and_unembedded_page(built, tmp_path):
+    bad = subprocess.run(
+        [sys.executable, "-m", "bandpo.report", "build", "--results", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert bad.returncode == 2 and "results folder not found" in bad.stderr
+    (tmp_path / "empty" / "runs").mkdir(parents=True)
+    assert report.main(["build", "--results", str(tmp_path / "empty")]) == 2  # nothing to report: a clear error
+    results, _ = built
+    board = pd.read_csv(results / "leaderboard.csv")
+    page = report.leaderboard_html(board)
+    assert "<img" not in page and "<figure" not in page and page.count("<table") == 2
+
+
+# The rule proposed for workflow/rules/report.smk (names from workflow/rules/common.smk); the slow test below runs it
+# in a minimal Snakefile and builds `snakemake --report` from it.
+REPORT_RULE = """
+REPORT_FIGURES = ["bounds", "training_curves", "clipfrac_buckets", "final_scores"]
+
+
+rule report:
+    input:
+        runs=[f"{run_dir(m, e, s)}/metrics.jsonl" for m in MODELS for e in ENTRIES for s in SEEDS],
+        evals=all_eval_summaries(),
+    output:
+        csv=report(f"{RESULTS}/leaderboard.csv", caption="../report/leaderboard.rst", category="Leaderboard"),
+        md=f"{RESULTS}/leaderboard.md",
+        html=report(f"{RESULTS}/leaderboard.html", caption="../report/leaderboard.rst", category="Leaderboard"),
+        stats=f"{RESULTS}/stats.csv",
+        scores=f"{RESULTS}/scores.csv",
+        runs=f"{RESULTS}/runs.csv",
+        figures=[
+            report(f"{RESULTS}/figures/{name}.png", caption=f"../report/{name}.rst", category="Figures")
+            for name in REPORT_FIGURES
+        ],
+        figure_data=[f"{RESULTS}/figures/{name}.csv" for name in REPORT_FIGURES],
+    log:
+        f"{LOGS}/report.log",
+    benchmark:
+        f"{BENCH}/report.tsv"
+    shell:
+        "python -m bandpo.report build --results {RESULTS} > {log} 2>&1"
+"""
+
+MINI_SNAKEFILE = f"""
+report: "workflow/report/workflow.rst"
+config["profile"] = "{PROFILE}"
+RESULTS, LOGS, BENCH = "results/{PROFILE}", "logs/{PROFILE}", "logs/{PROFILE}/benchmarks"
+MODELS, ENTRIES, SEEDS, EVAL_TASKS = ["tiny-s"], {sorted(e for e in ENTRIES if e != XSS_ENTRY)!r}, [0, 1, 2], ["{TASK}"]
+EVAL_ENTRIES = ["base", *ENTRIES]
+
+
+def run_dir(m, e, s):
+    return f"{{RESULTS}}/runs/{{m}}/{{e}}/seed{{s}}"
+
+
+def all_eval_summaries():
+    return [f"{{RESULTS}}/eval/{{m}}/{{e}}/seed{{s}}/{{t}}.json"
+            for m in MODELS for e in EVAL_ENTRIES for s in SEEDS for t in EVAL_TASKS]
+
+
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        rules.report.output,
+"""
+
+
+def test_snakemake_report_captions_exist():
+    """Every caption the report rule names (workflow/report/*.rst) exists and has text."""
+    folder = ROOT / "workflow" / "report"
+    named = set(re.findall(r'caption=f?"\.\./report/([^"]+)"', REPORT_RULE))
+    names = {"workflow.rst", *(n.replace("{name}", f) for n in named for f in report.FIGURES)}
+    assert {"leaderboard.rst", "bounds.rst", "final_scores.rst"} <= names
+    for name in names:
+        assert len((folder / name).read_text().strip()) > 40, name
+
+
+@pytest.mark.slow
+def test_snakemake_report(tmp_path):
+    """The report rule runs in a DAG and `snakemake --report` makes a self-contained report with the captions."""
+    results = make_results(tmp_path / "wf" / "results", models=("tiny-s",))
+    shutil.rmtree(results / "runs" / "tiny-s" / XSS_ENTRY)
+    shutil.rmtree(results / "eval" / "tiny-s" / XSS_ENTRY)
+    wf = tmp_path / "wf"
+    (wf / "workflow" / "rules").mkdir(parents=True)
+    shutil.copytree(ROOT / "workflow" / "report", wf / "workflow" / "report")
+    (wf / "workflow" / "rules" / "report.smk").write_text(REPORT_RULE)
+    (wf / "Snakefile").write_text(MINI_SNAKEFILE)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    run = [sys.executable, "-m", "snakemake", "--cores", "1"]
+    subprocess.run(run, cwd=wf, env=env, check=True, capture_output=True, timeout=300)
+    assert (results / "leaderboard.html").is_file()
+    subprocess.run([*run, "--report", "report.html"], cwd=wf, env=env, check=True, capture_output=True, timeout=300)
+    page = (wf / "report.html").read_text()
+    assert "trust-region bounds stay inside the simplex" in page  # the bounds caption
+    assert "final_scores.png" in page and "leaderboard.html" in page
