@@ -211,7 +211,9 @@ def _kl_bounds(log_p: Tensor, delta: float) -> tuple[Tensor, Tensor]:
     a, b = torch.stack((safe, log_1mp)), torch.stack((log_1mp, safe))
     # Mixed precision: start and first Newton steps in float32 (transcendentals cost half or less), then
     # float64 steps, each squaring the error (float32 stage ~1e-5 -> 1e-10 -> 1e-20, float64 round-off ~1e-13).
-    z = _kl_upper_logit(a.float().clamp_(min=_F32_LOGP_FLOOR), b.float().clamp_(min=_F32_LOGP_FLOOR), delta, _F32_NEWTON_STEPS)
+    z = _kl_upper_logit(
+        a.float().clamp_(min=_F32_LOGP_FLOOR), b.float().clamp_(min=_F32_LOGP_FLOOR), delta, _F32_NEWTON_STEPS
+    )
     p = torch.exp(a)
     pc = p.flip(0)
     c = torch.mul(p, a).addcmul_(pc, b).sub_(delta)
