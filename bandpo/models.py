@@ -1,0 +1,743 @@
+"""Models: the embedded profile's tiny pretrained LMs, and hub snapshots for the GPU profile.
+
+Tiny models
+-----------
+``build_model`` makes a character-level tokenizer and a Llama-architecture causal LM of one registered size
+(:data:`SIZES`), pretrains it on tiny-math's train split and saves both with ``save_pretrained`` (plus a
+``generation_config.json`` for true temperature-1.0 sampling and an ``info.json``), so everything downstream
+loads it with ``from_pretrained`` like a hub model. The output directory is built under a temporary name and
+renamed at the end: a crash never leaves a directory that looks complete.
+
+Pretraining is supervised on answer tokens only (prompt masked). A fraction ``direct_frac`` of the targets is
+the bare answer ``\\boxed{ANS}`` instead of the worked line: the base model thus mixes a reliable worked style
+with a cheap, mostly wrong direct guess. That first-token choice is a genuinely uncertain, useful decision at
+T=1.0 which RL can sharpen, and where the clipping methods differ (the worked style starts at low probability
+when ``direct_frac`` is large).
+
+Everything is deterministic from the seed at a fixed thread count (CPU).
+
+CLI::
+
+    python -m bandpo.models build --size tiny-s --data resources/data/tiny-math --out resources/models/tiny-s \\
+        --seed 0 --threads 1
+    python -m bandpo.models eval --model resources/models/tiny-s --data resources/data/tiny-math/test.jsonl --k 8
+    python -m bandpo.models download --repo-id Qwen/Qwen2.5-3B-Instruct --out resources/models/qwen2.5-3b
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import platform
+import random
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import torch
+
+SPECIAL_TOKENS: tuple[str, ...] = ("<pad>", "<eos>", "<unk>")
+# printable ASCII plus newline: covers every tiny-math prompt and answer; anything else maps to <unk>
+CHARSET: tuple[str, ...] = tuple(chr(i) for i in range(32, 127)) + ("\n",)
+MAX_NEW_TOKENS = 48
+STOP_STRING = "}"  # a tiny-math answer ends with the closing brace of \boxed{...}
+
+DEFAULT_ALLOW_PATTERNS: tuple[str, ...] = (
+    "*.json",
+    "*.safetensors",
+    "*.txt",
+    "*.model",
+    "*.tiktoken",
+    "*.jinja",
+    "*.py",
+)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# sizes
+# --------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SizeSpec:
+    """Architecture and pretraining recipe of one tiny model size."""
+
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int
+    steps: int
+    lr: float
+    batch_size: int = 64
+    warmup_steps: int = 100
+    decay_frac: float = 0.3  # warmup, constant, then linear decay to min_lr_frac over the last decay_frac of steps
+    min_lr_frac: float = 0.0
+    weight_decay: float = 0.01
+    direct_frac: float = 0.5
+    pack_len: int = 128  # examples of a batch are packed into rows of this many tokens
+    eval_k: int = 8
+    max_position_embeddings: int = 256
+
+
+SIZES: dict[str, SizeSpec] = {
+    "tiny-s": SizeSpec(hidden_size=64, num_layers=4, num_heads=4, intermediate_size=172, steps=2500, lr=3e-3),
+    "tiny-m": SizeSpec(hidden_size=128, num_layers=5, num_heads=4, intermediate_size=344, steps=2500, lr=2e-3),
+    # for unit tests only: seconds to build, not meant to be right
+    "tiny-test": SizeSpec(
+        hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, steps=20, lr=3e-3, batch_size=8,
+        warmup_steps=5, eval_k=2,
+    ),
+}  # fmt: skip
+
+
+def get_size(size: str | SizeSpec, **overrides: Any) -> SizeSpec:
+    spec = size if isinstance(size, SizeSpec) else SIZES.get(size)
+    if spec is None:
+        raise ValueError(f"unknown model size {size!r}; known: {sorted(SIZES)}")
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    return dataclasses.replace(spec, **overrides) if overrides else spec
+
+
+# --------------------------------------------------------------------------------------------------------------
+# tokenizer and model
+# --------------------------------------------------------------------------------------------------------------
+def build_tokenizer(model_max_length: int = 256):
+    """Character-level tokenizer (WordLevel over printable ASCII + newline, one token per character) wrapped in
+    ``PreTrainedTokenizerFast``: pad/eos/unk specials, left padding (for generation), no BOS, no chat template,
+    no clean-up of spaces on decode."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARSET)}
+    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tk.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tk,
+        pad_token="<pad>",
+        eos_token="<eos>",
+        unk_token="<unk>",
+        model_max_length=model_max_length,
+        padding_side="left",
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def make_config(spec: SizeSpec, tokenizer):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_heads,
+        max_position_embeddings=spec.max_position_embeddings,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+
+
+def init_model(spec: SizeSpec, tokenizer, seed: int = 0):
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(make_config(spec, tokenizer))
+    model.generation_config = make_generation_config(tokenizer)
+    return model
+
+
+def make_generation_config(tokenizer, max_new_tokens: int = MAX_NEW_TOKENS):
+    """Plain sampling at T=1.0 (``top_k=0``: HF would otherwise apply top-k 50)."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig(
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+
+
+def count_parameters(model) -> int:
+    """Unique parameters (tied embeddings counted once)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def load_model(model_dir: str | os.PathLike):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    model.eval()
+    return model, tokenizer
+
+
+# --------------------------------------------------------------------------------------------------------------
+# pretraining
+# --------------------------------------------------------------------------------------------------------------
+def lr_lambda(spec: SizeSpec) -> Callable[[int], float]:
+    """Warmup (linear), constant, then linear decay to ``min_lr_frac`` over the last ``decay_frac`` of steps."""
+    decay_start = int(spec.steps * (1.0 - spec.decay_frac))
+
+    def f(step: int) -> float:
+        if step < spec.warmup_steps:
+            return (step + 1) / spec.warmup_steps
+        if step < decay_start or spec.decay_frac <= 0:
+            return 1.0
+        frac = (step - decay_start) / max(1, spec.steps - decay_start)
+        return 1.0 - (1.0 - spec.min_lr_frac) * min(1.0, frac)
+
+    return f
+
+
+def direct_target(answer: str) -> str:
+    return "\\boxed{" + answer + "}"
+
+
+def _encode(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    return tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+
+
+def _batches(n: int, batch_size: int, gen: torch.Generator, rng: random.Random, direct_frac: float):
+    """Endless batches of (row index, use the direct target): epochs of random permutations (tail dropped)."""
+    if n < batch_size:
+        raise ValueError(f"need at least batch_size={batch_size} training rows, got {n}")
+    while True:
+        perm = torch.randperm(n, generator=gen).tolist()
+        for start in range(0, n - batch_size + 1, batch_size):
+            yield [(i, rng.random() < direct_frac) for i in perm[start : start + batch_size]]
+
+
+def pack_sequences(
+    seqs: Sequence[list[int]], labels: Sequence[list[int]], capacity: int, pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Pack examples into rows of at most ``max(capacity, longest)`` tokens (first fit, longest first).
+
+    Returns input_ids, position_ids (restarting at 0 for each example) and labels (-100 on padding). With
+    ``attention_mask=None`` and ``use_cache=False``, transformers turns restarting position ids into a
+    block-diagonal causal mask, so packed examples never see each other; each example's first label is a
+    masked prompt token, so nothing is predicted across a boundary. Padding continues the last example's
+    positions (it attends only backwards and carries no loss).
+    """
+    cap = max(capacity, max(len(s) for s in seqs))
+    order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
+    rows: list[list[int]] = []
+    fill: list[int] = []
+    for i in order:
+        for r, used in enumerate(fill):
+            if used + len(seqs[i]) <= cap:
+                rows[r].append(i)
+                fill[r] += len(seqs[i])
+                break
+        else:
+            rows.append([i])
+            fill.append(len(seqs[i]))
+    width = max(fill)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    pos = torch.zeros((len(rows), width), dtype=torch.long)
+    lab = torch.full((len(rows), width), -100, dtype=torch.long)
+    for r, members in enumerate(rows):
+        col = 0
+        for i in members:
+            k = len(seqs[i])
+            ids[r, col : col + k] = torch.tensor(seqs[i])
+            lab[r, col : col + k] = torch.tensor(labels[i])
+            pos[r, col : col + k] = torch.arange(k)
+            col += k
+        if col < width:
+            last = pos[r, col - 1].item()
+            pos[r, col:] = torch.arange(last + 1, last + 1 + width - col)
+    return ids, pos, lab
+
+
+def pretrain(
+    model,
+    tokenizer,
+    rows: Sequence[dict],
+    spec: SizeSpec,
+    seed: int = 0,
+    progress: bool = True,
+    log_every: int = 100,
+) -> dict:
+    """Supervised pretraining on tiny-math rows (loss on answer tokens + EOS only). Returns loss history."""
+    from tqdm.auto import tqdm
+
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id
+    prompts = _encode(tokenizer, [r["prompt"] for r in rows])
+    worked = _encode(tokenizer, [r["solution"] for r in rows])
+    direct = _encode(tokenizer, [direct_target(r["answer"]) for r in rows])
+    n = len(rows)
+    gen = torch.Generator().manual_seed(seed)
+    rng = random.Random(seed)
+
+    model.train()
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": spec.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=spec.lr,
+        betas=(0.9, 0.98),
+        eps=1e-8,
+    )
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(spec))
+    history: list[dict] = []
+    running, running_n = 0.0, 0
+    batches = _batches(n, spec.batch_size, gen, rng, spec.direct_frac)
+    bar = tqdm(range(spec.steps), desc="pretrain", disable=not progress, mininterval=2.0, file=sys.stderr)
+    for step in bar:
+        seqs, labels = [], []
+        for i, use_direct in next(batches):
+            tgt = (direct[i] if use_direct else worked[i]) + [eos]
+            seqs.append(prompts[i] + tgt)
+            labels.append([-100] * len(prompts[i]) + tgt)
+        # packing: random batches keep every kind and style mixed in each step (length-sorted batches train
+        # much worse) while avoiding the ~2x padding of random batches
+        input_ids, position_ids, label_t = pack_sequences(seqs, labels, spec.pack_len, pad)
+        loss = model(input_ids=input_ids, position_ids=position_ids, labels=label_t, use_cache=False).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        running += loss.item()
+        running_n += 1
+        if (step + 1) % log_every == 0 or step + 1 == spec.steps:
+            history.append({"step": step + 1, "loss": round(running / running_n, 4), "lr": sched.get_last_lr()[0]})
+            bar.set_postfix(loss=f"{running / running_n:.3f}")
+            running, running_n = 0.0, 0
+    model.eval()
+    return {"history": history, "final_loss": history[-1]["loss"] if history else float("nan")}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# sampling and accuracy
+# --------------------------------------------------------------------------------------------------------------
+def _fallback_grade(response: str, reference: str) -> float:
+    """Exact match of the last (possibly unclosed) \\boxed{...} content, numerically where both parse."""
+    i = response.rfind("\\boxed{")
+    if i < 0:
+        return 0.0
+    got = response[i + len("\\boxed{") :]
+    depth, end = 1, len(got)
+    for j, ch in enumerate(got):
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        if depth == 0:
+            end = j
+            break
+    got = got[:end].strip()
+    if got == reference.strip():
+        return 1.0
+    try:
+        if re.fullmatch(r"-?\d+(/\d+)?", got) and re.fullmatch(r"-?\d+(/\d+)?", reference.strip()):
+            return float(Fraction(got) == Fraction(reference.strip()))
+    except (ValueError, ZeroDivisionError):
+        pass
+    return 0.0
+
+
+def get_grader() -> tuple[Callable[[str, str], float], str]:
+    """The project's grader (``bandpo.grader.grade``) when present, else the exact-match fallback."""
+    try:
+        from bandpo.grader import grade  # type: ignore[attr-defined]
+
+        return grade, "bandpo.grader.grade"
+    except (ImportError, AttributeError):
+        return _fallback_grade, "bandpo.models._fallback_grade (exact match of the boxed answer)"
+
+
+@torch.no_grad()
+def sample_completions(
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    k: int = 8,
+    temperature: float = 1.0,
+    max_new_tokens: int = MAX_NEW_TOKENS,
+    seed: int = 0,
+    batch_size: int = 1024,
+    cache_implementation: str | None = "static",
+) -> tuple[list[list[str]], dict]:
+    """``k`` samples per prompt with HF ``generate`` (KV cache, plain sampling: top_k=0, top_p=1).
+
+    A static KV cache is the default: on CPU it is ~1.5x faster than the dynamic cache (no per-step concat).
+    Returns completions (prompt-major) and stats: mean token entropy (nats, of the sampling distribution
+    softmax(logits / T), over generated tokens up to and including EOS) and mean completion length in tokens.
+    """
+    model.eval()
+    expanded = [p for p in prompts for _ in range(k)]
+    # sort by prompt length so that chunks need little padding; results are put back in order below
+    order = sorted(range(len(expanded)), key=lambda i: len(expanded[i]))
+    torch.manual_seed(seed)
+    texts: list[str] = [""] * len(expanded)
+    ent_sum, tok_n = 0.0, 0
+    pad_side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    try:
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            enc = tokenizer([expanded[i] for i in idx], return_tensors="pt", padding=True, add_special_tokens=False)
+            out = model.generate(
+                **enc,
+                do_sample=True,
+                temperature=temperature,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=max_new_tokens,
+                eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id,
+                return_dict_in_generate=True,
+                output_logits=True,
+                cache_implementation=cache_implementation,
+            )
+            new = out.sequences[:, enc["input_ids"].shape[1] :]
+            # alive[t]: token t was generated before (or is) the first EOS
+            is_eos = new == tokenizer.eos_token_id
+            before = torch.cumsum(is_eos.int(), dim=1) - is_eos.int()
+            alive = before == 0
+            logits = torch.stack(out.logits, dim=1).float() / max(temperature, 1e-6)
+            logp = torch.log_softmax(logits, dim=-1)
+            ent = -(logp.exp() * logp).sum(-1)
+            ent_sum += float(ent[alive].sum())
+            tok_n += int(alive.sum())
+            for i, text in zip(idx, tokenizer.batch_decode(new, skip_special_tokens=True), strict=True):
+                texts[i] = text
+    finally:
+        tokenizer.padding_side = pad_side
+    grouped = [texts[i * k : (i + 1) * k] for i in range(len(prompts))]
+    return grouped, {"token_entropy": ent_sum / max(tok_n, 1), "mean_tokens": tok_n / max(len(texts), 1)}
+
+
+def sample_accuracy(
+    model: Any,
+    tokenizer: Any,
+    rows: Sequence[dict],
+    k: int = 8,
+    temperature: float = 1.0,
+    max_new_tokens: int = MAX_NEW_TOKENS,
+    seed: int = 0,
+    batch_size: int = 1024,
+    grader: Callable[[str, str], float] | None = None,
+    keep_samples: bool = False,
+) -> dict:
+    """Mean accuracy over ``k`` samples per row at ``temperature`` (plus per level / kind, entropy, styles).
+
+    ``model`` may be a model directory (then ``tokenizer`` may be None) or a loaded model.
+    """
+    if isinstance(model, str | os.PathLike):
+        model, tok = load_model(model)
+        tokenizer = tokenizer or tok
+    grade, grader_name = (grader, getattr(grader, "__qualname__", str(grader))) if grader else get_grader()
+    rows = list(rows)
+    completions, stats = sample_completions(
+        model, tokenizer, [r["prompt"] for r in rows], k, temperature, max_new_tokens, seed, batch_size
+    )
+    by_level: dict[int, list[float]] = defaultdict(list)
+    by_kind: dict[str, list[float]] = defaultdict(list)
+    style: dict[str, list[float]] = defaultdict(list)
+    scores: list[float] = []
+    samples = []
+    for row, comps in zip(rows, completions, strict=True):
+        row_scores = [float(grade(c, row["answer"])) for c in comps]
+        scores.extend(row_scores)
+        by_level[int(row.get("level", 0))].extend(row_scores)
+        by_kind[str(row.get("kind", ""))].extend(row_scores)
+        for c, s in zip(comps, row_scores, strict=True):
+            style["direct" if c.lstrip().startswith("\\boxed") else "worked"].append(s)
+        if keep_samples:
+            samples.append({"id": row["id"], "completions": comps, "scores": row_scores})
+
+    def mean(xs: Sequence[float]) -> float:
+        return sum(xs) / len(xs) if xs else float("nan")
+
+    result = {
+        "accuracy": mean(scores),
+        "k": k,
+        "temperature": temperature,
+        "n_problems": len(rows),
+        "n_samples": len(scores),
+        "per_level": {str(lv): mean(v) for lv, v in sorted(by_level.items())},
+        "per_kind": {kd: mean(v) for kd, v in sorted(by_kind.items())},
+        "direct_share": len(style["direct"]) / max(len(scores), 1),
+        "accuracy_direct": mean(style["direct"]),
+        "accuracy_worked": mean(style["worked"]),
+        "token_entropy": stats["token_entropy"],
+        "mean_tokens": stats["mean_tokens"],
+        "grader": grader_name,
+    }
+    if keep_samples:
+        result["samples"] = samples
+    return result
+
+
+# --------------------------------------------------------------------------------------------------------------
+# atomic directories
+# --------------------------------------------------------------------------------------------------------------
+def _atomic_publish(tmp_dir: Path, out_dir: Path) -> None:
+    """Rename a finished temp directory onto ``out_dir`` (replacing an old one; the swap is two renames)."""
+    old = None
+    if out_dir.exists():
+        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+        os.replace(out_dir, old)
+    os.replace(tmp_dir, out_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _tmp_dir_for(out_dir: Path) -> Path:
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# build / download
+# --------------------------------------------------------------------------------------------------------------
+def _load_rows(path: Path) -> list[dict]:
+    from bandpo.tasks import load_split
+
+    return load_split(path).to_list()
+
+
+def build_model(
+    size: str | SizeSpec,
+    data_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    seed: int = 0,
+    threads: int | None = 1,
+    progress: bool = True,
+    eval_limit: int | None = None,
+    **overrides: Any,
+) -> dict:
+    """Build, pretrain, evaluate (validation split, k samples at T=1.0) and save one tiny model atomically.
+
+    Returns the ``info.json`` content.
+    """
+    t0, c0 = time.time(), time.process_time()
+    if threads:
+        torch.set_num_threads(threads)
+    spec = get_size(size, **overrides)
+    size_name = size if isinstance(size, str) else "custom"
+    data_dir = Path(data_dir)
+    out_dir = Path(out_dir)
+    train_rows = _load_rows(data_dir / "train.jsonl")
+    val_rows = _load_rows(data_dir / "validation.jsonl")
+    if eval_limit is not None:
+        val_rows = val_rows[:eval_limit]
+
+    tokenizer = build_tokenizer(spec.max_position_embeddings)
+    model = init_model(spec, tokenizer, seed)
+    n_params = count_parameters(model)
+    t1 = time.time()
+    pre = pretrain(model, tokenizer, train_rows, spec, seed=seed, progress=progress)
+    t2 = time.time()
+    acc = sample_accuracy(model, tokenizer, val_rows, k=spec.eval_k, temperature=1.0, seed=seed)
+    t3 = time.time()
+
+    tmp = _tmp_dir_for(out_dir)
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        info = {
+            "kind": "tiny",
+            "size": size_name,
+            "architecture": "LlamaForCausalLM",
+            "params": n_params,
+            "seed": seed,
+            "threads": torch.get_num_threads(),
+            "spec": dataclasses.asdict(spec),
+            "data": str(data_dir),
+            "n_train_rows": len(train_rows),
+            "final_loss": pre["final_loss"],
+            "loss_history": pre["history"],
+            "validation": {key: v for key, v in acc.items() if key != "samples"},
+            "base_accuracy_validation": acc["accuracy"],
+            "seconds": {
+                "setup": round(t1 - t0, 2),
+                "pretrain": round(t2 - t1, 2),
+                "eval": round(t3 - t2, 2),
+                "total": round(time.time() - t0, 2),
+            },
+            "build_seconds": round(time.time() - t0, 2),
+            # CPU time of this process: what the build costs on an otherwise idle core (wall time grows with load)
+            "build_cpu_seconds": round(time.process_time() - c0, 2),
+            "versions": _versions(),
+        }
+        _write_json(tmp / "info.json", info)
+        _atomic_publish(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return info
+
+
+def _versions() -> dict:
+    import tokenizers
+    import transformers
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokenizers": tokenizers.__version__,
+    }
+
+
+def download_model(
+    repo_id: str,
+    out_dir: str | os.PathLike,
+    revision: str | None = None,
+    allow_patterns: Sequence[str] | None = DEFAULT_ALLOW_PATTERNS,
+    token: str | bool | None = None,
+    snapshot_download: Callable[..., str] | None = None,
+) -> Path:
+    """Download a hub model with ``huggingface_hub.snapshot_download`` into ``out_dir`` (same layout as a tiny
+    model: config, weights, tokenizer files at the top level), atomically, with an ``info.json``."""
+    if not repo_id or repo_id.count("/") != 1 or any(not part for part in repo_id.split("/")):
+        raise ValueError(f"repo_id must look like 'owner/name', got {repo_id!r}")
+    if snapshot_download is None:
+        from huggingface_hub import snapshot_download
+    out_dir = Path(out_dir)
+    tmp = _tmp_dir_for(out_dir)
+    t0 = time.time()
+    try:
+        kwargs: dict[str, Any] = {"repo_id": repo_id, "local_dir": str(tmp), "repo_type": "model"}
+        if revision is not None:
+            kwargs["revision"] = revision
+        if allow_patterns is not None:
+            kwargs["allow_patterns"] = list(allow_patterns)
+        if token is not None:
+            kwargs["token"] = token
+        snapshot_download(**kwargs)
+        if not (tmp / "config.json").exists():
+            raise FileNotFoundError(f"{repo_id}: no config.json in the snapshot (allow_patterns={allow_patterns})")
+        shutil.rmtree(tmp / ".cache", ignore_errors=True)  # huggingface_hub's local_dir metadata
+        _write_json(
+            tmp / "info.json",
+            {
+                "kind": "hub",
+                "repo_id": repo_id,
+                "revision": revision,
+                "allow_patterns": list(allow_patterns) if allow_patterns is not None else None,
+                "download_seconds": round(time.time() - t0, 2),
+            },
+        )
+        _atomic_publish(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+# --------------------------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------------------------
+def _fmt(x: float) -> str:
+    return "nan" if isinstance(x, float) and math.isnan(x) else f"{x:.3f}"
+
+
+def _parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    fields = {f.name: f.type for f in dataclasses.fields(SizeSpec)}
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in fields:
+            raise SystemExit(f"--set expects FIELD=VALUE with FIELD in {sorted(fields)}, got {item!r}")
+        out[key] = int(value) if fields[key] in ("int", int) else float(value)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bandpo.models", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    b = sub.add_parser("build", help="build and pretrain a tiny model")
+    b.add_argument("--size", required=True, choices=sorted(SIZES))
+    b.add_argument("--data", required=True, help="tiny-math folder with train.jsonl and validation.jsonl")
+    b.add_argument("--out", required=True)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--threads", type=int, default=1)
+    b.add_argument("--steps", type=int, default=None, help="override the size's step count")
+    b.add_argument("--lr", type=float, default=None)
+    b.add_argument("--direct-frac", type=float, default=None)
+    b.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override any SizeSpec field, e.g. --set batch_size=32 --set decay_frac=0.5")  # fmt: skip
+    b.add_argument("--eval-limit", type=int, default=None)
+    b.add_argument("--no-progress", action="store_true")
+
+    e = sub.add_parser("eval", help="sample accuracy of a model on a JSONL split")
+    e.add_argument("--model", required=True)
+    e.add_argument("--data", required=True, help="a JSONL split (e.g. resources/data/tiny-math/test.jsonl)")
+    e.add_argument("--k", type=int, default=8)
+    e.add_argument("--temperature", type=float, default=1.0)
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--threads", type=int, default=1)
+    e.add_argument("--out", default=None, help="write the result as JSON here")
+
+    d = sub.add_parser("download", help="snapshot a hub model (GPU profile)")
+    d.add_argument("--repo-id", required=True)
+    d.add_argument("--out", required=True)
+    d.add_argument("--revision", default=None)
+    d.add_argument("--allow-patterns", nargs="*", default=None, help=f"default: {' '.join(DEFAULT_ALLOW_PATTERNS)}")
+
+    args = ap.parse_args(argv)
+    if args.cmd == "build":
+        extra = _parse_overrides(args.set)
+        info = build_model(
+            args.size,
+            args.data,
+            args.out,
+            seed=args.seed,
+            threads=args.threads,
+            progress=not args.no_progress,
+            eval_limit=args.eval_limit,
+            steps=args.steps,
+            lr=args.lr,
+            direct_frac=args.direct_frac,
+            **extra,
+        )
+        v = info["validation"]
+        print(
+            f"{args.size}: {info['params']} params, {info['build_seconds']} s, validation accuracy "
+            f"{_fmt(v['accuracy'])} (k={v['k']}, T=1.0), per level {v['per_level']}, entropy "
+            f"{_fmt(v['token_entropy'])} nats -> {args.out}"
+        )
+    elif args.cmd == "eval":
+        torch.set_num_threads(args.threads)
+        model, tok = load_model(args.model)
+        res = sample_accuracy(model, tok, _load_rows(Path(args.data)), k=args.k, temperature=args.temperature,
+                              seed=args.seed)  # fmt: skip
+        print(json.dumps(res, indent=2))
+        if args.out:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(args.out).with_suffix(".tmp")
+            _write_json(tmp, res)
+            os.replace(tmp, args.out)
+    else:
+        patterns = args.allow_patterns if args.allow_patterns else DEFAULT_ALLOW_PATTERNS
+        print(download_model(args.repo_id, args.out, revision=args.revision, allow_patterns=patterns))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

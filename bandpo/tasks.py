@@ -1,0 +1,555 @@
+"""Math tasks: the generated "tiny-math" testbed and loaders for the paper's real data sets.
+
+Every loader returns rows in one schema (all splits, all sources)::
+
+    id        str   unique within a split
+    problem   str   the bare problem statement
+    prompt    str   what the policy sees (tiny-math: ``Q: {problem}\\nA: ``; real sets: the paper's user turn,
+                    to be wrapped in the model's chat template downstream)
+    answer    str   the reference answer (normalised string)
+    solution  str   a worked solution ending in ``\\boxed{answer}`` (tiny-math); the source's solution or ""
+    level     int   difficulty level (tiny-math 1-3, MATH 1-5); 0 where the source has none
+    kind      str   problem family (tiny-math kind, MATH subject, or the data set's name)
+
+tiny-math
+---------
+Five kinds of short problems (``arith``, ``linear``, ``frac``, ``mod``, ``word``), three levels each. Every
+problem has one canonical worked solution of at most ~40 characters, e.g.::
+
+    Q: Compute 88+43-61.
+    A: 88+43=131, 131-61=70. \\boxed{70}
+
+The generator is deterministic from its seed (``random.Random`` seeded with a string, so independent of
+``PYTHONHASHSEED``). Test and validation problems are unique and stratified over (kind, level); train rows are
+drawn from the same distribution with every test/validation problem excluded (train may repeat a problem, since
+some level-1 spaces are small), so the three splits are disjoint by problem text.
+
+Real sets
+---------
+``load_real_dataset(name, path=...)`` parses local files (JSON/JSONL/Parquet, or a directory of them) in the
+formats of the hub data sets named in :data:`REAL_DATASETS`; without a path it downloads through
+``datasets.load_dataset`` only when ``allow_download=True`` (the GPU profile). Nothing here touches the network
+by default.
+
+CLI::
+
+    python -m bandpo.tasks tiny-math --out resources/data/tiny-math --seed 0
+    python -m bandpo.tasks real --name aime-2024 --out resources/data/aime-2024 [--path FILE | --download]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import re
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+KINDS: tuple[str, ...] = ("arith", "linear", "frac", "mod", "word")
+LEVELS: tuple[int, ...] = (1, 2, 3)
+SPLITS: tuple[str, ...] = ("train", "validation", "test")
+TINY_PROMPT = "Q: {problem}\nA: "
+
+# The paper's user turn (DAPO's template; paper-protocol.md). Wrapped in the model's chat template downstream.
+PAPER_PROMPT = (
+    "Solve the following math problem step by step. The last line of your response should be of the form "
+    "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n{problem}\n\n"
+    'Remember to put your answer on its own line after "Answer:".'
+)
+
+ROW_FIELDS: tuple[str, ...] = ("id", "problem", "prompt", "answer", "solution", "level", "kind")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# formatting helpers
+# --------------------------------------------------------------------------------------------------------------
+def format_number(x: Fraction | int) -> str:
+    """Canonical answer string: integers as ``-12``, other rationals reduced as ``-7/12``."""
+    x = Fraction(x)
+    return str(x.numerator) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
+
+
+def boxed(answer: str) -> str:
+    return "\\boxed{" + answer + "}"
+
+
+def _signed(b: int) -> str:
+    """``+5`` / ``-5``: a term appended after another term."""
+    return f"+{b}" if b >= 0 else f"-{-b}"
+
+
+def tiny_prompt(problem: str) -> str:
+    return TINY_PROMPT.format(problem=problem)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# tiny-math generators: each returns (problem, answer, solution) for one (kind, level)
+# --------------------------------------------------------------------------------------------------------------
+Problem = tuple[str, str, str]
+
+
+def _finish(problem: str, answer: Fraction | int, work: str) -> Problem:
+    ans = format_number(answer)
+    return problem, ans, f"{work}. {boxed(ans)}"
+
+
+def _add_or_sub(a: int, b: int, sub: bool) -> tuple[str, int]:
+    return (f"{a}-{b}", a - b) if sub else (f"{a}+{b}", a + b)
+
+
+def _gen_arith(rng: random.Random, level: int) -> Problem:
+    if level == 1:  # one step, single digits
+        a, b = rng.randint(1, 9), rng.randint(1, 9)
+    elif level == 2:  # one step, a two-digit number
+        a, b = rng.randint(10, 59), rng.randint(2, 19)
+    else:  # two steps
+        a, b, c = rng.randint(10, 59), rng.randint(2, 19), rng.randint(2, 9)
+        e1, t = _add_or_sub(a, b, rng.random() < 0.5)
+        e2, r = _add_or_sub(t, c, rng.random() < 0.5 and c <= t)
+        op2 = e2[len(str(t))]
+        return _finish(f"Compute {e1}{op2}{c}.", r, f"{e1}={t}, {e2}={r}")
+    e, r = _add_or_sub(a, b, rng.random() < 0.5 and b <= a)
+    return _finish(f"Compute {e}.", r, f"{e}={r}")
+
+
+def _gen_linear(rng: random.Random, level: int) -> Problem:
+    if level == 1:  # x + b = c
+        x, b = rng.randint(0, 9), rng.choice([i for i in range(-9, 10) if i != 0])
+        c = x + b
+        return _finish(f"Solve for x: x{_signed(b)}={c}.", x, f"x={c}{_signed(-b)}={x}")
+    if level == 2:  # a x + b = c
+        a, x = rng.randint(2, 5), rng.randint(0, 9)
+        b = rng.choice([i for i in range(-9, 10) if i != 0])
+        c = a * x + b
+        return _finish(f"Solve for x: {a}x{_signed(b)}={c}.", x, f"{a}x={c}{_signed(-b)}={a * x}, x={a * x}/{a}={x}")
+    # level 3: a x + b = c x + d with e = a - c >= 2; x may be negative
+    e, x = rng.randint(2, 4), rng.randint(-5, 12)
+    c = rng.randint(1, 4)
+    a = c + e
+    b = rng.choice([i for i in range(-19, 20) if i != 0])
+    d = e * x + b
+    cx = "x" if c == 1 else f"{c}x"
+    problem = f"Solve for x: {a}x{_signed(b)}={cx}{_signed(d)}."
+    return _finish(problem, x, f"{e}x={d}{_signed(-b)}={e * x}, x={e * x}/{e}={x}")
+
+
+def _gen_frac(rng: random.Random, level: int) -> Problem:
+    if level in (1, 2):  # same denominator; level 1 needs no reduction, level 2 does (or is improper)
+        while True:
+            d = rng.randint(3, 9) if level == 1 else rng.randint(4, 12)
+            a, b = rng.randint(1, d - 1), rng.randint(1, d - 1)
+            s = Fraction(a + b, d)
+            if (s.denominator == d) == (level == 1):
+                break
+        work = f"{a}/{d}+{b}/{d}={a + b}/{d}"
+        if s.denominator != d:
+            work += f"={format_number(s)}"
+        return _finish(f"Compute {a}/{d}+{b}/{d}.", s, work)
+    # level 3: different denominators, sum or difference (answers may be negative)
+    b, d = rng.sample(range(2, 7), 2)
+    a, c = rng.randint(1, b - 1), rng.randint(1, d - 1)
+    L = b * d // math.gcd(b, d)
+    na, nc = a * (L // b), c * (L // d)
+    sign = rng.choice((1, -1))
+    o = "+" if sign > 0 else "-"
+    r = Fraction(a, b) + sign * Fraction(c, d)
+    num = na + sign * nc
+    work = f"{na}/{L}{o}{nc}/{L}={num}/{L}"
+    if r.denominator != L or r.numerator != num:
+        work += f"={format_number(r)}"
+    return _finish(f"Compute {a}/{b}{o}{c}/{d}.", r, work)
+
+
+def _gen_mod(rng: random.Random, level: int) -> Problem:
+    if level == 1:
+        a, b = rng.randint(3, 20), rng.randint(2, 5)
+    elif level == 2:
+        a, b = rng.randint(10, 60), rng.randint(3, 9)
+    else:
+        a, b = rng.randint(40, 150), rng.randint(6, 12)
+    q, r = divmod(a, b)
+    return _finish(f"What is {a} mod {b}?", r, f"{a}={q}*{b}+{r}")
+
+
+_NAMES = ("Ann", "Bob", "Eva", "Tom", "Max", "Sue", "Kim", "Leo")
+_ITEMS = ("apples", "pens", "cards", "coins", "books", "eggs", "cups", "stamps")
+
+
+def _gen_word(rng: random.Random, level: int) -> Problem:
+    name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
+    if level == 1:  # one addition or subtraction of single digits
+        a, b = rng.randint(1, 9), rng.randint(1, 9)
+        if rng.random() < 0.5 or b >= a:
+            return _finish(f"{name} has {a} {item} and gets {b} more. How many now?", a + b, f"{a}+{b}={a + b}")
+        return _finish(f"{name} has {a} {item} and gives away {b}. How many now?", a - b, f"{a}-{b}={a - b}")
+    if level == 2:  # one multiplication or division from the times tables
+        n, k = rng.randint(2, 9), rng.randint(2, 9)
+        if rng.random() < 0.5:
+            return _finish(f"{name} buys {n} bags of {k} {item}. How many {item}?", n * k, f"{n}*{k}={n * k}")
+        p = n * k
+        return _finish(f"{p} {item} are shared by {n} kids. How many each?", k, f"{p}/{n}={k}")
+    # level 3: multiplication then subtraction
+    n, k = rng.randint(2, 9), rng.randint(2, 9)
+    p = n * k
+    m = rng.randint(1, min(p - 1, 19))
+    return _finish(
+        f"{name} buys {n} bags of {k} {item} and gives away {m}. How many are left?",
+        p - m,
+        f"{n}*{k}={p}, {p}-{m}={p - m}",
+    )
+
+
+GENERATORS: dict[str, Callable[[random.Random, int], Problem]] = {
+    "arith": _gen_arith,
+    "linear": _gen_linear,
+    "frac": _gen_frac,
+    "mod": _gen_mod,
+    "word": _gen_word,
+}
+
+
+def make_row(row_id: str, problem: str, answer: str, solution: str, level: int, kind: str, prompt: str) -> dict:
+    return {
+        "id": row_id,
+        "problem": problem,
+        "prompt": prompt,
+        "answer": answer,
+        "solution": solution,
+        "level": int(level),
+        "kind": kind,
+    }
+
+
+def _cells(kinds: Sequence[str], levels: Sequence[int]) -> list[tuple[str, int]]:
+    return [(k, lv) for k in kinds for lv in levels]
+
+
+def _per_cell(n: int, n_cells: int) -> list[int]:
+    base, extra = divmod(n, n_cells)
+    return [base + (1 if i < extra else 0) for i in range(n_cells)]
+
+
+def generate_tiny_math(
+    seed: int = 0,
+    n_train: int = 50_000,
+    n_val: int = 300,
+    n_test: int = 300,
+    kinds: Sequence[str] = KINDS,
+    levels: Sequence[int] = LEVELS,
+) -> dict[str, list[dict]]:
+    """Generate the three splits (dict split -> rows), deterministic from ``seed``.
+
+    Test then validation are drawn first, each unique and stratified equally over (kind, level) cells; train rows
+    are drawn cell-balanced too, rejecting any test/validation problem (duplicates within train are allowed).
+    Rows are shuffled within each split (deterministically).
+    """
+    for k in kinds:
+        if k not in GENERATORS:
+            raise ValueError(f"unknown tiny-math kind {k!r}; known: {sorted(GENERATORS)}")
+    cells = _cells(kinds, levels)
+    rng = random.Random(f"tiny-math:{seed}")
+    held_out: set[str] = set()
+    out: dict[str, list[dict]] = {}
+    for split, n in (("test", n_test), ("validation", n_val), ("train", n_train)):
+        rows: list[dict] = []
+        unique = split != "train"
+        for (kind, level), count in zip(cells, _per_cell(n, len(cells)), strict=True):
+            gen = GENERATORS[kind]
+            got, attempts = 0, 0
+            while got < count:
+                attempts += 1
+                if attempts > 200 * count + 10_000:
+                    raise RuntimeError(f"tiny-math: cannot draw {count} {split} problems for ({kind}, {level})")
+                problem, answer, solution = gen(rng, level)
+                if problem in held_out:
+                    continue
+                if unique:
+                    held_out.add(problem)
+                rows.append(make_row("", problem, answer, solution, level, kind, tiny_prompt(problem)))
+                got += 1
+        rng.shuffle(rows)
+        for i, row in enumerate(rows):
+            row["id"] = f"{split}-{i:06d}"
+        out[split] = rows
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# JSONL I/O
+# --------------------------------------------------------------------------------------------------------------
+def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
+    """Write rows as JSONL atomically (temp file in the same folder, fsync, rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def write_tiny_math(out_dir: str | os.PathLike, seed: int = 0, **kwargs: Any) -> dict[str, Path]:
+    """Generate tiny-math and write ``{train,validation,test}.jsonl`` under ``out_dir`` (each file atomic)."""
+    splits = generate_tiny_math(seed=seed, **kwargs)
+    out = Path(out_dir)
+    return {split: write_jsonl(out / f"{split}.jsonl", rows) for split, rows in splits.items()}
+
+
+def load_split(path: str | os.PathLike):
+    """Load one JSONL split (local file) as a ``datasets.Dataset`` through the json builder."""
+    from datasets import load_dataset
+
+    return load_dataset("json", data_files=str(path), split="train")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# real data sets
+# --------------------------------------------------------------------------------------------------------------
+MATH_SUBJECTS: tuple[str, ...] = (
+    "algebra",
+    "counting_and_probability",
+    "geometry",
+    "intermediate_algebra",
+    "number_theory",
+    "prealgebra",
+    "precalculus",
+)
+
+
+@dataclass(frozen=True)
+class RealSpec:
+    """Where a real data set lives on the hub and which local split file it becomes."""
+
+    hub_id: str
+    split: str  # hub split
+    out_split: str  # our split name: train (training data) or test (evaluation sets)
+    configs: tuple[str | None, ...] = (None,)
+    levels: tuple[int, ...] = field(default=())  # keep only these levels (empty: keep all)
+    dedup: bool = False
+    english_only: bool = False
+
+
+REAL_DATASETS: dict[str, RealSpec] = {
+    "dapo-math-17k": RealSpec("BytedTsinghua-SIA/DAPO-Math-17k", "train", "train", dedup=True, english_only=True),
+    "math-l3-5": RealSpec("EleutherAI/hendrycks_math", "train", "train", configs=MATH_SUBJECTS, levels=(3, 4, 5)),
+    "aime-2024": RealSpec("HuggingFaceH4/aime_2024", "train", "test"),
+    "aime-2025": RealSpec("math-ai/aime25", "test", "test"),
+    "amc-2023": RealSpec("math-ai/amc23", "test", "test"),
+    "math-500": RealSpec("HuggingFaceH4/MATH-500", "test", "test"),
+}
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) in ``text``, braces balanced; None if absent."""
+    best = None
+    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth == 0:
+            best = text[m.end() : i - 1]
+    return best.strip() if best is not None else None
+
+
+def normalize_answer(value: Any) -> str:
+    """Reference answers as strings; integral floats (``27.0``, from some parquet files) become ``27``."""
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, str):
+        s = value.strip()
+        if re.fullmatch(r"-?\d+\.0+", s):
+            return s.split(".")[0]
+        return s
+    return str(value).strip()
+
+
+_PROMPT_HEAD, _PROMPT_TAIL = PAPER_PROMPT.split("{problem}")
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+
+
+def strip_paper_prompt(text: str) -> str:
+    """Recover the bare problem from a user turn that already wraps it in the paper's (DAPO's) template."""
+    t = text.strip()
+    if t.startswith(_PROMPT_HEAD.strip()) and t.endswith(_PROMPT_TAIL.strip()):
+        return t[len(_PROMPT_HEAD.strip()) : len(t) - len(_PROMPT_TAIL.strip())].strip()
+    return t
+
+
+def _parse_level(value: Any) -> int:
+    if isinstance(value, int | float):
+        return int(value)
+    m = re.search(r"\d+", str(value or ""))
+    return int(m.group()) if m else 0
+
+
+def _first(row: dict, keys: Sequence[str]) -> Any:
+    for k in keys:
+        if k in row and row[k] is not None and row[k] != "":
+            return row[k]
+    return None
+
+
+def normalize_real_row(name: str, row: dict, index: int) -> dict | None:
+    """One source row -> our schema, or None when it has no usable problem or answer."""
+    problem = _first(row, ("problem", "question", "Problem", "Question"))
+    answer = _first(row, ("answer", "Answer", "final_answer"))
+    solution = _first(row, ("solution", "Solution")) or ""
+    if problem is None and isinstance(row.get("prompt"), list | tuple):  # verl / DAPO chat format
+        users = [m for m in row["prompt"] if isinstance(m, dict) and m.get("role", "user") == "user"]
+        if users:
+            problem = strip_paper_prompt(str(users[-1].get("content", "")))
+    elif problem is None and isinstance(row.get("prompt"), str):  # open-r1's processed DAPO: prompt + solution
+        problem = strip_paper_prompt(row["prompt"])
+        if answer is None and solution:
+            answer, solution = solution, ""
+    if answer is None and isinstance(row.get("reward_model"), dict):
+        answer = row["reward_model"].get("ground_truth")
+    if answer is None and solution:
+        answer = last_boxed(str(solution))
+    if problem is None or answer is None or str(problem).strip() == "":
+        return None
+    problem = str(problem).strip()
+    kind = _first(row, ("type", "subject")) or name
+    rid = _first(row, ("unique_id", "id", "ID", "problem_idx"))
+    if rid is None and isinstance(row.get("extra_info"), dict):
+        rid = row["extra_info"].get("index")
+    return make_row(
+        f"{name}-{rid if rid is not None else index}",
+        problem,
+        normalize_answer(answer),
+        str(solution),
+        _parse_level(row.get("level")),
+        str(kind),
+        PAPER_PROMPT.format(problem=problem),
+    )
+
+
+def _local_files(path: Path) -> list[Path]:
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.suffix in (".json", ".jsonl", ".parquet"))
+        if not files:
+            raise FileNotFoundError(f"no .json/.jsonl/.parquet files under {path}")
+        return files
+    if not path.exists():
+        raise FileNotFoundError(path)
+    return [path]
+
+
+def _iter_source_rows(name: str, spec: RealSpec, path: str | os.PathLike | None, allow_download: bool):
+    from datasets import load_dataset
+
+    if path is not None:
+        files = _local_files(Path(path))
+        builder = "parquet" if all(f.suffix == ".parquet" for f in files) else "json"
+        if builder == "json" and any(f.suffix == ".parquet" for f in files):
+            raise ValueError(f"mixed parquet and json files under {path}")
+        ds = load_dataset(builder, data_files=[str(f) for f in files], split="train")
+        yield from ds
+        return
+    if not allow_download:
+        raise RuntimeError(
+            f"{name}: no local path given and downloads are off (embedded profile). Pass path=... or "
+            f"allow_download=True (GPU profile) to fetch {spec.hub_id}."
+        )
+    for config in spec.configs:
+        yield from load_dataset(spec.hub_id, config, split=spec.split)
+
+
+def load_real_dataset(
+    name: str,
+    path: str | os.PathLike | None = None,
+    allow_download: bool = False,
+    limit: int | None = None,
+) -> list[dict]:
+    """Load one of :data:`REAL_DATASETS` as rows of our schema.
+
+    ``path``: a local file or folder in the hub set's own format (overrides the hub). Level filtering (MATH 3-5),
+    de-duplication by problem text and the English filter (DAPO) are applied as in the paper's protocol.
+    """
+    if name not in REAL_DATASETS:
+        raise ValueError(f"unknown data set {name!r}; known: {sorted(REAL_DATASETS)}")
+    spec = REAL_DATASETS[name]
+    rows: list[dict] = []
+    seen: set[str] = set()
+    for i, src in enumerate(_iter_source_rows(name, spec, path, allow_download)):
+        row = normalize_real_row(name, dict(src), i)
+        if row is None:
+            continue
+        if spec.levels and row["level"] not in spec.levels:
+            continue
+        if spec.english_only and _CJK.search(row["problem"]):
+            continue
+        if spec.dedup:
+            if row["problem"] in seen:
+                continue
+            seen.add(row["problem"])
+        rows.append(row)
+        if limit is not None and len(rows) >= limit:
+            break
+    ids = [r["id"] for r in rows]
+    if len(set(ids)) != len(ids):  # some sources repeat ids across configs: fall back to positions
+        for i, r in enumerate(rows):
+            r["id"] = f"{name}-{i}"
+    return rows
+
+
+def write_real_dataset(name: str, out_dir: str | os.PathLike, **kwargs: Any) -> Path:
+    rows = load_real_dataset(name, **kwargs)
+    return write_jsonl(Path(out_dir) / f"{REAL_DATASETS[name].out_split}.jsonl", rows)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------------------------
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bandpo.tasks", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("tiny-math", help="generate the tiny-math splits")
+    t.add_argument("--out", required=True)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--n-train", type=int, default=50_000)
+    t.add_argument("--n-val", type=int, default=300)
+    t.add_argument("--n-test", type=int, default=300)
+    r = sub.add_parser("real", help="normalise a real data set into our JSONL schema")
+    r.add_argument("--name", required=True, choices=sorted(REAL_DATASETS))
+    r.add_argument("--out", required=True)
+    r.add_argument("--path", default=None, help="local file or folder in the source format")
+    r.add_argument("--download", action="store_true", help="allow datasets.load_dataset from the hub (GPU profile)")
+    r.add_argument("--limit", type=int, default=None)
+    args = ap.parse_args(argv)
+    if args.cmd == "tiny-math":
+        paths = write_tiny_math(args.out, seed=args.seed, n_train=args.n_train, n_val=args.n_val, n_test=args.n_test)
+        for split, p in paths.items():
+            print(f"{split}: {p}")
+    else:
+        p = write_real_dataset(args.name, args.out, path=args.path, allow_download=args.download, limit=args.limit)
+        print(p)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
