@@ -1,0 +1,538 @@
+"""The local GRPO trainer: one loop for every registered method (embedded CPU profile; runs on CUDA unchanged).
+
+Per step (one rollout batch), top to bottom:
+
+1. draw ``prompts_per_step`` training problems (seeded by (seed, step): a resumed run draws the same ones);
+2. roll out ``samples_per_prompt`` completions each with KV-cached sampling at ``temperature`` (HF ``generate``,
+   plain sampling: top_k = 0, top_p = 1);
+3. reward = ``bandpo.grader.grade(completion, answer)`` (1 or 0), the same grader that scores evaluation;
+4. GRPO advantage per group: A = (R - mean_group) / (std_group + 1e-6), unbiased std, on every completion token;
+5. old log-probs recomputed by a full forward pass of the rollout policy (no grad), with its token entropy;
+6. the method's ratio bounds computed ONCE for the whole batch on valid tokens (`bandpo.methods.compute_bounds`),
+   timed inside the step;
+7. ``updates_per_step`` optimizer updates over disjoint mini-batches (the first one is on-policy, the later ones
+   off-policy, which is what makes clipping act): loss = the method's loss (+ optional k3 KL to the reference),
+   AdamW, gradient clipping;
+8. one line of metrics.jsonl; a checkpoint every ``checkpoint_every`` steps.
+
+Crash safety: metrics go to ``metrics.jsonl.partial`` and are renamed at the end; checkpoints (model, optimizer,
+RNG states, step, the metrics so far) are written to a temporary file and renamed. A run killed at any point and
+started again with the same arguments resumes from its last checkpoint and ends with the same metrics as an
+uninterrupted run (wall-clock fields aside). Outputs, in order: ``model/`` (save_pretrained, renamed into place),
+``metrics.jsonl``, ``run.json`` (resolved config, timings, versions): ``run.json`` existing means the run is done.
+
+CLI (used by the Snakemake rule)::
+
+    python -m bandpo.train --model resources/models/tiny-s --data resources/data/tiny-math --method bandpo \\
+        --params '{"divergence": "kl"}' --seed 0 --out results/embedded/runs/tiny-s/bandpo_kl/seed0 --threads 1 \\
+        [--set steps=100 --set lr=2e-4 ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bandpo import methods
+from bandpo.grader import grade_many, grader_info, warmup
+
+# Fields that measure wall-clock time: they differ between two runs of the same seed, everything else is identical.
+TIMING_KEYS = ("step_seconds", "rollout_seconds", "train_seconds", "bounds_seconds", "bounds_frac", "tokens_per_second")
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a run. Defaults: the embedded CPU profile (tiny-s model, tiny-math)."""
+
+    model: str = ""
+    """Hugging Face model directory (``from_pretrained``)."""
+    data: str = ""
+    """Directory with ``train.jsonl`` (rows with ``prompt`` and ``answer``), or a JSONL file."""
+    out: str = ""
+    """Run directory: metrics.jsonl, model/, run.json, checkpoint/."""
+    method: str = "grpo"
+    """A registered method (`bandpo.methods.list_methods()`)."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """The method's parameters (validated by its config; defaults are the paper's)."""
+    seed: int = 0
+    steps: int = 100
+    """Rollout batches (= optimizer steps / updates_per_step)."""
+    prompts_per_step: int = 16
+    samples_per_prompt: int = 8
+    """Group size n of GRPO."""
+    temperature: float = 1.0
+    max_new_tokens: int = 48
+    reward: str = "grader"
+    """grader: bandpo.grader.grade against the reference (1 or 0). random: Bernoulli(0.5) per completion, seeded by
+    (seed, step) - the random-reward control of the protocol, which isolates what clipping alone does to entropy."""
+    updates_per_step: int = 4
+    """Mini-batches per rollout batch (paper: 256 prompts / 64 per mini-batch = 4)."""
+    lr: float = 2e-4
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    kl_coef: float = 0.0
+    """k3 KL-to-reference loss coefficient (paper: 0.001; 0 = off and no reference forward pass)."""
+    loss_agg_mode: str = "seq-mean-token-mean"
+    dual_clip_c: float | None = 10.0
+    adv_eps: float = 1e-6
+    checkpoint_every: int = 10
+    keep_checkpoint: bool = False
+    """Keep checkpoint/ after a successful run (default: removed, the final model is in model/)."""
+    threads: int = 1
+    """torch CPU threads (the Snakemake rule passes its ``threads``)."""
+    device: str = "auto"
+    """auto | cpu | cuda[:i]."""
+    progress: bool = True
+
+    def validate(self) -> None:
+        problems = []
+        if not self.model:
+            problems.append("model: required (a Hugging Face model directory)")
+        if not self.data:
+            problems.append("data: required")
+        if not self.out:
+            problems.append("out: required")
+        for name in ("steps", "prompts_per_step", "samples_per_prompt", "max_new_tokens", "updates_per_step"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                problems.append(f"{name}: must be an integer >= 1, got {getattr(self, name)!r}")
+        if self.samples_per_prompt < 2:
+            problems.append("samples_per_prompt: must be >= 2 (GRPO normalises within a group)")
+        if self.prompts_per_step * self.samples_per_prompt < self.updates_per_step:
+            problems.append("updates_per_step: more mini-batches than sequences in a rollout batch")
+        for name in ("temperature", "lr", "grad_clip", "adv_eps"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                problems.append(f"{name}: must be a finite number > 0, got {value!r}")
+        for name in ("weight_decay", "kl_coef"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                problems.append(f"{name}: must be a finite number >= 0, got {value!r}")
+        if self.reward not in ("grader", "random"):
+            problems.append(f"reward: must be 'grader' or 'random', got {self.reward!r}")
+        if self.checkpoint_every < 1:
+            problems.append(f"checkpoint_every: must be >= 1, got {self.checkpoint_every!r}")
+        if self.threads < 1:
+            problems.append(f"threads: must be >= 1, got {self.threads!r}")
+        if problems:
+            raise ValueError("invalid training config:\n  " + "\n  ".join(problems))
+        methods.make_config(self.method, self.params)  # unknown method / bad parameter: ValueError naming it
+        methods.SurrogateConfig.from_params({"loss_agg_mode": self.loss_agg_mode, "dual_clip_c": self.dual_clip_c})
+
+    def identity(self) -> str:
+        """Hash of the fields that determine the result (not out, threads, device or progress)."""
+        d = dataclasses.asdict(self)
+        for k in ("out", "progress", "keep_checkpoint", "checkpoint_every"):
+            d.pop(k)
+        return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def apply_overrides(cfg: TrainConfig, assignments: list[str]) -> TrainConfig:
+    """``key=value`` strings onto the config; values parsed as JSON when they parse (numbers, null, objects)."""
+    types = {f.name: f.type for f in dataclasses.fields(cfg)}
+    for item in assignments:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or key not in types:
+            valid = ", ".join(sorted(types))
+            raise ValueError(f"--set {item!r}: expected key=value with key one of: {valid}")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        current = getattr(cfg, key)
+        if isinstance(current, bool) and not isinstance(value, bool):
+            raise ValueError(f"--set {key}: expected true/false, got {raw!r}")
+        if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        setattr(cfg, key, value)
+    return cfg
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Data
+
+
+def load_rows(path: str | os.PathLike) -> list[dict]:
+    path = Path(path)
+    if path.is_dir():
+        path = path / "train.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"training data not found: {path}")
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{i}: not valid JSON ({e.msg})") from None
+            if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or "answer" not in row:
+                raise ValueError(f"{path}:{i}: a row needs a string 'prompt' and an 'answer'")
+            rows.append(row)
+    if not rows:
+        raise ValueError(f"{path}: no rows")
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Rollouts and log-probs
+
+
+@dataclass
+class Batch:
+    """A rollout batch in one layout: left-padded prompts (P columns) then right-padded completions (T columns)."""
+
+    input_ids: torch.Tensor  # (B, P + T)
+    attention_mask: torch.Tensor  # (B, P + T)
+    response_mask: torch.Tensor  # (B, T) bool: completion tokens up to and including EOS
+    prompt_len: int  # P
+    texts: list[str]
+
+
+def rollout(model, tokenizer, prompts: list[str], cfg: TrainConfig, device: torch.device) -> Batch:
+    """``samples_per_prompt`` completions per prompt, KV-cached sampling (group members are adjacent rows)."""
+    expanded = [p for p in prompts for _ in range(cfg.samples_per_prompt)]
+    tokenizer.padding_side = "left"
+    enc = tokenizer(expanded, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+    out = model.generate(
+        **enc,
+        do_sample=True,
+        temperature=cfg.temperature,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=cfg.max_new_tokens,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        cache_implementation="static",
+    )
+    prompt_len = enc["input_ids"].shape[1]
+    completion = out[:, prompt_len:]
+    is_eos = completion == tokenizer.eos_token_id
+    # valid = generated up to and including the first EOS
+    response_mask = (torch.cumsum(is_eos.int(), dim=1) - is_eos.int()) == 0
+    completion = torch.where(response_mask, completion, tokenizer.pad_token_id)
+    texts = tokenizer.batch_decode(completion, skip_special_tokens=True)
+    attention_mask = torch.cat([enc["attention_mask"], response_mask.long()], dim=1)
+    return Batch(torch.cat([enc["input_ids"], completion], 1), attention_mask, response_mask, prompt_len, texts)
+
+
+def completion_log_probs(model, input_ids, attention_mask, prompt_len: int, with_entropy: bool = False):
+    """Log-probs of the completion tokens (B, T) under ``model`` (and the token entropy of its distribution)."""
+    position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+    logits = logits[:, prompt_len - 1 : -1].float()  # position t predicts token t + 1
+    log_probs = torch.log_softmax(logits, dim=-1)
+    token_log_prob = log_probs.gather(-1, input_ids[:, prompt_len:].unsqueeze(-1)).squeeze(-1)
+    if not with_entropy:
+        return token_log_prob, None
+    entropy = -(log_probs.exp() * log_probs).sum(-1)
+    return token_log_prob, entropy
+
+
+def group_advantages(rewards: torch.Tensor, group: int, eps: float) -> torch.Tensor:
+    """GRPO outcome advantage per sequence: (R - mean_group) / (std_group + eps), unbiased std."""
+    r = rewards.view(-1, group)
+    return ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True, unbiased=True) + eps)).view(-1)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Checkpoints
+
+
+def _atomic_torch_save(obj: Any, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _rng_state() -> dict:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _step_seed(seed: int, step: int) -> int:
+    """Every random draw of a step derives from (seed, step): a resumed run draws exactly what it would have."""
+    return (seed * 1_000_003 + step * 7919 + 12345) % (2**63 - 1)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The loop
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+def train(cfg: TrainConfig) -> dict:
+    """Run (or resume) one training run; returns the run summary also written to run.json."""
+    cfg.validate()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(cfg.threads)
+    if cfg.device == "auto":
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        device = torch.device(cfg.device)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    ckpt_path = out / "checkpoint" / "ckpt.pt"
+    partial_metrics = out / "metrics.jsonl.partial"
+
+    rows = load_rows(cfg.data)
+    warmup()  # start the grader's workers now, not inside the first timed step
+    params = methods.make_config(cfg.method, cfg.params)
+    settings = methods.SurrogateConfig.from_params({"loss_agg_mode": cfg.loss_agg_mode, "dual_clip_c": cfg.dual_clip_c})
+    is_bounds_method = methods.get_method(cfg.method).kind == "bounds"
+
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model)
+    model = AutoModelForCausalLM.from_pretrained(cfg.model, torch_dtype=torch.float32).to(device)
+    model.eval()  # no dropout anywhere: rollout, old log-probs and updates see the same function
+    reference = None
+    if cfg.kl_coef > 0:
+        reference = AutoModelForCausalLM.from_pretrained(cfg.model, torch_dtype=torch.float32).to(device).eval()
+        reference.requires_grad_(False)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+    start_step, history = 0, []
+    if ckpt_path.is_file():
+        ckpt = torch.load(ckpt_path, map_location=device, weights_only=False)
+        if ckpt["identity"] != cfg.identity():
+            raise RuntimeError(f"{ckpt_path} belongs to a different run configuration; remove {out} to start over")
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        _set_rng_state(ckpt["rng"])
+        start_step, history = ckpt["step"], ckpt["metrics"]
+    _atomic_write_text(partial_metrics, "".join(json.dumps(m) + "\n" for m in history))
+
+    from tqdm import tqdm
+
+    bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, desc=f"{cfg.method} s{cfg.seed}",
+               disable=not cfg.progress, file=sys.stderr, mininterval=1.0)  # fmt: skip
+    t_run = time.perf_counter()
+    metrics_file = open(partial_metrics, "a", encoding="utf-8")
+    try:
+        for step in bar:
+            m = train_step(step, model, reference, tokenizer, optimizer, rows, cfg, params, settings,
+                           is_bounds_method, device)  # fmt: skip
+            history.append(m)
+            metrics_file.write(json.dumps(m) + "\n")
+            metrics_file.flush()
+            bar.set_postfix(reward=f"{m['reward_mean']:.3f}", entropy=f"{m['entropy']:.3f}")
+            if (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
+                ckpt_path.parent.mkdir(exist_ok=True)
+                _atomic_torch_save(
+                    {"identity": cfg.identity(), "step": step + 1, "model": model.state_dict(),
+                     "optimizer": optimizer.state_dict(), "rng": _rng_state(), "metrics": history},
+                    ckpt_path,
+                )  # fmt: skip
+    finally:
+        metrics_file.close()
+    train_seconds = time.perf_counter() - t_run
+
+    # Publish: model/ (renamed into place), metrics.jsonl, then run.json last.
+    tmp_model = out / "model.tmp"
+    shutil.rmtree(tmp_model, ignore_errors=True)
+    model.save_pretrained(tmp_model)
+    tokenizer.save_pretrained(tmp_model)
+    shutil.rmtree(out / "model", ignore_errors=True)
+    os.replace(tmp_model, out / "model")
+    os.replace(partial_metrics, out / "metrics.jsonl")
+    summary = {
+        "config": dataclasses.asdict(cfg),
+        "method_params": params.to_dict(),
+        "grader": grader_info(),
+        "steps": cfg.steps,
+        "resumed_from_step": start_step,
+        "train_seconds_this_process": train_seconds,
+        "train_seconds_total": sum(m["step_seconds"] for m in history),
+        "final": {k: history[-1][k] for k in ("reward_mean", "entropy", "response_length")} if history else {},
+        "versions": _versions(),
+        "device": str(device),
+    }
+    _atomic_write_text(out / "run.json", json.dumps(summary, indent=2, default=str))
+    if not cfg.keep_checkpoint:
+        shutil.rmtree(out / "checkpoint", ignore_errors=True)
+    return summary
+
+
+def train_step(step, model, reference, tokenizer, optimizer, rows, cfg, params, settings, is_bounds_method, device):
+    """One rollout batch and its ``updates_per_step`` optimizer updates; returns the step's metrics."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    t0 = time.perf_counter()
+    seed = _step_seed(cfg.seed, step)
+    picked = random.Random(seed).sample(range(len(rows)), k=min(cfg.prompts_per_step, len(rows)))
+    torch.manual_seed(seed)  # the sampling draws of generate()
+    if device.type == "cuda":
+        torch.cuda.manual_seed_all(seed)
+
+    # 1-3. rollouts and rewards
+    with torch.no_grad():
+        batch = rollout(model, tokenizer, [rows[i]["prompt"] for i in picked], cfg, device)
+    answers = [str(rows[i]["answer"]) for i in picked for _ in range(cfg.samples_per_prompt)]
+    scores = torch.tensor(grade_many(batch.texts, answers), dtype=torch.float32)
+    if cfg.reward == "random":
+        rewards = torch.bernoulli(torch.full_like(scores, 0.5), generator=torch.Generator().manual_seed(seed))
+    else:
+        rewards = scores
+    sync()
+    t_rollout = time.perf_counter() - t0
+
+    # 4. group-normalised advantages, broadcast over the completion tokens
+    mask = batch.response_mask
+    seq_adv = group_advantages(rewards, cfg.samples_per_prompt, cfg.adv_eps).to(device)
+    advantages = seq_adv.unsqueeze(1).expand_as(mask).contiguous()
+
+    # 5. old log-probs of the rollout policy (recomputed, no grad) and its token entropy
+    with torch.no_grad():
+        old_log_prob, entropy = completion_log_probs(
+            model, batch.input_ids, batch.attention_mask, batch.prompt_len, with_entropy=True
+        )
+        ref_log_prob = None
+        if reference is not None:
+            ref_log_prob, _ = completion_log_probs(reference, batch.input_ids, batch.attention_mask, batch.prompt_len)
+
+    # 6. bounds once per rollout batch, on valid tokens only
+    t_b = time.perf_counter()
+    bounds = methods.compute_bounds(cfg.method, old_log_prob, mask, params) if is_bounds_method else None
+    sync()
+    bounds_seconds = time.perf_counter() - t_b
+
+    # 7. off-policy updates over disjoint mini-batches
+    gen = torch.Generator().manual_seed(seed)
+    order = torch.randperm(mask.shape[0], generator=gen).to(device)
+    diag: dict[str, list[float]] = defaultdict(list)
+    for u, idx in enumerate(torch.tensor_split(order, cfg.updates_per_step)):
+        log_prob, _ = completion_log_probs(model, batch.input_ids[idx], batch.attention_mask[idx], batch.prompt_len)
+        loss, info = methods.compute_loss(
+            cfg.method, old_log_prob[idx], log_prob, advantages[idx], mask[idx], params, settings,
+            bounds=(bounds[0][idx], bounds[1][idx]) if bounds is not None else None,
+        )  # fmt: skip
+        if reference is not None:
+            # k3 estimator of KL(pi || pi_ref): exp(ref - logp) - (ref - logp) - 1, aggregated like the policy loss
+            d = (ref_log_prob[idx] - log_prob).clamp(-20, 20)
+            kl = methods.aggregate_loss(torch.exp(d) - d - 1, mask[idx].float(), cfg.loss_agg_mode)
+            loss = loss + cfg.kl_coef * kl
+            diag["kl_ref"].append(float(kl.detach()))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        diag["loss"].append(float(loss.detach()))
+        diag["grad_norm"].append(float(grad_norm))
+        if bounds is not None:  # share of valid tokens whose ratio left [r_lo, r_hi], whatever the advantage's sign
+            with torch.no_grad():
+                ratio = torch.exp(log_prob.detach() - old_log_prob[idx])
+                outside = ((ratio < bounds[0][idx]) | (ratio > bounds[1][idx])) & mask[idx]
+                diag["outside_frac"].append(float(outside.sum() / mask[idx].sum().clamp(min=1)))
+                if u > 0:
+                    diag["offpolicy/outside_frac"].append(diag["outside_frac"][-1])
+        for k, v in info.items():
+            diag[k].append(float(v))
+            if u > 0:
+                diag[f"offpolicy/{k}"].append(float(v))
+    sync()
+    step_seconds = time.perf_counter() - t0
+
+    n_tokens = int(mask.sum())
+    valid = mask.bool()
+    groups = rewards.view(-1, cfg.samples_per_prompt)
+    metrics = {
+        "step": step + 1,
+        "reward_mean": float(rewards.mean()),
+        "accuracy": float(scores.mean()),
+        "mixed_group_frac": float(((groups.max(1).values - groups.min(1).values) > 0).float().mean()),
+        "entropy": float(entropy[valid].mean()) if n_tokens else 0.0,
+        "response_length": n_tokens / mask.shape[0],
+        "truncated_frac": float((mask[:, -1]).float().mean()),
+    }
+    for k, values in diag.items():
+        if k.endswith("ratio_min"):
+            metrics[k] = min(values)
+        elif k.endswith("ratio_max"):
+            metrics[k] = max(values)
+        else:
+            metrics[k] = _mean(values)
+    metrics.update(
+        {
+            "lr": optimizer.param_groups[0]["lr"],
+            "rollout_seconds": t_rollout,
+            "train_seconds": step_seconds - t_rollout,
+            "bounds_seconds": bounds_seconds,
+            "bounds_frac": bounds_seconds / step_seconds,
+            "step_seconds": step_seconds,
+            "tokens_per_second": n_tokens / step_seconds,
+        }
+    )
+    return metrics
+
+
+def _versions() -> dict:
+    import platform
+
+    import transformers
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bandpo.train", description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True, help="Hugging Face model directory")
+    ap.add_argument("--data", required=True, help="directory with train.jsonl, or a JSONL file")
+    ap.add_argument("--method", default="grpo", help=f"one of: {', '.join(methods.list_methods())}")
+    ap.add_argument("--params", default="{}", help="the method's parameters as a JSON object")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", required=True, help="run directory")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a TrainConfig field (repeatable), e.g. --set steps=60")  # fmt: skip
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        params = json.loads(args.params)
+        if not isinstance(params, dict):
+            raise ValueError("--params must be a JSON object")
+        cfg = TrainConfig(model=args.model, data=args.data, out=args.out, method=args.method, params=params,
+                          seed=args.seed, threads=args.threads, progress=not args.no_progress)  # fmt: skip
+        apply_overrides(cfg, args.overrides)
+        cfg.validate()
+    except (ValueError, json.JSONDecodeError) as e:
+        ap.error(str(e))
+    summary = train(cfg)
+    print(json.dumps({"out": cfg.out, **summary["final"], "train_seconds": summary["train_seconds_total"]}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
