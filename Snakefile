@@ -1,0 +1,51 @@
+# BandPO-Bench: one DAG from data and models to trained runs and lm-eval scores.
+#
+#   snakemake --cores all                                   # the embedded CPU profile (config/config.yaml)
+#   snakemake --cores 2 --configfile config/smoke.yaml      # a few minutes (the test suite runs it)
+#   snakemake -n --configfile config/gpu.yaml               # the paper's protocol (verl + vLLM), dry run
+#   snakemake --configfile config/gpu.yaml --workflow-profile workflow/profiles/slurm   # on a SLURM cluster
+#
+# Layout: data -> resources/data/{id}/, models -> resources/models/{id}/, runs -> results/{profile}/runs/,
+# scores -> results/{profile}/eval/, logs and per-rule benchmarks -> logs/{profile}/.
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(workflow.basedir, "workflow", "scripts"))
+
+from bench_config import ConfigError, validate_config  # noqa: E402
+from snakemake.exceptions import WorkflowError  # noqa: E402
+
+# The default config is read only when no --configfile is given: snakemake would otherwise merge the two files
+# (the sweep of config.yaml would leak into smoke.yaml / gpu.yaml).
+if not workflow.overwrite_configfiles:
+    workflow.configfile(os.path.join(workflow.basedir, "config", "config.yaml"))
+
+try:
+    # registry checks (bandpo.methods, which imports torch) are skipped for a config already checked unchanged
+    _validated = validate_config(config, cache_dir=os.path.join(".snakemake", "bandpo-config-checked"))
+except ConfigError as _err:
+    raise WorkflowError(str(_err)) from None
+config.clear()
+config.update(_validated)
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/models.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/eval.smk"
+include: "workflow/rules/report.smk"
+
+
+# Rules of external trainers (method entries with `external: true`): workflow/README.md, "Adding a method".
+for _rules_file in config["include_rules"]:
+
+    include: os.path.join(workflow.basedir, _rules_file)
+
+
+rule all:
+    default_target: True
+    input:
+        all_eval_summaries(),
+        f"{RESULTS}/eval/summary.csv",

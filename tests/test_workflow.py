@@ -1,0 +1,404 @@
+"""The Snakemake workflow: config validation (each bad case stops before any job, naming the field), the job matrix of
+every profile (dry runs), and the smoke DAG end to end with the no-op rerun and the add-one-method-entry checks.
+
+Every snakemake call runs in a temporary working directory (``-d``), so nothing is written into the repository.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SNAKEFILE = ROOT / "Snakefile"
+CONFIGS = {name: ROOT / "config" / f"{name}.yaml" for name in ("config", "smoke", "gpu")}
+
+pytestmark = pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
+
+
+def load_bench_config():
+    spec = importlib.util.spec_from_file_location("bench_config", ROOT / "workflow" / "scripts" / "bench_config.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("bench_config", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+bc = load_bench_config()
+
+
+def read_config(name: str) -> dict:
+    return yaml.safe_load(CONFIGS[name].read_text())
+
+
+def snakemake(workdir: Path, *args: str, configfile: Path | None = None, timeout: int = 600):
+    cmd = ["snakemake", "-s", str(SNAKEFILE), "-d", str(workdir), *args]
+    if configfile is not None:
+        cmd += ["--configfile", str(configfile)]  # last: --configfile takes several values
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    proc.seconds = time.monotonic() - t0
+    proc.output = proc.stdout + proc.stderr
+    return proc
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """The "Job stats" table of a snakemake (dry) run."""
+    counts: dict[str, int] = {}
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"^job\s+count\s*$", line):
+            for row in lines[i + 2 :]:
+                m = re.match(r"^(\S+)\s+(\d+)\s*$", row)
+                if not m:
+                    break
+                counts[m.group(1)] = int(m.group(2))
+            break
+    counts.pop("total", None)
+    return counts
+
+
+def write_config(tmp_path: Path, cfg: dict, name: str = "cfg.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# config validation
+
+
+@pytest.mark.parametrize("name", ["config", "smoke", "gpu"])
+def test_shipped_configs_are_valid(name):
+    cfg = bc.validate_config(read_config(name))
+    assert cfg["profile"] == {"config": "embedded"}.get(name, name)
+    assert cfg["eval"]["base"] is True  # the base model is scored (step-0 row) in every profile
+
+
+def test_defaults_are_filled_in():
+    raw = read_config("smoke")
+    raw.pop("trainer")
+    raw.pop("offline")
+    raw["eval"].pop("group_seeds")
+    cfg = bc.validate_config(raw)
+    assert cfg["trainer"] == "local" and cfg["offline"] is True and cfg["eval"]["group_seeds"] is True
+    assert cfg["methods"][0]["params"] == {} and cfg["models"][0]["train"] == {}
+    assert "trainer" not in raw  # the caller's config is not modified
+
+
+def test_embedded_config_matrix():
+    cfg = bc.validate_config(read_config("config"))
+    assert [m["size"] for m in cfg["models"]] == ["tiny-s", "tiny-m"]
+    entries = {e["id"]: (e["method"], e["params"]) for e in cfg["methods"]}
+    assert {m for m, _ in entries.values()} >= {"grpo", "clip_higher", "dcpo", "bandpo"}
+    assert {p.get("divergence") for m, p in entries.values() if m == "bandpo"} == {"kl", "tv", "chi2"}
+    assert any(p.get("relax") for m, p in entries.values() if m == "bandpo")  # the relaxed BandPO-KL ablation
+    assert len(cfg["seeds"]) >= 3
+    assert cfg["offline"] is True and cfg["eval"]["backend"] == "hf"
+
+
+def bad(mutate):
+    cfg = copy.deepcopy(read_config("smoke"))
+    mutate(cfg)
+    return cfg
+
+
+def _set(path, value):
+    """A mutation of the smoke config: set the value at ``path`` (keys and list indices), creating dicts."""
+
+    def mutate(cfg):
+        node = cfg
+        for key in path[:-1]:
+            node = node.setdefault(key, {}) if isinstance(node, dict) else node[key]
+        node[path[-1]] = value
+
+    return mutate
+
+
+def _drop(key):
+    return lambda cfg: cfg.pop(key)
+
+
+def _duplicate_first_entry(cfg):
+    cfg["methods"].append(dict(cfg["methods"][0]))
+
+
+BAD_CASES = {  # case: (mutation of config/smoke.yaml, regex the error message must match)
+    "unknown_method": (_set(["methods", 0, "method"], "grpoo"), r"methods\[0\]\.method .*'grpoo'.*did you mean 'grpo'"),
+    "delta_zero": (_set(["methods", 1, "params", "delta"], 0), r"methods\[1\]\.params\.delta .*must be > 0"),
+    "delta_negative": (_set(["methods", 1, "params", "delta"], -0.1), r"methods\[1\]\.params\.delta .*must be > 0"),
+    "unknown_divergence": (
+        _set(["methods", 1, "params", "divergence"], "hellinger2"),
+        r"methods\[1\]\.params\.divergence .*'hellinger2' is not registered",
+    ),
+    "unknown_param": (_set(["methods", 0, "params", "eps_lo"], 0.1), r"methods\[0\]\.params\.eps_lo .*unknown"),
+    "missing_models": (_drop("models"), r"config error at models: missing required key 'models'"),
+    "empty_models": (_set(["models"], []), r"config error at models: .*(non-empty|too short)"),
+    "hub_model_without_repo": (
+        _set(["models"], [{"id": "m", "source": "hub"}]),
+        r"models\[0\]\.repo_id: missing required key 'repo_id'",
+    ),
+    "unknown_model_size": (_set(["models", 0, "size"], "tiny-xl"), r"models\[0\]\.size .*'tiny-xl'"),
+    "unknown_top_level_key": (_set(["sweeps"], 1), r"config error at sweeps: unknown key 'sweeps'"),
+    "unknown_nested_key": (_set(["eval", "temprature"], 1.0), r"config error at eval\.temprature: unknown key"),
+    "unknown_entry_key": (_set(["methods", 0, "parms"], {}), r"methods\[0\]\.parms: unknown key"),
+    "duplicate_entry_id": (_duplicate_first_entry, r"methods\[2\]\.id: duplicate id 'grpo'"),
+    "reserved_entry_id": (_set(["methods", 0, "id"], "base"), r"methods\[0\]\.id: 'base' is reserved"),
+    "unknown_eval_data": (_set(["eval", "tasks", 0, "data"], "nope"), r"eval\.tasks\[0\]\.data: unknown data set"),
+    "unknown_eval_task": (_set(["eval", "tasks", 0, "task"], "nope"), r"eval\.tasks\[0\]\.task: no lm-eval task"),
+    "bad_seed": (_set(["seeds"], [0, -1]), r"config error at seeds\[1\]"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CASES))
+def test_bad_config_is_rejected_naming_the_field(case):
+    mutate, pattern = BAD_CASES[case]
+    with pytest.raises(bc.ConfigError) as exc:
+        bc.validate_config(bad(mutate))
+    assert re.search(pattern, str(exc.value)), str(exc.value)
+
+
+@pytest.mark.parametrize("case", ["delta_zero", "unknown_divergence", "unknown_nested_key", "missing_models"])
+def test_bad_config_stops_snakemake_before_any_job(tmp_path, case):
+    mutate, pattern = BAD_CASES[case]
+    proc = snakemake(tmp_path / "wd", "-n", configfile=write_config(tmp_path, bad(mutate)))
+    assert proc.returncode != 0
+    assert re.search(pattern, proc.output), proc.output[-3000:]
+    assert "Job stats" not in proc.output and "rule " not in proc.output  # no job was even planned
+    assert not (tmp_path / "wd" / "results").exists() and not (tmp_path / "wd" / "resources").exists()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# dry runs: the job matrix of each profile
+
+
+def test_gpu_dry_run_lists_the_full_matrix(tmp_path):
+    cfg = bc.validate_config(read_config("gpu"))
+    proc = snakemake(tmp_path, "-n", "--quiet", "rules", configfile=CONFIGS["gpu"])
+    assert proc.returncode == 0, proc.output[-3000:]
+    counts = job_counts(proc.output)
+    n_models, n_entries, n_seeds = len(cfg["models"]), len(cfg["methods"]), len(cfg["seeds"])
+    assert (n_models, n_seeds) == (4, 3) and n_entries >= 7
+    assert counts == bc.expected_jobs(cfg)
+    assert counts["train_verl"] == counts["merge_verl"] == n_models * n_entries * n_seeds
+    assert counts["eval_run"] == n_models * (n_entries + 1) * n_seeds  # + the base models
+    assert counts["model_hub"] == 4 and counts["data_real"] == 6 and counts["verl_data"] == 1
+
+
+def test_gpu_dry_run_commands(tmp_path):
+    """The verl command comes from bandpo.verl_command, the merge from verl.model_merger, scoring from lm-eval vllm."""
+    targets = [
+        "results/gpu/runs/qwen2.5-3b-instruct/bandpo_tv/seed1/model/config.json",
+        "results/gpu/eval/qwen2.5-3b-instruct/bandpo_tv/seed1/aime24.json",
+    ]
+    proc = snakemake(tmp_path, "-n", "-p", *targets, configfile=CONFIGS["gpu"])
+    assert proc.returncode == 0, proc.output[-3000:]
+    out = proc.output
+    assert "python -m verl.trainer.main_ppo" in out
+    assert "actor_rollout_ref.actor.policy_loss.loss_mode='\"'\"'bandpo.bandpo'\"'\"'" in out
+    assert 'BANDPO_METHOD_CONFIG=\'{"bandpo":{"cap":10.0,"delta":0.05,"divergence":"tv"' in out
+    assert "merge_verl.py --run-dir results/gpu/runs/qwen2.5-3b-instruct/bandpo_tv/seed1" in out
+    assert "python -m bandpo.evaluate" in out and "--backend vllm" in out and "--apply-chat-template" in out
+
+
+def test_embedded_dry_run(tmp_path):
+    cfg = bc.validate_config(read_config("config"))
+    proc = snakemake(tmp_path, "-n", "--quiet", "rules")  # no --configfile: config/config.yaml is the default
+    assert proc.returncode == 0, proc.output[-3000:]
+    counts = job_counts(proc.output)
+    assert counts == bc.expected_jobs(cfg)
+    assert counts["train"] == 2 * len(cfg["methods"]) * len(cfg["seeds"])
+    # one lm-eval process per (model, entry) group, base models included: the start-up is paid 16 times, not 48
+    assert counts["eval_group"] == 2 * (len(cfg["methods"]) + 1)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# helper scripts of the rules
+
+
+def run_script(name: str, *args: str, cwd: Path | None = None):
+    return subprocess.run(
+        [sys.executable, str(ROOT / "workflow" / "scripts" / name), *args], capture_output=True, text=True, cwd=cwd
+    )
+
+
+def test_atomic_dir_publishes_only_finished_folders(tmp_path):
+    final = tmp_path / "runs" / "seed0"
+    final.mkdir(parents=True)  # snakemake creates the output folder first
+    (final / "stale.txt").write_text("old")
+    write = "import pathlib, sys; p = pathlib.Path(sys.argv[1]); p.mkdir(); (p / 'a.txt').write_text('new')"
+    proc = run_script("atomic_dir.py", "--final", str(final), "--", sys.executable, "-c", write, "{tmp}")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in final.iterdir()) == ["a.txt"]
+    assert sorted(p.name for p in final.parent.iterdir()) == ["seed0"]  # no temporary folder left
+    fail = "import pathlib, sys; p = pathlib.Path(sys.argv[1]); p.mkdir(); (p / 'b.txt').write_text('x'); sys.exit(3)"
+    proc = run_script("atomic_dir.py", "--final", str(final), "--", sys.executable, "-c", fail, "{tmp}")
+    assert proc.returncode == 3
+    assert sorted(p.name for p in final.iterdir()) == ["a.txt"]  # unchanged
+    assert sorted(p.name for p in final.parent.iterdir()) == ["seed0"]
+
+
+def test_verl_data_and_reward(tmp_path):
+    pd = pytest.importorskip("pandas")
+    src = tmp_path / "tiny" / "train.jsonl"
+    src.parent.mkdir()
+    rows = [{"id": f"r{i}", "prompt": f"Q: {i}+1?\nA: ", "answer": str(i + 1), "level": 1} for i in range(5)]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out_train, out_val = tmp_path / "v" / "train.parquet", tmp_path / "v" / "val.parquet"
+    proc = run_script("verl_data.py", "--train", str(src), "--val", str(src), "--out-train", str(out_train),
+                      "--out-val", str(out_val))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    df = pd.read_parquet(out_train)
+    assert len(df) == 5 and set(df.columns) == {"data_source", "prompt", "ability", "reward_model", "extra_info"}
+    first = df.iloc[0]
+    assert first["data_source"] == "tiny" and list(first["prompt"]) == [{"role": "user", "content": "Q: 0+1?\nA: "}]
+    assert first["reward_model"]["ground_truth"] == "1"
+    spec = importlib.util.spec_from_file_location("verl_reward", ROOT / "workflow" / "scripts" / "verl_reward.py")
+    reward = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reward)
+    assert reward.compute_score("tiny", "1+1=2. \\boxed{2}", "2") == {"score": 1.0, "acc": 1.0}
+    assert reward.compute_score("tiny", "Answer: 3", "2") == {"score": -1.0, "acc": 0.0}  # the paper's +1 / -1
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the smoke DAG, end to end
+
+
+def trainer_available() -> bool:
+    try:
+        return importlib.util.find_spec("bandpo.train") is not None
+    except ImportError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    if not trainer_available():
+        pytest.skip("bandpo.train (the local trainer) is not importable yet: the smoke DAG needs it")
+    wd = tmp_path_factory.mktemp("smoke")
+    proc = snakemake(wd, "--cores", "2", configfile=CONFIGS["smoke"], timeout=900)
+    assert proc.returncode == 0, proc.output[-5000:]
+    return wd, proc
+
+
+def test_smoke_dag_end_to_end(smoke_run):
+    wd, proc = smoke_run
+    cfg = bc.validate_config(read_config("smoke"))
+    assert job_counts(proc.output) == bc.expected_jobs(cfg)
+    entries = ["base"] + [e["id"] for e in cfg["methods"]]
+    model = cfg["models"][0]["id"]
+    for entry in entries:
+        for seed in cfg["seeds"]:
+            d = wd / "results" / "smoke" / "eval" / model / entry / f"seed{seed}"
+            summary = json.loads((d / "tiny_math.json").read_text())
+            results = json.loads((d / "lm_eval_results.json").read_text())
+            assert summary["entry"] == entry and summary["seed"] == seed and summary["k"] == 8
+            assert summary["metrics"]["mean@8"] == results["results"]["tiny_math"]["mean@8,all_k"]
+            assert results["config"]["random_seed"] == seed
+            assert (d / "tiny_math.samples.jsonl").stat().st_size > 0
+            if entry != "base":
+                run = wd / "results" / "smoke" / "runs" / model / entry / f"seed{seed}"
+                assert (run / "model" / "config.json").is_file() and (run / "run.json").is_file()
+                assert len((run / "metrics.jsonl").read_text().splitlines()) == cfg["train"]["steps"]
+                assert summary["method"] == next(e["method"] for e in cfg["methods"] if e["id"] == entry)
+    table = (wd / "results" / "smoke" / "eval" / "summary.csv").read_text().splitlines()
+    assert len(table) == 1 + len(entries) * len(cfg["seeds"])
+    # every rule logs and records a benchmark
+    assert list((wd / "logs" / "smoke" / "benchmarks").rglob("*.tsv"))
+    assert (wd / "logs" / "smoke" / "eval" / model / "grpo.log").read_text().count("tiny_math: mean@8=") == len(
+        cfg["seeds"]
+    )  # one lm-eval process scored all seeds of the entry
+
+
+def test_smoke_rerun_is_a_fast_noop(smoke_run):
+    wd, _ = smoke_run
+    proc = snakemake(wd, "--cores", "2", configfile=CONFIGS["smoke"])
+    assert proc.returncode == 0, proc.output[-3000:]
+    assert "Nothing to be done" in proc.output
+    assert proc.seconds < 10, f"no-op rerun took {proc.seconds:.1f} s"
+
+
+def test_adding_a_method_entry_reruns_only_its_jobs(smoke_run, tmp_path):
+    wd, _ = smoke_run
+    cfg = read_config("smoke")
+    cfg["methods"].append({"id": "bandpo_tv_d0.1", "method": "bandpo", "params": {"divergence": "tv", "delta": 0.1}})
+    proc = snakemake(wd, "-n", "--cores", "2", configfile=write_config(tmp_path, cfg))
+    assert proc.returncode == 0, proc.output[-3000:]
+    counts = job_counts(proc.output)
+    n_models, n_seeds = len(cfg["models"]), len(cfg["seeds"])
+    assert counts == {"train": n_models * n_seeds, "eval_group": n_models, "collect_eval": 1, "all": 1}
+    planned = set(re.findall(r"wildcards: model=[^,\n]+, entry=([^,\n]+)", proc.output))
+    assert planned == {"bandpo_tv_d0.1"}
+
+
+# A stand-in for another framework's trainer: any command that writes the run-output contract into {tmp}
+# (metrics.jsonl, model/ as a Hugging Face checkpoint, run.json); atomic_dir.py publishes the folder.
+EXTERNAL_TRAINER = """
+import argparse, json, shutil
+from pathlib import Path
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--model")
+ap.add_argument("--out")
+args = ap.parse_args()
+out = Path(args.out)
+shutil.copytree(args.model, out / "model")
+(out / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward_mean": 0.0}) + "\\n")
+(out / "run.json").write_text(json.dumps({"trainer": "copy"}) + "\\n")
+"""
+
+EXTERNAL_RULE = """
+rule train_copy:
+    input:
+        model=f"{model_dir('{model}')}/config.json",
+    output:
+        metrics=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/metrics.jsonl",
+        model=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/model/config.json",
+        run=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/run.json",
+    wildcard_constraints:
+        entry="copy_trainer",
+    params:
+        run=lambda w: run_dir(w.model, w.entry, w.seed),
+        script=TRAINER_SCRIPT,
+    log:
+        f"{LOGS}/train/{{model}}/{{entry}}/seed{{seed}}.log",
+    shell:
+        "python {SCRIPTS}/atomic_dir.py --final {params.run} -- "
+        "python {params.script} --model resources/models/{wildcards.model} --out {{tmp}} > {log} 2>&1"
+"""
+
+
+def test_external_trainer_rule_gets_scored(smoke_run, tmp_path):
+    """A method with its own trainer: an `external` entry + a rule file writing the run-output contract."""
+    wd, _ = smoke_run
+    script = tmp_path / "copy_trainer.py"
+    script.write_text(EXTERNAL_TRAINER)
+    rules = tmp_path / "copy_trainer.smk"
+    rules.write_text(f"TRAINER_SCRIPT = {str(script)!r}\n" + EXTERNAL_RULE)
+    cfg = read_config("smoke")
+    cfg["include_rules"] = [str(rules)]
+    cfg["methods"].append({"id": "copy_trainer", "method": "copy-of-base", "external": True})
+    proc = snakemake(wd, "--cores", "2", configfile=write_config(tmp_path, cfg))
+    assert proc.returncode == 0, proc.output[-3000:]
+    n_seeds = len(cfg["seeds"])
+    assert job_counts(proc.output) == {"train_copy": n_seeds, "eval_group": 1, "collect_eval": 1, "all": 1}
+    model = cfg["models"][0]["id"]
+    for seed in cfg["seeds"]:
+        summary = json.loads(
+            (wd / "results/smoke/eval" / model / "copy_trainer" / f"seed{seed}" / "tiny_math.json").read_text()
+        )
+        base = json.loads((wd / "results/smoke/eval" / model / "base" / f"seed{seed}" / "tiny_math.json").read_text())
+        assert summary["method"] == "copy-of-base" and summary["trainer"] == "external"
+        assert summary["metrics"] == base["metrics"]  # the same weights, the same evaluation seed: the same scores
+    table = (wd / "results/smoke/eval/summary.csv").read_text()
+    assert ",copy_trainer,copy-of-base," in table

@@ -1,0 +1,114 @@
+# Shared names, paths and helpers. `config` has been validated and completed by the Snakefile.
+
+import json
+import re
+import shlex
+
+from bench_config import BASE_ENTRY, builtin_entries, by_id, eval_entries, set_args, train_overrides, verl_fields
+
+PROFILE = config["profile"]
+RESULTS = f"results/{PROFILE}"
+RUNS = f"{RESULTS}/runs"
+EVAL = f"{RESULTS}/eval"
+LOGS = f"logs/{PROFILE}"
+BENCH = f"logs/{PROFILE}/benchmarks"  # rule benchmarks (benchmarks/ at the top holds the perf scripts)
+SCRIPTS = os.path.join(workflow.basedir, "workflow", "scripts")
+TASKS_DIR = os.path.join(workflow.basedir, "workflow", "lm_eval_tasks")
+
+DATA = by_id(config["data"])
+MODELS = by_id(config["models"])
+ENTRIES = by_id(config["methods"])
+SEEDS = list(config["seeds"])
+EVAL_TASKS = [t["task"] for t in config["eval"]["tasks"]]
+EVAL_ENTRIES = eval_entries(config)
+BUILTIN_ENTRIES = builtin_entries(config)  # trained by rule train / train_verl; the others by their own rules
+TRAIN_DATA = list(config["train_data"])
+THREADS = int(config["threads"])
+
+
+def _alternatives(ids):
+    """A wildcard constraint that matches exactly these ids (and nothing when there are none)."""
+    ids = list(ids)
+    return "|".join(re.escape(i) for i in ids) if ids else "(?!x)x"
+
+
+TINY_MATH_DATA = [d for d, v in DATA.items() if v["source"] == "tiny-math"]
+REAL_DATA = [d for d, v in DATA.items() if v["source"] == "real"]
+TINY_MODELS = [m for m, v in MODELS.items() if v["source"] == "tiny"]
+HUB_MODELS = [m for m, v in MODELS.items() if v["source"] == "hub"]
+
+
+wildcard_constraints:
+    model=_alternatives(MODELS),
+    entry=_alternatives(ENTRIES),
+    seed=r"\d+",
+
+
+# Environment of every job: no network in the embedded profile, one BLAS pool per job, quiet tokenizers.
+_env = {"TOKENIZERS_PARALLELISM": "false", "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": str(THREADS)}
+if config["offline"]:
+    _env.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+ENV = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(_env.items()))
+
+
+def data_dir(data_id):
+    return f"resources/data/{data_id}"
+
+
+def data_file(data_id, split):
+    return f"{data_dir(data_id)}/{split}.jsonl"
+
+
+def model_dir(model_id):
+    return f"resources/models/{model_id}"
+
+
+def run_dir(model_id, entry_id, seed):
+    return f"{RUNS}/{model_id}/{entry_id}/seed{seed}"
+
+
+def eval_dir(model_id, entry_id, seed):
+    return f"{EVAL}/{model_id}/{entry_id}/seed{seed}"
+
+
+def eval_outputs(model_id, entry_id, seeds):
+    """Files one evaluation job writes for these seeds (lm-eval's results and samples kept beside the summary)."""
+    out = []
+    for s in seeds:
+        d = eval_dir(model_id, entry_id, s)
+        out.append(f"{d}/lm_eval_results.json")
+        for t in EVAL_TASKS:
+            out += [f"{d}/{t}.json", f"{d}/{t}.samples.jsonl"]
+    return out
+
+
+def all_eval_summaries():
+    return [f"{eval_dir(m, e, s)}/{t}.json" for m in MODELS for e in EVAL_ENTRIES for s in SEEDS for t in EVAL_TASKS]
+
+
+def all_eval_outputs():
+    return [f for m in MODELS for e in EVAL_ENTRIES for f in eval_outputs(m, e, SEEDS)]
+
+
+def run_meta(model_id, entry_id, seed):
+    """Identity of a scored run, stored in every evaluation summary."""
+    meta = {"profile": PROFILE, "model": model_id, "entry": entry_id, "seed": int(seed)}
+    if entry_id == BASE_ENTRY:
+        meta.update({"method": None, "params": None, "step": 0, "model_dir": model_dir(model_id)})
+    else:
+        meta.update(
+            {
+                "method": ENTRIES[entry_id]["method"],
+                "params": ENTRIES[entry_id]["params"],  # completed by bandpo.evaluate (no torch import here)
+                "train": train_overrides(config, model_id, entry_id),
+                "trainer": "external" if ENTRIES[entry_id]["external"] else config["trainer"],
+                "external": bool(ENTRIES[entry_id]["external"]),
+                "step": "final",
+                "run_dir": run_dir(model_id, entry_id, seed),
+            }
+        )
+    return meta
+
+
+def q(x):
+    return shlex.quote(str(x))

@@ -1,0 +1,69 @@
+# Data sets: resources/data/{data}/{split}.jsonl (bandpo.tasks writes each file atomically).
+
+
+def _tiny_math_args(wildcards):
+    d = DATA[wildcards.data]
+    return f"--seed {d['seed']} --n-train {d['n_train']} --n-val {d['n_val']} --n-test {d['n_test']}"
+
+
+rule data_tiny_math:
+    output:
+        expand("resources/data/{{data}}/{split}.jsonl", split=["train", "validation", "test"]),
+    wildcard_constraints:
+        data=_alternatives(TINY_MATH_DATA),
+    params:
+        args=_tiny_math_args,
+    log:
+        f"{LOGS}/data/{{data}}.log",
+    benchmark:
+        f"{BENCH}/data/{{data}}.tsv"
+    shell:
+        "{ENV} python -m bandpo.tasks tiny-math --out resources/data/{wildcards.data} {params.args} > {log} 2>&1"
+
+
+def _real_args(wildcards):
+    d = DATA[wildcards.data]
+    args = ["--name", d["name"]]
+    if d.get("path"):
+        args += ["--path", d["path"]]
+    elif d.get("download"):
+        args += ["--download"]
+    if d.get("limit"):
+        args += ["--limit", str(d["limit"])]
+    return shlex.join(args)
+
+
+# Real data sets (GPU profile): hub sets through `datasets`, or local files in the source format.
+rule data_real:
+    output:
+        "resources/data/{data}/{split}.jsonl",
+    wildcard_constraints:
+        data=_alternatives(REAL_DATA),
+        split="train|test",
+    params:
+        args=_real_args,
+    log:
+        f"{LOGS}/data/{{data}}.{{split}}.log",
+    benchmark:
+        f"{BENCH}/data/{{data}}.{{split}}.tsv"
+    resources:
+        downloads=1,
+    shell:
+        "python -m bandpo.tasks real --out resources/data/{wildcards.data} {params.args} > {log} 2>&1"
+
+
+# verl reads parquet in its own row format (chat prompt, reward_model.ground_truth): built from our JSONL.
+rule verl_data:
+    input:
+        train=[data_file(d, "train") for d in TRAIN_DATA],
+        val=data_file(config["val_data"], "test") if config.get("val_data") else [],
+    output:
+        train=f"resources/data/_verl/{PROFILE}/train.parquet",
+        val=f"resources/data/_verl/{PROFILE}/val.parquet",
+    log:
+        f"{LOGS}/data/verl_data.log",
+    benchmark:
+        f"{BENCH}/data/verl_data.tsv"
+    shell:
+        "python {SCRIPTS}/verl_data.py --train {input.train} --val {input.val} "
+        "--out-train {output.train} --out-val {output.val} > {log} 2>&1"

@@ -1,0 +1,83 @@
+# Scoring with lm-eval: results/{profile}/eval/{model}/{entry}/seed{seed}/{task}.json, with lm-eval's own
+# results (lm_eval_results.json) and samples ({task}.samples.jsonl) kept beside it. Entry "base" is the
+# untrained model of each size (the step-0 row).
+#
+# lm-eval start-up (imports, task index, model class) costs ~14 s per process on the 2-core testbed, far more than
+# scoring one tiny checkpoint. With eval.group_seeds (CPU default) one job scores all seeds of one
+# (model, method entry) in one process: start-up is paid once per group, and adding a method entry still adds
+# (and reruns) only that entry's jobs. On GPUs (group_seeds: false) each run is its own job: one vLLM engine per
+# job, jobs spread over GPUs.
+
+
+def _checkpoint(model_id, entry_id, seed):
+    if entry_id == BASE_ENTRY:
+        return f"{model_dir(model_id)}/config.json"
+    return f"{run_dir(model_id, entry_id, seed)}/model/config.json"
+
+
+def _task_data_files():
+    return [data_file(t["data"], "test") for t in config["eval"]["tasks"]]
+
+
+def _eval_args(model_id, entry_id, seeds):
+    e = config["eval"]
+    model_args = dict(e["model_args"])
+    model_args.update(MODELS[model_id].get("eval_model_args") or {})
+    args = ["--include-path", TASKS_DIR, "--backend", e["backend"], "--model-args", json.dumps(model_args, sort_keys=True),
+            "--batch-size", str(e["batch_size"])]  # fmt: skip
+    for t in config["eval"]["tasks"]:
+        args += ["--task", f"{t['task']}={data_file(t['data'], 'test')}"]
+    if e["apply_chat_template"]:
+        args.append("--apply-chat-template")
+    if e["limit"]:
+        args += ["--limit", str(e["limit"])]
+    for s in seeds:
+        ckpt_dir = os.path.dirname(_checkpoint(model_id, entry_id, s))
+        args += ["--run", ckpt_dir, eval_dir(model_id, entry_id, s), str(s)]
+        args += ["--meta", json.dumps(run_meta(model_id, entry_id, s), sort_keys=True)]
+    return shlex.join(args)
+
+
+if config["eval"]["group_seeds"]:
+
+    rule eval_group:
+        input:
+            models=lambda w: [_checkpoint(w.model, w.entry, s) for s in SEEDS],
+            data=_task_data_files(),
+        output:
+            eval_outputs("{model}", "{entry}", SEEDS),
+        wildcard_constraints:
+            entry=_alternatives(EVAL_ENTRIES),
+        params:
+            args=lambda w: _eval_args(w.model, w.entry, SEEDS),
+        threads: THREADS
+        resources:
+            gpu=config["eval"]["gpus"],
+        log:
+            f"{LOGS}/eval/{{model}}/{{entry}}.log",
+        benchmark:
+            f"{BENCH}/eval/{{model}}/{{entry}}.tsv"
+        shell:
+            "{ENV} python -m bandpo.evaluate {params.args} --threads {threads} > {log} 2>&1"
+
+else:
+
+    rule eval_run:
+        input:
+            model=lambda w: _checkpoint(w.model, w.entry, w.seed),
+            data=_task_data_files(),
+        output:
+            eval_outputs("{model}", "{entry}", ["{seed}"]),
+        wildcard_constraints:
+            entry=_alternatives(EVAL_ENTRIES),
+        params:
+            args=lambda w: _eval_args(w.model, w.entry, [int(w.seed)]),
+        threads: THREADS
+        resources:
+            gpu=config["eval"]["gpus"],
+        log:
+            f"{LOGS}/eval/{{model}}/{{entry}}/seed{{seed}}.log",
+        benchmark:
+            f"{BENCH}/eval/{{model}}/{{entry}}/seed{{seed}}.tsv"
+        shell:
+            "{ENV} python -m bandpo.evaluate {params.args} --threads {threads} > {log} 2>&1"

@@ -1,0 +1,118 @@
+# Training: one job per run, results/{profile}/runs/{model}/{entry}/seed{seed}/ holding the run-output contract
+# (metrics.jsonl, model/ as a Hugging Face checkpoint, run.json). Any rule that writes this gets scored.
+
+
+def _local_train_args(wildcards):
+    entry = ENTRIES[wildcards.entry]
+    args = [
+        "--model", model_dir(wildcards.model),
+        "--data", data_dir(TRAIN_DATA[0]),
+        "--method", entry["method"],
+        "--params", json.dumps(entry["params"], sort_keys=True),
+        "--seed", str(wildcards.seed),
+    ]  # fmt: skip
+    args += set_args(train_overrides(config, wildcards.model, wildcards.entry))
+    return shlex.join(args)
+
+
+def _verl_run(wildcards):
+    from bandpo.verl_command import VerlRun
+
+    entry = ENTRIES[wildcards.entry]
+    fields = verl_fields(config, wildcards.model, wildcards.entry)
+    fields.setdefault("experiment_name", f"{wildcards.model}-{wildcards.entry}-seed{wildcards.seed}")
+    return VerlRun(
+        model=os.path.abspath(model_dir(wildcards.model)),
+        method=entry["method"],
+        params=entry["params"],
+        seed=int(wildcards.seed),
+        train_files=os.path.abspath(f"resources/data/_verl/{PROFILE}/train.parquet"),
+        val_files=os.path.abspath(f"resources/data/_verl/{PROFILE}/val.parquet"),
+        output_dir=os.path.abspath(run_dir(wildcards.model, wildcards.entry, wildcards.seed)),
+        reward_fn_path=os.path.join(SCRIPTS, "verl_reward.py"),
+        **fields,
+    )
+
+
+def _verl_gpus(wildcards):
+    from bandpo.verl_command import VerlRun
+
+    fields = verl_fields(config, wildcards.model, wildcards.entry)
+    defaults = {f.name: f.default for f in __import__("dataclasses").fields(VerlRun)}
+    return int(fields.get("nnodes", defaults["nnodes"])) * int(fields.get("n_gpus_per_node", defaults["n_gpus_per_node"]))
+
+
+if config["trainer"] == "verl":
+
+    # verl on Ray with vLLM rollouts: the command built by bandpo.verl_command (method parameters travel in
+    # BANDPO_METHOD_CONFIG through Ray's runtime_env). verl resumes from its latest checkpoint when rerun.
+    rule train_verl:
+        input:
+            model=f"{model_dir('{model}')}/config.json",
+            train=f"resources/data/_verl/{PROFILE}/train.parquet",
+            val=f"resources/data/_verl/{PROFILE}/val.parquet",
+        output:
+            ckpt=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/checkpoints/latest_checkpointed_iteration.txt",
+            metrics=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/verl_metrics.jsonl",
+        wildcard_constraints:
+            entry=_alternatives(BUILTIN_ENTRIES),
+        params:
+            cmd=lambda w: _verl_run(w).shell_command(),
+        threads: THREADS
+        resources:
+            gpu=_verl_gpus,
+        log:
+            f"{LOGS}/train/{{model}}/{{entry}}/seed{{seed}}.log",
+        benchmark:
+            f"{BENCH}/train/{{model}}/{{entry}}/seed{{seed}}.tsv"
+        shell:
+            "{params.cmd} > {log} 2>&1"
+
+    # verl's FSDP checkpoint of the last step -> a Hugging Face model (python -m verl.model_merger merge),
+    # verl's JSONL log -> metrics.jsonl, and run.json: the same run-output contract as the local trainer.
+    rule merge_verl:
+        input:
+            ckpt=rules.train_verl.output.ckpt,
+            metrics=rules.train_verl.output.metrics,
+        output:
+            model=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/model/config.json",
+            metrics=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/metrics.jsonl",
+            run=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/run.json",
+        params:
+            run=lambda w: run_dir(w.model, w.entry, w.seed),
+            base=lambda w: model_dir(w.model),
+            meta=lambda w: q(json.dumps(run_meta(w.model, w.entry, w.seed), sort_keys=True)),
+        log:
+            f"{LOGS}/merge/{{model}}/{{entry}}/seed{{seed}}.log",
+        benchmark:
+            f"{BENCH}/merge/{{model}}/{{entry}}/seed{{seed}}.tsv"
+        shell:
+            "python {SCRIPTS}/merge_verl.py --run-dir {params.run} --base-model {params.base} "
+            "--meta {params.meta} > {log} 2>&1"
+
+else:
+
+    # The local trainer (bandpo.train): CPU by default, one job per core. It publishes its outputs itself (model/
+    # renamed into place, then metrics.jsonl, then run.json) and resumes from its checkpoint/ when a killed job is
+    # started again, so it writes straight into the run folder.
+    rule train:
+        input:
+            model=f"{model_dir('{model}')}/config.json",
+            train=data_file(TRAIN_DATA[0], "train"),
+        output:
+            metrics=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/metrics.jsonl",
+            model=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/model/config.json",
+            run=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/run.json",
+        wildcard_constraints:
+            entry=_alternatives(BUILTIN_ENTRIES),
+        params:
+            args=_local_train_args,
+            run=lambda w: run_dir(w.model, w.entry, w.seed),
+        threads: THREADS
+        log:
+            f"{LOGS}/train/{{model}}/{{entry}}/seed{{seed}}.log",
+        benchmark:
+            f"{BENCH}/train/{{model}}/{{entry}}/seed{{seed}}.tsv"
+        shell:
+            "{ENV} python -m bandpo.train {params.args} --out {params.run} --threads {threads} --no-progress "
+            "> {log} 2>&1"

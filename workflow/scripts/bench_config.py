@@ -1,0 +1,331 @@
+"""Load, complete and validate the workflow's config; everything the rules need to know about the sweep.
+
+Used by the Snakefile (before any job is scheduled) and by the tests. `validate_config` checks, in order:
+
+1. the JSON schema ``workflow/schemas/config.schema.yaml`` (defaults filled in, unknown keys rejected);
+2. cross references: unique ids, data sets named by ``train_data`` / ``val_data`` / ``eval.tasks`` exist, tiny
+   model sizes and real data set names are registered, every lm-eval task has its YAML;
+3. every method entry through ``bandpo.methods.make_config`` (unknown method, unknown divergence, delta <= 0, ...).
+
+Any failure raises `ConfigError` whose message starts with the offending field, e.g.
+``config error at methods[3].params (entry 'bandpo_kl'): method 'bandpo': BandPOConfig: parameter 'delta' = 0.0
+must be > 0``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+WORKFLOW_DIR = Path(__file__).resolve().parent.parent  # .../workflow
+SCHEMA_PATH = WORKFLOW_DIR / "schemas" / "config.schema.yaml"
+TASKS_DIR = WORKFLOW_DIR / "lm_eval_tasks"
+BASE_ENTRY = "base"  # the reserved method-entry id of the untrained base model (the step-0 row)
+
+
+class ConfigError(ValueError):
+    """An invalid workflow config; the message names the field."""
+
+
+def _path_str(path: Sequence[Any]) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "<top level>"
+
+
+def load_yaml(path: str | os.PathLike) -> Any:
+    import yaml
+
+    with open(path, encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def _validator_with_defaults(schema: Mapping[str, Any]):
+    """A Draft 2020-12 validator that also fills in ``default`` values of absent properties."""
+    from jsonschema import Draft202012Validator, validators
+
+    base = Draft202012Validator
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, sub in properties.items():
+                if isinstance(sub, dict) and "default" in sub and name not in instance:
+                    instance[name] = copy.deepcopy(sub["default"])
+        yield from base.VALIDATORS["properties"](validator, properties, instance, schema)
+
+    return validators.extend(base, {"properties": set_defaults})(schema)
+
+
+def _schema_errors(config: dict, schema: Mapping[str, Any]) -> list[str]:
+    from jsonschema.exceptions import best_match
+
+    validator = _validator_with_defaults(schema)
+    errors = list(validator.iter_errors(config))
+    if not errors:
+        return []
+    msgs = []
+    for err in sorted(errors, key=lambda e: (list(map(str, e.absolute_path)), e.message)):
+        leaf = err
+        if err.context:  # anyOf / allOf: report the most specific sub-error
+            leaf = best_match(err.context)
+        path = list(err.absolute_path) + list(leaf.relative_path if leaf is not err else [])
+        message = leaf.message
+        if leaf.validator == "additionalProperties" and isinstance(leaf.instance, dict):
+            allowed = sorted((leaf.schema.get("properties") or {}).keys())
+            unknown = sorted(k for k in leaf.instance if k not in allowed)
+            if unknown:
+                path = path + [unknown[0]]
+                message = f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}"
+                if allowed:
+                    message += f"; allowed here: {', '.join(allowed)}"
+        if leaf.validator == "not" and path[:1] == ["methods"] and path[-1:] == ["id"]:
+            message = f"{leaf.instance!r} is reserved (the entry of the untrained base models)"
+        if leaf.validator == "required":
+            m = re.match(r"'(.+?)' is a required property", message)
+            if m:
+                path = path + [m.group(1)]
+                message = f"missing required key {m.group(1)!r}"
+                if path[:1] in (["models"], ["data"]) and len(path) == 3 and isinstance(leaf.instance, dict):
+                    src = leaf.instance.get("source")
+                    message += f" (needed for source {src!r})" if src else ""
+        msgs.append(f"config error at {_path_str(path)}: {message}")
+    return msgs
+
+
+_LABELS = {"methods": "entry", "models": "model", "data": "data set"}
+_PARAM_IN_MESSAGE = re.compile(r"parameter(?:\(s\))? '([A-Za-z_][A-Za-z0-9_]*)'")
+
+
+def _entry_label(config: Mapping[str, Any], key: str, i: int) -> str:
+    items = config.get(key) or []
+    if i < len(items) and isinstance(items[i], Mapping) and "id" in items[i]:
+        return f" ({_LABELS.get(key, key)} {items[i]['id']!r})"
+    return ""
+
+
+def validate_config(
+    config: Mapping[str, Any], schema_path: str | os.PathLike = SCHEMA_PATH, cache_dir: str | os.PathLike | None = None
+) -> dict[str, Any]:
+    """The config completed with the schema's defaults; `ConfigError` (naming the field) if it is invalid.
+
+    ``cache_dir``: remember configs that passed the registry checks (keyed by the config and the bandpo sources), so
+    that a no-op ``snakemake`` run does not pay the torch import of the method registry again.
+    """
+    if not isinstance(config, Mapping) or not config:
+        raise ConfigError("config error at <top level>: empty config (pass --configfile config/<profile>.yaml)")
+    cfg = json.loads(json.dumps(config))  # plain, deep copy (YAML may hold tuples, ...)
+    errors = _schema_errors(cfg, load_yaml(schema_path))
+    if errors:
+        extra = f" (and {len(errors) - 1} more: {'; '.join(errors[1:4])})" if len(errors) > 1 else ""
+        raise ConfigError(errors[0] + extra)
+
+    def fail(path: Sequence[Any], message: str, label: str = "") -> None:
+        raise ConfigError(f"config error at {_path_str(path)}{label}: {message}")
+
+    # unique ids
+    for key in ("data", "models", "methods"):
+        seen: dict[str, int] = {}
+        for i, item in enumerate(cfg[key]):
+            if item["id"] in seen:
+                fail([key, i, "id"], f"duplicate id {item['id']!r} (also {key}[{seen[item['id']]}])")
+            seen[item["id"]] = i
+
+    data_ids = {d["id"]: d for d in cfg["data"]}
+
+    # data sets
+    from bandpo.tasks import REAL_DATASETS
+
+    for i, d in enumerate(cfg["data"]):
+        if d["source"] == "real" and d["name"] not in REAL_DATASETS:
+            fail(["data", i, "name"], f"unknown real data set {d['name']!r}; known: {', '.join(sorted(REAL_DATASETS))}")
+
+    def splits_of(d: Mapping[str, Any]) -> set[str]:
+        if d["source"] == "tiny-math":
+            return {"train", "validation", "test"}
+        return {REAL_DATASETS[d["name"]].out_split}
+
+    for i, did in enumerate(cfg["train_data"]):
+        if did not in data_ids:
+            fail(["train_data", i], f"unknown data set {did!r}; defined: {', '.join(data_ids)}")
+        if "train" not in splits_of(data_ids[did]):
+            fail(["train_data", i], f"data set {did!r} has no train split")
+    if cfg.get("val_data") is not None:
+        if cfg["val_data"] not in data_ids:
+            fail(["val_data"], f"unknown data set {cfg['val_data']!r}; defined: {', '.join(data_ids)}")
+        if "test" not in splits_of(data_ids[cfg["val_data"]]):
+            fail(["val_data"], f"data set {cfg['val_data']!r} has no test split")
+    for i, t in enumerate(cfg["eval"]["tasks"]):
+        if t["data"] not in data_ids:
+            fail(["eval", "tasks", i, "data"], f"unknown data set {t['data']!r}; defined: {', '.join(data_ids)}")
+        if "test" not in splits_of(data_ids[t["data"]]):
+            fail(["eval", "tasks", i, "data"], f"data set {t['data']!r} has no test split")
+        if not (TASKS_DIR / f"{t['task']}.yaml").is_file():
+            known = sorted(p.stem for p in TASKS_DIR.glob("*.yaml"))
+            fail(["eval", "tasks", i, "task"], f"no lm-eval task YAML {t['task']}.yaml in {TASKS_DIR}; known: {known}")
+    tasks = [t["task"] for t in cfg["eval"]["tasks"]]
+    if len(set(tasks)) != len(tasks):
+        fail(["eval", "tasks"], f"a task is listed twice: {tasks}")
+
+    if any(m["source"] == "tiny" for m in cfg["models"]):
+        first = data_ids[cfg["train_data"][0]]
+        if first["source"] != "tiny-math":
+            fail(["train_data", 0], "tiny models are pretrained on train_data[0], which must be a tiny-math data set")
+    for i, path in enumerate(cfg["include_rules"]):
+        full = Path(path) if Path(path).is_absolute() else WORKFLOW_DIR.parent / path
+        if not full.is_file():
+            fail(["include_rules", i], f"rule file not found: {full}")
+    if cfg["trainer"] == "local" and len(cfg["train_data"]) != 1:
+        fail(["train_data"], "the local trainer (bandpo.train --data DIR) takes exactly one data set")
+    if cache_dir is not None:
+        stamp = Path(cache_dir) / f"config-ok-{_registry_fingerprint(cfg)}"
+        if not stamp.exists():
+            check_registries(cfg)
+            stamp.parent.mkdir(parents=True, exist_ok=True)
+            stamp.write_text(json.dumps(cfg, sort_keys=True) + "\n", encoding="utf-8")
+    else:
+        check_registries(cfg)
+
+    if cfg["trainer"] == "verl":
+        if cfg.get("val_data") is None:
+            cfg["val_data"] = cfg["eval"]["tasks"][0]["data"]
+        from bandpo.verl_command import VerlRun
+
+        known = {f.name for f in __import__("dataclasses").fields(VerlRun)}
+        for where, mapping in [(["verl"], cfg["verl"])] + [
+            ([key, i, "verl"], item["verl"]) for key in ("models", "methods") for i, item in enumerate(cfg[key])
+        ]:
+            bad = sorted(set(mapping) - known)
+            if bad:
+                fail(where, f"unknown VerlRun field(s) {bad}; valid: {', '.join(sorted(known))}")
+    return cfg
+
+
+def _registry_fingerprint(cfg: Mapping[str, Any]) -> str:
+    """Hash of the completed config and of the bandpo sources (size, mtime): the registries' answer cannot change
+    unless one of them does. Computed without importing bandpo (no torch import)."""
+    import hashlib
+    import importlib.util
+
+    h = hashlib.sha256(json.dumps(cfg, sort_keys=True).encode())
+    spec = importlib.util.find_spec("bandpo")
+    for loc in (spec.submodule_search_locations or []) if spec else []:
+        for f in sorted(Path(loc).glob("*.py")):
+            st = f.stat()
+            h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns};".encode())
+    return h.hexdigest()[:32]
+
+
+def check_registries(cfg: Mapping[str, Any]) -> None:
+    """Model sizes and method entries against the bandpo registries (imports torch: a few seconds)."""
+
+    def fail(path: Sequence[Any], message: str, label: str = "") -> None:
+        raise ConfigError(f"config error at {_path_str(path)}{label}: {message}")
+
+    # tiny model sizes
+    from bandpo.models import SIZES
+
+    for i, m in enumerate(cfg["models"]):
+        if m["source"] == "tiny" and m["size"] not in SIZES:
+            fail(["models", i, "size"], f"unknown tiny model size {m['size']!r}; known: {', '.join(sorted(SIZES))}",
+                 _entry_label(cfg, "models", i))  # fmt: skip
+
+    # method entries: the method registry validates names and parameters
+    from bandpo import methods
+
+    for i, entry in enumerate(cfg["methods"]):
+        if entry.get("external"):
+            continue  # trained by its own rule: the method is a label, not a registry name
+        label = _entry_label(cfg, "methods", i)
+        try:
+            methods.get_method(entry["method"])
+        except ValueError as e:
+            fail(["methods", i, "method"], str(e), label)
+        try:
+            methods.make_config(entry["method"], entry["params"])
+        except (ValueError, TypeError) as e:
+            m = _PARAM_IN_MESSAGE.search(str(e))
+            fail(["methods", i, "params"] + ([m.group(1)] if m else []), str(e), label)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the sweep
+# --------------------------------------------------------------------------------------------------------------
+def by_id(items: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    return {item["id"]: item for item in items}
+
+
+def train_overrides(cfg: Mapping[str, Any], model_id: str, entry_id: str) -> dict[str, Any]:
+    """Trainer settings of one run: global ``train`` < the model's ``train`` < the method entry's ``train``."""
+    out = dict(cfg.get("train") or {})
+    out.update(by_id(cfg["models"])[model_id].get("train") or {})
+    out.update(by_id(cfg["methods"])[entry_id].get("train") or {})
+    return out
+
+
+def format_set_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def set_args(overrides: Mapping[str, Any]) -> list[str]:
+    """``--set key=value`` arguments for bandpo.train, in a stable (sorted) order."""
+    out: list[str] = []
+    for key in sorted(overrides):
+        out += ["--set", f"{key}={format_set_value(overrides[key])}"]
+    return out
+
+
+def verl_fields(cfg: Mapping[str, Any], model_id: str, entry_id: str) -> dict[str, Any]:
+    """VerlRun fields of one run: global ``verl`` < the model's ``verl`` < the method entry's ``verl``."""
+    out = dict(cfg.get("verl") or {})
+    out.update(by_id(cfg["models"])[model_id].get("verl") or {})
+    out.update(by_id(cfg["methods"])[entry_id].get("verl") or {})
+    return out
+
+
+def builtin_entries(cfg: Mapping[str, Any]) -> list[str]:
+    """Method entries trained by the built-in train rule (all but the ``external`` ones)."""
+    return [e["id"] for e in cfg["methods"] if not e.get("external")]
+
+
+def run_ids(cfg: Mapping[str, Any]) -> list[tuple[str, str, int]]:
+    """Every trained run: (model id, method entry id, seed)."""
+    return [(m["id"], e["id"], s) for m in cfg["models"] for e in cfg["methods"] for s in cfg["seeds"]]
+
+
+def eval_entries(cfg: Mapping[str, Any]) -> list[str]:
+    """Method entries that get scored: every entry, plus ``base`` when eval.base is on."""
+    entries = [e["id"] for e in cfg["methods"]]
+    return ([BASE_ENTRY] if cfg["eval"]["base"] else []) + entries
+
+
+def expected_jobs(cfg: Mapping[str, Any]) -> dict[str, int]:
+    """How many jobs of each rule a fresh run of this config schedules (the tests compare with ``snakemake -n``)."""
+    n_models, n_seeds = len(cfg["models"]), len(cfg["seeds"])
+    n_entries = len(builtin_entries(cfg))  # external entries are trained by their own rules
+    n_eval_entries = len(cfg["methods"]) + (1 if cfg["eval"]["base"] else 0)
+    jobs: dict[str, int] = {}
+    jobs["data_tiny_math"] = sum(1 for d in cfg["data"] if d["source"] == "tiny-math")
+    jobs["data_real"] = sum(1 for d in cfg["data"] if d["source"] == "real")
+    jobs["model_tiny"] = sum(1 for m in cfg["models"] if m["source"] == "tiny")
+    jobs["model_hub"] = sum(1 for m in cfg["models"] if m["source"] == "hub")
+    if cfg["trainer"] == "verl":
+        jobs["verl_data"] = 1
+        jobs["train_verl"] = n_models * n_entries * n_seeds
+        jobs["merge_verl"] = n_models * n_entries * n_seeds
+    else:
+        jobs["train"] = n_models * n_entries * n_seeds
+    if cfg["eval"]["group_seeds"]:
+        jobs["eval_group"] = n_models * n_eval_entries
+    else:
+        jobs["eval_run"] = n_models * n_eval_entries * n_seeds
+    jobs["collect_eval"] = 1
+    jobs["all"] = 1
+    return {k: v for k, v in jobs.items() if v}

@@ -1,0 +1,116 @@
+"""verl run folder -> the run-output contract (model/ as a Hugging Face checkpoint, metrics.jsonl, run.json).
+
+    python merge_verl.py --run-dir results/gpu/runs/M/E/seed0 --base-model resources/models/M [--meta JSON]
+
+1. the last saved step N (``checkpoints/latest_checkpointed_iteration.txt``) is merged from verl's FSDP shards with
+   ``python -m verl.model_merger merge --backend fsdp --local_dir checkpoints/global_step_N/actor --target_dir ...``
+   into a temporary folder, completed with tokenizer files (from the checkpoint's ``huggingface/`` folder, else
+   from the base model) and published as ``model/`` in two renames;
+2. verl's file-logger JSONL (``{"step": s, "data": {...}}`` per line) becomes ``metrics.jsonl``
+   (``{"step": s, ...metrics}`` per line);
+3. ``run.json`` records the step, the merge command and versions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from atomic_dir import publish
+
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "generation_config.json",
+)
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def flatten_metrics(src: Path) -> str:
+    lines = []
+    with open(src, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            data = rec.get("data", {}) if isinstance(rec, dict) else {}
+            lines.append(json.dumps({"step": rec.get("step"), **data}, sort_keys=False))
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--run-dir", required=True)
+    ap.add_argument("--base-model", required=True)
+    ap.add_argument("--meta", default="{}")
+    ap.add_argument("--backend", default="fsdp", choices=["fsdp", "megatron"])
+    args = ap.parse_args(argv)
+    run = Path(args.run_dir)
+    ckpts = run / "checkpoints"
+    step = int((ckpts / "latest_checkpointed_iteration.txt").read_text().strip())
+    actor = ckpts / f"global_step_{step}" / "actor"
+    if not actor.is_dir():
+        raise FileNotFoundError(f"no actor checkpoint at {actor}")
+    final = run / "model"
+    parent = Path(tempfile.mkdtemp(prefix=".model.tmp-", dir=run))
+    target = parent / "out"
+    cmd = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", args.backend,
+           "--local_dir", str(actor), "--target_dir", str(target)]  # fmt: skip
+    t0 = time.time()
+    try:
+        print(" ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True)
+        if not (target / "config.json").is_file():
+            raise RuntimeError(f"verl.model_merger wrote no config.json into {target}")
+        for name in TOKENIZER_FILES:
+            if (target / name).exists():
+                continue
+            for src_dir in (actor / "huggingface", Path(args.base_model)):
+                if (src_dir / name).is_file():
+                    shutil.copy2(src_dir / name, target / name)
+                    break
+        publish(target, final)
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+    _atomic_text(run / "metrics.jsonl", flatten_metrics(run / "verl_metrics.jsonl"))
+    try:
+        from importlib import metadata
+
+        versions = {d: metadata.version(d) for d in ("verl", "torch", "transformers")}
+    except Exception:
+        versions = {}
+    info = {
+        "trainer": "verl",
+        "step": step,
+        "checkpoint": str(actor),
+        "merge_command": cmd,
+        "merge_seconds": round(time.time() - t0, 2),
+        "meta": json.loads(args.meta),
+        "versions": versions,
+    }
+    _atomic_text(run / "run.json", json.dumps(info, indent=2) + "\n")
+    print(f"merged step {step} -> {final}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
