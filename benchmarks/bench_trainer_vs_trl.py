@@ -1,0 +1,287 @@
+"""Training throughput of the suite's GRPO trainer (``bandpo.train``) against TRL's GRPOTrainer, side by side.
+
+Both train the same local model on the same task with the same batch, lengths, sampling, reward and number of
+optimizer updates per rollout batch, on CPU, one after the other (never at the same time), and the benchmark prints
+completion tokens per second of each and their ratio::
+
+    python benchmarks/bench_trainer_vs_trl.py [--model resources/models/tiny-s] [--data resources/data/tiny-math]
+        [--trl-python .venv-trl/bin/python] [--warmup-steps 2] [--steps 20] [--repeats 1] [--threads 1]
+        [--seed 0] [--json results.json]
+
+TRL runs in its own virtual environment (``benchmarks/_trl_grpo_run.py``, started with ``--trl-python``), so that
+its pins never touch the suite's. One-off set-up, from the repository root (TRL 1.16.0 accepts transformers 5.10, so
+``--system-site-packages`` lets the venv share the system torch 2.13 CPU build, transformers and bandpo; it only
+adds trl itself, nothing that pulls a CUDA torch)::
+
+    python -m venv --system-site-packages .venv-trl
+    .venv-trl/bin/pip install trl==1.16.0
+    .venv-trl/bin/python -c "import trl, transformers, torch; print(trl.__version__, transformers.__version__)"
+
+Settings, both trainers (defaults; a "step" = one rollout batch):
+
+- batch: 16 prompts x 8 completions = 128 sequences per rollout batch, drawn from ``train.jsonl``;
+- sampling: temperature 1.0, top_k 0, top_p 1.0 (plain sampling), at most 48 new tokens, stop at EOS;
+- reward: ``bandpo.grader.grade_many`` (the batched ``bandpo.grader.grade``), 1 or 0;
+- updates: 4 optimizer updates per rollout batch on disjoint shuffled mini-batches of 32 sequences (first on-policy,
+  the rest off-policy; old log-probs from one extra forward pass). TRL: ``generation_batch_size`` 128,
+  ``per_device_train_batch_size`` 32, ``steps_per_generation`` 4, ``gradient_accumulation_steps`` 1,
+  ``num_iterations`` 1 (``max_steps`` = 4 x steps);
+- loss: GRPO ratio clipping eps 0.2, group-normalised advantages, per-sequence token mean then batch mean
+  (TRL ``loss_type="grpo"``, ``scale_rewards="group"``), no KL (``beta=0``);
+- optimizer: AdamW, lr 2e-4 constant, weight decay 0.01, gradient clipping 1.0;
+- fp32 on CPU, ``--threads`` torch threads, no vLLM, no bf16, no gradient checkpointing, no W&B (``report_to=[]``),
+  no checkpoints (TRL) / the suite's default crash-safety checkpoint every 10 steps.
+
+Measurement, identical for both: ``--warmup-steps`` rollout batches first (not timed), then the wall time from the
+start of the first timed rollout batch to the end of the last one's last update (whatever each trainer does between
+steps - logging, metrics, checkpoints - included), and the completion tokens generated in those batches, counted
+up to and including the first EOS (no padding). The suite's side runs ``python -m bandpo.train``'s own ``main``
+in a child process with ``train_step`` wrapped by a timer (``--suite-worker``); TRL's side takes the same points
+from a ``TrainerCallback`` and the tokens from ``completion_mask``. "in-step" tokens/s excludes what happens between
+steps; "CPU-time" divides by the trainer process's CPU time over the same span instead of wall time, which a
+busy machine disturbs less (the grader's worker processes are not in it: grading is ~3% of a step).
+``--repeats`` alternates the two trainers (suite first on even repeats, TRL first on odd ones) and reports the
+median ratio: the machine is shared, and alternation spreads a busy period over both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TRL_RUNNER = Path(__file__).resolve().parent / "_trl_grpo_run.py"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The suite's side (child process)
+
+
+def suite_worker(timings_path: str, train_argv: list[str]) -> int:
+    """Run ``bandpo.train.main(train_argv)`` with every ``train_step`` timed; write the timings to JSON."""
+    import bandpo.train as bt
+
+    original = bt.train_step
+    signature = inspect.signature(original)
+    cycles: list[dict] = []
+
+    def timed_train_step(*args, **kwargs):
+        start, cpu_start = time.perf_counter(), time.process_time()
+        metrics = original(*args, **kwargs)
+        end, cpu_end = time.perf_counter(), time.process_time()
+        cfg = signature.bind(*args, **kwargs).arguments["cfg"]
+        n_seq = cfg.prompts_per_step * cfg.samples_per_prompt
+        cycles.append(
+            {
+                "start": start,
+                "end": end,
+                "cpu_start": cpu_start,
+                "cpu_end": cpu_end,
+                "tokens": round(metrics["response_length"] * n_seq),
+                "step_seconds": metrics["step_seconds"],
+                "rollout_seconds": metrics["rollout_seconds"],
+                "reward_mean": metrics["reward_mean"],
+            }
+        )
+        return metrics
+
+    bt.train_step = timed_train_step
+    t0 = time.perf_counter()
+    rc = bt.main(train_argv)
+    total_seconds = time.perf_counter() - t0
+    import torch
+    import transformers
+
+    result = {
+        "trainer": "bandpo.train",
+        "versions": {
+            "python": platform.python_version(),
+            "transformers": transformers.__version__,
+            "torch": torch.__version__,
+        },
+        "threads": torch.get_num_threads(),
+        "cycles": cycles,
+        "total_seconds": total_seconds,
+        "reward_mean_per_step": [c["reward_mean"] for c in cycles],
+    }
+    Path(timings_path).write_text(json.dumps(result, indent=2), encoding="utf-8")
+    return rc
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The driver
+
+
+def child_env(threads: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"})
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def run_child(cmd: list[str], log_path: Path, env: dict[str, str]) -> None:
+    with open(log_path, "w", encoding="utf-8") as log:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        tail = log_path.read_text(encoding="utf-8", errors="replace")[-3000:]
+        raise SystemExit(f"command failed (exit {proc.returncode}): {' '.join(cmd)}\n--- log tail ---\n{tail}")
+
+
+def run_suite(args, work: Path, tag: str) -> dict:
+    timings = work / f"suite-{tag}.json"
+    total = args.warmup_steps + args.steps
+    cmd = [
+        sys.executable, str(Path(__file__).resolve()), "--suite-worker", str(timings), "--",
+        "--model", args.model, "--data", args.data, "--method", "grpo", "--seed", str(args.seed),
+        "--out", str(work / f"suite-run-{tag}"), "--threads", str(args.threads), "--no-progress",
+        "--set", f"steps={total}", "--set", "prompts_per_step=16", "--set", "samples_per_prompt=8",
+        "--set", "max_new_tokens=48", "--set", "temperature=1.0", "--set", "updates_per_step=4",
+        "--set", "lr=2e-4", "--set", "weight_decay=0.01", "--set", "grad_clip=1.0", "--set", "kl_coef=0",
+    ]  # fmt: skip
+    run_child(cmd, work / f"suite-{tag}.log", child_env(args.threads))
+    result = json.loads(timings.read_text(encoding="utf-8"))
+    result["command"] = cmd
+    return result
+
+
+def run_trl(args, work: Path, tag: str) -> dict:
+    timings = work / f"trl-{tag}.json"
+    cmd = [
+        args.trl_python, str(TRL_RUNNER), "--model", args.model, "--data", args.data, "--out", str(timings),
+        "--warmup-steps", str(args.warmup_steps), "--steps", str(args.steps), "--threads", str(args.threads),
+        "--seed", str(args.seed), "--prompts-per-step", "16", "--samples-per-prompt", "8", "--updates-per-step", "4",
+        "--max-new-tokens", "48", "--temperature", "1.0", "--lr", "2e-4", "--weight-decay", "0.01",
+    ]  # fmt: skip
+    run_child(cmd, work / f"trl-{tag}.log", child_env(args.threads))
+    result = json.loads(timings.read_text(encoding="utf-8"))
+    result["command"] = cmd
+    return result
+
+
+def summarise(result: dict, warmup_steps: int) -> dict:
+    timed = result["cycles"][warmup_steps:]
+    seconds = timed[-1]["end"] - timed[0]["start"]
+    in_step = sum(c["end"] - c["start"] for c in timed)
+    cpu = timed[-1]["cpu_end"] - timed[0]["cpu_start"]
+    tokens = sum(c["tokens"] for c in timed)
+    return {
+        "steps": len(timed),
+        "tokens": tokens,
+        "seconds": seconds,
+        "tokens_per_second": tokens / seconds,
+        "in_step_tokens_per_second": tokens / in_step,
+        "cpu_seconds": cpu,
+        "cpu_tokens_per_second": tokens / cpu,
+        "seconds_per_step": seconds / len(timed),
+        "response_length": tokens / len(timed) / 128,
+        "reward_mean": statistics.fmean(result["reward_mean_per_step"][warmup_steps:] or [float("nan")]),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--suite-worker"]:
+        if len(argv) < 3 or argv[2] != "--":
+            raise SystemExit("usage: --suite-worker TIMINGS.json -- <python -m bandpo.train arguments>")
+        return suite_worker(argv[1], argv[3:])
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="resources/models/tiny-s", help="Hugging Face model directory")
+    ap.add_argument("--data", default="resources/data/tiny-math", help="directory with train.jsonl")
+    ap.add_argument("--trl-python", default=".venv-trl/bin/python", help="python of the venv that has trl")
+    ap.add_argument("--warmup-steps", type=int, default=2, help="rollout batches before timing starts")
+    ap.add_argument("--steps", type=int, default=20, help="timed rollout batches")
+    ap.add_argument("--repeats", type=int, default=1, help="alternating runs of both trainers")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", default=None, help="also write all results here")
+    ap.add_argument("--keep", default=None, help="keep the run directories and logs in this folder")
+    args = ap.parse_args(argv)
+    if args.steps < 1 or args.warmup_steps < 0 or args.repeats < 1:
+        ap.error("--steps and --repeats must be >= 1, --warmup-steps >= 0")
+    for name in ("model", "data"):
+        path = Path(getattr(args, name))
+        path = path if path.is_absolute() else ROOT / path
+        if not path.exists():
+            ap.error(f"--{name}: {path} not found")
+        setattr(args, name, str(path))
+    trl_python = Path(args.trl_python)
+    if not trl_python.is_absolute() and not trl_python.exists():
+        trl_python = ROOT / trl_python
+    if not trl_python.exists():
+        ap.error(f"--trl-python: {trl_python} not found (see this file's docstring to create the TRL venv)")
+    args.trl_python = str(trl_python)
+
+    if args.keep:
+        work = Path(args.keep).resolve()
+        work.mkdir(parents=True, exist_ok=True)
+        tmp = None
+    else:
+        tmp = tempfile.TemporaryDirectory(prefix="bench-trainer-vs-trl-")
+        work = Path(tmp.name)
+
+    rows = []
+    try:
+        for r in range(args.repeats):
+            order = [("suite", run_suite), ("trl", run_trl)]
+            if r % 2:
+                order.reverse()
+            rep = {}
+            for name, fn in order:
+                load = os.getloadavg()[0]
+                print(f"[repeat {r + 1}/{args.repeats}] {name} ... (load average {load:.2f})", flush=True)
+                result = fn(args, work, f"r{r}")
+                rep[name] = {"summary": summarise(result, args.warmup_steps), "raw": result, "load_before": load}
+            suite, trl = rep["suite"]["summary"], rep["trl"]["summary"]
+            rep["ratio"] = suite["tokens_per_second"] / trl["tokens_per_second"]
+            rep["cpu_ratio"] = suite["cpu_tokens_per_second"] / trl["cpu_tokens_per_second"]
+            rows.append(rep)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+    versions = rows[0]["trl"]["raw"]["versions"]
+    print()
+    print(f"model {args.model}")
+    suite_tf = rows[0]["suite"]["raw"]["versions"]["transformers"]
+    print(f"{args.steps} timed steps after {args.warmup_steps} warm-up, {args.threads} thread(s); "
+          f"trl {versions['trl']}, transformers {versions['transformers']} (TRL venv) / {suite_tf} (suite), "
+          f"torch {versions['torch']}")  # fmt: skip
+    print(f"{'repeat':>6}  {'trainer':<16} {'tokens/s':>9} {'in-step':>8} {'CPU-time':>9} {'s/step':>7} "
+          f"{'resp len':>8} {'reward':>7} {'load':>5}")  # fmt: skip
+    for r, rep in enumerate(rows):
+        for name, label in (("suite", "bandpo.train"), ("trl", "TRL GRPOTrainer")):
+            s = rep[name]["summary"]
+            print(f"{r + 1:>6}  {label:<16} {s['tokens_per_second']:>9.0f} {s['in_step_tokens_per_second']:>8.0f} "
+                  f"{s['cpu_tokens_per_second']:>9.0f} {s['seconds_per_step']:>7.3f} {s['response_length']:>8.1f} "
+                  f"{s['reward_mean']:>7.3f} {rep[name]['load_before']:>5.2f}")  # fmt: skip
+        print(f"{r + 1:>6}  {'ratio suite/TRL':<16} {rep['ratio']:>8.2f}x {'':>8} {rep['cpu_ratio']:>8.2f}x")
+    med = {
+        name: statistics.median(rep[name]["summary"]["tokens_per_second"] for rep in rows) for name in ("suite", "trl")
+    }
+    ratio = statistics.median(rep["ratio"] for rep in rows)
+    cpu_ratio = statistics.median(rep["cpu_ratio"] for rep in rows)
+    print(f"\nmedian tokens/s (wall): bandpo.train {med['suite']:.0f}, TRL GRPOTrainer {med['trl']:.0f}; "
+          f"median ratio {ratio:.2f}x (CPU-time ratio {cpu_ratio:.2f}x; aim: >= 2x)")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                {"args": vars(args), "repeats": rows, "median": {**med, "ratio": ratio, "cpu_ratio": cpu_ratio}},
+                indent=2,
+            ),
+            encoding="utf-8",
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
