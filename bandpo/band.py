@@ -41,15 +41,15 @@ _LOGP_ONE = 1e-300
 # Below exp(_LOGP_FLOOR) the solvers work at the floor: r_lo ~ exp(-delta / p) is 0 there to float64 precision and
 # r_hi = q_hi / p uses the floor's q_hi (see `_kl_bounds` and `_bisect_bounds`).
 _LOGP_FLOOR = -700.0
-# KL: 3 float32 Newton steps, whose inputs are clamped to exp(_F32_LOGP_FLOOR) on both sides, then float64 steps.
-# Measured: 1.6e-10 worst error after one float64 step and 1e-13 (round-off) after two, over p in [1e-8, 1 - 1e-8]
-# and delta in [1e-3, 1]; two keep a wide margin under the 1e-9 the tests check.
+# KL: 3 float32 Newton steps, whose inputs are clamped to exp(_F32_LOGP_FLOOR) on both sides, then float64 steps:
+# two for a float64 result, one for any other dtype. Measured over p in [1e-8, 1 - 1e-8], delta in [1e-3, 1]:
+# worst error 2.3e-7 after one float64 step (tests check 1e-5 in float32) and 1.4e-12 after two (tests: 1e-9).
 _F32_LOGP_FLOOR = -80.0
 _F32_NEWTON_STEPS = 3
 _F64_NEWTON_STEPS = 2
 _BISECTION_STEPS = 64
 
-ClosedForm = Callable[[Tensor, float], tuple[Tensor, Tensor]]
+ClosedForm = Callable[[Tensor, float, torch.dtype], tuple[Tensor, Tensor]]
 
 
 @dataclass(frozen=True)
@@ -60,8 +60,9 @@ class Divergence:
         name: registry key.
         f: convex generator with f(1) = 0, a torch function of a float64 tensor u >= 0 (may return +inf, e.g.
             -log(0); write u log u as ``torch.xlogy(u, u)`` so that f(0) is finite where the limit is).
-        closed_form: optional ``(log_p, delta) -> (lower, upper)`` on float64 tensors with log_p in [-inf, 0);
-            without it the generic bisection solver is used.
+        closed_form: optional ``(log_p, delta, out_dtype) -> (lower, upper)`` on float64 tensors with log_p in
+            [-inf, 0); ``out_dtype`` is the dtype the result will be cast to, so an iterative solver may stop at that
+            precision. Without it the generic bisection solver is used.
     """
 
     name: str
@@ -127,7 +128,7 @@ def band_bounds(old_log_prob: Tensor, divergence: str = "kl", delta: float = 0.0
     x = old_log_prob.detach()
     log_p = x.to(torch.float64).clamp(max=-_LOGP_ONE)  # p = 1 (and rounding noise above it) -> the p -> 1 limit
     if div.closed_form is not None:
-        lower, upper = div.closed_form(log_p, float(delta))
+        lower, upper = div.closed_form(log_p, float(delta), x.dtype)
     else:
         lower, upper = _bisect_bounds(div.f, log_p, float(delta))
     lower, upper = lower.clamp_(0.0, 1.0), upper.clamp_(min=1.0)
@@ -155,13 +156,13 @@ def _log1mexp(a: Tensor) -> Tensor:
 # Closed forms
 
 
-def _tv_bounds(log_p: Tensor, delta: float) -> tuple[Tensor, Tensor]:
+def _tv_bounds(log_p: Tensor, delta: float, out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     # g = p |r - 1| = delta  ->  r = 1 +- delta / p, clamped to [0, 1/p].
     inv_p = torch.exp(-log_p)
     return (1.0 - delta * inv_p).clamp(min=0.0), torch.minimum(1.0 + delta * inv_p, inv_p)
 
 
-def _chi2_bounds(log_p: Tensor, delta: float) -> tuple[Tensor, Tensor]:
+def _chi2_bounds(log_p: Tensor, delta: float, out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     # g = p (r - 1)^2 / (1 - p) = delta  ->  r = 1 +- sqrt(delta (1 - p) / p), clamped to [0, 1/p].
     half_width = torch.exp(0.5 * (math.log(delta) + _log1mexp(log_p) - log_p))
     return (1.0 - half_width).clamp(min=0.0), torch.minimum(1.0 + half_width, torch.exp(-log_p))
@@ -203,7 +204,7 @@ def _kl_upper_logit(log_p: Tensor, log_1mp: Tensor, delta: float, steps: int) ->
     return _kl_newton(torch.minimum(z, z_entropy, out=z), p, pc, c, steps)
 
 
-def _kl_bounds(log_p: Tensor, delta: float) -> tuple[Tensor, Tensor]:
+def _kl_bounds(log_p: Tensor, delta: float, out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     safe = log_p.clamp(min=_LOGP_FLOOR)
     log_1mp = _log1mexp(safe)
     # Row 0: the token's own upper root. Row 1: the mirror problem (p -> 1 - p), whose upper root gives the lower
@@ -217,7 +218,7 @@ def _kl_bounds(log_p: Tensor, delta: float) -> tuple[Tensor, Tensor]:
     p = torch.exp(a)
     pc = p.flip(0)
     c = torch.mul(p, a).addcmul_(pc, b).sub_(delta)
-    z = _kl_newton(z.double(), p, pc, c, _F64_NEWTON_STEPS)
+    z = _kl_newton(z.double(), p, pc, c, _F64_NEWTON_STEPS if out_dtype == torch.float64 else 1)
     # r_hi = q / p = exp(log sigmoid(z) - log p), with the true log p (inf once it overflows).
     upper = torch.nn.functional.logsigmoid(z[0]).sub_(log_p).exp_()
     # r_lo = (1 - q_hi(1 - p)) / p = exp(log sigmoid(-z_mirror) - log p).
