@@ -6,7 +6,7 @@ completion tokens per second of each and their ratio::
 
     python benchmarks/bench_trainer_vs_trl.py [--model resources/models/tiny-s] [--data resources/data/tiny-math]
         [--trl-python .venv-trl/bin/python] [--warmup-steps 2] [--steps 20] [--repeats 1] [--threads 1]
-        [--seed 0] [--json results.json]
+        [--seed 0] [--json results.json] [--keep DIR]
 
 TRL runs in its own virtual environment (``benchmarks/_trl_grpo_run.py``, started with ``--trl-python``), so that
 its pins never touch the suite's. One-off set-up, from the repository root (TRL 1.16.0 accepts transformers 5.10, so
@@ -23,11 +23,13 @@ Settings, both trainers (defaults; a "step" = one rollout batch):
 - sampling: temperature 1.0, top_k 0, top_p 1.0 (plain sampling), at most 48 new tokens, stop at EOS;
 - reward: ``bandpo.grader.grade_many`` (the batched ``bandpo.grader.grade``), 1 or 0;
 - updates: 4 optimizer updates per rollout batch on disjoint shuffled mini-batches of 32 sequences (first on-policy,
-  the rest off-policy; old log-probs from one extra forward pass). TRL: ``generation_batch_size`` 128,
+  the rest off-policy, against the rollout policy's log-probs). TRL: ``generation_batch_size`` 128,
   ``per_device_train_batch_size`` 32, ``steps_per_generation`` 4, ``gradient_accumulation_steps`` 1,
-  ``num_iterations`` 1 (``max_steps`` = 4 x steps);
+  ``num_iterations`` 1 (``max_steps`` = 4 x steps); since 4 steps share one generation, TRL computes the old
+  log-probs with one extra no-grad forward pass, as ``bandpo.train`` does;
 - loss: GRPO ratio clipping eps 0.2, group-normalised advantages, per-sequence token mean then batch mean
-  (TRL ``loss_type="grpo"``, ``scale_rewards="group"``), no KL (``beta=0``);
+  (TRL ``loss_type="grpo"``, ``scale_rewards="group"``), no KL (``beta=0``); not mapped, as it costs nothing:
+  the suite's dual clip (c = 10) and TRL's logged extras (entropy, clip ratios);
 - optimizer: AdamW, lr 2e-4 constant, weight decay 0.01, gradient clipping 1.0;
 - fp32 on CPU, ``--threads`` torch threads, no vLLM, no bf16, no gradient checkpointing, no W&B (``report_to=[]``),
   no checkpoints (TRL) / the suite's default crash-safety checkpoint every 10 steps.
@@ -39,7 +41,7 @@ up to and including the first EOS (no padding). The suite's side runs ``python -
 in a child process with ``train_step`` wrapped by a timer (``--suite-worker``); TRL's side takes the same points
 from a ``TrainerCallback`` and the tokens from ``completion_mask``. "in-step" tokens/s excludes what happens between
 steps; "CPU-time" divides by the trainer process's CPU time over the same span instead of wall time, which a
-busy machine disturbs less (the grader's worker processes are not in it: grading is ~3% of a step).
+busy machine disturbs less (the grader's worker processes are not in it: grading a batch takes a few ms).
 ``--repeats`` alternates the two trainers (suite first on even repeats, TRL first on odd ones) and reports the
 median ratio: the machine is shared, and alternation spreads a busy period over both.
 """
