@@ -93,7 +93,7 @@ def test_registered_sizes_param_counts():
     small = models.count_parameters(init_model(SIZES["tiny-s"], tok))
     medium = models.count_parameters(init_model(SIZES["tiny-m"], tok))
     assert 150_000 < small < 300_000
-    assert 3 * small < medium < 1_500_000
+    assert 2 * small < medium < 1_200_000
     with pytest.raises(ValueError):
         get_size("tiny-xl")
     assert get_size("tiny-s", steps=7, lr=None).steps == 7
@@ -146,6 +146,19 @@ def test_packing_isolates_examples():
             torch.testing.assert_close(packed.logits[r, c : c + n], padded.logits[by_len[n], :n], atol=1e-5, rtol=1e-4)
             found += 1
     assert found == len(seqs)
+
+
+def test_packed_and_padded_pretraining_agree():
+    tok = build_tokenizer()
+    rows = generate_tiny_math(seed=0, n_train=64, n_val=1, n_test=1)["train"]
+    spec = get_size("tiny-test", steps=3)
+    packed, padded = init_model(spec, tok, seed=0), init_model(spec, tok, seed=0)
+    assert models.packing_isolates(packed)
+    out = pretrain(packed, tok, rows, spec, seed=0, progress=False)
+    pretrain(padded, tok, rows, get_size("tiny-test", steps=3, pack_len=0), seed=0, progress=False)
+    assert out["packed"] is True
+    for (name, p), q in zip(packed.named_parameters(), padded.parameters(), strict=True):
+        torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-4, msg=name)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -320,9 +333,11 @@ def test_download_cli_uses_huggingface_hub(tmp_path, monkeypatch):
 # full build (slow): the embedded profile's real models
 # ------------------------------------------------------------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.parametrize("size", ["tiny-s"])
+@pytest.mark.parametrize("size", ["tiny-s", "tiny-m"])
 def test_full_build_is_partly_right(tmp_path, size):
+    """The embedded profile's real build (minutes per size): partly right at T=1.0 on held-out problems."""
     data = tmp_path / "data"
     write_tiny_math(data, seed=0)
     info = build_model(size, data, tmp_path / size, seed=0, threads=1, progress=False)
     assert 0.2 <= info["base_accuracy_validation"] <= 0.6
+    assert info["build_cpu_seconds"] < 540

@@ -179,7 +179,7 @@ def test_worked_solutions_are_correct_and_short(splits):
         for r in rows:
             sol = r["solution"]
             assert sol.endswith(". \\boxed{" + r["answer"] + "}"), sol
-            assert len(sol) <= 48, sol
+            assert len(sol) <= 40, sol
             assert "\\boxed" not in sol[: -len("\\boxed{" + r["answer"] + "}")]
             work = sol[: sol.rindex(". \\boxed{")]
             x = Fraction(r["answer"]) if r["kind"] == "linear" else None
