@@ -10,7 +10,6 @@ import copy
 import importlib.util
 import json
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SNAKEFILE = ROOT / "Snakefile"
 CONFIGS = {name: ROOT / "config" / f"{name}.yaml" for name in ("config", "smoke", "gpu")}
 
-pytestmark = pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake is not installed")
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("snakemake") is None, reason="snakemake is not installed")
 
 
 def load_bench_config():
@@ -42,7 +41,7 @@ def read_config(name: str) -> dict:
 
 
 def snakemake(workdir: Path, *args: str, configfile: Path | None = None, timeout: int = 600):
-    cmd = ["snakemake", "-s", str(SNAKEFILE), "-d", str(workdir), *args]
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(workdir), *args]
     if configfile is not None:
         cmd += ["--configfile", str(configfile)]  # last: --configfile takes several values
     t0 = time.monotonic()

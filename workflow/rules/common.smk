@@ -12,8 +12,16 @@ RUNS = f"{RESULTS}/runs"
 EVAL = f"{RESULTS}/eval"
 LOGS = f"logs/{PROFILE}"
 BENCH = f"logs/{PROFILE}/benchmarks"  # rule benchmarks (benchmarks/ at the top holds the perf scripts)
-SCRIPTS = os.path.join(workflow.basedir, "workflow", "scripts")
-TASKS_DIR = os.path.join(workflow.basedir, "workflow", "lm_eval_tasks")
+
+
+def _stable_path(path):
+    """Relative to the working directory when inside it (job params then survive moving the checkout)."""
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
+SCRIPTS = _stable_path(os.path.join(workflow.basedir, "workflow", "scripts"))
+TASKS_DIR = _stable_path(os.path.join(workflow.basedir, "workflow", "lm_eval_tasks"))
 
 DATA = by_id(config["data"])
 MODELS = by_id(config["models"])
