@@ -74,6 +74,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bandpo.files import atomic_write_text
+
 __all__ = [
     "BASE_ENTRY",
     "FIGURES",
@@ -188,26 +190,8 @@ def _rng(seed: int, *key: Any) -> np.random.Generator:
     return np.random.default_rng([int(seed), h])
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    _atomic_write_bytes(path, text.encode("utf-8"))
-
-
 def _write_csv(df: pd.DataFrame, path: Path) -> None:
-    _atomic_write_text(path, df.to_csv(index=False, float_format="%.6g", lineterminator="\n"))
+    atomic_write_text(path, df.to_csv(index=False, float_format="%.6g", lineterminator="\n"))
 
 
 def _read_json(path: Path) -> Any:
@@ -1598,10 +1582,10 @@ def build_report(
         _write_csv(df, out / name)
         written[name] = out / name
     tasks = per_task_table(stats, board)
-    _atomic_write_text(out / "leaderboard.md", leaderboard_markdown(board, figures=FIGURES, per_task=tasks))
+    atomic_write_text(out / "leaderboard.md", leaderboard_markdown(board, figures=FIGURES, per_task=tasks))
     written["leaderboard.md"] = out / "leaderboard.md"
     figs = {name: fig_dir / f"{name}.png" for name in FIGURES} if embed_figures else None
-    _atomic_write_text(out / "leaderboard.html", leaderboard_html(board, figs, FIGURE_CAPTIONS, per_task=tasks))
+    atomic_write_text(out / "leaderboard.html", leaderboard_html(board, figs, FIGURE_CAPTIONS, per_task=tasks))
     written["leaderboard.html"] = out / "leaderboard.html"
     return written
 

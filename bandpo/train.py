@@ -48,6 +48,7 @@ from typing import Any
 import torch
 
 from bandpo import methods
+from bandpo.files import atomic_write_text
 from bandpo.grader import grade_many, grader_info, warmup
 
 # Fields that measure wall-clock time: they differ between two runs of the same seed, everything else is identical.
@@ -260,12 +261,6 @@ def _atomic_torch_save(obj: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _rng_state() -> dict:
     state = {"torch": torch.get_rng_state(), "python": random.getstate()}
     if torch.cuda.is_available():
@@ -334,7 +329,7 @@ def train(cfg: TrainConfig) -> dict:
         optimizer.load_state_dict(ckpt["optimizer"])
         _set_rng_state(ckpt["rng"])
         start_step, history = ckpt["step"], ckpt["metrics"]
-    _atomic_write_text(partial_metrics, "".join(json.dumps(m) + "\n" for m in history))
+    atomic_write_text(partial_metrics, "".join(json.dumps(m) + "\n" for m in history))
 
     from tqdm import tqdm
 
@@ -381,7 +376,7 @@ def train(cfg: TrainConfig) -> dict:
         "versions": _versions(),
         "device": str(device),
     }
-    _atomic_write_text(out / "run.json", json.dumps(summary, indent=2, default=str))
+    atomic_write_text(out / "run.json", json.dumps(summary, indent=2, default=str))
     if not cfg.keep_checkpoint:
         shutil.rmtree(out / "checkpoint", ignore_errors=True)
     return summary
