@@ -13,9 +13,13 @@ Solvers
 - ``tv`` and ``chi2``: closed forms, clamped to the simplex [0, 1/p].
 - ``kl`` (f(u) = -log u + u - 1, i.e. KL(old || new)): g is the Bernoulli divergence KL(Bern(p) || Bern(q)),
   q = p r. In logit space z = log(q / (1 - q)) it is convex with derivative sigmoid(z) - p, so Newton steps
-  started on the outer side of the root decrease monotonically onto it. A fixed number of steps, no
-  data-dependent exit and no host synchronisation: the whole path compiles with ``torch.compile(fullgraph=True)``.
-  The lower root uses the mirror identity KL(p || q) = KL(1 - p || 1 - q), so one solver serves both sides.
+  started on the outer side of the root decrease monotonically onto it. The lower root uses the mirror identity
+  KL(p || q) = KL(1 - p || 1 - q), so one solver serves both sides. Since delta is one number per call, the
+  bounds are functions of p alone: that solver (8 float64 Newton steps) runs once per delta on a few thousand
+  nodes, and each token reads its bounds off quadratic interpolation tables (error below 4e-9, the result for
+  outputs below float64); float64 outputs add one float64 Newton step from there (error squared: round-off).
+  A fixed number of steps, no data-dependent exit and no host synchronisation: the whole path compiles with
+  ``torch.compile(fullgraph=True)`` (the tables enter the graph through an opaque custom op).
 - any other registered convex f: bisection with a fixed number of halvings in a cancellation-free
   parametrisation (upper: q = p + (1 - p) t; lower: r = 1 - u), float64 throughout.
 
@@ -41,12 +45,8 @@ _LOGP_ONE = 1e-300
 # Below exp(_LOGP_FLOOR) the solvers work at the floor: r_lo ~ exp(-delta / p) is 0 there to float64 precision and
 # r_hi = q_hi / p uses the floor's q_hi (see `_kl_bounds` and `_bisect_bounds`).
 _LOGP_FLOOR = -700.0
-# KL: 3 float32 Newton steps, whose inputs are clamped to exp(_F32_LOGP_FLOOR) on both sides, then float64 steps:
-# two for a float64 result, one for any other dtype. Measured over p in [1e-8, 1 - 1e-8], delta in [1e-3, 1]:
-# worst error 2.3e-7 after one float64 step (tests check 1e-5 in float32) and 1.4e-12 after two (tests: 1e-9).
-_F32_LOGP_FLOOR = -80.0
-_F32_NEWTON_STEPS = 3
-_F64_NEWTON_STEPS = 2
+# KL, float64 output: Newton steps from the interpolated roots (see `_kl_bounds`).
+_F64_NEWTON_STEPS = 1
 _BISECTION_STEPS = 64
 
 ClosedForm = Callable[[Tensor, float, torch.dtype], tuple[Tensor, Tensor]]
@@ -173,7 +173,8 @@ def _kl_newton(z: Tensor, p: Tensor, pc: Tensor, c: Tensor, steps: int) -> Tenso
 
     With H = -p log p - (1 - p) log(1 - p) and c = -H - delta, in logit space
         h(z) = c + softplus(-z) + (1 - p) z,    h'(z) = sigmoid(z) - p = (1 - p) - sigmoid(-z),    h'' > 0,
-    so from any start on the outer side (h(z0) >= 0, z0 > logit p) the iterates decrease monotonically onto the root.
+    so from any start on the outer side (h(z0) >= 0, z0 > logit p) the iterates decrease monotonically onto the root;
+    from a start just inside the root the first step lands just outside it.
     In-place on a few buffers: on the CPU a fresh tensor per operation costs about as much as the arithmetic.
     """
     u, h, dh = torch.empty_like(z), torch.empty_like(z), torch.empty_like(z)
@@ -204,25 +205,130 @@ def _kl_upper_logit(log_p: Tensor, log_1mp: Tensor, delta: float, steps: int) ->
     return _kl_newton(torch.minimum(z, z_entropy, out=z), p, pc, c, steps)
 
 
-def _kl_bounds(log_p: Tensor, delta: float, out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    safe = log_p.clamp(min=_LOGP_FLOOR)
-    log_1mp = _log1mexp(safe)
-    # Row 0: the token's own upper root. Row 1: the mirror problem (p -> 1 - p), whose upper root gives the lower
-    # one by KL(p || q) = KL(1 - p || 1 - q): q_lo(p) = 1 - q_hi(1 - p). One stacked solve serves both.
-    a, b = torch.stack((safe, log_1mp)), torch.stack((log_1mp, safe))
-    # Mixed precision: start and first Newton steps in float32 (transcendentals cost half or less), then
-    # float64 steps, each squaring the error (float32 stage ~1e-5 -> 1e-10 -> 1e-20, float64 round-off ~1e-13).
+# KL tables. The bounds depend on p and delta only, and delta is one number per call, so each call needs four
+# functions of one variable, tabulated once per (delta, device) and interpolated per token:
+#     T_hi = log q_hi                       (r_hi = exp(T_hi - log p))
+#     P_lo = p log r_lo                     (r_lo = exp(P_lo / p))
+#     M_hi = (1 - p) log((1 - p) / (1 - q_hi))
+#     L_lo = log q_lo'   with q_lo' = 1 - p r_lo, the upper root of the mirror problem
+# (the last two give the logits of both roots for the float64 polish, see `_kl_bounds`). All four are bounded and
+# smooth in s = log(-log p) - log p, which resolves both ends: s ~ log(1 - p) as p -> 1 and s ~ -log p as p -> 0.
+# Beyond [_KL_S_MIN, s(_KL_LOGP_MIN)] they sit at their limits to ~1e-16 relative, so s is clamped there.
+# Interpolation: the quadratic through 3 neighbouring nodes (uniform in s). Measured against 40-step float64
+# solutions, delta in [1e-4, 10]: relative error of r_hi and absolute error of r_lo below 4e-9, which float32 and
+# lower outputs use as is; float64 outputs add one float64 Newton step (error squared, down to round-off).
+_KL_NODE_STEP = 0.01
+_KL_S_MIN = -36.0
+_KL_LOGP_MIN = -50.0
+_KL_INTERVALS = math.ceil((math.log(-_KL_LOGP_MIN) - _KL_LOGP_MIN - _KL_S_MIN) / _KL_NODE_STEP)
+_KL_TABLE_NEWTON_STEPS = 8
+_KL_TABLE_CACHE: dict[tuple[float, torch.device], Tensor] = {}
+_KL_TABLE_CACHE_SIZE = 32
+
+
+def _kl_build_tables(delta: float, device: torch.device) -> Tensor:
+    """Quadratic interpolation coefficients, shape (4 functions, 3 powers of the fraction, _KL_INTERVALS), float64."""
+    # Nodes s_j = _KL_S_MIN + h (j - 1), j = 0 .. n + 1 (n intervals and a ghost node on the left).
+    s = torch.arange(-1, _KL_INTERVALS + 1, dtype=torch.float64, device=device).mul_(_KL_NODE_STEP).add_(_KL_S_MIN)
+    # Invert s = u + exp(u), u = log(-log p): convex in u, Newton from the outer start min(s, log s) (converges
+    # monotonically, quadratically; 12 steps are far more than enough over this range).
+    u = torch.minimum(s, torch.log(s.clamp(min=1.0)))
+    for _ in range(12):
+        e = torch.exp(u)
+        u = u - (u + e - s) / (1.0 + e)
+    log_p = -torch.exp(u)
+    log_1mp = _log1mexp(log_p)
     z = _kl_upper_logit(
-        a.float().clamp_(min=_F32_LOGP_FLOOR), b.float().clamp_(min=_F32_LOGP_FLOOR), delta, _F32_NEWTON_STEPS
+        torch.stack((log_p, log_1mp)), torch.stack((log_1mp, log_p)), delta, _KL_TABLE_NEWTON_STEPS
+    )  # row 0: token, row 1: mirror problem
+    logsig = torch.nn.functional.logsigmoid
+    p, pc = torch.exp(log_p), torch.exp(log_1mp)
+    y = torch.stack(
+        (
+            logsig(z[0]),  # T_hi
+            (logsig(-z[1]) - log_p).mul_(p),  # P_lo
+            (log_1mp - logsig(-z[0])).mul_(pc),  # M_hi
+            logsig(z[1]),  # L_lo
+        )
     )
-    p = torch.exp(a)
-    pc = p.flip(0)
-    c = torch.mul(p, a).addcmul_(pc, b).sub_(delta)
-    z = _kl_newton(z.double(), p, pc, c, _F64_NEWTON_STEPS if out_dtype == torch.float64 else 1)
+    # On the interval [s_k, s_k+1], the quadratic through the nodes at fractions -1, 0, 1, in powers of the fraction.
+    ym, y0, y1 = y[:, :-2], y[:, 1:-1], y[:, 2:]
+    return torch.stack((y0, (y1 - ym) / 2, (y1 + ym) / 2 - y0), dim=1).contiguous()
+
+
+def _kl_tables(delta: float, device: torch.device) -> Tensor:
+    """The tables for ``delta`` on ``device``, built on first use and cached (a bounded dict).
+
+    Under ``torch.compile`` they come from the opaque custom op ``bandpo::kl_band_tables`` (same cache): traced
+    into the graph, the build's chains of Newton steps would cost inductor minutes of lowering.
+    """
+    if torch.compiler.is_compiling():
+        return _kl_tables_op(delta, device)
+    key = (delta, device)
+    tables = _KL_TABLE_CACHE.get(key)
+    if tables is None:
+        with torch.inference_mode(False), torch.no_grad():
+            tables = _kl_build_tables(delta, device)
+        if len(_KL_TABLE_CACHE) >= _KL_TABLE_CACHE_SIZE:
+            _KL_TABLE_CACHE.clear()
+        _KL_TABLE_CACHE[key] = tables
+    return tables
+
+
+@torch.library.custom_op("bandpo::kl_band_tables", mutates_args=())
+def _kl_tables_op(delta: float, device: torch.device) -> Tensor:
+    return _kl_tables(delta, device).clone()  # a custom op returns a fresh tensor (the cache entry stays private)
+
+
+@_kl_tables_op.register_fake
+def _(delta: float, device: torch.device) -> Tensor:
+    return torch.empty((4, 3, _KL_INTERVALS), dtype=torch.float64, device=device)
+
+
+def _kl_interpolate(log_p: Tensor, tables: Tensor, functions: int) -> list[Tensor]:
+    """The first ``functions`` tabulated functions at each log p (NaN where log p is NaN).
+
+    Few, reused buffers: on the CPU each fresh tensor of a million float64 costs page faults comparable to the
+    arithmetic, so every step writes in place or into a buffer of an earlier one.
+    """
+    flat = log_p.reshape(-1)
+    f = torch.mul(flat, -math.exp(-_KL_S_MIN))
+    torch.log(f, out=f).sub_(flat).mul_(1.0 / _KL_NODE_STEP)  # (s - s_min) / h
+    f.clamp_(0.0, _KL_INTERVALS - 1e-9)  # the limits beyond the table; keeps NaN
+    i = f.int().clamp_(0, _KL_INTERVALS - 1)  # interval (NaN -> any valid interval)
+    f.frac_()  # fraction in the interval (NaN stays NaN)
+    out = []
+    work = torch.empty_like(f)
+    for coef in tables[:functions]:
+        acc = torch.index_select(coef[-1], 0, i)
+        for c in reversed(coef[:-1]):  # Horner: acc <- c + acc f
+            torch.index_select(c, 0, i, out=work).addcmul_(acc, f)
+            acc, work = work, acc
+        out.append(acc.view(log_p.shape))
+    return out
+
+
+def _kl_bounds(log_p: Tensor, delta: float, out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    tables = _kl_tables(delta, log_p.device)
+    if out_dtype != torch.float64:
+        # Interpolation alone: ~1e-9, far below the output's own rounding. Both forms keep p -> 0 exact:
+        # r_hi overflows to inf only where q / p does, r_lo = exp(P_lo / p) underflows to 0 (and P_lo / 0 = -inf).
+        t_hi, p_lo = _kl_interpolate(log_p, tables, 2)
+        return p_lo.div_(torch.exp(log_p)).exp_(), t_hi.sub_(log_p).exp_()
+    # float64: the interpolated roots, as logits, then one Newton step each (quadratic: 1e-9 -> round-off).
+    t_hi, p_lo, m_hi, l_lo = _kl_interpolate(log_p, tables, 4)
+    safe = log_p.clamp(min=_LOGP_FLOOR)
+    pc = torch.expm1(safe).neg_()
+    log_1mp = torch.log(pc)
+    p = torch.exp(safe)
+    c = torch.mul(p, safe).addcmul_(pc, log_1mp).sub_(delta)  # -H - delta, shared by the token and mirror problem
+    # z = logit q_hi = log q - log(1 - q) = T_hi + M_hi / (1 - p) - log(1 - p); the mirror root likewise.
+    z = _kl_newton(m_hi.div_(pc).add_(t_hi).sub_(log_1mp), p, pc, c, _F64_NEWTON_STEPS)
+    z_mirror = _kl_newton(l_lo.sub_(safe).sub_(p_lo.div_(p)), pc, p, c, _F64_NEWTON_STEPS)
     # r_hi = q / p = exp(log sigmoid(z) - log p), with the true log p (inf once it overflows).
-    upper = torch.nn.functional.logsigmoid(z[0]).sub_(log_p).exp_()
+    upper = torch.nn.functional.logsigmoid(z).sub_(log_p).exp_()
     # r_lo = (1 - q_hi(1 - p)) / p = exp(log sigmoid(-z_mirror) - log p).
-    lower = torch.nn.functional.logsigmoid(z[1].neg_()).sub_(safe).exp_()
+    lower = torch.nn.functional.logsigmoid(z_mirror.neg_()).sub_(safe).exp_()
     lower.masked_fill_(log_p < _LOGP_FLOOR, 0.0)  # below the floor r_lo ~ exp(-delta / p) underflows to 0
     return lower, upper
 

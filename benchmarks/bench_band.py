@@ -2,7 +2,8 @@
 
     python benchmarks/bench_band.py [--tokens 1000000] [--repeats 7] [--threads N]
 
-Prints the median time of each and the ratios kl / tv and kl / fixed clip. Also times the authors' style of KL
+Prints the median time of each (timed round-robin, so that load from other jobs hits all alike) and the ratios
+kl / tv and kl / fixed clip. Also times the authors' style of KL
 solver (bisection with a host synchronisation per iteration, re-implemented here from the paper's description)
 on a subsample, to put the suite's solver in scale. That baseline is this file's own re-implementation of the
 pattern, not the authors' code (GPL-3.0), so its time is only indicative of theirs.
@@ -27,6 +28,19 @@ def median_seconds(fn, repeats: int) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def interleaved_median_seconds(fns: dict, repeats: int) -> dict:
+    """Median time of each function, timed round-robin so that a change of machine load hits all of them alike."""
+    for fn in fns.values():
+        fn()  # warm-up
+    times: dict = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def bisection_with_sync(old_log_prob: torch.Tensor, delta: float, iters: int = 60, tol: float = 1e-10):
@@ -70,12 +84,15 @@ def main() -> None:
 
     eps = 0.2
     ratio = torch.exp(old_log_prob + 0.01 * torch.randn_like(old_log_prob) - old_log_prob)
-    timings = {
-        "fixed clip": median_seconds(lambda: ratio.clamp(1 - eps, 1 + eps), args.repeats),
-        "tv": median_seconds(lambda: band_bounds(old_log_prob, "tv", args.delta), args.repeats),
-        "chi2": median_seconds(lambda: band_bounds(old_log_prob, "chi2", args.delta), args.repeats),
-        "kl": median_seconds(lambda: band_bounds(old_log_prob, "kl", args.delta), args.repeats),
-    }
+    timings = interleaved_median_seconds(
+        {
+            "fixed clip": lambda: ratio.clamp(1 - eps, 1 + eps),
+            "tv": lambda: band_bounds(old_log_prob, "tv", args.delta),
+            "chi2": lambda: band_bounds(old_log_prob, "chi2", args.delta),
+            "kl": lambda: band_bounds(old_log_prob, "kl", args.delta),
+        },
+        args.repeats,
+    )
     sub = old_log_prob[:100_000]
     sync_s = median_seconds(lambda: bisection_with_sync(sub, args.delta), 3) * (args.tokens / sub.numel())
 

@@ -10,6 +10,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import bandpo.band as band_module
 from bandpo.band import band_bounds, get_divergence, list_divergences, register_divergence
 
 mp.mp.dps = 60
@@ -167,15 +168,54 @@ def test_bad_input_is_rejected_clearly():
     assert "shifted" not in list_divergences() and "concave" not in list_divergences()
 
 
-def test_kl_path_compiles_fullgraph():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_kl_path_compiles_fullgraph(dtype):
     """No graph break means no data-dependent Python control flow and no host synchronisation (.item(), etc.)."""
     torch._dynamo.reset()
     compiled = torch.compile(lambda t: band_bounds(t, "kl", 0.05), fullgraph=True, backend="aot_eager")
-    x = -torch.rand(257, dtype=torch.float32) * 12
+    x = -torch.rand(257, dtype=dtype) * 12
     lo_c, hi_c = compiled(x)
     lo, hi = band_bounds(x, "kl", 0.05)
     torch.testing.assert_close(lo_c, lo, rtol=0, atol=0)
     torch.testing.assert_close(hi_c, hi, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("delta", [1e-3, 0.05, 1.0])
+def test_kl_interpolated_path_matches_polished_path(delta):
+    """Below float64 the KL bounds come from the interpolation tables alone; over the whole table range (and past
+    both ends) they must agree with the float64 solver on the same inputs to float32 precision."""
+    log_p = torch.cat(
+        (
+            -torch.logspace(-40, math.log10(60.0), 20001, dtype=torch.float64),
+            torch.tensor([-1e-300, -200.0, -710.0, -800.0], dtype=torch.float64),
+        )
+    )
+    x = log_p.float().double()  # values exactly representable in float32, seen alike by both paths
+    lo32, hi32 = band_bounds(x.float(), "kl", delta)
+    lo64, hi64 = band_bounds(x, "kl", delta)
+    finite = torch.isfinite(hi64) & (hi64 < torch.finfo(torch.float32).max)
+    rel_hi = ((hi32.double() - hi64).abs() / hi64)[finite]
+    assert rel_hi.max().item() <= 2e-7
+    assert bool(torch.isinf(hi32[~finite]).all())
+    assert (lo32.double() - lo64).abs().max().item() <= 2e-7
+
+
+def test_kl_tables_are_cached_per_delta_and_device():
+    band_module._KL_TABLE_CACHE.clear()
+    x = -torch.rand(100, dtype=torch.float64) * 20
+    with torch.inference_mode():  # tables built here must also serve calls outside inference mode
+        lo1, hi1 = band_bounds(x, "kl", 0.0731)
+    assert (0.0731, x.device) in band_module._KL_TABLE_CACHE
+    cached = band_module._KL_TABLE_CACHE[(0.0731, x.device)]
+    assert not cached.is_inference() and cached.dtype == torch.float64
+    lo2, hi2 = band_bounds(x, "kl", 0.0731)  # cache hit, same result
+    assert torch.equal(lo1, lo2) and torch.equal(hi1, hi2)
+    band_module._KL_TABLE_CACHE.clear()
+    lo3, hi3 = band_bounds(x, "kl", 0.0731)  # rebuilt, same result
+    assert torch.equal(lo1, lo3) and torch.equal(hi1, hi3)
+    for i in range(band_module._KL_TABLE_CACHE_SIZE + 3):  # bounded
+        band_bounds(x[:3], "kl", 0.01 + i * 1e-3)
+    assert len(band_module._KL_TABLE_CACHE) <= band_module._KL_TABLE_CACHE_SIZE
 
 
 @pytest.mark.slow
