@@ -3,16 +3,22 @@
 Per step (one rollout batch), top to bottom:
 
 1. draw ``prompts_per_step`` training problems (seeded by (seed, step): a resumed run draws the same ones);
-2. roll out ``samples_per_prompt`` completions each with KV-cached sampling at ``temperature`` (HF ``generate``,
-   plain sampling: top_k = 0, top_p = 1);
+2. roll out ``samples_per_prompt`` completions each with KV-cached ancestral sampling at ``temperature`` from the
+   model's plain softmax (top_k = 0, top_p = 1), with the trainer's own loop (`_sample_rows`): each prompt is
+   pre-filled ONCE and its KV cache shared by the ``samples_per_prompt`` rows of its group, and rows that have
+   emitted EOS are dropped from the batch and the cache once they are a quarter of it;
 3. reward = ``bandpo.grader.grade(completion, answer)`` (1 or 0), the same grader that scores evaluation;
 4. GRPO advantage per group: A = (R - mean_group) / (std_group + 1e-6), unbiased std, on every completion token;
-5. old log-probs recomputed by a full forward pass of the rollout policy (no grad), with its token entropy;
+5. old log-probs recomputed by a forward pass of the rollout policy (no grad), with its token entropy: each prompt
+   is run once and its KV cache shared by its group's completions (`completion_log_probs_shared`, equal to a full
+   forward pass of every prompt + completion row up to float rounding);
 6. the method's ratio bounds computed ONCE for the whole batch on valid tokens (`bandpo.methods.compute_bounds`),
    timed inside the step;
-7. ``updates_per_step`` optimizer updates over disjoint mini-batches (the first one is on-policy, the later ones
-   off-policy, which is what makes clipping act): loss = the method's loss (+ optional k3 KL to the reference),
-   AdamW, gradient clipping;
+7. ``updates_per_step`` optimizer updates over disjoint mini-batches (``minibatch``: whole prompt groups, as verl
+   counts mini-batches in prompts, or random sequences; the first one is on-policy, the later ones off-policy,
+   which is what makes clipping act), each prompt of a mini-batch run once with its KV cache shared by its
+   completions and the mini-batch's all-padding columns trimmed: loss = the method's loss (+ optional k3 KL to the
+   reference), AdamW, gradient clipping;
 8. one line of metrics.jsonl; a checkpoint every ``checkpoint_every`` steps.
 
 Crash safety: metrics go to ``metrics.jsonl.partial`` and are renamed at the end; checkpoints (model, optimizer,
@@ -70,27 +76,43 @@ class TrainConfig:
     params: dict[str, Any] = field(default_factory=dict)
     """The method's parameters (validated by its config; defaults are the paper's)."""
     seed: int = 0
+    """Seeds initialisation-free randomness: prompt draws, sampling, mini-batch order (each step from (seed, step))."""
     steps: int = 100
     """Rollout batches (= optimizer steps / updates_per_step)."""
     prompts_per_step: int = 16
+    """Prompts drawn per rollout batch (each sampled ``samples_per_prompt`` times)."""
     samples_per_prompt: int = 8
     """Group size n of GRPO."""
     temperature: float = 1.0
+    """Sampling temperature of the rollouts (plain softmax sampling, no top-k / top-p)."""
     max_new_tokens: int = 48
+    """Longest completion; a completion without EOS by then is truncated there."""
     reward: str = "grader"
     """grader: bandpo.grader.grade against the reference (1 or 0). random: Bernoulli(0.5) per completion, seeded by
     (seed, step) - the random-reward control of the protocol, which isolates what clipping alone does to entropy."""
     updates_per_step: int = 4
     """Mini-batches per rollout batch (paper: 256 prompts / 64 per mini-batch = 4)."""
+    minibatch: str = "group"
+    """How a rollout batch is split into its ``updates_per_step`` mini-batches. group: a random partition of the
+    prompt groups (all ``samples_per_prompt`` completions of a prompt in one mini-batch; verl's layout, whose
+    mini-batches are counted in prompts): each update runs each of its prompts once (fastest). random: a random
+    partition of the sequences (TRL's layout): a prompt's completions spread over the updates."""
     lr: float = 2e-4
+    """AdamW learning rate (constant)."""
     weight_decay: float = 0.01
+    """AdamW weight decay."""
     grad_clip: float = 1.0
+    """Gradient clipping: maximum global gradient L2 norm per update."""
     kl_coef: float = 0.0
     """k3 KL-to-reference loss coefficient (paper: 0.001; 0 = off and no reference forward pass)."""
     loss_agg_mode: str = "seq-mean-token-mean"
+    """How per-token losses become a scalar (`bandpo.methods.aggregate_loss`; the paper: seq-mean-token-mean)."""
     dual_clip_c: float | None = 10.0
+    """Dual-clip constant c for negative advantages (paper: 10; None disables)."""
     adv_eps: float = 1e-6
+    """Added to the group's reward std in the advantage's denominator."""
     checkpoint_every: int = 10
+    """Write a crash-safety checkpoint every this many steps."""
     keep_checkpoint: bool = False
     """Keep checkpoint/ after a successful run (default: removed, the final model is in model/)."""
     threads: int = 1
@@ -98,6 +120,7 @@ class TrainConfig:
     device: str = "auto"
     """auto | cpu | cuda[:i]."""
     progress: bool = True
+    """Show a tqdm progress bar on stderr."""
 
     def validate(self) -> None:
         problems = []
@@ -122,6 +145,10 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 problems.append(f"{name}: must be a finite number >= 0, got {value!r}")
+        if self.minibatch not in ("group", "random"):
+            problems.append(f"minibatch: must be 'group' or 'random', got {self.minibatch!r}")
+        elif self.minibatch == "group" and self.prompts_per_step < self.updates_per_step:
+            problems.append("updates_per_step: minibatch=group needs at least one prompt group per mini-batch")
         if self.reward not in ("grader", "random"):
             problems.append(f"reward: must be 'grader' or 'random', got {self.reward!r}")
         if self.checkpoint_every < 1:
@@ -196,46 +223,107 @@ def load_rows(path: str | os.PathLike) -> list[dict]:
 
 @dataclass
 class Batch:
-    """A rollout batch in one layout: left-padded prompts (P columns) then right-padded completions (T columns)."""
+    """A rollout batch in one layout: left-padded prompts (P columns) then right-padded completions (T columns).
+
+    Group members are adjacent rows (row r belongs to prompt r // samples_per_prompt); ``prompt_ids`` and
+    ``prompt_mask`` hold each prompt once (G rows)."""
 
     input_ids: torch.Tensor  # (B, P + T)
     attention_mask: torch.Tensor  # (B, P + T)
     response_mask: torch.Tensor  # (B, T) bool: completion tokens up to and including EOS
     prompt_len: int  # P
     texts: list[str]
+    prompt_ids: torch.Tensor  # (G, P)
+    prompt_mask: torch.Tensor  # (G, P)
+    truncated: torch.Tensor  # (B,) bool: no EOS within max_new_tokens
+
+
+COMPACT_FRAC = 0.25
+"""A rollout drops its finished rows from the batch and the KV cache once they are this fraction of its rows."""
+
+
+def _positions(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids of a left-padded layout: 0 at each row's first real token."""
+    return (mask.cumsum(1) - 1).clamp(min=0)
+
+
+@torch.no_grad()
+def _sample_rows(model, prompt_ids, prompt_mask, n: int, max_new_tokens: int, temperature: float, eos: int,
+                 with_log_probs: bool = False):  # fmt: skip
+    """KV-cached ancestral sampling of ``n`` completions per prompt from softmax(logits / temperature).
+
+    Each prompt (a row of the left-padded ``prompt_ids``) is pre-filled once and its KV cache repeated for its ``n``
+    rows (row r continues prompt r // n). A row that has emitted EOS stops; once the stopped rows are
+    ``COMPACT_FRAC`` of the rows still in the cache they are dropped from it, so late steps run only the rows still
+    generating. Returns the tokens (B, T) with T the longest completion (pad 0 after EOS), the mask of valid tokens
+    (up to and including EOS) and, with ``with_log_probs``, the log-prob of each sampled token under the untempered
+    policy (what a forward pass of the model scores; zero on padding), else None."""
+    G, P = prompt_ids.shape
+    B, device = G * n, prompt_ids.device
+    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=_positions(prompt_mask),
+                use_cache=True, logits_to_keep=1)  # fmt: skip
+    cache = out.past_key_values
+    cache.batch_repeat_interleave(n)
+    logits = out.logits[:, -1].float().repeat_interleave(n, 0)  # (B, V): the distribution of completion token 0
+    tokens = torch.zeros(B, max_new_tokens, dtype=torch.long, device=device)
+    log_prob = torch.zeros(B, max_new_tokens, device=device) if with_log_probs else None
+    lengths = torch.full((B,), max_new_tokens, dtype=torch.long, device=device)
+    rows = torch.arange(B, device=device)  # the batch row of each cache row
+    live = torch.ones(B, dtype=torch.bool, device=device)  # cache rows still generating
+    attn = torch.cat([prompt_mask.repeat_interleave(n, 0), prompt_mask.new_ones(B, max_new_tokens)], 1)
+    row_positions = prompt_mask.sum(1).repeat_interleave(n)  # position of completion token 0
+    for t in range(max_new_tokens):
+        probs = torch.softmax(logits if temperature == 1.0 else logits / temperature, -1)
+        tok = torch.multinomial(probs, 1).squeeze(1)
+        tokens[rows, t] = tok  # a finished row still in the cache writes after its EOS: masked, then zeroed below
+        if log_prob is not None:
+            log_prob[rows, t] = torch.log_softmax(logits, -1).gather(1, tok.unsqueeze(1)).squeeze(1)
+        done = live & (tok == eos)
+        if bool(done.any()):
+            lengths[rows[done]] = t + 1
+            live = live & ~done
+            n_live = int(live.sum())
+            if n_live == 0:
+                break
+            if live.numel() - n_live >= COMPACT_FRAC * live.numel():
+                keep = live.nonzero().squeeze(1)
+                cache.batch_select_indices(keep)
+                rows, tok, live = rows[keep], tok[keep], live[keep]
+        if t + 1 == max_new_tokens:
+            break
+        position_ids = (row_positions[rows] + t).unsqueeze(1)
+        out = model(input_ids=tok.unsqueeze(1), attention_mask=attn[rows, : P + t + 1], position_ids=position_ids,
+                    past_key_values=cache, use_cache=True)  # fmt: skip
+        logits = out.logits[:, -1].float()
+    T = int(lengths.max())
+    response_mask = torch.arange(T, device=device).unsqueeze(0) < lengths.unsqueeze(1)
+    tokens = tokens[:, :T] * response_mask
+    return tokens, response_mask, (log_prob[:, :T] * response_mask if log_prob is not None else None)
 
 
 def rollout(model, tokenizer, prompts: list[str], cfg: TrainConfig, device: torch.device) -> Batch:
     """``samples_per_prompt`` completions per prompt, KV-cached sampling (group members are adjacent rows)."""
-    expanded = [p for p in prompts for _ in range(cfg.samples_per_prompt)]
+    n = cfg.samples_per_prompt
     tokenizer.padding_side = "left"
-    enc = tokenizer(expanded, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-    out = model.generate(
-        **enc,
-        do_sample=True,
-        temperature=cfg.temperature,
-        top_k=0,
-        top_p=1.0,
-        max_new_tokens=cfg.max_new_tokens,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        cache_implementation="static",
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+    prompt_ids, prompt_mask = enc["input_ids"], enc["attention_mask"]
+    completion, response_mask, _ = _sample_rows(
+        model, prompt_ids, prompt_mask, n, cfg.max_new_tokens, cfg.temperature, tokenizer.eos_token_id
     )
-    prompt_len = enc["input_ids"].shape[1]
-    completion = out[:, prompt_len:]
-    is_eos = completion == tokenizer.eos_token_id
-    # valid = generated up to and including the first EOS
-    response_mask = (torch.cumsum(is_eos.int(), dim=1) - is_eos.int()) == 0
+    is_eos = (completion == tokenizer.eos_token_id) & response_mask
+    truncated = ~is_eos.any(1)
     completion = torch.where(response_mask, completion, tokenizer.pad_token_id)
     texts = tokenizer.batch_decode(completion, skip_special_tokens=True)
-    attention_mask = torch.cat([enc["attention_mask"], response_mask.long()], dim=1)
-    return Batch(torch.cat([enc["input_ids"], completion], 1), attention_mask, response_mask, prompt_len, texts)
+    attention_mask = torch.cat([prompt_mask.repeat_interleave(n, 0), response_mask.long()], dim=1)
+    input_ids = torch.cat([prompt_ids.repeat_interleave(n, 0), completion], 1)
+    return Batch(input_ids, attention_mask, response_mask, prompt_ids.shape[1], texts, prompt_ids, prompt_mask,
+                 truncated)  # fmt: skip
 
 
 def completion_log_probs(model, input_ids, attention_mask, prompt_len: int, with_entropy: bool = False):
-    """Log-probs of the completion tokens (B, T) under ``model`` (and the token entropy of its distribution)."""
-    position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+    """Log-probs of the completion tokens (B, T) under ``model`` (and the token entropy of its distribution), one
+    forward pass over the full prompt + completion rows (the reference that `completion_log_probs_shared` equals)."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=_positions(attention_mask)).logits
     logits = logits[:, prompt_len - 1 : -1].float()  # position t predicts token t + 1
     log_probs = torch.log_softmax(logits, dim=-1)
     token_log_prob = log_probs.gather(-1, input_ids[:, prompt_len:].unsqueeze(-1)).squeeze(-1)
@@ -243,6 +331,41 @@ def completion_log_probs(model, input_ids, attention_mask, prompt_len: int, with
         return token_log_prob, None
     entropy = -(log_probs.exp() * log_probs).sum(-1)
     return token_log_prob, entropy
+
+
+def completion_log_probs_shared(model, batch: Batch, idx: torch.Tensor, group: int, with_entropy: bool = False):
+    """`completion_log_probs` of rows ``idx`` of ``batch`` (each (len(idx), T), zero on padding), computed with each
+    distinct prompt among those rows run once and its KV cache shared by its rows: one forward pass over the
+    prompts, then one over the completions. Prompt columns that are padding in every prompt of ``idx`` and
+    completion columns past the longest completion of ``idx`` are not computed. Differentiable (the gradient
+    flows back into the shared prompt pass); equal to the full forward pass up to float rounding."""
+    T = batch.response_mask.shape[1]
+    groups = torch.div(idx, group, rounding_mode="floor")
+    uniq, inverse = torch.unique(groups, return_inverse=True)
+    p_mask = batch.prompt_mask[uniq]
+    first = int((p_mask.sum(0) > 0).nonzero()[0])  # leading columns that are padding in every prompt here
+    p_ids, p_mask = batch.prompt_ids[uniq, first:], p_mask[:, first:]
+    out = model(input_ids=p_ids, attention_mask=p_mask, position_ids=_positions(p_mask), use_cache=True,
+                logits_to_keep=1)  # fmt: skip
+    cache = out.past_key_values
+    cache.batch_select_indices(inverse)  # differentiable gather: each row gets its prompt's keys and values
+    logits = out.logits[:, -1:][inverse]  # (n, 1, V): predicts completion token 0
+    resp = batch.response_mask[idx]
+    t_max = max(int(resp.sum(1).max()), 1)
+    comp = batch.input_ids[idx, batch.prompt_len : batch.prompt_len + t_max]
+    if t_max > 1:
+        attn = torch.cat([p_mask[inverse], resp[:, : t_max - 1].long()], 1)
+        pos = p_mask.sum(1)[inverse].unsqueeze(1) + torch.arange(t_max - 1, device=idx.device).unsqueeze(0)
+        rest = model(input_ids=comp[:, :-1], attention_mask=attn, position_ids=pos, past_key_values=cache,
+                     use_cache=True).logits  # fmt: skip
+        logits = torch.cat([logits, rest], 1)
+    log_probs = torch.log_softmax(logits.float(), -1)
+    token_log_prob = log_probs.gather(-1, comp.unsqueeze(-1)).squeeze(-1) * resp[:, :t_max]
+    token_log_prob = torch.nn.functional.pad(token_log_prob, (0, T - t_max))
+    if not with_entropy:
+        return token_log_prob, None
+    entropy = -(log_probs.exp() * log_probs).sum(-1) * resp[:, :t_max]
+    return token_log_prob, torch.nn.functional.pad(entropy, (0, T - t_max))
 
 
 def group_advantages(rewards: torch.Tensor, group: int, eps: float) -> torch.Tensor:
@@ -304,6 +427,9 @@ def train(cfg: TrainConfig) -> dict:
     partial_metrics = out / "metrics.jsonl.partial"
 
     rows = load_rows(cfg.data)
+    prompts = min(cfg.prompts_per_step, len(rows))
+    if (prompts if cfg.minibatch == "group" else prompts * cfg.samples_per_prompt) < cfg.updates_per_step:
+        raise ValueError(f"{cfg.data}: {len(rows)} rows are too few for {cfg.updates_per_step} mini-batches")
     warmup()  # start the grader's workers now, not inside the first timed step
     params = methods.make_config(cfg.method, cfg.params)
     settings = methods.SurrogateConfig.from_params({"loss_agg_mode": cfg.loss_agg_mode, "dual_clip_c": cfg.dual_clip_c})
@@ -409,14 +535,14 @@ def train_step(step, model, reference, tokenizer, optimizer, rows, cfg, params, 
     seq_adv = group_advantages(rewards, cfg.samples_per_prompt, cfg.adv_eps).to(device)
     advantages = seq_adv.unsqueeze(1).expand_as(mask).contiguous()
 
-    # 5. old log-probs of the rollout policy (recomputed, no grad) and its token entropy
+    # 5. old log-probs of the rollout policy (recomputed by a forward pass, no grad) and its token entropy
+    n = cfg.samples_per_prompt
+    rows_all = torch.arange(mask.shape[0], device=device)
     with torch.no_grad():
-        old_log_prob, entropy = completion_log_probs(
-            model, batch.input_ids, batch.attention_mask, batch.prompt_len, with_entropy=True
-        )
+        old_log_prob, entropy = completion_log_probs_shared(model, batch, rows_all, n, with_entropy=True)
         ref_log_prob = None
         if reference is not None:
-            ref_log_prob, _ = completion_log_probs(reference, batch.input_ids, batch.attention_mask, batch.prompt_len)
+            ref_log_prob, _ = completion_log_probs_shared(reference, batch, rows_all, n)
 
     # 6. bounds once per rollout batch, on valid tokens only
     t_b = time.perf_counter()
@@ -426,10 +552,16 @@ def train_step(step, model, reference, tokenizer, optimizer, rows, cfg, params, 
 
     # 7. off-policy updates over disjoint mini-batches
     gen = torch.Generator().manual_seed(seed)
-    order = torch.randperm(mask.shape[0], generator=gen).to(device)
+    if cfg.minibatch == "group":  # a random partition of the prompt groups, each group kept whole
+        group_order = torch.randperm(mask.shape[0] // n, generator=gen)
+        parts = [
+            (g.unsqueeze(1) * n + torch.arange(n)).reshape(-1) for g in group_order.tensor_split(cfg.updates_per_step)
+        ]
+    else:  # a random partition of the sequences
+        parts = torch.randperm(mask.shape[0], generator=gen).tensor_split(cfg.updates_per_step)
     diag: dict[str, list[float]] = defaultdict(list)
-    for u, idx in enumerate(torch.tensor_split(order, cfg.updates_per_step)):
-        log_prob, _ = completion_log_probs(model, batch.input_ids[idx], batch.attention_mask[idx], batch.prompt_len)
+    for u, idx in enumerate(part.to(device) for part in parts):
+        log_prob, _ = completion_log_probs_shared(model, batch, idx, n)
         loss, info = methods.compute_loss(
             cfg.method, old_log_prob[idx], log_prob, advantages[idx], mask[idx], params, settings,
             bounds=(bounds[0][idx], bounds[1][idx]) if bounds is not None else None,
@@ -470,7 +602,7 @@ def train_step(step, model, reference, tokenizer, optimizer, rows, cfg, params, 
         "mixed_group_frac": float(((groups.max(1).values - groups.min(1).values) > 0).float().mean()),
         "entropy": float(entropy[valid].mean()) if n_tokens else 0.0,
         "response_length": n_tokens / mask.shape[0],
-        "truncated_frac": float((mask[:, -1]).float().mean()),
+        "truncated_frac": float(batch.truncated.float().mean()),
     }
     for k, values in diag.items():
         if k.endswith("ratio_min"):

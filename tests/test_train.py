@@ -153,3 +153,109 @@ def test_resume_refuses_a_different_config(assets, tmp_path):
     other = small_config(assets, tmp_path / "r", steps=4, checkpoint_every=1, lr=1e-3)
     with pytest.raises(RuntimeError, match="different run configuration"):
         train(other)
+
+
+@pytest.fixture(scope="module")
+def eos_heavy_model(assets):
+    """The tiny random Llama with +3 on the EOS logit (about 1 in 6 tokens is EOS): short completions of
+    varied lengths, so that the sampler drops finished rows many times."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(assets[0])
+    model = AutoModelForCausalLM.from_pretrained(assets[0], dtype=torch.float32).eval()
+    bias = torch.zeros(model.config.vocab_size)
+    bias[tokenizer.eos_token_id] = 3.0
+    model.lm_head.register_forward_hook(lambda module, args, output: output + bias)
+    return model, tokenizer
+
+
+def _prompts(tokenizer, texts):
+    tokenizer.padding_side = "left"
+    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    return enc["input_ids"], enc["attention_mask"]
+
+
+def test_sampler_draws_from_the_models_softmax(eos_heavy_model):
+    """The KV-cached sampler (shared prompt cache, finished rows dropped) samples the model's plain softmax: the
+    first token's frequencies match softmax(logits / T), and over many rollouts the mean surprisal of the sampled
+    tokens matches the mean entropy of their distributions, which a full forward pass recomputes."""
+    from bandpo.train import Batch, _sample_rows, completion_log_probs, completion_log_probs_shared
+
+    torch.set_num_threads(1)
+    model, tokenizer = eos_heavy_model
+    eos = tokenizer.eos_token_id
+    ids, mask = _prompts(tokenizer, ["Q: Compute 1/7+3/7.\nA: "])
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask).logits[0, -1]
+    for temperature in (1.0, 0.7):
+        torch.manual_seed(0)
+        draws = 20000
+        tokens, _, _ = _sample_rows(model, ids, mask, draws, 1, temperature, eos)
+        freq = torch.bincount(tokens[:, 0], minlength=logits.numel()).double() / draws
+        p = torch.softmax(logits.double() / temperature, -1)
+        assert ((freq - p).abs() <= 5 * (p * (1 - p) / draws).sqrt() + 1e-4).all(), temperature
+
+    texts = ["Q: Compute 48-6+5.\nA: ", "Q: Solve for x: 3x+8=32.\nA: ", "Q: 1+1?\nA: ", "Q: Compute 3/5+1/5.\nA: "]
+    ids, mask = _prompts(tokenizer, texts)
+    n, surprisal, entropy_sum, count = 8, 0.0, 0.0, 0
+    torch.manual_seed(1)
+    for _ in range(25):
+        tokens, resp, sampled_lp = _sample_rows(model, ids, mask, n, 16, 1.0, eos, with_log_probs=True)
+        # valid = up to and including the first EOS, and nothing after it
+        is_eos = (tokens == eos) & resp
+        lengths = resp.sum(1)
+        assert (is_eos.sum(1) <= 1).all() and (is_eos.any(1) | (lengths == 16)).all()
+        assert lengths.min() < lengths.max()  # varied lengths: rows were dropped mid-rollout
+        batch = Batch(torch.cat([ids.repeat_interleave(n, 0), tokens], 1),
+                      torch.cat([mask.repeat_interleave(n, 0), resp.long()], 1), resp, ids.shape[1], [], ids, mask,
+                      ~is_eos.any(1))  # fmt: skip
+        with torch.no_grad():
+            full_lp, full_ent = completion_log_probs(model, batch.input_ids, batch.attention_mask, batch.prompt_len,
+                                                     with_entropy=True)  # fmt: skip
+            shared_lp, shared_ent = completion_log_probs_shared(model, batch, torch.arange(n * 4), n, with_entropy=True)
+        assert (full_lp - sampled_lp)[resp].abs().max() < 1e-5  # the recompute pass scores what the sampler drew
+        assert (full_lp - shared_lp)[resp].abs().max() < 1e-5 and (full_ent - shared_ent)[resp].abs().max() < 1e-5
+        surprisal += float(-sampled_lp[resp].sum())
+        entropy_sum += float(full_ent[resp].sum())
+        count += int(resp.sum())
+    # E[-log p(x)] over x ~ p is the entropy of p; the surprisal's std here is about 1.5 nats per token
+    assert count > 1500 and abs(surprisal - entropy_sum) / count < 4 * 1.5 / count**0.5
+
+
+def test_shared_prompt_forward_has_the_full_forwards_gradients(eos_heavy_model):
+    from bandpo.train import TrainConfig, completion_log_probs, completion_log_probs_shared, rollout
+
+    torch.set_num_threads(1)
+    model, tokenizer = eos_heavy_model
+    cfg = TrainConfig(samples_per_prompt=4, max_new_tokens=12)
+    torch.manual_seed(2)
+    texts = ["Q: Compute 48-6+5.\nA: ", "Q: 1+1?\nA: ", "Q: Solve for x: 3x+8=32.\nA: "]
+    with torch.no_grad():
+        batch = rollout(model, tokenizer, texts, cfg, torch.device("cpu"))
+    idx = torch.tensor([9, 0, 3, 2, 10])  # prompts 2, 0, 0, 0, 2: any order, any subset
+    resp = batch.response_mask[idx].float()
+    grads = []
+    for shared in (True, False):
+        model.zero_grad()
+        if shared:
+            lp, _ = completion_log_probs_shared(model, batch, idx, cfg.samples_per_prompt)
+        else:
+            lp, _ = completion_log_probs(model, batch.input_ids[idx], batch.attention_mask[idx], batch.prompt_len)
+        (lp * resp * torch.linspace(-1, 1, resp.shape[1])).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_minibatch_layouts(assets, tmp_path):
+    with pytest.raises(ValueError, match="minibatch: must be 'group' or 'random'"):
+        TrainConfig(model="m", data="d", out="o", minibatch="seq").validate()
+    with pytest.raises(ValueError, match="at least one prompt group per mini-batch"):
+        TrainConfig(model="m", data="d", out="o", prompts_per_step=2, updates_per_step=4).validate()
+    assert TrainConfig().minibatch == "group"
+    train(small_config(assets, tmp_path / "random", minibatch="random", steps=2, seed=3))
+    train(small_config(assets, tmp_path / "group", steps=2, seed=3))
+    random_m, group_m = (without_timing(read_metrics(tmp_path / x)) for x in ("random", "group"))
+    # same rollouts (the layout only acts after step 1's sampling), different updates
+    assert random_m[0]["reward_mean"] == group_m[0]["reward_mean"] and random_m[0]["entropy"] == group_m[0]["entropy"]
+    assert random_m[0]["loss"] != group_m[0]["loss"]
