@@ -30,6 +30,9 @@ config.clear()
 config.update(_validated)
 
 
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/models.smk"
@@ -48,4 +51,4 @@ rule all:
     default_target: True
     input:
         all_eval_summaries(),
-        f"{RESULTS}/eval/summary.csv",
+        report_targets(),

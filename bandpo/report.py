@@ -61,7 +61,6 @@ import json
 import math
 import os
 import re
-import shutil
 import sys
 import tempfile
 import warnings
@@ -74,7 +73,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bandpo.files import atomic_write_text
+from bandpo.files import atomic_write_bytes, atomic_write_text
 
 __all__ = [
     "BASE_ENTRY",
@@ -1590,9 +1589,47 @@ def build_report(
     return written
 
 
-def publish(src: str | os.PathLike, dest: str | os.PathLike = "results") -> list[Path]:
+PROVENANCE_PACKAGES = ("torch", "transformers", "lm_eval", "math-verify", "verl", "snakemake", "pandas", "scipy",
+                       "seaborn", "datasets")  # fmt: skip
+
+
+def provenance(config: Mapping | None = None) -> dict:
+    """Where published numbers come from: git commit (and whether the tree had uncommitted changes), Python and
+    package versions, platform, and the resolved run config when given."""
+    import platform
+    import subprocess
+    from importlib import metadata
+
+    def git(*args: str) -> str | None:
+        try:
+            proc = subprocess.run(["git", *args], capture_output=True, text=True, timeout=30, check=True)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return proc.stdout.strip()
+
+    versions = {}
+    for name in PROVENANCE_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "git_commit": git("rev-parse", "HEAD"),
+        "git_dirty": bool(status) if status is not None else None,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "packages": versions,
+        "config": dict(config) if config is not None else None,
+    }
+
+
+def publish(src: str | os.PathLike, dest: str | os.PathLike = "results", config: Mapping | None = None) -> list[Path]:
     """Copy a profile's leaderboard (``src/leaderboard.{csv,md,html}``) and figures (``src/figures/*.png``) to
-    ``dest`` (``dest/leaderboard.*``, ``dest/figures/*.png``), each file atomically. Returns the written paths."""
+    ``dest`` (``dest/leaderboard.*``, ``dest/figures/*.png``), each file atomically, and write
+    ``dest/provenance.json`` (`provenance`: git commit, package versions, the run config). Returns the written
+    paths."""
     src, dest = Path(src), Path(dest)
     missing = [n for n in LEADERBOARD_FILES if not (src / n).is_file()]
     if missing:
@@ -1603,18 +1640,10 @@ def publish(src: str | os.PathLike, dest: str | os.PathLike = "results") -> list
     for s, d in pairs:
         if s.resolve() == d.resolve():
             continue
-        d.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{d.name}.", suffix=".tmp", dir=d.parent)
-        os.close(fd)
-        try:
-            shutil.copyfile(s, tmp)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, d)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        atomic_write_bytes(d, s.read_bytes())
         written.append(d)
+    atomic_write_text(dest / "provenance.json", json.dumps(provenance(config), indent=2, default=str) + "\n")
+    written.append(dest / "provenance.json")
     return written
 
 
@@ -1633,6 +1662,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("publish", help="copy a profile's leaderboard and figures to the top-level results/")
     p.add_argument("--src", required=True, help="the profile's report folder, e.g. results/embedded")
     p.add_argument("--dest", default="results")
+    p.add_argument("--config-json", default=None, help="the resolved run config (JSON) to record in provenance.json")
     f = sub.add_parser("bounds", help="only the bound figure")
     f.add_argument("--out", required=True, help="PNG path")
     f.add_argument("--delta", type=float, default=0.1)
@@ -1654,7 +1684,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             print(json.dumps({k: str(v) for k, v in written.items()}, indent=1))
         elif args.command == "publish":
-            for path in publish(args.src, args.dest):
+            config = json.loads(args.config_json) if args.config_json else None
+            for path in publish(args.src, args.dest, config):
                 print(path)
         else:
             plot_bounds(args.out, delta=args.delta, cap=args.cap)

@@ -77,9 +77,9 @@ class TrainConfig:
     """The method's parameters (validated by its config; defaults are the paper's)."""
     seed: int = 0
     """Seeds initialisation-free randomness: prompt draws, sampling, mini-batch order (each step from (seed, step))."""
-    steps: int = 100
+    steps: int = 64
     """Rollout batches (= optimizer steps / updates_per_step)."""
-    prompts_per_step: int = 16
+    prompts_per_step: int = 32
     """Prompts drawn per rollout batch (each sampled ``samples_per_prompt`` times)."""
     samples_per_prompt: int = 8
     """Group size n of GRPO."""
@@ -92,13 +92,20 @@ class TrainConfig:
     (seed, step) - the random-reward control of the protocol, which isolates what clipping alone does to entropy."""
     updates_per_step: int = 4
     """Mini-batches per rollout batch (paper: 256 prompts / 64 per mini-batch = 4)."""
-    minibatch: str = "group"
+    minibatch: str = "random"
     """How a rollout batch is split into its ``updates_per_step`` mini-batches. group: a random partition of the
     prompt groups (all ``samples_per_prompt`` completions of a prompt in one mini-batch; verl's layout, whose
-    mini-batches are counted in prompts): each update runs each of its prompts once (fastest). random: a random
-    partition of the sequences (TRL's layout): a prompt's completions spread over the updates."""
-    lr: float = 2e-4
-    """AdamW learning rate (constant)."""
+    mini-batches are counted in prompts): each update runs each of its prompts once
+    (fastest). random (default): a random partition of the sequences (TRL's layout): a prompt's completions spread
+    over the updates, whose advantages then do not cancel within a mini-batch, so the policy drifts further between
+    updates and clipping acts more (tiny-s, lr 5e-4: 0.68% of off-policy tokens outside the bounds against 0.44%
+    with group)."""
+    lr: float = 5e-4
+    """AdamW learning rate (of the first step)."""
+    lr_end: float | None = 1e-4
+    """Learning rate of the last step, reached by a linear decay from ``lr``; None = constant ``lr``. A high early
+    rate makes clipping act while the base model's entropy is high; the decay keeps the late updates from eroding
+    what was learned (tiny-s, 70 steps: const 3e-4 +11.4 points, 5e-4 -> 1e-4 +12.5, const or decayed 6e-4 worse)."""
     weight_decay: float = 0.01
     """AdamW weight decay."""
     grad_clip: float = 1.0
@@ -141,6 +148,10 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 problems.append(f"{name}: must be a finite number > 0, got {value!r}")
+        if self.lr_end is not None and (
+            not isinstance(self.lr_end, (int, float)) or not math.isfinite(self.lr_end) or self.lr_end < 0
+        ):
+            problems.append(f"lr_end: must be null or a finite number >= 0, got {self.lr_end!r}")
         for name in ("weight_decay", "kl_coef"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
@@ -508,11 +519,20 @@ def train(cfg: TrainConfig) -> dict:
     return summary
 
 
+def lr_at(cfg: TrainConfig, step: int) -> float:
+    """The learning rate of step ``step`` (0-based): ``lr``, or linear from ``lr`` to ``lr_end`` over the run."""
+    if cfg.lr_end is None or cfg.steps < 2:
+        return cfg.lr
+    return cfg.lr + (cfg.lr_end - cfg.lr) * step / (cfg.steps - 1)
+
+
 def train_step(step, model, reference, tokenizer, optimizer, rows, cfg, params, settings, is_bounds_method, device):
     """One rollout batch and its ``updates_per_step`` optimizer updates; returns the step's metrics."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     t0 = time.perf_counter()
     seed = _step_seed(cfg.seed, step)
+    for group in optimizer.param_groups:
+        group["lr"] = lr_at(cfg, step)
     picked = random.Random(seed).sample(range(len(rows)), k=min(cfg.prompts_per_step, len(rows)))
     torch.manual_seed(seed)  # the sampling draws of generate()
     if device.type == "cuda":

@@ -161,6 +161,22 @@ def test_packed_and_padded_pretraining_agree():
         torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-4, msg=name)
 
 
+def test_label_smoothing_is_the_smoothed_cross_entropy():
+    """The smoothed path (any label_smoothing > 0) with a vanishing smoothing equals HF's own loss (same shift,
+    same answer-token mask); a real smoothing changes it."""
+    tok = build_tokenizer()
+    rows = generate_tiny_math(seed=0, n_train=64, n_val=1, n_test=1)["train"]
+    losses = {}
+    for ls in (0.0, 1e-12, 0.1):
+        model = init_model(get_size("tiny-test"), tok, seed=0)
+        out = pretrain(model, tok, rows, get_size("tiny-test", steps=1, label_smoothing=ls), seed=0, progress=False,
+                       log_every=1)  # fmt: skip
+        losses[ls] = out["history"][0]["loss"]
+    assert losses[1e-12] == pytest.approx(losses[0.0], abs=2e-4)
+    assert losses[0.1] != pytest.approx(losses[0.0], abs=2e-4)
+    assert get_size("tiny-s").label_smoothing == 0.03 and get_size("tiny-m").label_smoothing == 0.03
+
+
 # ------------------------------------------------------------------------------------------------------------
 # build, save, load, generate
 # ------------------------------------------------------------------------------------------------------------
@@ -175,6 +191,10 @@ def test_build_saves_hf_layout_and_info(built):
     assert saved["seed"] == 0 and saved["size"] == "tiny-test"
     assert saved["build_seconds"] > 0 and 0.0 <= saved["base_accuracy_validation"] <= 1.0
     assert set(saved["validation"]["per_level"]) == {"1", "2", "3"}
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(out).st_mode & 0o777 == 0o777 & ~umask  # not mkdtemp's 0700
+    assert os.stat(out / "model.safetensors").st_mode & 0o777 == 0o666 & ~umask
     gen_cfg = json.loads((out / "generation_config.json").read_text())
     assert gen_cfg["top_k"] == 0 and gen_cfg["temperature"] == 1.0 and gen_cfg["do_sample"] is True
 

@@ -252,9 +252,9 @@ def test_minibatch_layouts(assets, tmp_path):
         TrainConfig(model="m", data="d", out="o", minibatch="seq").validate()
     with pytest.raises(ValueError, match="at least one prompt group per mini-batch"):
         TrainConfig(model="m", data="d", out="o", prompts_per_step=2, updates_per_step=4).validate()
-    assert TrainConfig().minibatch == "group"
-    train(small_config(assets, tmp_path / "random", minibatch="random", steps=2, seed=3))
-    train(small_config(assets, tmp_path / "group", steps=2, seed=3))
+    assert TrainConfig().minibatch == "random"
+    train(small_config(assets, tmp_path / "random", steps=2, seed=3))
+    train(small_config(assets, tmp_path / "group", minibatch="group", steps=2, seed=3))
     random_m, group_m = (without_timing(read_metrics(tmp_path / x)) for x in ("random", "group"))
     # same rollouts (the layout only acts after step 1's sampling), different updates
     assert random_m[0]["reward_mean"] == group_m[0]["reward_mean"] and random_m[0]["entropy"] == group_m[0]["entropy"]

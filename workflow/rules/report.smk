@@ -1,20 +1,59 @@
-# Report (placeholder until the leaderboard issue): one flat table of every scored run, read from the
-# per-run summaries (which are read from lm-eval's results files).
+# Report: every run's metrics and lm-eval scores -> leaderboard (csv / md / html), statistics and figures
+# (bandpo.report). With `publish: true` (the embedded default) the leaderboard and figures are also copied to the
+# top-level results/ folder, the published results page, with provenance.json (git commit, package versions and
+# the resolved config).
+
+REPORT_FIGURES = ["bounds", "training_curves", "clipfrac_buckets", "final_scores"]
+REPORT_TABLES = ["leaderboard.csv", "leaderboard.md", "leaderboard.html"]
 
 
-rule collect_eval:
+rule report:
     input:
-        all_eval_summaries(),
+        runs=[f"{run_dir(m, e, s)}/metrics.jsonl" for m in MODELS for e in ENTRIES for s in SEEDS],
+        evals=all_eval_summaries(),
     output:
-        f"{RESULTS}/eval/summary.csv",
+        csv=report(f"{RESULTS}/leaderboard.csv", caption="../report/leaderboard.rst", category="Leaderboard"),
+        md=f"{RESULTS}/leaderboard.md",
+        html=report(f"{RESULTS}/leaderboard.html", caption="../report/leaderboard.rst", category="Leaderboard"),
+        stats=f"{RESULTS}/stats.csv",
+        scores=f"{RESULTS}/scores.csv",
+        runs=f"{RESULTS}/runs.csv",
+        figures=[
+            report(f"{RESULTS}/figures/{name}.png", caption=f"../report/{name}.rst", category="Figures")
+            for name in REPORT_FIGURES
+        ],
+        figure_data=[f"{RESULTS}/figures/{name}.csv" for name in REPORT_FIGURES],
     log:
-        f"{LOGS}/report/collect_eval.log",
+        f"{LOGS}/report.log",
     benchmark:
-        f"{BENCH}/report/collect_eval.tsv"
+        f"{BENCH}/report.tsv"
     shell:
-        "python {SCRIPTS}/collect_eval.py --out {output} {input} > {log} 2>&1"
+        "python -m bandpo.report build --results {RESULTS} > {log} 2>&1"
+
+
+rule publish:
+    input:
+        rules.report.output,
+    output:
+        tables=[f"results/{name}" for name in REPORT_TABLES],
+        figures=[f"results/figures/{name}.png" for name in REPORT_FIGURES],
+        provenance="results/provenance.json",
+    params:
+        config=json.dumps(config, sort_keys=True, default=str),
+    log:
+        f"{LOGS}/publish.log",
+    shell:
+        "python -m bandpo.report publish --src {RESULTS} --dest results --config-json {params.config:q} > {log} 2>&1"
+
+
+def report_targets():
+    """What `rule all` asks of the report stage: the profile's leaderboard, and the published copy if asked."""
+    targets = [rules.report.output.html]
+    if config["publish"]:
+        targets += rules.publish.output.tables
+    return targets
 
 
 localrules:
     all,
-    collect_eval,
+    publish,

@@ -326,6 +326,7 @@ def expected_jobs(cfg: Mapping[str, Any]) -> dict[str, int]:
         jobs["eval_group"] = n_models * n_eval_entries
     else:
         jobs["eval_run"] = n_models * n_eval_entries * n_seeds
-    jobs["collect_eval"] = 1
+    jobs["report"] = 1
+    jobs["publish"] = 1 if cfg["publish"] else 0
     jobs["all"] = 1
     return {k: v for k, v in jobs.items() if v}
