@@ -1602,7 +1602,8 @@ def provenance(config: Mapping | None = None) -> dict:
 
     def git(*args: str) -> str | None:
         try:
-            proc = subprocess.run(["git", *args], capture_output=True, text=True, timeout=30, check=True)
+            proc = subprocess.run(["git", *args], capture_output=True, text=True, timeout=30, check=True,
+                                  cwd=Path(__file__).resolve().parent)  # the suite's checkout  # fmt: skip
         except (OSError, subprocess.SubprocessError):
             return None
         return proc.stdout.strip()

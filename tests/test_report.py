@@ -550,10 +550,16 @@ def test_html_renders_in_chromium(built, tmp_path):
 
 def test_publish(built, tmp_path):
     results, _ = built
-    written = report.publish(results, tmp_path / "top")
+    written = report.publish(results, tmp_path / "top", config={"profile": "embedded", "seeds": [0, 1, 2]})
     names = sorted(p.relative_to(tmp_path / "top").as_posix() for p in written)
-    assert names == sorted([*report.LEADERBOARD_FILES, *(f"figures/{n}.png" for n in report.FIGURES)])
+    expected = [*report.LEADERBOARD_FILES, *(f"figures/{n}.png" for n in report.FIGURES), "provenance.json"]
+    assert names == sorted(expected)
     assert (tmp_path / "top" / "leaderboard.html").read_bytes() == (results / "leaderboard.html").read_bytes()
+    prov = json.loads((tmp_path / "top" / "provenance.json").read_text())
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    assert prov["git_commit"] == head and isinstance(prov["git_dirty"], bool)
+    assert prov["packages"]["pandas"] == pd.__version__
+    assert prov["config"] == {"profile": "embedded", "seeds": [0, 1, 2]}
     with pytest.raises(FileNotFoundError, match="missing"):
         report.publish(tmp_path / "nothing", tmp_path / "top")
 
@@ -576,37 +582,13 @@ def test_cli_errors_and_unembedded_page(built, tmp_path):
 
 # The rule proposed for workflow/rules/report.smk (names from workflow/rules/common.smk); the slow test below runs it
 # in a minimal Snakefile and builds `snakemake --report` from it.
-REPORT_RULE = """
-REPORT_FIGURES = ["bounds", "training_curves", "clipfrac_buckets", "final_scores"]
-
-
-rule report:
-    input:
-        runs=[f"{run_dir(m, e, s)}/metrics.jsonl" for m in MODELS for e in ENTRIES for s in SEEDS],
-        evals=all_eval_summaries(),
-    output:
-        csv=report(f"{RESULTS}/leaderboard.csv", caption="../report/leaderboard.rst", category="Leaderboard"),
-        md=f"{RESULTS}/leaderboard.md",
-        html=report(f"{RESULTS}/leaderboard.html", caption="../report/leaderboard.rst", category="Leaderboard"),
-        stats=f"{RESULTS}/stats.csv",
-        scores=f"{RESULTS}/scores.csv",
-        runs=f"{RESULTS}/runs.csv",
-        figures=[
-            report(f"{RESULTS}/figures/{name}.png", caption=f"../report/{name}.rst", category="Figures")
-            for name in REPORT_FIGURES
-        ],
-        figure_data=[f"{RESULTS}/figures/{name}.csv" for name in REPORT_FIGURES],
-    log:
-        f"{LOGS}/report.log",
-    benchmark:
-        f"{BENCH}/report.tsv"
-    shell:
-        "python -m bandpo.report build --results {RESULTS} > {log} 2>&1"
-"""
+REPORT_RULE = (ROOT / "workflow" / "rules" / "report.smk").read_text()  # the real rule file
 
 MINI_SNAKEFILE = f"""
+import json
 report: "workflow/report/workflow.rst"
 config["profile"] = "{PROFILE}"
+config["publish"] = False
 RESULTS, LOGS, BENCH = "results/{PROFILE}", "logs/{PROFILE}", "logs/{PROFILE}/benchmarks"
 MODELS, ENTRIES, SEEDS, EVAL_TASKS = ["tiny-s"], {sorted(e for e in ENTRIES if e != XSS_ENTRY)!r}, [0, 1, 2], ["{TASK}"]
 EVAL_ENTRIES = ["base", *ENTRIES]
