@@ -251,7 +251,7 @@ def test_minibatch_layouts(assets, tmp_path):
     with pytest.raises(ValueError, match="minibatch: must be 'group' or 'random'"):
         TrainConfig(model="m", data="d", out="o", minibatch="seq").validate()
     with pytest.raises(ValueError, match="at least one prompt group per mini-batch"):
-        TrainConfig(model="m", data="d", out="o", prompts_per_step=2, updates_per_step=4).validate()
+        TrainConfig(model="m", data="d", out="o", prompts_per_step=2, updates_per_step=4, minibatch="group").validate()
     assert TrainConfig().minibatch == "random"
     train(small_config(assets, tmp_path / "random", steps=2, seed=3))
     train(small_config(assets, tmp_path / "group", minibatch="group", steps=2, seed=3))

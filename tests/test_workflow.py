@@ -315,7 +315,8 @@ def test_smoke_dag_end_to_end(smoke_run):
     board = pd.read_csv(wd / "results" / "smoke" / "leaderboard.csv")
     assert sorted(board["entry"]) == sorted(entries)
     scores = pd.read_csv(wd / "results" / "smoke" / "scores.csv")
-    assert len(scores) == len(entries) * len(cfg["seeds"])
+    assert len(scores[["entry", "seed"]].drop_duplicates()) == len(entries) * len(cfg["seeds"])
+    assert set(scores["metric"]) >= {"mean", "pass", "maj"}
     assert not (wd / "results" / "leaderboard.csv").exists()  # smoke does not publish
     # every rule logs and records a benchmark
     assert list((wd / "logs" / "smoke" / "benchmarks").rglob("*.tsv"))
