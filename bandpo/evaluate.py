@@ -41,7 +41,6 @@ import json
 import math
 import os
 import re
-import shutil
 import sys
 import tempfile
 import time
@@ -51,6 +50,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from bandpo.files import atomic_move, atomic_write_text
 
 __all__ = [
     "BOOTSTRAP_RESAMPLES",
@@ -206,37 +207,6 @@ def process_results(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str,
 # --------------------------------------------------------------------------------------------------------------
 # atomic file helpers
 # --------------------------------------------------------------------------------------------------------------
-def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _atomic_move(src: Path, dst: Path) -> None:
-    """Move a finished file into place: copy next to ``dst`` under a temp name if needed, then rename."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
-    os.close(fd)
-    try:
-        shutil.move(str(src), tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, dst)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 # --------------------------------------------------------------------------------------------------------------
 # reading lm-eval's files
 # --------------------------------------------------------------------------------------------------------------
@@ -406,8 +376,8 @@ def evaluate_runs(
             with open(res_files[0], encoding="utf-8") as f:
                 saved = json.load(f)  # read back what lm-eval wrote: the numbers come from its file
             for name, src in sample_files.items():
-                _atomic_move(src, out_dir / f"{name}.samples.jsonl")
-            _atomic_move(res_files[0], results_path)
+                atomic_move(src, out_dir / f"{name}.samples.jsonl")
+            atomic_move(res_files[0], results_path)
         for name in configs:
             part = summarize_task(saved, name)
             summary = {
@@ -431,7 +401,7 @@ def evaluate_runs(
                 "versions": _versions(),
                 "seconds": {"eval": round(eval_seconds, 2), "process_startup": round(startup_s, 2)},
             }
-            _atomic_write_text(out_dir / f"{name}.json", json.dumps(summary, indent=2, default=str) + "\n")
+            atomic_write_text(out_dir / f"{name}.json", json.dumps(summary, indent=2, default=str) + "\n")
             summaries.append(summary)
             m = summary["metrics"]
             log(f"[bandpo.evaluate] {run.out_dir} {name}: " + ", ".join(f"{k}={v:.4f}" for k, v in m.items())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -29,3 +30,21 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """`atomic_write_bytes` of ``text`` in UTF-8."""
     return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_move(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
+    """Move a finished file onto ``dst``: moved beside ``dst`` under a temporary name first (a copy when it is on
+    another file system), then renamed, so ``dst`` never exists half-written."""
+    dst = Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
+    os.close(fd)
+    try:
+        shutil.move(os.fspath(src), tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dst)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return dst

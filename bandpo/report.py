@@ -107,6 +107,7 @@ __all__ = [
 BASE_ENTRY = "base"  # the reserved entry id of the untrained base model (bench_config.BASE_ENTRY)
 DEFAULT_BASELINE = "grpo"
 LEADERBOARD_FILES = ("leaderboard.csv", "leaderboard.md", "leaderboard.html")
+PUBLISHED_TABLES = ("stats.csv", "scores.csv", "runs.csv")  # published with the leaderboard when present
 FIGURES = ("bounds", "training_curves", "clipfrac_buckets", "final_scores")
 HEADLINE = ("mean", "pass", "maj", "best_bootstrap")  # metric families of the leaderboard, at k = n samples
 ALL_TASKS = "all"
@@ -1331,6 +1332,7 @@ def plot_training_curves(
     """Token entropy and reward against step per method entry: mean over seeds with a 95% bootstrap band over
     seeds (`seed_bands`); one row of panels per model size, entropy on a log axis. Returns the plotted bands:
     model, entry, metric, step, mean, ci_low, ci_high, n_seeds."""
+    import matplotlib.ticker
     import seaborn as sns
 
     present = [c for c in columns if c in metrics and metrics[c].notna().any()]
@@ -1359,6 +1361,10 @@ def plot_training_curves(
                     ax.fill_between(e["step"], e["ci_low"], e["ci_high"], color=palette[entry], alpha=0.18, lw=0)
                 if metric == "entropy" and (d["mean"] > 0).all():
                     ax.set_yscale("log")
+                    # plain tick labels: math text is off in these figures (entry names are user text)
+                    plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+                    ax.yaxis.set_major_formatter(plain)
+                    ax.yaxis.set_minor_formatter(plain)
                 ax.set_title(f"{model}: {metric}")
                 ax.set_ylabel(f"{metric} (mean over seeds)")
                 if ax.get_legend() is not None and not (i == 0 and j == len(present) - 1):
@@ -1627,8 +1633,8 @@ def provenance(config: Mapping | None = None) -> dict:
 
 
 def publish(src: str | os.PathLike, dest: str | os.PathLike = "results", config: Mapping | None = None) -> list[Path]:
-    """Copy a profile's leaderboard (``src/leaderboard.{csv,md,html}``) and figures (``src/figures/*.png``) to
-    ``dest`` (``dest/leaderboard.*``, ``dest/figures/*.png``), each file atomically, and write
+    """Copy a profile's leaderboard (``src/leaderboard.{csv,md,html}``), tables (``stats.csv``, ``scores.csv``,
+    ``runs.csv``) and figures (``src/figures/*.png``) to ``dest`` (same names), each file atomically, and write
     ``dest/provenance.json`` (`provenance`: git commit, package versions, the run config). Returns the written
     paths."""
     src, dest = Path(src), Path(dest)
@@ -1637,6 +1643,7 @@ def publish(src: str | os.PathLike, dest: str | os.PathLike = "results", config:
         raise FileNotFoundError(f"{src}: missing {', '.join(missing)} (run `python -m bandpo.report build` first)")
     written = []
     pairs = [(src / n, dest / n) for n in LEADERBOARD_FILES]
+    pairs += [(src / n, dest / n) for n in PUBLISHED_TABLES if (src / n).is_file()]
     pairs += [(p, dest / "figures" / p.name) for p in sorted((src / "figures").glob("*.png"))]
     for s, d in pairs:
         if s.resolve() == d.resolve():

@@ -58,12 +58,13 @@ import math
 import os
 import random
 import re
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
+
+from bandpo.files import atomic_write_text
 
 KINDS: tuple[str, ...] = ("arith", "linear", "frac", "mod", "word")
 LEVELS: tuple[int, ...] = (1, 2, 3)
@@ -298,23 +299,8 @@ def generate_tiny_math(
 # JSONL I/O
 # --------------------------------------------------------------------------------------------------------------
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
-    """Write rows as JSONL atomically (temp file in the same folder, fsync, rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    """Write rows as JSONL atomically (`bandpo.files.atomic_write_text`: temp file, fsync, rename)."""
+    return atomic_write_text(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:

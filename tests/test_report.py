@@ -552,7 +552,8 @@ def test_publish(built, tmp_path):
     results, _ = built
     written = report.publish(results, tmp_path / "top", config={"profile": "embedded", "seeds": [0, 1, 2]})
     names = sorted(p.relative_to(tmp_path / "top").as_posix() for p in written)
-    expected = [*report.LEADERBOARD_FILES, *(f"figures/{n}.png" for n in report.FIGURES), "provenance.json"]
+    expected = [*report.LEADERBOARD_FILES, *report.PUBLISHED_TABLES, *(f"figures/{n}.png" for n in report.FIGURES)]
+    expected.append("provenance.json")
     assert names == sorted(expected)
     assert (tmp_path / "top" / "leaderboard.html").read_bytes() == (results / "leaderboard.html").read_bytes()
     prov = json.loads((tmp_path / "top" / "provenance.json").read_text())

@@ -4,7 +4,7 @@
 # the resolved config).
 
 REPORT_FIGURES = ["bounds", "training_curves", "clipfrac_buckets", "final_scores"]
-REPORT_TABLES = ["leaderboard.csv", "leaderboard.md", "leaderboard.html"]
+REPORT_TABLES = ["leaderboard.csv", "leaderboard.md", "leaderboard.html", "stats.csv", "scores.csv", "runs.csv"]
 
 
 rule report:
