@@ -42,6 +42,8 @@ rule publish:
         config=json.dumps(config, sort_keys=True, default=str),
     log:
         f"{LOGS}/publish.log",
+    benchmark:
+        f"{BENCH}/publish.tsv"
     shell:
         "python -m bandpo.report publish --src {RESULTS} --dest results --config-json {params.config:q} > {log} 2>&1"
 
