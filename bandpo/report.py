@@ -57,12 +57,12 @@ import base64
 import contextlib
 import hashlib
 import html
+import io
 import json
 import math
 import os
 import re
 import sys
-import tempfile
 import warnings
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -1145,21 +1145,13 @@ def _style():
 
 
 def _save(fig, path: str | os.PathLike) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".png", dir=path.parent)
-    os.close(fd)
+    """Render ``fig`` as PNG and write it atomically (`bandpo.files.atomic_write_bytes`); closes the figure."""
+    buf = io.BytesIO()
     try:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight", metadata={"Software": None})
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
     finally:
         _pyplot().close(fig)
-    return path
+    return atomic_write_bytes(path, buf.getvalue())
 
 
 def _placeholder(path: str | os.PathLike, title: str, message: str) -> None:

@@ -9,10 +9,11 @@ template), ``ability``, ``reward_model`` (``ground_truth`` goes to the reward fu
 from __future__ import annotations
 
 import argparse
+import io
 import json
-import os
-import tempfile
 from pathlib import Path
+
+from bandpo.files import atomic_write_bytes
 
 
 def read_jsonl(path: str) -> list[dict]:
@@ -45,18 +46,9 @@ def verl_rows(paths: list[str], split: str) -> list[dict]:
 def write_parquet(rows: list[dict], out: str) -> None:
     import pandas as pd
 
-    out_path = Path(out)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".tmp", dir=out_path.parent)
-    os.close(fd)
-    try:
-        pd.DataFrame(rows).to_parquet(tmp, index=False)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out_path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    buf = io.BytesIO()
+    pd.DataFrame(rows).to_parquet(buf, index=False)
+    atomic_write_bytes(out, buf.getvalue())
 
 
 def main(argv: list[str] | None = None) -> int:
