@@ -10,6 +10,7 @@ import copy
 import importlib.util
 import json
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -407,3 +408,18 @@ def test_external_trainer_rule_gets_scored(smoke_run, tmp_path):
         assert summary["metrics"] == base["metrics"]  # the same weights, the same evaluation seed: the same scores
     scores = pd.read_csv(wd / "results/smoke/scores.csv")
     assert set(scores.loc[scores["entry"] == "copy_trainer", "seed"]) == set(cfg["seeds"])
+
+
+def test_run_cost_benchmark_runs_the_rules_command(tmp_path):
+    """benchmarks/bench_run_cost.py times the command the train_local rule runs (so its figures are the DAG's)."""
+    spec = importlib.util.spec_from_file_location("bench_run_cost", ROOT / "benchmarks" / "bench_run_cost.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cfg = read_config("config")
+    for model in ("tiny-s", "tiny-m"):
+        run = f"results/embedded/runs/{model}/bandpo_kl/seed1"
+        proc = snakemake(tmp_path, "-n", "-p", f"{run}/run.json")
+        assert proc.returncode == 0, proc.output[-3000:]
+        cmd = bench.run_command(bc, cfg, model, "bandpo_kl", 1, run)
+        assert cmd[1:3] == ["-m", "bandpo.train"]
+        assert shlex.join(cmd[1:]) in proc.output

@@ -1,0 +1,114 @@
+"""Cost of one default embedded training run (one method, one seed) per model size, on one core.
+
+Runs exactly the command the Snakemake rule ``train_local`` runs for each tiny model of ``config/config.yaml``
+(the model's and the entry's ``train`` settings applied, ``--threads 1``), one run at a time, and prints its wall
+time split into training (the sum of the logged ``step_seconds``) and everything else (imports, grader start,
+model load, saving), its CPU time, and the wall time as a share of the issue's budget (2 minutes for tiny-s,
+4 minutes for tiny-m)::
+
+    python benchmarks/bench_run_cost.py [--config config/config.yaml] [--entry grpo] [--repeats 3] [--seed 0]
+        [--json cost.json]
+
+Needs the models and data the DAG builds (``snakemake --cores all resources/models/tiny-s/config.json ...``, or a
+finished embedded run). Each run writes to a temporary directory that is removed afterwards. Times are wall-clock
+on a shared machine: run it with nothing else on the machine, or read the spread over ``--repeats``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import resource
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BUDGET_S = {"tiny-s": 120.0, "tiny-m": 240.0}  # the local-trainer issue's per-run targets
+
+
+def _bench_config():
+    spec = importlib.util.spec_from_file_location("bench_config", ROOT / "workflow" / "scripts" / "bench_config.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_command(bc, cfg: dict, model_id: str, entry_id: str, seed: int, out: str) -> list[str]:
+    """``python -m bandpo.train ...`` as the workflow's train_local rule builds it (one thread)."""
+    entry = bc.by_id(cfg["methods"])[entry_id]
+    args = [sys.executable, "-m", "bandpo.train", "--model", f"resources/models/{model_id}",
+            "--data", f"resources/data/{cfg['train_data'][0]}", "--method", entry["method"],
+            "--params", json.dumps(entry.get("params") or {}, sort_keys=True), "--seed", str(seed)]  # fmt: skip
+    args += bc.set_args(bc.train_overrides(cfg, model_id, entry_id))
+    return args + ["--out", out, "--threads", "1", "--no-progress"]
+
+
+def time_run(cmd: list[str], out: Path) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONHASHSEED": "0"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"run failed (rc {proc.returncode}): {shlex.join(cmd)}\n{proc.stderr[-3000:]}")
+    summary = json.loads((out / "run.json").read_text())
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall_s": wall, "train_s": summary["train_seconds_total"], "cpu_s": cpu, "steps": summary["steps"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default="config/config.yaml")
+    ap.add_argument("--entry", default="grpo", help="method entry of the config (default grpo)")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", help="also write the per-run figures here")
+    args = ap.parse_args(argv)
+
+    bc = _bench_config()
+    cfg = bc.load_yaml(ROOT / args.config)
+    if args.entry not in bc.by_id(cfg["methods"]):
+        ap.error(f"--entry {args.entry!r} is not a method entry of {args.config}")
+    models = [m["id"] for m in cfg["models"] if m.get("source") == "tiny"]
+    missing = [m for m in models if not (ROOT / "resources" / "models" / m / "config.json").is_file()]
+    if missing or not models:
+        ap.error(f"build the models first (missing: {', '.join(missing) or 'no tiny models in the config'})")
+
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = float("nan")
+    print(f"entry {args.entry}, seed {args.seed}, one thread, {args.repeats} repeat(s), load average {load:.2f}")
+    print(f"{'model':8} {'steps':>5} {'wall s':>8} {'train s':>8} {'other s':>8} {'CPU s':>7} {'wall/budget':>11}")
+    rows = []
+    for repeat in range(args.repeats):
+        for model_id in models:  # one run at a time, sizes alternating across repeats
+            with tempfile.TemporaryDirectory(prefix="bandpo-cost-") as tmp:
+                cmd = run_command(bc, cfg, model_id, args.entry, args.seed, tmp)
+                r = time_run(cmd, Path(tmp))
+            r.update(model=model_id, repeat=repeat, budget_s=BUDGET_S.get(model_id, float("nan")))
+            rows.append(r)
+            other = r["wall_s"] - r["train_s"]
+            print(f"{model_id:8} {r['steps']:>5} {r['wall_s']:8.1f} {r['train_s']:8.1f} {other:8.1f} {r['cpu_s']:7.1f}"
+                  f" {r['wall_s'] / r['budget_s']:10.2f}x", flush=True)  # fmt: skip
+    print("median wall per model:")
+    for model_id in models:
+        walls = [r["wall_s"] for r in rows if r["model"] == model_id]
+        budget = BUDGET_S.get(model_id, float("nan"))
+        median = statistics.median(walls)
+        print(f"  {model_id}: {median:.1f} s (max {max(walls):.1f} s) against a {budget:.0f} s budget")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
