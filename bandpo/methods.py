@@ -31,6 +31,7 @@ one entry in the sweep config (``config/``)::
     @dataclass(frozen=True)
     class HalfClipConfig(MethodConfig):
         \"\"\"eps: half-width of the fixed interval (default 0.1).\"\"\"
+        label_fields = ("eps",)  # leaderboards show eps=... even at its default
         eps: float = 0.1
 
         def validate(self) -> None:
@@ -70,7 +71,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Union
+from typing import Any, ClassVar, Union
 
 import torch
 from torch import Tensor
@@ -126,8 +127,11 @@ class MethodConfig:
     """Base class of every method's parameters: a frozen dataclass, type-checked and validated on construction.
 
     Field types supported: ``float``, ``int``, ``bool``, ``str`` and ``X | None``. Ints are accepted for floats;
-    bools are never accepted as numbers; floats must be finite. Subclasses add range checks in `validate`.
+    bools are never accepted as numbers; floats must be finite. Subclasses add range checks in `validate`, and name
+    in ``label_fields`` the parameters that identify a variant (shown in leaderboards even at their defaults).
     """
+
+    label_fields: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         hints = _type_hints(type(self))
@@ -162,6 +166,14 @@ class MethodConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def label(self) -> str:
+        """Short human label: the ``label_fields``, then every other parameter that differs from its default
+        (``"divergence=kl, delta=0.05"``, ``"eps_low=0.2, eps_high=0.28"``); "" when there is nothing to show."""
+        values, defaults = self.to_dict(), type(self)().to_dict()
+        shown = [k for k in self.label_fields if k in values]
+        shown += [k for k in sorted(values) if k not in shown and values[k] != defaults[k]]
+        return ", ".join(f"{k}={values[k]}" for k in shown)
 
     @classmethod
     def _label(cls) -> str:
@@ -233,6 +245,8 @@ def _check_eps(cfg: MethodConfig, low: str = "eps_low", high: str = "eps_high") 
 class GRPOConfig(MethodConfig):
     """Canonical PPO/GRPO clip [1 - eps_low, 1 + eps_high]; defaults 0.2 / 0.2."""
 
+    label_fields = ("eps_low", "eps_high")
+
     eps_low: float = 0.2
     eps_high: float = 0.2
 
@@ -251,6 +265,8 @@ class ClipHigherConfig(GRPOConfig):
 @dataclass(frozen=True)
 class DCPOConfig(MethodConfig):
     """DCPO dynamic adaptive clipping; defaults eps_low 0.16, eps_high 0.20, r_hi capped at 10 (None: no cap)."""
+
+    label_fields = ("eps_low", "eps_high")
 
     eps_low: float = 0.16
     eps_high: float = 0.20
@@ -272,6 +288,8 @@ class BandPOConfig(MethodConfig):
         relax: take the union with [1 - relax_eps_low, 1 + relax_eps_high] (paper: off; reported to hurt).
         relax_eps_low, relax_eps_high: the fixed interval of the relaxation (default: GRPO's 0.2 / 0.2).
     """
+
+    label_fields = ("divergence", "delta")
 
     divergence: str = "kl"
     delta: float = 0.05
@@ -296,6 +314,8 @@ class CISPOConfig(MethodConfig):
     describes; eps_high = 0.28, the Clip-Higher value (MiniMax-M1 tunes it per setting).
     """
 
+    label_fields = ("eps_low", "eps_high")
+
     eps_low: float = 1.0
     eps_high: float = 0.28
 
@@ -306,6 +326,8 @@ class CISPOConfig(MethodConfig):
 @dataclass(frozen=True)
 class GSPOConfig(MethodConfig):
     """GSPO clip on the length-normalised sequence ratio; defaults 3e-4 / 4e-4 (the GSPO paper's)."""
+
+    label_fields = ("eps_low", "eps_high")
 
     eps_low: float = 3e-4
     eps_high: float = 4e-4

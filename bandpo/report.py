@@ -148,8 +148,9 @@ def _canonical_params(params: Any) -> str:
 
 
 def params_label(method: str | None, params: str | Mapping[str, Any] | None) -> str:
-    """Short human label of an entry's parameters: only those that differ from the method's registered defaults
-    (all of them when the method is not in this registry); "" when there is nothing to say."""
+    """Short human label of an entry's parameters: the method config's `MethodConfig.label` (the parameters that
+    identify the variant, then the others that differ from the registered defaults); every parameter when the
+    method is not in this registry or its parameters do not validate here; "" when there is nothing to say."""
     if not method or params in (None, ""):
         return ""
     if isinstance(params, str):
@@ -159,15 +160,12 @@ def params_label(method: str | None, params: str | Mapping[str, Any] | None) -> 
             return params
     if not isinstance(params, Mapping):
         return str(params)
-    defaults: dict[str, Any] = {}
     try:
         from bandpo.methods import make_config
 
-        defaults = make_config(method).to_dict()
+        return make_config(method, params).label()
     except Exception:  # a method of another trainer, or not registered here: show everything
-        defaults = {}
-    shown = {k: v for k, v in sorted(params.items()) if k not in defaults or defaults[k] != v}
-    return ", ".join(f"{k}={v}" for k, v in shown.items())
+        return ", ".join(f"{k}={v}" for k, v in sorted(params.items()))
 
 
 def metric_label(family: str, k: Any) -> str:

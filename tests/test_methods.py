@@ -117,6 +117,17 @@ def test_user_method_is_one_function_and_one_config(monkeypatch):
         compute_bounds("half_clip", old, full_mask(old), {"eps": 2.0})
     with pytest.raises(ValueError, match="method name"):
         methods.register_bounds("bad.name", config=HalfConfig)
+    # no label_fields: a leaderboard shows only what differs from the defaults
+    assert HalfConfig().label() == "" and HalfConfig(eps=0.3).label() == "eps=0.3"
+
+
+def test_config_labels_name_the_variant():
+    """Leaderboard labels: the label_fields at any value, then the other non-default parameters, in that order."""
+    assert methods.make_config("grpo").label() == "eps_low=0.2, eps_high=0.2"
+    assert methods.make_config("clip_higher").label() == "eps_low=0.2, eps_high=0.28"
+    assert methods.make_config("bandpo").label() == "divergence=kl, delta=0.05"
+    relaxed = methods.make_config("bandpo", {"divergence": "tv", "relax": True, "cap": None})
+    assert relaxed.label() == "divergence=tv, delta=0.05, cap=None, relax=True"
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -333,7 +333,9 @@ def test_leaderboard_rows_and_order(built):
     assert {"entropy_final", "entropy_final_ci_low", "train_seconds_mean", "train_seconds_total"} <= cols
     kl = board[(board.model == "tiny-s") & (board.entry == "bandpo_kl")].iloc[0]
     assert kl["train_seconds_total"] == pytest.approx(60.0) and kl["train_seconds_mean"] == pytest.approx(20.0)
-    assert kl["params"] == "" and kl["method"] == "bandpo"  # the paper's defaults: nothing to say
+    assert kl["params"] == "divergence=kl, delta=0.05" and kl["method"] == "bandpo"  # what makes the variant
+    grpo = board[(board.model == "tiny-s") & (board.entry == "grpo")].iloc[0]
+    assert grpo["params"] == "eps_low=0.2, eps_high=0.2"
     tv = board[board.entry == XSS_ENTRY].iloc[0]
     assert "divergence=tv" in tv["params"] and "note=" in tv["params"]
     base = board[board.entry == "base"].iloc[0]
