@@ -48,3 +48,17 @@ def atomic_move(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
             os.unlink(tmp)
         raise
     return dst
+
+
+def replace_dir(tmp: str | os.PathLike, final: str | os.PathLike) -> Path:
+    """Put the finished folder ``tmp`` in place of ``final`` (same file system): two renames, an old ``final``
+    moved aside first and then removed, so ``final`` is at every moment either the old folder or the new one."""
+    tmp, final = Path(tmp), Path(final)
+    old = None
+    if final.exists():
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        os.replace(final, old)
+    os.replace(tmp, final)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return final

@@ -72,6 +72,8 @@ from typing import Any
 
 import torch
 
+from bandpo.files import replace_dir
+
 SPECIAL_TOKENS: tuple[str, ...] = ("<pad>", "<eos>", "<unk>")
 # printable ASCII plus newline: covers every tiny-math prompt and answer; anything else maps to <unk>
 CHARSET: tuple[str, ...] = tuple(chr(i) for i in range(32, 127)) + ("\n",)
@@ -567,13 +569,7 @@ def sample_accuracy(
 def _atomic_publish(tmp_dir: Path, out_dir: Path) -> None:
     """Rename a finished temp directory onto ``out_dir`` (replacing an old one; the swap is two renames)."""
     _make_readable(tmp_dir)
-    old = None
-    if out_dir.exists():
-        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-        os.replace(out_dir, old)
-    os.replace(tmp_dir, out_dir)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    replace_dir(tmp_dir, out_dir)
 
 
 def _tmp_dir_for(out_dir: Path) -> Path:

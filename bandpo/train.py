@@ -54,7 +54,7 @@ from typing import Any
 import torch
 
 from bandpo import methods
-from bandpo.files import atomic_write_text
+from bandpo.files import atomic_write_text, replace_dir
 from bandpo.grader import grade_many, grader_info, warmup
 
 # Fields that measure wall-clock time: they differ between two runs of the same seed, everything else is identical.
@@ -498,8 +498,7 @@ def train(cfg: TrainConfig) -> dict:
     shutil.rmtree(tmp_model, ignore_errors=True)
     model.save_pretrained(tmp_model)
     tokenizer.save_pretrained(tmp_model)
-    shutil.rmtree(out / "model", ignore_errors=True)
-    os.replace(tmp_model, out / "model")
+    replace_dir(tmp_model, out / "model")
     os.replace(partial_metrics, out / "metrics.jsonl")
     summary = {
         "config": dataclasses.asdict(cfg),

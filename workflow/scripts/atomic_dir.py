@@ -12,22 +12,13 @@ is passed on, so a crash never leaves a folder that looks complete.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-
-def publish(tmp: Path, final: Path) -> None:
-    old = None
-    if final.exists():
-        old = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.replace(final, old)
-    os.replace(tmp, final)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+from bandpo.files import replace_dir
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         if not tmp.is_dir():
             print(f"atomic_dir.py: the command exited 0 but wrote no folder at {{tmp}} = {tmp}", file=sys.stderr)
             return 1
-        publish(tmp, final)
+        replace_dir(tmp, final)
         return 0
     finally:
         shutil.rmtree(parent, ignore_errors=True)

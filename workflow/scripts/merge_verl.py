@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -23,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from atomic_dir import publish
+from bandpo.files import atomic_write_text, replace_dir
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -35,14 +34,6 @@ TOKENIZER_FILES = (
     "chat_template.jinja",
     "generation_config.json",
 )
-
-
-def _atomic_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
 
 
 def flatten_metrics(src: Path) -> str:
@@ -88,10 +79,10 @@ def main(argv: list[str] | None = None) -> int:
                 if (src_dir / name).is_file():
                     shutil.copy2(src_dir / name, target / name)
                     break
-        publish(target, final)
+        replace_dir(target, final)
     finally:
         shutil.rmtree(parent, ignore_errors=True)
-    _atomic_text(run / "metrics.jsonl", flatten_metrics(run / "verl_metrics.jsonl"))
+    atomic_write_text(run / "metrics.jsonl", flatten_metrics(run / "verl_metrics.jsonl"))
     try:
         from importlib import metadata
 
@@ -107,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         "meta": json.loads(args.meta),
         "versions": versions,
     }
-    _atomic_text(run / "run.json", json.dumps(info, indent=2) + "\n")
+    atomic_write_text(run / "run.json", json.dumps(info, indent=2) + "\n")
     print(f"merged step {step} -> {final}")
     return 0
 

@@ -1,0 +1,57 @@
+"""bandpo.files: atomic file writes, moves and folder swaps leave either the old or the whole new content."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from bandpo import files
+
+
+def _leftovers(folder):
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+
+
+def test_atomic_write_replaces_whole_file_and_cleans_up(tmp_path):
+    path = tmp_path / "sub" / "out.txt"
+    files.atomic_write_text(path, "old")
+    files.atomic_write_text(path, "new é")
+    assert path.read_text(encoding="utf-8") == "new é"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert _leftovers(path.parent) == []
+
+
+def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
+    path = tmp_path / "out.txt"
+    files.atomic_write_text(path, "old")
+
+    def boom(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(files.os, "replace", boom)
+    with pytest.raises(OSError, match="disk full"):
+        files.atomic_write_text(path, "new")
+    assert path.read_text() == "old" and _leftovers(tmp_path) == []
+
+
+def test_atomic_move(tmp_path):
+    src = tmp_path / "a.bin"
+    src.write_bytes(b"x" * 10)
+    dst = files.atomic_move(src, tmp_path / "d" / "b.bin")
+    assert dst.read_bytes() == b"x" * 10 and not src.exists() and _leftovers(dst.parent) == []
+
+
+def test_replace_dir_swaps_folders(tmp_path):
+    final = tmp_path / "model"
+    first = tmp_path / ".tmp1"
+    first.mkdir()
+    (first / "w.bin").write_text("1")
+    files.replace_dir(first, final)  # no old folder
+    assert (final / "w.bin").read_text() == "1" and not first.exists()
+    second = tmp_path / ".tmp2"
+    second.mkdir()
+    (second / "v.bin").write_text("2")
+    files.replace_dir(second, final)  # replaces the old folder whole: nothing of it survives
+    assert sorted(os.listdir(final)) == ["v.bin"] and _leftovers(tmp_path) == []
