@@ -5,25 +5,35 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to a temporary file beside ``path`` (same file system), fsync, then rename onto ``path``."""
-    path = Path(path)
+@contextmanager
+def _replacing(path: Path) -> Iterator[tuple[int, str]]:
+    """A temporary file beside ``path`` (same file system) for the body to fill, through the open descriptor or the
+    name; when the body returns it is made 0644 (mkstemp creates 0600) and renamed onto ``path``, when it raises
+    it is removed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600
+        yield fd, tmp
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to a temporary file beside ``path`` (same file system), fsync, then rename onto ``path``."""
+    path = Path(path)
+    with _replacing(path) as (fd, _), os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
     return path
 
 
@@ -36,17 +46,9 @@ def atomic_move(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
     """Move a finished file onto ``dst``: moved beside ``dst`` under a temporary name first (a copy when it is on
     another file system), then renamed, so ``dst`` never exists half-written."""
     dst = Path(dst)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
-    os.close(fd)
-    try:
+    with _replacing(dst) as (fd, tmp):
+        os.close(fd)
         shutil.move(os.fspath(src), tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, dst)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
     return dst
 
 
