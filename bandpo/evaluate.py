@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from bandpo.files import atomic_move, atomic_write_text
+from bandpo.report.load import lm_eval_task_scores
 
 __all__ = [
     "BOOTSTRAP_RESAMPLES",
@@ -205,9 +206,6 @@ def process_results(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str,
 
 
 # --------------------------------------------------------------------------------------------------------------
-# atomic file helpers
-# --------------------------------------------------------------------------------------------------------------
-# --------------------------------------------------------------------------------------------------------------
 # reading lm-eval's files
 # --------------------------------------------------------------------------------------------------------------
 def read_samples(path: str | os.PathLike) -> list[dict]:
@@ -216,23 +214,15 @@ def read_samples(path: str | os.PathLike) -> list[dict]:
 
 
 def summarize_task(results: Mapping[str, Any], task: str, filter_name: str = FILTER_NAME) -> dict[str, Any]:
-    """Metrics, stderr, k and problem count of one task, read from lm-eval's aggregated results dict."""
+    """Metrics, stderr, k and problem count of one task, read from lm-eval's aggregated results dict (with the
+    report's reader, `bandpo.report.load.lm_eval_task_scores`)."""
     if task not in results.get("results", {}):
         raise KeyError(f"task {task!r} is not in lm-eval's results (tasks: {sorted(results.get('results', {}))})")
-    res = results["results"][task]
-    metrics: dict[str, float] = {}
-    stderr: dict[str, float | None] = {}
-    suffix = f",{filter_name}"
-    for key, value in res.items():
-        if not key.endswith(suffix):
-            continue
-        name = key[: -len(suffix)]
-        if name.endswith("_stderr"):
-            stderr[name[: -len("_stderr")]] = value if isinstance(value, int | float) else None
-        else:
-            metrics[name] = value
+    metrics, stderr = lm_eval_task_scores(results, task, filter_name)
     if not metrics:
-        raise KeyError(f"no metrics with filter {filter_name!r} for task {task!r}: keys {sorted(res)}")
+        raise KeyError(
+            f"no metrics with filter {filter_name!r} for task {task!r}: keys {sorted(results['results'][task])}"
+        )
     cfg = results.get("configs", {}).get(task, {})
     n_samples = results.get("n-samples", {}).get(task, {})
     return {

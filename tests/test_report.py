@@ -1,8 +1,11 @@
-"""The report stage: reading runs and lm-eval files, the statistics, the tables, the figures' series, the HTML page
-(escaping, sortable columns, rendered in headless Chromium), publishing, and the Snakemake report captions."""
+"""The report stage: reading runs and lm-eval files, the statistics (against rliable), the tables, the figures'
+content, the HTML page (escaping, sorting, filters, layout and figures in headless Chromium), publishing, the
+published leaderboard rebuilt from its tables, and the Snakemake report captions."""
 
 from __future__ import annotations
 
+import html
+import importlib.util
 import json
 import math
 import os
@@ -21,6 +24,9 @@ from bandpo import report
 from bandpo.methods import BUCKET_LABELS
 
 ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("bounds_table", ROOT / "workflow" / "scripts" / "bounds_table.py")
+bounds_script = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bounds_script)
 PROFILE = "testprof"
 TASK = "tiny_math"
 N = 8  # samples per problem
@@ -28,16 +34,24 @@ METRICS = [f"mean@{N}", "pass@2", "pass@4", f"pass@{N}", f"maj@{N}", f"best@{N}_
 XSS = "</script><script>document.title='pwned'</script><img src=x onerror=\"document.title='pwned'\">"
 XSS_ENTRY = 'evil<img src=x onerror="document.title=1">&x$^_$'  # a folder name: no '/', but markup and mathtext
 ENTRIES = {
-    # entry: (method, params, mean@8 per seed, final entropy)
-    "grpo": ("grpo", {"eps_high": 0.2, "eps_low": 0.2}, [0.40, 0.42, 0.41], 0.02),
-    "clip_higher": ("clip_higher", {"eps_high": 0.28, "eps_low": 0.2}, [0.40, 0.43, 0.39], 0.03),
+    # entry: (method, params, mean@8 per seed, final entropy, the trainer's method_label in run.json)
+    "grpo": ("grpo", {"eps_high": 0.2, "eps_low": 0.2}, [0.40, 0.42, 0.41], 0.02, "eps_low=0.2, eps_high=0.2"),
+    "clip_higher": (
+        "clip_higher",
+        {"eps_high": 0.28, "eps_low": 0.2},
+        [0.40, 0.43, 0.39],
+        0.03,
+        "eps_low=0.2, eps_high=0.28",
+    ),
     "bandpo_kl": (
         "bandpo",
         {"divergence": "kl", "delta": 0.05, "cap": 10.0, "relax": False, "relax_eps_low": 0.2, "relax_eps_high": 0.2},
         [0.50, 0.52, 0.55],
         0.2,
+        "divergence=kl, delta=0.05",
     ),
-    XSS_ENTRY: ("bandpo", {"divergence": "tv", "delta": 0.05, "note": XSS}, [0.30, 0.31, 0.32], 0.1),
+    # no method_label (a run written before the trainer recorded it): labelled k=v of its parameters
+    XSS_ENTRY: ("bandpo", {"divergence": "tv", "delta": 0.05, "note": XSS}, [0.30, 0.31, 0.32], 0.1, None),
 }
 BASE_SCORES = [0.35, 0.36, 0.34]
 SEEDS = (0, 1, 2)
@@ -87,7 +101,7 @@ def write_eval(root: Path, model, entry, seed, method, params, mean, with_lm_fil
     _write(folder / f"{task}.json", summary)
 
 
-def write_run(root: Path, model: str, entry: str, seed: int, method, params, entropy: float, steps: int = 10):
+def write_run(root: Path, model: str, entry: str, seed: int, method, params, entropy: float, steps=10, label=None):
     folder = root / "runs" / model / entry / f"seed{seed}"
     folder.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -122,6 +136,7 @@ def write_run(root: Path, model: str, entry: str, seed: int, method, params, ent
                 "steps": steps,
             },
             "method_params": params,
+            **({"method_label": label} if label is not None else {}),
             "steps": steps,
             "train_seconds_total": 10.0 * (1 + seed),
             "grader": {"name": "bandpo.grader"},
@@ -135,10 +150,11 @@ def make_results(root: Path, models=("tiny-s", "tiny-m")) -> Path:
     for model in models:
         for seed, value in zip(SEEDS, BASE_SCORES, strict=True):
             write_eval(root, model, "base", seed, None, None, value)
-        for entry, (method, params, means, entropy) in ENTRIES.items():
+        for entry, (method, params, means, entropy, label) in ENTRIES.items():
             for seed, value in zip(SEEDS, means, strict=True):
                 write_eval(root, model, entry, seed, method, params, value)
-                write_run(root, model, entry, seed, method, params, entropy)
+                write_run(root, model, entry, seed, method, params, entropy, label=label)
+    bounds_script.main(["--out", str(root / "bounds.csv")])  # what the report rule runs first
     return root
 
 
@@ -220,6 +236,51 @@ def test_runs_without_run_json_are_read_from_metrics(tmp_path):
     assert set(report.load_run_metrics(root)["entry"]) == {"ext"}
 
 
+def test_labels_come_from_run_json(tmp_path):
+    """The leaderboard's params column is run.json's method_label; without one, k=v of the run's parameters."""
+    root = tmp_path / PROFILE
+    write_run(root, "m", "labelled", 0, "bandpo", {"divergence": "kl", "delta": 0.05, "cap": 10.0}, 0.1, label="KL")
+    write_run(root, "m", "plain", 0, "bandpo", {"divergence": "kl", "delta": 0.05, "cap": 10.0}, 0.1)
+    summaries = report.load_run_summaries(root)
+    assert report.entry_labels(summaries) == {
+        ("m", "labelled"): "KL",
+        ("m", "plain"): "cap=10.0, delta=0.05, divergence=kl",
+    }
+    per_run, per_entry = report.run_stats(report.load_run_metrics(root), summaries, n_resamples=0)
+    board = report.leaderboard(pd.DataFrame(), per_entry, per_run, report.entry_labels(summaries))
+    assert dict(zip(board["entry"], board["params"], strict=True)) == {
+        "labelled": "KL",
+        "plain": "cap=10.0, delta=0.05, divergence=kl",
+    }
+    assert report.params_label('{"b": 1, "a": "x"}') == "a=x, b=1" and report.params_label(None) == ""
+
+
+def test_one_reader_of_lm_eval_results():
+    """bandpo.evaluate's summaries and the report read lm-eval's results with the same function."""
+    from bandpo import evaluate
+
+    results = {
+        "results": {TASK: {"alias": TASK, "mean@8,all_k": 0.5, "mean@8_stderr,all_k": 0.01, "pass@8,all_k": 0.75,
+                           "pass@8_stderr,all_k": "N/A", "mean@8,other": 0.1, "flag,all_k": True}},
+        "configs": {TASK: {"repeats": 8}},
+        "n-samples": {TASK: {"effective": 300}},
+    }  # fmt: skip
+    values, stderr = report.lm_eval_task_scores(results, TASK, "all_k")
+    assert values == {"mean@8": 0.5, "pass@8": 0.75} and stderr == {"mean@8": 0.01, "pass@8": None}
+    summary = evaluate.summarize_task(results, TASK)
+    assert (summary["metrics"], summary["stderr"], summary["k"], summary["n_problems"]) == (values, stderr, 8, 300)
+    assert report.lm_eval_task_scores(results, "absent", "all_k") == ({}, {})
+    with pytest.raises(KeyError, match="not in lm-eval's results"):
+        evaluate.summarize_task(results, "absent")
+
+
+def test_the_report_reads_files_only():
+    """`import bandpo.report` imports neither torch nor the method registry (checked in a fresh interpreter)."""
+    code = "import sys, bandpo.report; print(sorted(m for m in sys.modules if m == 'torch' or m == 'bandpo.methods'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Statistics
 
@@ -235,6 +296,59 @@ def test_probability_of_improvement():
     x, y = {"a": [1, 2, 3], "b": [0, 0, 0]}, {"a": [0, 0, 0], "b": [1, 1, 1]}
     assert report.probability_of_improvement(x, y)[0] == 0.5
     assert report.probability_of_improvement(x, y, rng=7) == report.probability_of_improvement(x, y, rng=7)
+
+
+@pytest.fixture
+def rliable(monkeypatch):
+    """rliable's library, made to run on the installed arch: rliable 1.2.0 (its latest release) hands its bootstrap
+    classes ``random_state=``, which arch 8 renamed ``seed=`` (and arch 7, which still took it, does not import
+    under pandas 3). The keyword is passed on under its new name; nothing else changes."""
+    pytest.importorskip("rliable", reason="rliable is a test dependency: pip install -e .[dev]")
+    import arch.bootstrap
+    from rliable import library, metrics
+
+    for cls in (arch.bootstrap.IIDBootstrap, arch.bootstrap.IndependentSamplesBootstrap):
+
+        def init(self, *args, random_state=None, seed=None, _init=cls.__init__, **kwargs):
+            _init(self, *args, seed=seed if random_state is None else random_state, **kwargs)
+
+        monkeypatch.setattr(cls, "__init__", init)
+    return library, metrics
+
+
+def test_statistics_agree_with_rliable(rliable):
+    """Mean, IQM and probability of improvement with their stratified-bootstrap 95% CIs, over 10 seeds x 3 tasks:
+    the same point estimates as rliable, and CIs within Monte-Carlo error of rliable's (different generators)."""
+    library, metrics = rliable
+    rng = np.random.default_rng(3)
+    tasks, n_seeds = ("a", "b", "c"), 10
+    x, y = rng.beta(5, 3, size=(n_seeds, len(tasks))), rng.beta(4, 4, size=(n_seeds, len(tasks)))
+    rows = [
+        {"profile": "p", "model": "m", "entry": entry, "method": entry, "params": "", "seed": s, "task": t, "k": 8.0,
+         "metric": "mean", "value": scores[s, j], "name": "mean@8", "n": 8}
+        for entry, scores in (("x", x), ("grpo", y)) for s in range(n_seeds) for j, t in enumerate(tasks)
+    ]  # fmt: skip
+    stats = report.score_stats(pd.DataFrame(rows), baseline="grpo", n_resamples=4000)
+    ours = stats[(stats.entry == "x") & (stats.task == "all")].iloc[0]
+    reps, seed = 4000, np.random.RandomState(0)
+    point, ci = library.get_interval_estimates(
+        {"x": x}, lambda s: np.array([metrics.aggregate_mean(s), metrics.aggregate_iqm(s)]), reps=reps,
+        random_state=seed,
+    )  # fmt: skip
+    poi_point, poi_ci = library.get_interval_estimates(
+        {"x,y": [x, y]}, lambda a, b: np.array([metrics.probability_of_improvement(a, b)]), reps=reps,
+        random_state=seed,
+    )  # fmt: skip
+    theirs = {
+        "mean": (point["x"][0], *ci["x"][:, 0]),
+        "iqm": (point["x"][1], *ci["x"][:, 1]),
+        "poi": (poi_point["x,y"][0], *poi_ci["x,y"][:, 0]),
+    }
+    for name, (estimate, low, high) in theirs.items():
+        lo_col, hi_col = ("ci_low", "ci_high") if name == "mean" else (f"{name}_ci_low", f"{name}_ci_high")
+        assert ours[name] == pytest.approx(estimate, abs=1e-12), name
+        assert high - low > 0.05  # wide enough that the tolerance below means something
+        assert ours[lo_col] == pytest.approx(low, abs=0.01) and ours[hi_col] == pytest.approx(high, abs=0.01), name
 
 
 def test_score_stats(built):
@@ -354,7 +468,19 @@ def test_markdown(built):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Figures: existence and the series they must contain
+# Figures: the data each one draws, its axes and legend (the matplotlib Figure objects), and the files
+
+
+@pytest.fixture
+def close_figures():
+    import matplotlib.pyplot as plt
+
+    yield
+    plt.close("all")
+
+
+def _legend_texts(legend) -> list[str]:
+    return [t.get_text() for t in legend.get_texts()] if legend is not None else []
 
 
 def test_figures_exist(built):
@@ -364,61 +490,127 @@ def test_figures_exist(built):
         assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and written[f"figures/{name}.png"] == png
 
 
-def test_bound_figure_series(tmp_path):
-    data = report.plot_bounds(tmp_path / "b.png", delta=0.1)
-    assert (tmp_path / "b.png").is_file()
+def test_bounds_table(tmp_path):
+    """The bound figure's data (workflow/scripts/bounds_table.py): closed forms of the registered bounds."""
+    data = bounds_script.bounds_table(delta=0.1)
     labels = {"BandPO-KL", "BandPO-TV", "BandPO-chi2", "GRPO", "Clip-Higher", "DCPO", report.SIMPLEX}
-    assert set(data["method"]) == labels
+    assert set(data["method"]) == labels and data["delta"].eq(0.1).all()
     d = data.set_index(["method", "p"])
-    p = 0.5
-    near = data.loc[(data.p - p).abs().idxmin(), "p"]
+    near = data.loc[(data.p - 0.5).abs().idxmin(), "p"]
     assert d.loc[("BandPO-TV", near), "r_hi"] == pytest.approx(1 + 0.1 / near)  # tv closed form
     assert d.loc[("GRPO", near), "r_lo"] == pytest.approx(0.8)
     assert d.loc[("Clip-Higher", near), "r_hi"] == pytest.approx(1.28)
-    q = near
-    assert d.loc[("DCPO", near), "r_hi"] == pytest.approx(0.5 + 0.5 * math.sqrt(1 + 4 * 0.2 / q))
+    assert d.loc[("DCPO", near), "r_hi"] == pytest.approx(0.5 + 0.5 * math.sqrt(1 + 4 * 0.2 / near))
     # (b) is p (r - 1); every Band bound lies inside the simplex limits r in [0, 1/p]
     assert np.allclose(data["dq_hi"], data["p"] * (data["r_hi"] - 1))
     band = data[data.method.str.startswith("BandPO")]
     assert (band.r_lo >= -1e-12).all() and (band.r_hi <= 1 / band.p + 1e-9).all()
     simplex = data[data.method == report.SIMPLEX]
     assert np.allclose(simplex.dq_lo, -simplex.p) and np.allclose(simplex.dq_hi, 1 - simplex.p)
-    # fixed clipping leaves the simplex near p = 1: 1.2 > 1/p for p > 1/1.2
     grpo = data[(data.method == "GRPO") & (data.p > 0.9)]
-    assert (grpo.r_hi > 1 / grpo.p).all()
+    assert (grpo.r_hi > 1 / grpo.p).all()  # fixed clipping leaves the simplex near p = 1: 1.2 > 1/p
+    # the CLI writes the same table, and the report reads it back unchanged
+    assert bounds_script.main(["--out", str(tmp_path / "b.csv")]) == 0
+    pd.testing.assert_frame_equal(report.load_bounds(tmp_path / "b.csv"), data, check_dtype=False)
+    (tmp_path / "bad.csv").write_text("method,p\nx,0.5\n")
+    with pytest.raises(ValueError, match="bad.csv: not a bounds table, missing column"):
+        report.load_bounds(tmp_path / "bad.csv")
 
 
-def test_training_curve_series(built):
+def test_bounds_figure_draws_the_table(close_figures):
+    data = bounds_script.bounds_table(delta=0.1, p=np.linspace(0.01, 0.99, 50))
+    fig, plotted = report.bounds_figure(data)
+    assert plotted is data
+    ratio, dq = fig.axes
+    assert ratio.get_xlabel() == "old probability p" and ratio.get_ylabel() == "ratio bound r"
+    assert dq.get_ylabel() == "probability change q - p = p (r - 1)" and "delta = 0.1" in ratio.get_title()
+    methods = ["BandPO-KL", "BandPO-TV", "BandPO-chi2", "GRPO", "Clip-Higher", "DCPO"]
+    assert _legend_texts(fig.legends[0]) == [*methods, report.SIMPLEX]
+    # every bound of every method is a line of panel (a), and p (r - 1) of panel (b), with the table's numbers
+    for ax, (lo_col, hi_col) in ((ratio, ("r_lo", "r_hi")), (dq, ("dq_lo", "dq_hi"))):
+        drawn = [(line.get_xdata(), line.get_ydata()) for line in ax.get_lines() if len(line.get_xdata()) == 50]
+        for method in [*methods, report.SIMPLEX]:
+            m = data[data.method == method]
+            for col in (lo_col, hi_col):
+                assert any(np.allclose(x, m.p) and np.allclose(y, m[col]) for x, y in drawn), (method, col)
+    dashed = [line for line in ratio.get_lines() if line.get_linestyle() == "--"]
+    assert len(dashed) == 2  # the simplex limits r = 0 and r = 1/p
+    empty_fig, empty = report.bounds_figure(pd.DataFrame(columns=data.columns))
+    assert empty.empty and "no bounds table" in empty_fig.axes[0].texts[0].get_text()
+
+
+def test_training_curves_figure(built, close_figures):
     results, _ = built
-    df = pd.read_csv(results / "figures" / "training_curves.csv")
-    assert set(df["metric"]) == {"entropy", "reward_mean"}
-    assert set(df["entry"]) == set(ENTRIES) and set(df["model"]) == {"tiny-s", "tiny-m"}
-    assert df["n_seeds"].eq(3).all() and (df["ci_low"] <= df["mean"]).all() and (df["mean"] <= df["ci_high"]).all()
+    metrics = report.load_run_metrics(results)
+    fig, bands = report.training_curves_figure(metrics, n_resamples=200)
+    axes = np.asarray(fig.axes).reshape(2, 2)
+    assert [ax.get_title() for ax in axes.ravel()] == [f"{m}: {c}" for m in ("tiny-m", "tiny-s") for c in
+                                                        ("entropy", "reward_mean")]  # fmt: skip
+    assert axes[0, 0].get_yscale() == "log" and axes[0, 1].get_ylabel() == "reward_mean (mean over seeds)"
+    order = report.entry_order(ENTRIES)
+    assert _legend_texts(axes[0, 1].get_legend()) == order  # one legend, every entry in the display order
+    # each entry's line is its mean over seeds at every step, with a CI band around it
+    ax = axes[1, 1]  # tiny-s, reward
+    d = bands[(bands.model == "tiny-s") & (bands.metric == "reward_mean")]
+    lines = {tuple(np.round(line.get_ydata(), 9)) for line in ax.get_lines()}
+    for entry in ENTRIES:
+        e = d[d.entry == entry].sort_values("step")
+        expected = np.mean([0.3 + 0.01 * e.step + 0.001 * s for s in SEEDS], axis=0)
+        assert np.allclose(e["mean"], expected)
+        assert tuple(np.round(e["mean"].to_numpy(), 9)) in lines
+    assert len(ax.collections) == len(ENTRIES)  # the bands
+    assert set(bands["n_seeds"]) == {3} and (bands.ci_low <= bands["mean"]).all()
+    empty_fig, empty = report.training_curves_figure(pd.DataFrame())
+    assert empty.empty and "no training metrics" in empty_fig.axes[0].texts[0].get_text()
 
 
-def test_clipfrac_series(built):
+def test_clipfrac_figure(built, close_figures):
     results, _ = built
-    df = pd.read_csv(results / "figures" / "clipfrac_buckets.csv")
-    assert set(df["bucket"]) == set(BUCKET_LABELS) and set(df["direction"]) == {"upper", "lower"}
-    assert set(df["entry"]) == set(ENTRIES)
-    top = df[(df.bucket == "p0.8-1.0") & (df.direction == "upper")]
-    assert top["value"].eq(0.02).all()  # off-policy statistics preferred
+    metrics = report.load_run_metrics(results)
+    fig, data = report.clipfrac_figure(metrics, n_resamples=200)
+    assert set(data["bucket"]) == set(BUCKET_LABELS) and set(data["entry"]) == set(ENTRIES)
+    axes = np.asarray(fig.axes).reshape(2, 2)
+    upper = axes[1, 0]  # tiny-s, upper
+    assert upper.get_title().startswith("tiny-s: upper clip") and "off-policy updates" in upper.get_ylabel()
+    assert [t.get_text() for t in upper.get_xticklabels()] == list(BUCKET_LABELS)
+    assert _legend_texts(axes[0, 1].get_legend()) == report.entry_order(ENTRIES)
+    # bar heights: percent of the off-policy statistic, 0.2% x (bucket index + 1) x 2 for the upper side
+    heights = sorted(round(p.get_height(), 6) for p in upper.patches if p.get_height() > 0)
+    expected = sorted(round(100 * 0.002 * (j + 1) * 2, 6) for j in range(len(BUCKET_LABELS)) for _ in ENTRIES)
+    assert heights == expected
 
 
-def test_final_scores_series(built):
+def test_clipfrac_buckets_come_from_the_logged_columns(close_figures):
+    """The buckets are whatever the run logged (here a trainer with two buckets), in the logged order."""
+    rows = [
+        {"model": "m", "entry": "x", "seed": s, "step": t, "clipfrac_upper/high": 0.1, "clipfrac_upper/low": 0.3,
+         "clipfrac_lower/high": 0.2, "clipfrac_lower/low": 0.0}
+        for s in (0, 1) for t in (1, 2)
+    ]  # fmt: skip
+    fig, data = report.clipfrac_figure(pd.DataFrame(rows), n_resamples=100)
+    assert list(dict.fromkeys(data["bucket"])) == ["high", "low"]
+    upper = fig.axes[0]
+    assert [t.get_text() for t in upper.get_xticklabels()] == ["high", "low"] and "all updates" in upper.get_ylabel()
+    assert [round(p.get_height(), 6) for p in upper.patches if p.get_height() > 0] == [10.0, 30.0]
+
+
+def test_final_scores_figure(built, close_figures):
     results, _ = built
-    df = pd.read_csv(results / "figures" / "final_scores.csv")
-    assert set(df["label"]) == {f"mean@{N}", f"pass@{N}"}
-    assert set(df["entry"]) == {"base", *ENTRIES}
-    assert (df["ci_low"] <= df["mean"]).all() and (df["mean"] <= df["ci_high"]).all()
-
-
-def test_figures_without_data_are_placeholders(tmp_path):
-    empty = pd.DataFrame()
-    report.plot_training_curves(empty, tmp_path / "t.png")
-    report.plot_clipfrac(empty, tmp_path / "c.png")
-    report.plot_final_scores(empty, tmp_path / "f.png")
-    assert all((tmp_path / f).is_file() for f in ("t.png", "c.png", "f.png"))
+    stats = report.score_stats(report.load_eval_scores(results), n_resamples=200)
+    fig, data = report.final_scores_figure(stats)
+    assert set(data["label"]) == {f"mean@{N}", f"pass@{N}"} and set(data["entry"]) == {"base", *ENTRIES}
+    axes = np.asarray(fig.axes).reshape(2, 2)
+    ax = axes[1, 0]  # tiny-s, mean@8
+    assert ax.get_title() == f"tiny-s: mean@{N}" and ax.get_xlabel() == f"mean@{N} (%)"
+    entries = [t.get_text() for t in ax.get_yticklabels()]
+    assert entries == report.entry_order(["base", *ENTRIES])
+    widths = [p.get_width() for p in ax.patches]
+    d = data[(data.model == "tiny-s") & (data.metric == "mean")].set_index("entry")
+    assert np.allclose(widths, [100 * d.loc[e, "mean"] for e in entries])
+    assert widths[entries.index("bandpo_kl")] == pytest.approx(100 * np.mean([0.50, 0.52, 0.55]))
+    assert len(ax.collections) == 1  # the CI error bars
+    empty_fig, empty = report.final_scores_figure(pd.DataFrame())
+    assert empty.empty and "no evaluation scores" in empty_fig.axes[0].texts[0].get_text()
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -480,10 +672,16 @@ def test_html_is_standalone_and_escaped(built):
     assert p.scripts == 1 and "pwned" not in p.title
     assert all(src.startswith("data:image/png;base64,") for src in p.imgs) and len(p.imgs) == len(report.FIGURES)
     assert not re.search(r"""(src|href)=["']?(https?:|//)""", page)
-    assert XSS not in page and "<img src=x" not in page and "evil&lt;img src=x onerror=&quot;" in page
+    assert XSS not in page and "<img src=x" not in page and "evil&lt;img src=x onerror=&#34;" in page
     assert "script-src 'sha256-" in page  # only the page's own script may run
     entries = {(m, e) for m, e, _ in p.rows}
     assert entries == {(m, e) for m in ("tiny-s", "tiny-m") for e in ("base", *ENTRIES)}
+    # filters: the experiment (here the profile) and every model size
+    assert re.search(rf'<option value="{PROFILE}">{PROFILE}</option>', page)
+    assert '<option value="tiny-s">tiny-s</option>' in page and '<option value="tiny-m">tiny-m</option>' in page
+    # parameters: each key=value in an unbreakable span, joined by ", " (the only place a line may break)
+    assert '<span class="kv">divergence=kl</span>, <span class="kv">delta=0.05</span>' in page
+    assert "How to read these numbers" in page and len(re.findall(r"<figcaption>", page)) == len(report.FIGURES)
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -493,7 +691,7 @@ needs_chromium = pytest.mark.skipif(
 )
 
 
-def chromium(url: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+def chromium(url: str, tmp_path: Path, *args: str, size: str = "1200,800") -> subprocess.CompletedProcess:
     cmd = [
         CHROMIUM,
         "--headless",
@@ -506,7 +704,7 @@ def chromium(url: str, tmp_path: Path, *args: str) -> subprocess.CompletedProces
         "--disable-sync",
         "--mute-audio",
         f"--user-data-dir={tmp_path / 'chromium-profile'}",
-        "--window-size=1200,800",
+        f"--window-size={size}",
         *args,
         url,
     ]
@@ -544,6 +742,65 @@ def test_html_renders_in_chromium(built, tmp_path):
     rows = [(m, e) for m, e, _ in parse(dom).rows if m == "tiny-s"]
     assert [e for _, e in rows] == [XSS_ENTRY, "base", "clip_higher", "grpo", "bandpo_kl"]
     assert re.search(r'data-key="mean@8"[^>]*aria-sort="ascending"', dom)
+
+    # filters: #model=<size> (what choosing it in the select does) hides the other size's table
+    dom = chromium(page.as_uri() + "#model=tiny-s", tmp_path, "--dump-dom", "--virtual-time-budget=3000").stdout
+    sections = dict(re.findall(r'<section class="board" id="[^"]+" data-model="([^"]+)"( hidden="")?', dom))
+    assert sections == {"tiny-s": "", "tiny-m": ' hidden=""'}
+    dom = chromium(page.as_uri() + f"#experiment={PROFILE}&model=tiny-m", tmp_path, "--dump-dom",
+                   "--virtual-time-budget=3000").stdout  # fmt: skip
+    sections = dict(re.findall(r'<section class="board" id="[^"]+" data-model="([^"]+)"( hidden="")?', dom))
+    assert sections == {"tiny-s": ' hidden=""', "tiny-m": ""} and "<tr hidden" not in dom
+
+
+# Added to a copy of the page (with its Content-Security-Policy removed) to measure it once loaded: the document's
+# and every table container's overflow, each figure's natural width, and the lines each key=value label takes.
+MEASURE = """<script>
+window.addEventListener("load", function () {
+  var out = {innerWidth: window.innerWidth, scrollWidth: document.documentElement.scrollWidth, tables: [],
+             images: [], kv: []};
+  document.querySelectorAll(".scroll").forEach(function (d) {
+    out.tables.push([d.parentNode.id, d.scrollWidth, d.clientWidth]);
+  });
+  document.querySelectorAll("img").forEach(function (i) {
+    out.images.push([i.naturalWidth, i.getBoundingClientRect().width]);
+  });
+  document.querySelectorAll(".kv").forEach(function (k) {
+    var row = k.closest("tr").getAttribute("data-entry");
+    out.kv.push([row, k.textContent, Math.round(k.getBoundingClientRect().height)]);
+  });
+  var pre = document.createElement("pre");
+  pre.id = "measure";
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def measure_page(page: Path, tmp_path: Path, width: int = 1400) -> dict:
+    text = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page.read_text(encoding="utf-8"))
+    copy = tmp_path / "measured.html"
+    copy.write_text(text.replace("</body>", MEASURE + "</body>"), encoding="utf-8")
+    dom = chromium(copy.as_uri(), tmp_path, "--dump-dom", "--virtual-time-budget=5000", size=f"{width},900").stdout
+    m = re.search(r'<pre id="measure">(.*?)</pre>', dom, re.S)
+    assert m, dom[-2000:]
+    return json.loads(html.unescape(m[1]))
+
+
+@needs_chromium
+@pytest.mark.parametrize("which", ["built", "published"])
+def test_page_layout_in_chromium(which, built, tmp_path):
+    """At 1,400 px nothing scrolls sideways (the page, nor any table), every figure renders, and a parameter label
+    breaks only between its key=value parts. Checked on a built page and on the published results/leaderboard.html."""
+    page = built[0] / "leaderboard.html" if which == "built" else ROOT / "results" / "leaderboard.html"
+    m = measure_page(page, tmp_path)
+    assert m["innerWidth"] == 1400 and m["scrollWidth"] <= m["innerWidth"], m
+    assert m["tables"] and all(scroll <= client for _, scroll, client in m["tables"]), m["tables"]
+    assert len(m["images"]) == len(report.FIGURES)
+    assert all(natural > 0 and shown > 0 for natural, shown in m["images"]), m["images"]
+    # one line each (the height of one line), except a part too long for the column (the test's hostile note=...)
+    one_line = [k for k in m["kv"] if k[0] != XSS_ENTRY]
+    assert one_line and all(h == min(h for _, _, h in one_line) > 0 for _, _, h in one_line), one_line
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -583,6 +840,24 @@ def test_cli_errors_and_unembedded_page(built, tmp_path):
     assert "<img" not in page and "<figure" not in page and page.count("<table") == 2
 
 
+def test_published_leaderboard_is_rebuilt_from_its_tables(tmp_path):
+    """The report run again on the inputs behind results/leaderboard.* (rebuilt from the published scores and runs
+    tables, `published_runs`) gives the published Markdown exactly, and the CSV up to the tables' 6 digits."""
+    from published_runs import rebuild_run_outputs
+
+    published = ROOT / "results"
+    results = rebuild_run_outputs(published, tmp_path)
+    bounds_script.main(["--out", str(results / "bounds.csv")])
+    report.build_report(results, tmp_path / "out")
+    assert (tmp_path / "out" / "leaderboard.md").read_text() == (published / "leaderboard.md").read_text()
+    for name in ("leaderboard.csv", "stats.csv", "scores.csv", "runs.csv"):
+        ours, theirs = pd.read_csv(tmp_path / "out" / name), pd.read_csv(published / name)
+        assert list(ours.columns) == list(theirs.columns) and ours.shape == theirs.shape, name
+        numbers = theirs.select_dtypes("number").columns
+        pd.testing.assert_frame_equal(ours.drop(columns=numbers), theirs.drop(columns=numbers), check_dtype=False)
+        pd.testing.assert_frame_equal(ours[numbers], theirs[numbers], check_dtype=False, rtol=2e-5)
+
+
 # The rule proposed for workflow/rules/report.smk (names from workflow/rules/common.smk); the slow test below runs it
 # in a minimal Snakefile and builds `snakemake --report` from it.
 REPORT_RULE = (ROOT / "workflow" / "rules" / "report.smk").read_text()  # the real rule file
@@ -593,6 +868,7 @@ report: "workflow/report/workflow.rst"
 config["profile"] = "{PROFILE}"
 config["publish"] = False
 RESULTS, LOGS, BENCH = "results/{PROFILE}", "logs/{PROFILE}", "logs/{PROFILE}/benchmarks"
+SCRIPTS = "workflow/scripts"
 MODELS, ENTRIES, SEEDS, EVAL_TASKS = ["tiny-s"], {sorted(e for e in ENTRIES if e != XSS_ENTRY)!r}, [0, 1, 2], ["{TASK}"]
 EVAL_ENTRIES = ["base", *ENTRIES]
 
@@ -629,11 +905,14 @@ def test_snakemake_report_captions_exist():
 def test_snakemake_report(tmp_path):
     """The report rule runs in a DAG and `snakemake --report` makes a self-contained report with the captions."""
     results = make_results(tmp_path / "wf" / "results", models=("tiny-s",))
+    (results / "bounds.csv").unlink()  # the rule writes it
     shutil.rmtree(results / "runs" / "tiny-s" / XSS_ENTRY)
     shutil.rmtree(results / "eval" / "tiny-s" / XSS_ENTRY)
     wf = tmp_path / "wf"
     (wf / "workflow" / "rules").mkdir(parents=True)
     shutil.copytree(ROOT / "workflow" / "report", wf / "workflow" / "report")
+    (wf / "workflow" / "scripts").mkdir()
+    shutil.copy(ROOT / "workflow" / "scripts" / "bounds_table.py", wf / "workflow" / "scripts")
     (wf / "workflow" / "rules" / "report.smk").write_text(REPORT_RULE)
     (wf / "Snakefile").write_text(MINI_SNAKEFILE)
     env = {

@@ -1,0 +1,119 @@
+"""The report stage: every run's metrics and lm-eval scores turned into a leaderboard, statistics and figures.
+
+It reads files only (the run outputs, the evaluation files and a bounds table); it imports no method registry
+and no torch. Modules:
+
+    load       the run outputs and lm-eval's results files (the one reader of lm-eval's results, also used by
+               bandpo.evaluate); `load_run` reads one run folder
+    stats      bootstrap CIs, IQM, probability of improvement, training statistics (pure functions)
+    tables     the leaderboard frame, the per-task frame, their columns, the Markdown
+    page       the self-contained HTML page (Jinja2 template, CSS and JS in templates/ and static/)
+    figures    the figures, each built from data with the data it plotted
+    cli        build_report, publish, provenance and ``python -m bandpo.report build|publish``
+
+Outputs of `build_report` (``--out``, default: the results folder itself; every file written atomically)::
+
+    leaderboard.csv        one row per (model, entry): numbers as fractions, CI / IQM / P(improvement) columns
+    leaderboard.md         the same, one table per model size (and per task when there are several), in
+                           percent, with notes on the statistics and links to the figures
+    leaderboard.html       one self-contained page: the tables (sortable, filtered by experiment and model size),
+                           notes on how to read them, the figures embedded as data URIs; a Content-Security-Policy
+                           admits only the page's own script
+    stats.csv              long table: every (model, entry, task or "all", metric@k) with its statistics
+    scores.csv             the per-seed scores exactly as read from lm-eval's files (`load_eval_scores`)
+    runs.csv               one row per training run: final entropy / reward, clip fraction, training time
+    figures/bounds.png             (a) ratio bounds, (b) probability-change bounds against old probability, from
+                                   the bounds table (workflow/scripts/bounds_table.py)
+    figures/training_curves.png    token entropy and reward against step, mean over seeds with a 95% CI band
+    figures/clipfrac_buckets.png   clip fraction by old-probability bucket (as logged) and direction
+    figures/final_scores.png       final mean@k and pass@k with 95% CIs, per model size
+    figures/{name}.csv             the data each figure plotted
+
+The entry ``base`` is the untrained base model (the step-0 row); it has scores but no training run. An entry's
+parameter label is its runs' ``method_label`` (run.json), else ``k=v, ...`` of their parameters.
+
+`publish` copies a profile's ``leaderboard.{csv,md,html}``, tables and ``figures/*.png`` to the top-level
+``results/`` (the published leaderboard of the embedded profile). The Markdown links its figures as
+``figures/<name>.png`` and the HTML embeds them, so both read the same in either place.
+"""
+
+from bandpo.report.cli import LEADERBOARD_FILES, PUBLISHED_TABLES, build_report, main, provenance, publish
+from bandpo.report.figures import (
+    FIGURE_CAPTIONS,
+    FIGURES,
+    SIMPLEX,
+    bounds_figure,
+    clipfrac_data,
+    clipfrac_figure,
+    entry_palette,
+    final_scores_figure,
+    placeholder_figure,
+    save_figure,
+    training_curves_figure,
+)
+from bandpo.report.load import (
+    BASE_ENTRY,
+    Run,
+    lm_eval_task_scores,
+    load_bounds,
+    load_eval_scores,
+    load_run,
+    load_run_metrics,
+    load_run_summaries,
+    load_runs,
+    params_label,
+)
+from bandpo.report.page import leaderboard_html
+from bandpo.report.stats import (
+    ALL_TASKS,
+    DEFAULT_BASELINE,
+    metric_label,
+    probability_of_improvement,
+    run_stats,
+    score_stats,
+    seed_bands,
+)
+from bandpo.report.tables import entry_labels, entry_order, leaderboard, leaderboard_markdown, per_task_table
+
+__all__ = [
+    "ALL_TASKS",
+    "BASE_ENTRY",
+    "DEFAULT_BASELINE",
+    "FIGURES",
+    "FIGURE_CAPTIONS",
+    "LEADERBOARD_FILES",
+    "PUBLISHED_TABLES",
+    "SIMPLEX",
+    "Run",
+    "bounds_figure",
+    "build_report",
+    "clipfrac_data",
+    "clipfrac_figure",
+    "entry_labels",
+    "entry_order",
+    "entry_palette",
+    "final_scores_figure",
+    "leaderboard",
+    "leaderboard_html",
+    "leaderboard_markdown",
+    "lm_eval_task_scores",
+    "load_bounds",
+    "load_eval_scores",
+    "load_run",
+    "load_run_metrics",
+    "load_run_summaries",
+    "load_runs",
+    "main",
+    "metric_label",
+    "params_label",
+    "per_task_table",
+    "placeholder_figure",
+    "probability_of_improvement",
+    "provenance",
+    "publish",
+    "run_stats",
+    "save_figure",
+    "score_stats",
+    "seed_bands",
+    "training_curves_figure",
+]

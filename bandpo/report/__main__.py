@@ -1,0 +1,3 @@
+from bandpo.report.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,365 @@
+"""The report's figures (matplotlib Agg + seaborn). Each builder returns (figure, the data it plotted); build_report
+saves the figure with `save_figure` and the data beside it as CSV. With nothing to plot a builder returns a
+placeholder figure that says so, and an empty frame.
+
+Every series comes from files: the run metrics (`bandpo.report.load`), the statistics (`bandpo.report.stats`) and
+the bounds table written by ``workflow/scripts/bounds_table.py`` (the report imports no method registry).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import os
+import re
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bandpo.files import atomic_write_bytes
+from bandpo.report.load import BASE_ENTRY
+from bandpo.report.stats import ALL_TASKS, DEFAULT_BASELINE, bootstrap_ci, mean_of_means, seed_bands
+from bandpo.report.tables import entry_order
+
+FIGURES = ("bounds", "training_curves", "clipfrac_buckets", "final_scores")
+FIGURE_CAPTIONS = {
+    "bounds": "Ratio bounds (a) and allowed probability change p(r - 1) (b) against the old probability p, "
+    "BandPO KL / TV / chi2 at delta = {delta:g} (uncapped), GRPO, Clip-Higher and DCPO; dashed: the simplex limits.",
+    "training_curves": "Token entropy and reward against training step, mean over seeds with a 95% bootstrap band.",
+    "clipfrac_buckets": "Fraction of tokens clipped, by old-probability bucket and direction (upper: r > r_hi with "
+    "A > 0; lower: r < r_lo with A < 0), off-policy updates, mean over steps and seeds with 95% CI.",
+    "final_scores": "Final mean@k and pass@k per method (percent), mean over seeds with 95% stratified-bootstrap CI.",
+}
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+@contextlib.contextmanager
+def _style():
+    """seaborn's whitegrid style, and text taken literally: an entry named ``a$b$`` is not parsed as mathtext."""
+    import matplotlib
+    import seaborn as sns
+
+    with matplotlib.rc_context({"text.parse_math": False}), sns.axes_style("whitegrid"):
+        yield
+
+
+def save_figure(fig, path: str | os.PathLike) -> Path:
+    """Render ``fig`` as PNG and write it atomically (`bandpo.files.atomic_write_bytes`); closes the figure."""
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
+    finally:
+        _pyplot().close(fig)
+    return atomic_write_bytes(path, buf.getvalue())
+
+
+def placeholder_figure(title: str, message: str):
+    """A figure that says why there is nothing to plot."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 2.5))
+    ax.set_axis_off()
+    ax.set_title(title)
+    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, wrap=True)
+    return fig
+
+
+def entry_palette(entries: Iterable[str], baseline: str | None = DEFAULT_BASELINE) -> dict[str, Any]:
+    """One colour per entry, the same in every figure (the base model grey)."""
+    import seaborn as sns
+
+    order = entry_order(entries, baseline)
+    others = [e for e in order if e != BASE_ENTRY]
+    colours = sns.color_palette("tab10" if len(others) <= 10 else "husl", n_colors=max(len(others), 1))
+    palette = dict(zip(others, colours, strict=False))
+    if BASE_ENTRY in order:
+        palette[BASE_ENTRY] = (0.55, 0.55, 0.55)
+    return palette
+
+
+SIMPLEX = "simplex limit"
+
+
+def bounds_figure(data: pd.DataFrame) -> tuple[Any, pd.DataFrame]:
+    """The paper's bound figure from a bounds table (`bandpo.report.load.load_bounds`): (a) ratio bounds
+    r_lo(p), r_hi(p); (b) allowed probability change p (r - 1); one line per method in the table's order, and the
+    rows of method "simplex limit" (r in [0, 1/p], i.e. q in [0, 1]) dashed. Returns (figure, the table)."""
+    import seaborn as sns
+
+    if data.empty:
+        return placeholder_figure("ratio bounds", "no bounds table (workflow/scripts/bounds_table.py)"), data
+    plt = _pyplot()
+    long = pd.concat(
+        [
+            data.melt(
+                id_vars=["method", "p"], value_vars=["r_lo", "r_hi"], var_name="bound", value_name="value"
+            ).assign(panel="ratio"),
+            data.melt(
+                id_vars=["method", "p"], value_vars=["dq_lo", "dq_hi"], var_name="bound", value_name="value"
+            ).assign(panel="dq"),
+        ],
+        ignore_index=True,
+    )
+    long["bound"] = long["bound"].str.endswith("_hi").map({True: "upper", False: "lower"})
+    methods = [m for m in dict.fromkeys(data["method"]) if m != SIMPLEX]
+    palette = dict(zip(methods, sns.color_palette("tab10", len(methods)), strict=True))
+    delta = float(data["delta"].iloc[0])
+    with _style():
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+        for ax, panel in zip(axes, ("ratio", "dq"), strict=True):
+            d = long[long["panel"] == panel]
+            sns.lineplot(
+                data=d[d["method"] != SIMPLEX],
+                x="p",
+                y="value",
+                hue="method",
+                hue_order=methods,
+                units="bound",
+                estimator=None,
+                palette=palette,
+                ax=ax,
+                linewidth=1.6,
+            )
+            simplex = d[d["method"] == SIMPLEX]
+            for i, (_, s) in enumerate(simplex.groupby("bound")):
+                ax.plot(
+                    s["p"], s["value"], color="black", linestyle="--", linewidth=1.0, label=SIMPLEX if i == 0 else None
+                )
+            ax.axhline(1.0 if panel == "ratio" else 0.0, color="grey", linewidth=0.8)
+            ax.set_xlim(0, 1)
+            ax.set_xlabel("old probability p")
+        axes[0].set_ylim(0, 4)
+        axes[0].set_ylabel("ratio bound r")
+        axes[0].set_title(f"(a) ratio bounds [r_lo, r_hi] (delta = {delta:g})")
+        axes[1].set_ylim(-0.4, 0.4)
+        axes[1].set_ylabel("probability change q - p = p (r - 1)")
+        axes[1].set_title("(b) allowed probability change")
+        handles, labels = axes[0].get_legend_handles_labels()
+        for ax in axes:
+            if ax.get_legend() is not None:
+                ax.get_legend().remove()
+        fig.tight_layout(rect=(0, 0.08, 1, 1))
+        fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
+    return fig, data
+
+
+def training_curves_figure(
+    metrics: pd.DataFrame,
+    columns: Sequence[str] = ("entropy", "reward_mean"),
+    baseline: str | None = DEFAULT_BASELINE,
+    n_resamples: int = 1000,
+    seed: int = 0,
+) -> tuple[Any, pd.DataFrame]:
+    """Token entropy and reward against step per method entry: mean over seeds with a 95% bootstrap band over
+    seeds (`seed_bands`); one row of panels per model size, entropy on a log axis. Returns the plotted bands:
+    model, entry, metric, step, mean, ci_low, ci_high, n_seeds."""
+    import matplotlib.ticker
+    import seaborn as sns
+
+    present = [c for c in columns if c in metrics and metrics[c].notna().any()]
+    cols = ["model", "entry", "metric", "step", "mean", "ci_low", "ci_high", "n_seeds"]
+    if metrics.empty or not present:
+        return placeholder_figure("training curves", "no training metrics found"), pd.DataFrame(columns=cols)
+    long = metrics.melt(id_vars=["model", "entry", "seed", "step"], value_vars=present, var_name="metric",
+                        value_name="value").dropna(subset=["value"])  # fmt: skip
+    bands = seed_bands(long, ["model", "entry", "metric"], "step", n_resamples=n_resamples, seed=seed)[cols]
+    models = sorted(bands["model"].unique())
+    order = entry_order(bands["entry"], baseline)
+    palette = entry_palette(order, baseline)
+    plt = _pyplot()
+    with _style():
+        fig, axes = plt.subplots(len(models), len(present), figsize=(5.5 * len(present) + 2, 3.6 * len(models)),
+                                 squeeze=False)  # fmt: skip
+        for i, model in enumerate(models):
+            for j, metric in enumerate(present):
+                ax = axes[i, j]
+                d = bands[(bands["model"] == model) & (bands["metric"] == metric)]
+                hue_order = [e for e in order if e in set(d["entry"])]
+                sns.lineplot(data=d, x="step", y="mean", hue="entry", hue_order=hue_order, palette=palette,
+                             errorbar=None, ax=ax, linewidth=1.4)  # fmt: skip
+                for entry, e in d.groupby("entry"):
+                    ax.fill_between(e["step"], e["ci_low"], e["ci_high"], color=palette[entry], alpha=0.18, lw=0)
+                if metric == "entropy" and (d["mean"] > 0).all():
+                    ax.set_yscale("log")
+                    # plain tick labels: math text is off in these figures (entry names are user text)
+                    plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+                    ax.yaxis.set_major_formatter(plain)
+                    ax.yaxis.set_minor_formatter(plain)
+                ax.set_title(f"{model}: {metric}")
+                ax.set_ylabel(f"{metric} (mean over seeds)")
+                if ax.get_legend() is not None and not (i == 0 and j == len(present) - 1):
+                    ax.get_legend().remove()
+        if axes[0, -1].get_legend() is not None:
+            sns.move_legend(axes[0, -1], "upper left", bbox_to_anchor=(1.02, 1.0))
+        fig.tight_layout()
+    return fig, bands.reset_index(drop=True)
+
+
+CLIPFRAC_COLUMNS = ["model", "entry", "seed", "bucket", "direction", "value"]
+_BUCKET_COLUMN = re.compile(r"^(?P<prefix>offpolicy/)?clipfrac_(?P<direction>upper|lower)/(?P<bucket>.+)$")
+
+
+def clipfrac_data(metrics: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """Per run (model, entry, seed), bucket and direction: the clipped fraction of the bucket's tokens, mean over
+    steps. The buckets are those the runs logged (columns ``[offpolicy/]clipfrac_{upper,lower}/<bucket>``, in the
+    order logged). Uses the off-policy updates' statistics (``offpolicy/...``) when logged, else all updates;
+    returns the data and which ("off-policy updates" / "all updates")."""
+    found = [(m, c) for c in metrics.columns if (m := _BUCKET_COLUMN.match(str(c)))]
+    offpolicy = any(m["prefix"] for m, _ in found)
+    which = "off-policy updates" if offpolicy else "all updates"
+    rows = []
+    for direction in ("upper", "lower"):
+        for m, col in found:
+            if m["direction"] != direction or bool(m["prefix"]) != offpolicy:
+                continue
+            g = metrics.groupby(["model", "entry", "seed"], sort=True)[col].mean().dropna()
+            for (model, entry, seed), value in g.items():
+                rows.append(
+                    {
+                        "model": model,
+                        "entry": entry,
+                        "seed": seed,
+                        "bucket": m["bucket"],
+                        "direction": direction,
+                        "value": float(value),
+                    }
+                )
+    return pd.DataFrame(rows, columns=CLIPFRAC_COLUMNS), which
+
+
+def _ci_callable(n_resamples: int, confidence: float, seed: int) -> Callable[[Any], tuple[float, float]]:
+    """A seaborn ``errorbar=`` callable: the percentile-bootstrap CI of the mean of a vector (scipy, seeded)."""
+
+    def ci(values) -> tuple[float, float]:
+        x = np.asarray(values, dtype=np.float64)
+        lo, hi = bootstrap_ci([x], mean_of_means, n_resamples, np.random.default_rng(seed), confidence)
+        return (lo, hi) if not math.isnan(lo) else (float(x.mean()), float(x.mean()))
+
+    return ci
+
+
+def clipfrac_figure(
+    metrics: pd.DataFrame,
+    baseline: str | None = DEFAULT_BASELINE,
+    n_resamples: int = 1000,
+    seed: int = 0,
+) -> tuple[Any, pd.DataFrame]:
+    """Clip fraction by old-probability bucket (x) and direction (columns), one bar per method entry, one row of
+    panels per model size; bars are means over seeds of each run's mean over steps, with 95% bootstrap CIs.
+    Returns (figure, `clipfrac_data`'s frame)."""
+    import seaborn as sns
+
+    data, which = clipfrac_data(metrics) if not metrics.empty else (pd.DataFrame(), "")
+    if data.empty:
+        empty = pd.DataFrame(columns=CLIPFRAC_COLUMNS)
+        return placeholder_figure("clip fraction by bucket", "no per-bucket clip statistics found"), empty
+    buckets = list(dict.fromkeys(data["bucket"]))
+    models = sorted(data["model"].unique())
+    order = entry_order(data["entry"], baseline)
+    palette = entry_palette(order, baseline)
+    plt = _pyplot()
+    with _style():
+        fig, axes = plt.subplots(len(models), 2, figsize=(13, 3.8 * len(models)), squeeze=False, sharey="row")
+        for i, model in enumerate(models):
+            for j, direction in enumerate(("upper", "lower")):
+                ax = axes[i, j]
+                d = data[(data["model"] == model) & (data["direction"] == direction)].copy()
+                d["value"] = 100.0 * d["value"]
+                sns.barplot(
+                    data=d,
+                    x="bucket",
+                    y="value",
+                    hue="entry",
+                    order=buckets,
+                    hue_order=[e for e in order if e in set(d["entry"])],
+                    palette=palette,
+                    errorbar=_ci_callable(n_resamples, 0.95, seed),
+                    ax=ax,
+                )
+                arrow = "r > r_hi, A > 0" if direction == "upper" else "r < r_lo, A < 0"
+                ax.set_title(f"{model}: {direction} clip ({arrow})")
+                ax.set_xlabel("old probability p bucket")
+                ax.set_ylabel(f"clipped tokens in bucket (%), {which}", fontsize=9)
+                if ax.get_legend() is not None and not (i == 0 and j == 1):
+                    ax.get_legend().remove()
+        if axes[0, 1].get_legend() is not None:
+            sns.move_legend(axes[0, 1], "upper left", bbox_to_anchor=(1.02, 1.0))
+        fig.tight_layout()
+    return fig, data
+
+
+def final_scores_figure(
+    stats: pd.DataFrame,
+    families: Sequence[str] = ("mean", "pass"),
+    baseline: str | None = DEFAULT_BASELINE,
+) -> tuple[Any, pd.DataFrame]:
+    """Final mean@k and pass@k per method entry with the 95% stratified-bootstrap CIs of `score_stats` (over tasks:
+    ``task == "all"``), one row of panels per model size. Returns the plotted rows: model, entry, metric, label,
+    mean, ci_low, ci_high (fractions)."""
+    import seaborn as sns
+
+    cols = ["model", "entry", "metric", "label", "mean", "ci_low", "ci_high"]
+    data = stats[(stats["task"] == ALL_TASKS) & stats["metric"].isin(families)][cols] if not stats.empty else None
+    if data is None or data.empty:
+        return placeholder_figure("final scores", "no evaluation scores found"), pd.DataFrame(columns=cols)
+    data = data.reset_index(drop=True)
+    models = sorted(data["model"].unique())
+    fams = [f for f in families if f in set(data["metric"])]
+    order = entry_order(data["entry"], baseline)
+    palette = entry_palette(order, baseline)
+    plt = _pyplot()
+    with _style():
+        fig, axes = plt.subplots(
+            len(models),
+            len(fams),
+            figsize=(6 * len(fams), 0.45 * len(order) * len(models) + 1.6 * len(models)),
+            squeeze=False,
+        )
+        for i, model in enumerate(models):
+            for j, fam in enumerate(fams):
+                ax = axes[i, j]
+                d = data[(data["model"] == model) & (data["metric"] == fam)]
+                entries = [e for e in order if e in set(d["entry"])]
+                d = d.set_index("entry").loc[entries].reset_index()
+                sns.barplot(
+                    data=d.assign(pct=100 * d["mean"]),
+                    y="entry",
+                    x="pct",
+                    hue="entry",
+                    order=entries,
+                    hue_order=entries,
+                    palette=palette,
+                    errorbar=None,
+                    legend=False,
+                    ax=ax,
+                )
+                lo = 100 * (d["mean"] - d["ci_low"])
+                hi = 100 * (d["ci_high"] - d["mean"])
+                ok = lo.notna() & hi.notna()
+                ax.errorbar(
+                    100 * d["mean"][ok],
+                    np.arange(len(d))[ok.to_numpy()],
+                    xerr=[lo[ok], hi[ok]],
+                    fmt="none",
+                    ecolor="black",
+                    capsize=3,
+                    linewidth=1,
+                )
+                ax.set_title(f"{model}: {d['label'].iloc[0]}")
+                ax.set_xlabel(f"{d['label'].iloc[0]} (%)")
+                ax.set_ylabel("")
+                if j > 0:
+                    ax.set_yticklabels([])
+        fig.tight_layout()
+    return fig, data

@@ -1,0 +1,332 @@
+"""The leaderboard as tables: the wide frame (leaderboard.csv), the per-task frame, and their Markdown rendering.
+
+The displayed columns are described once (`display_columns`, `Column`) and used by the Markdown here and the HTML
+page (bandpo.report.page): a column is a key, a header, the cell text of a row and a numeric sort value.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from bandpo.files import atomic_write_text
+from bandpo.report.load import BASE_ENTRY, params_label, parse_metric
+from bandpo.report.stats import ALL_TASKS, DEFAULT_BASELINE, HEADLINE
+
+
+def write_csv(df: pd.DataFrame, path: Path) -> None:
+    atomic_write_text(path, df.to_csv(index=False, float_format="%.6g", lineterminator="\n"))
+
+
+def entry_labels(summaries: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """(model, entry) -> the label of its runs (`bandpo.report.load.Run.summary`), the first seed's when seeds
+    disagree; entries whose runs carry no label are left out."""
+    if summaries.empty:
+        return {}
+    named = summaries[summaries["label"].fillna("") != ""].sort_values(["model", "entry", "seed"])
+    return {(r.model, r.entry): r.label for r in named.drop_duplicates(["model", "entry"]).itertuples()}
+
+
+def entry_order(entries: Iterable[str], baseline: str | None = DEFAULT_BASELINE) -> list[str]:
+    """A stable display order: the base model, the baseline, then the rest alphabetically."""
+    entries = sorted(set(entries))
+    first = [e for e in (BASE_ENTRY, baseline) if e in entries]
+    return first + [e for e in entries if e not in first]
+
+
+def leaderboard(
+    stats: pd.DataFrame,
+    per_entry: pd.DataFrame,
+    per_run: pd.DataFrame | None = None,
+    labels: Mapping[tuple[str, str], str] | None = None,
+) -> pd.DataFrame:
+    """The wide leaderboard: one row per (model, entry), the base model first, then by mean@k (best first).
+
+    Per headline metric L (e.g. ``mean@8``): L, L_ci_low, L_ci_high, L_iqm, L_poi, L_poi_ci_low, L_poi_ci_high
+    (P(improvement) over ``baseline``); then the training columns of `run_stats`. ``params`` is the entry's label
+    from ``labels`` ((model, entry) -> the runs' ``method_label``, `entry_labels`), else `params_label` of its
+    parameters; ``params_json`` the parameters as canonical JSON."""
+    overall = stats[stats["task"] == ALL_TASKS] if not stats.empty else stats
+    keys = set()
+    if not overall.empty:
+        keys |= set(map(tuple, overall[["model", "entry"]].to_numpy()))
+    if not per_entry.empty:
+        keys |= set(map(tuple, per_entry[["model", "entry"]].to_numpy()))
+    ident: dict[tuple[str, str], dict[str, Any]] = {}
+    for frame in (per_run, overall):  # eval identity wins over run.json's (same values when both exist)
+        if frame is None or frame.empty:
+            continue
+        for r in frame.drop_duplicates(["model", "entry"]).itertuples():
+            ident.setdefault((r.model, r.entry), {}).update(
+                {k: getattr(r, k) for k in ("profile", "method", "params") if isinstance(getattr(r, k), str)}
+            )
+    rows = []
+    for model, entry in sorted(keys):
+        meta = ident.get((model, entry), {})
+        method = meta.get("method") or (BASE_ENTRY if entry == BASE_ENTRY else "")
+        row: dict[str, Any] = {
+            "profile": meta.get("profile", ""),
+            "model": model,
+            "entry": entry,
+            "method": method,
+            "params": (labels or {}).get((model, entry)) or params_label(meta.get("params")),
+            "params_json": meta.get("params", ""),
+        }
+        sub = overall[(overall["model"] == model) & (overall["entry"] == entry)] if not overall.empty else overall
+        row["n_seeds"] = int(sub["n_seeds"].max()) if not sub.empty else 0
+        row["baseline"] = sub["baseline"].dropna().iloc[0] if not sub.empty and sub["baseline"].notna().any() else ""
+        for family in HEADLINE:
+            s = sub[sub["metric"] == family] if not sub.empty else sub
+            if s.empty:
+                continue
+            r = s.iloc[0]
+            label = r["label"]
+            row.update(
+                {
+                    label: r["mean"],
+                    f"{label}_ci_low": r["ci_low"],
+                    f"{label}_ci_high": r["ci_high"],
+                    f"{label}_iqm": r["iqm"],
+                    f"{label}_poi": r["poi"],
+                    f"{label}_poi_ci_low": r["poi_ci_low"],
+                    f"{label}_poi_ci_high": r["poi_ci_high"],
+                }
+            )
+        t = per_entry[(per_entry["model"] == model) & (per_entry["entry"] == entry)] if not per_entry.empty else None
+        if t is not None and not t.empty:
+            row.update({c: t.iloc[0][c] for c in per_entry.columns if c not in ("model", "entry")})
+        rows.append(row)
+    board = pd.DataFrame(rows)
+    if board.empty:
+        return board
+    for c in ("n_runs",):
+        if c in board:
+            board[c] = board[c].fillna(0).astype(int)
+    sort_col = headline_label(board, "mean")
+    board["_base"] = board["entry"] != BASE_ENTRY
+    board["_score"] = -board[sort_col].astype(float) if sort_col else 0.0
+    board = board.sort_values(["model", "_base", "_score", "entry"], na_position="last", kind="stable")
+    return board.drop(columns=["_base", "_score"]).reset_index(drop=True)
+
+
+def headline_label(board: pd.DataFrame, family: str) -> str | None:
+    """The leaderboard column of a metric family (``mean`` -> ``mean@8``), None if absent."""
+    for c in board.columns:
+        if "_ci_" in c or c.endswith(("_iqm", "_poi")):
+            continue
+        fam, _ = parse_metric(c)
+        if fam == family or (family == "mean" and c == "mean@n"):
+            return c
+    return None
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Markdown and HTML
+
+STATS_NOTE = (
+    "Scores are fractions of problems solved, shown in percent: the mean over seeds of each seed's lm-eval score "
+    "(averaged over tasks with equal weight), with a 95% percentile-bootstrap confidence interval that resamples "
+    "seeds within each task (stratified bootstrap, seeded). IQM is the interquartile mean of the (seed, task) "
+    "scores; with fewer than 4 of them nothing is trimmed and it equals the mean. P(>{baseline}) is the "
+    "probability of improvement over the baseline: the share of (seed, baseline seed) pairs in which this entry "
+    "scores higher, ties counting one half; 0.5 means no difference. pass@k is the unbiased estimator "
+    "1 - C(n-c, k)/C(n, k); best@k (bootstrap) is the paper's resampled variant, labelled as such. Entropy is "
+    "the rollout policy's mean token entropy over the last 10% of training steps; time is per training run."
+)
+SEEDS_NOTE = (
+    "With only {n} seed(s) per row these intervals are wide, and a percentile bootstrap over so few seeds (a "
+    "handful of distinct resamples) is if anything too narrow: treat differences whose intervals overlap as "
+    "unresolved, and read P(improvement) near 0.5 as no evidence either way."
+)
+
+
+def num(v: Any) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return float("nan")
+    return f
+
+
+def fmt(v: Any, scale: float = 1.0, digits: int = 1) -> str:
+    f = num(v)
+    return "—" if math.isnan(f) else f"{f * scale:.{digits}f}"
+
+
+def fmt_ci(v: Any, lo: Any, hi: Any, scale: float = 100.0, digits: int = 1) -> str:
+    s = fmt(v, scale, digits)
+    if s == "—" or math.isnan(num(lo)) or math.isnan(num(hi)):
+        return s
+    return f"{s} [{fmt(lo, scale, digits)}, {fmt(hi, scale, digits)}]"
+
+
+def fmt_seconds(v: Any) -> str:
+    f = num(v)
+    if math.isnan(f):
+        return "—"
+    if f < 10:
+        return f"{f:.1f} s"
+    if f < 120:
+        return f"{f:.0f} s"
+    if f < 7200:
+        return f"{f / 60:.1f} min"
+    return f"{f / 3600:.1f} h"
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of the Markdown / HTML tables: sort key, header, cell text of a row, numeric sort value (None:
+    sorted as text)."""
+
+    key: str
+    head: str
+    text: Callable[[Mapping[str, Any]], str]
+    sort: Callable[[Mapping[str, Any]], float] | None = None
+
+
+def ci_column(key: str, head: str, scale: float = 100.0, digits: int = 1) -> Column:
+    """``value [ci_low, ci_high]`` of the columns key, key_ci_low, key_ci_high."""
+    return Column(
+        key,
+        head,
+        lambda r: fmt_ci(r.get(key), r.get(f"{key}_ci_low"), r.get(f"{key}_ci_high"), scale, digits),
+        lambda r: num(r.get(key)),
+    )
+
+
+def baseline_of(board: pd.DataFrame) -> str:
+    return next((b for b in board.get("baseline", []) if isinstance(b, str) and b), DEFAULT_BASELINE)
+
+
+def identity_columns(board: pd.DataFrame) -> list[Column]:
+    cols = [
+        Column("entry", "entry", lambda r: str(r["entry"])),
+        Column("method", "method", lambda r: str(r.get("method") or "")),
+        Column("params", "params", lambda r: str(r.get("params") or "")),
+    ]
+    if "n_seeds" in board:
+        cols.append(Column("n_seeds", "seeds", lambda r: fmt(r.get("n_seeds"), 1.0, 0), lambda r: num(r["n_seeds"])))
+    return cols
+
+
+def display_columns(board: pd.DataFrame) -> list[Column]:
+    """The columns of the leaderboard tables (Markdown and HTML)."""
+    cols = identity_columns(board)
+    baseline = baseline_of(board)
+    for family in HEADLINE:
+        label = headline_label(board, family)
+        if not label:
+            continue
+        cols.append(ci_column(label, label.replace("_bootstrap", " (bootstrap)") + " %"))
+        if family == "mean":
+            cols.append(
+                Column(f"{label}_iqm", f"{label} IQM %", lambda r, c=label: fmt(r.get(f"{c}_iqm"), 100.0),
+                        lambda r, c=label: num(r.get(f"{c}_iqm")))
+            )  # fmt: skip
+        if family in ("mean", "pass"):
+            cols.append(
+                Column(f"{label}_poi", f"{label} P(>{baseline})", lambda r, c=label: poi_text(r, c),
+                        lambda r, c=label: num(r.get(f"{c}_poi")))
+            )  # fmt: skip
+    if "entropy_final" in board:
+        cols.append(ci_column("entropy_final", "entropy (final)", 1.0, 3))
+    if "clipfrac" in board:
+        cols.append(Column("clipfrac", "clipped %", lambda r: fmt(r.get("clipfrac"), 100.0, 2),
+                            lambda r: num(r.get("clipfrac"))))  # fmt: skip
+    for key, head in (("train_seconds_mean", "train time / run"), ("train_seconds_total", "train time (all seeds)")):
+        if key in board:
+            cols.append(Column(key, head, lambda r, k=key: fmt_seconds(r.get(k)), lambda r, k=key: num(r.get(k))))
+    return cols
+
+
+def per_task_table(
+    stats: pd.DataFrame, board: pd.DataFrame, families: Sequence[str] = ("mean", "pass")
+) -> pd.DataFrame:
+    """One row per (model, entry), in the leaderboard's order, with each task's headline scores: for task T and
+    metric label L (k = the task's n), columns ``T L``, ``T L_ci_low``, ``T L_ci_high``. Empty with one task."""
+    if stats.empty or board.empty:
+        return pd.DataFrame()
+    per = stats[(stats["task"] != ALL_TASKS) & stats["metric"].isin(families)]
+    per = per[per["k"] == per.groupby(["task", "metric"])["k"].transform("max")]  # pass@n, not pass@2 ...
+    if per["task"].nunique() < 2:
+        return pd.DataFrame()
+    out = board[["profile", "model", "entry", "method", "params", "params_json", "n_seeds", "baseline"]].copy()
+    for (task, label), g in per.groupby(["task", "label"], sort=True):
+        name = f"{task} {label}"
+        values = g.set_index(["model", "entry"])[["mean", "ci_low", "ci_high"]]
+        values.columns = [name, f"{name}_ci_low", f"{name}_ci_high"]
+        out = out.join(values, on=["model", "entry"])
+    return out
+
+
+def task_columns(table: pd.DataFrame) -> list[Column]:
+    cols = identity_columns(table)
+    for c in table.columns:
+        if " " in c and not c.endswith(("_ci_low", "_ci_high")):
+            cols.append(ci_column(c, f"{c} %"))
+    return cols
+
+
+def poi_text(r: Mapping[str, Any], label: str) -> str:
+    if r.get("entry") == r.get("baseline"):
+        return "(baseline)"
+    return fmt_ci(r.get(f"{label}_poi"), r.get(f"{label}_poi_ci_low"), r.get(f"{label}_poi_ci_high"), 1.0, 2)
+
+
+def _md_cell(text: str) -> str:
+    """Markdown table cell: HTML-escaped (renderers pass raw HTML through) and with | and newlines neutralised."""
+    return html.escape(text, quote=False).replace("|", "\\|").replace("\n", " ").replace("\r", " ")
+
+
+def _md_table(rows: pd.DataFrame, cols: Sequence[Column]) -> list[str]:
+    lines = ["| " + " | ".join(_md_cell(c.head) for c in cols) + " |"]
+    lines.append("|" + "|".join("---" if c.sort is None else "---:" for c in cols) + "|")
+    for _, r in rows.iterrows():
+        lines.append("| " + " | ".join(_md_cell(c.text(r)) for c in cols) + " |")
+    return lines
+
+
+def max_seeds(board: pd.DataFrame) -> int:
+    return int(board["n_seeds"].max()) if "n_seeds" in board and len(board) else 0
+
+
+def by_model(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    return [] if table.empty else list(table.groupby("model", sort=False))
+
+
+def page_title(board: pd.DataFrame, title: str | None) -> str:
+    profile = next((p for p in board.get("profile", []) if isinstance(p, str) and p), "")
+    return title or f"BandPO-Bench leaderboard: {profile or 'results'}"
+
+
+def leaderboard_markdown(
+    board: pd.DataFrame,
+    figures: Sequence[str] = (),
+    title: str | None = None,
+    per_task: pd.DataFrame | None = None,
+) -> str:
+    """The leaderboard as Markdown: one table per model size (and per-task tables when there are several tasks),
+    the notes on the statistics, links to the figures (``figures/<name>.png``). Every cell is escaped."""
+    lines = [f"# {_md_cell(page_title(board, title))}", ""]
+    if board.empty:
+        lines += ["No finished runs or evaluation scores were found.", ""]
+    cols = display_columns(board)
+    for model, g in by_model(board):
+        lines += [f"## {_md_cell(str(model))}", "", *_md_table(g, cols), ""]
+    if per_task is not None and not per_task.empty:
+        tcols = task_columns(per_task)
+        for model, g in by_model(per_task):
+            lines += [f"## {_md_cell(str(model))}: per task", "", *_md_table(g, tcols), ""]
+    lines += ["## How to read these numbers", "", STATS_NOTE.format(baseline=_md_cell(baseline_of(board))), ""]
+    lines += [SEEDS_NOTE.format(n=max_seeds(board)), ""]
+    if figures:
+        lines += ["## Figures", ""]
+        for name in figures:
+            lines += [f"![{name}](figures/{name}.png)", ""]
+    return "\n".join(lines)

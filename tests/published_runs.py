@@ -1,0 +1,85 @@
+"""Minimal run outputs rebuilt from the published tables (results/scores.csv, runs.csv, leaderboard.csv), so that the
+report can be run again on the inputs behind the published leaderboard without the raw runs (which are not
+committed).
+
+What the leaderboard reads from the run outputs is all in those tables: every per-seed lm-eval score with its
+stderr and sample count (scores.csv, read from lm-eval's results files), and per training run its step count,
+final entropy and reward (means over the last 10% of steps), clip fraction (mean over steps) and training time
+(runs.csv). Each run is rebuilt with those values at every step, which gives the same per-run statistics; the
+method label is the published leaderboard's params column (what the trainer writes into run.json as
+``method_label``). The tables hold 6 significant digits, so statistics recomputed from them can differ from the
+published ones in the 6th digit; the Markdown table (1 decimal in percent) does not.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+FILTER = "all_k"
+
+
+def _write_json(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=1) + "\n", encoding="utf-8")
+
+
+def rebuild_run_outputs(published: Path, dest: Path, with_labels: bool = True) -> Path:
+    """Write ``dest/{profile}/eval/...`` and ``dest/{profile}/runs/...`` from the tables under ``published``;
+    returns the profile's results folder. ``with_labels=False`` leaves ``method_label`` out of run.json (runs
+    written before the trainer recorded it)."""
+    scores = pd.read_csv(published / "scores.csv", keep_default_na=False, na_values=[""])
+    runs = pd.read_csv(published / "runs.csv", keep_default_na=False, na_values=[""])
+    board = pd.read_csv(published / "leaderboard.csv", keep_default_na=False, na_values=[""])
+    labels = {(r.model, r.entry): r.params for r in board.itertuples()}
+    (profile,) = set(scores["profile"])
+    root = dest / profile
+    for (model, entry, seed), g in scores.groupby(["model", "entry", "seed"], sort=True):
+        folder = root / "eval" / model / entry / f"seed{seed}"
+        first = g.iloc[0]
+        params = json.loads(first["params"]) if isinstance(first["params"], str) and first["params"] else None
+        method = None if first["method"] == "base" else first["method"]
+        results = {"results": {}, "configs": {}, "n-samples": {}}
+        for task, t in g.groupby("task", sort=True):
+            res = {"alias": task}
+            for r in t.itertuples():
+                res[f"{r.name},{FILTER}"] = float(r.value)
+                res[f"{r.name}_stderr,{FILTER}"] = float(r.stderr) if pd.notna(r.stderr) else "N/A"
+            results["results"][task] = res
+            results["configs"][task] = {"repeats": int(t["n"].iloc[0])}
+            summary = {
+                "schema": "bandpo-bench/eval-summary/v1",
+                "profile": profile,
+                "model": model,
+                "entry": entry,
+                "seed": int(seed),
+                "method": method,
+                "params": params,
+                "task": task,
+                "k": int(t["n"].iloc[0]),
+                "lm_eval": {"results_file": "lm_eval_results.json", "filter": FILTER},
+            }
+            _write_json(folder / f"{task}.json", summary)
+        _write_json(folder / "lm_eval_results.json", results)
+    for r in runs.itertuples():
+        folder = root / "runs" / r.model / r.entry / f"seed{r.seed}"
+        folder.mkdir(parents=True, exist_ok=True)
+        steps = int(r.steps)
+        rows = [
+            {"step": s, "entropy": r.entropy_final, "reward_mean": r.reward_final, "offpolicy/clipfrac": r.clipfrac}
+            for s in range(1, steps + 1)
+        ]
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in rows), encoding="utf-8")
+        params = json.loads(r.params)
+        info = {
+            "config": {"method": r.method, "params": params, "seed": int(r.seed), "steps": steps},
+            "method_params": params,
+            "steps": steps,
+            "train_seconds_total": float(r.train_seconds),
+        }
+        if with_labels:
+            info["method_label"] = labels[(r.model, r.entry)]
+        _write_json(folder / "run.json", info)
+    return root
