@@ -3,7 +3,7 @@
 #   snakemake --cores all                                   # the embedded CPU profile (config/config.yaml)
 #   snakemake --cores 2 --configfile config/smoke.yaml      # a few minutes (the test suite runs it)
 #   snakemake -n --configfile config/gpu.yaml               # the paper's protocol (verl + vLLM), dry run
-#   snakemake --configfile config/gpu.yaml --workflow-profile workflow/profiles/slurm   # on a SLURM cluster
+#   snakemake --configfile config/gpu.yaml --workflow-profile profiles/slurm   # on a SLURM cluster
 #
 # Layout: data -> resources/data/{id}/, models -> resources/models/{id}/, runs -> results/{profile}/runs/,
 # scores -> results/{profile}/eval/, logs and per-rule benchmarks -> logs/{profile}/.

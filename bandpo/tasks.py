@@ -296,16 +296,11 @@ def generate_tiny_math(
 
 
 # --------------------------------------------------------------------------------------------------------------
-# JSONL I/O
+# JSONL output (read with `bandpo.files.read_jsonl`)
 # --------------------------------------------------------------------------------------------------------------
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
     """Write rows as JSONL atomically (`bandpo.files.atomic_write_text`: temp file, fsync, rename)."""
     return atomic_write_text(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
-
-
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def write_tiny_math(out_dir: str | os.PathLike, seed: int = 0, **kwargs: Any) -> dict[str, Path]:

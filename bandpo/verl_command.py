@@ -25,7 +25,6 @@ variables to other values in ``--runtime-env-json``.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import os
 import shlex
@@ -34,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bandpo import methods
+from bandpo.options import unknown_names
 
 __all__ = ["PLUGIN_MODULE", "VerlRun"]
 
@@ -132,9 +132,7 @@ class VerlRun:
         known = [f.name for f in dataclasses.fields(cls)]
         unknown = [k for k in spec if k not in known]
         if unknown:
-            hints = {k: difflib.get_close_matches(str(k), known, n=1) for k in unknown}
-            detail = ", ".join(f"{k!r}" + (f" (did you mean {h[0]!r}?)" if h else "") for k, h in hints.items())
-            raise ValueError(f"unknown verl run key(s) {detail}; valid: {', '.join(known)}")
+            raise ValueError(f"unknown verl run key(s) {unknown_names(unknown, known)}; valid: {', '.join(known)}")
         return cls(**spec)
 
     # ------------------------------------------------------------------------------------------------------------

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -63,12 +62,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import datasets
     import torch
-    import transformers
-    import trl
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from bandpo.files import read_jsonl
     from bandpo.grader import grade_many, warmup
+    from bandpo.provenance import machine, versions
 
     torch.set_num_threads(args.threads)
     batch = args.prompts_per_step * args.samples_per_prompt
@@ -78,8 +77,7 @@ def main(argv: list[str] | None = None) -> int:
 
     data = Path(args.data)
     data = data / "train.jsonl" if data.is_dir() else data
-    with open(data, encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    rows = read_jsonl(data)
     dataset = datasets.Dataset.from_dict(
         {"prompt": [r["prompt"] for r in rows], "answer": [str(r["answer"]) for r in rows]}
     )
@@ -186,13 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
     result = {
         "trainer": "trl",
-        "versions": {
-            "python": platform.python_version(),
-            "trl": trl.__version__,
-            "transformers": transformers.__version__,
-            "torch": torch.__version__,
-            "datasets": datasets.__version__,
-        },
+        "versions": versions("trl", "transformers", "torch", "datasets"),
+        "machine": machine(),
         "threads": torch.get_num_threads(),
         "cycles": cycles,
         "warmup_steps": args.warmup_steps,

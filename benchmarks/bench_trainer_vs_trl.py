@@ -54,7 +54,6 @@ import argparse
 import inspect
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -103,15 +102,13 @@ def suite_worker(timings_path: str, train_argv: list[str]) -> int:
     rc = bt.main(train_argv)
     total_seconds = time.perf_counter() - t0
     import torch
-    import transformers
+
+    from bandpo.provenance import machine, versions
 
     result = {
         "trainer": "bandpo.train",
-        "versions": {
-            "python": platform.python_version(),
-            "transformers": transformers.__version__,
-            "torch": torch.__version__,
-        },
+        "versions": versions("transformers", "torch"),
+        "machine": machine(),
         "threads": torch.get_num_threads(),
         "cycles": cycles,
         "total_seconds": total_seconds,
