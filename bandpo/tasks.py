@@ -71,7 +71,8 @@ LEVELS: tuple[int, ...] = (1, 2, 3)
 SPLITS: tuple[str, ...] = ("train", "validation", "test")
 TINY_PROMPT = "Q: {problem}\nA: "
 
-# The paper's user turn (DAPO's template; paper-protocol.md). Wrapped in the model's chat template downstream.
+# The BandPO paper's user turn (DAPO's template), for training and evaluation alike; wrapped in the model's chat
+# template downstream.
 PAPER_PROMPT = (
     "Solve the following math problem step by step. The last line of your response should be of the form "
     "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n{problem}\n\n"
