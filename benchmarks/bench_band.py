@@ -13,27 +13,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
+from _timing import interleaved_times
 
 from bandpo.band import band_bounds
 
 
 def interleaved_median_seconds(fns: dict, repeats: int, sync=lambda: None) -> dict:
-    """Median time of each function, timed round-robin so that a change of machine load hits all of them alike;
-    ``sync`` waits for the device to finish (CUDA kernels run asynchronously)."""
-    for fn in fns.values():
-        fn()  # warm-up
-    sync()
-    times: dict = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            sync()
-            times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(t) for name, t in times.items()}
+    """Median time of each function over ``repeats`` interleaved calls (`_timing.interleaved_times`)."""
+    return {name: statistics.median(t) for name, t in interleaved_times(fns, repeats, sync).items()}
 
 
 BISECT_ITERS = 50  # halvings of a bracket of width <= 1 in q: 2^-50 ~ 1e-15, float64 resolution near q = 1

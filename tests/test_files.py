@@ -57,6 +57,15 @@ def test_replace_dir_swaps_folders(tmp_path):
     assert sorted(os.listdir(final)) == ["v.bin"] and _leftovers(tmp_path) == []
 
 
+def _old_and_new_folder(tmp_path):
+    """``model/`` holding ``old.bin`` and a finished ``.new/`` holding ``new.bin`` beside it."""
+    final, new = tmp_path / "model", tmp_path / ".new"
+    for folder, name in ((final, "old.bin"), (new, "new.bin")):
+        folder.mkdir()
+        (folder / name).write_text(name)
+    return final, new
+
+
 def test_replace_dir_never_leaves_final_missing_on_linux(tmp_path, monkeypatch):
     """Where the kernel swaps the two folders in one step, no rename ever moves the old folder aside."""
     a, b = tmp_path / "a", tmp_path / "b"
@@ -64,12 +73,7 @@ def test_replace_dir_never_leaves_final_missing_on_linux(tmp_path, monkeypatch):
     b.mkdir()
     if not files._exchange(a, b):
         pytest.skip("no renameat2(RENAME_EXCHANGE) here: replace_dir takes the documented two-rename path")
-    final = tmp_path / "model"
-    final.mkdir()
-    (final / "old.bin").write_text("old")
-    new = tmp_path / ".new"
-    new.mkdir()
-    (new / "new.bin").write_text("new")
+    final, new = _old_and_new_folder(tmp_path)
     moved = []
     real_replace = os.replace
     monkeypatch.setattr(files.os, "replace", lambda s, d: (moved.append((s, d)), real_replace(s, d)))
@@ -79,12 +83,7 @@ def test_replace_dir_never_leaves_final_missing_on_linux(tmp_path, monkeypatch):
 
 def test_replace_dir_fallback_without_exchange(tmp_path, monkeypatch):
     monkeypatch.setattr(files, "_exchange", lambda a, b: False)
-    final = tmp_path / "model"
-    final.mkdir()
-    (final / "old.bin").write_text("old")
-    new = tmp_path / ".new"
-    new.mkdir()
-    (new / "new.bin").write_text("new")
+    final, new = _old_and_new_folder(tmp_path)
     files.replace_dir(new, final)
     assert sorted(os.listdir(final)) == ["new.bin"] and _leftovers(tmp_path) == []
 
