@@ -1,8 +1,9 @@
 """TRL side of ``bench_trainer_vs_trl.py``: TRL's GRPOTrainer on a local model, timed per rollout batch.
 
-Run by the TRL virtual environment's python (it may hold its own transformers), not imported::
+Run as a child process by the python given as ``--trl-python`` (default: the benchmark's own; the ``bench`` extra
+installs trl), not imported::
 
-    .venv-trl/bin/python benchmarks/_trl_grpo_run.py --model resources/models/tiny-s \\
+    python benchmarks/_trl_grpo_run.py --model resources/models/tiny-s \\
         --data resources/data/tiny-math --out /tmp/trl.json [--warmup-steps 2 --steps 20 --threads 1]
 
 One "step" here is what it is in ``bandpo.train``: one rollout batch of ``prompts_per_step x samples_per_prompt``
