@@ -1,9 +1,9 @@
 # BandPO-Bench: one DAG from data and models to trained runs and lm-eval scores.
 #
 #   snakemake --cores all                                   # the embedded CPU profile (config/config.yaml)
-#   snakemake --cores 2 --configfile config/smoke.yaml      # a few minutes (the test suite runs it)
+#   snakemake --cores 2 --configfile config/smoke.yaml      # about a minute (the test suite runs it)
 #   snakemake -n --configfile config/gpu.yaml               # the paper's protocol (verl + vLLM), dry run
-#   snakemake --configfile config/gpu.yaml --workflow-profile workflow/profiles/slurm   # on a SLURM cluster
+#   snakemake --configfile config/gpu.yaml --workflow-profile profiles/slurm   # on a SLURM cluster
 #
 # Layout: data -> resources/data/{id}/, models -> resources/models/{id}/, runs -> results/{profile}/runs/,
 # scores -> results/{profile}/eval/, logs and per-rule benchmarks -> logs/{profile}/.
@@ -14,7 +14,14 @@ import sys
 sys.path.insert(0, os.path.join(workflow.basedir, "workflow", "scripts"))
 
 from bench_config import ConfigError, validate_config  # noqa: E402
+from run_lock import clear_stale_locks  # noqa: E402
 from snakemake.exceptions import WorkflowError  # noqa: E402
+
+# A run killed by SIGKILL leaves Snakemake's lock files behind; with no other run alive here they are stale, and the
+# plain command clears them instead of asking for --unlock (workflow/scripts/run_lock.py). Jobs re-parsing this file
+# (cluster executors) are not the main process and leave the locks alone.
+if workflow.is_main_process and clear_stale_locks():
+    print("Removed the lock files of a Snakemake run that was killed (no other run is alive here).", file=sys.stderr)
 
 # The default config is read only when no --configfile is given: snakemake would otherwise merge the two files
 # (the sweep of config.yaml would leak into smoke.yaml / gpu.yaml).

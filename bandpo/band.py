@@ -1,8 +1,8 @@
 """The Band operator: exact per-token ratio bounds from an f-divergence trust region.
 
-Math (see docs/band-operator.md of the project's shared material): for a sampled token with old probability
-p = exp(old_log_prob) and ratio r = pi_new / pi_old, the cheapest way to move the token's probability to q = p r
-rescales every other action by c = (1 - r p) / (1 - p). The trust region D_f(new || old) <= delta then reduces to
+Math: for a sampled token with old probability p = exp(old_log_prob) and ratio r = pi_new / pi_old, the cheapest
+way to move the token's probability to q = p r rescales every other action by c = (1 - r p) / (1 - p). The trust
+region D_f(new || old) <= delta then reduces to
 
     g_f(p, r) = p f(r) + (1 - p) f((1 - r p) / (1 - p)) <= delta,        r in [0, 1/p],
 

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from bandpo.files import atomic_move, atomic_write_text
+from bandpo.provenance import machine, versions
 from bandpo.report.load import lm_eval_task_scores
 
 __all__ = [
@@ -208,11 +209,6 @@ def process_results(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str,
 # --------------------------------------------------------------------------------------------------------------
 # reading lm-eval's files
 # --------------------------------------------------------------------------------------------------------------
-def read_samples(path: str | os.PathLike) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 def summarize_task(results: Mapping[str, Any], task: str, filter_name: str = FILTER_NAME) -> dict[str, Any]:
     """Metrics, stderr, k and problem count of one task, read from lm-eval's aggregated results dict (with the
     report's reader, `bandpo.report.load.lm_eval_task_scores`)."""
@@ -266,18 +262,6 @@ def task_config(task_manager, task: str, data_file: str | None) -> dict[str, Any
     meta["task_yaml"] = str(entry.yaml_path)
     cfg["metadata"] = meta
     return cfg
-
-
-def _versions() -> dict[str, str]:
-    from importlib import metadata
-
-    out = {"python": sys.version.split()[0]}
-    for dist in ("lm_eval", "torch", "transformers", "datasets", "vllm", "bandpo"):
-        try:
-            out[dist] = metadata.version(dist)
-        except Exception:
-            pass
-    return out
 
 
 def evaluate_runs(
@@ -378,7 +362,7 @@ def evaluate_runs(
                 **part,
                 "grader": grader_info(),
                 "lm_eval": {
-                    "version": saved.get("lm_eval_version") or _versions().get("lm_eval"),
+                    "version": saved.get("lm_eval_version") or versions("lm_eval")["lm_eval"],
                     "results_file": results_path.name,
                     "samples_file": f"{name}.samples.jsonl",
                     "model": backend,
@@ -388,7 +372,8 @@ def evaluate_runs(
                     "filter": FILTER_NAME,
                     "task_yaml": configs[name].get("metadata", {}).get("task_yaml"),
                 },
-                "versions": _versions(),
+                "versions": versions("lm_eval", "torch", "transformers", "datasets", "vllm", "bandpo"),
+                "machine": machine(),
                 "seconds": {"eval": round(eval_seconds, 2), "process_startup": round(startup_s, 2)},
             }
             atomic_write_text(out_dir / f"{name}.json", json.dumps(summary, indent=2, default=str) + "\n")

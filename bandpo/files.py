@@ -1,9 +1,14 @@
-"""Atomic file writes: a reader sees the old file or the whole new one, never a partial one."""
+"""Reading JSONL, and atomic writes: a reader sees the old file (or folder) or the whole new one, never a partial
+one."""
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -52,15 +57,66 @@ def atomic_move(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
     return dst
 
 
+_AT_FDCWD = -100  # <fcntl.h>: paths relative to the working directory
+_RENAME_EXCHANGE = 2  # <linux/fs.h>: swap the two paths in one step
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two existing paths atomically (Linux ``renameat2(..., RENAME_EXCHANGE)``, glibc >= 2.28). False where
+    that is not available: another OS, an older C library, or a file system that refuses the flag."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, f"renameat2(RENAME_EXCHANGE) {a} <-> {b}: {os.strerror(err)}")
+
+
 def replace_dir(tmp: str | os.PathLike, final: str | os.PathLike) -> Path:
-    """Put the finished folder ``tmp`` in place of ``final`` (same file system): two renames, an old ``final``
-    moved aside first and then removed, so ``final`` is at every moment either the old folder or the new one."""
+    """Put the finished folder ``tmp`` in place of ``final`` (same file system) and delete the old ``final``.
+
+    On Linux the two are swapped in one atomic step (``renameat2`` with ``RENAME_EXCHANGE``; ext4, xfs, btrfs,
+    tmpfs and overlayfs support it), so ``final`` is at every moment either the old folder or the whole new one.
+    Where that is not available (another OS, or a file system that refuses the flag) the old folder is renamed aside
+    and ``tmp`` renamed onto ``final``: between those two renames ``final`` does not exist for a moment, so a reader
+    may find no folder, but never a partial one."""
     tmp, final = Path(tmp), Path(final)
-    old = None
-    if final.exists():
+    if not final.exists():
+        os.replace(tmp, final)
+        return final
+    if _exchange(tmp, final):
+        old = tmp  # after the swap the old folder is at tmp's path
+    else:
         old = final.with_name(f".{final.name}.old-{os.getpid()}")
         os.replace(final, old)
-    os.replace(tmp, final)
-    if old is not None:
+        os.replace(tmp, final)
+    if old.is_dir() and not old.is_symlink():
         shutil.rmtree(old, ignore_errors=True)
+    else:
+        old.unlink(missing_ok=True)
     return final
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """The JSON objects of a JSONL file, one a line, blank lines skipped; ValueError naming ``file:line`` for a line
+    that is not a JSON object."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{i}: not valid JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{i}: expected a JSON object, got {type(row).__name__}")
+            rows.append(row)
+    return rows

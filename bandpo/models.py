@@ -56,9 +56,7 @@ import dataclasses
 import json
 import math
 import os
-import platform
 import random
-import re
 import shutil
 import sys
 import tempfile
@@ -66,13 +64,14 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from bandpo.files import replace_dir
+from bandpo.files import atomic_write_text, read_jsonl, replace_dir
+from bandpo.options import parse_assignments
+from bandpo.provenance import machine, versions
 
 SPECIAL_TOKENS: tuple[str, ...] = ("<pad>", "<eos>", "<unk>")
 # printable ASCII plus newline: covers every tiny-math prompt and answer; anything else maps to <unk>
@@ -406,39 +405,6 @@ def pretrain(
 # --------------------------------------------------------------------------------------------------------------
 # sampling and accuracy
 # --------------------------------------------------------------------------------------------------------------
-def _fallback_grade(response: str, reference: str) -> float:
-    """Exact match of the last (possibly unclosed) \\boxed{...} content, numerically where both parse."""
-    i = response.rfind("\\boxed{")
-    if i < 0:
-        return 0.0
-    got = response[i + len("\\boxed{") :]
-    depth, end = 1, len(got)
-    for j, ch in enumerate(got):
-        depth += {"{": 1, "}": -1}.get(ch, 0)
-        if depth == 0:
-            end = j
-            break
-    got = got[:end].strip()
-    if got == reference.strip():
-        return 1.0
-    try:
-        if re.fullmatch(r"-?\d+(/\d+)?", got) and re.fullmatch(r"-?\d+(/\d+)?", reference.strip()):
-            return float(Fraction(got) == Fraction(reference.strip()))
-    except (ValueError, ZeroDivisionError):
-        pass
-    return 0.0
-
-
-def get_grader() -> tuple[Callable[[str, str], float], str]:
-    """The project's grader (``bandpo.grader.grade``) when present, else the exact-match fallback."""
-    try:
-        from bandpo import grader
-
-        return grader.grade, f"bandpo.grader.grade {getattr(grader, 'GRADER_VERSION', '')}".strip()
-    except (ImportError, AttributeError):
-        return _fallback_grade, "bandpo.models._fallback_grade (exact match of the boxed answer)"
-
-
 @torch.no_grad()
 def sample_completions(
     model,
@@ -520,7 +486,12 @@ def sample_accuracy(
     if isinstance(model, str | os.PathLike):
         model, tok = load_model(model)
         tokenizer = tokenizer or tok
-    grade, grader_name = (grader, getattr(grader, "__qualname__", str(grader))) if grader else get_grader()
+    if grader is None:
+        from bandpo.grader import GRADER_VERSION, grade
+
+        grader, grader_name = grade, f"bandpo.grader.grade {GRADER_VERSION}"
+    else:
+        grader_name = getattr(grader, "__qualname__", str(grader))
     rows = list(rows)
     completions, stats = sample_completions(
         model, tokenizer, [r["prompt"] for r in rows], k, temperature, max_new_tokens, seed, batch_size
@@ -531,7 +502,7 @@ def sample_accuracy(
     scores: list[float] = []
     samples = []
     for row, comps in zip(rows, completions, strict=True):
-        row_scores = [float(grade(c, row["answer"])) for c in comps]
+        row_scores = [float(grader(c, row["answer"])) for c in comps]
         scores.extend(row_scores)
         by_level[int(row.get("level", 0))].extend(row_scores)
         by_kind[str(row.get("kind", ""))].extend(row_scores)
@@ -567,7 +538,7 @@ def sample_accuracy(
 # atomic directories
 # --------------------------------------------------------------------------------------------------------------
 def _atomic_publish(tmp_dir: Path, out_dir: Path) -> None:
-    """Rename a finished temp directory onto ``out_dir`` (replacing an old one; the swap is two renames)."""
+    """Rename a finished temp directory onto ``out_dir`` (replacing an old one: `bandpo.files.replace_dir`)."""
     _make_readable(tmp_dir)
     replace_dir(tmp_dir, out_dir)
 
@@ -587,18 +558,12 @@ def _make_readable(folder: Path) -> None:
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
 # --------------------------------------------------------------------------------------------------------------
 # build / download
 # --------------------------------------------------------------------------------------------------------------
-def _load_rows(path: Path) -> list[dict]:
-    from bandpo.tasks import load_split
-
-    return load_split(path).to_list()
-
-
 def build_model(
     size: str | SizeSpec,
     data_dir: str | os.PathLike,
@@ -620,8 +585,8 @@ def build_model(
     size_name = size if isinstance(size, str) else "custom"
     data_dir = Path(data_dir)
     out_dir = Path(out_dir)
-    train_rows = _load_rows(data_dir / "train.jsonl")
-    val_rows = _load_rows(data_dir / "validation.jsonl")
+    train_rows = read_jsonl(data_dir / "train.jsonl")
+    val_rows = read_jsonl(data_dir / "validation.jsonl")
     if eval_limit is not None:
         val_rows = val_rows[:eval_limit]
 
@@ -662,7 +627,8 @@ def build_model(
             "build_seconds": round(time.time() - t0, 2),
             # CPU time of this process: what the build costs on an otherwise idle core (wall time grows with load)
             "build_cpu_seconds": round(time.process_time() - c0, 2),
-            "versions": _versions(),
+            "versions": versions("torch", "transformers", "tokenizers"),
+            "machine": machine(),
         }
         _write_json(tmp / "info.json", info)
         _atomic_publish(tmp, out_dir)
@@ -670,18 +636,6 @@ def build_model(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return info
-
-
-def _versions() -> dict:
-    import tokenizers
-    import transformers
-
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "tokenizers": tokenizers.__version__,
-    }
 
 
 def download_model(
@@ -737,17 +691,6 @@ def _fmt(x: float) -> str:
     return "nan" if isinstance(x, float) and math.isnan(x) else f"{x:.3f}"
 
 
-def _parse_overrides(items: Sequence[str]) -> dict[str, Any]:
-    fields = {f.name: f.type for f in dataclasses.fields(SizeSpec)}
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or key not in fields:
-            raise SystemExit(f"--set expects FIELD=VALUE with FIELD in {sorted(fields)}, got {item!r}")
-        out[key] = int(value) if fields[key] in ("int", int) else float(value)
-    return out
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bandpo.models", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -783,7 +726,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = ap.parse_args(argv)
     if args.cmd == "build":
-        extra = _parse_overrides(args.set)
+        try:
+            extra = parse_assignments(args.set, SizeSpec)
+        except ValueError as e:
+            ap.error(str(e))
         info = build_model(
             args.size,
             args.data,
@@ -806,14 +752,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.cmd == "eval":
         torch.set_num_threads(args.threads)
         model, tok = load_model(args.model)
-        res = sample_accuracy(model, tok, _load_rows(Path(args.data)), k=args.k, temperature=args.temperature,
+        res = sample_accuracy(model, tok, read_jsonl(args.data), k=args.k, temperature=args.temperature,
                               seed=args.seed)  # fmt: skip
         print(json.dumps(res, indent=2))
         if args.out:
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(args.out).with_suffix(".tmp")
-            _write_json(tmp, res)
-            os.replace(tmp, args.out)
+            _write_json(Path(args.out), res)
     else:
         patterns = args.allow_patterns if args.allow_patterns else DEFAULT_ALLOW_PATTERNS
         print(download_model(args.repo_id, args.out, revision=args.revision, allow_patterns=patterns))

@@ -71,7 +71,8 @@ LEVELS: tuple[int, ...] = (1, 2, 3)
 SPLITS: tuple[str, ...] = ("train", "validation", "test")
 TINY_PROMPT = "Q: {problem}\nA: "
 
-# The paper's user turn (DAPO's template; paper-protocol.md). Wrapped in the model's chat template downstream.
+# The BandPO paper's user turn (DAPO's template), for training and evaluation alike; wrapped in the model's chat
+# template downstream.
 PAPER_PROMPT = (
     "Solve the following math problem step by step. The last line of your response should be of the form "
     "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n{problem}\n\n"
@@ -296,16 +297,11 @@ def generate_tiny_math(
 
 
 # --------------------------------------------------------------------------------------------------------------
-# JSONL I/O
+# JSONL output (read with `bandpo.files.read_jsonl`)
 # --------------------------------------------------------------------------------------------------------------
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
     """Write rows as JSONL atomically (`bandpo.files.atomic_write_text`: temp file, fsync, rename)."""
     return atomic_write_text(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
-
-
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def write_tiny_math(out_dir: str | os.PathLike, seed: int = 0, **kwargs: Any) -> dict[str, Path]:

@@ -54,8 +54,10 @@ from typing import Any
 import torch
 
 from bandpo import methods
-from bandpo.files import atomic_write_text, replace_dir
+from bandpo.files import atomic_write_text, read_jsonl, replace_dir
 from bandpo.grader import grade_many, grader_info, warmup
+from bandpo.options import parse_assignments
+from bandpo.provenance import machine, versions
 
 # Fields that measure wall-clock time: they differ between two runs of the same seed, everything else is identical.
 TIMING_KEYS = ("step_seconds", "rollout_seconds", "train_seconds", "bounds_seconds", "bounds_frac", "tokens_per_second")
@@ -180,23 +182,8 @@ class TrainConfig:
 
 
 def apply_overrides(cfg: TrainConfig, assignments: list[str]) -> TrainConfig:
-    """``key=value`` strings onto the config; values parsed as JSON when they parse (numbers, null, objects)."""
-    types = {f.name: f.type for f in dataclasses.fields(cfg)}
-    for item in assignments:
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep or key not in types:
-            valid = ", ".join(sorted(types))
-            raise ValueError(f"--set {item!r}: expected key=value with key one of: {valid}")
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
-        current = getattr(cfg, key)
-        if isinstance(current, bool) and not isinstance(value, bool):
-            raise ValueError(f"--set {key}: expected true/false, got {raw!r}")
-        if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
+    """``key=value`` strings onto the config (`bandpo.options.parse_assignments`: JSON values, checked by type)."""
+    for key, value in parse_assignments(assignments, TrainConfig).items():
         setattr(cfg, key, value)
     return cfg
 
@@ -211,18 +198,10 @@ def load_rows(path: str | os.PathLike) -> list[dict]:
         path = path / "train.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"training data not found: {path}")
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{i}: not valid JSON ({e.msg})") from None
-            if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or "answer" not in row:
-                raise ValueError(f"{path}:{i}: a row needs a string 'prompt' and an 'answer'")
-            rows.append(row)
+    rows = read_jsonl(path)
+    for i, row in enumerate(rows, 1):
+        if not isinstance(row.get("prompt"), str) or "answer" not in row:
+            raise ValueError(f"{path}: row {i}: a row needs a string 'prompt' and an 'answer'")
     if not rows:
         raise ValueError(f"{path}: no rows")
     return rows
@@ -509,7 +488,8 @@ def train(cfg: TrainConfig) -> dict:
         "train_seconds_this_process": train_seconds,
         "train_seconds_total": sum(m["step_seconds"] for m in history),
         "final": {k: history[-1][k] for k in ("reward_mean", "entropy", "response_length")} if history else {},
-        "versions": _versions(),
+        "versions": versions("torch", "transformers"),
+        "machine": machine(),
         "device": str(device),
     }
     atomic_write_text(out / "run.json", json.dumps(summary, indent=2, default=str))
@@ -642,14 +622,6 @@ def train_step(step, model, reference, tokenizer, optimizer, rows, cfg, params, 
         }
     )
     return metrics
-
-
-def _versions() -> dict:
-    import platform
-
-    import transformers
-
-    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """One run of the suite's sweep -> the verl command line (Hydra overrides for ``python -m verl.trainer.main_ppo``).
 
-The defaults are the paper's protocol (docs: paper-protocol.md): GRPO outcome advantages, 256 prompts x 16 rollouts
+The defaults are the BandPO paper's protocol (arXiv 2603.04918): GRPO outcome advantages, 256 prompts x 16 rollouts
 per step, mini-batches of 64 prompts (4 optimizer updates per step), AdamW lr 1e-6 constant, weight decay 0.01,
 grad clip 1.0, k3 ("low_var_kl") KL loss 0.001, no entropy bonus, dual clip c = 10, seq-mean-token-mean,
 prompts <= 1024 and responses <= 4096 tokens, temperature 1.0, top_p 1.0, 10 epochs, one node of 8 GPUs.
@@ -12,9 +12,9 @@ How the method's parameters reach verl's workers: ``BANDPO_METHOD_CONFIG`` (inli
 runtime_env of its ``ray.init``, so every worker of the job inherits it), together with
 ``VERL_USE_EXTERNAL_MODULES=bandpo.verl_plugin`` (the fallback registration for verl without entry points) and
 ``VERL_FILE_LOGGER_PATH`` (the "file" logger's JSONL, written by verl's driver actor). The same variables are
-returned by `VerlRun.env` for the launching shell. Under ``ray job submit``, Ray (>= 2.8, ray-project/ray#39208)
-merges the job's runtime_env with the one verl gives ``ray.init`` and raises on conflicting keys: do not set these
-variables to other values in ``--runtime-env-json``.
+returned by `VerlRun.env` for the launching shell. Under ``ray job submit``, Ray (>= 2.8) merges the job's
+runtime_env with the one verl gives ``ray.init`` and raises on conflicting keys: do not set these variables to other
+values in ``--runtime-env-json``.
 
     run = VerlRun(model="Qwen/Qwen2.5-3B-Instruct", method="bandpo", params={"divergence": "kl"}, seed=0,
                   train_files="resources/data/train.parquet", val_files="resources/data/val.parquet",
@@ -25,7 +25,6 @@ variables to other values in ``--runtime-env-json``.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import os
 import shlex
@@ -34,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bandpo import methods
+from bandpo.options import unknown_names
 
 __all__ = ["PLUGIN_MODULE", "VerlRun"]
 
@@ -132,9 +132,7 @@ class VerlRun:
         known = [f.name for f in dataclasses.fields(cls)]
         unknown = [k for k in spec if k not in known]
         if unknown:
-            hints = {k: difflib.get_close_matches(str(k), known, n=1) for k in unknown}
-            detail = ", ".join(f"{k!r}" + (f" (did you mean {h[0]!r}?)" if h else "") for k, h in hints.items())
-            raise ValueError(f"unknown verl run key(s) {detail}; valid: {', '.join(known)}")
+            raise ValueError(f"unknown verl run key(s) {unknown_names(unknown, known)}; valid: {', '.join(known)}")
         return cls(**spec)
 
     # ------------------------------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """TRL side of ``bench_trainer_vs_trl.py``: TRL's GRPOTrainer on a local model, timed per rollout batch.
 
-Run by the TRL virtual environment's python (it may hold its own transformers), not imported::
+Run as a child process by the python given as ``--trl-python`` (default: the benchmark's own; the ``bench`` extra
+installs trl), not imported::
 
-    .venv-trl/bin/python benchmarks/_trl_grpo_run.py --model resources/models/tiny-s \\
+    python benchmarks/_trl_grpo_run.py --model resources/models/tiny-s \\
         --data resources/data/tiny-math --out /tmp/trl.json [--warmup-steps 2 --steps 20 --threads 1]
 
 One "step" here is what it is in ``bandpo.train``: one rollout batch of ``prompts_per_step x samples_per_prompt``
@@ -24,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -63,12 +63,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import datasets
     import torch
-    import transformers
-    import trl
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from bandpo.files import read_jsonl
     from bandpo.grader import grade_many, warmup
+    from bandpo.provenance import machine, versions
 
     torch.set_num_threads(args.threads)
     batch = args.prompts_per_step * args.samples_per_prompt
@@ -78,8 +78,7 @@ def main(argv: list[str] | None = None) -> int:
 
     data = Path(args.data)
     data = data / "train.jsonl" if data.is_dir() else data
-    with open(data, encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    rows = read_jsonl(data)
     dataset = datasets.Dataset.from_dict(
         {"prompt": [r["prompt"] for r in rows], "answer": [str(r["answer"]) for r in rows]}
     )
@@ -186,13 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
     result = {
         "trainer": "trl",
-        "versions": {
-            "python": platform.python_version(),
-            "trl": trl.__version__,
-            "transformers": transformers.__version__,
-            "torch": torch.__version__,
-            "datasets": datasets.__version__,
-        },
+        "versions": versions("trl", "transformers", "torch", "datasets"),
+        "machine": machine(),
         "threads": torch.get_num_threads(),
         "cycles": cycles,
         "warmup_steps": args.warmup_steps,

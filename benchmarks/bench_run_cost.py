@@ -3,7 +3,7 @@
 Runs exactly the command the Snakemake rule ``train_local`` runs for each tiny model of ``config/config.yaml``
 (the model's and the entry's ``train`` settings applied, ``--threads 1``), one run at a time, and prints its wall
 time split into training (the sum of the logged ``step_seconds``) and everything else (imports, grader start,
-model load, saving), its CPU time, and the wall time as a share of the issue's budget (2 minutes for tiny-s,
+model load, saving), its CPU time, and the wall time as a share of its budget (2 minutes for tiny-s,
 4 minutes for tiny-m)::
 
     python benchmarks/bench_run_cost.py [--config config/config.yaml] [--entry grpo] [--repeats 3] [--seed 0]
@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BUDGET_S = {"tiny-s": 120.0, "tiny-m": 240.0}  # the local-trainer issue's per-run targets
+BUDGET_S = {"tiny-s": 120.0, "tiny-m": 240.0}  # the local trainer's per-run targets (one core)
 
 
 def _bench_config():

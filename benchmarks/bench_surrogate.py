@@ -19,10 +19,10 @@ and prints the BandPO-KL / GRPO ratio of the whole step (bounds once + surrogate
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Callable
 
 import torch
+from _timing import interleaved_times
 
 from bandpo.methods import compute_bounds, get_method, ppo_surrogate
 
@@ -33,18 +33,8 @@ STEP = "step (bounds once + fwd+bwd)"
 def best_seconds(
     fns: dict[tuple[str, str], Callable[[], object]], repeats: int, sync: Callable[[], None] = lambda: None
 ) -> dict[tuple[str, str], float]:
-    """Best-of-``repeats`` wall time of each function, calls interleaved; ``sync`` waits for the device."""
-    for fn in fns.values():
-        fn()  # warm-up
-    sync()
-    times: dict[tuple[str, str], list[float]] = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            sync()
-            times[k].append(time.perf_counter() - t0)
-    return {k: min(v) for k, v in times.items()}
+    """Best-of-``repeats`` wall time of each function, calls interleaved (`_timing.interleaved_times`)."""
+    return {k: min(v) for k, v in interleaved_times(fns, repeats, sync).items()}
 
 
 def make_batch(batch: int, length: int, padding: float, seed: int = 0):

@@ -5,17 +5,13 @@ optimizer updates per rollout batch, on CPU, one after the other (never at the s
 completion tokens per second of each and their ratio::
 
     python benchmarks/bench_trainer_vs_trl.py [--model resources/models/tiny-s] [--data resources/data/tiny-math]
-        [--trl-python .venv-trl/bin/python] [--warmup-steps 2] [--steps 20] [--repeats 1] [--threads 1]
+        [--trl-python PYTHON] [--warmup-steps 2] [--steps 20] [--repeats 1] [--threads 1]
         [--seed 0] [--json results.json] [--keep DIR]
 
-TRL runs in its own virtual environment (``benchmarks/_trl_grpo_run.py``, started with ``--trl-python``), so that
-its pins never touch the suite's. One-off set-up, from the repository root (TRL 1.16.0 accepts transformers 5.10, so
-``--system-site-packages`` lets the venv share the system torch 2.13 CPU build, transformers and bandpo; it only
-adds trl itself, nothing that pulls a CUDA torch)::
-
-    python -m venv --system-site-packages .venv-trl
-    .venv-trl/bin/pip install trl==1.16.0
-    .venv-trl/bin/python -c "import trl, transformers, torch; print(trl.__version__, transformers.__version__)"
+TRL comes with the project's ``bench`` extra (``pip install -e ".[bench]"``: trl 1.16.0, which accepts the
+installed torch and transformers and changes neither). TRL's side runs in a child process
+(``benchmarks/_trl_grpo_run.py``) under ``--trl-python``, by default this interpreter; another one (e.g. a venv
+made with ``--system-site-packages`` that adds another trl) compares other TRL versions.
 
 Settings, both trainers (defaults; a "step" = one rollout batch):
 
@@ -54,7 +50,6 @@ import argparse
 import inspect
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -103,15 +98,13 @@ def suite_worker(timings_path: str, train_argv: list[str]) -> int:
     rc = bt.main(train_argv)
     total_seconds = time.perf_counter() - t0
     import torch
-    import transformers
+
+    from bandpo.provenance import machine, versions
 
     result = {
         "trainer": "bandpo.train",
-        "versions": {
-            "python": platform.python_version(),
-            "transformers": transformers.__version__,
-            "torch": torch.__version__,
-        },
+        "versions": versions("transformers", "torch"),
+        "machine": machine(),
         "threads": torch.get_num_threads(),
         "cycles": cycles,
         "total_seconds": total_seconds,
@@ -202,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="resources/models/tiny-s", help="Hugging Face model directory")
     ap.add_argument("--data", default="resources/data/tiny-math", help="directory with train.jsonl")
-    ap.add_argument("--trl-python", default=".venv-trl/bin/python", help="python of the venv that has trl")
+    ap.add_argument("--trl-python", default=sys.executable, help="python that runs TRL (default: this one)")
     ap.add_argument("--warmup-steps", type=int, default=2, help="rollout batches before timing starts")
     ap.add_argument("--steps", type=int, default=20, help="timed rollout batches")
     ap.add_argument("--repeats", type=int, default=1, help="alternating runs of both trainers")
@@ -223,8 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     if not trl_python.is_absolute() and not trl_python.exists():
         trl_python = ROOT / trl_python
     if not trl_python.exists():
-        ap.error(f"--trl-python: {trl_python} not found (see this file's docstring to create the TRL venv)")
+        ap.error(f"--trl-python: {trl_python} not found")
     args.trl_python = str(trl_python)
+    probe = subprocess.run([args.trl_python, "-c", "import trl"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        ap.error(f"--trl-python {args.trl_python} cannot import trl: pip install -e '.[bench]' (benchmarks/README.md)")
 
     if args.keep:
         work = Path(args.keep).resolve()
@@ -259,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"model {args.model}")
     suite_tf = rows[0]["suite"]["raw"]["versions"]["transformers"]
     print(f"{args.steps} timed steps after {args.warmup_steps} warm-up, {args.threads} thread(s); "
-          f"trl {versions['trl']}, transformers {versions['transformers']} (TRL venv) / {suite_tf} (suite), "
+          f"trl {versions['trl']}, transformers {versions['transformers']} (TRL side) / {suite_tf} (suite), "
           f"torch {versions['torch']}")  # fmt: skip
     print(f"{'repeat':>6}  {'trainer':<16} {'tokens/s':>9} {'in-step':>8} {'CPU-time':>9} {'s/step':>7} "
           f"{'resp len':>8} {'reward':>7} {'load':>5}")  # fmt: skip

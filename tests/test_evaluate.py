@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from bandpo import evaluate as ev
+from bandpo.files import read_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS_DIR = ROOT / "workflow" / "lm_eval_tasks"
@@ -260,7 +261,7 @@ def test_lm_eval_results_match_samples(lm_eval_runs):
         "tiny_math.samples.jsonl",
     ]
     results = json.loads((out / "lm_eval_results.json").read_text())
-    samples = ev.read_samples(out / "tiny_math.samples.jsonl")
+    samples = read_jsonl(out / "tiny_math.samples.jsonl")
     assert len(samples) == len(rows)
     n = results["configs"]["tiny_math"]["repeats"]
     assert n == 8
@@ -287,7 +288,7 @@ def test_lm_eval_results_match_samples(lm_eval_runs):
 
 def test_lm_eval_runs_are_seeded(lm_eval_runs):
     runs, summaries, _ = lm_eval_runs
-    resp = [[s["filtered_resps"] for s in ev.read_samples(Path(r.out_dir) / "tiny_math.samples.jsonl")] for r in runs]
+    resp = [[s["filtered_resps"] for s in read_jsonl(Path(r.out_dir) / "tiny_math.samples.jsonl")] for r in runs]
     assert resp[0] == resp[1]  # same seed, same samples (two runs in one process)
     assert resp[0] != resp[2]  # another seed, other samples
     # method parameters are spelled out in the summary

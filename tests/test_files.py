@@ -55,3 +55,46 @@ def test_replace_dir_swaps_folders(tmp_path):
     (second / "v.bin").write_text("2")
     files.replace_dir(second, final)  # replaces the old folder whole: nothing of it survives
     assert sorted(os.listdir(final)) == ["v.bin"] and _leftovers(tmp_path) == []
+
+
+def _old_and_new_folder(tmp_path):
+    """``model/`` holding ``old.bin`` and a finished ``.new/`` holding ``new.bin`` beside it."""
+    final, new = tmp_path / "model", tmp_path / ".new"
+    for folder, name in ((final, "old.bin"), (new, "new.bin")):
+        folder.mkdir()
+        (folder / name).write_text(name)
+    return final, new
+
+
+def test_replace_dir_never_leaves_final_missing_on_linux(tmp_path, monkeypatch):
+    """Where the kernel swaps the two folders in one step, no rename ever moves the old folder aside."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    if not files._exchange(a, b):
+        pytest.skip("no renameat2(RENAME_EXCHANGE) here: replace_dir takes the documented two-rename path")
+    final, new = _old_and_new_folder(tmp_path)
+    moved = []
+    real_replace = os.replace
+    monkeypatch.setattr(files.os, "replace", lambda s, d: (moved.append((s, d)), real_replace(s, d)))
+    files.replace_dir(new, final)
+    assert moved == [] and sorted(os.listdir(final)) == ["new.bin"] and not new.exists()
+
+
+def test_replace_dir_fallback_without_exchange(tmp_path, monkeypatch):
+    monkeypatch.setattr(files, "_exchange", lambda a, b: False)
+    final, new = _old_and_new_folder(tmp_path)
+    files.replace_dir(new, final)
+    assert sorted(os.listdir(final)) == ["new.bin"] and _leftovers(tmp_path) == []
+
+
+def test_read_jsonl_names_the_bad_line(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"a": 1}\n\n{"a": 2}\n')
+    assert files.read_jsonl(path) == [{"a": 1}, {"a": 2}]
+    path.write_text('{"a": 1}\n{"a": \n')
+    with pytest.raises(ValueError, match=r"rows\.jsonl:2: not valid JSON"):
+        files.read_jsonl(path)
+    path.write_text('{"a": 1}\n[1, 2]\n')
+    with pytest.raises(ValueError, match=r"rows\.jsonl:2: expected a JSON object, got list"):
+        files.read_jsonl(path)

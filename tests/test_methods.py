@@ -156,7 +156,7 @@ def test_dcpo_bounds_hand_computed():
     assert hi_nocap[0, -1].item() == pytest.approx(0.5 + 0.5 * math.sqrt(801.0))
 
 
-# Reference values of the Band operator, delta = 0.05, before the cap (docs: band-operator.md).
+# Reference values of the Band operator, delta = 0.05, before the cap (the roots of g_f(p, r) = delta: bandpo/band.py).
 BAND_REF = {
     "kl": {0.01: (0.00249739, 7.80985), 0.08: (0.261696, 2.41055), 0.5: (0.691516, 1.30848), 0.9: (0.866579, 1.07636)},
     "tv": {0.01: (0.0, 6.0), 0.08: (0.375, 1.625), 0.5: (0.9, 1.1), 0.9: (0.944444, 1.05556)},

@@ -303,7 +303,7 @@ def rliable(monkeypatch):
     """rliable's library, made to run on the installed arch: rliable 1.2.0 (its latest release) hands its bootstrap
     classes ``random_state=``, which arch 8 renamed ``seed=`` (and arch 7, which still took it, does not import
     under pandas 3). The keyword is passed on under its new name; nothing else changes."""
-    pytest.importorskip("rliable", reason="rliable is a test dependency: pip install -e .[dev]")
+    pytest.importorskip("rliable", reason="rliable is a test dependency: pip install --no-deps rliable==1.2.0")
     import arch.bootstrap
     from rliable import library, metrics
 

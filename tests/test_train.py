@@ -61,8 +61,10 @@ def test_config_errors_name_the_field(tmp_path):
         TrainConfig(model="m", data="d", out="o", samples_per_prompt=1).validate()
     with pytest.raises(ValueError, match="lr: must be a finite number > 0"):
         TrainConfig(model="m", data="d", out="o", lr=float("nan")).validate()
-    with pytest.raises(ValueError, match="key one of"):
+    with pytest.raises(ValueError, match="unknown field 'stepz' \\(did you mean 'steps'\\?\\)"):
         apply_overrides(TrainConfig(), ["stepz=3"])
+    with pytest.raises(ValueError, match="--set steps=1.5: expected int"):
+        apply_overrides(TrainConfig(), ["steps=1.5"])
     cfg = apply_overrides(TrainConfig(), ["steps=7", "lr=1e-3", "dual_clip_c=null", "kl_coef=0"])
     assert (cfg.steps, cfg.lr, cfg.dual_clip_c, cfg.kl_coef) == (7, 1e-3, None, 0.0)
     # the CLI turns these into a usage error, not a stack trace

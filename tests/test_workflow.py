@@ -334,6 +334,101 @@ def test_smoke_rerun_is_a_fast_noop(smoke_run):
     assert proc.seconds < 10, f"no-op rerun took {proc.seconds:.1f} s"
 
 
+def test_stale_locks_are_cleared_only_when_no_run_is_alive(tmp_path):
+    """workflow/scripts/run_lock.py: a live run's flock protects its Snakemake locks; a dead run's are removed."""
+    locks = tmp_path / ".snakemake" / "locks"
+    locks.mkdir(parents=True)
+    (locks / "0.output.lock").write_text("results/x\n")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; sys.path.insert(0, sys.argv[1]); import run_lock; "
+         "print(len(run_lock.clear_stale_locks(sys.argv[2])), flush=True); time.sleep(60)",
+         str(ROOT / "workflow" / "scripts"), str(tmp_path / ".snakemake")],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "1"  # it found the stale lock and holds the run lock now
+        (locks / "0.output.lock").write_text("results/x\n")  # the live run's own lock
+        spec = importlib.util.spec_from_file_location("run_lock", ROOT / "workflow" / "scripts" / "run_lock.py")
+        run_lock = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(run_lock)
+        assert run_lock.clear_stale_locks(tmp_path / ".snakemake") == []  # a live run: its locks stay
+        assert (locks / "0.output.lock").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert [p.name for p in run_lock.clear_stale_locks(tmp_path / ".snakemake")] == ["0.output.lock"]
+    assert not (locks / "0.output.lock").exists()
+
+
+# What a run produces, without what the clock decides (wall times, throughput): compared between runs.
+_CLOCK = re.compile(r"seconds|_frac$|tokens_per_second")
+
+
+def _run_outputs(results: Path, entries: list[str]) -> dict:
+    """Scores, leaderboard rows, per-step training metrics and lm-eval's samples of a smoke run's results folder."""
+    out = {}
+    for table in ("scores", "leaderboard", "runs"):
+        df = pd.read_csv(results / f"{table}.csv")
+        df = df[df["entry"].isin(entries)].drop(columns=[c for c in df.columns if _CLOCK.search(c)])
+        out[table] = df.sort_values(list(df.columns[:6])).reset_index(drop=True)
+    for path in sorted(results.glob("runs/*/*/seed*/metrics.jsonl")):
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        out[str(path.relative_to(results))] = [{k: v for k, v in r.items() if not _CLOCK.search(k)} for r in rows]
+    for path in sorted(results.glob("eval/*/*/seed*/*.samples.jsonl")):
+        out[str(path.relative_to(results))] = [(s["doc_id"], s["resps"]) for s in map(json.loads, path.open())]
+    return out
+
+
+@pytest.mark.slow
+def test_plain_command_resumes_after_sigkill_of_the_dag(smoke_run, tmp_path):
+    """A new user's crash: the whole DAG (its process group) is killed with SIGKILL while job 7 of 11 runs, then the
+    README's command is run again as it is, in a copy of the repository: it finishes with the outputs of an
+    uninterrupted run, without --rerun-incomplete or any other flag (profiles/default supplies them)."""
+    import os
+    import shutil
+    import signal
+
+    repo = tmp_path / "repo"
+    for name in ("workflow", "config", "profiles"):
+        shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(ROOT / "Snakefile", repo / "Snakefile")
+    readme_command = [sys.executable, "-m", "snakemake", "--cores", "all", "--configfile", "config/smoke.yaml"]
+    log = tmp_path / "first.log"
+    incomplete = repo / ".snakemake" / "incomplete"
+    with open(log, "w") as f:
+        dag = subprocess.Popen(readme_command, cwd=repo, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and dag.poll() is None:
+            done = [int(m) for m in re.findall(r"^(\d+) of \d+ steps", log.read_text(), re.M)]
+            if done and max(done) >= 6 and incomplete.is_dir() and any(incomplete.iterdir()):
+                break  # six jobs finished, a seventh is running (its outputs are marked incomplete)
+            time.sleep(0.1)
+        assert dag.poll() is None, "the DAG ended before it could be killed:\n" + log.read_text()[-3000:]
+        os.killpg(dag.pid, signal.SIGKILL)
+        dag.wait(timeout=60)
+    finally:
+        if dag.poll() is None:
+            os.killpg(dag.pid, signal.SIGKILL)
+    assert any(incomplete.iterdir()), "the kill left no incomplete job: nothing to resume"
+
+    again = subprocess.run(readme_command, cwd=repo, capture_output=True, text=True, timeout=900)
+    output = again.stdout + again.stderr
+    assert again.returncode == 0, output[-5000:]
+    assert "IncompleteFilesException" not in output and "profiles/default" in output
+    entries = ["base"] + [e["id"] for e in read_config("smoke")["methods"]]
+    resumed, uninterrupted = (
+        _run_outputs(repo / "results" / "smoke", entries),
+        _run_outputs(smoke_run[0] / "results" / "smoke", entries),
+    )
+    assert resumed.keys() == uninterrupted.keys()
+    for key, value in uninterrupted.items():
+        if isinstance(value, pd.DataFrame):
+            pd.testing.assert_frame_equal(resumed[key], value, check_exact=True, obj=key)
+        else:
+            assert resumed[key] == value, key
+
+
 def test_adding_a_method_entry_reruns_only_its_jobs(smoke_run, tmp_path):
     wd, _ = smoke_run
     cfg = read_config("smoke")

@@ -103,10 +103,10 @@ PROVENANCE_PACKAGES = ("torch", "transformers", "lm_eval", "math-verify", "verl"
 
 def provenance(config: Mapping | None = None) -> dict:
     """Where published numbers come from: git commit (and whether the tree had uncommitted changes), Python and
-    package versions, platform, and the resolved run config when given."""
-    import platform
+    package versions, the machine (`bandpo.provenance.machine`), and the resolved run config when given."""
     import subprocess
-    from importlib import metadata
+
+    from bandpo.provenance import machine, versions
 
     def git(*args: str) -> str | None:
         try:
@@ -116,20 +116,18 @@ def provenance(config: Mapping | None = None) -> dict:
             return None
         return proc.stdout.strip()
 
-    versions = {}
-    for name in PROVENANCE_PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
+    packages = versions(*PROVENANCE_PACKAGES)
+    python = packages.pop("python")
+    host = machine()
     status = git("status", "--porcelain", "--untracked-files=no")
     return {
         "git_commit": git("rev-parse", "HEAD"),
         "git_dirty": bool(status) if status is not None else None,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "packages": versions,
+        "python": python,
+        "platform": host["platform"],
+        "cpu_count": host["cpu_count"],
+        "machine": host,
+        "packages": packages,
         "config": dict(config) if config is not None else None,
     }
 

@@ -4,9 +4,9 @@
         python -m bandpo.train ... --out {tmp}
 
 ``{tmp}`` in the command is replaced by a fresh path next to ``--final`` (same file system, not yet created). When
-the command succeeds, the finished folder replaces ``--final`` in two renames (any old folder, e.g. the empty one
-Snakemake creates for the outputs, is removed); when it fails, the temporary folder is deleted and the exit status
-is passed on, so a crash never leaves a folder that looks complete.
+the command succeeds, the finished folder takes the place of ``--final`` (`bandpo.files.replace_dir`: one atomic swap
+on Linux; any old folder, e.g. the empty one Snakemake creates for the outputs, is removed); when it fails, the
+temporary folder is deleted and the exit status is passed on, so a crash never leaves a folder that looks complete.
 """
 
 from __future__ import annotations

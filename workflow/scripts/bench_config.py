@@ -15,6 +15,7 @@ must be > 0``.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import re
@@ -194,15 +195,16 @@ def validate_config(
     if cfg["trainer"] == "verl":
         if cfg.get("val_data") is None:
             cfg["val_data"] = cfg["eval"]["tasks"][0]["data"]
+        from bandpo.options import unknown_names
         from bandpo.verl_command import VerlRun
 
-        known = {f.name for f in __import__("dataclasses").fields(VerlRun)}
+        known = sorted(f.name for f in dataclasses.fields(VerlRun))
         for where, mapping in [(["verl"], cfg["verl"])] + [
             ([key, i, "verl"], item["verl"]) for key in ("models", "methods") for i, item in enumerate(cfg[key])
         ]:
-            bad = sorted(set(mapping) - known)
+            bad = sorted(set(mapping) - set(known))
             if bad:
-                fail(where, f"unknown VerlRun field(s) {bad}; valid: {', '.join(sorted(known))}")
+                fail(where, f"unknown VerlRun field(s) {unknown_names(bad, known)}; valid: {', '.join(known)}")
     return cfg
 
 
@@ -269,9 +271,9 @@ def train_overrides(cfg: Mapping[str, Any], model_id: str, entry_id: str) -> dic
 
 
 def format_set_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+    """A config value as the VALUE of ``--set KEY=VALUE`` (read back as JSON by `bandpo.options.parse_assignments`):
+    text as it is, anything else as JSON (true, null, 0.0002, {"a": 1})."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def set_args(overrides: Mapping[str, Any]) -> list[str]:
@@ -293,11 +295,6 @@ def verl_fields(cfg: Mapping[str, Any], model_id: str, entry_id: str) -> dict[st
 def builtin_entries(cfg: Mapping[str, Any]) -> list[str]:
     """Method entries trained by the built-in train rule (all but the ``external`` ones)."""
     return [e["id"] for e in cfg["methods"] if not e.get("external")]
-
-
-def run_ids(cfg: Mapping[str, Any]) -> list[tuple[str, str, int]]:
-    """Every trained run: (model id, method entry id, seed)."""
-    return [(m["id"], e["id"], s) for m in cfg["models"] for e in cfg["methods"] for s in cfg["seeds"]]
 
 
 def eval_entries(cfg: Mapping[str, Any]) -> list[str]:

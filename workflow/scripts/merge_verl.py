@@ -5,7 +5,7 @@
 1. the last saved step N (``checkpoints/latest_checkpointed_iteration.txt``) is merged from verl's FSDP shards with
    ``python -m verl.model_merger merge --backend fsdp --local_dir checkpoints/global_step_N/actor --target_dir ...``
    into a temporary folder, completed with tokenizer files (from the checkpoint's ``huggingface/`` folder, else
-   from the base model) and published as ``model/`` in two renames;
+   from the base model) and published as ``model/`` (`bandpo.files.replace_dir`);
 2. verl's file-logger JSONL (``{"step": s, "data": {...}}`` per line) becomes ``metrics.jsonl``
    (``{"step": s, ...metrics}`` per line);
 3. ``run.json`` records the step, the merge command and versions.
@@ -22,7 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bandpo.files import atomic_write_text, replace_dir
+from bandpo.files import atomic_write_text, read_jsonl, replace_dir
+from bandpo.provenance import machine, versions
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -37,14 +38,7 @@ TOKENIZER_FILES = (
 
 
 def flatten_metrics(src: Path) -> str:
-    lines = []
-    with open(src, encoding="utf-8") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            rec = json.loads(line)
-            data = rec.get("data", {}) if isinstance(rec, dict) else {}
-            lines.append(json.dumps({"step": rec.get("step"), **data}, sort_keys=False))
+    lines = [json.dumps({"step": rec.get("step"), **rec.get("data", {})}, sort_keys=False) for rec in read_jsonl(src)]
     return "\n".join(lines) + ("\n" if lines else "")
 
 
@@ -83,12 +77,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(parent, ignore_errors=True)
     atomic_write_text(run / "metrics.jsonl", flatten_metrics(run / "verl_metrics.jsonl"))
-    try:
-        from importlib import metadata
-
-        versions = {d: metadata.version(d) for d in ("verl", "torch", "transformers")}
-    except Exception:
-        versions = {}
     info = {
         "trainer": "verl",
         "step": step,
@@ -96,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         "merge_command": cmd,
         "merge_seconds": round(time.time() - t0, 2),
         "meta": json.loads(args.meta),
-        "versions": versions,
+        "versions": versions("verl", "torch", "transformers"),
+        "machine": machine(),
     }
     atomic_write_text(run / "run.json", json.dumps(info, indent=2) + "\n")
     print(f"merged step {step} -> {final}")

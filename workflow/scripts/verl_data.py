@@ -10,15 +10,9 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 from pathlib import Path
 
-from bandpo.files import atomic_write_bytes
-
-
-def read_jsonl(path: str) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+from bandpo.files import atomic_write_bytes, read_jsonl
 
 
 def verl_rows(paths: list[str], split: str) -> list[dict]:

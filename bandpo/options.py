@@ -1,0 +1,74 @@
+"""Settings given by name: ``--set KEY=VALUE`` arguments checked against a dataclass, and the message for unknown
+names (with the closest valid name as a hint). Imports nothing heavy: the workflow's config check uses it too."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import types
+import typing
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+
+def unknown_names(unknown: Iterable[Any], known: Sequence[str]) -> str:
+    """``'delt' (did you mean 'delta'?), 'x'``: each unknown name with its closest known one, if any is close."""
+    parts = []
+    for name in unknown:
+        close = difflib.get_close_matches(str(name), list(known), n=1)
+        parts.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return ", ".join(parts)
+
+
+def _allowed_types(hint: Any) -> tuple[type, ...]:
+    """The plain types a field's annotation admits: ``float | None`` -> (float, NoneType), ``dict[str, Any]`` ->
+    (dict,); ``Any`` -> (object,)."""
+    if hint is Any:
+        return (object,)
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return tuple(t for arg in typing.get_args(hint) for t in _allowed_types(arg))
+    if origin is not None:
+        return (origin,)
+    return (hint,) if isinstance(hint, type) else (object,)
+
+
+def _coerce(key: str, raw: str, allowed: tuple[type, ...]) -> Any:
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    if object in allowed:
+        return value
+    if isinstance(value, bool):  # bool is an int in Python: accept it only where bool is allowed
+        if bool in allowed:
+            return value
+    elif isinstance(value, int) and int not in allowed and float in allowed:
+        return float(value)
+    elif isinstance(value, allowed):
+        return value
+    if str in allowed:
+        return raw  # e.g. a str field given 123 or null: the text itself
+    names = " or ".join("null" if t is type(None) else t.__name__ for t in allowed)
+    raise ValueError(f"--set {key}={raw}: expected {names}")
+
+
+def parse_assignments(items: Iterable[str], schema: type) -> dict[str, Any]:
+    """``["steps=7", "lr=1e-3", "lr_end=null"]`` -> ``{"steps": 7, "lr": 0.001, "lr_end": None}`` for the fields of
+    the dataclass ``schema``. Values are read as JSON where they parse (numbers, true/false, null, lists, objects),
+    else as text; each must fit its field's annotation (an integer is accepted for a float field). ValueError naming
+    the item for a missing ``=``, an unknown field (with a 'did you mean' hint) or a value of the wrong type."""
+    fields = [f.name for f in dataclasses.fields(schema)]
+    hints = typing.get_type_hints(schema)
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE")
+        if key not in fields:
+            hint = unknown_names([key], fields)
+            raise ValueError(f"--set {item!r}: unknown field {hint}; valid: {', '.join(fields)}")
+        out[key] = _coerce(key, raw, _allowed_types(hints[key]))
+    return out
