@@ -187,12 +187,12 @@ def verl_clip_config(mode: str, eps_low: float, eps_high: float, **info) -> Acto
 
 @pytest.mark.parametrize("method", ["cispo", "gspo"])
 def test_cispo_and_gspo_equal_verls_own(method, monkeypatch):
-    """bandpo.cispo / bandpo.gspo against verl's registered ``cispo`` / ``gspo`` with the same eps: the same loss
-    and gradient in every aggregation mode, with and without rollout weights and data-parallel normalisation; the
-    same pg_clipfrac for GSPO and the same ppo_kl for both (bitwise: the same operations in the same order). Documented differences, each shown below:
-    CISPO's pg_clipfrac (verl: every token whose weight is clipped, whatever the sign of A; ours: clip_diagnostics'
-    clipfrac, a clipped weight on the side the advantage pushes), and GSPO's clamp (verl clamps log s_it at +10,
-    ours clamps the sequence log-ratio at +-log_ratio_clamp = 20)."""
+    """bandpo.cispo / bandpo.gspo against verl's registered ``cispo`` / ``gspo`` with the same eps: bitwise the same
+    loss and gradient (the same operations in the same order) in every aggregation mode, with and without rollout
+    weights and data-parallel normalisation; the same ppo_kl for both and the same pg_clipfrac for GSPO.
+    Documented differences, each shown below: CISPO's pg_clipfrac (verl: every token whose weight is clipped,
+    whatever the sign of A; ours: clip_diagnostics' clipfrac, a clipped weight on the side the advantage pushes),
+    and GSPO's clamp (verl clamps log s_it at +10, ours clamps the sequence log-ratio at +-log_ratio_clamp = 20)."""
     eps = {"cispo": (0.3, 0.28), "gspo": (3e-4, 4e-4)}[method]
     monkeypatch.setenv(verl_plugin.ENV_VAR, json.dumps({method: {"eps_low": eps[0], "eps_high": eps[1]}}))
     ours_fn, verl_fn = get_policy_loss_fn(f"bandpo.{method}"), get_policy_loss_fn(method)
