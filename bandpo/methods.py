@@ -968,7 +968,9 @@ def cispo_loss(
     """CISPO: token-level REINFORCE with a clipped, stop-gradient importance weight.
 
     L = -sg(clip(r, 1 - eps_low, 1 + eps_high)) * A * log pi(a|s): every token keeps a gradient (the weight is
-    clipped, the token is not dropped). The dual clip does not apply.
+    clipped, the token is not dropped). The dual clip does not apply. Loss and gradient equal verl's registered
+    ``cispo`` bitwise (tests/test_verl_plugin.py); its clipfrac counts a clipped weight on the side the advantage
+    pushes (as for every method here), where verl's pg_clipfrac counts every clipped weight.
     """
     old_log_prob, log_prob, advantages, rollout_is_weights = prepare_inputs(
         old_log_prob, log_prob, advantages, response_mask, settings, rollout_is_weights
@@ -1000,7 +1002,8 @@ def gspo_loss(
 
     Token form (same gradient for a per-sequence advantage): log s_it = sg[log s_i] + log pi_it - sg[log pi_it],
     L_it = max(-A s_it, -A clip(s_it, 1 - eps_low, 1 + eps_high)). The dual clip does not apply; diagnostics
-    report the sequence ratio on each of its tokens.
+    report the sequence ratio on each of its tokens. Equals verl's registered ``gspo`` bitwise while the sequence
+    log-ratio stays below 10: verl caps log s_it at 10, this loss clamps it at +-log_ratio_clamp (20).
     """
     old_log_prob, log_prob, advantages, rollout_is_weights = prepare_inputs(
         old_log_prob, log_prob, advantages, response_mask, settings, rollout_is_weights

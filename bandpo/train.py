@@ -248,7 +248,10 @@ def check_overrides(overrides: Mapping[str, Any]) -> None:
     cfg = TrainConfig(model="<model>", data="<data>", out="<out>")
     for key, value in overrides.items():
         set_override(cfg, key, value)
-    cfg.validate()
+    try:
+        cfg.validate()
+    except ValueError as e:  # one line: "invalid training config: lr: must be ..."
+        raise ValueError(" ".join(str(e).split())) from None
 
 
 def apply_overrides(cfg: TrainConfig, assignments: list[str]) -> TrainConfig:

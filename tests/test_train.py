@@ -290,3 +290,46 @@ def test_minibatch_layouts(assets, tmp_path):
     # same rollouts (the layout only acts after step 1's sampling), different updates
     assert random_m[0]["reward_mean"] == group_m[0]["reward_mean"] and random_m[0]["entropy"] == group_m[0]["entropy"]
     assert random_m[0]["loss"] != group_m[0]["loss"]
+
+
+# The identity control: methods differ only through their bounds.
+BOUND_METHODS = {
+    "grpo": ("grpo", {}),
+    "clip_higher": ("clip_higher", {}),
+    "dcpo": ("dcpo", {}),
+    "bandpo_kl": ("bandpo", {"divergence": "kl"}),
+    "bandpo_tv": ("bandpo", {"divergence": "tv"}),
+    "bandpo_chi2": ("bandpo", {"divergence": "chi2"}),
+}
+
+
+def _control_runs(assets, tmp_path, **overrides) -> dict[str, tuple[list[dict], dict]]:
+    out = {}
+    for name, (method, params) in BOUND_METHODS.items():
+        cfg = small_config(assets, tmp_path / name, method=method, params=params, seed=7, **overrides)
+        train(cfg)
+        metrics = [
+            {k: v for k, v in m.items() if k not in TIMING_KEYS and "bound_" not in k}  # bounds' own diagnostics
+            for m in read_metrics(tmp_path / name)
+        ]
+        out[name] = (metrics, load_file(tmp_path / name / "model" / "model.safetensors"))
+    return out
+
+
+def test_on_policy_updates_make_every_bound_method_the_same_run(assets, tmp_path):
+    """updates_per_step = 1: every update is on-policy, the ratio is exactly 1, inside every method's bounds, so
+    grpo, clip_higher, dcpo and bandpo kl / tv / chi2 give the same run for a seed (metrics other than timings and
+    the bounds' own diagnostics, and the final weights); with 4 off-policy updates they do not."""
+    runs = _control_runs(assets, tmp_path / "on", updates_per_step=1, lr=1e-2, steps=3)
+    ref_metrics, ref_weights = runs["grpo"]
+    assert all(m["ratio_min"] == m["ratio_max"] == 1.0 for m in ref_metrics)  # exactly on-policy
+    assert any(m["loss"] != 0 for m in ref_metrics)  # the updates did something
+    for name, (metrics, weights) in runs.items():
+        assert metrics == ref_metrics, name
+        assert all(torch.equal(weights[k], ref_weights[k]) for k in ref_weights), name
+
+    runs = _control_runs(assets, tmp_path / "off", updates_per_step=4, lr=1e-2, steps=3)
+    ref_metrics, ref_weights = runs["grpo"]
+    assert max(m["offpolicy/clipfrac"] for m in ref_metrics) > 0  # the off-policy updates did leave GRPO's interval
+    differ = [n for n, (_, w) in runs.items() if any(not torch.equal(w[k], ref_weights[k]) for k in ref_weights)]
+    assert set(differ) == set(BOUND_METHODS) - {"grpo"}, differ
