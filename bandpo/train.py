@@ -1,10 +1,10 @@
 """The local GRPO trainer: one loop for every registered method (embedded CPU profile; runs on CUDA unchanged).
 
-Per step (one rollout batch), top to bottom:
+Per step (one rollout batch), top to bottom, in three functions (`train_step` = `collect` -> `score` -> `update`):
 
-1. draw ``prompts_per_step`` training problems (seeded by (seed, step): a resumed run draws the same ones);
 Collect:
 
+1. draw ``prompts_per_step`` training problems (seeded by (seed, step): a resumed run draws the same ones);
 2. roll out ``samples_per_prompt`` completions each with KV-cached ancestral sampling at ``temperature`` from the
    model's plain softmax (top_k = 0, top_p = 1), with the suite's sampler (`bandpo.sampling.sample_rows`): each
    prompt is pre-filled ONCE and its KV cache shared by the ``samples_per_prompt`` rows of its group, and rows that
@@ -30,11 +30,11 @@ Update:
 8. one line of metrics.jsonl; a checkpoint every ``checkpoint_every`` steps.
 
 Crash safety: metrics go to ``metrics.jsonl.partial`` and are renamed at the end; checkpoints (model, optimizer,
-RNG states, step, the metrics so far) are written to a temporary file and renamed. A run killed at any point and
-started again with the same arguments resumes from its last checkpoint and ends with the same metrics as an
-uninterrupted run (wall-clock fields aside). Outputs, in order: ``model/`` (save_pretrained, renamed into place),
-``metrics.jsonl``, ``run.json`` (resolved config, the method's ``method_label`` and ``method_params``, timings,
-versions): ``run.json`` existing means the run is done.
+RNG states, step, the metrics so far) are written through `bandpo.files.atomic_write_bytes` (a temporary file,
+then a rename). A run killed at any point and started again with the same arguments resumes from its last
+checkpoint and ends with the same metrics as an uninterrupted run (wall-clock fields aside). Outputs, in order:
+``model/`` (save_pretrained, renamed into place), ``metrics.jsonl``, ``run.json`` (resolved config, the method's
+``method_label`` and ``method_params``, timings, versions): ``run.json`` existing means the run is done.
 
 Timings, one name each: per step ``rollout_seconds`` (collect), ``update_seconds`` (score + update) and
 ``step_seconds`` (the whole step) in metrics.jsonl; ``train_seconds_total`` in run.json is the run's training time
