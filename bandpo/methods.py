@@ -192,11 +192,17 @@ class MethodConfig:
 
     def label(self) -> str:
         """Short human label: the ``label_fields``, then every other parameter that differs from its default
-        (``"divergence=kl, delta=0.05"``, ``"eps_low=0.2, eps_high=0.28"``); "" when there is nothing to show."""
+        (``"divergence=kl, delta=0.05"``, ``"eps_low=0.2, eps_high=0.28"``), except those `inactive_fields` names;
+        "" when there is nothing to show."""
         values, defaults = self.to_dict(), type(self)().to_dict()
+        inactive = set(self.inactive_fields())
         shown = [k for k in self.label_fields if k in values]
-        shown += [k for k in sorted(values) if k not in shown and values[k] != defaults[k]]
+        shown += [k for k in sorted(values) if k not in shown and k not in inactive and values[k] != defaults[k]]
         return ", ".join(f"{k}={values[k]}" for k in shown)
+
+    def inactive_fields(self) -> tuple[str, ...]:
+        """Parameters that have no effect with these values (left out of `label`); none by default."""
+        return ()
 
     @classmethod
     def _label(cls) -> str:
@@ -321,6 +327,10 @@ class BandPOConfig(MethodConfig):
     relax: bool = False
     relax_eps_low: float = 0.2
     relax_eps_high: float = 0.28
+
+    def inactive_fields(self) -> tuple[str, ...]:
+        """The relaxation's interval does nothing while ``relax`` is off."""
+        return () if self.relax else ("relax_eps_low", "relax_eps_high")
 
     def validate(self) -> None:
         divs = list_divergences()

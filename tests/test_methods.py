@@ -128,6 +128,12 @@ def test_config_labels_name_the_variant():
     assert methods.make_config("bandpo").label() == "divergence=kl, delta=0.05"
     relaxed = methods.make_config("bandpo", {"divergence": "tv", "relax": True, "cap": None})
     assert relaxed.label() == "divergence=tv, delta=0.05, cap=None, relax=True"
+    # the relaxation's interval shows only when it acts: a run of the old default (0.2) without relax keeps its label
+    old_default = {"divergence": "kl", "delta": 0.05, "relax": False, "relax_eps_high": 0.2}
+    assert methods.make_config("bandpo", old_default).label() == "divergence=kl, delta=0.05"
+    assert methods.make_config("bandpo", {**old_default, "relax": True}).label() == (
+        "divergence=kl, delta=0.05, relax=True, relax_eps_high=0.2"
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
