@@ -231,8 +231,8 @@ def lr_schedule(step: int, peak: float, end: float, *, warmup_steps: int = 0, de
         return peak * ((step + 1) / warmup_steps)
     if step < decay_start or decay_steps <= 0:
         return peak
-    frac = (step - decay_start) / max(1, decay_steps)
-    return peak + (end - peak) * min(1.0, frac)
+    span = max(1, decay_steps)
+    return peak + (end - peak) * min(step - decay_start, span) / span
 
 
 def lr_lambda(spec: SizeSpec) -> Callable[[int], float]:
