@@ -21,12 +21,18 @@ Built in (``list_methods()``)::
     clip_higher   bounds  [1 - 0.2, 1 + 0.28]                              (DAPO)
     dcpo          bounds  dynamic adaptive clipping, eps 0.16 / 0.20, r_hi capped at 10
     bandpo        bounds  Band operator (bandpo.band), divergence kl | tv | chi2 | any registered one,
-                          delta 0.05, r_hi capped at 10, relaxation off
+                          delta 0.05, r_hi capped at 10, relaxation off (relax: union with
+                          [1 - 0.2, 1 + 0.28])
     cispo         loss    -sg(clip(r, 1 - eps_low, 1 + eps_high)) * A * log pi        (token level)
     gspo          loss    PPO clip on the sequence ratio s = exp(mean_t log r_t)       (sequence level)
 
-Adding a method = one registered function + one config dataclass here (or in any module imported before use), then
-one entry in the sweep config (``config/``)::
+Adding a method = one registered function + one config dataclass, in this module or in a module of your own, then
+one entry in the sweep config (``config/``). A module of your own is named in the config's ``method_modules`` (a
+module name importable from the repository root / ``PYTHONPATH``, or a ``.py`` file path relative to the repository
+root); the workflow checks it at DAG start and passes it to every job in the environment variable
+``BANDPO_METHOD_MODULES`` (``os.pathsep``-separated), which this module imports at the end of its own import
+(`load_method_modules`): so the trainer, the evaluation, the report and verl's driver and Ray workers all see it.
+By hand: ``BANDPO_METHOD_MODULES=my_methods.py python -m bandpo.train ...`` (or ``--method-module``)::
 
     @dataclass(frozen=True)
     class HalfClipConfig(MethodConfig):
@@ -45,16 +51,22 @@ one entry in the sweep config (``config/``)::
 A per-token bounds rule that needs computing goes through `on_valid_tokens` (see `dcpo_bounds`); a whole loss
 is registered with ``@register_loss(name, config=...)`` (see `cispo_loss`).
 
+A method is resolved once per run: ``resolve(name, params, settings)`` validates the name, the parameters and the
+shared loss settings and returns a `ResolvedMethod` whose ``bounds`` / ``loss`` the trainers call per batch without
+looking anything up again, and whose ``label`` is what leaderboards show (the trainer writes it into run.json as
+``method_label``). `compute_bounds` / `compute_loss` are one-shot shortcuts (resolve, then call) for tests and
+scripts.
+
 The verl integration (`bandpo.verl_plugin`) registers every method of this registry in verl as
-``bandpo.<name>``, including methods registered after it was imported (through `on_register`); for verl's Ray
-workers to see a method defined outside this module, its module must be imported there too
-(`bandpo.verl_command.VerlRun.plugin_modules`).
+``bandpo.<name>``, including methods registered after it was imported (through `on_register`); verl's Ray workers
+see a method of your own module through ``BANDPO_METHOD_MODULES`` (`bandpo.verl_command.VerlRun.method_modules`).
 
 Where the bounds are computed
 -----------------------------
-Bounds depend on ``old_log_prob`` only, so they are constants of the rollout batch. `compute_bounds` evaluates them
-once per rollout batch and on the valid tokens only (padding gets the neutral interval [1, 1]); the local trainer
-slices the result per micro-batch and passes ``bounds=`` to `compute_loss`, which then skips the bounds function.
+Bounds depend on ``old_log_prob`` only, so they are constants of the rollout batch. `ResolvedMethod.bounds`
+evaluates them once per rollout batch and on the valid tokens only (padding gets the neutral interval [1, 1]); the
+local trainer slices the result per micro-batch and passes ``bounds=`` to `ResolvedMethod.loss`, which then skips
+the bounds function.
 verl calls a policy loss per micro-batch with no hook before it, so there the bounds are recomputed inside each
 micro-batch call, still on the valid tokens only (elementwise, hence identical values; cheap next to the forward
 pass).
@@ -64,19 +76,24 @@ Shapes: every token tensor is ``(batch, response_length)``; ``response_mask`` is
 
 from __future__ import annotations
 
-import difflib
 import functools
+import hashlib
+import importlib
+import importlib.util
 import math
-import types
+import os
+import sys
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Any, ClassVar, Union
+from pathlib import Path
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
 from bandpo.band import band_bounds, list_divergences
+from bandpo.options import allowed_types, unknown_names
 
 __all__ = [
     "AGG_MODES",
@@ -88,8 +105,10 @@ __all__ = [
     "DCPOConfig",
     "GRPOConfig",
     "GSPOConfig",
+    "METHOD_MODULES_ENV",
     "Method",
     "MethodConfig",
+    "ResolvedMethod",
     "SurrogateConfig",
     "aggregate_loss",
     "bandpo_bounds",
@@ -103,6 +122,8 @@ __all__ = [
     "get_method",
     "gspo_loss",
     "list_methods",
+    "load_method_modules",
+    "loaded_method_modules",
     "make_config",
     "on_register",
     "on_valid_tokens",
@@ -110,6 +131,7 @@ __all__ = [
     "prepare_inputs",
     "register_bounds",
     "register_loss",
+    "resolve",
 ]
 
 AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
@@ -159,8 +181,7 @@ class MethodConfig:
         known = [f.name for f in fields(cls)]
         unknown = [k for k in params if k not in known]
         if unknown:
-            hints = {k: difflib.get_close_matches(str(k), known, n=1) for k in unknown}
-            detail = ", ".join(f"{k!r}" + (f" (did you mean {h[0]!r}?)" if h else "") for k, h in hints.items())
+            detail = unknown_names(unknown, known)
             raise ValueError(f"{cls._label()}: unknown parameter(s) {detail}; valid: {', '.join(known) or 'none'}")
         return cls(**params)
 
@@ -169,18 +190,24 @@ class MethodConfig:
 
     def label(self) -> str:
         """Short human label: the ``label_fields``, then every other parameter that differs from its default
-        (``"divergence=kl, delta=0.05"``, ``"eps_low=0.2, eps_high=0.28"``); "" when there is nothing to show."""
+        (``"divergence=kl, delta=0.05"``, ``"eps_low=0.2, eps_high=0.28"``), except those `inactive_fields` names;
+        "" when there is nothing to show."""
         values, defaults = self.to_dict(), type(self)().to_dict()
+        inactive = set(self.inactive_fields())
         shown = [k for k in self.label_fields if k in values]
-        shown += [k for k in sorted(values) if k not in shown and values[k] != defaults[k]]
+        shown += [k for k in sorted(values) if k not in shown and k not in inactive and values[k] != defaults[k]]
         return ", ".join(f"{k}={values[k]}" for k in shown)
+
+    def inactive_fields(self) -> tuple[str, ...]:
+        """Parameters that have no effect with these values (left out of `label`); none by default."""
+        return ()
 
     @classmethod
     def _label(cls) -> str:
         return cls.__name__
 
     def _coerce(self, name: str, value: Any, hint: Any) -> Any:
-        allowed = _allowed_types(hint)
+        allowed = allowed_types(hint)
         if value is None:
             if type(None) in allowed:
                 return None
@@ -204,12 +231,6 @@ class MethodConfig:
 @functools.cache
 def _type_hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
-
-
-def _allowed_types(hint: Any) -> tuple[type, ...]:
-    if typing.get_origin(hint) in (Union, types.UnionType):
-        return tuple(typing.get_args(hint))
-    return (hint,)
 
 
 @dataclass(frozen=True)
@@ -286,7 +307,8 @@ class BandPOConfig(MethodConfig):
         delta: trust-region radius (paper: 0.05).
         cap: r_hi is capped at this value (paper: 10); None disables the cap.
         relax: take the union with [1 - relax_eps_low, 1 + relax_eps_high] (paper: off; reported to hurt).
-        relax_eps_low, relax_eps_high: the fixed interval of the relaxation (default: GRPO's 0.2 / 0.2).
+        relax_eps_low, relax_eps_high: the fixed interval of the relaxation, default 0.2 / 0.28: the paper's
+            relaxed runs union the Band interval with the Clip-Higher interval (clip_ratio_high 0.28).
     """
 
     label_fields = ("divergence", "delta")
@@ -296,7 +318,11 @@ class BandPOConfig(MethodConfig):
     cap: float | None = 10.0
     relax: bool = False
     relax_eps_low: float = 0.2
-    relax_eps_high: float = 0.2
+    relax_eps_high: float = 0.28
+
+    def inactive_fields(self) -> tuple[str, ...]:
+        """The relaxation's interval does nothing while ``relax`` is off."""
+        return () if self.relax else ("relax_eps_low", "relax_eps_high")
 
     def validate(self) -> None:
         divs = list_divergences()
@@ -381,6 +407,12 @@ def _register(kind: str, name: str, config: type[MethodConfig]):
 
     def decorator(fn):
         method = Method(name=name, kind=kind, fn=fn, config_cls=config)
+        old = _METHODS.get(name)
+        if old is not None and (old.fn.__module__, old.fn.__qualname__) != (fn.__module__, fn.__qualname__):
+            raise ValueError(
+                f"method {name!r} is already registered (by {old.fn.__module__}.{old.fn.__qualname__}); "
+                "choose another name"
+            )
         _METHODS[name] = method
         for hook in _REGISTRATION_HOOKS:
             hook(method)
@@ -417,14 +449,180 @@ def get_method(name: str) -> Method:
     try:
         return _METHODS[name]
     except (KeyError, TypeError):
-        close = difflib.get_close_matches(str(name), list(_METHODS), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"unknown method {name!r}{hint}; valid: {', '.join(list_methods())}") from None
+        raise ValueError(
+            f"unknown method {unknown_names([name], list(_METHODS))}; valid: {', '.join(list_methods())}"
+        ) from None
 
 
 def make_config(method: str, params: Mapping[str, Any] | MethodConfig | None = None) -> MethodConfig:
     """Validated parameters of ``method``: its defaults overridden by ``params``."""
     return get_method(method).config(params)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Methods defined outside bandpo/
+
+METHOD_MODULES_ENV = "BANDPO_METHOD_MODULES"
+_LOADED_MODULES: dict[str, Any] = {}
+
+
+def _split_specs(specs: Iterable[str] | str | None) -> list[str]:
+    if specs is None:
+        return []
+    if isinstance(specs, str):
+        specs = specs.split(os.pathsep)
+    return [s.strip() for s in specs if s and s.strip()]
+
+
+def load_method_modules(specs: Iterable[str] | str | None, root: str | os.PathLike | None = None) -> list[str]:
+    """Import the user modules that register methods (each once per process); returns the methods they added.
+
+    ``specs``: module names (``my_methods``, ``pkg.methods``; importable from ``sys.path``) or paths of ``.py``
+    files (relative ones against ``root``, default the working directory), as a list or one
+    ``os.pathsep``-separated string (the form of ``$BANDPO_METHOD_MODULES``). A module that cannot be found or
+    fails to import raises ImportError naming it.
+    """
+    before = set(_METHODS)
+    for spec in _split_specs(specs):
+        if spec.endswith(".py"):
+            path = Path(spec) if Path(spec).is_absolute() else Path(root or os.getcwd()) / spec
+            key = str(path.resolve())
+            if key in _LOADED_MODULES:
+                continue
+            if not path.is_file():
+                raise ImportError(f"method module {spec!r}: file not found ({path})")
+            name = f"bandpo_method_module_{path.stem}_{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+            module_spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[name] = module
+            try:
+                module_spec.loader.exec_module(module)
+            except Exception as e:
+                del sys.modules[name]
+                raise ImportError(f"method module {spec!r} ({path}) failed to import: {type(e).__name__}: {e}") from e
+            _LOADED_MODULES[key] = module
+        else:
+            if spec in _LOADED_MODULES:
+                continue
+            try:
+                _LOADED_MODULES[spec] = importlib.import_module(spec)
+            except ImportError as e:
+                raise ImportError(
+                    f"method module {spec!r} is not importable ({e}); give a module on sys.path / PYTHONPATH or "
+                    "the path of a .py file"
+                ) from e
+    return sorted(set(_METHODS) - before)
+
+
+def loaded_method_modules() -> list[str]:
+    """The user modules imported by `load_method_modules` in this process (names, or absolute file paths)."""
+    return list(_LOADED_MODULES)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# A method resolved once
+
+
+@dataclass(frozen=True)
+class ResolvedMethod:
+    """A registered method with its validated parameters and loss settings: resolved once per run by `resolve`,
+    then called per batch (no name lookup or validation on the way).
+
+    Attributes:
+        method: the registry entry (name, kind, function, config class).
+        params: the method's validated parameters.
+        settings: the shared loss settings (aggregation, dual clip, clamp).
+    """
+
+    method: Method
+    params: MethodConfig
+    settings: SurrogateConfig
+
+    @property
+    def name(self) -> str:
+        return self.method.name
+
+    @property
+    def has_bounds(self) -> bool:
+        """True for a bounds method (its loss is `ppo_surrogate` with its bounds), False for a whole loss."""
+        return self.method.kind == "bounds"
+
+    @property
+    def label(self) -> str:
+        """The parameters as leaderboards show them (`MethodConfig.label`), e.g. ``"divergence=kl, delta=0.05"``."""
+        return self.params.label()
+
+    def bounds(self, old_log_prob: Tensor, response_mask: Tensor) -> tuple[Tensor, Tensor]:
+        """Ratio bounds for a whole rollout batch, once, on the valid tokens only.
+
+        Returns (lower, upper) of the shape of ``old_log_prob``, no gradient, [1, 1] on padding. Slice them with
+        the batch and pass ``bounds=`` to `loss` in each micro-batch.
+        """
+        if not self.has_bounds:
+            raise ValueError(f"method {self.name!r} is a whole-loss method: it has no ratio bounds")
+        _check_shapes(response_mask, old_log_prob=old_log_prob)
+        with torch.no_grad():
+            lower, upper = self.method.fn(old_log_prob.detach(), response_mask, self.params)
+        return lower.detach(), upper.detach()
+
+    def loss(
+        self,
+        old_log_prob: Tensor,
+        log_prob: Tensor,
+        advantages: Tensor,
+        response_mask: Tensor,
+        *,
+        bounds: tuple[Tensor, Tensor] | None = None,
+        rollout_is_weights: Tensor | None = None,
+        global_batch_info: Mapping[str, Any] | None = None,
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """The policy loss and its diagnostics.
+
+        Args:
+            old_log_prob, log_prob, advantages, response_mask: (batch, T).
+            bounds: precomputed (lower, upper) from `bounds` (bounds methods only); computed here otherwise.
+            rollout_is_weights, global_batch_info: see `ppo_surrogate`.
+
+        Returns:
+            (loss, metrics): a 0-d tensor and a dict of 0-d tensors (see `clip_diagnostics`).
+        """
+        if not self.has_bounds:
+            if bounds is not None:
+                raise ValueError(f"method {self.name!r} is a whole-loss method: it takes no precomputed bounds")
+            _check_shapes(response_mask, old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages)
+            return self.method.fn(
+                old_log_prob,
+                log_prob,
+                advantages,
+                response_mask,
+                self.params,
+                self.settings,
+                rollout_is_weights=rollout_is_weights,
+                global_batch_info=global_batch_info,
+            )
+        lower, upper = self.bounds(old_log_prob, response_mask) if bounds is None else bounds
+        return ppo_surrogate(
+            old_log_prob,
+            log_prob,
+            advantages,
+            response_mask,
+            lower,
+            upper,
+            self.settings,
+            rollout_is_weights=rollout_is_weights,
+            global_batch_info=global_batch_info,
+        )
+
+
+def resolve(
+    method: str,
+    params: Mapping[str, Any] | MethodConfig | None = None,
+    settings: SurrogateConfig | Mapping[str, Any] | None = None,
+) -> ResolvedMethod:
+    """``method`` with its parameters (None: the paper's defaults) and loss settings, validated: ValueError naming
+    the method and the parameter otherwise."""
+    m = get_method(method)
+    return ResolvedMethod(m, m.config(params), SurrogateConfig.from_params(settings))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -772,7 +970,9 @@ def cispo_loss(
     """CISPO: token-level REINFORCE with a clipped, stop-gradient importance weight.
 
     L = -sg(clip(r, 1 - eps_low, 1 + eps_high)) * A * log pi(a|s): every token keeps a gradient (the weight is
-    clipped, the token is not dropped). The dual clip does not apply.
+    clipped, the token is not dropped). The dual clip does not apply. Loss and gradient equal verl's registered
+    ``cispo`` bitwise (tests/test_verl_plugin.py); its clipfrac counts a clipped weight on the side the advantage
+    pushes (as for every method here), where verl's pg_clipfrac counts every clipped weight.
     """
     old_log_prob, log_prob, advantages, rollout_is_weights = prepare_inputs(
         old_log_prob, log_prob, advantages, response_mask, settings, rollout_is_weights
@@ -804,7 +1004,8 @@ def gspo_loss(
 
     Token form (same gradient for a per-sequence advantage): log s_it = sg[log s_i] + log pi_it - sg[log pi_it],
     L_it = max(-A s_it, -A clip(s_it, 1 - eps_low, 1 + eps_high)). The dual clip does not apply; diagnostics
-    report the sequence ratio on each of its tokens.
+    report the sequence ratio on each of its tokens. Equals verl's registered ``gspo`` bitwise while the sequence
+    log-ratio stays below 10: verl caps log s_it at 10, this loss clamps it at +-log_ratio_clamp (20).
     """
     old_log_prob, log_prob, advantages, rollout_is_weights = prepare_inputs(
         old_log_prob, log_prob, advantages, response_mask, settings, rollout_is_weights
@@ -825,7 +1026,7 @@ def gspo_loss(
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Entry points used by the trainers
+# One-shot entry points (tests, scripts): resolve, then call
 
 
 def compute_bounds(
@@ -834,18 +1035,8 @@ def compute_bounds(
     response_mask: Tensor,
     params: Mapping[str, Any] | MethodConfig | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Bounds of a bounds method for a whole rollout batch, once, on the valid tokens only.
-
-    Returns (lower, upper) of the shape of ``old_log_prob``, no gradient, [1, 1] on padding. Slice them with the
-    batch and pass ``bounds=`` to `compute_loss` in each micro-batch.
-    """
-    m = get_method(method)
-    if m.kind != "bounds":
-        raise ValueError(f"method {method!r} is a whole-loss method: it has no ratio bounds")
-    _check_shapes(response_mask, old_log_prob=old_log_prob)
-    with torch.no_grad():
-        lower, upper = m.fn(old_log_prob.detach(), response_mask, m.config(params))
-    return lower.detach(), upper.detach()
+    """One-shot `ResolvedMethod.bounds` (resolves ``method`` and ``params`` first: not for a training loop)."""
+    return resolve(method, params).bounds(old_log_prob, response_mask)
 
 
 def compute_loss(
@@ -861,47 +1052,18 @@ def compute_loss(
     rollout_is_weights: Tensor | None = None,
     global_batch_info: Mapping[str, Any] | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Policy loss of any registered method, with its diagnostics.
-
-    Args:
-        method: a registered name (`list_methods()`).
-        old_log_prob, log_prob, advantages, response_mask: (batch, T).
-        params: the method's parameters (mapping or its config); None = the paper's defaults.
-        settings: `SurrogateConfig` (aggregation, dual clip, clamp) or a mapping of its fields.
-        bounds: precomputed (lower, upper) from `compute_bounds` (bounds methods only); computed here otherwise.
-        rollout_is_weights, global_batch_info: see `ppo_surrogate`.
-
-    Returns:
-        (loss, metrics): a 0-d tensor and a dict of 0-d tensors (see `clip_diagnostics`).
-    """
-    m = get_method(method)
-    cfg = m.config(params)
-    settings = SurrogateConfig.from_params(settings)
-    if m.kind == "loss":
-        if bounds is not None:
-            raise ValueError(f"method {method!r} is a whole-loss method: it takes no precomputed bounds")
-        _check_shapes(response_mask, old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages)
-        return m.fn(
-            old_log_prob,
-            log_prob,
-            advantages,
-            response_mask,
-            cfg,
-            settings,
-            rollout_is_weights=rollout_is_weights,
-            global_batch_info=global_batch_info,
-        )
-    if bounds is None:
-        bounds = compute_bounds(method, old_log_prob, response_mask, cfg)
-    lower, upper = bounds
-    return ppo_surrogate(
+    """One-shot `ResolvedMethod.loss` (resolves ``method``, ``params`` and ``settings`` first: not for a training
+    loop)."""
+    return resolve(method, params, settings).loss(
         old_log_prob,
         log_prob,
         advantages,
         response_mask,
-        lower,
-        upper,
-        settings,
+        bounds=bounds,
         rollout_is_weights=rollout_is_weights,
         global_batch_info=global_batch_info,
     )
+
+
+# Methods of the user's own modules (the workflow's ``method_modules``), last: they import this module.
+load_method_modules(os.environ.get(METHOD_MODULES_ENV))

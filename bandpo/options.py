@@ -8,7 +8,7 @@ import difflib
 import json
 import types
 import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 
@@ -21,24 +21,23 @@ def unknown_names(unknown: Iterable[Any], known: Sequence[str]) -> str:
     return ", ".join(parts)
 
 
-def _allowed_types(hint: Any) -> tuple[type, ...]:
+def allowed_types(hint: Any) -> tuple[type, ...]:
     """The plain types a field's annotation admits: ``float | None`` -> (float, NoneType), ``dict[str, Any]`` ->
     (dict,); ``Any`` -> (object,)."""
     if hint is Any:
         return (object,)
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
-        return tuple(t for arg in typing.get_args(hint) for t in _allowed_types(arg))
+        return tuple(t for arg in typing.get_args(hint) for t in allowed_types(arg))
     if origin is not None:
         return (origin,)
     return (hint,) if isinstance(hint, type) else (object,)
 
 
-def _coerce(key: str, raw: str, allowed: tuple[type, ...]) -> Any:
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
-        value = raw
+def _fit(label: str, value: Any, allowed: tuple[type, ...], raw: str | None = None) -> Any:
+    """``value`` if it fits ``allowed`` (an int is widened to a float field; a bool fits only a bool field); for a
+    text field given something else from the command line, the text ``raw`` itself; else ValueError naming
+    ``label``."""
     if object in allowed:
         return value
     if isinstance(value, bool):  # bool is an int in Python: accept it only where bool is allowed
@@ -48,10 +47,25 @@ def _coerce(key: str, raw: str, allowed: tuple[type, ...]) -> Any:
         return float(value)
     elif isinstance(value, allowed):
         return value
-    if str in allowed:
+    if raw is not None and str in allowed:
         return raw  # e.g. a str field given 123 or null: the text itself
     names = " or ".join("null" if t is type(None) else t.__name__ for t in allowed)
-    raise ValueError(f"--set {key}={raw}: expected {names}")
+    got = "" if raw is not None else f", got {value!r}"  # a --set label already shows the text
+    raise ValueError(f"{label}: expected {names}{got}")
+
+
+def check_fields(values: Mapping[str, Any], schema: type, what: str = "field") -> dict[str, Any]:
+    """Typed ``values`` (from a YAML config) checked against the fields of the dataclass ``schema``: the values,
+    ints widened for float fields. ValueError naming the key for an unknown name (with a 'did you mean' hint) or a
+    value of the wrong type; ``what`` names the kind of setting in the message ("training setting")."""
+    fields = [f.name for f in dataclasses.fields(schema)]
+    hints = typing.get_type_hints(schema)
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in fields:
+            raise ValueError(f"unknown {what} {unknown_names([key], fields)}; valid: {', '.join(fields)}")
+        out[key] = _fit(f"{what} {key!r}", value, allowed_types(hints[key]))
+    return out
 
 
 def parse_assignments(items: Iterable[str], schema: type) -> dict[str, Any]:
@@ -70,5 +84,9 @@ def parse_assignments(items: Iterable[str], schema: type) -> dict[str, Any]:
         if key not in fields:
             hint = unknown_names([key], fields)
             raise ValueError(f"--set {item!r}: unknown field {hint}; valid: {', '.join(fields)}")
-        out[key] = _coerce(key, raw, _allowed_types(hints[key]))
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        out[key] = _fit(f"--set {key}={raw}", value, allowed_types(hints[key]), raw)
     return out

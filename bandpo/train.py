@@ -1,19 +1,27 @@
 """The local GRPO trainer: one loop for every registered method (embedded CPU profile; runs on CUDA unchanged).
 
-Per step (one rollout batch), top to bottom:
+Per step (one rollout batch), top to bottom, in three functions (`train_step` = `collect` -> `score` -> `update`):
+
+Collect:
 
 1. draw ``prompts_per_step`` training problems (seeded by (seed, step): a resumed run draws the same ones);
 2. roll out ``samples_per_prompt`` completions each with KV-cached ancestral sampling at ``temperature`` from the
-   model's plain softmax (top_k = 0, top_p = 1), with the trainer's own loop (`_sample_rows`): each prompt is
-   pre-filled ONCE and its KV cache shared by the ``samples_per_prompt`` rows of its group, and rows that have
-   emitted EOS are dropped from the batch and the cache once they are a quarter of it;
+   model's plain softmax (top_k = 0, top_p = 1), with the suite's sampler (`bandpo.sampling.sample_rows`): each
+   prompt is pre-filled ONCE and its KV cache shared by the ``samples_per_prompt`` rows of its group, and rows that
+   have emitted EOS are dropped from the batch and the cache once they are a quarter of it;
 3. reward = ``bandpo.grader.grade(completion, answer)`` (1 or 0), the same grader that scores evaluation;
+
+Score:
+
 4. GRPO advantage per group: A = (R - mean_group) / (std_group + 1e-6), unbiased std, on every completion token;
 5. old log-probs recomputed by a forward pass of the rollout policy (no grad), with its token entropy: each prompt
    is run once and its KV cache shared by its group's completions (`completion_log_probs_shared`, equal to a full
    forward pass of every prompt + completion row up to float rounding);
-6. the method's ratio bounds computed ONCE for the whole batch on valid tokens (`bandpo.methods.compute_bounds`),
-   timed inside the step;
+6. the method's ratio bounds computed ONCE for the whole batch on valid tokens (`ResolvedMethod.bounds`: the
+   method is resolved once per run, `bandpo.methods.resolve`), timed inside the step;
+
+Update:
+
 7. ``updates_per_step`` optimizer updates over disjoint mini-batches (``minibatch``: whole prompt groups, as verl
    counts mini-batches in prompts, or random sequences; the first one is on-policy, the later ones off-policy,
    which is what makes clipping act), each prompt of a mini-batch run once with its KV cache shared by its
@@ -22,16 +30,25 @@ Per step (one rollout batch), top to bottom:
 8. one line of metrics.jsonl; a checkpoint every ``checkpoint_every`` steps.
 
 Crash safety: metrics go to ``metrics.jsonl.partial`` and are renamed at the end; checkpoints (model, optimizer,
-RNG states, step, the metrics so far) are written to a temporary file and renamed. A run killed at any point and
-started again with the same arguments resumes from its last checkpoint and ends with the same metrics as an
-uninterrupted run (wall-clock fields aside). Outputs, in order: ``model/`` (save_pretrained, renamed into place),
-``metrics.jsonl``, ``run.json`` (resolved config, timings, versions): ``run.json`` existing means the run is done.
+RNG states, step, the metrics so far) are written through `bandpo.files.atomic_write_bytes` (a temporary file,
+then a rename). A run killed at any point and started again with the same arguments resumes from its last
+checkpoint and ends with the same metrics as an uninterrupted run (wall-clock fields aside). Outputs, in order:
+``model/`` (save_pretrained, renamed into place), ``metrics.jsonl``, ``run.json`` (resolved config, the method's
+``method_label`` and ``method_params``, timings, versions): ``run.json`` existing means the run is done.
+
+Timings, one name each: per step ``rollout_seconds`` (collect), ``update_seconds`` (score + update) and
+``step_seconds`` (the whole step) in metrics.jsonl; ``train_seconds_total`` in run.json is the run's training time
+(the sum of its ``step_seconds``, over every process of a resumed run) and ``process_seconds`` the wall time of the
+last process's loop.
 
 CLI (used by the Snakemake rule)::
 
     python -m bandpo.train --model resources/models/tiny-s --data resources/data/tiny-math --method bandpo \\
         --params '{"divergence": "kl"}' --seed 0 --out results/embedded/runs/tiny-s/bandpo_kl/seed0 --threads 1 \\
-        [--set steps=100 --set lr=2e-4 ...]
+        [--set steps=100 --set lr=2e-4 ...] [--method-module my_methods.py ...]
+
+``--method-module`` (repeatable) imports a module of your own that registers methods (`bandpo.methods`,
+``BANDPO_METHOD_MODULES`` does the same from the environment).
 """
 
 from __future__ import annotations
@@ -39,6 +56,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import io
 import json
 import math
 import os
@@ -47,6 +65,7 @@ import shutil
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,13 +73,22 @@ from typing import Any
 import torch
 
 from bandpo import methods
-from bandpo.files import atomic_write_text, read_jsonl, replace_dir
+from bandpo.files import atomic_write_bytes, atomic_write_text, read_jsonl, replace_dir
 from bandpo.grader import grade_many, grader_info, warmup
-from bandpo.options import parse_assignments
+from bandpo.models import lr_schedule
+from bandpo.options import check_fields, parse_assignments
 from bandpo.provenance import machine, versions
+from bandpo.sampling import positions, sample_rows
 
 # Fields that measure wall-clock time: they differ between two runs of the same seed, everything else is identical.
-TIMING_KEYS = ("step_seconds", "rollout_seconds", "train_seconds", "bounds_seconds", "bounds_frac", "tokens_per_second")
+TIMING_KEYS = (
+    "step_seconds",
+    "rollout_seconds",
+    "update_seconds",
+    "bounds_seconds",
+    "bounds_frac",
+    "tokens_per_second",
+)
 
 
 @dataclass
@@ -170,15 +198,40 @@ class TrainConfig:
             problems.append(f"threads: must be >= 1, got {self.threads!r}")
         if problems:
             raise ValueError("invalid training config:\n  " + "\n  ".join(problems))
-        methods.make_config(self.method, self.params)  # unknown method / bad parameter: ValueError naming it
-        methods.SurrogateConfig.from_params({"loss_agg_mode": self.loss_agg_mode, "dual_clip_c": self.dual_clip_c})
+        self.resolve_method()  # unknown method / bad parameter: ValueError naming it
+
+    def resolve_method(self) -> methods.ResolvedMethod:
+        """The run's method with its parameters and loss settings, validated (`bandpo.methods.resolve`)."""
+        settings = {"loss_agg_mode": self.loss_agg_mode, "dual_clip_c": self.dual_clip_c}
+        return methods.resolve(self.method, self.params, settings)
 
     def identity(self) -> str:
-        """Hash of the fields that determine the result (not out, threads, device or progress)."""
+        """Hash of the fields that can change the result: every field but out, progress, keep_checkpoint and
+        checkpoint_every (threads and device are hashed: they change float rounding). A checkpoint of another
+        identity is not resumed."""
         d = dataclasses.asdict(self)
         for k in ("out", "progress", "keep_checkpoint", "checkpoint_every"):
             d.pop(k)
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+# Fields the workflow's train rule sets itself (from the method entry, the run and the rule): not overridable.
+RUN_FIELDS = ("model", "data", "out", "method", "params", "seed", "threads", "progress")
+
+
+def check_overrides(overrides: Mapping[str, Any]) -> None:
+    """Validate the workflow's ``train:`` overrides against TrainConfig (keys, types, ranges), as the train rule
+    would apply them; ValueError naming the offending key. Used at DAG start (workflow/scripts/bench_config.py)."""
+    for key in overrides:
+        if key in RUN_FIELDS:
+            raise ValueError(f"training setting {key!r} is set by the workflow itself, not by train:")
+    cfg = TrainConfig(model="<model>", data="<data>", out="<out>")
+    for key, value in check_fields(overrides, TrainConfig, "training setting").items():
+        setattr(cfg, key, value)
+    try:
+        cfg.validate()
+    except ValueError as e:  # one line: "invalid training config: lr: must be ..."
+        raise ValueError(" ".join(str(e).split())) from None
 
 
 def apply_overrides(cfg: TrainConfig, assignments: list[str]) -> TrainConfig:
@@ -228,76 +281,13 @@ class Batch:
     truncated: torch.Tensor  # (B,) bool: no EOS within max_new_tokens
 
 
-COMPACT_FRAC = 0.25
-"""A rollout drops its finished rows from the batch and the KV cache once they are this fraction of its rows."""
-
-
-def _positions(mask: torch.Tensor) -> torch.Tensor:
-    """Position ids of a left-padded layout: 0 at each row's first real token."""
-    return (mask.cumsum(1) - 1).clamp(min=0)
-
-
-@torch.no_grad()
-def _sample_rows(model, prompt_ids, prompt_mask, n: int, max_new_tokens: int, temperature: float, eos: int,
-                 with_log_probs: bool = False):  # fmt: skip
-    """KV-cached ancestral sampling of ``n`` completions per prompt from softmax(logits / temperature).
-
-    Each prompt (a row of the left-padded ``prompt_ids``) is pre-filled once and its KV cache repeated for its ``n``
-    rows (row r continues prompt r // n). A row that has emitted EOS stops; once the stopped rows are
-    ``COMPACT_FRAC`` of the rows still in the cache they are dropped from it, so late steps run only the rows still
-    generating. Returns the tokens (B, T) with T the longest completion (pad 0 after EOS), the mask of valid tokens
-    (up to and including EOS) and, with ``with_log_probs``, the log-prob of each sampled token under the untempered
-    policy (what a forward pass of the model scores; zero on padding), else None."""
-    G, P = prompt_ids.shape
-    B, device = G * n, prompt_ids.device
-    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=_positions(prompt_mask),
-                use_cache=True, logits_to_keep=1)  # fmt: skip
-    cache = out.past_key_values
-    cache.batch_repeat_interleave(n)
-    logits = out.logits[:, -1].float().repeat_interleave(n, 0)  # (B, V): the distribution of completion token 0
-    tokens = torch.zeros(B, max_new_tokens, dtype=torch.long, device=device)
-    log_prob = torch.zeros(B, max_new_tokens, device=device) if with_log_probs else None
-    lengths = torch.full((B,), max_new_tokens, dtype=torch.long, device=device)
-    rows = torch.arange(B, device=device)  # the batch row of each cache row
-    live = torch.ones(B, dtype=torch.bool, device=device)  # cache rows still generating
-    attn = torch.cat([prompt_mask.repeat_interleave(n, 0), prompt_mask.new_ones(B, max_new_tokens)], 1)
-    row_positions = prompt_mask.sum(1).repeat_interleave(n)  # position of completion token 0
-    for t in range(max_new_tokens):
-        probs = torch.softmax(logits if temperature == 1.0 else logits / temperature, -1)
-        tok = torch.multinomial(probs, 1).squeeze(1)
-        tokens[rows, t] = tok  # a finished row still in the cache writes after its EOS: masked, then zeroed below
-        if log_prob is not None:
-            log_prob[rows, t] = torch.log_softmax(logits, -1).gather(1, tok.unsqueeze(1)).squeeze(1)
-        done = live & (tok == eos)
-        if bool(done.any()):
-            lengths[rows[done]] = t + 1
-            live = live & ~done
-            n_live = int(live.sum())
-            if n_live == 0:
-                break
-            if live.numel() - n_live >= COMPACT_FRAC * live.numel():
-                keep = live.nonzero().squeeze(1)
-                cache.batch_select_indices(keep)
-                rows, tok, live = rows[keep], tok[keep], live[keep]
-        if t + 1 == max_new_tokens:
-            break
-        position_ids = (row_positions[rows] + t).unsqueeze(1)
-        out = model(input_ids=tok.unsqueeze(1), attention_mask=attn[rows, : P + t + 1], position_ids=position_ids,
-                    past_key_values=cache, use_cache=True)  # fmt: skip
-        logits = out.logits[:, -1].float()
-    T = int(lengths.max())
-    response_mask = torch.arange(T, device=device).unsqueeze(0) < lengths.unsqueeze(1)
-    tokens = tokens[:, :T] * response_mask
-    return tokens, response_mask, (log_prob[:, :T] * response_mask if log_prob is not None else None)
-
-
 def rollout(model, tokenizer, prompts: list[str], cfg: TrainConfig, device: torch.device) -> Batch:
     """``samples_per_prompt`` completions per prompt, KV-cached sampling (group members are adjacent rows)."""
     n = cfg.samples_per_prompt
     tokenizer.padding_side = "left"
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
     prompt_ids, prompt_mask = enc["input_ids"], enc["attention_mask"]
-    completion, response_mask, _ = _sample_rows(
+    completion, response_mask, _ = sample_rows(
         model, prompt_ids, prompt_mask, n, cfg.max_new_tokens, cfg.temperature, tokenizer.eos_token_id
     )
     is_eos = (completion == tokenizer.eos_token_id) & response_mask
@@ -310,32 +300,21 @@ def rollout(model, tokenizer, prompts: list[str], cfg: TrainConfig, device: torc
                  truncated)  # fmt: skip
 
 
-def completion_log_probs(model, input_ids, attention_mask, prompt_len: int, with_entropy: bool = False):
-    """Log-probs of the completion tokens (B, T) under ``model`` (and the token entropy of its distribution), one
-    forward pass over the full prompt + completion rows (the reference that `completion_log_probs_shared` equals)."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=_positions(attention_mask)).logits
-    logits = logits[:, prompt_len - 1 : -1].float()  # position t predicts token t + 1
-    log_probs = torch.log_softmax(logits, dim=-1)
-    token_log_prob = log_probs.gather(-1, input_ids[:, prompt_len:].unsqueeze(-1)).squeeze(-1)
-    if not with_entropy:
-        return token_log_prob, None
-    entropy = -(log_probs.exp() * log_probs).sum(-1)
-    return token_log_prob, entropy
-
-
 def completion_log_probs_shared(model, batch: Batch, idx: torch.Tensor, group: int, with_entropy: bool = False):
-    """`completion_log_probs` of rows ``idx`` of ``batch`` (each (len(idx), T), zero on padding), computed with each
-    distinct prompt among those rows run once and its KV cache shared by its rows: one forward pass over the
-    prompts, then one over the completions. Prompt columns that are padding in every prompt of ``idx`` and
+    """Log-probs of the completion tokens of rows ``idx`` of ``batch`` under ``model`` (each (len(idx), T), zero on
+    padding) and, with ``with_entropy``, the token entropy of its distribution, computed with each distinct prompt
+    among those rows run once and its KV cache shared by its rows: one forward pass over the prompts, then one over
+    the completions. Prompt columns that are padding in every prompt of ``idx`` and
     completion columns past the longest completion of ``idx`` are not computed. Differentiable (the gradient
-    flows back into the shared prompt pass); equal to the full forward pass up to float rounding."""
+    flows back into the shared prompt pass); equal to a full forward pass of every prompt + completion row up to float
+    rounding."""
     T = batch.response_mask.shape[1]
     groups = torch.div(idx, group, rounding_mode="floor")
     uniq, inverse = torch.unique(groups, return_inverse=True)
     p_mask = batch.prompt_mask[uniq]
     first = int((p_mask.sum(0) > 0).nonzero()[0])  # leading columns that are padding in every prompt here
     p_ids, p_mask = batch.prompt_ids[uniq, first:], p_mask[:, first:]
-    out = model(input_ids=p_ids, attention_mask=p_mask, position_ids=_positions(p_mask), use_cache=True,
+    out = model(input_ids=p_ids, attention_mask=p_mask, position_ids=positions(p_mask), use_cache=True,
                 logits_to_keep=1)  # fmt: skip
     cache = out.past_key_values
     cache.batch_select_indices(inverse)  # differentiable gather: each row gets its prompt's keys and values
@@ -368,10 +347,11 @@ def group_advantages(rewards: torch.Tensor, group: int, eps: float) -> torch.Ten
 # Checkpoints
 
 
-def _atomic_torch_save(obj: Any, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+def _save_checkpoint(obj: Any, path: Path) -> None:
+    """``torch.save`` into memory, then `bandpo.files.atomic_write_bytes`: a crash leaves the old checkpoint."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 def _rng_state() -> dict:
@@ -401,6 +381,26 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
+@dataclass
+class Run:
+    """What every step of a run works with: the policy and its optimizer, the optional frozen reference, the
+    training rows, the config and the method resolved once for the run."""
+
+    cfg: TrainConfig
+    method: methods.ResolvedMethod
+    model: Any
+    reference: Any
+    tokenizer: Any
+    optimizer: torch.optim.Optimizer
+    rows: list[dict]
+    device: torch.device
+
+    def sync(self) -> None:
+        """Wait for the device (CUDA kernels are asynchronous), so that timings are true."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+
 def train(cfg: TrainConfig) -> dict:
     """Run (or resume) one training run; returns the run summary also written to run.json."""
     cfg.validate()
@@ -421,9 +421,7 @@ def train(cfg: TrainConfig) -> dict:
     if (prompts if cfg.minibatch == "group" else prompts * cfg.samples_per_prompt) < cfg.updates_per_step:
         raise ValueError(f"{cfg.data}: {len(rows)} rows are too few for {cfg.updates_per_step} mini-batches")
     warmup()  # start the grader's workers now, not inside the first timed step
-    params = methods.make_config(cfg.method, cfg.params)
-    settings = methods.SurrogateConfig.from_params({"loss_agg_mode": cfg.loss_agg_mode, "dual_clip_c": cfg.dual_clip_c})
-    is_bounds_method = methods.get_method(cfg.method).kind == "bounds"
+    method = cfg.resolve_method()
 
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
@@ -435,6 +433,7 @@ def train(cfg: TrainConfig) -> dict:
         reference = AutoModelForCausalLM.from_pretrained(cfg.model, torch_dtype=torch.float32).to(device).eval()
         reference.requires_grad_(False)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    run = Run(cfg, method, model, reference, tokenizer, optimizer, rows, device)
 
     start_step, history = 0, []
     if ckpt_path.is_file():
@@ -455,22 +454,20 @@ def train(cfg: TrainConfig) -> dict:
     metrics_file = open(partial_metrics, "a", encoding="utf-8")
     try:
         for step in bar:
-            m = train_step(step, model, reference, tokenizer, optimizer, rows, cfg, params, settings,
-                           is_bounds_method, device)  # fmt: skip
+            m = train_step(run, step)
             history.append(m)
             metrics_file.write(json.dumps(m) + "\n")
             metrics_file.flush()
             bar.set_postfix(reward=f"{m['reward_mean']:.3f}", entropy=f"{m['entropy']:.3f}")
             if (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
-                ckpt_path.parent.mkdir(exist_ok=True)
-                _atomic_torch_save(
+                _save_checkpoint(
                     {"identity": cfg.identity(), "step": step + 1, "model": model.state_dict(),
                      "optimizer": optimizer.state_dict(), "rng": _rng_state(), "metrics": history},
                     ckpt_path,
                 )  # fmt: skip
     finally:
         metrics_file.close()
-    train_seconds = time.perf_counter() - t_run
+    process_seconds = time.perf_counter() - t_run
 
     # Publish: model/ (renamed into place), metrics.jsonl, then run.json last.
     tmp_model = out / "model.tmp"
@@ -481,11 +478,14 @@ def train(cfg: TrainConfig) -> dict:
     os.replace(partial_metrics, out / "metrics.jsonl")
     summary = {
         "config": dataclasses.asdict(cfg),
-        "method_params": params.to_dict(),
+        "method": method.name,
+        "method_label": method.label,
+        "method_params": method.params.to_dict(),
+        "method_modules": sorted(methods.loaded_method_modules()),
         "grader": grader_info(),
         "steps": cfg.steps,
         "resumed_from_step": start_step,
-        "train_seconds_this_process": train_seconds,
+        "process_seconds": process_seconds,
         "train_seconds_total": sum(m["step_seconds"] for m in history),
         "final": {k: history[-1][k] for k in ("reward_mean", "entropy", "response_length")} if history else {},
         "versions": versions("torch", "transformers"),
@@ -499,88 +499,110 @@ def train(cfg: TrainConfig) -> dict:
 
 
 def lr_at(cfg: TrainConfig, step: int) -> float:
-    """The learning rate of step ``step`` (0-based): ``lr``, or linear from ``lr`` to ``lr_end`` over the run."""
-    if cfg.lr_end is None or cfg.steps < 2:
+    """The learning rate of step ``step`` (0-based): ``lr``, or linear from ``lr`` to ``lr_end`` over the run
+    (`bandpo.models.lr_schedule`: no warmup, decay from the first step to the last)."""
+    if cfg.lr_end is None:
         return cfg.lr
-    return cfg.lr + (cfg.lr_end - cfg.lr) * step / (cfg.steps - 1)
+    return lr_schedule(step, cfg.lr, cfg.lr_end, decay_steps=cfg.steps - 1)
 
 
-def train_step(step, model, reference, tokenizer, optimizer, rows, cfg, params, settings, is_bounds_method, device):
-    """One rollout batch and its ``updates_per_step`` optimizer updates; returns the step's metrics."""
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    t0 = time.perf_counter()
-    seed = _step_seed(cfg.seed, step)
-    for group in optimizer.param_groups:
-        group["lr"] = lr_at(cfg, step)
-    picked = random.Random(seed).sample(range(len(rows)), k=min(cfg.prompts_per_step, len(rows)))
-    torch.manual_seed(seed)  # the sampling draws of generate()
-    if device.type == "cuda":
+@dataclass
+class Collected:
+    """A rollout batch with its grades and rewards (``scores``: the grader's 1 / 0, ``rewards``: what trains)."""
+
+    batch: Batch
+    scores: torch.Tensor
+    rewards: torch.Tensor
+
+
+@dataclass
+class Scored:
+    """What the updates need from the rollout policy: advantages, old log-probs, token entropy, reference
+    log-probs (with a KL term) and the method's bounds (bounds methods), all (B, T)."""
+
+    advantages: torch.Tensor
+    old_log_prob: torch.Tensor
+    entropy: torch.Tensor
+    ref_log_prob: torch.Tensor | None
+    bounds: tuple[torch.Tensor, torch.Tensor] | None
+    bounds_seconds: float
+
+
+def collect(run: Run, step: int, seed: int) -> Collected:
+    """Draw the step's prompts, sample ``samples_per_prompt`` completions of each, grade them, draw the rewards."""
+    cfg = run.cfg
+    picked = random.Random(seed).sample(range(len(run.rows)), k=min(cfg.prompts_per_step, len(run.rows)))
+    torch.manual_seed(seed)  # the sampler's draws
+    if run.device.type == "cuda":
         torch.cuda.manual_seed_all(seed)
-
-    # 1-3. rollouts and rewards
     with torch.no_grad():
-        batch = rollout(model, tokenizer, [rows[i]["prompt"] for i in picked], cfg, device)
-    answers = [str(rows[i]["answer"]) for i in picked for _ in range(cfg.samples_per_prompt)]
+        batch = rollout(run.model, run.tokenizer, [run.rows[i]["prompt"] for i in picked], cfg, run.device)
+    answers = [str(run.rows[i]["answer"]) for i in picked for _ in range(cfg.samples_per_prompt)]
     scores = torch.tensor(grade_many(batch.texts, answers), dtype=torch.float32)
     if cfg.reward == "random":
         rewards = torch.bernoulli(torch.full_like(scores, 0.5), generator=torch.Generator().manual_seed(seed))
     else:
         rewards = scores
-    sync()
-    t_rollout = time.perf_counter() - t0
+    return Collected(batch, scores, rewards)
 
-    # 4. group-normalised advantages, broadcast over the completion tokens
+
+def score(run: Run, collected: Collected) -> Scored:
+    """Advantages, and the rollout policy's view of the batch: old log-probs and entropy (a forward pass, no grad),
+    the reference's log-probs, and the method's bounds once for the whole batch, on the valid tokens only."""
+    cfg, batch = run.cfg, collected.batch
     mask = batch.response_mask
-    seq_adv = group_advantages(rewards, cfg.samples_per_prompt, cfg.adv_eps).to(device)
+    seq_adv = group_advantages(collected.rewards, cfg.samples_per_prompt, cfg.adv_eps).to(run.device)
     advantages = seq_adv.unsqueeze(1).expand_as(mask).contiguous()
-
-    # 5. old log-probs of the rollout policy (recomputed by a forward pass, no grad) and its token entropy
     n = cfg.samples_per_prompt
-    rows_all = torch.arange(mask.shape[0], device=device)
+    rows_all = torch.arange(mask.shape[0], device=run.device)
     with torch.no_grad():
-        old_log_prob, entropy = completion_log_probs_shared(model, batch, rows_all, n, with_entropy=True)
+        old_log_prob, entropy = completion_log_probs_shared(run.model, batch, rows_all, n, with_entropy=True)
         ref_log_prob = None
-        if reference is not None:
-            ref_log_prob, _ = completion_log_probs_shared(reference, batch, rows_all, n)
-
-    # 6. bounds once per rollout batch, on valid tokens only
+        if run.reference is not None:
+            ref_log_prob, _ = completion_log_probs_shared(run.reference, batch, rows_all, n)
     t_b = time.perf_counter()
-    bounds = methods.compute_bounds(cfg.method, old_log_prob, mask, params) if is_bounds_method else None
-    sync()
-    bounds_seconds = time.perf_counter() - t_b
+    bounds = run.method.bounds(old_log_prob, mask) if run.method.has_bounds else None
+    run.sync()
+    return Scored(advantages, old_log_prob, entropy, ref_log_prob, bounds, time.perf_counter() - t_b)
 
-    # 7. off-policy updates over disjoint mini-batches
+
+def minibatches(cfg: TrainConfig, n_rows: int, seed: int) -> list[torch.Tensor]:
+    """The ``updates_per_step`` disjoint mini-batches (row indices) of a rollout batch of ``n_rows`` rows."""
     gen = torch.Generator().manual_seed(seed)
+    n = cfg.samples_per_prompt
     if cfg.minibatch == "group":  # a random partition of the prompt groups, each group kept whole
-        group_order = torch.randperm(mask.shape[0] // n, generator=gen)
-        parts = [
-            (g.unsqueeze(1) * n + torch.arange(n)).reshape(-1) for g in group_order.tensor_split(cfg.updates_per_step)
-        ]
-    else:  # a random partition of the sequences
-        parts = torch.randperm(mask.shape[0], generator=gen).tensor_split(cfg.updates_per_step)
+        groups = torch.randperm(n_rows // n, generator=gen).tensor_split(cfg.updates_per_step)
+        return [(g.unsqueeze(1) * n + torch.arange(n)).reshape(-1) for g in groups]
+    return list(torch.randperm(n_rows, generator=gen).tensor_split(cfg.updates_per_step))  # a partition of the rows
+
+
+def update(run: Run, batch: Batch, scored: Scored, seed: int) -> dict[str, list[float]]:
+    """``updates_per_step`` optimizer updates over disjoint mini-batches (the first on-policy, the later ones
+    off-policy); returns each update's diagnostics (``offpolicy/<key>``: the updates after the first)."""
+    cfg, model = run.cfg, run.model
+    mask, old_log_prob, bounds = batch.response_mask, scored.old_log_prob, scored.bounds
     diag: dict[str, list[float]] = defaultdict(list)
-    for u, idx in enumerate(part.to(device) for part in parts):
-        log_prob, _ = completion_log_probs_shared(model, batch, idx, n)
-        loss, info = methods.compute_loss(
-            cfg.method, old_log_prob[idx], log_prob, advantages[idx], mask[idx], params, settings,
-            bounds=(bounds[0][idx], bounds[1][idx]) if bounds is not None else None,
-        )  # fmt: skip
-        if reference is not None:
+    for u, idx in enumerate(part.to(run.device) for part in minibatches(cfg, mask.shape[0], seed)):
+        log_prob, _ = completion_log_probs_shared(model, batch, idx, cfg.samples_per_prompt)
+        part_bounds = (bounds[0][idx], bounds[1][idx]) if bounds is not None else None
+        loss, info = run.method.loss(old_log_prob[idx], log_prob, scored.advantages[idx], mask[idx],
+                                     bounds=part_bounds)  # fmt: skip
+        if scored.ref_log_prob is not None:
             # k3 estimator of KL(pi || pi_ref): exp(ref - logp) - (ref - logp) - 1, aggregated like the policy loss
-            d = (ref_log_prob[idx] - log_prob).clamp(-20, 20)
+            d = (scored.ref_log_prob[idx] - log_prob).clamp(-20, 20)
             kl = methods.aggregate_loss(torch.exp(d) - d - 1, mask[idx].float(), cfg.loss_agg_mode)
             loss = loss + cfg.kl_coef * kl
             diag["kl_ref"].append(float(kl.detach()))
-        optimizer.zero_grad(set_to_none=True)
+        run.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
+        run.optimizer.step()
         diag["loss"].append(float(loss.detach()))
         diag["grad_norm"].append(float(grad_norm))
-        if bounds is not None:  # share of valid tokens whose ratio left [r_lo, r_hi], whatever the advantage's sign
+        if part_bounds is not None:  # share of valid tokens whose ratio left [r_lo, r_hi], whatever the sign of A
             with torch.no_grad():
                 ratio = torch.exp(log_prob.detach() - old_log_prob[idx])
-                outside = ((ratio < bounds[0][idx]) | (ratio > bounds[1][idx])) & mask[idx]
+                outside = ((ratio < part_bounds[0]) | (ratio > part_bounds[1])) & mask[idx]
                 diag["outside_frac"].append(float(outside.sum() / mask[idx].sum().clamp(min=1)))
                 if u > 0:
                     diag["offpolicy/outside_frac"].append(diag["outside_frac"][-1])
@@ -588,18 +610,35 @@ def train_step(step, model, reference, tokenizer, optimizer, rows, cfg, params, 
             diag[k].append(float(v))
             if u > 0:
                 diag[f"offpolicy/{k}"].append(float(v))
-    sync()
+    return diag
+
+
+def train_step(run: Run, step: int) -> dict:
+    """One rollout batch and its updates: collect -> score -> update; returns the step's metrics."""
+    cfg = run.cfg
+    t0 = time.perf_counter()
+    seed = _step_seed(cfg.seed, step)
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr_at(cfg, step)
+
+    collected = collect(run, step, seed)
+    run.sync()
+    rollout_seconds = time.perf_counter() - t0
+    scored = score(run, collected)
+    diag = update(run, collected.batch, scored, seed)
+    run.sync()
     step_seconds = time.perf_counter() - t0
 
+    batch, rewards = collected.batch, collected.rewards
+    mask = batch.response_mask
     n_tokens = int(mask.sum())
-    valid = mask.bool()
     groups = rewards.view(-1, cfg.samples_per_prompt)
     metrics = {
         "step": step + 1,
         "reward_mean": float(rewards.mean()),
-        "accuracy": float(scores.mean()),
+        "accuracy": float(collected.scores.mean()),
         "mixed_group_frac": float(((groups.max(1).values - groups.min(1).values) > 0).float().mean()),
-        "entropy": float(entropy[valid].mean()) if n_tokens else 0.0,
+        "entropy": float(scored.entropy[mask.bool()].mean()) if n_tokens else 0.0,
         "response_length": n_tokens / mask.shape[0],
         "truncated_frac": float(batch.truncated.float().mean()),
     }
@@ -612,11 +651,11 @@ def train_step(step, model, reference, tokenizer, optimizer, rows, cfg, params, 
             metrics[k] = _mean(values)
     metrics.update(
         {
-            "lr": optimizer.param_groups[0]["lr"],
-            "rollout_seconds": t_rollout,
-            "train_seconds": step_seconds - t_rollout,
-            "bounds_seconds": bounds_seconds,
-            "bounds_frac": bounds_seconds / step_seconds,
+            "lr": run.optimizer.param_groups[0]["lr"],
+            "rollout_seconds": rollout_seconds,
+            "update_seconds": step_seconds - rollout_seconds,
+            "bounds_seconds": scored.bounds_seconds,
+            "bounds_frac": scored.bounds_seconds / step_seconds,
             "step_seconds": step_seconds,
             "tokens_per_second": n_tokens / step_seconds,
         }
@@ -635,8 +674,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="override a TrainConfig field (repeatable), e.g. --set steps=60")  # fmt: skip
+    ap.add_argument("--method-module", dest="method_modules", action="append", default=[], metavar="MODULE",
+                    help="import a module (name or .py path) that registers methods (repeatable)")  # fmt: skip
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
+    try:
+        methods.load_method_modules(args.method_modules)
+    except ImportError as e:
+        ap.error(str(e))
     try:
         params = json.loads(args.params)
         if not isinstance(params, dict):
@@ -648,7 +693,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, json.JSONDecodeError) as e:
         ap.error(str(e))
     summary = train(cfg)
-    print(json.dumps({"out": cfg.out, **summary["final"], "train_seconds": summary["train_seconds_total"]}))
+    print(json.dumps({"out": cfg.out, **summary["final"], "train_seconds_total": summary["train_seconds_total"]}))
     return 0
 
 

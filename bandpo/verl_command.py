@@ -10,7 +10,8 @@ and its parameters.
 How the method's parameters reach verl's workers: ``BANDPO_METHOD_CONFIG`` (inline JSON, see
 `bandpo.verl_plugin`) is added to ``ray_kwargs.ray_init.runtime_env.env_vars`` (verl merges that mapping into the
 runtime_env of its ``ray.init``, so every worker of the job inherits it), together with
-``VERL_USE_EXTERNAL_MODULES=bandpo.verl_plugin`` (the fallback registration for verl without entry points) and
+``VERL_USE_EXTERNAL_MODULES=bandpo.verl_plugin`` (the fallback registration for verl without entry points),
+``BANDPO_METHOD_MODULES`` (the ``method_modules`` of your own methods, when there are any) and
 ``VERL_FILE_LOGGER_PATH`` (the "file" logger's JSONL, written by verl's driver actor). The same variables are
 returned by `VerlRun.env` for the launching shell. Under ``ray job submit``, Ray (>= 2.8) merges the job's
 runtime_env with the one verl gives ``ray.init`` and raises on conflicting keys: do not set these variables to other
@@ -108,10 +109,13 @@ class VerlRun:
     experiment_name: str | None = None  # default: <model basename>-<method>-seed<seed>
     logger: Sequence[str] = ("console", "file")
     python: str = "python"
-    plugin_modules: Sequence[str] = ()  # modules defining extra methods, imported by verl in every process
+    # modules of your own that register methods (names, or .py paths made absolute here): BANDPO_METHOD_MODULES
+    method_modules: Sequence[str] = ()
     extra_overrides: Sequence[str] = ()
 
     def __post_init__(self) -> None:
+        self.method_modules = [os.path.abspath(m) if m.endswith(".py") else m for m in self.method_modules]
+        methods.load_method_modules(self.method_modules)
         self.params = methods.make_config(self.method, self.params).to_dict()  # validates method + parameters
         if self.loss_agg_mode not in methods.AGG_MODES:
             raise ValueError(f"loss_agg_mode {self.loss_agg_mode!r} is not one of {', '.join(methods.AGG_MODES)}")
@@ -153,11 +157,14 @@ class VerlRun:
 
     def env(self) -> dict[str, str]:
         """Environment variables for the driver and (through Ray's runtime_env) for every worker."""
-        return {
+        env = {
             _METHOD_CONFIG_ENV: self.method_config_json(),
-            "VERL_USE_EXTERNAL_MODULES": ",".join([PLUGIN_MODULE, *self.plugin_modules]),
+            "VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE,
             "VERL_FILE_LOGGER_PATH": os.path.join(self.output_dir, "verl_metrics.jsonl"),
         }
+        if self.method_modules:
+            env[methods.METHOD_MODULES_ENV] = os.pathsep.join(self.method_modules)
+        return env
 
     def overrides(self) -> list[str]:
         """The Hydra overrides, ``key=value`` strings, for verl's ``ppo_trainer`` config."""

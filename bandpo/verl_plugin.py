@@ -24,11 +24,20 @@ with its defaults (the paper's settings). `bandpo.verl_command` puts it into
 verl's own actor config, as for verl's built-in losses: ``loss_agg_mode``, ``clip_ratio_c`` (the dual clip c),
 ``global_batch_info`` (data-parallel normalisation); ``clip_ratio*`` are not used by these losses.
 
+Resolved once. Each ``bandpo.<method>`` loss resolves its method (`bandpo.methods.resolve`: name, parameters of
+``BANDPO_METHOD_CONFIG``, verl's ``loss_agg_mode`` and ``clip_ratio_c``) on its first call in a process and keeps
+the `ResolvedMethod`; later micro-batches with the same settings only look it up (a new resolution happens only if
+those settings change, e.g. a test switching ``loss_agg_mode``).
+
+Methods of your own modules. ``BANDPO_METHOD_MODULES`` (set by `bandpo.verl_command.VerlRun.method_modules` in the
+driver's environment and in Ray's runtime_env) is read when `bandpo.methods` is imported, which this module does:
+so verl's driver and every Ray worker register those methods too, under ``bandpo.<name>``.
+
 Bounds in verl. verl calls the policy loss once per micro-batch and offers no hook per rollout batch, so a bounds
 method computes its bounds inside each call from that micro-batch's ``old_log_prob``, on its valid tokens only
 (`bandpo.methods.on_valid_tokens`). Bounds are elementwise in old_log_prob, so the values are those of a
 once-per-batch computation; only the (small) cost repeats per micro-batch and PPO epoch. The suite's local trainer
-computes them once per rollout batch (`bandpo.methods.compute_bounds`) instead.
+computes them once per rollout batch (`bandpo.methods.ResolvedMethod.bounds`) instead.
 
 Metrics: verl's usual ``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/pg_clipfrac_lower`` (dual clip), plus every
 diagnostic of `bandpo.methods.clip_diagnostics` under ``actor/bandpo/``; one host sync per call for all of them.
@@ -61,6 +70,7 @@ __all__ = [
     "method_config",
     "register_all",
     "registered_names",
+    "resolved_method",
     "verl_loss_name",
     "verl_policy_loss",
 ]
@@ -150,15 +160,22 @@ def _cached_config(method: str, params_json: str) -> methods.MethodConfig:
     return methods.make_config(method, json.loads(params_json))
 
 
+@functools.lru_cache(maxsize=64)
+def resolved_method(method: str, raw: str | None, loss_agg_mode: str, dual_clip_c: float | None):
+    """``method`` resolved with its BANDPO_METHOD_CONFIG parameters (``raw``: the variable's value) and verl's loss
+    settings; cached, so a run resolves each method once."""
+    settings = methods.SurrogateConfig(loss_agg_mode=loss_agg_mode, dual_clip_c=dual_clip_c)
+    return methods.resolve(method, method_config(method, raw or ""), settings)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The verl policy losses
 
 
-def _settings(loss_agg_mode: str, config: Any) -> methods.SurrogateConfig:
-    dual_clip_c = _DEFAULT_DUAL_CLIP_C
-    if config is not None:
-        dual_clip_c = config.get("clip_ratio_c", _DEFAULT_DUAL_CLIP_C)
-    return methods.SurrogateConfig(loss_agg_mode=loss_agg_mode, dual_clip_c=dual_clip_c)
+def _dual_clip_c(config: Any) -> float | None:
+    if config is None:
+        return _DEFAULT_DUAL_CLIP_C
+    return config.get("clip_ratio_c", _DEFAULT_DUAL_CLIP_C)
 
 
 def _global_batch_info(config: Any) -> dict[str, Any]:
@@ -190,14 +207,12 @@ def verl_policy_loss(method: str):
         config: Any = None,
         rollout_is_weights: Tensor | None = None,
     ) -> tuple[Tensor, dict[str, float]]:
-        loss, metrics = methods.compute_loss(
-            method,
+        resolved = resolved_method(method, os.environ.get(ENV_VAR), loss_agg_mode, _dual_clip_c(config))
+        loss, metrics = resolved.loss(
             old_log_prob,
             log_prob,
             advantages,
             response_mask,
-            params=method_config(method),
-            settings=_settings(loss_agg_mode, config),
             rollout_is_weights=rollout_is_weights,
             global_batch_info=_global_batch_info(config),
         )
@@ -206,8 +221,8 @@ def verl_policy_loss(method: str):
     policy_loss.__name__ = f"bandpo_{method}_policy_loss"
     policy_loss.__qualname__ = policy_loss.__name__
     policy_loss.__doc__ = (
-        f"verl policy loss {PREFIX}{method}: `bandpo.methods.compute_loss('{method}', ...)` with the parameters of "
-        f"${ENV_VAR} and verl's loss_agg_mode / clip_ratio_c / global_batch_info.\n\n"
+        f"verl policy loss {PREFIX}{method}: the loss of `bandpo.methods.resolve('{method}', ...)` with the parameters "
+        f"of ${ENV_VAR} and verl's loss_agg_mode / clip_ratio_c / global_batch_info.\n\n"
         "Shapes: old_log_prob, log_prob, advantages, response_mask, rollout_is_weights are (batch, response_length)."
     )
     return policy_loss

@@ -77,7 +77,7 @@ def suite_worker(timings_path: str, train_argv: list[str]) -> int:
         start, cpu_start = time.perf_counter(), time.process_time()
         metrics = original(*args, **kwargs)
         end, cpu_end = time.perf_counter(), time.process_time()
-        cfg = signature.bind(*args, **kwargs).arguments["cfg"]
+        cfg = signature.bind(*args, **kwargs).arguments["run"].cfg
         n_seq = cfg.prompts_per_step * cfg.samples_per_prompt
         cycles.append(
             {

@@ -49,7 +49,7 @@ def test_default_configs_are_the_paper_settings():
         "cap": 10.0,
         "relax": False,
         "relax_eps_low": 0.2,
-        "relax_eps_high": 0.2,
+        "relax_eps_high": 0.28,  # the paper's relaxed runs: union with Clip-Higher's [0.8, 1.28]
     }
     assert methods.make_config("gspo").to_dict() == {"eps_low": 3e-4, "eps_high": 4e-4}
     s = methods.SurrogateConfig()
@@ -128,6 +128,12 @@ def test_config_labels_name_the_variant():
     assert methods.make_config("bandpo").label() == "divergence=kl, delta=0.05"
     relaxed = methods.make_config("bandpo", {"divergence": "tv", "relax": True, "cap": None})
     assert relaxed.label() == "divergence=tv, delta=0.05, cap=None, relax=True"
+    # the relaxation's interval shows only when it acts: a run of the old default (0.2) without relax keeps its label
+    old_default = {"divergence": "kl", "delta": 0.05, "relax": False, "relax_eps_high": 0.2}
+    assert methods.make_config("bandpo", old_default).label() == "divergence=kl, delta=0.05"
+    assert methods.make_config("bandpo", {**old_default, "relax": True}).label() == (
+        "divergence=kl, delta=0.05, relax=True, relax_eps_high=0.2"
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -182,8 +188,8 @@ def test_bandpo_cap_relax_and_custom_divergence():
     mask = full_mask(old)
     _, hi = compute_bounds("bandpo", old, mask, {"cap": 5.0})
     assert hi[0, 0].item() == 5.0 and hi[0, 1].item() == pytest.approx(2.41055, abs=1e-5)
-    lo, hi = compute_bounds("bandpo", old, mask, {"relax": True})  # union with [0.8, 1.2]
-    assert lo[0, 2].item() == pytest.approx(0.8) and hi[0, 2].item() == pytest.approx(1.2)  # Band: [0.9312, 1.0101]
+    lo, hi = compute_bounds("bandpo", old, mask, {"relax": True})  # union with [1 - 0.2, 1 + 0.28]
+    assert lo[0, 2].item() == pytest.approx(0.8) and hi[0, 2].item() == pytest.approx(1.28)  # Band: [0.9312, 1.0101]
     assert lo[0, 1].item() == pytest.approx(0.261696, abs=1e-6) and hi[0, 1].item() == pytest.approx(2.41055, abs=1e-5)
     # p = 0 (log p = -inf) would give r_hi = inf: the cap maps it to 10.
     lo, hi = compute_bounds("bandpo", torch.tensor([[-math.inf, -1e-3]]), torch.tensor([[True, True]]))

@@ -269,9 +269,6 @@ def test_sample_completions_deterministic_and_entropy(built):
     assert a == b and sa == sb
     assert len(a) == 2 and all(len(c) == 3 for c in a)
     assert 0.0 < sa["token_entropy"] <= torch.log(torch.tensor(float(len(tok)))).item() + 1e-4
-    # dynamic cache gives the same samples (same logits, same RNG stream)
-    c, _ = sample_completions(model, tok, prompts, k=3, seed=5, max_new_tokens=10, cache_implementation=None)
-    assert c == a
 
 
 def test_sample_accuracy_with_oracle_grader(built):

@@ -55,6 +55,21 @@ def test_parse_assignments_rejects_naming_the_item(item, message):
         options.parse_assignments([item], Settings)
 
 
+def test_check_fields_types_config_values():
+    assert options.check_fields({"steps": 3, "lr": 1, "lr_end": None}, Settings) == {
+        "steps": 3,
+        "lr": 1.0,
+        "lr_end": None,
+    }
+    for values, message in [
+        ({"stpes": 3}, r"unknown training setting 'stpes' \(did you mean 'steps'\?\)"),
+        ({"flag": 1}, r"training setting 'flag': expected bool, got 1"),
+        ({"steps": "3"}, r"training setting 'steps': expected int, got '3'"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            options.check_fields(values, Settings, "training setting")
+
+
 def test_unknown_names_hints_the_closest():
     assert options.unknown_names(["delt", "zzz"], ["delta", "divergence"]) == "'delt' (did you mean 'delta'?), 'zzz'"
 

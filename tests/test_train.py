@@ -16,8 +16,9 @@ from safetensors.torch import load_file
 
 from bandpo import methods
 from bandpo.models import build_tokenizer, get_size, init_model
+from bandpo.sampling import positions, sample_rows
 from bandpo.tasks import generate_tiny_math, write_jsonl
-from bandpo.train import TIMING_KEYS, TrainConfig, apply_overrides, group_advantages, train
+from bandpo.train import TIMING_KEYS, TrainConfig, apply_overrides, check_overrides, group_advantages, lr_at, train
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,11 +68,29 @@ def test_config_errors_name_the_field(tmp_path):
         apply_overrides(TrainConfig(), ["steps=1.5"])
     cfg = apply_overrides(TrainConfig(), ["steps=7", "lr=1e-3", "dual_clip_c=null", "kl_coef=0"])
     assert (cfg.steps, cfg.lr, cfg.dual_clip_c, cfg.kl_coef) == (7, 1e-3, None, 0.0)
+    # the workflow's train: overrides are checked the same way at DAG start (keys, types and ranges)
+    check_overrides({"steps": 3, "lr": 1e-3, "minibatch": "group", "prompts_per_step": 8})
+    for bad, match in [
+        ({"stpes": 3}, "unknown training setting 'stpes' \\(did you mean 'steps'\\?\\)"),
+        ({"steps": 0}, "steps: must be an integer >= 1"),
+        ({"keep_checkpoint": 1}, "training setting 'keep_checkpoint': expected bool"),
+        ({"seed": 1}, "'seed' is set by the workflow itself"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            check_overrides(bad)
     # the CLI turns these into a usage error, not a stack trace
     proc = subprocess.run([sys.executable, "-m", "bandpo.train", "--model", "m", "--data", "d", "--out", "o",
                            "--method", "bandpo", "--params", '{"divergence": "klx"}'],
                           capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert proc.returncode == 2 and "divergence" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_lr_schedule_is_linear_from_lr_to_lr_end():
+    cfg = TrainConfig(steps=5, lr=5e-4, lr_end=1e-4)
+    assert [lr_at(cfg, s) for s in range(5)] == pytest.approx([5e-4, 4e-4, 3e-4, 2e-4, 1e-4], rel=1e-12)
+    assert lr_at(cfg, 0) == 5e-4
+    assert {lr_at(TrainConfig(steps=5, lr_end=None), s) for s in range(5)} == {TrainConfig().lr}
+    assert lr_at(TrainConfig(steps=1, lr=2e-4), 0) == 2e-4
 
 
 def test_group_advantages():
@@ -93,6 +112,9 @@ def test_every_registered_method_trains(assets, tmp_path, method):
         assert "clipfrac_upper/p0.0-0.2" in metrics[-1] and "bound_upper_mean/p0.8-1.0" in metrics[-1]
     assert (tmp_path / method / "model" / "config.json").is_file()
     assert summary["grader"]["name"] == "bandpo.grader"
+    run_json = json.loads((tmp_path / method / "run.json").read_text())
+    assert run_json["method"] == method and run_json["method_params"] == methods.make_config(method).to_dict()
+    assert run_json["method_label"] == methods.make_config(method).label() != ""
     assert (
         not (tmp_path / method / "checkpoint").exists() and not (tmp_path / method / "metrics.jsonl.partial").exists()
     )
@@ -171,6 +193,15 @@ def eos_heavy_model(assets):
     return model, tokenizer
 
 
+def completion_log_probs(model, input_ids, attention_mask, prompt_len: int, with_entropy: bool = False):
+    """The reference for the trainer's shared-prompt pass: one full forward pass over every prompt + completion row;
+    log-probs of the completion tokens and the token entropy."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions(attention_mask)).logits
+    log_probs = torch.log_softmax(logits[:, prompt_len - 1 : -1].float(), dim=-1)  # position t predicts token t + 1
+    token_log_prob = log_probs.gather(-1, input_ids[:, prompt_len:].unsqueeze(-1)).squeeze(-1)
+    return token_log_prob, (-(log_probs.exp() * log_probs).sum(-1) if with_entropy else None)
+
+
 def _prompts(tokenizer, texts):
     tokenizer.padding_side = "left"
     enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -181,7 +212,7 @@ def test_sampler_draws_from_the_models_softmax(eos_heavy_model):
     """The KV-cached sampler (shared prompt cache, finished rows dropped) samples the model's plain softmax: the
     first token's frequencies match softmax(logits / T), and over many rollouts the mean surprisal of the sampled
     tokens matches the mean entropy of their distributions, which a full forward pass recomputes."""
-    from bandpo.train import Batch, _sample_rows, completion_log_probs, completion_log_probs_shared
+    from bandpo.train import Batch, completion_log_probs_shared
 
     torch.set_num_threads(1)
     model, tokenizer = eos_heavy_model
@@ -192,7 +223,7 @@ def test_sampler_draws_from_the_models_softmax(eos_heavy_model):
     for temperature in (1.0, 0.7):
         torch.manual_seed(0)
         draws = 20000
-        tokens, _, _ = _sample_rows(model, ids, mask, draws, 1, temperature, eos)
+        tokens, _, _ = sample_rows(model, ids, mask, draws, 1, temperature, eos)
         freq = torch.bincount(tokens[:, 0], minlength=logits.numel()).double() / draws
         p = torch.softmax(logits.double() / temperature, -1)
         assert ((freq - p).abs() <= 5 * (p * (1 - p) / draws).sqrt() + 1e-4).all(), temperature
@@ -202,7 +233,7 @@ def test_sampler_draws_from_the_models_softmax(eos_heavy_model):
     n, surprisal, entropy_sum, count = 8, 0.0, 0.0, 0
     torch.manual_seed(1)
     for _ in range(25):
-        tokens, resp, sampled_lp = _sample_rows(model, ids, mask, n, 16, 1.0, eos, with_log_probs=True)
+        tokens, resp, sampled_ent = sample_rows(model, ids, mask, n, 16, 1.0, eos, with_entropy=True)
         # valid = up to and including the first EOS, and nothing after it
         is_eos = (tokens == eos) & resp
         lengths = resp.sum(1)
@@ -215,9 +246,9 @@ def test_sampler_draws_from_the_models_softmax(eos_heavy_model):
             full_lp, full_ent = completion_log_probs(model, batch.input_ids, batch.attention_mask, batch.prompt_len,
                                                      with_entropy=True)  # fmt: skip
             shared_lp, shared_ent = completion_log_probs_shared(model, batch, torch.arange(n * 4), n, with_entropy=True)
-        assert (full_lp - sampled_lp)[resp].abs().max() < 1e-5  # the recompute pass scores what the sampler drew
+        assert (full_ent - sampled_ent)[resp].abs().max() < 1e-5  # the sampler's entropy is the model's (T = 1)
         assert (full_lp - shared_lp)[resp].abs().max() < 1e-5 and (full_ent - shared_ent)[resp].abs().max() < 1e-5
-        surprisal += float(-sampled_lp[resp].sum())
+        surprisal += float(-full_lp[resp].sum())
         entropy_sum += float(full_ent[resp].sum())
         count += int(resp.sum())
     # E[-log p(x)] over x ~ p is the entropy of p; the surprisal's std here is about 1.5 nats per token
@@ -225,7 +256,7 @@ def test_sampler_draws_from_the_models_softmax(eos_heavy_model):
 
 
 def test_shared_prompt_forward_has_the_full_forwards_gradients(eos_heavy_model):
-    from bandpo.train import TrainConfig, completion_log_probs, completion_log_probs_shared, rollout
+    from bandpo.train import TrainConfig, completion_log_probs_shared, rollout
 
     torch.set_num_threads(1)
     model, tokenizer = eos_heavy_model
@@ -261,3 +292,46 @@ def test_minibatch_layouts(assets, tmp_path):
     # same rollouts (the layout only acts after step 1's sampling), different updates
     assert random_m[0]["reward_mean"] == group_m[0]["reward_mean"] and random_m[0]["entropy"] == group_m[0]["entropy"]
     assert random_m[0]["loss"] != group_m[0]["loss"]
+
+
+# The identity control: methods differ only through their bounds.
+BOUND_METHODS = {
+    "grpo": ("grpo", {}),
+    "clip_higher": ("clip_higher", {}),
+    "dcpo": ("dcpo", {}),
+    "bandpo_kl": ("bandpo", {"divergence": "kl"}),
+    "bandpo_tv": ("bandpo", {"divergence": "tv"}),
+    "bandpo_chi2": ("bandpo", {"divergence": "chi2"}),
+}
+
+
+def _control_runs(assets, tmp_path, **overrides) -> dict[str, tuple[list[dict], dict]]:
+    out = {}
+    for name, (method, params) in BOUND_METHODS.items():
+        cfg = small_config(assets, tmp_path / name, method=method, params=params, seed=7, **overrides)
+        train(cfg)
+        metrics = [
+            {k: v for k, v in m.items() if k not in TIMING_KEYS and "bound_" not in k}  # bounds' own diagnostics
+            for m in read_metrics(tmp_path / name)
+        ]
+        out[name] = (metrics, load_file(tmp_path / name / "model" / "model.safetensors"))
+    return out
+
+
+def test_on_policy_updates_make_every_bound_method_the_same_run(assets, tmp_path):
+    """updates_per_step = 1: every update is on-policy, the ratio is exactly 1, inside every method's bounds, so
+    grpo, clip_higher, dcpo and bandpo kl / tv / chi2 give the same run for a seed (metrics other than timings and
+    the bounds' own diagnostics, and the final weights); with 4 off-policy updates they do not."""
+    runs = _control_runs(assets, tmp_path / "on", updates_per_step=1, lr=1e-2, steps=3)
+    ref_metrics, ref_weights = runs["grpo"]
+    assert all(m["ratio_min"] == m["ratio_max"] == 1.0 for m in ref_metrics)  # exactly on-policy
+    assert any(m["loss"] != 0 for m in ref_metrics)  # the updates did something
+    for name, (metrics, weights) in runs.items():
+        assert metrics == ref_metrics, name
+        assert all(torch.equal(weights[k], ref_weights[k]) for k in ref_weights), name
+
+    runs = _control_runs(assets, tmp_path / "off", updates_per_step=4, lr=1e-2, steps=3)
+    ref_metrics, ref_weights = runs["grpo"]
+    assert max(m["offpolicy/clipfrac"] for m in ref_metrics) > 0  # the off-policy updates did leave GRPO's interval
+    differ = [n for n, (_, w) in runs.items() if any(not torch.equal(w[k], ref_weights[k]) for k in ref_weights)]
+    assert set(differ) == set(BOUND_METHODS) - {"grpo"}, differ

@@ -6,6 +6,7 @@ Needs verl installed (skipped otherwise) and this package installed (``pip insta
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -177,6 +178,77 @@ def test_bandpo_grpo_equals_verl_vanilla(monkeypatch):
         assert torch.equal(ours, ref), mode
         assert m["actor/pg_clipfrac"] == pytest.approx(ref_m["actor/pg_clipfrac"])
         assert m["actor/pg_clipfrac_lower"] == pytest.approx(ref_m["actor/pg_clipfrac_lower"])
+
+
+def verl_clip_config(mode: str, eps_low: float, eps_high: float, **info) -> ActorConfig:
+    return ActorConfig(strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1, clip_ratio_low=eps_low,
+                       clip_ratio_high=eps_high, loss_agg_mode=mode, global_batch_info=dict(info))  # fmt: skip
+
+
+@pytest.mark.parametrize("method", ["cispo", "gspo"])
+def test_cispo_and_gspo_equal_verls_own(method, monkeypatch):
+    """bandpo.cispo / bandpo.gspo against verl's registered ``cispo`` / ``gspo`` with the same eps: bitwise the same
+    loss and gradient (the same operations in the same order) in every aggregation mode, with and without rollout
+    weights and data-parallel normalisation; the same ppo_kl for both and the same pg_clipfrac for GSPO.
+    Documented differences, each shown below: CISPO's pg_clipfrac (verl: every token whose weight is clipped,
+    whatever the sign of A; ours: clip_diagnostics' clipfrac, a clipped weight on the side the advantage pushes),
+    and GSPO's clamp (verl clamps log s_it at +10, ours clamps the sequence log-ratio at +-log_ratio_clamp = 20)."""
+    eps = {"cispo": (0.3, 0.28), "gspo": (3e-4, 4e-4)}[method]
+    monkeypatch.setenv(verl_plugin.ENV_VAR, json.dumps({method: {"eps_low": eps[0], "eps_high": eps[1]}}))
+    ours_fn, verl_fn = get_policy_loss_fn(f"bandpo.{method}"), get_policy_loss_fn(method)
+    old, new, adv, mask, weights = random_batch(seed=5)
+    if method == "gspo":
+        new = old + 1e-3 * (new - old)  # sequence ratios within about 1e-3 of 1: some inside GSPO's tiny interval
+    for mode in methods.AGG_MODES:
+        for info in ({}, {"dp_size": 2, "batch_num_tokens": 70, "global_batch_size": 11, "loss_scale_factor": 13}):
+            for w in (None, weights):
+                a, b = new.clone().requires_grad_(), new.clone().requires_grad_()
+                cfg = verl_clip_config(mode, *eps, **info)
+                ours, m = ours_fn(old, a, adv, mask, mode, cfg, w)
+                ref, ref_m = verl_fn(old, b, adv, mask, mode, cfg, w)
+                assert torch.equal(ours, ref), (mode, info, w is None)
+                ours.backward()
+                ref.backward()
+                assert torch.equal(a.grad, b.grad), (mode, info, w is None)
+                assert m["actor/ppo_kl"] == pytest.approx(ref_m["actor/ppo_kl"], rel=1e-6, abs=1e-9)
+                if method == "gspo":
+                    assert m["actor/pg_clipfrac"] == pytest.approx(ref_m["actor/pg_clipfrac"], abs=1e-7)
+    if method == "gspo":
+        assert 0 < ref_m["actor/pg_clipfrac"] < 1  # the case covered both clipped and unclipped sequences
+        # the one difference: a sequence log-ratio above 10. A < 0 keeps the unclipped term, -A s, which verl
+        # computes with log s capped at 10 and the suite with the sequence log-ratio (capped at 20 only).
+        far = old + 12.0
+        neg = -adv.abs() - 0.1
+        cfg = verl_clip_config("token-mean", *eps)
+        ours, _ = ours_fn(old, far, neg, mask, "token-mean", cfg, None)
+        ref, _ = verl_fn(old, far, neg, mask, "token-mean", cfg, None)
+        assert float(ours) == pytest.approx(float(ref) * math.exp(2.0), rel=1e-5)
+    else:
+        # pg_clipfrac: verl counts every clipped weight; ours only those on the side of the advantage's push
+        r = torch.exp(torch.clamp(new - old, -20, 20))
+        outside = ((r < 1 - eps[0]) | (r > 1 + eps[1])) & mask
+        pushed = ((r < 1 - eps[0]) & (adv < 0) | (r > 1 + eps[1]) & (adv > 0)) & mask
+        _, m = ours_fn(old, new, adv, mask, "token-mean", verl_clip_config("token-mean", *eps), None)
+        _, ref_m = verl_fn(old, new, adv, mask, "token-mean", verl_clip_config("token-mean", *eps), None)
+        assert ref_m["actor/pg_clipfrac"] == pytest.approx(float(outside.sum() / mask.sum()), rel=1e-6)
+        assert m["actor/pg_clipfrac"] == pytest.approx(float(pushed.sum() / mask.sum()), rel=1e-6)
+        assert m["actor/pg_clipfrac"] < ref_m["actor/pg_clipfrac"]
+
+
+def test_a_method_is_resolved_once_per_settings(monkeypatch):
+    """verl calls the loss per micro-batch: the method is resolved on the first call only."""
+    monkeypatch.setenv(verl_plugin.ENV_VAR, json.dumps({"bandpo": {"delta": 0.07}}))
+    verl_plugin.resolved_method.cache_clear()
+    calls = []
+    real = methods.resolve
+    monkeypatch.setattr(methods, "resolve", lambda *a, **k: calls.append(a) or real(*a, **k))
+    fn = get_policy_loss_fn("bandpo.bandpo")
+    old, new, adv, mask, _ = random_batch()
+    for _ in range(3):
+        fn(old, new, adv, mask, "token-mean", actor_config("token-mean"))
+    assert len(calls) == 1 and calls[0][1].delta == 0.07
+    fn(old, new, adv, mask, "seq-mean-token-mean", actor_config("seq-mean-token-mean"))
+    assert len(calls) == 2  # other loss settings: resolved again, once
 
 
 # ----------------------------------------------------------------------------------------------------------------

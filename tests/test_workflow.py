@@ -158,6 +158,20 @@ BAD_CASES = {  # case: (mutation of config/smoke.yaml, regex the error message m
     "unknown_eval_data": (_set(["eval", "tasks", 0, "data"], "nope"), r"eval\.tasks\[0\]\.data: unknown data set"),
     "unknown_eval_task": (_set(["eval", "tasks", 0, "task"], "nope"), r"eval\.tasks\[0\]\.task: no lm-eval task"),
     "bad_seed": (_set(["seeds"], [0, -1]), r"config error at seeds\[1\]"),
+    "train_typo": (_set(["train", "stpes"], 3), r"config error at train\.stpes: .*'stpes' \(did you mean 'steps'\?\)"),
+    "model_train_bad_value": (
+        _set(["models", 0, "train", "lr"], 0),
+        r"models\[0\]\.train\.lr \(model 'smoke-tiny'\): .*lr: must be a finite number > 0",
+    ),
+    "entry_train_typo": (
+        _set(["methods", 1, "train", "updates_per_stp"], 2),
+        r"methods\[1\]\.train\.updates_per_stp \(entry 'bandpo_kl'\): .*did you mean 'updates_per_step'",
+    ),
+    "train_sets_a_run_field": (_set(["train", "seed"], 1), r"train\.seed: .*set by the workflow itself"),
+    "method_module_missing": (
+        _set(["method_modules"], ["tests/no_such_methods.py"]),
+        r"method_modules\[0\]: method module 'tests/no_such_methods.py': file not found",
+    ),
 }
 
 
@@ -169,7 +183,9 @@ def test_bad_config_is_rejected_naming_the_field(case):
     assert re.search(pattern, str(exc.value)), str(exc.value)
 
 
-@pytest.mark.parametrize("case", ["delta_zero", "unknown_divergence", "unknown_nested_key", "missing_models"])
+@pytest.mark.parametrize(
+    "case", ["delta_zero", "unknown_divergence", "unknown_nested_key", "missing_models", "train_typo"]
+)
 def test_bad_config_stops_snakemake_before_any_job(tmp_path, case):
     mutate, pattern = BAD_CASES[case]
     proc = snakemake(tmp_path / "wd", "-n", configfile=write_config(tmp_path, bad(mutate)))
@@ -503,6 +519,41 @@ def test_external_trainer_rule_gets_scored(smoke_run, tmp_path):
         assert summary["metrics"] == base["metrics"]  # the same weights, the same evaluation seed: the same scores
     scores = pd.read_csv(wd / "results/smoke/scores.csv")
     assert set(scores.loc[scores["entry"] == "copy_trainer", "seed"]) == set(cfg["seeds"])
+
+
+def test_a_method_of_a_users_module_runs_through_the_dag(smoke_run, tmp_path):
+    """A method defined in a file outside bandpo/ (tests/example_method.py), named in method_modules: checked at DAG
+    start, trained by the local trainer, scored and reported like a built-in method."""
+    wd, _ = smoke_run
+    cfg = read_config("smoke")
+    cfg["methods"].append({"id": "half_clip", "method": "half_clip", "params": {"eps": 0.1}})
+    # without the module the entry is an unknown method, before any job
+    proc = snakemake(wd, "-n", configfile=write_config(tmp_path, cfg, "without.yaml"))
+    assert proc.returncode != 0 and re.search(r"methods\[2\]\.method .*unknown method 'half_clip'", proc.output)
+    bad = copy.deepcopy(cfg)
+    bad["methods"][-1]["params"] = {"eps": 1.5}  # the module's own validation runs at DAG start too
+    bad["method_modules"] = ["tests/example_method.py"]
+    proc = snakemake(wd, "-n", configfile=write_config(tmp_path, bad, "bad.yaml"))
+    assert proc.returncode != 0 and re.search(r"methods\[2\]\.params\.eps .*must be in \(0, 1\)", proc.output)
+
+    cfg["method_modules"] = ["tests/example_method.py"]
+    proc = snakemake(wd, "--cores", "2", configfile=write_config(tmp_path, cfg))
+    assert proc.returncode == 0, proc.output[-3000:]
+    n_seeds = len(cfg["seeds"])
+    assert job_counts(proc.output) == {"train": n_seeds, "eval_group": 1, "report": 1, "all": 1}
+    model = cfg["models"][0]["id"]
+    for seed in cfg["seeds"]:
+        run = json.loads((wd / "results/smoke/runs" / model / "half_clip" / f"seed{seed}" / "run.json").read_text())
+        assert run["method"] == "half_clip" and run["method_label"] == "eps=0.1"
+        assert run["method_params"] == {"eps": 0.1} and run["method_modules"][0].endswith("tests/example_method.py")
+        metrics = (wd / "results/smoke/runs" / model / "half_clip" / f"seed{seed}" / "metrics.jsonl").read_text()
+        steps = [json.loads(line) for line in metrics.splitlines()]
+        assert all(m["bound_upper_mean"] == pytest.approx(1.1) for m in steps)  # its bounds were the ones used
+        scored = wd / "results/smoke/eval" / model / "half_clip" / f"seed{seed}" / "tiny_math.json"
+        summary = json.loads(scored.read_text())
+        assert summary["method"] == "half_clip" and summary["params"] == {"eps": 0.1}
+    board = pd.read_csv(wd / "results" / "smoke" / "leaderboard.csv")
+    assert "half_clip" in set(board["entry"])
 
 
 def test_run_cost_benchmark_runs_the_rules_command(tmp_path):

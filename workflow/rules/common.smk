@@ -4,7 +4,16 @@ import json
 import re
 import shlex
 
-from bench_config import BASE_ENTRY, builtin_entries, by_id, eval_entries, set_args, train_overrides, verl_fields
+from bench_config import (
+    BASE_ENTRY,
+    builtin_entries,
+    by_id,
+    eval_entries,
+    method_modules_env,
+    set_args,
+    train_overrides,
+    verl_fields,
+)
 
 PROFILE = config["profile"]
 RESULTS = f"results/{PROFILE}"
@@ -56,6 +65,8 @@ wildcard_constraints:
 _env = {"TOKENIZERS_PARALLELISM": "false", "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": str(THREADS)}
 if config["offline"]:
     _env.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+if config["method_modules"]:  # methods of the user's own modules, imported by bandpo.methods in every job
+    _env["BANDPO_METHOD_MODULES"] = method_modules_env(config)
 ENV = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(_env.items()))
 
 

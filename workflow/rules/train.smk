@@ -30,6 +30,7 @@ def _verl_run(wildcards):
         val_files=os.path.abspath(f"resources/data/_verl/{PROFILE}/val.parquet"),
         output_dir=os.path.abspath(run_dir(wildcards.model, wildcards.entry, wildcards.seed)),
         reward_fn_path=os.path.join(SCRIPTS, "verl_reward.py"),
+        method_modules=[m for m in method_modules_env(config).split(os.pathsep) if m],
         **fields,
     )
 

@@ -5,7 +5,9 @@ Used by the Snakefile (before any job is scheduled) and by the tests. `validate_
 1. the JSON schema ``workflow/schemas/config.schema.yaml`` (defaults filled in, unknown keys rejected);
 2. cross references: unique ids, data sets named by ``train_data`` / ``val_data`` / ``eval.tasks`` exist, tiny
    model sizes and real data set names are registered, every lm-eval task has its YAML;
-3. every method entry through ``bandpo.methods.make_config`` (unknown method, unknown divergence, delta <= 0, ...).
+3. every method entry through ``bandpo.methods.make_config`` (unknown method, unknown divergence, delta <= 0, ...),
+   after importing the config's ``method_modules`` (methods of your own), and every ``train:`` override (top level,
+   per model, per method entry) against ``bandpo.train.TrainConfig`` (unknown key with a did-you-mean, type, range).
 
 Any failure raises `ConfigError` whose message starts with the offending field, e.g.
 ``config error at methods[3].params (entry 'bandpo_kl'): method 'bandpo': BandPOConfig: parameter 'delta' = 0.0
@@ -19,11 +21,13 @@ import dataclasses
 import json
 import os
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 WORKFLOW_DIR = Path(__file__).resolve().parent.parent  # .../workflow
+REPO_ROOT = WORKFLOW_DIR.parent
 SCHEMA_PATH = WORKFLOW_DIR / "schemas" / "config.schema.yaml"
 TASKS_DIR = WORKFLOW_DIR / "lm_eval_tasks"
 BASE_ENTRY = "base"  # the reserved method-entry id of the untrained base model (the step-0 row)
@@ -216,11 +220,33 @@ def _registry_fingerprint(cfg: Mapping[str, Any]) -> str:
 
     h = hashlib.sha256(json.dumps(cfg, sort_keys=True).encode())
     spec = importlib.util.find_spec("bandpo")
-    for loc in (spec.submodule_search_locations or []) if spec else []:
-        for f in sorted(Path(loc).glob("*.py")):
-            st = f.stat()
-            h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns};".encode())
+    package_dirs = (spec.submodule_search_locations or []) if spec else []
+    sources = [f for loc in package_dirs for f in sorted(Path(loc).glob("*.py"))]
+    sources += [p for p in map(method_module_path, cfg.get("method_modules", [])) if p is not None]
+    for f in sources:
+        st = f.stat()
+        h.update(f"{f}:{st.st_size}:{st.st_mtime_ns};".encode())
     return h.hexdigest()[:32]
+
+
+def method_module_path(spec: str) -> Path | None:
+    """The file of a ``method_modules`` entry, for the fingerprint: a .py path (relative to the repository root) or a
+    module ``name.py`` at the repository root; None for other module names (a change there is not noticed: run
+    ``snakemake`` after removing .snakemake/bandpo-config-checked, or give a path)."""
+    path = Path(spec) if spec.endswith(".py") else Path(*spec.split(".")).with_suffix(".py")
+    path = path if path.is_absolute() else REPO_ROOT / path
+    return path if path.is_file() else None
+
+
+def method_modules_env(cfg: Mapping[str, Any]) -> str:
+    """The value of BANDPO_METHOD_MODULES for the jobs, whatever their working directory: .py paths and modules
+    found as files under the repository root become absolute file paths; other module names stay names (they must
+    be importable in the jobs: installed or on PYTHONPATH)."""
+    specs = []
+    for m in cfg["method_modules"]:
+        path = method_module_path(m)
+        specs.append(str(path) if path is not None else m)
+    return os.pathsep.join(specs)
 
 
 def check_registries(cfg: Mapping[str, Any]) -> None:
@@ -237,8 +263,16 @@ def check_registries(cfg: Mapping[str, Any]) -> None:
             fail(["models", i, "size"], f"unknown tiny model size {m['size']!r}; known: {', '.join(sorted(SIZES))}",
                  _entry_label(cfg, "models", i))  # fmt: skip
 
-    # method entries: the method registry validates names and parameters
+    # methods of the user's own modules, then the method entries: the registry validates names and parameters
     from bandpo import methods
+
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.append(str(REPO_ROOT))  # module names are importable from the repository root, as in the jobs
+    for i, spec in enumerate(cfg.get("method_modules", [])):
+        try:
+            methods.load_method_modules([spec], root=REPO_ROOT)
+        except (ImportError, ValueError) as e:
+            fail(["method_modules", i], str(e))
 
     for i, entry in enumerate(cfg["methods"]):
         if entry.get("external"):
@@ -253,6 +287,27 @@ def check_registries(cfg: Mapping[str, Any]) -> None:
         except (ValueError, TypeError) as e:
             m = _PARAM_IN_MESSAGE.search(str(e))
             fail(["methods", i, "params"] + ([m.group(1)] if m else []), str(e), label)
+
+    # train: overrides (only the local trainer reads them), each level on its own and merged per run
+    if cfg.get("trainer", "local") == "local":
+        from bandpo.train import check_overrides
+
+        levels = [(["train"], cfg.get("train") or {}, "")]
+        for key in ("models", "methods"):
+            for i, item in enumerate(cfg[key]):
+                levels.append(([key, i, "train"], item.get("train") or {}, _entry_label(cfg, key, i)))
+        for path, overrides, label in levels:
+            for k in overrides:
+                try:
+                    check_overrides({k: overrides[k]})
+                except ValueError as e:
+                    fail(path + [k], str(e), label)
+        for model in cfg["models"]:
+            for entry in builtin_entries(cfg):
+                try:
+                    check_overrides(train_overrides(cfg, model["id"], entry))
+                except ValueError as e:
+                    fail(["train"], f"the run {model['id']}/{entry}: {e}")
 
 
 # --------------------------------------------------------------------------------------------------------------
