@@ -536,12 +536,70 @@ def _number_sequence(s: str) -> tuple[str, list[tuple[Any, bool]]] | None:
     return delims, elements
 
 
+_ATOM = r"(?P<k>[0-9]{1,6})?(?:\\sqrt\{(?P<r>[0-9]{1,6})\}|\\sqrt(?P<r1>[0-9]))?(?P<pi>\\pi)?"
+_RADICAL_FORMS = [
+    re.compile(rf"(?P<s>[+-]?){_ATOM}"),  # 3\sqrt{2}, -\pi, 2\sqrt{3}\pi
+    re.compile(rf"(?P<s>[+-]?)\\frac\{{(?P<s2>[+-]?){_ATOM}\}}\{{(?P<d>[0-9]{{1,6}})\}}"),  # \frac{3\sqrt{2}}{4}
+    re.compile(rf"(?P<s>[+-]?){_ATOM}/(?P<d>[0-9]{{1,6}})"),  # 3\pi/4, \sqrt{2}/2
+    re.compile(rf"(?P<s>[+-]?)\\frac\{{(?P<n>[0-9]{{1,6}})\}}\{{(?P<d>[0-9]{{1,6}})\}}{_ATOM}"),  # \frac{1}{2}\sqrt{3}
+]
+
+
+def _squarefree(n: int) -> tuple[int, int]:
+    """``(m, r)`` with ``n == m * m * r`` and ``r`` square-free (``n`` up to 10**6: trial division)."""
+    m, r, f = 1, n, 2
+    while f * f <= r:
+        while r % (f * f) == 0:
+            r //= f * f
+            m *= f
+        f += 1
+    return m, r
+
+
+def _radical(s: str) -> tuple[Fraction, int, bool] | None:
+    """``q * sqrt(r) * pi**e`` as ``(q, r, e)`` with ``r`` square-free, for a rational multiple of a square root
+    and/or of pi written in one of the common forms; ``None`` for anything else (decimals included: math-verify
+    compares those numerically)."""
+    for form in _RADICAL_FORMS:
+        m = form.fullmatch(s)
+        if m is None:
+            continue
+        g = m.groupdict()
+        radicand = g["r"] or g["r1"]
+        if radicand is None and g["pi"] is None:
+            return None  # a plain number: _plain_number's business
+        if g.get("n") is not None and g["k"] is not None:
+            return None  # \frac{1}{2}3\sqrt{2}: not a common form
+        q = Fraction(int(g["k"] or 1), 1)
+        if g.get("n") is not None:
+            q *= Fraction(int(g["n"]), 1)
+        if g.get("d") is not None:
+            if int(g["d"]) == 0:
+                return None
+            q /= int(g["d"])
+        if (g["s"] == "-") != (g.get("s2") == "-"):
+            q = -q
+        root, r = _squarefree(int(radicand)) if radicand is not None else (1, 1)
+        q *= root
+        if r == 0 or q == 0:
+            return Fraction(0), 1, False
+        return q, r, g["pi"] is not None
+    return None
+
+
 def _structural_verdict(g: str, p: str) -> bool | None:
-    """Decide without math-verify when both answers are plain numbers, multiple-choice letters, or tuples,
-    intervals or sets of plain numbers (the same verdict math-verify gives, much faster); else ``None``."""
+    """Decide without math-verify when both answers are plain numbers, rational multiples of a square root or of
+    pi (``3\\sqrt{2}``, ``\\frac{\\sqrt{3}}{2}``, ``\\frac{3\\pi}{4}``, against each other or an exact plain number),
+    multiple-choice letters, or tuples, intervals or sets of plain numbers (the same verdict math-verify gives, much
+    faster); else ``None``."""
     gn, pn = _plain_number(g), _plain_number(p)
     if gn is not None and pn is not None:
         return _numbers_equal(gn, pn)
+    if (gn is None or not gn[1]) and (pn is None or not pn[1]):  # no decimals
+        gr = (gn[0], 1, False) if gn is not None else _radical(g)
+        pr = (pn[0], 1, False) if pn is not None else _radical(p) if gr is not None else None
+        if gr is not None and pr is not None:
+            return gr == pr
     gc, pc = _CHOICE.fullmatch(g), _CHOICE.fullmatch(p)
     if gc and pc:
         return gc.group(1) == pc.group(1)
@@ -944,9 +1002,11 @@ def _load_inprocess_judge() -> _Judge | None:
     global _INPROCESS_JUDGE
     if _INPROCESS_JUDGE is None:
         try:
-            _INPROCESS_JUDGE = _Judge()
+            judge = _Judge()
         except Exception:
             return None
+        judge.warm_up()  # first uses of sympy's code paths are slow: not inside an item's budget
+        _INPROCESS_JUDGE = judge
     return _INPROCESS_JUDGE
 
 
@@ -1249,13 +1309,13 @@ def stats() -> dict[str, int]:
 
 
 class Counts:
-    """Grading counters over a stretch of work (see :func:`counting`)."""
+    """Grading counters from its creation to :meth:`stop` (or over a ``with`` block, see :func:`counting`)."""
 
     def __init__(self) -> None:
         self._start = stats()
         self.counts: dict[str, int] = {}
 
-    def _stop(self) -> None:
+    def stop(self) -> None:
         end = stats()
         self.counts = {k: v - self._start.get(k, 0) for k, v in end.items() if v - self._start.get(k, 0)}
 
@@ -1279,4 +1339,4 @@ def counting() -> Iterator[Counts]:
     try:
         yield c
     finally:
-        c._stop()
+        c.stop()

@@ -55,7 +55,7 @@ import torch
 
 from bandpo import methods
 from bandpo.files import atomic_write_text, replace_dir
-from bandpo.grader import grade_many, grader_info, warmup
+from bandpo.grader import counting, grade_many, grader_info, warmup
 
 # Fields that measure wall-clock time: they differ between two runs of the same seed, everything else is identical.
 TIMING_KEYS = ("step_seconds", "rollout_seconds", "train_seconds", "bounds_seconds", "bounds_frac", "tokens_per_second")
@@ -476,8 +476,10 @@ def train(cfg: TrainConfig) -> dict:
     metrics_file = open(partial_metrics, "a", encoding="utf-8")
     try:
         for step in bar:
-            m = train_step(step, model, reference, tokenizer, optimizer, rows, cfg, params, settings,
-                           is_bounds_method, device)  # fmt: skip
+            with counting() as graded:  # grader_items, grader_slow_frac, grader_timeouts of this step
+                m = train_step(step, model, reference, tokenizer, optimizer, rows, cfg, params, settings,
+                               is_bounds_method, device)  # fmt: skip
+            m.update(graded.metrics())
             history.append(m)
             metrics_file.write(json.dumps(m) + "\n")
             metrics_file.flush()

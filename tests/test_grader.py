@@ -321,7 +321,7 @@ def test_hung_worker_is_killed_and_the_spare_answers_next():
     assert elapsed < ITEM_BOUND_S
     assert c.counts == {"items": 1, "slow": 1, "timeout": 1}
     assert c.metrics() == {"grader_items": 1, "grader_slow_frac": 1.0, "grader_timeouts": 1}
-    result, elapsed = timed(boxed("\\sqrt{12}"), "2\\sqrt{3}")
+    result, elapsed = timed(boxed("x^2-9"), "(x-3)(x+3)")
     assert (result.score, result.method) == (1.0, "math_verify")
     assert elapsed < ITEM_BOUND_S
 
@@ -334,7 +334,7 @@ def test_a_timeout_is_counted_not_cached():
     key = (G._normalise(G._TEST_HANG_MARKER), "3")
     assert G._cached(key) is None
     # A legitimate pair given no time at all: not decided, and not remembered as wrong.
-    pair = (boxed("\\sqrt{75}"), "5\\sqrt{3}")
+    pair = (boxed("x^2-25"), "(x-5)(x+5)")
     assert G.grade_detailed(*pair, timeout_s=1e-6).method in ("timeout", "unavailable")
     assert G.warmup()  # the workers ended above are replaced
     result = G.grade_detailed(*pair)
@@ -367,19 +367,19 @@ def test_non_main_threads_are_bounded_too():
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_forked_child_grades_with_its_own_workers_and_the_parent_keeps_its_own():
     assert G.warmup()  # workers ended by earlier tests are replaced
-    assert G.grade(boxed("\\sqrt{20}"), "2\\sqrt{5}") == 1.0  # the parent's pool is up
+    assert G.grade(boxed("x^2-4"), "(x-2)(x+2)") == 1.0  # the parent's pool is up
     pid = os.fork()
     if pid == 0:  # child: the parent's pool is not ours; a new one starts on demand
         code = 1
         try:
-            result = G.grade_detailed(boxed("\\sqrt{45}"), "3\\sqrt{5}", timeout_s=60)
+            result = G.grade_detailed(boxed("x^2-16"), "(x-4)(x+4)", timeout_s=60)
             code = 0 if (result.score, result.method) == (1.0, "math_verify") else 2
             G.shutdown()
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    result, elapsed = timed(boxed("\\sqrt{63}"), "3\\sqrt{7}")
+    result, elapsed = timed(boxed("x^2-36"), "(x-6)(x+6)")
     assert (result.score, result.method) == (1.0, "math_verify")
     assert elapsed < ITEM_BOUND_S
 
@@ -442,6 +442,48 @@ def test_fast_paths_agree_with_math_verify():
             checked += 1
             assert fast == judge(g, p), (gold, pred)
     assert checked >= 12
+
+
+def _radical_forms(k: int, r: int, d: int, pi: bool) -> list[str]:
+    """Ways of writing k * sqrt(r) / d (times pi)."""
+    root = f"\\sqrt{{{r}}}" if r > 1 else ""
+    tail = root + ("\\pi" if pi else "")
+    kk = "" if k == 1 and tail else str(k)
+    forms = [f"\\frac{{{kk}{tail}}}{{{d}}}", f"{kk}{tail}/{d}", f"\\frac{{{k}}}{{{d}}}{tail}"] if d > 1 else []
+    forms.append(f"{kk}{tail}" if d == 1 else f"\\frac{{{k}{tail}}}{{{d}}}")
+    if r > 1:
+        forms.append(f"\\sqrt{{{r * 4}}}" if k == 2 and d == 1 and not pi else f"{k * 3}{tail}/{d * 3}")
+    return forms
+
+
+def test_radical_and_pi_fast_path_agrees_with_math_verify():
+    """Rational multiples of a square root or of pi are decided without math-verify, with math-verify's verdict
+    (checked here against math-verify itself on a corpus of equal and unequal pairs)."""
+    import random
+
+    rng = random.Random(0)
+    pairs = [("\\sqrt{4}", "2"), ("2\\sqrt{2}", "\\sqrt{8}"), ("\\pi", "3"), ("\\frac{\\pi}{2}", "\\frac{1}{2}\\pi")]
+    for _ in range(40):
+        k, r, d, pi = (
+            rng.randint(1, 9),
+            rng.choice([1, 2, 3, 5, 6, 7, 12, 18]),
+            rng.choice([1, 2, 3, 4]),
+            rng.random() < 0.4,
+        )
+        forms = _radical_forms(k, r, d, pi)
+        other = _radical_forms(k + rng.choice([-1, 1, 2]) or 3, r, d, pi) + _radical_forms(k, r, d, not pi)
+        pairs.append((rng.choice(forms), rng.choice(forms)))
+        pairs.append((rng.choice(forms), rng.choice(other)))
+    fast = 0
+    for gold, pred in pairs:
+        g, p = G._normalise(gold), G._normalise(pred)
+        verdict = G._structural_verdict(g, p)
+        if verdict is None:
+            continue
+        fast += 1
+        slow, method = G._verify_bounded(g, p, time.monotonic() + 10)
+        assert method == "math_verify" and verdict == slow, (gold, pred, verdict, slow)
+    assert fast >= 70
 
 
 def test_benchmark_items_agree_with_their_labels(monkeypatch):
@@ -510,7 +552,7 @@ def test_inprocess_off_main_thread_and_foreign_alarm_do_not_block(inprocess):
 
 def test_inprocess_real_math_verify(inprocess):
     assert G.warmup()  # loads math-verify into this process (one-off)
-    result, elapsed = timed(boxed("\\sqrt{18}"), "3\\sqrt{2}")
+    result, elapsed = timed(boxed("x^2-49"), "(x-7)(x+7)")
     assert (result.score, result.method) == (1.0, "math_verify")
     assert elapsed < ITEM_BOUND_S
     result, elapsed = timed(boxed("(2^{99})^{99}"), "7")  # not rejected up front, parsed under the alarm
@@ -525,8 +567,78 @@ def test_pool_that_cannot_start_falls_back_to_inprocess(monkeypatch):
     monkeypatch.setattr(G, "_Pool", refuse)
     try:
         assert G.warmup()  # no workers: loads math-verify into this process instead (one-off)
-        result, elapsed = timed(boxed("\\sqrt{50}"), "5\\sqrt{2}")
+        result, elapsed = timed(boxed("x^2-64"), "(x-8)(x+8)")
         assert (result.score, result.method) == (1.0, "math_verify")  # in-process, under the alarm
         assert G._get_pool() is None
     finally:
         G.shutdown()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Grading modes, the one boxed extraction, counters
+# --------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("work...\nAnswer: 42", "42"),
+        ("answer:  $\\frac{1}{2}$.", "\\frac{1}{2}"),
+        ("Answer: \\boxed{7}", "7"),  # a box on the Answer line is unwrapped
+        ("Answer: 41\nWait, it is \\boxed{42}", "41"),  # no boxed fallback: only the Answer line counts
+        ("So \\boxed{42}", None),
+        ("The final answer is 42", None),
+        ("Janet...\n#### 18", None),
+        ("Answer: 1\nmore\nAnswer: 2", "2"),
+    ],
+)
+def test_strict_answer_line_extraction(text, expected):
+    assert G.extract_answer(text, "strict-answer-line") == expected
+
+
+def test_modes_grade_differently_and_are_recorded():
+    boxed_only = "I get \\boxed{12}."
+    assert G.grade(boxed_only, "12") == 1.0
+    result = G.grade_detailed(boxed_only, "12", mode="strict-answer-line")
+    assert (result.score, result.method, result.mode) == (0.0, "no_answer", "strict-answer-line")
+    assert G.grade("Answer: 0.5", "\\frac{1}{2}", mode="strict-answer-line") == 1.0
+    assert G.grade_many([boxed_only, "Answer: 12"], ["12", "12"], mode="strict-answer-line") == [0.0, 1.0]
+    with pytest.raises(ValueError, match="unknown grader mode 'strict'"):
+        G.grade(boxed_only, "12", mode="strict")
+    assert G.grader_info()["mode"] == "lenient"
+    assert G.grader_id("strict-answer-line") == f"bandpo.grader/strict-answer-line@{G.GRADER_VERSION}"
+    G.configure(mode="strict-answer-line")
+    try:
+        assert G.grade(boxed_only, "12") == 0.0
+        assert G.grader_info()["mode"] == "strict-answer-line"
+        assert G.grader_info()["id"] == G.grader_id("strict-answer-line")
+    finally:
+        G.configure(mode="lenient")
+
+
+def test_verl_reward_follows_the_mode_it_is_given(monkeypatch):
+    spec = importlib.util.spec_from_file_location(
+        "verl_reward", Path(__file__).resolve().parents[1] / "workflow" / "scripts" / "verl_reward.py"
+    )
+    reward = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reward)
+    out = reward.compute_score("math", "so \\boxed{3}", "3")
+    assert out == {"score": 1.0, "acc": 1.0, "grader_timeout": 0.0}
+    assert reward.compute_score("math", "so \\boxed{3}", "3", grader_mode="strict-answer-line")["score"] == -1.0
+    assert reward.compute_score("math", "Answer: 3", "3", grader_mode="strict-answer-line")["score"] == 1.0
+
+
+def test_last_boxed_is_the_one_copy():
+    from bandpo import tasks
+
+    assert tasks.last_boxed is G.last_boxed
+    assert G.last_boxed("a \\boxed{1} b \\boxed{\\frac{2}{3}} c") == "\\frac{2}{3}"
+    assert G.last_boxed("\\fbox{ 9 }") == "9"
+    assert G.last_boxed("cut \\boxed{4") == "4"
+    assert G.last_boxed("no box") is None and G.last_boxed(None) is None and G.last_boxed("\\boxed{ }") is None
+
+
+def test_counting_reports_items_slow_path_and_timeouts():
+    with G.counting() as c:
+        G.grade_many([boxed("3"), boxed("\\sqrt{8}"), boxed("x^2-1"), "none"], ["3", "2\\sqrt{2}", "(x-1)(x+1)", "1"])
+    assert c.counts["items"] == 4
+    assert c.counts["slow"] == 1  # only the polynomial needs math-verify
+    assert c.metrics() == {"grader_items": 4, "grader_slow_frac": 0.25, "grader_timeouts": 0}
