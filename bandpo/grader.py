@@ -809,10 +809,13 @@ def _arm_cpu_guard(seconds: int = 5) -> None:
 
 
 def _limit_worker_memory() -> None:
+    """At most 4 GiB of address space beyond what the worker inherited from its parent (a fork)."""
     try:
         import resource
 
-        limit = 4 << 30
+        with open("/proc/self/statm") as f:
+            inherited = int(f.read().split()[0]) * resource.getpagesize()
+        limit = inherited + (4 << 30)
         soft, hard = resource.getrlimit(resource.RLIMIT_AS)
         if hard == resource.RLIM_INFINITY or hard > limit:
             resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
@@ -825,7 +828,7 @@ _WORKER_JUDGE: _Judge | None = None
 
 
 def _worker_init() -> None:
-    """Initializer of each pool worker (a fresh interpreter): quiet output, memory cap, math-verify loaded."""
+    """Initializer of each pool worker (a fork of the caller): quiet output, memory cap, math-verify ready."""
     global _WORKER_JUDGE
     # pebble installs a Python-level SIGTERM handler, which cannot run while math-verify is inside a C-level
     # computation (a huge integer power); the default action ends the process at once when the pool stops it.
@@ -834,8 +837,7 @@ def _worker_init() -> None:
     sys.stdout = open(os.devnull, "w")
     logging.disable(logging.CRITICAL)
     _limit_worker_memory()
-    _WORKER_JUDGE = _Judge()
-    _WORKER_JUDGE.warm_up()
+    _WORKER_JUDGE = _INPROCESS_JUDGE or _Judge()  # imported and warmed up by the parent before the fork
 
 
 def _worker_ping() -> bool:
@@ -859,19 +861,24 @@ def _worker_verify(gold: str, pred: str) -> bool:
 
 
 class _Pool:
-    """math-verify workers: a ``pebble.ProcessPool`` of fresh interpreters (``spawn``: nothing of the caller's
-    memory, threads or locks is inherited).  pebble ends a worker whose task overruns its timeout (or is cancelled)
-    and starts a replacement; the other workers keep answering meanwhile."""
+    """math-verify workers: a ``pebble.ProcessPool`` whose workers are forks of this process, made after math-verify
+    was imported and warmed up here, so that a worker (or a replacement) is ready at once.  ``fork`` rather than
+    ``spawn`` / ``forkserver``: those run the caller's ``__main__`` module again in every worker (a training
+    script's imports, or all of an unguarded script; impossible for ``python - <script``).  A worker runs nothing
+    but math-verify on two strings.  pebble ends a worker whose task overruns its timeout (or is cancelled) and
+    forks a replacement; the other workers keep answering meanwhile."""
 
     def __init__(self, workers: int) -> None:
         import multiprocessing
 
         from pebble import ProcessPool
 
+        if _load_inprocess_judge() is None:
+            raise RuntimeError("math-verify cannot be imported")
         self.pid = os.getpid()
-        self.ready = False  # a worker has answered: start-up (importing math-verify) is over
+        self.ready = False  # a worker has answered
         self.pool = ProcessPool(
-            max_workers=workers, initializer=_worker_init, context=multiprocessing.get_context("spawn")
+            max_workers=workers, initializer=_worker_init, context=multiprocessing.get_context("fork")
         )
         _count("pool_starts")
 

@@ -384,6 +384,26 @@ def test_forked_child_grades_with_its_own_workers_and_the_parent_keeps_its_own()
     assert elapsed < ITEM_BOUND_S
 
 
+def test_workers_do_not_run_the_callers_main_module_again(tmp_path):
+    """A script fed on stdin (no file to import) without a ``__main__`` guard: workers must neither need its file
+    nor run its body again (the side effect below would happen once per worker)."""
+    import subprocess
+
+    marker = tmp_path / "runs"
+    script = f"""
+import os
+from bandpo import grader as G
+with open({str(marker)!r}, "a") as f:
+    f.write("x")
+r = G.grade_detailed("\\\\boxed{{x^2-1}}", "(x-1)(x+1)", timeout_s=30)
+print(r.score, r.method)
+"""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-"], input=script, text=True, capture_output=True, env=env, timeout=120)
+    assert out.stdout.split() == ["1.0", "math_verify"], out.stderr[-2000:]
+    assert marker.read_text() == "x"
+
+
 # --------------------------------------------------------------------------------------------------------------
 # API, provenance, consistency with math-verify
 # --------------------------------------------------------------------------------------------------------------
