@@ -95,7 +95,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # Bump when extraction, normalisation or pre-check rules change in a way that can change a score.
-_RULES_REVISION = 1
+_RULES_REVISION = 2  # 2: sqrt/pi fast path, timeouts not cached, strict-answer-line mode
 
 
 def _dist_version(name: str) -> str:
