@@ -25,12 +25,13 @@ parser ever sees it.  ``grade`` never raises and returns within a bounded time w
 * extraction is linear in the length of the text (reversed-text anchor searches, one brace scan, capped at 64 KiB);
 * cheap pre-checks reject absurd answers before any parsing: too long, nested too deep, power towers, huge
   exponents or powers of powers, factorials, binomials, sums or products of huge numbers, huge literals;
-* math-verify runs in a ``pebble`` process pool of fresh interpreters (``spawn``).  A task that overruns the
-  item's deadline is cancelled and pebble ends its worker (which also ends C-level work no signal handler can
-  interrupt, such as a huge integer power) and starts a replacement, while the other worker answers the next item.
-  This works the same in the main thread, in other threads, in a forked child (which starts its own pool) and
-  inside lm-eval, and leaves the caller's ``SIGALRM`` alone.  Starting the pool (importing math-verify, a few
-  seconds) is a one-off cost per process, paid by :func:`warmup` or by the first item that needs math-verify.
+* math-verify runs in a ``pebble`` process pool (workers forked after math-verify is imported and warmed up in
+  the caller; they run nothing but math-verify on two strings).  A task that overruns the item's deadline is
+  cancelled and pebble ends its worker (which also ends C-level work no signal handler can interrupt, such as a
+  huge integer power) and forks a replacement, while the other worker answers the next item.  This works the same
+  in the main thread, in other threads, in a forked child (which starts its own pool) and inside lm-eval, and
+  leaves the caller's ``SIGALRM`` alone.  Starting the pool (importing math-verify, a second or two) is a one-off
+  cost per process, paid by :func:`warmup` or by the first item that needs math-verify.
 * Where worker processes cannot be used (``isolation="inprocess"``, or if the pool fails to start), math-verify
   runs in the calling process under a ``setitimer`` alarm in the main thread; in other threads only steps 1-2 are
   used.

@@ -384,6 +384,28 @@ def test_forked_child_grades_with_its_own_workers_and_the_parent_keeps_its_own()
     assert elapsed < ITEM_BOUND_S
 
 
+def _probe_thread() -> tuple[bool, bool]:
+    """In a worker: is this the main thread, and does ``signal.alarm`` (math-verify's own timeout) work here?"""
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(1))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.01)
+        time.sleep(0.2)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    return threading.current_thread() is threading.main_thread(), bool(fired)
+
+
+def test_worker_tasks_run_in_the_workers_main_thread():
+    """Also in a replacement worker, forked by pebble's manager thread after a kill."""
+    pool = G._get_pool()
+    assert pool.pool.schedule(_probe_thread).result(timeout=30) == (True, True)
+    assert G.grade_detailed("\\boxed{1}", G._TEST_HANG_MARKER).method in ("timeout", "unavailable")
+    time.sleep(0.5)  # the hung worker is ended and replaced
+    assert [pool.pool.schedule(_probe_thread).result(timeout=30) for _ in range(3)] == [(True, True)] * 3
+
+
 def test_workers_do_not_run_the_callers_main_module_again(tmp_path):
     """A script fed on stdin (no file to import) without a ``__main__`` guard: workers must neither need its file
     nor run its body again (the side effect below would happen once per worker)."""
@@ -641,7 +663,7 @@ def test_verl_reward_follows_the_mode_it_is_given(monkeypatch):
     reward = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(reward)
     out = reward.compute_score("math", "so \\boxed{3}", "3")
-    assert out == {"score": 1.0, "acc": 1.0, "grader_timeout": 0.0}
+    assert out == {"score": 1.0, "acc": 1.0}
     assert reward.compute_score("math", "so \\boxed{3}", "3", grader_mode="strict-answer-line")["score"] == -1.0
     assert reward.compute_score("math", "Answer: 3", "3", grader_mode="strict-answer-line")["score"] == 1.0
 

@@ -23,13 +23,6 @@ def compute_score(
 ):
     from bandpo.grader import grade_detailed
 
-    result = grade_detailed(solution_str, ground_truth, mode=grader_mode)
-    correct = result.score > 0
-    # "score" is the reward; "acc" feeds verl's accuracy metrics and DAPO's group filter (metric: acc);
-    # "grader_timeout" (1 when math-verify did not answer in time: scored wrong, counted, not cached) is averaged
-    # into verl's reward metrics like the other numeric keys.
-    return {
-        "score": 1.0 if correct else -1.0,
-        "acc": 1.0 if correct else 0.0,
-        "grader_timeout": 1.0 if result.method in ("timeout", "unavailable", "error") else 0.0,
-    }
+    correct = grade_detailed(solution_str, ground_truth, mode=grader_mode).score > 0
+    # "score" is the reward; "acc" feeds verl's accuracy metrics and DAPO's group filter (metric: acc)
+    return {"score": 1.0 if correct else -1.0, "acc": 1.0 if correct else 0.0}
