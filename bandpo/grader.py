@@ -874,6 +874,10 @@ class _Pool:
 
         from pebble import ProcessPool
 
+        # shutdown() first at exit, before the handlers pebble and multiprocessing registered on import (atexit runs
+        # last-in first-out): multiprocessing's would otherwise wait for our idle workers forever.
+        atexit.unregister(shutdown)
+        atexit.register(shutdown)
         if _load_inprocess_judge() is None:
             raise RuntimeError("math-verify cannot be imported")
         self.pid = os.getpid()
@@ -964,7 +968,7 @@ def _get_pool() -> _Pool | None:
 
 
 def shutdown() -> None:
-    """Stop the worker processes (they are restarted on demand).  Registered with ``atexit``."""
+    """Stop the worker processes (they are restarted on demand).  Registered with ``atexit`` when a pool starts."""
     global _POOL, _POOL_FAILURES
     with _POOL_LOCK:
         pool, _POOL = _POOL, None
@@ -979,6 +983,11 @@ def shutdown() -> None:
 def _after_fork_in_child() -> None:
     """In a forked child: forget the parent's pool (its workers and threads belong to the parent) and locks."""
     global _POOL, _POOL_LOCK, _STATS_LOCK, _VERDICTS_LOCK
+    pebble_pools = sys.modules.get("pebble.pool.process")
+    if _POOL is not None and pebble_pools is not None:
+        # pebble stops every worker of "its" pools at interpreter exit; in a forked child those are the parent's
+        # workers, not the child's to stop (the child's own pool, if it starts one, is stopped by shutdown()).
+        atexit.unregister(getattr(pebble_pools, "interpreter_shutdown", lambda: None))
     _INFLIGHT.clear()
     _POOL_LOCK = threading.Lock()
     _STATS_LOCK = threading.Lock()
@@ -986,7 +995,6 @@ def _after_fork_in_child() -> None:
     _POOL = None
 
 
-atexit.register(shutdown)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 

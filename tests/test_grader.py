@@ -384,6 +384,31 @@ def test_forked_child_grades_with_its_own_workers_and_the_parent_keeps_its_own()
     assert elapsed < ITEM_BOUND_S
 
 
+FORK_THEN_EXIT = """
+import os, sys, time
+from bandpo import grader as G
+assert G.warmup()
+pool = G._get_pool()
+pid = os.fork()
+if pid == 0:
+    r = G.grade_detailed("\\\\boxed{x^2-1}", "(x-1)(x+1)", timeout_s=60)
+    print("child", r.method, flush=True)
+    sys.exit(0)  # a normal exit: the child's atexit handlers run
+os.waitpid(pid, 0)
+time.sleep(0.5)
+r = G.grade_detailed("\\\\boxed{x^2-4}", "(x-2)(x+2)")
+print("parent", r.method, G._get_pool() is pool, G.stats().get("pool_starts"), flush=True)
+"""
+
+
+def test_a_forked_child_exiting_normally_leaves_the_parents_workers_alone():
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-c", FORK_THEN_EXIT], text=True, capture_output=True, env=env, timeout=120)
+    assert out.stdout.splitlines() == ["child math_verify", "parent math_verify True 1"], out.stderr[-2000:]
+
+
 def _probe_thread() -> tuple[bool, bool]:
     """In a worker: is this the main thread, and does ``signal.alarm`` (math-verify's own timeout) work here?"""
     fired = []
