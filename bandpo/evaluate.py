@@ -291,7 +291,7 @@ def evaluate_runs(
     from lm_eval.loggers import EvaluationTracker
     from lm_eval.tasks import TaskManager
 
-    from bandpo.grader import grader_info
+    from bandpo.grader import Counts, grader_info
 
     tm = TaskManager(include_path=str(include_path), include_defaults=False)
     configs = {name: task_config(tm, name, data) for name, data in tasks.items()}
@@ -313,6 +313,7 @@ def evaluate_runs(
             args.setdefault("seed", run.seed)
         with tempfile.TemporaryDirectory(prefix=".lm_eval-", dir=out_dir) as tmp:
             tracker = EvaluationTracker(output_path=tmp)
+            graded = Counts()  # the grading done by process_results, all tasks of this run
             results = lm_eval.simple_evaluate(
                 model=backend,
                 model_args=args,
@@ -329,6 +330,7 @@ def evaluate_runs(
                 torch_random_seed=run.seed,
                 fewshot_random_seed=run.seed,
             )
+            graded.stop()
             if results is None:  # not rank 0
                 continue
             samples = results.pop("samples")
@@ -360,7 +362,7 @@ def evaluate_runs(
                 "seed": run.seed,
                 "task": name,
                 **part,
-                "grader": grader_info(),
+                "grader": {**grader_info(), "counts": graded.counts, **graded.metrics()},
                 "lm_eval": {
                     "version": saved.get("lm_eval_version") or versions("lm_eval")["lm_eval"],
                     "results_file": results_path.name,

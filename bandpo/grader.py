@@ -1,61 +1,70 @@
 """One answer grader for training rewards and for evaluation.
 
 ``grade(response, reference)`` returns 1.0 when the final answer of ``response`` is mathematically equivalent to
-``reference`` and 0.0 otherwise.  The final answer is the content of the last ``\\boxed{...}`` (also a truncated
-``\\boxed{42`` whose closing brace a stop sequence removed) or of the last ``Answer:`` / ``The final answer is`` /
-``####`` line, whichever comes last in the text.  A reference may be a bare answer, a number, or a full solution
-with a ``\\boxed{}`` or ``####`` line.  Answers are compared by, in order:
+``reference`` and 0.0 otherwise.  Which part of the response is its final answer depends on the grading mode
+(:data:`MODES`, ``BANDPO_GRADER_MODE`` or :func:`configure`):
+
+* ``lenient`` (the default): the content of the last ``\\boxed{...}`` (also a truncated ``\\boxed{42`` whose closing
+  brace a stop sequence removed) or of the last ``Answer:`` / ``The final answer is`` / ``####`` line, whichever
+  comes last in the text;
+* ``strict-answer-line``: the last ``Answer:`` line only, no ``\\boxed{}`` fallback (the paper's reward rule).
+
+A reference may be a bare answer, a number, or a full solution with a ``\\boxed{}`` or ``####`` line.  Answers are
+compared by, in order:
 
 1. a normalised string comparison (whitespace, ``\\left``/``\\right``, ``\\dfrac``, degree signs, ...);
 2. exact shortcuts that give math-verify's own verdict much faster: plain numbers (integers, thousands separators,
    decimals, ``a/b``, ``\\frac{a}{b}``; a decimal matches when both sides agree to 6 decimal places, as in
    math-verify), tuples, intervals and sets of plain numbers, and multiple-choice letters;
-3. math-verify (``parse`` + ``verify``) for everything else.
+3. math-verify (``parse`` + ``verify``) for everything else: the slow path.
 
 Model output is untrusted.  Nothing here evaluates text (no ``eval``/``exec``/``sympify``); only math-verify's own
 parser ever sees it.  ``grade`` never raises and returns within a bounded time whatever the input, from any thread
-(``timeout_s``: 0.8 s by default, so under the 1 s per item that the benchmark requires):
+(``timeout_s``: 0.8 s by default, under the suite's bound of 1 s per item):
 
 * extraction is linear in the length of the text (reversed-text anchor searches, one brace scan, capped at 64 KiB);
 * cheap pre-checks reject absurd answers before any parsing: too long, nested too deep, power towers, huge
   exponents or powers of powers, factorials, binomials, sums or products of huge numbers, huge literals;
-* math-verify runs in a small pool of persistent worker processes.  A worker that has not answered by the item's
-  deadline is killed (``SIGKILL``, which also ends C-level work that no signal handler can interrupt, such as a
-  huge integer power) and replaced, while a second warm worker answers the next item.  This works the same in the
-  main thread, in other threads and inside lm-eval, and leaves the caller's ``SIGALRM`` alone.  Starting the pool
-  (importing math-verify, a few seconds) is a one-off cost per process, paid by :func:`warmup` or by the first
-  item that needs math-verify.
-* Where worker processes cannot be used (``mode="inprocess"``, or if they fail to start), math-verify runs in the
-  calling process under a ``setitimer`` alarm in the main thread; in other threads only steps 1-2 are used.
+* math-verify runs in a ``pebble`` process pool (workers forked after math-verify is imported and warmed up in
+  the caller; they run nothing but math-verify on two strings).  A task that overruns the item's deadline is
+  cancelled and pebble ends its worker (which also ends C-level work no signal handler can interrupt, such as a
+  huge integer power) and forks a replacement, while the other worker answers the next item.  This works the same
+  in the main thread, in other threads, in a forked child (which starts its own pool) and inside lm-eval, and
+  leaves the caller's ``SIGALRM`` alone.  Starting the pool (importing math-verify, a second or two) is a one-off
+  cost per process, paid by :func:`warmup` or by the first item that needs math-verify.
+* Where worker processes cannot be used (``isolation="inprocess"``, or if the pool fails to start), math-verify
+  runs in the calling process under a ``setitimer`` alarm in the main thread; in other threads only steps 1-2 are
+  used.
 
-Verdicts are cached per normalised (reference, answer) pair, and a pair already being verified by another thread
-is waited for rather than verified twice.  Environment: ``BANDPO_GRADER_TIMEOUT_S``, ``BANDPO_GRADER_WORKERS``,
-``BANDPO_GRADER_MAX_WORKERS``, ``BANDPO_GRADER_MODE`` (or :func:`configure`).
+math-verify verdicts are cached per normalised (reference, answer) pair, and a pair already being verified by
+another thread is waited for rather than verified twice.  A timeout is not a verdict: it scores 0 for that item,
+is counted (:func:`stats`, :func:`counting`: ``grader_timeouts`` and ``grader_slow_frac`` in training metrics and
+evaluation summaries) and is never cached, so the same answer is tried again next time.  Environment:
+``BANDPO_GRADER_MODE``, ``BANDPO_GRADER_TIMEOUT_S``, ``BANDPO_GRADER_WORKERS``, ``BANDPO_GRADER_ISOLATION`` (or
+:func:`configure`).
 
-Every score should be logged with the grader's provenance: ``GRADER_NAME``, ``GRADER_VERSION`` (bandpo version,
-rules revision and math-verify version) and :func:`grader_info`; :func:`grade_detailed` returns a record with the
-score, the method that decided it and the extracted answers, and ``GradeResult.as_record()`` adds the provenance.
+Every score should be logged with the grader's provenance: :func:`grader_info` (name, mode, version: bandpo
+version, rules revision and math-verify version) or the one-string :func:`grader_id`; :func:`grade_detailed` returns
+a record with the score, the method that decided it, the extracted answers and the mode, and
+``GradeResult.as_record()`` adds the name and version.
 """
 
 from __future__ import annotations
 
 import atexit
-import json
 import logging
-import math
 import numbers
 import os
 import re
-import select
 import signal
 import string
-import subprocess
 import sys
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections import Counter, OrderedDict
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from importlib import metadata
@@ -66,14 +75,19 @@ from bandpo import __version__ as _BANDPO_VERSION
 __all__ = [
     "GRADER_NAME",
     "GRADER_VERSION",
+    "MODES",
+    "Counts",
     "GradeResult",
     "configure",
+    "counting",
     "extract_answer",
     "grade",
     "grade_detailed",
     "grade_many",
     "grade_many_detailed",
+    "grader_id",
     "grader_info",
+    "last_boxed",
     "shutdown",
     "stats",
     "warmup",
@@ -82,7 +96,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # Bump when extraction, normalisation or pre-check rules change in a way that can change a score.
-_RULES_REVISION = 1
+_RULES_REVISION = 2  # 2: sqrt/pi fast path, timeouts not cached, strict-answer-line mode
 
 
 def _dist_version(name: str) -> str:
@@ -107,20 +121,33 @@ MAX_EXPONENT = 100_000  # numeric exponents above this are rejected
 MAX_COMBINATORIAL_ARG = 10_000  # n!, \binom{n}{k} with literals above this are rejected
 MAX_POWER_BITS = 1_000_000  # estimated bits of a numeric power (chains and powers of powers multiply)
 MAX_SERIES_BOUND = 1_000  # \sum / \prod with literals above this are rejected
-DEFAULT_TIMEOUT_S = 0.8  # per-item wall-clock budget; the issue's hard bound is 1 s
+DEFAULT_TIMEOUT_S = 0.8  # per-item wall-clock budget, under the suite's hard bound of 1 s per item
 _STARTUP_TIMEOUT_S = 60.0  # one-off wait for the first worker of a process to import math-verify
 _VERDICT_CACHE_SIZE = 8192
+
+
+MODES = ("lenient", "strict-answer-line")
+"""Grading modes: which part of a response is its final answer (the comparison is the same in both).
+
+``lenient`` (the default): the last ``\\boxed{}`` (also a truncated one) or ``Answer:`` / ``The final answer is`` /
+``####`` line, whichever comes last.  ``strict-answer-line``: only the last ``Answer:`` line (a ``\\boxed{}`` on
+that line is unwrapped); no ``\\boxed{}`` elsewhere counts: the rule of the paper's training and validation
+reward (verl's ``math_dapo`` with its ``Answer:`` pattern, rewards +1 / -1 in ``workflow/scripts/verl_reward.py``).
+"""
+ISOLATIONS = ("process", "inprocess")
 
 
 @dataclass
 class _Config:
     timeout_s: float = DEFAULT_TIMEOUT_S
-    workers: int = 2  # kept warm
-    max_workers: int = 4  # started when concurrent callers find all workers busy
-    mode: str = "subprocess"  # "subprocess" | "inprocess"
+    workers: int = 2  # math-verify worker processes
+    mode: str = "lenient"  # one of MODES
+    isolation: str = "process"  # "process" (worker pool) | "inprocess" (alarm in the main thread)
 
 
 def _env_config() -> _Config:
+    """Defaults, overridden by ``BANDPO_GRADER_TIMEOUT_S``, ``BANDPO_GRADER_WORKERS``, ``BANDPO_GRADER_MODE`` and
+    ``BANDPO_GRADER_ISOLATION``.  An unknown mode is an error (scores must not silently come from another rule)."""
     cfg = _Config()
     try:
         timeout_s = float(os.environ.get("BANDPO_GRADER_TIMEOUT_S", cfg.timeout_s))
@@ -130,15 +157,21 @@ def _env_config() -> _Config:
         pass
     try:
         cfg.workers = max(1, int(os.environ.get("BANDPO_GRADER_WORKERS", cfg.workers)))
-        cfg.max_workers = max(cfg.workers, int(os.environ.get("BANDPO_GRADER_MAX_WORKERS", cfg.max_workers)))
     except ValueError:
         pass
-    mode = os.environ.get("BANDPO_GRADER_MODE", cfg.mode)
-    if mode in ("subprocess", "inprocess"):
-        cfg.mode = mode
+    cfg.mode = _check_mode(os.environ.get("BANDPO_GRADER_MODE") or cfg.mode, "BANDPO_GRADER_MODE")
+    isolation = os.environ.get("BANDPO_GRADER_ISOLATION", cfg.isolation)
+    if isolation in ISOLATIONS:
+        cfg.isolation = isolation
     if os.name != "posix":
-        cfg.mode = "inprocess"
+        cfg.isolation = "inprocess"
     return cfg
+
+
+def _check_mode(mode: str, where: str = "mode") -> str:
+    if mode not in MODES:
+        raise ValueError(f"{where}: unknown grader mode {mode!r}; choose one of {', '.join(MODES)}")
+    return mode
 
 
 _CONFIG = _env_config()
@@ -148,33 +181,31 @@ def configure(
     *,
     timeout_s: float | None = None,
     workers: int | None = None,
-    max_workers: int | None = None,
     mode: str | None = None,
+    isolation: str | None = None,
 ) -> None:
-    """Change the per-item time budget, the number of warm workers, the most workers concurrent callers may use,
-    or the mode (``"subprocess"`` or ``"inprocess"``).
+    """Change the per-item time budget, the number of worker processes, the grading mode (one of :data:`MODES`)
+    or the isolation (``"process"`` or ``"inprocess"``).
 
-    Changing the workers or the mode stops the current worker pool; the next grading call starts a new one.
+    Changing the workers or the isolation stops the current worker pool; the next grading call starts a new one.
     """
     if timeout_s is not None:
         if not timeout_s > 0:
             raise ValueError("timeout_s must be positive")
         _CONFIG.timeout_s = float(timeout_s)
+    if mode is not None:
+        _CONFIG.mode = _check_mode(mode)
     restart = False
     if workers is not None:
         if workers < 1:
             raise ValueError("workers must be >= 1")
         restart |= workers != _CONFIG.workers
         _CONFIG.workers = int(workers)
-    if max_workers is not None:
-        restart |= max_workers != _CONFIG.max_workers
-        _CONFIG.max_workers = int(max_workers)
-    _CONFIG.max_workers = max(_CONFIG.max_workers, _CONFIG.workers)
-    if mode is not None:
-        if mode not in ("subprocess", "inprocess"):
-            raise ValueError("mode must be 'subprocess' or 'inprocess'")
-        restart |= mode != _CONFIG.mode
-        _CONFIG.mode = mode
+    if isolation is not None:
+        if isolation not in ISOLATIONS:
+            raise ValueError(f"isolation must be one of {', '.join(ISOLATIONS)}")
+        restart |= isolation != _CONFIG.isolation
+        _CONFIG.isolation = isolation
     if restart:
         shutdown()
 
@@ -262,6 +293,15 @@ def _last_boxed(text: str) -> tuple[int, str] | None:
     return best
 
 
+def last_boxed(text: Any) -> str | None:
+    """Content of the last ``\\boxed{...}`` / ``\\fbox{...}`` of ``text`` (a missing closing brace is tolerated;
+    ``\\boxed 5`` gives ``5``), stripped; ``None`` if there is none.  Linear time.  The suite's one copy of this
+    extraction: model answers, reference solutions of the data loaders, everything."""
+    s = _to_text(text)
+    found = _last_boxed(s) if s else None
+    return (found[1].strip() or None) if found is not None else None
+
+
 def _line_after(text: str, i: int) -> str:
     """Rest of the line starting at ``i``; if it is blank, the next non-blank line (looking at most 3 lines on)."""
     for _ in range(4):
@@ -298,19 +338,29 @@ def _tidy_line(s: str) -> str:
     return s
 
 
-def extract_answer(text: Any) -> str | None:
+def extract_answer(text: Any, mode: str | None = None) -> str | None:
     """Final answer of a model response, or ``None`` if it has none.
 
-    The answer is the content of the last ``\\boxed{...}``/``\\fbox{...}`` (a missing closing brace is tolerated)
-    or the rest of the last ``Answer:`` / ``The final answer is`` / ``####`` line, whichever comes last.  A
-    ``\\boxed`` inside the chosen line wins over the line itself.  Runs in time linear in ``len(text)``; a
-    ``\\boxed`` argument is read up to 64 KiB.
+    ``lenient`` (the default mode): the content of the last ``\\boxed{...}``/``\\fbox{...}`` (a missing closing
+    brace is tolerated) or the rest of the last ``Answer:`` / ``The final answer is`` / ``####`` line, whichever
+    comes last; a ``\\boxed`` inside the chosen line wins over the line itself.  ``strict-answer-line``: the rest
+    of the last ``Answer:`` line only (a ``\\boxed`` on it is unwrapped).  Runs in time linear in ``len(text)``; a
+    ``\\boxed`` argument is read up to 64 KiB.  ``mode=None`` uses the configured mode.
     """
+    mode = _CONFIG.mode if mode is None else _check_mode(mode)
     try:
         s = _to_text(text)
         if not s:
             return None
         reversed_s = s[::-1]
+        if mode == "strict-answer-line":
+            found = _last_anchor_line(s, reversed_s, _ANSWER_COLON_REVERSED)
+            if found is None:
+                return None
+            line = found[1]
+            boxed = _last_boxed(line) if len(line) <= MAX_EXTRACTED_CHARS else None
+            answer = boxed[1].strip() if boxed is not None else _tidy_line(line)
+            return answer or None
         candidates: list[tuple[int, str, bool]] = []
         boxed = _last_boxed(s)
         if boxed is not None:
@@ -337,7 +387,7 @@ def _reference_answer(reference: Any) -> str | None:
     s = _to_text(reference)
     if s is None:
         return None
-    found = extract_answer(s) if ("\\boxed" in s or "\\fbox" in s or "####" in s) else None
+    found = extract_answer(s, "lenient") if ("\\boxed" in s or "\\fbox" in s or "####" in s) else None
     return (found if found is not None else s.strip()) or None
 
 
@@ -487,12 +537,70 @@ def _number_sequence(s: str) -> tuple[str, list[tuple[Any, bool]]] | None:
     return delims, elements
 
 
+_ATOM = r"(?P<k>[0-9]{1,6})?(?:\\sqrt\{(?P<r>[0-9]{1,6})\}|\\sqrt(?P<r1>[0-9]))?(?P<pi>\\pi)?"
+_RADICAL_FORMS = [
+    re.compile(rf"(?P<s>[+-]?){_ATOM}"),  # 3\sqrt{2}, -\pi, 2\sqrt{3}\pi
+    re.compile(rf"(?P<s>[+-]?)\\frac\{{(?P<s2>[+-]?){_ATOM}\}}\{{(?P<d>[0-9]{{1,6}})\}}"),  # \frac{3\sqrt{2}}{4}
+    re.compile(rf"(?P<s>[+-]?){_ATOM}/(?P<d>[0-9]{{1,6}})"),  # 3\pi/4, \sqrt{2}/2
+    re.compile(rf"(?P<s>[+-]?)\\frac\{{(?P<n>[0-9]{{1,6}})\}}\{{(?P<d>[0-9]{{1,6}})\}}{_ATOM}"),  # \frac{1}{2}\sqrt{3}
+]
+
+
+def _squarefree(n: int) -> tuple[int, int]:
+    """``(m, r)`` with ``n == m * m * r`` and ``r`` square-free (``n`` up to 10**6: trial division)."""
+    m, r, f = 1, n, 2
+    while f * f <= r:
+        while r % (f * f) == 0:
+            r //= f * f
+            m *= f
+        f += 1
+    return m, r
+
+
+def _radical(s: str) -> tuple[Fraction, int, bool] | None:
+    """``q * sqrt(r) * pi**e`` as ``(q, r, e)`` with ``r`` square-free, for a rational multiple of a square root
+    and/or of pi written in one of the common forms; ``None`` for anything else (decimals included: math-verify
+    compares those numerically)."""
+    for form in _RADICAL_FORMS:
+        m = form.fullmatch(s)
+        if m is None:
+            continue
+        g = m.groupdict()
+        radicand = g["r"] or g["r1"]
+        if radicand is None and g["pi"] is None:
+            return None  # a plain number: _plain_number's business
+        if g.get("n") is not None and g["k"] is not None:
+            return None  # \frac{1}{2}3\sqrt{2}: not a common form
+        q = Fraction(int(g["k"] or 1), 1)
+        if g.get("n") is not None:
+            q *= Fraction(int(g["n"]), 1)
+        if g.get("d") is not None:
+            if int(g["d"]) == 0:
+                return None
+            q /= int(g["d"])
+        if (g["s"] == "-") != (g.get("s2") == "-"):
+            q = -q
+        root, r = _squarefree(int(radicand)) if radicand is not None else (1, 1)
+        q *= root
+        if r == 0 or q == 0:
+            return Fraction(0), 1, False
+        return q, r, g["pi"] is not None
+    return None
+
+
 def _structural_verdict(g: str, p: str) -> bool | None:
-    """Decide without math-verify when both answers are plain numbers, multiple-choice letters, or tuples,
-    intervals or sets of plain numbers (the same verdict math-verify gives, much faster); else ``None``."""
+    """Decide without math-verify when both answers are plain numbers, rational multiples of a square root or of
+    pi (``3\\sqrt{2}``, ``\\frac{\\sqrt{3}}{2}``, ``\\frac{3\\pi}{4}``, against each other or an exact plain number),
+    multiple-choice letters, or tuples, intervals or sets of plain numbers (the same verdict math-verify gives, much
+    faster); else ``None``."""
     gn, pn = _plain_number(g), _plain_number(p)
     if gn is not None and pn is not None:
         return _numbers_equal(gn, pn)
+    if (gn is None or not gn[1]) and (pn is None or not pn[1]):  # no decimals
+        gr = (gn[0], 1, False) if gn is not None else _radical(g)
+        pr = (pn[0], 1, False) if pn is not None else _radical(p) if gr is not None else None
+        if gr is not None and pr is not None:
+            return gr == pr
     gc, pc = _CHOICE.fullmatch(g), _CHOICE.fullmatch(p)
     if gc and pc:
         return gc.group(1) == pc.group(1)
@@ -687,8 +795,8 @@ class _Judge:
 
 
 def _arm_cpu_guard(seconds: int = 5) -> None:
-    """Let the kernel end this worker (SIGXCPU) if one request burns ``seconds`` of CPU: the parent kills it much
-    sooner, but if the parent itself died mid-request nobody else would stop a C-level computation."""
+    """Let the kernel end this worker (SIGXCPU) if one request burns ``seconds`` of CPU: the pool stops it much
+    sooner, but if the calling process itself died mid-request nobody else would stop a C-level computation."""
     try:
         import resource
 
@@ -702,10 +810,13 @@ def _arm_cpu_guard(seconds: int = 5) -> None:
 
 
 def _limit_worker_memory() -> None:
+    """At most 4 GiB of address space beyond what the worker inherited from its parent (a fork)."""
     try:
         import resource
 
-        limit = 4 << 30
+        with open("/proc/self/statm") as f:
+            inherited = int(f.read().split()[0]) * resource.getpagesize()
+        limit = inherited + (4 << 30)
         soft, hard = resource.getrlimit(resource.RLIMIT_AS)
         if hard == resource.RLIM_INFINITY or hard > limit:
             resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
@@ -714,334 +825,176 @@ def _limit_worker_memory() -> None:
 
 
 _TEST_HANG_MARKER = "\\bandpotesthang"
+_WORKER_JUDGE: _Judge | None = None
 
 
-def _worker_main() -> None:
-    """Entry point of a worker process: JSON lines in on stdin, JSON lines out on the original stdout."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    channel = os.fdopen(os.dup(1), "wb", buffering=0)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)  # anything a library prints must not corrupt the protocol
+def _worker_init() -> None:
+    """Initializer of each pool worker (a fork of the caller): quiet output, memory cap, math-verify ready."""
+    global _WORKER_JUDGE
+    # pebble installs a Python-level SIGTERM handler, which cannot run while math-verify is inside a C-level
+    # computation (a huge integer power); the default action ends the process at once when the pool stops it.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # anything a library prints goes nowhere
     sys.stdout = open(os.devnull, "w")
     logging.disable(logging.CRITICAL)
     _limit_worker_memory()
+    _WORKER_JUDGE = _INPROCESS_JUDGE or _Judge()  # imported and warmed up by the parent before the fork
 
-    def send(obj: dict) -> None:
-        channel.write(json.dumps(obj).encode() + b"\n")
 
+def _worker_ping() -> bool:
+    return _WORKER_JUDGE is not None
+
+
+def _worker_verify(gold: str, pred: str) -> bool:
+    """One math-verify verdict, in a pool worker.  pebble runs tasks in the worker's main thread, so math-verify
+    could use its own ``signal.alarm`` timeouts here; it does not (``timeout_seconds=None``): those count whole
+    seconds and turn a timeout into a ``False`` verdict, where the pool's deadline is finer and reports it."""
+    if gold == _TEST_HANG_MARKER and os.environ.get("BANDPO_GRADER_TEST_HOOKS") == "1":
+        # Test hook (off unless the environment asks for it): stands in for a C-level computation that nothing
+        # but ending the process can stop.
+        time.sleep(3600)
+    _arm_cpu_guard()
+    assert _WORKER_JUDGE is not None
     try:
-        judge = _Judge()
-        judge.warm_up()
-    except Exception as exc:
-        send({"ready": False, "error": f"{type(exc).__name__}: {exc}"[:500]})
-        return
-    send({"ready": True, "math_verify": _MATH_VERIFY_VERSION, "pid": os.getpid()})
-    # Test hook (off unless the environment asks for it): a gold answer equal to this marker makes the worker hang,
-    # standing in for a C-level computation that nothing but killing the process can stop.
-    hang_marker = _TEST_HANG_MARKER if os.environ.get("BANDPO_GRADER_TEST_HOOKS") == "1" else None
-    stdin = sys.stdin.buffer
-    while True:
-        line = stdin.readline()
-        if not line:
-            return
-        rid = None
-        try:
-            req = json.loads(line)
-            rid = req["i"]
-            if hang_marker is not None and req["g"] == hang_marker:
-                time.sleep(3600)
-            _arm_cpu_guard()
-            send({"i": rid, "v": judge(req["g"], req["p"])})
-        except Exception as exc:
-            send({"i": rid, "v": False, "e": type(exc).__name__})
-
-
-_WORKER_BOOT = (
-    "import os, sys; sys.path.insert(0, os.environ['BANDPO_GRADER_PKG_PARENT']); "
-    "import bandpo.grader as g; g._worker_main()"
-)
-
-
-class _WorkerGone(Exception):
-    pass
-
-
-class _Worker:
-    def __init__(self) -> None:
-        env = dict(os.environ)
-        env["BANDPO_GRADER_PKG_PARENT"] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env["PYTHONSAFEPATH"] = "1"  # do not put the caller's working directory on the worker's sys.path
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", _WORKER_BOOT],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=env,
-            close_fds=True,
-            start_new_session=True,  # no SIGINT from the caller's terminal
-        )
-        self._fd = self.proc.stdout.fileno()
-        self._buf = b""
-        self._next_id = 0
-        self.ready = False
-        self.failed: str | None = None
-
-    def _readline(self, deadline: float) -> bytes | None:
-        """One line from the worker; ``None`` at the deadline; raises ``_WorkerGone`` at end of file."""
-        while b"\n" not in self._buf:
-            remaining = deadline - time.monotonic()
-            poller = select.poll()
-            poller.register(self._fd, select.POLLIN)
-            if not poller.poll(math.ceil(remaining * 1000) if remaining > 0 else 0):  # 0: just look
-                if time.monotonic() >= deadline:
-                    return None
-                continue
-            chunk = os.read(self._fd, 65536)
-            if not chunk:
-                raise _WorkerGone("worker closed its output")
-            self._buf += chunk
-        line, _, self._buf = self._buf.partition(b"\n")
-        return line
-
-    def wait_ready(self, deadline: float) -> bool:
-        if self.ready:
-            return True
-        try:
-            while True:
-                line = self._readline(deadline)
-                if line is None:
-                    return False
-                try:
-                    msg = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(msg, dict) and "ready" in msg:
-                    if msg["ready"]:
-                        self.ready = True
-                        return True
-                    self.failed = str(msg.get("error", "worker failed to start"))
-                    return False
-        except (_WorkerGone, OSError) as exc:
-            self.failed = self.failed or str(exc) or "worker exited"
-            return False
-
-    def ask(self, gold: str, pred: str, deadline: float) -> bool | None:
-        """math-verify's verdict, or ``None`` if the worker did not answer by the deadline."""
-        self._next_id += 1
-        rid = self._next_id
-        payload = json.dumps({"i": rid, "g": gold, "p": pred}).encode() + b"\n"
-        self.proc.stdin.write(payload)  # small (answers are capped) and the pipe is empty: does not block
-        self.proc.stdin.flush()
-        while True:
-            line = self._readline(deadline)
-            if line is None:
-                return None
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(msg, dict) and msg.get("i") == rid:
-                return bool(msg.get("v"))
-
-    def kill(self) -> None:
-        try:
-            self.proc.kill()
-        except Exception:
-            pass
-        for f in (self.proc.stdin, self.proc.stdout):
-            try:
-                f.close()
-            except Exception:
-                pass
-        try:
-            self.proc.wait(timeout=0.2)  # a SIGKILLed process is reaped in milliseconds
-        except Exception:
-            pass
-
-    def close(self) -> None:
-        """Polite stop: end of file on stdin makes the worker exit; kill it if it does not."""
-        try:
-            self.proc.stdin.close()
-        except Exception:
-            pass
-        try:
-            self.proc.wait(timeout=0.5)
-        except Exception:
-            pass
-        self.kill()
+        return _WORKER_JUDGE(gold, pred)
+    except Exception:  # math-verify failed on this pair: not equivalent
+        return False
 
 
 class _Pool:
-    """Persistent math-verify workers: ``size`` kept warm, up to ``max_size`` under concurrent use.  A worker that
-    overruns a deadline is killed and replaced.  Workers are only read while holding the pool's lock, or by the
-    one thread that has acquired them."""
+    """math-verify workers: a ``pebble.ProcessPool`` whose workers are forks of this process, made after math-verify
+    was imported and warmed up here, so that a worker (or a replacement) is ready at once.  ``fork`` rather than
+    ``spawn`` / ``forkserver``: those run the caller's ``__main__`` module again in every worker (a training
+    script's imports, or all of an unguarded script; impossible for ``python - <script``).  A worker runs nothing
+    but math-verify on two strings.  pebble ends a worker whose task overruns its timeout (or is cancelled) and
+    forks a replacement; the other workers keep answering meanwhile."""
 
-    _MAX_START_FAILURES = 3
-    _POLL_S = 0.02
+    def __init__(self, workers: int) -> None:
+        import multiprocessing
 
-    def __init__(self, size: int, max_size: int) -> None:
-        self.size = size
-        self.max_size = max(size, max_size)
+        from pebble import ProcessPool
+
+        # shutdown() first at exit, before the handlers pebble and multiprocessing registered on import (atexit runs
+        # last-in first-out): multiprocessing's would otherwise wait for our idle workers forever.
+        atexit.unregister(shutdown)
+        atexit.register(shutdown)
+        if _load_inprocess_judge() is None:
+            raise RuntimeError("math-verify cannot be imported")
         self.pid = os.getpid()
-        self._cond = threading.Condition()
-        self._idle: list[_Worker] = []
-        self._alive = 0
-        self._ever_ready = False
-        self._start_failures = 0
-        self.broken: str | None = None
+        self.ready = False  # a worker has answered
+        self.pool = ProcessPool(
+            max_workers=workers, initializer=_worker_init, context=multiprocessing.get_context("fork")
+        )
+        _count("pool_starts")
 
-    def _spawn_locked(self) -> None:
+    @property
+    def broken(self) -> bool:
+        return not self.pool.active
+
+    def verify(self, gold: str, pred: str, deadline: float) -> tuple[bool | None, str]:
+        """``(verdict, "math_verify")``, or ``(None, why not)``: ``timeout`` (the worker overran the deadline and is
+        ended), ``unavailable`` (no worker free by the deadline), ``error`` (the worker died)."""
+        from concurrent.futures import CancelledError
+        from concurrent.futures import TimeoutError as WaitTimeout  # the builtin TimeoutError from Python 3.11
+
+        from pebble import ProcessExpired
+
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None, "unavailable"
+        # The first task of a pool also waits for the workers to start (once, beyond the item's deadline).
+        wait = remaining if self.ready else remaining + _STARTUP_TIMEOUT_S
+        future = self.pool.schedule(_worker_verify, (gold, pred), timeout=remaining)
         try:
-            self._idle.append(_Worker())
-        except Exception as exc:  # e.g. no sys.executable, fork refused
-            self.broken = f"cannot start worker: {type(exc).__name__}: {exc}"
-            return
-        self._alive += 1
-        _count("worker_starts")
-
-    def _top_up_locked(self) -> None:
-        while self.broken is None and self._alive < self.size:
-            self._spawn_locked()
-
-    def _take_ready_locked(self) -> _Worker | None:
-        """An idle worker that is ready (checking starting ones without blocking), or ``None``."""
-        chosen = None
-        for worker in self._idle:
-            if worker.ready or worker.wait_ready(time.monotonic()):
-                chosen = worker
-                break
-        self._take_failed_locked()
-        if chosen is not None:
-            self._idle.remove(chosen)
-            self._ever_ready = True
-            self._start_failures = 0
-        return chosen
-
-    def acquire(self, deadline: float) -> _Worker | None:
-        """A ready worker, or ``None`` if none is free by ``deadline``.  The first start of the pool (importing
-        math-verify, a few seconds) is waited for once, beyond the deadline."""
-        with self._cond:
-            if not self._ever_ready:
-                deadline = max(deadline, time.monotonic() + _STARTUP_TIMEOUT_S)
-            while True:
-                self._top_up_locked()
-                if self.broken is not None:
-                    return None
-                worker = self._take_ready_locked()
-                if worker is not None:
-                    return worker
-                if self._ever_ready and not self._idle and self._alive < self.max_size:
-                    self._spawn_locked()  # all busy: add a worker for the calls to come
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return None
-                self._cond.wait(min(remaining, self._POLL_S))
-
-    def release(self, worker: _Worker) -> None:
-        with self._cond:
-            self._idle.append(worker)
-            self._cond.notify()
-
-    def discard(self, worker: _Worker) -> None:
-        worker.kill()
-        with self._cond:
-            self._alive -= 1
-            self._top_up_locked()
-            self._cond.notify()
+            verdict = bool(future.result(timeout=wait))
+        except WaitTimeout:  # pebble's task timeout (the future is done) or the wait above (it is not)
+            started = future.done() or future.running()
+            future.cancel()  # a running task is stopped with its worker, a queued one never starts
+            return None, "timeout" if started else "unavailable"
+        except (ProcessExpired, CancelledError):
+            return None, "error"
+        self.ready = True
+        return verdict, "math_verify"
 
     def warm(self, timeout_s: float) -> bool:
-        """Start the warm workers and wait until they are all ready; ``True`` if at least one is."""
-        deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while True:
-                self._top_up_locked()
-                if self.broken is not None:
-                    return False
-                for worker in self._idle:
-                    if not worker.ready:
-                        worker.wait_ready(time.monotonic())
-                ready = sum(w.ready for w in self._idle)
-                if ready:
-                    self._ever_ready = True
-                if ready >= self.size or (ready and time.monotonic() >= deadline):
-                    return True
-                if time.monotonic() >= deadline:
-                    return False
-                self._take_failed_locked()
-                self._cond.wait(self._POLL_S)
-
-    def _take_failed_locked(self) -> None:
-        """Drop idle workers that failed to start (e.g. math-verify missing); give up after a few."""
-        for worker in [w for w in self._idle if w.failed is not None]:
-            self._idle.remove(worker)
-            worker.kill()
-            self._alive -= 1
-            self._start_failures += 1
-            if self._start_failures >= self._MAX_START_FAILURES:
-                self.broken = worker.failed
+        try:
+            self.ready = bool(self.pool.schedule(_worker_ping).result(timeout=timeout_s))
+        except Exception:
+            return False
+        return self.ready
 
     def close(self) -> None:
-        with self._cond:
-            workers, self._idle = self._idle, []
-            self._alive = 0
-        for w in workers:
-            w.close()
-
-    def forget(self) -> None:
-        """In a forked child: drop the parent's pipes without touching the parent's workers."""
-        for w in self._idle:
-            for f in (w.proc.stdin, w.proc.stdout):
-                try:
-                    f.close()
-                except Exception:
-                    pass
-        self._idle = []
+        self.pool.stop()
+        self.pool.join(timeout=5)
 
 
 _POOL: _Pool | None = None
 _POOL_LOCK = threading.Lock()
+_POOL_FAILURES = 0  # pools that broke before answering; after a few, math-verify runs in-process
+_MAX_POOL_FAILURES = 3
 _INPROCESS_JUDGE: _Judge | None = None
-_STATS: dict[str, int] = {}
+_STATS: Counter[str] = Counter()
 _STATS_LOCK = threading.Lock()
-_VERDICTS: OrderedDict[tuple[str, str], tuple[float, str]] = OrderedDict()
+_VERDICTS: OrderedDict[tuple[str, str], bool] = OrderedDict()
 _VERDICTS_LOCK = threading.Lock()
 _INFLIGHT: dict[tuple[str, str], threading.Event] = {}
 
 
-def _count(key: str) -> None:
+def _count(key: str, n: int = 1) -> None:
     with _STATS_LOCK:
-        _STATS[key] = _STATS.get(key, 0) + 1
+        _STATS[key] += n
 
 
-def _get_pool() -> _Pool:
-    global _POOL
+def _get_pool() -> _Pool | None:
+    """This process's worker pool (started on first use, restarted if it broke), or ``None`` where worker processes
+    cannot be used."""
+    global _POOL, _POOL_FAILURES
     with _POOL_LOCK:
-        if _POOL is None or _POOL.pid != os.getpid():
-            _POOL = _Pool(_CONFIG.workers, _CONFIG.max_workers)
+        if _POOL is not None and _POOL.pid == os.getpid() and not _POOL.broken:
+            return _POOL
+        if _POOL is not None and _POOL.pid == os.getpid():
+            _POOL_FAILURES += 0 if _POOL.ready else 1
+            _POOL.close()
+        _POOL = None
+        if _POOL_FAILURES >= _MAX_POOL_FAILURES:
+            return None
+        try:
+            _POOL = _Pool(_CONFIG.workers)
+        except Exception:  # e.g. pebble missing, processes refused
+            log.debug("grader worker pool failed to start", exc_info=True)
+            _POOL_FAILURES = _MAX_POOL_FAILURES
+            return None
         return _POOL
 
 
 def shutdown() -> None:
-    """Stop the worker processes (they are restarted on demand).  Registered with ``atexit``."""
-    global _POOL
+    """Stop the worker processes (they are restarted on demand).  Registered with ``atexit`` when a pool starts."""
+    global _POOL, _POOL_FAILURES
     with _POOL_LOCK:
         pool, _POOL = _POOL, None
+        _POOL_FAILURES = 0
     if pool is not None and pool.pid == os.getpid():
-        pool.close()
+        try:
+            pool.close()
+        except Exception:
+            log.debug("grader worker pool did not stop cleanly", exc_info=True)
 
 
 def _after_fork_in_child() -> None:
+    """In a forked child: forget the parent's pool (its workers and threads belong to the parent) and locks."""
     global _POOL, _POOL_LOCK, _STATS_LOCK, _VERDICTS_LOCK
+    pebble_pools = sys.modules.get("pebble.pool.process")
+    if _POOL is not None and pebble_pools is not None:
+        # pebble stops every worker of "its" pools at interpreter exit; in a forked child those are the parent's
+        # workers, not the child's to stop (the child's own pool, if it starts one, is stopped by shutdown()).
+        atexit.unregister(getattr(pebble_pools, "interpreter_shutdown", lambda: None))
     _INFLIGHT.clear()
     _POOL_LOCK = threading.Lock()
     _STATS_LOCK = threading.Lock()
     _VERDICTS_LOCK = threading.Lock()
-    if _POOL is not None:
-        _POOL.forget()
     _POOL = None
 
 
-atexit.register(shutdown)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
@@ -1049,11 +1002,12 @@ if hasattr(os, "register_at_fork"):
 def warmup(timeout_s: float = _STARTUP_TIMEOUT_S) -> bool:
     """Start the math-verify workers now (a one-off cost of a few seconds) so that later items meet the budget.
 
-    Returns ``True`` when math-verify is usable (workers ready, or the in-process judge loaded).
+    Returns ``True`` when math-verify is usable (a worker answered, or the in-process judge loaded).
     """
     try:
-        if _CONFIG.mode == "subprocess":
-            if _get_pool().warm(timeout_s):
+        if _CONFIG.isolation == "process":
+            pool = _get_pool()
+            if pool is not None and pool.warm(timeout_s):
                 return True
         return _load_inprocess_judge() is not None
     except Exception:
@@ -1064,9 +1018,11 @@ def _load_inprocess_judge() -> _Judge | None:
     global _INPROCESS_JUDGE
     if _INPROCESS_JUDGE is None:
         try:
-            _INPROCESS_JUDGE = _Judge()
+            judge = _Judge()
         except Exception:
             return None
+        judge.warm_up()  # first uses of sympy's code paths are slow: not inside an item's budget
+        _INPROCESS_JUDGE = judge
     return _INPROCESS_JUDGE
 
 
@@ -1107,24 +1063,14 @@ def _verify_inprocess(gold: str, pred: str, deadline: float) -> tuple[bool | Non
 
 
 def _verify_bounded(gold: str, pred: str, deadline: float) -> tuple[bool | None, str]:
-    """math-verify's verdict within the deadline: ``(True/False, method)`` or ``(None, why not)``."""
-    if _CONFIG.mode == "subprocess":
-        pool = _get_pool()
-        worker = pool.acquire(deadline) if pool.broken is None else None
-        if worker is not None:
-            try:
-                verdict = worker.ask(gold, pred, deadline)
-            except Exception:  # the worker died (e.g. a crash in a C extension)
-                verdict = None
-                worker.failed = "crashed"
-            if verdict is None:
-                _count("worker_kills" if worker.failed is None else "worker_crashes")
-                pool.discard(worker)
-                return None, "timeout" if worker.failed is None else "error"
-            pool.release(worker)
-            return verdict, "math_verify"
-        if pool.broken is None:
-            return None, "unavailable"  # all workers busy (or still starting) until the deadline
+    """math-verify's verdict within the deadline: ``(True/False, "math_verify")`` or ``(None, why not)``."""
+    pool = _get_pool() if _CONFIG.isolation == "process" else None
+    if pool is not None:
+        try:
+            return pool.verify(gold, pred, deadline)
+        except Exception:  # the pool broke (e.g. all workers died): the next call starts a new one
+            log.debug("grader worker pool failed", exc_info=True)
+            return None, "error"
     return _verify_inprocess(gold, pred, deadline)  # no worker processes: in-process fallback
 
 
@@ -1134,23 +1080,29 @@ def _verify_bounded(gold: str, pred: str, deadline: float) -> tuple[bool | None,
 @dataclass(frozen=True)
 class GradeResult:
     """A score with how it was decided.  ``method`` is one of: ``exact``, ``numeric``, ``math_verify``,
-    ``no_answer``, ``no_reference``, ``rejected:<why>``, ``timeout``, ``unavailable``, ``error``."""
+    ``no_answer``, ``no_reference``, ``rejected:<why>``, ``timeout``, ``unavailable``, ``error``.  The last three
+    are not verdicts (the item scores 0 and is counted, see :func:`stats`)."""
 
     score: float
     method: str
     pred: str | None
     gold: str | None
     seconds: float
+    mode: str = "lenient"
 
     def as_record(self) -> dict[str, Any]:
-        """The result plus the grader's name and version, ready to log next to the score."""
+        """The result plus the grader's name, mode and version, ready to log next to the score."""
         record = asdict(self)
         record["grader"] = GRADER_NAME
         record["grader_version"] = GRADER_VERSION
         return record
 
 
-def _cached(key: tuple[str, str]) -> tuple[float, str] | None:
+_SLOW = ("math_verify", "timeout", "unavailable", "error")  # methods of items that needed math-verify
+_NOT_DECIDED = ("timeout", "unavailable", "error")
+
+
+def _cached(key: tuple[str, str]) -> bool | None:
     with _VERDICTS_LOCK:
         hit = _VERDICTS.get(key)
         if hit is not None:
@@ -1158,9 +1110,9 @@ def _cached(key: tuple[str, str]) -> tuple[float, str] | None:
         return hit
 
 
-def _remember(key: tuple[str, str], value: tuple[float, str]) -> None:
+def _remember(key: tuple[str, str], verdict: bool) -> None:
     with _VERDICTS_LOCK:
-        _VERDICTS[key] = value
+        _VERDICTS[key] = verdict
         if len(_VERDICTS) > _VERDICT_CACHE_SIZE:
             _VERDICTS.popitem(last=False)
 
@@ -1169,13 +1121,13 @@ def _remember(key: tuple[str, str], value: tuple[float, str]) -> None:
 class _Item:
     pred: str | None
     gold: str | None
-    result: tuple[float, str] | None = None  # decided without math-verify
+    result: tuple[float, str] | None = None  # decided without asking math-verify
     key: tuple[str, str] | None = None  # normalised (gold, pred) still to verify
 
 
-def _prepare(response: Any, reference: Any) -> _Item:
+def _prepare(response: Any, reference: Any, mode: str) -> _Item:
     """Everything up to (not including) math-verify: extraction, normalisation, fast paths, pre-checks."""
-    pred = extract_answer(response)
+    pred = extract_answer(response, mode)
     gold = _reference_answer(reference)
     item = _Item(pred, gold)
     if gold is None:
@@ -1208,13 +1160,15 @@ def _prepare(response: Any, reference: Any) -> _Item:
     hit = _cached(key)
     if hit is not None:
         _count("cache_hits")
-        item.result = hit
+        item.result = (1.0 if hit else 0.0, "math_verify")
         return item
     item.key = key
     return item
 
 
 def _finish(item: _Item, deadline: float) -> tuple[float, str]:
+    """Score of a prepared item; asks math-verify if needed.  Only verdicts are cached: a timeout is an event of
+    this moment's machine load, not a property of the answer, and the same pair is tried again next time."""
     if item.result is not None:
         return item.result
     key = item.key
@@ -1225,57 +1179,81 @@ def _finish(item: _Item, deadline: float) -> tuple[float, str]:
         if hit is None and running is None:
             _INFLIGHT[key] = threading.Event()
     if hit is not None:
-        return hit
+        return (1.0 if hit else 0.0, "math_verify")
     if running is not None:  # the same pair is being verified right now: wait for that verdict, not a new worker
         running.wait(max(0.0, deadline - time.monotonic()))
-        return _cached(key) or (0.0, "unavailable")
+        hit = _cached(key)
+        return (1.0 if hit else 0.0, "math_verify") if hit is not None else (0.0, "unavailable")
     try:
         verdict, method = _verify_bounded(key[0], key[1], deadline)
-        result = (1.0 if verdict else 0.0, method)
-        if method in ("math_verify", "timeout"):
-            _remember(key, result)
+        if verdict is not None:
+            _remember(key, verdict)
     finally:
         with _VERDICTS_LOCK:
             done = _INFLIGHT.pop(key, None)
         if done is not None:
             done.set()
-    return result
+    return (1.0 if verdict else 0.0, method)
 
 
-def grade_detailed(response: Any, reference: Any, *, timeout_s: float | None = None) -> GradeResult:
-    """Like :func:`grade`, returning a :class:`GradeResult` (score, method, extracted answers, seconds)."""
+def _tally(method: str, n: int = 1) -> None:
+    method = method.split(":")[0]
+    with _STATS_LOCK:
+        _STATS["items"] += n
+        _STATS[method] += n
+        if method in _SLOW:
+            _STATS["slow"] += n
+
+
+def grade_detailed(
+    response: Any, reference: Any, *, timeout_s: float | None = None, mode: str | None = None
+) -> GradeResult:
+    """Like :func:`grade`, returning a :class:`GradeResult` (score, method, extracted answers, seconds, mode)."""
     t0 = time.monotonic()
+    mode = _CONFIG.mode if mode is None else _check_mode(mode)
     budget = timeout_s if timeout_s is not None and timeout_s > 0 else _CONFIG.timeout_s
     item = _Item(None, None)
     try:
-        item = _prepare(response, reference)
+        item = _prepare(response, reference, mode)
         score, method = _finish(item, t0 + budget)
     except _Alarm:  # pragma: no cover - an alarm that fired just after the in-process judge returned
         score, method = 0.0, "timeout"
     except Exception:
         log.debug("grader error", exc_info=True)
         score, method = 0.0, "error"
-    _count(method.split(":")[0])
-    return GradeResult(score, method, item.pred, item.gold, time.monotonic() - t0)
+    _tally(method)
+    return GradeResult(score, method, item.pred, item.gold, time.monotonic() - t0, mode)
 
 
-def grade(response: Any, reference: Any) -> float:
-    """1.0 if the final answer of ``response`` is equivalent to ``reference``, else 0.0.  Never raises."""
-    return grade_detailed(response, reference).score
+def grade(response: Any, reference: Any, *, mode: str | None = None) -> float:
+    """1.0 if the final answer of ``response`` is equivalent to ``reference``, else 0.0.  Never raises (except
+    for an unknown ``mode``, a caller's error)."""
+    return grade_detailed(response, reference, mode=mode).score
 
 
-def grade_many(responses: Sequence[Any], references: Sequence[Any], *, timeout_s: float | None = None) -> list[float]:
+def grade_many(
+    responses: Sequence[Any],
+    references: Sequence[Any],
+    *,
+    timeout_s: float | None = None,
+    mode: str | None = None,
+) -> list[float]:
     """``[grade(r, g) for r, g in zip(responses, references)]``, faster: identical pairs are verified once and
     the math-verify work is spread over the worker pool.  Each item keeps its own time budget."""
     if len(responses) != len(references):
         raise ValueError("responses and references differ in length")
-    return [r.score for r in grade_many_detailed(responses, references, timeout_s=timeout_s)]
+    return [r.score for r in grade_many_detailed(responses, references, timeout_s=timeout_s, mode=mode)]
 
 
 def grade_many_detailed(
-    responses: Sequence[Any], references: Sequence[Any], *, timeout_s: float | None = None
+    responses: Sequence[Any],
+    references: Sequence[Any],
+    *,
+    timeout_s: float | None = None,
+    mode: str | None = None,
 ) -> list[GradeResult]:
     """:func:`grade_many` returning :class:`GradeResult` records."""
+    mode = _CONFIG.mode if mode is None else _check_mode(mode)
     budget = timeout_s if timeout_s is not None and timeout_s > 0 else _CONFIG.timeout_s
     n = min(len(responses), len(references))
     results: list[GradeResult | None] = [None] * n
@@ -1283,12 +1261,12 @@ def grade_many_detailed(
     for i in range(n):
         t0 = time.monotonic()
         try:
-            item = _prepare(responses[i], references[i])
+            item = _prepare(responses[i], references[i], mode)
         except Exception:
             item = _Item(None, None, (0.0, "error"))
         if item.result is not None:
-            results[i] = GradeResult(item.result[0], item.result[1], item.pred, item.gold, time.monotonic() - t0)
-            _count(item.result[1].split(":")[0])
+            results[i] = GradeResult(item.result[0], item.result[1], item.pred, item.gold, time.monotonic() - t0, mode)
+            _tally(item.result[1])
         else:
             assert item.key is not None
             pending.setdefault(item.key, []).append((i, item, time.monotonic() - t0))
@@ -1301,38 +1279,80 @@ def grade_many_detailed(
             score, method = 0.0, "error"
         spent = time.monotonic() - t0
         for i, item, prep in entries:
-            results[i] = GradeResult(score, method, item.pred, item.gold, prep + spent)
-            _count(method.split(":")[0])
+            results[i] = GradeResult(score, method, item.pred, item.gold, prep + spent, mode)
+        _tally(method, len(entries))
 
     groups = list(pending.values())
-    parallel = _CONFIG.mode == "subprocess" and _CONFIG.workers > 1 and len(groups) > 1
-    if parallel:
+    if _CONFIG.isolation == "process" and _CONFIG.workers > 1 and len(groups) > 1:
         with ThreadPoolExecutor(max_workers=_CONFIG.workers, thread_name_prefix="bandpo-grader") as ex:
             list(ex.map(run, groups))
     else:
         for entries in groups:
             run(entries)
-    return [r if r is not None else GradeResult(0.0, "error", None, None, 0.0) for r in results]
+    return [r if r is not None else GradeResult(0.0, "error", None, None, 0.0, mode) for r in results]
 
 
 def grader_info() -> dict[str, Any]:
     """Provenance of the scores: record it next to every score (training logs, lm-eval results)."""
     return {
         "name": GRADER_NAME,
+        "mode": _CONFIG.mode,
         "version": GRADER_VERSION,
+        "id": grader_id(),
         "bandpo_version": _BANDPO_VERSION,
         "rules_revision": _RULES_REVISION,
         "math_verify_version": _MATH_VERIFY_VERSION,
         "latex2sympy2_extended_version": _dist_version("latex2sympy2_extended"),
         "sympy_version": _dist_version("sympy"),
-        "mode": _CONFIG.mode,
+        "pebble_version": _dist_version("pebble"),
+        "isolation": _CONFIG.isolation,
         "timeout_s": _CONFIG.timeout_s,
         "workers": _CONFIG.workers,
-        "max_workers": _CONFIG.max_workers,
     }
 
 
+def grader_id(mode: str | None = None) -> str:
+    """One string naming the rule that produced a score: ``name/mode@version``."""
+    return f"{GRADER_NAME}/{_CONFIG.mode if mode is None else _check_mode(mode)}@{GRADER_VERSION}"
+
+
 def stats() -> dict[str, int]:
-    """Counters since start-up: how many scores each method decided, worker starts and kills, cache hits."""
+    """Counters since start-up: ``items`` graded, how many each method decided (``exact``, ``numeric``,
+    ``math_verify``, ``timeout``, ...), ``slow`` (items that needed math-verify), ``cache_hits`` and
+    ``pool_starts``."""
     with _STATS_LOCK:
         return dict(_STATS)
+
+
+class Counts:
+    """Grading counters from its creation to :meth:`stop` (or over a ``with`` block, see :func:`counting`)."""
+
+    def __init__(self) -> None:
+        self._start = stats()
+        self.counts: dict[str, int] = {}
+
+    def stop(self) -> None:
+        end = stats()
+        self.counts = {k: v - self._start.get(k, 0) for k, v in end.items() if v - self._start.get(k, 0)}
+
+    def metrics(self) -> dict[str, float]:
+        """``grader_items``, ``grader_slow_frac`` (share that needed math-verify) and ``grader_timeouts`` (items
+        not decided within their time budget: worker overran, no worker free, or a worker died; each scored 0)."""
+        c = self.counts
+        items = c.get("items", 0)
+        return {
+            "grader_items": items,
+            "grader_slow_frac": c.get("slow", 0) / items if items else 0.0,
+            "grader_timeouts": sum(c.get(k, 0) for k in _NOT_DECIDED),
+        }
+
+
+@contextmanager
+def counting() -> Iterator[Counts]:
+    """``with counting() as c: ...`` then ``c.counts`` / ``c.metrics()``: what the grader did inside the block
+    (in this process, all threads included)."""
+    c = Counts()
+    try:
+        yield c
+    finally:
+        c.stop()

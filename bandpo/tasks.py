@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from bandpo.files import atomic_write_text
+from bandpo.grader import last_boxed
 
 KINDS: tuple[str, ...] = ("arith", "linear", "frac", "mod", "word")
 LEVELS: tuple[int, ...] = (1, 2, 3)
@@ -353,19 +354,6 @@ REAL_DATASETS: dict[str, RealSpec] = {
     "amc-2023": RealSpec("math-ai/amc23", "test", "test"),
     "math-500": RealSpec("HuggingFaceH4/MATH-500", "test", "test"),
 }
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) in ``text``, braces balanced; None if absent."""
-    best = None
-    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
-        depth, i = 1, m.end()
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        if depth == 0:
-            best = text[m.end() : i - 1]
-    return best.strip() if best is not None else None
 
 
 def normalize_answer(value: Any) -> str:

@@ -74,7 +74,7 @@ import torch
 
 from bandpo import methods
 from bandpo.files import atomic_write_bytes, atomic_write_text, read_jsonl, replace_dir
-from bandpo.grader import grade_many, grader_info, warmup
+from bandpo.grader import counting, grade_many, grader_info, warmup
 from bandpo.models import lr_schedule
 from bandpo.options import check_fields, parse_assignments
 from bandpo.provenance import machine, versions
@@ -454,7 +454,9 @@ def train(cfg: TrainConfig) -> dict:
     metrics_file = open(partial_metrics, "a", encoding="utf-8")
     try:
         for step in bar:
-            m = train_step(run, step)
+            with counting() as graded:  # grader_items, grader_slow_frac, grader_timeouts of this step
+                m = train_step(run, step)
+            m.update(graded.metrics())
             history.append(m)
             metrics_file.write(json.dumps(m) + "\n")
             metrics_file.flush()

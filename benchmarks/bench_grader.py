@@ -180,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     ready = grader.warmup()
     warm_s = time.perf_counter() - t0
-    print(f"grader {grader.GRADER_VERSION}  mode={grader.grader_info()['mode']}  math-verify ready={ready}")
+    info = grader.grader_info()
+    print(f"grader {info['id']}  isolation={info['isolation']}  math-verify ready={ready}")
     print(f"warm-up (one-off worker start): {warm_s:.2f} s")
 
     t0 = time.perf_counter()
@@ -205,9 +206,10 @@ def _report(name: str, items: list[Item], results: list[grader.GradeResult], tot
     slowest = max(range(n), key=lambda i: results[i].seconds)
     wrong = [(it, r) for it, r in zip(items, results, strict=True) if (it.label or 0.0) != r.score]
     methods = Counter(r.method.split(":")[0] for r in results)
+    slow = sum(methods[m] for m in ("math_verify", "timeout", "unavailable", "error"))
     print(f"\n{name}: {n} items in {total:.2f} s = {n / total:.0f} items/s")
     print(f"  slowest item {results[slowest].seconds:.3f} s ({items[slowest].kind}, {results[slowest].method})")
-    print(f"  methods: {dict(sorted(methods.items()))}")
+    print(f"  methods: {dict(sorted(methods.items()))}; slow path (math-verify) {slow / n:.1%} of items")
     print(f"  agreement with labels: {n - len(wrong)}/{n}")
     for it, r in wrong[:10]:
         print(f"    label={it.label} score={r.score} method={r.method} pred={r.pred!r:.60} gold={r.gold!r:.40}")

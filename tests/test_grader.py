@@ -26,7 +26,7 @@ def workers():
     """One warm worker pool for the module, with the test hook that lets a request hang a worker on purpose."""
     old = os.environ.get("BANDPO_GRADER_TEST_HOOKS")
     os.environ["BANDPO_GRADER_TEST_HOOKS"] = "1"
-    G.configure(mode="subprocess", workers=2)
+    G.configure(isolation="process", workers=2)
     G.shutdown()
     assert G.warmup(), "math-verify workers did not start"
     yield
@@ -314,15 +314,31 @@ def test_never_raises_on_weird_input():
 
 
 def test_hung_worker_is_killed_and_the_spare_answers_next():
-    before = G.stats().get("worker_kills", 0)
-    result, elapsed = timed("\\boxed{1}", G._TEST_HANG_MARKER)  # the worker sleeps: only a kill stops it
+    with G.counting() as c:
+        result, elapsed = timed("\\boxed{1}", G._TEST_HANG_MARKER)  # the worker sleeps: only a kill stops it
     assert result.method == "timeout"
     assert result.score == 0.0
     assert elapsed < ITEM_BOUND_S
-    assert G.stats().get("worker_kills", 0) == before + 1
-    result, elapsed = timed(boxed("\\sqrt{12}"), "2\\sqrt{3}")
+    assert c.counts == {"items": 1, "slow": 1, "timeout": 1}
+    assert c.metrics() == {"grader_items": 1, "grader_slow_frac": 1.0, "grader_timeouts": 1}
+    result, elapsed = timed(boxed("x^2-9"), "(x-3)(x+3)")
     assert (result.score, result.method) == (1.0, "math_verify")
     assert elapsed < ITEM_BOUND_S
+
+
+def test_a_timeout_is_counted_not_cached():
+    """The same pair times out again (it is tried again), and a slow pair that once timed out under load gets its
+    real verdict when the machine has time: rewards must not depend on the load at the first try."""
+    for _ in range(2):  # "unavailable": the pool had not yet started the task (its worker is being replaced)
+        assert G.grade_detailed("\\boxed{3}", G._TEST_HANG_MARKER).method in ("timeout", "unavailable")
+    key = (G._normalise(G._TEST_HANG_MARKER), "3")
+    assert G._cached(key) is None
+    # A legitimate pair given no time at all: not decided, and not remembered as wrong.
+    pair = (boxed("x^2-25"), "(x-5)(x+5)")
+    assert G.grade_detailed(*pair, timeout_s=1e-6).method in ("timeout", "unavailable")
+    assert G.warmup()  # the workers ended above are replaced
+    result = G.grade_detailed(*pair)
+    assert (result.score, result.method) == (1.0, "math_verify")
 
 
 def test_non_main_threads_are_bounded_too():
@@ -346,6 +362,93 @@ def test_non_main_threads_are_bounded_too():
         results = list(ex.map(run, items))
     assert max(elapsed for _, _, elapsed in results) < ITEM_BOUND_S
     assert [score for score, _, _ in results] == [expected for _, expected, _ in results]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_grades_with_its_own_workers_and_the_parent_keeps_its_own():
+    assert G.warmup()  # workers ended by earlier tests are replaced
+    assert G.grade(boxed("x^2-4"), "(x-2)(x+2)") == 1.0  # the parent's pool is up
+    pid = os.fork()
+    if pid == 0:  # child: the parent's pool is not ours; a new one starts on demand
+        code = 1
+        try:
+            result = G.grade_detailed(boxed("x^2-16"), "(x-4)(x+4)", timeout_s=60)
+            code = 0 if (result.score, result.method) == (1.0, "math_verify") else 2
+            G.shutdown()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    result, elapsed = timed(boxed("x^2-36"), "(x-6)(x+6)")
+    assert (result.score, result.method) == (1.0, "math_verify")
+    assert elapsed < ITEM_BOUND_S
+
+
+FORK_THEN_EXIT = """
+import os, sys, time
+from bandpo import grader as G
+assert G.warmup()
+pool = G._get_pool()
+pid = os.fork()
+if pid == 0:
+    r = G.grade_detailed("\\\\boxed{x^2-1}", "(x-1)(x+1)", timeout_s=60)
+    print("child", r.method, flush=True)
+    sys.exit(0)  # a normal exit: the child's atexit handlers run
+os.waitpid(pid, 0)
+time.sleep(0.5)
+r = G.grade_detailed("\\\\boxed{x^2-4}", "(x-2)(x+2)")
+print("parent", r.method, G._get_pool() is pool, G.stats().get("pool_starts"), flush=True)
+"""
+
+
+def test_a_forked_child_exiting_normally_leaves_the_parents_workers_alone():
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-c", FORK_THEN_EXIT], text=True, capture_output=True, env=env, timeout=120)
+    assert out.stdout.splitlines() == ["child math_verify", "parent math_verify True 1"], out.stderr[-2000:]
+
+
+def _probe_thread() -> tuple[bool, bool]:
+    """In a worker: is this the main thread, and does ``signal.alarm`` (math-verify's own timeout) work here?"""
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(1))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.01)
+        time.sleep(0.2)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    return threading.current_thread() is threading.main_thread(), bool(fired)
+
+
+def test_worker_tasks_run_in_the_workers_main_thread():
+    """Also in a replacement worker, forked by pebble's manager thread after a kill."""
+    pool = G._get_pool()
+    assert pool.pool.schedule(_probe_thread).result(timeout=30) == (True, True)
+    assert G.grade_detailed("\\boxed{1}", G._TEST_HANG_MARKER).method in ("timeout", "unavailable")
+    time.sleep(0.5)  # the hung worker is ended and replaced
+    assert [pool.pool.schedule(_probe_thread).result(timeout=30) for _ in range(3)] == [(True, True)] * 3
+
+
+def test_workers_do_not_run_the_callers_main_module_again(tmp_path):
+    """A script fed on stdin (no file to import) without a ``__main__`` guard: workers must neither need its file
+    nor run its body again (the side effect below would happen once per worker)."""
+    import subprocess
+
+    marker = tmp_path / "runs"
+    script = f"""
+import os
+from bandpo import grader as G
+with open({str(marker)!r}, "a") as f:
+    f.write("x")
+r = G.grade_detailed("\\\\boxed{{x^2-1}}", "(x-1)(x+1)", timeout_s=30)
+print(r.score, r.method)
+"""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-"], input=script, text=True, capture_output=True, env=env, timeout=120)
+    assert out.stdout.split() == ["1.0", "math_verify"], out.stderr[-2000:]
+    assert marker.read_text() == "x"
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -408,6 +511,48 @@ def test_fast_paths_agree_with_math_verify():
     assert checked >= 12
 
 
+def _radical_forms(k: int, r: int, d: int, pi: bool) -> list[str]:
+    """Ways of writing k * sqrt(r) / d (times pi)."""
+    root = f"\\sqrt{{{r}}}" if r > 1 else ""
+    tail = root + ("\\pi" if pi else "")
+    kk = "" if k == 1 and tail else str(k)
+    forms = [f"\\frac{{{kk}{tail}}}{{{d}}}", f"{kk}{tail}/{d}", f"\\frac{{{k}}}{{{d}}}{tail}"] if d > 1 else []
+    forms.append(f"{kk}{tail}" if d == 1 else f"\\frac{{{k}{tail}}}{{{d}}}")
+    if r > 1:
+        forms.append(f"\\sqrt{{{r * 4}}}" if k == 2 and d == 1 and not pi else f"{k * 3}{tail}/{d * 3}")
+    return forms
+
+
+def test_radical_and_pi_fast_path_agrees_with_math_verify():
+    """Rational multiples of a square root or of pi are decided without math-verify, with math-verify's verdict
+    (checked here against math-verify itself on a corpus of equal and unequal pairs)."""
+    import random
+
+    rng = random.Random(0)
+    pairs = [("\\sqrt{4}", "2"), ("2\\sqrt{2}", "\\sqrt{8}"), ("\\pi", "3"), ("\\frac{\\pi}{2}", "\\frac{1}{2}\\pi")]
+    for _ in range(40):
+        k, r, d, pi = (
+            rng.randint(1, 9),
+            rng.choice([1, 2, 3, 5, 6, 7, 12, 18]),
+            rng.choice([1, 2, 3, 4]),
+            rng.random() < 0.4,
+        )
+        forms = _radical_forms(k, r, d, pi)
+        other = _radical_forms(k + rng.choice([-1, 1, 2]) or 3, r, d, pi) + _radical_forms(k, r, d, not pi)
+        pairs.append((rng.choice(forms), rng.choice(forms)))
+        pairs.append((rng.choice(forms), rng.choice(other)))
+    fast = 0
+    for gold, pred in pairs:
+        g, p = G._normalise(gold), G._normalise(pred)
+        verdict = G._structural_verdict(g, p)
+        if verdict is None:
+            continue
+        fast += 1
+        slow, method = G._verify_bounded(g, p, time.monotonic() + 10)
+        assert method == "math_verify" and verdict == slow, (gold, pred, verdict, slow)
+    assert fast >= 70
+
+
 def test_benchmark_items_agree_with_their_labels(monkeypatch):
     spec = importlib.util.spec_from_file_location(
         "bench_grader", Path(__file__).resolve().parents[1] / "benchmarks" / "bench_grader.py"
@@ -433,9 +578,9 @@ class _SpinningJudge:
 
 @pytest.fixture
 def inprocess(monkeypatch):
-    G.configure(mode="inprocess")
+    G.configure(isolation="inprocess")
     yield monkeypatch
-    G.configure(mode="subprocess")
+    G.configure(isolation="process")
 
 
 def test_inprocess_alarm_bounds_the_main_thread(inprocess):
@@ -474,7 +619,7 @@ def test_inprocess_off_main_thread_and_foreign_alarm_do_not_block(inprocess):
 
 def test_inprocess_real_math_verify(inprocess):
     assert G.warmup()  # loads math-verify into this process (one-off)
-    result, elapsed = timed(boxed("\\sqrt{18}"), "3\\sqrt{2}")
+    result, elapsed = timed(boxed("x^2-49"), "(x-7)(x+7)")
     assert (result.score, result.method) == (1.0, "math_verify")
     assert elapsed < ITEM_BOUND_S
     result, elapsed = timed(boxed("(2^{99})^{99}"), "7")  # not rejected up front, parsed under the alarm
@@ -486,11 +631,81 @@ def test_pool_that_cannot_start_falls_back_to_inprocess(monkeypatch):
         raise OSError("no processes here")
 
     G.shutdown()
-    monkeypatch.setattr(G, "_Worker", refuse)
+    monkeypatch.setattr(G, "_Pool", refuse)
     try:
         assert G.warmup()  # no workers: loads math-verify into this process instead (one-off)
-        result, elapsed = timed(boxed("\\sqrt{50}"), "5\\sqrt{2}")
+        result, elapsed = timed(boxed("x^2-64"), "(x-8)(x+8)")
         assert (result.score, result.method) == (1.0, "math_verify")  # in-process, under the alarm
-        assert G._get_pool().broken is not None
+        assert G._get_pool() is None
     finally:
         G.shutdown()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Grading modes, the one boxed extraction, counters
+# --------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("work...\nAnswer: 42", "42"),
+        ("answer:  $\\frac{1}{2}$.", "\\frac{1}{2}"),
+        ("Answer: \\boxed{7}", "7"),  # a box on the Answer line is unwrapped
+        ("Answer: 41\nWait, it is \\boxed{42}", "41"),  # no boxed fallback: only the Answer line counts
+        ("So \\boxed{42}", None),
+        ("The final answer is 42", None),
+        ("Janet...\n#### 18", None),
+        ("Answer: 1\nmore\nAnswer: 2", "2"),
+    ],
+)
+def test_strict_answer_line_extraction(text, expected):
+    assert G.extract_answer(text, "strict-answer-line") == expected
+
+
+def test_modes_grade_differently_and_are_recorded():
+    boxed_only = "I get \\boxed{12}."
+    assert G.grade(boxed_only, "12") == 1.0
+    result = G.grade_detailed(boxed_only, "12", mode="strict-answer-line")
+    assert (result.score, result.method, result.mode) == (0.0, "no_answer", "strict-answer-line")
+    assert G.grade("Answer: 0.5", "\\frac{1}{2}", mode="strict-answer-line") == 1.0
+    assert G.grade_many([boxed_only, "Answer: 12"], ["12", "12"], mode="strict-answer-line") == [0.0, 1.0]
+    with pytest.raises(ValueError, match="unknown grader mode 'strict'"):
+        G.grade(boxed_only, "12", mode="strict")
+    assert G.grader_info()["mode"] == "lenient"
+    assert G.grader_id("strict-answer-line") == f"bandpo.grader/strict-answer-line@{G.GRADER_VERSION}"
+    G.configure(mode="strict-answer-line")
+    try:
+        assert G.grade(boxed_only, "12") == 0.0
+        assert G.grader_info()["mode"] == "strict-answer-line"
+        assert G.grader_info()["id"] == G.grader_id("strict-answer-line")
+    finally:
+        G.configure(mode="lenient")
+
+
+def test_verl_reward_follows_the_mode_it_is_given(monkeypatch):
+    spec = importlib.util.spec_from_file_location(
+        "verl_reward", Path(__file__).resolve().parents[1] / "workflow" / "scripts" / "verl_reward.py"
+    )
+    reward = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reward)
+    out = reward.compute_score("math", "so \\boxed{3}", "3")
+    assert out == {"score": 1.0, "acc": 1.0}
+    assert reward.compute_score("math", "so \\boxed{3}", "3", grader_mode="strict-answer-line")["score"] == -1.0
+    assert reward.compute_score("math", "Answer: 3", "3", grader_mode="strict-answer-line")["score"] == 1.0
+
+
+def test_last_boxed_is_the_one_copy():
+    from bandpo import tasks
+
+    assert tasks.last_boxed is G.last_boxed
+    assert G.last_boxed("a \\boxed{1} b \\boxed{\\frac{2}{3}} c") == "\\frac{2}{3}"
+    assert G.last_boxed("\\fbox{ 9 }") == "9"
+    assert G.last_boxed("cut \\boxed{4") == "4"
+    assert G.last_boxed("no box") is None and G.last_boxed(None) is None and G.last_boxed("\\boxed{ }") is None
+
+
+def test_counting_reports_items_slow_path_and_timeouts():
+    with G.counting() as c:
+        G.grade_many([boxed("3"), boxed("\\sqrt{8}"), boxed("x^2-1"), "none"], ["3", "2\\sqrt{2}", "(x-1)(x+1)", "1"])
+    assert c.counts["items"] == 4
+    assert c.counts["slow"] == 1  # only the polynomial needs math-verify
+    assert c.metrics() == {"grader_items": 4, "grader_slow_frac": 0.25, "grader_timeouts": 0}

@@ -1,8 +1,11 @@
 """verl reward function (``reward.custom_reward_function.path``): the paper's +1 / -1 outcome reward, graded by
-the suite's one grader (`bandpo.grader.grade`, also used by lm-eval scoring), so training reward and evaluation
-agree on what a correct answer is.
+the suite's one grader (`bandpo.grader`, also used by lm-eval scoring), so training reward and evaluation agree on
+what a correct answer is.
 
-verl calls ``compute_score(data_source, solution_str, ground_truth, extra_info)`` per response.
+verl calls ``compute_score(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)`` per response.
+The grading mode (``lenient`` or ``strict-answer-line``, the paper's rule: only the last ``Answer:`` line counts)
+comes from ``reward.custom_reward_function.reward_kwargs.grader_mode`` when set, else from the environment
+(``BANDPO_GRADER_MODE``, passed to Ray workers through ``runtime_env``), else the grader's default (``lenient``).
 """
 
 from __future__ import annotations
@@ -10,9 +13,16 @@ from __future__ import annotations
 from typing import Any
 
 
-def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None, **kwargs: Any):
-    from bandpo.grader import grade
+def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: Any = None,
+    grader_mode: str | None = None,
+    **kwargs: Any,
+):
+    from bandpo.grader import grade_detailed
 
-    correct = grade(solution_str, ground_truth) > 0
+    correct = grade_detailed(solution_str, ground_truth, mode=grader_mode).score > 0
     # "score" is the reward; "acc" feeds verl's accuracy metrics and DAPO's group filter (metric: acc)
     return {"score": 1.0 if correct else -1.0, "acc": 1.0 if correct else 0.0}
