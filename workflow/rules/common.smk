@@ -4,7 +4,16 @@ import json
 import re
 import shlex
 
-from bench_config import BASE_ENTRY, builtin_entries, by_id, eval_entries, set_args, train_overrides, verl_fields
+from bench_config import (
+    BASE_ENTRY,
+    builtin_entries,
+    by_id,
+    eval_entries,
+    job_resources,
+    set_args,
+    train_overrides,
+    verl_fields,
+)
 
 PROFILE = config["profile"]
 RESULTS = f"results/{PROFILE}"
@@ -116,6 +125,11 @@ def run_meta(model_id, entry_id, seed):
             }
         )
     return meta
+
+
+def res(rule_name):
+    """The rule's job request from config `resources` (mem_mb, runtime, cpus_per_task): `resources: **res(...)`."""
+    return job_resources(config, rule_name)
 
 
 def q(x):

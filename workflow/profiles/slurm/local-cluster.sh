@@ -9,8 +9,11 @@
 # Needs Debian's packages (as root): apt-get install slurm-wlm slurmdbd munge mariadb-server
 # Everything it writes lives in one folder it owns, $BANDPO_SLURM_DIR (default /tmp/bandpo-slurm): its munge key
 # and socket, slurm.conf, slurmdbd.conf, a MariaDB data folder (job accounting for sacct), state, spool, logs, pid
-# files. No system file is read or written (no /etc/munge, /etc/slurm, /var/lib/mysql): the daemons get their
-# paths on the command line and the clients through SLURM_CONF. The daemons run as the calling user (root here).
+# files. The daemons get these paths on the command line (no /etc/munge, /var/lib/mysql), and so do the clients,
+# through SLURM_CONF, with one exception: inside a job the executor plugin's jobstep (0.6.x) removes SLURM_CONF from
+# the environment of its `srun`, which then only finds /etc/slurm/slurm.conf. So `start` also links
+# /etc/slurm/slurm.conf -> $DIR/slurm.conf (it refuses to start if that path exists already) and `stop` removes
+# that link (only if it still points here), and /etc/slurm if it created it. The daemons run as the calling user.
 # One node (this host) with all its CPUs and 90% of its memory, in one partition `cpu` (the profile's default).
 set -euo pipefail
 
@@ -22,6 +25,7 @@ DBD_PORT=${BANDPO_SLURM_DBD_PORT:-16819}
 CTLD_PORT=${BANDPO_SLURM_CTLD_PORT:-16817}
 SLURMD_PORT=${BANDPO_SLURM_SLURMD_PORT:-16818}
 DAEMONS=(slurmd slurmctld slurmdbd mariadb munged)   # stop order
+SYSTEM_CONF=/etc/slurm/slurm.conf                    # the default path, for srun inside jobs (see above)
 
 die() { echo "local-cluster: $*" >&2; exit 1; }
 fail_start() {  # a failed start: show the logs, stop what was started
@@ -74,6 +78,7 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePort=$DBD_PORT
 AccountingStoragePass=$DIR/munge/munge.socket   # the munge socket for slurmdbd connections
+AccountingStoreFlags=job_comment   # sacct shows the plugin's comment: rule_<name>_wildcards_...
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
@@ -122,8 +127,14 @@ start() {
         for d in "${DAEMONS[@]}"; do pid_alive "$d" && die "already running ($d, $DIR); '$0 stop' first"; done
         rm -rf "$DIR"   # a folder left by a killed run: ours, nothing running from it
     fi
+    [[ -e "$SYSTEM_CONF" || -L "$SYSTEM_CONF" ]] && die "$SYSTEM_CONF exists: another SLURM set-up on this machine?"
     write_configs
     trap fail_start EXIT
+    if [[ ! -d "$(dirname "$SYSTEM_CONF")" ]]; then
+        mkdir -p "$(dirname "$SYSTEM_CONF")"
+        touch "$DIR/run/created-system-conf-dir"
+    fi
+    ln -s "$DIR/slurm.conf" "$SYSTEM_CONF"
 
     dd if=/dev/urandom of="$DIR/key/munge.key" bs=1024 count=1 status=none
     chmod 400 "$DIR/key/munge.key"
@@ -163,6 +174,10 @@ stop() {
         for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
         kill -0 "$pid" 2>/dev/null && { log "$d ($pid) did not stop on TERM: KILL"; kill -9 "$pid"; }
     done
+    if [[ -L "$SYSTEM_CONF" && "$(readlink "$SYSTEM_CONF")" == "$DIR/slurm.conf" ]]; then
+        rm "$SYSTEM_CONF"
+        [[ -f "$DIR/run/created-system-conf-dir" ]] && rmdir "$(dirname "$SYSTEM_CONF")"
+    fi
     rm -rf "$DIR"
     log "stopped; $DIR removed"
 }
