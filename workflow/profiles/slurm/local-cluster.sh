@@ -35,6 +35,9 @@ fail_start() {  # a failed start: show the logs, stop what was started
 }
 log() { echo "local-cluster: $*" >&2; }
 
+MARK="# written by local-cluster.sh"
+ours() { [[ -f "$DIR/slurm.conf" ]] && [[ "$(head -n 1 "$DIR/slurm.conf")" == "$MARK"* ]]; }  # never rm others' folders
+
 pid_alive() { [[ -f "$DIR/run/$1.pid" ]] && kill -0 "$(cat "$DIR/run/$1.pid")" 2>/dev/null; }
 
 wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
@@ -54,7 +57,7 @@ write_configs() {
     chmod 755 "$DIR" "$DIR/munge"   # munged: its socket's folders must be searchable by all
     chmod 700 "$DIR/key"
     cat >"$DIR/slurm.conf" <<EOF
-# written by local-cluster.sh: one node, one partition, accounting in slurmdbd (for sacct)
+$MARK: one node, one partition, accounting in slurmdbd (for sacct)
 ClusterName=bandpo
 SlurmctldHost=$HOST(127.0.0.1)
 SlurmctldPort=$CTLD_PORT
@@ -124,6 +127,7 @@ start() {
         command -v "$cmd" >/dev/null || die "'$cmd' not found: apt-get install slurm-wlm slurmdbd munge mariadb-server"
     done
     if [[ -e "$DIR" ]]; then
+        ours || die "$DIR exists and was not made by this script: remove it or set BANDPO_SLURM_DIR"
         for d in "${DAEMONS[@]}"; do pid_alive "$d" && die "already running ($d, $DIR); '$0 stop' first"; done
         rm -rf "$DIR"   # a folder left by a killed run: ours, nothing running from it
     fi
@@ -166,6 +170,7 @@ node_idle() { [[ "$(sinfo -h -n "$HOST" -o %t)" == idle ]]; }
 
 stop() {
     [[ -d "$DIR" ]] || { log "not running ($DIR absent)"; return 0; }
+    ours || die "$DIR was not made by this script: left alone"
     local d pid
     for d in "${DAEMONS[@]}"; do
         pid_alive "$d" || continue
