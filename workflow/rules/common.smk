@@ -9,6 +9,7 @@ from bench_config import (
     builtin_entries,
     by_id,
     eval_entries,
+    job_resources,
     method_modules_env,
     set_args,
     train_overrides,
@@ -127,6 +128,11 @@ def run_meta(model_id, entry_id, seed):
             }
         )
     return meta
+
+
+def res(rule_name):
+    """The rule's job request from config `resources` (mem_mb, runtime, cpus_per_task): `resources: **res(...)`."""
+    return job_resources(config, rule_name)
 
 
 def q(x):

@@ -13,6 +13,8 @@ rule data_tiny_math:
         data=_alternatives(TINY_MATH_DATA),
     params:
         args=_tiny_math_args,
+    resources:
+        **res("data_tiny_math"),
     log:
         f"{LOGS}/data/{{data}}.log",
     benchmark:
@@ -48,6 +50,7 @@ rule data_real:
         f"{BENCH}/data/{{data}}.{{split}}.tsv"
     resources:
         downloads=1,
+        **res("data_real"),
     shell:
         "python -m bandpo.tasks real --out resources/data/{wildcards.data} {params.args} > {log} 2>&1"
 
@@ -60,6 +63,8 @@ rule verl_data:
     output:
         train=f"resources/data/_verl/{PROFILE}/train.parquet",
         val=f"resources/data/_verl/{PROFILE}/val.parquet",
+    resources:
+        **res("verl_data"),
     log:
         f"{LOGS}/data/verl_data.log",
     benchmark:

@@ -53,6 +53,7 @@ if config["eval"]["group_seeds"]:
         threads: THREADS
         resources:
             gpu=config["eval"]["gpus"],
+            **res("eval_group"),
         log:
             f"{LOGS}/eval/{{model}}/{{entry}}.log",
         benchmark:
@@ -75,6 +76,7 @@ else:
         threads: THREADS
         resources:
             gpu=config["eval"]["gpus"],
+            **res("eval_run"),
         log:
             f"{LOGS}/eval/{{model}}/{{entry}}/seed{{seed}}.log",
         benchmark:

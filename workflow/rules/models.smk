@@ -22,6 +22,8 @@ rule model_tiny:
         args=_tiny_build_args,
         data=data_dir(TRAIN_DATA[0]),
     threads: THREADS
+    resources:
+        **res("model_tiny"),
     log:
         f"{LOGS}/models/{{model}}.log",
     benchmark:
@@ -53,5 +55,6 @@ rule model_hub:
         f"{BENCH}/models/{{model}}.tsv"
     resources:
         downloads=1,
+        **res("model_hub"),
     shell:
         "python -m bandpo.models download {params.args} --out resources/models/{wildcards.model} > {log} 2>&1"

@@ -25,6 +25,8 @@ rule report:
             for name in REPORT_FIGURES
         ],
         figure_data=[f"{RESULTS}/figures/{name}.csv" for name in REPORT_FIGURES],
+    resources:
+        **res("report"),
     log:
         f"{LOGS}/report.log",
     benchmark:
@@ -43,6 +45,8 @@ rule publish:
         provenance="results/provenance.json",
     params:
         config=json.dumps(config, sort_keys=True, default=str),
+    resources:
+        **res("publish"),
     log:
         f"{LOGS}/publish.log",
     benchmark:

@@ -62,6 +62,7 @@ if config["trainer"] == "verl":
         threads: THREADS
         resources:
             gpu=_verl_gpus,
+            **res("train_verl"),
         log:
             f"{LOGS}/train/{{model}}/{{entry}}/seed{{seed}}.log",
         benchmark:
@@ -83,6 +84,8 @@ if config["trainer"] == "verl":
             run=lambda w: run_dir(w.model, w.entry, w.seed),
             base=lambda w: model_dir(w.model),
             meta=lambda w: q(json.dumps(run_meta(w.model, w.entry, w.seed), sort_keys=True)),
+        resources:
+            **res("merge_verl"),
         log:
             f"{LOGS}/merge/{{model}}/{{entry}}/seed{{seed}}.log",
         benchmark:
@@ -110,6 +113,8 @@ else:
             args=_local_train_args,
             run=lambda w: run_dir(w.model, w.entry, w.seed),
         threads: THREADS
+        resources:
+            **res("train"),
         log:
             f"{LOGS}/train/{{model}}/{{entry}}/seed{{seed}}.log",
         benchmark:

@@ -185,6 +185,14 @@ def validate_config(
         full = Path(path) if Path(path).is_absolute() else WORKFLOW_DIR.parent / path
         if not full.is_file():
             fail(["include_rules", i], f"rule file not found: {full}")
+    for rule in THREADED_RULES:
+        cpus = job_resources(cfg, rule).get("cpus_per_task")
+        if cpus is not None and cpus < cfg["threads"]:
+            where = rule if "cpus_per_task" in cfg["resources"].get(rule, {}) else "default"
+            fail(
+                ["resources", where, "cpus_per_task"],
+                f"{cpus} < threads ({cfg['threads']}): rule {rule} runs that many",
+            )
     if cfg["trainer"] == "local" and len(cfg["train_data"]) != 1:
         fail(["train_data"], "the local trainer (bandpo.train --data DIR) takes exactly one data set")
     if cache_dir is not None:
@@ -337,6 +345,14 @@ def set_args(overrides: Mapping[str, Any]) -> list[str]:
     for key in sorted(overrides):
         out += ["--set", f"{key}={format_set_value(overrides[key])}"]
     return out
+
+
+THREADED_RULES = ("model_tiny", "train", "eval_group", "eval_run")  # their commands run `threads` threads
+
+
+def job_resources(cfg: Mapping[str, Any], rule: str) -> dict[str, int]:
+    """One rule's job request (mem_mb, runtime, cpus_per_task): ``resources.default`` < ``resources.<rule>``."""
+    return {**cfg["resources"]["default"], **(cfg["resources"].get(rule) or {})}
 
 
 def verl_fields(cfg: Mapping[str, Any], model_id: str, entry_id: str) -> dict[str, Any]:
