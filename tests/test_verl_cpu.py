@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -76,6 +77,20 @@ def test_cpu_platform_is_registered_and_opt_in():
     from verl.workers.rollout.base import get_rollout_class
 
     assert get_rollout_class("hf") is vc.HFServerAdapter
+
+
+def test_verl_cpu_profile_dry_run(tmp_path):
+    """config/verl-cpu.yaml is valid and plans the same rules as gpu.yaml, with the CPU backend in the command."""
+    cfg = yaml.safe_load((ROOT / "config" / "verl-cpu.yaml").read_text())
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path), "-n", "-p",
+           "--configfile", str(ROOT / "config" / "verl-cpu.yaml")]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    n_runs = len(cfg["models"]) * len(cfg["methods"]) * len(cfg["seeds"])
+    assert out.count("rule train_verl:") == n_runs and out.count("rule merge_verl:") == n_runs
+    assert "VERL_PLATFORM=cpu" in out and re.search(r"actor_rollout_ref\.rollout\.name=\W*hf\W", out)
+    assert "bandpo.verl_plugin,bandpo.verl_cpu" in out and "python -m verl.trainer.main_ppo" in out
 
 
 def verl_cpu_test_config(tmp_path: Path) -> Path:
