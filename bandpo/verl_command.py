@@ -94,6 +94,7 @@ class VerlRun:
     temperature: float = 1.0
     top_p: float = 1.0
     total_epochs: int = 10
+    total_training_steps: int | None = None  # None: total_epochs over the training data decides
     # --- cluster and memory (not part of the protocol)
     nnodes: int = 1
     n_gpus_per_node: int = 8
@@ -111,6 +112,10 @@ class VerlRun:
     python: str = "python"
     # modules of your own that register methods (names, or .py paths made absolute here): BANDPO_METHOD_MODULES
     method_modules: Sequence[str] = ()
+    # backend modules verl imports in every process after bandpo.verl_plugin (VERL_USE_EXTERNAL_MODULES), e.g. the
+    # cpu platform and hf rollout of bandpo.verl_cpu
+    verl_modules: Sequence[str] = ()
+    env_vars: Mapping[str, str] = field(default_factory=dict)  # extra variables for the driver and every worker
     extra_overrides: Sequence[str] = ()
 
     def __post_init__(self) -> None:
@@ -157,14 +162,17 @@ class VerlRun:
 
     def env(self) -> dict[str, str]:
         """Environment variables for the driver and (through Ray's runtime_env) for every worker."""
-        env = {
+        own = {
             _METHOD_CONFIG_ENV: self.method_config_json(),
-            "VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE,
+            "VERL_USE_EXTERNAL_MODULES": ",".join([PLUGIN_MODULE, *self.verl_modules]),
             "VERL_FILE_LOGGER_PATH": os.path.join(self.output_dir, "verl_metrics.jsonl"),
         }
         if self.method_modules:
-            env[methods.METHOD_MODULES_ENV] = os.pathsep.join(self.method_modules)
-        return env
+            own[methods.METHOD_MODULES_ENV] = os.pathsep.join(self.method_modules)
+        clash = sorted(set(own) & set(self.env_vars))
+        if clash:
+            raise ValueError(f"env_vars may not set {clash}: VerlRun sets them itself")
+        return {**own, **{str(k): str(v) for k, v in self.env_vars.items()}}
 
     def overrides(self) -> list[str]:
         """The Hydra overrides, ``key=value`` strings, for verl's ``ppo_trainer`` config."""
@@ -220,6 +228,7 @@ class VerlRun:
             "trainer.nnodes": self.nnodes,
             "trainer.n_gpus_per_node": self.n_gpus_per_node,
             "trainer.total_epochs": self.total_epochs,
+            "trainer.total_training_steps": self.total_training_steps,
             "trainer.project_name": self.project_name,
             "trainer.experiment_name": self.run_name,
             "trainer.logger": list(self.logger),
@@ -236,6 +245,7 @@ class VerlRun:
         if self.reward_fn_path is not None:
             o["reward.custom_reward_function.path"] = self.reward_fn_path
             o["reward.custom_reward_function.name"] = self.reward_fn_name
+        o["hydra.run.dir"] = os.path.join(self.output_dir, "hydra")  # Hydra's own log, else ./outputs/<date>/
         out = [f"{k}={_hydra_value(v)}" for k, v in o.items()]
         # New keys under the runtime_env struct need Hydra's '+'.
         out += [f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}={_hydra_value(v)}" for k, v in self.env().items()]

@@ -7,8 +7,10 @@ stderr and sample count (scores.csv, read from lm-eval's results files), and per
 final entropy and reward (means over the last 10% of steps), clip fraction (mean over steps) and training time
 (runs.csv). Each run is rebuilt with those values at every step, which gives the same per-run statistics; the
 method label is the published leaderboard's params column (what the trainer writes into run.json as
-``method_label``). The tables hold 6 significant digits, so statistics recomputed from them can differ from the
-published ones in the 6th digit; the Markdown table (1 decimal in percent) does not.
+``method_label``). The run contract's other required keys and files (accuracy, response length, the clip-fraction
+split, step time, ``model/config.json``, versions), which the leaderboard does not read, are written as zeros or
+empty so that the rebuilt runs load. The tables hold 6 significant digits, so statistics recomputed from them can
+differ from the published ones in the 6th digit; the Markdown table (1 decimal in percent) does not.
 """
 
 from __future__ import annotations
@@ -67,10 +69,13 @@ def rebuild_run_outputs(published: Path, dest: Path, with_labels: bool = True) -
         folder = root / "runs" / r.model / r.entry / f"seed{r.seed}"
         folder.mkdir(parents=True, exist_ok=True)
         steps = int(r.steps)
+        unread = dict.fromkeys(("accuracy", "response_length", "clipfrac", "clipfrac_upper", "clipfrac_lower"), 0.0)
         rows = [
-            {"step": s, "entropy": r.entropy_final, "reward_mean": r.reward_final, "offpolicy/clipfrac": r.clipfrac}
+            {"step": s, "entropy": r.entropy_final, "reward_mean": r.reward_final, "offpolicy/clipfrac": r.clipfrac,
+             "step_seconds": float(r.train_seconds) / steps, **unread}
             for s in range(1, steps + 1)
-        ]
+        ]  # fmt: skip
+        _write_json(folder / "model" / "config.json", {})
         (folder / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in rows), encoding="utf-8")
         params = json.loads(r.params)
         info = {
@@ -78,6 +83,7 @@ def rebuild_run_outputs(published: Path, dest: Path, with_labels: bool = True) -
             "method_params": params,
             "steps": steps,
             "train_seconds_total": float(r.train_seconds),
+            "versions": {},
         }
         if with_labels:
             info["method_label"] = labels[(r.model, r.entry)]

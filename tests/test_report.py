@@ -113,6 +113,8 @@ def write_run(root: Path, model: str, entry: str, seed: int, method, params, ent
             "entropy": entropy * (1 + 0.05 * seed) * (1 + (steps - step) / steps),
             "response_length": 20.0,
             "clipfrac": 0.01,
+            "clipfrac_upper": 0.006,
+            "clipfrac_lower": 0.004,
             "offpolicy/clipfrac": 0.013,
             "step_seconds": 1.0 + seed,
             "bounds_seconds": 0.001,
@@ -125,6 +127,7 @@ def write_run(root: Path, model: str, entry: str, seed: int, method, params, ent
             m[f"bound_upper_mean/{b}"] = 1.2
         rows.append(m)
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    _write(folder / "model" / "config.json", {})
     _write(
         folder / "run.json",
         {
@@ -223,8 +226,20 @@ def test_load_runs(built):
     assert runs.loc[runs.seed == 2, "train_seconds"].eq(30.0).all()
 
 
+def test_a_finished_run_must_follow_the_run_contract(tmp_path):
+    """A run with run.json is finished and checked (bandpo.run_contract): a missing key names the run and the key."""
+    root = tmp_path / PROFILE
+    write_run(root, "m", "grpo", 0, "grpo", {}, 0.1, steps=2)
+    metrics = root / "runs" / "m" / "grpo" / "seed0" / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    metrics.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "entropy"}) + "\n" for r in rows))
+    with pytest.raises(ValueError, match=r"run .*/runs/m/grpo/seed0: metrics.jsonl line 1 lacks the key 'entropy'"):
+        report.load_run_summaries(root)
+
+
 def test_runs_without_run_json_are_read_from_metrics(tmp_path):
-    """Another trainer's run (metrics.jsonl only): time from step_seconds; the partial file of a live run ignored."""
+    """A run without run.json (not finished; the contract is checked once it is): time from step_seconds; the
+    partial file of a live run ignored."""
     root = tmp_path / PROFILE
     write_run(root, "m", "ext", 0, "grpo", {}, 0.1, steps=4)
     (root / "runs" / "m" / "ext" / "seed0" / "run.json").unlink()

@@ -464,14 +464,22 @@ EXTERNAL_TRAINER = """
 import argparse, json, shutil
 from pathlib import Path
 
+from bandpo.run_contract import check_run
+
 ap = argparse.ArgumentParser()
 ap.add_argument("--model")
 ap.add_argument("--out")
 args = ap.parse_args()
 out = Path(args.out)
 shutil.copytree(args.model, out / "model")
-(out / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward_mean": 0.0}) + "\\n")
-(out / "run.json").write_text(json.dumps({"trainer": "copy"}) + "\\n")
+# the run contract (workflow/schemas/run.schema.yaml): no training, so no clipping
+keys = ("reward_mean", "accuracy", "entropy", "response_length", "clipfrac", "clipfrac_upper", "clipfrac_lower")
+row = {"step": 1, **dict.fromkeys(keys, 0.0), "step_seconds": 0.0}
+(out / "metrics.jsonl").write_text(json.dumps(row) + "\\n")
+info = {"trainer": "copy", "config": {"method": "copy-of-base"}, "method_params": {}, "steps": 1,
+        "train_seconds_total": 0.0, "versions": {}}
+(out / "run.json").write_text(json.dumps(info) + "\\n")
+check_run(out)
 """
 
 EXTERNAL_RULE = """

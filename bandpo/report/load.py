@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bandpo.run_contract import check_run
+
 BASE_ENTRY = "base"  # the reserved entry id of the untrained base model (bench_config.BASE_ENTRY)
 EVAL_SCHEMA_PREFIX = "bandpo-bench/eval-summary/"
 _METRIC = re.compile(r"^(?P<family>[A-Za-z_]+)@(?P<k>\d+|n)(?P<suffix>_[A-Za-z]+)?$")
@@ -144,14 +146,13 @@ class Run:
 
 def load_run(folder: str | os.PathLike, model: str, entry: str, seed: int) -> Run | None:
     """The outputs of one run folder (``metrics.jsonl``, ``run.json``); None when it holds neither (a run still
-    training writes ``metrics.jsonl.partial``, which is not read)."""
+    training writes ``metrics.jsonl.partial``, which is not read). A finished run (``run.json`` present) must follow
+    the run contract (`bandpo.run_contract.check_run`): else `RunContractError` naming the run and the key."""
     folder = Path(folder)
     metrics_path, info_path = folder / "metrics.jsonl", folder / "run.json"
     if not metrics_path.is_file() and not info_path.is_file():
         return None
-    info = read_json(info_path) if info_path.is_file() else {}
-    if not isinstance(info, dict):
-        raise ValueError(f"{info_path}: expected a JSON object, got {type(info).__name__}")
+    info = check_run(folder) if info_path.is_file() else {}
     metrics = read_jsonl(metrics_path) if metrics_path.is_file() else []
     return Run(model, entry, seed, folder, metrics, info, info_path.is_file())
 

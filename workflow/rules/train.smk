@@ -71,7 +71,7 @@ if config["trainer"] == "verl":
             "{params.cmd} > {log} 2>&1"
 
     # verl's FSDP checkpoint of the last step -> a Hugging Face model (python -m verl.model_merger merge),
-    # verl's JSONL log -> metrics.jsonl, and run.json: the same run-output contract as the local trainer.
+    # verl's JSONL log -> metrics.jsonl, and run.json: the run contract (workflow/schemas/run.schema.yaml), checked.
     rule merge_verl:
         input:
             ckpt=rules.train_verl.output.ckpt,
@@ -84,6 +84,7 @@ if config["trainer"] == "verl":
             run=lambda w: run_dir(w.model, w.entry, w.seed),
             base=lambda w: model_dir(w.model),
             meta=lambda w: q(json.dumps(run_meta(w.model, w.entry, w.seed), sort_keys=True)),
+            config=lambda w: q(json.dumps(__import__("dataclasses").asdict(_verl_run(w)), sort_keys=True)),
         resources:
             **res("merge_verl"),
         log:
@@ -92,7 +93,7 @@ if config["trainer"] == "verl":
             f"{BENCH}/merge/{{model}}/{{entry}}/seed{{seed}}.tsv"
         shell:
             "python {SCRIPTS}/merge_verl.py --run-dir {params.run} --base-model {params.base} "
-            "--meta {params.meta} > {log} 2>&1"
+            "--meta {params.meta} --config {params.config} > {log} 2>&1"
 
 else:
 

@@ -2,13 +2,22 @@
 
     python merge_verl.py --run-dir results/gpu/runs/M/E/seed0 --base-model resources/models/M [--meta JSON]
 
-1. the last saved step N (``checkpoints/latest_checkpointed_iteration.txt``) is merged from verl's FSDP shards with
-   ``python -m verl.model_merger merge --backend fsdp --local_dir checkpoints/global_step_N/actor --target_dir ...``
-   into a temporary folder, completed with tokenizer files (from the checkpoint's ``huggingface/`` folder, else
-   from the base model) and published as ``model/`` (`bandpo.files.replace_dir`);
-2. verl's file-logger JSONL (``{"step": s, "data": {...}}`` per line) becomes ``metrics.jsonl``
-   (``{"step": s, ...metrics}`` per line);
-3. ``run.json`` records the step, the merge command and versions.
+1. the last saved step N (``checkpoints/latest_checkpointed_iteration.txt``): its Hugging Face weights are verl's
+   own export ``checkpoints/global_step_N/actor/huggingface/`` when the run saved one (`bandpo.verl_command` asks
+   for it: ``save_contents`` includes ``hf_model``; it equals the FSDP shards exactly), else merged from the FSDP
+   shards with ``python -m verl.model_merger merge --backend fsdp --local_dir ... --target_dir ...`` (which rounds
+   every weight to bfloat16). Either goes to a temporary folder, is completed with tokenizer files (from the
+   checkpoint's ``huggingface/`` folder, else from the base model), stored in the base model's dtype and published
+   as ``model/`` in two renames;
+2. verl's file-logger JSONL (``{"step": s, "data": {...}}`` per line) becomes ``metrics.jsonl`` in the run
+   contract's names (`contract_metrics`: ``actor/entropy`` -> ``entropy``, ``actor/bandpo/clipfrac`` -> ``clipfrac``,
+   ...; verl's other metrics keep their names). verl does not log the reward function's ``acc``: ``accuracy`` is
+   derived from the mean score, which `verl_reward.py` makes +1 / -1 (so it does not hold for a reward manager
+   that changes the score, such as DAPO's overlong penalty);
+3. ``run.json`` holds the contract's fields (trainer, config = the VerlRun fields given by ``--config``,
+   method_params, steps, train_seconds_total, versions) plus the merge command.
+
+The result is checked with `bandpo.run_contract.check_run` before the step succeeds.
 """
 
 from __future__ import annotations
@@ -37,9 +46,59 @@ TOKENIZER_FILES = (
 )
 
 
-def flatten_metrics(src: Path) -> str:
-    lines = [json.dumps({"step": rec.get("step"), **rec.get("data", {})}, sort_keys=False) for rec in read_jsonl(src)]
-    return "\n".join(lines) + ("\n" if lines else "")
+# verl's metric names -> the run contract's (workflow/schemas/run.schema.yaml)
+VERL_NAMES = {
+    "critic/score/mean": "reward_mean",  # the reward function's "score" (+1 / -1) per response
+    "actor/entropy": "entropy",
+    "response_length/mean": "response_length",
+    "timing_s/step": "step_seconds",
+}
+PLUGIN_PREFIX = "actor/bandpo/"  # bandpo.verl_plugin's statistics: the same names as the local trainer's
+
+
+def contract_metrics(data: dict) -> dict:
+    """One step of verl's metrics with the run contract's names (the others keep verl's names)."""
+    out = {}
+    if "critic/score/mean" in data:
+        # verl does not log the reward function's "acc"; verl_reward.py's score is 2 * acc - 1 (the paper's +1 / -1)
+        out["accuracy"] = (data["critic/score/mean"] + 1.0) / 2.0
+    for key, value in data.items():
+        if key in VERL_NAMES:
+            out[VERL_NAMES[key]] = value
+        elif key.startswith(PLUGIN_PREFIX):
+            out[key[len(PLUGIN_PREFIX) :]] = value
+        else:
+            out[key] = value
+    return out
+
+
+def read_verl_metrics(src: Path) -> list[dict]:
+    """verl's file-logger JSONL -> one contract row per step (the last record of a step wins, e.g. after resumes)."""
+    rows: dict[int, dict] = {}
+    for number, rec in enumerate(read_jsonl(src), start=1):
+        if not isinstance(rec.get("step"), int):
+            raise ValueError(f"{src}: record {number}: not a verl file-logger record with an integer step")
+        rows[rec["step"]] = {**contract_metrics(rec.get("data") or {}), "step": rec["step"]}
+    return [rows[s] for s in sorted(rows)]
+
+
+def cast_to_base_dtype(model_dir: Path, base_model: Path) -> str:
+    """Store the merged model in the base model's dtype; returns the dtype.
+
+    verl's merger writes the FSDP shards' tensors (fp32 when the actor trained in fp32) under a config that says
+    bfloat16: the model is read in the base dtype directly (never through the config's bfloat16, which would round
+    the weights) and written back with a config that says so.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    base = AutoConfig.from_pretrained(base_model)
+    dtype = getattr(base, "dtype", None) or getattr(base, "torch_dtype", None) or torch.float32
+    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
+    model.config.dtype = dtype
+    model.save_pretrained(model_dir)
+    return str(dtype).removeprefix("torch.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run-dir", required=True)
     ap.add_argument("--base-model", required=True)
     ap.add_argument("--meta", default="{}")
+    ap.add_argument("--config", default="{}", help="the run's VerlRun fields as JSON (run.json's config)")
     ap.add_argument("--backend", default="fsdp", choices=["fsdp", "megatron"])
     args = ap.parse_args(argv)
     run = Path(args.run_dir)
@@ -58,14 +118,21 @@ def main(argv: list[str] | None = None) -> int:
     final = run / "model"
     parent = Path(tempfile.mkdtemp(prefix=".model.tmp-", dir=run))
     target = parent / "out"
-    cmd = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", args.backend,
-           "--local_dir", str(actor), "--target_dir", str(target)]  # fmt: skip
+    hf_copy = actor / "huggingface"
+    if any(hf_copy.glob("*.safetensors")):  # verl's own full-precision export (save_contents: hf_model)
+        cmd = ["copy", str(hf_copy)]
+    else:
+        cmd = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", args.backend,
+               "--local_dir", str(actor), "--target_dir", str(target)]  # fmt: skip
     t0 = time.time()
     try:
         print(" ".join(cmd), flush=True)
-        subprocess.run(cmd, check=True)
+        if cmd[0] == "copy":
+            shutil.copytree(hf_copy, target)
+        else:
+            subprocess.run(cmd, check=True)
         if not (target / "config.json").is_file():
-            raise RuntimeError(f"verl.model_merger wrote no config.json into {target}")
+            raise RuntimeError(f"{' '.join(cmd[:3])} wrote no config.json into {target}")
         for name in TOKENIZER_FILES:
             if (target / name).exists():
                 continue
@@ -73,14 +140,21 @@ def main(argv: list[str] | None = None) -> int:
                 if (src_dir / name).is_file():
                     shutil.copy2(src_dir / name, target / name)
                     break
+        dtype = cast_to_base_dtype(target, Path(args.base_model))
         replace_dir(target, final)
     finally:
         shutil.rmtree(parent, ignore_errors=True)
-    atomic_write_text(run / "metrics.jsonl", flatten_metrics(run / "verl_metrics.jsonl"))
+    rows = read_verl_metrics(run / "verl_metrics.jsonl")
+    atomic_write_text(run / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    config = json.loads(args.config)
     info = {
         "trainer": "verl",
-        "step": step,
+        "config": config,
+        "method_params": config.get("params", {}),
+        "steps": step,
+        "train_seconds_total": sum(r.get("step_seconds", 0.0) for r in rows if r["step"] <= step),
         "checkpoint": str(actor),
+        "dtype": dtype,
         "merge_command": cmd,
         "merge_seconds": round(time.time() - t0, 2),
         "meta": json.loads(args.meta),
@@ -88,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(),
     }
     atomic_write_text(run / "run.json", json.dumps(info, indent=2) + "\n")
+    from bandpo.run_contract import check_run
+
+    check_run(run)
     print(f"merged step {step} -> {final}")
     return 0
 

@@ -1,0 +1,95 @@
+"""The run contract: the files, ``metrics.jsonl`` keys and ``run.json`` fields of a finished training run.
+
+Written down once, in ``workflow/schemas/run.schema.yaml``; every trainer produces it (the local trainer,
+``workflow/scripts/merge_verl.py`` for verl, any external rule) and the report checks it when it loads a run
+(this module reads files only, no torch):
+
+    from bandpo.run_contract import check_run
+    check_run("results/embedded/runs/tiny-s/grpo/seed0")   # raises RunContractError naming the run and the key
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SCHEMA_PATH", "RunContractError", "check_run", "contract", "required_metric_keys"]
+
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "workflow" / "schemas" / "run.schema.yaml"
+
+
+class RunContractError(ValueError):
+    """A run folder that does not follow the run contract."""
+
+
+@functools.cache
+def contract() -> dict[str, Any]:
+    """The contract as read from `SCHEMA_PATH`."""
+    import yaml
+
+    with open(SCHEMA_PATH, encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def required_metric_keys(per_bucket: bool = True) -> list[str]:
+    """Keys a line of metrics.jsonl must hold; with ``per_bucket`` (a method with per-token bounds) also the
+    per-bucket keys (``clipfrac_upper/p0.0-0.2``, ...)."""
+    spec = contract()["metrics"]
+    out = list(spec["required"])
+    if per_bucket:
+        out += [f"{k}/{b}" for k in spec["per_bucket"] for b in spec["buckets"]]
+    return out
+
+
+def _has_buckets(row: dict[str, Any]) -> bool:
+    prefixes = tuple(f"{k}/" for k in contract()["metrics"]["per_bucket"])
+    return any(key.startswith(prefixes) for key in row)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def check_run(run_dir: str | Path) -> dict[str, Any]:
+    """Check one finished run folder against the contract; returns its run.json.
+
+    Raises `RunContractError` naming the run folder and the first missing file, metrics key (with the line) or
+    run.json field. Per-bucket keys are all required on a line that has any of them (methods with per-token
+    bounds) and none otherwise (whole-loss methods).
+    """
+    run = Path(run_dir)
+    spec = contract()
+    for name in spec["files"]:
+        if not (run / name).is_file():
+            raise RunContractError(f"run {run}: missing file {name!r} (run contract: {SCHEMA_PATH.name})")
+
+    lines = [ln for ln in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if ln.strip()]
+    if not lines:
+        raise RunContractError(f"run {run}: metrics.jsonl has no line")
+    for number, line in enumerate(lines, start=1):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise RunContractError(f"run {run}: metrics.jsonl line {number} is not JSON ({err})") from None
+        for key in required_metric_keys(per_bucket=_has_buckets(row)):
+            if key not in row:
+                raise RunContractError(f"run {run}: metrics.jsonl line {number} lacks the key {key!r}")
+            if not _is_number(row[key]):
+                raise RunContractError(f"run {run}: metrics.jsonl line {number}: {key!r} is not a number: {row[key]!r}")
+
+    try:
+        info = json.loads((run / "run.json").read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise RunContractError(f"run {run}: run.json is not JSON ({err})") from None
+    for field in spec["run_json"]["required"]:
+        if field not in info:
+            raise RunContractError(f"run {run}: run.json lacks the field {field!r}")
+    if not isinstance(info["config"], dict):
+        raise RunContractError(f"run {run}: run.json field 'config' is not a mapping")
+    for field in spec["run_json"]["config_required"]:
+        if field not in info["config"]:
+            raise RunContractError(f"run {run}: run.json lacks the field 'config.{field}'")
+    return info

@@ -1,0 +1,383 @@
+"""verl on a CPU-only machine: a "cpu" platform and an "hf" rollout backend (transformers ``generate``).
+
+verl 0.9 has no CPU platform and every rollout backend it registers needs an accelerator engine (vLLM, SGLang,
+TensorRT-LLM). This module fills both gaps through verl's own registries, so that ``python -m verl.trainer.main_ppo``
+runs unchanged on CPU (``config/verl-cpu.yaml``): it is the way to exercise the paper path (verl's trainer, its
+Ray workers, FSDP2, its checkpoints, ``verl.model_merger``) without a GPU. It is slow; it is not for paper-scale runs.
+
+Loaded like `bandpo.verl_plugin`, by ``VERL_USE_EXTERNAL_MODULES`` (`bandpo.verl_command.VerlRun.verl_modules`
+lists it), in the driver and in every Ray worker. Importing it registers, and changes nothing until selected:
+
+* platform ``cpu`` in ``verl.plugin.platform.PlatformRegistry``: device ``cpu``, collectives ``gloo``. It is never
+  auto-detected; ``VERL_PLATFORM=cpu`` selects it (set it for the driver and, through Ray's runtime_env, for the
+  workers). Ray's resource is still called ``GPU``: verl's resource pools ask for GPUs, so the driver declares one
+  fake GPU per trainer process (``+ray_kwargs.ray_init.num_gpus=N``).
+* rollout ``hf`` in verl's two rollout registries (``actor_rollout_ref.rollout.name=hf``): a `HFReplica` starts one
+  `HFRolloutServer` Ray actor that samples with transformers ``generate`` and returns each token's log-probability
+  under the sampling temperature; the trainer workers' `HFServerAdapter` pushes the actor's weights to it after
+  every update (verl's "naive" weight sync).
+* one adjustment when the cpu platform is selected: verl asks ``torch.distributed`` for the backend
+  ``"cpu:gloo,<device>:<backend>"``, which on this platform reads ``"cpu:gloo,cpu:gloo"`` and torch rejects the
+  repeated device. `_dedup_backend` wraps ``torch.distributed.init_process_group`` to drop exact repeats
+  (nothing else is changed, and only in processes with ``VERL_PLATFORM=cpu``).
+
+Known limits: one server per replica, requests are generated one at a time (no batching across requests), no
+multi-modal input, no tensor parallelism; rollouts are not bit-reproducible across runs (requests reach the server
+in the order Ray delivers them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import types
+from typing import Any
+
+import torch
+from verl.plugin.platform.platform_base import PlatformBase
+from verl.plugin.platform.platform_manager import PlatformRegistry
+
+logger = logging.getLogger(__name__)
+
+PLATFORM = "cpu"
+ROLLOUT = "hf"
+PLATFORM_ENV = "VERL_PLATFORM"
+SERVER_NAME = "bandpo_hf_rollout_{rank}"  # Ray actor name of replica `rank`'s server
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The platform
+
+
+def _no_op(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+_CPU = torch.device("cpu")
+
+
+def _cpu_device_module() -> types.ModuleType:
+    """``torch.cpu`` plus the ``torch.cuda``-style calls verl makes on its device module (memory queries read 0)."""
+    mod = types.ModuleType("bandpo_cpu_device")
+    for name in ("Stream", "Event", "stream", "current_stream", "synchronize", "is_available"):
+        setattr(mod, name, getattr(torch.cpu, name))
+    mod.device_count = lambda: 1
+    mod.current_device = lambda: _CPU
+    mod.set_device = _no_op
+    mod.get_device_name = lambda device=None: "cpu"
+    mod.manual_seed = torch.manual_seed
+    mod.manual_seed_all = torch.manual_seed
+    mod.get_rng_state = lambda device=None: torch.get_rng_state()
+    mod.set_rng_state = lambda state, device=None: torch.set_rng_state(state)
+    for name in ("empty_cache", "ipc_collect", "set_per_process_memory_fraction", "reset_peak_memory_stats"):
+        setattr(mod, name, _no_op)
+    for name in ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved"):
+        setattr(mod, name, lambda device=None: 0)
+    mod.mem_get_info = lambda device=None: (0, 0)
+    return mod
+
+
+_DEVICE_MODULE = _cpu_device_module()
+
+
+@PlatformRegistry.register(platform=PLATFORM)
+class CPUPlatform(PlatformBase):
+    """verl platform for machines without an accelerator: torch's CPU device and gloo collectives."""
+
+    @property
+    def device_name(self) -> str:
+        return "cpu"
+
+    @property
+    def vendor_name(self) -> str:
+        return "cpu"
+
+    @property
+    def device_module(self) -> types.ModuleType:
+        return _DEVICE_MODULE
+
+    def is_available(self) -> bool:
+        return True
+
+    def is_platform_available(self, use_smi_check: bool = False) -> bool:
+        return False  # never auto-detected: VERL_PLATFORM=cpu selects it
+
+    def current_device(self) -> torch.device:
+        # verl passes this to .to(device=...) and torch.device(...): an int would mean an accelerator index
+        return _CPU
+
+    def device_count(self) -> int:
+        return 1
+
+    def set_device(self, device_index: int) -> None:
+        return None
+
+    def synchronize(self, device_index: int | None = None) -> None:
+        return None
+
+    def manual_seed(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    def manual_seed_all(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    def set_allocator_settings(self, settings: str) -> None:
+        return None
+
+    def empty_cache(self) -> None:
+        return None
+
+    def get_device_capability(self, device_index: int = 0) -> tuple[int | None, int | None]:
+        return None, None
+
+    def communication_backend_name(self) -> str:
+        return "gloo"
+
+    def visible_devices_envvar(self) -> str:
+        return "CUDA_VISIBLE_DEVICES"  # what Ray sets for the fake GPU resource
+
+    @contextlib.contextmanager
+    def nvtx_range(self, msg: str):
+        yield
+
+    def profiler_start(self) -> None:
+        return None
+
+    def profiler_stop(self) -> None:
+        return None
+
+    def ray_resource_name(self) -> str:
+        return "GPU"
+
+    def ray_noset_envvars(self) -> list[str]:
+        return []
+
+    def is_ipc_supported(self) -> bool:
+        return False
+
+    def cudart(self) -> Any:
+        return None
+
+
+def _dedup_backend(init_process_group):
+    @functools.wraps(init_process_group)
+    def wrapper(*args: Any, **kwargs: Any):
+        backend = kwargs.get("backend")
+        if isinstance(backend, str) and "," in backend:
+            parts = [p.strip() for p in backend.split(",")]
+            kwargs["backend"] = ",".join(dict.fromkeys(parts))
+        return init_process_group(*args, **kwargs)
+
+    wrapper._bandpo_dedup = True
+    return wrapper
+
+
+def cpu_selected() -> bool:
+    return os.environ.get(PLATFORM_ENV, "").strip().lower() == PLATFORM
+
+
+if cpu_selected() and not getattr(torch.distributed.init_process_group, "_bandpo_dedup", False):
+    torch.distributed.init_process_group = _dedup_backend(torch.distributed.init_process_group)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The rollout: a Ray actor holding a transformers model
+
+
+class HFRolloutServer:
+    """One rollout server (a Ray actor): token ids in, sampled token ids and their log-probs out.
+
+    ``generate`` is the method verl's ``LLMServerClient`` calls; the others are the control calls verl makes on a
+    replica's servers (sleep / wake-up, cache control, profiling), which have nothing to do here.
+    """
+
+    def __init__(self, model_path: str, response_length: int, max_model_len: int | None, dtype: str, seed: int):
+        from transformers import AutoModelForCausalLM
+
+        torch.manual_seed(seed)
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
+        self.model.eval()
+        self.response_length = int(response_length)
+        self.max_model_len = max_model_len
+        gen = self.model.generation_config
+        eos = gen.eos_token_id if gen.eos_token_id is not None else self.model.config.eos_token_id
+        self.eos_token_id = eos
+        self.pad_token_id = gen.pad_token_id if gen.pad_token_id is not None else eos
+        self.weight_version = 0
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> int:
+        target = self.model.state_dict()
+        missing = [k for k in target if k not in state_dict and not self._tied(k)]
+        unknown = [k for k in state_dict if k not in target]
+        if missing or unknown:
+            raise KeyError(f"hf rollout: weights do not match the model (missing {missing[:5]}, unknown {unknown[:5]})")
+        with torch.no_grad():
+            for name, value in state_dict.items():
+                target[name].copy_(value.to(target[name].dtype))
+        self.weight_version = version
+        return len(state_dict)
+
+    def _tied(self, name: str) -> bool:
+        return name == "lm_head.weight" and bool(getattr(self.model.config, "tie_word_embeddings", False))
+
+    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **kwargs):
+        from verl.workers.rollout.replica import TokenOutput
+
+        if any(kwargs.get(k) is not None for k in ("image_data", "video_data", "audio_data")):
+            raise ValueError("the hf rollout takes text prompts only")
+        params = dict(sampling_params)
+        max_new = int(params.pop("max_tokens", params.pop("max_new_tokens", self.response_length)))
+        max_new = min(max_new, self.response_length)
+        if self.max_model_len:
+            max_new = min(max_new, int(self.max_model_len) - len(prompt_ids))
+        if max_new < 1:
+            raise ValueError(f"request {request_id}: prompt of {len(prompt_ids)} tokens leaves no room to generate")
+        temperature = float(params.get("temperature", 1.0))
+        top_p = float(params.get("top_p", 1.0))
+        top_k = int(params.get("top_k", -1))
+        sample = temperature > 0
+        gen_kwargs: dict[str, Any] = {
+            "max_new_tokens": max_new,
+            "do_sample": sample,
+            "eos_token_id": self.eos_token_id,
+            "pad_token_id": self.pad_token_id,
+            "return_dict_in_generate": True,
+            "output_logits": True,
+        }
+        if sample:
+            gen_kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k if top_k > 0 else 0)
+        ids = torch.tensor([prompt_ids], dtype=torch.long)
+        with torch.no_grad():
+            out = self.model.generate(ids, attention_mask=torch.ones_like(ids), **gen_kwargs)
+        tokens = out.sequences[0, ids.shape[1] :]
+        logits = torch.stack(out.logits, dim=0)[:, 0, :].float()  # (new tokens, vocab), unprocessed
+        if sample and temperature != 1.0:
+            logits = logits / temperature
+        log_probs = torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
+        token_ids = tokens.tolist()
+        finished = self._ends(token_ids)
+        if finished is not None:  # generate pads after EOS only in batches; cut at the first EOS to be safe
+            token_ids, log_probs = token_ids[: finished + 1], log_probs[: finished + 1]
+        return TokenOutput(
+            token_ids=token_ids,
+            log_probs=log_probs.tolist() if params.get("logprobs") else None,
+            stop_reason="completed",
+            extra_fields={"global_steps": self.weight_version},
+        )
+
+    def _ends(self, token_ids: list[int]) -> int | None:
+        eos = self.eos_token_id
+        eos_set = set(eos) if isinstance(eos, (list, tuple)) else {eos}
+        for i, t in enumerate(token_ids):
+            if t in eos_set:
+                return i
+        return None
+
+    # control calls from verl's RolloutReplica: no device memory to release or restore
+    async def wake_up(self) -> None: ...
+    async def sleep(self) -> None: ...
+    async def clear_kv_cache(self) -> None: ...
+    async def release_kv_cache(self) -> None: ...
+    async def resume_kv_cache(self) -> None: ...
+    async def abort_all_requests(self, reject_request: bool = False) -> None: ...
+    async def resume_generation(self) -> None: ...
+    async def start_profile(self, **kwargs: Any) -> None: ...
+    async def stop_profile(self) -> None: ...
+
+
+def _model_path(model_config: Any) -> str:
+    path = getattr(model_config, "local_path", None) or getattr(model_config, "path", None)
+    if path is None and hasattr(model_config, "get"):
+        path = model_config.get("local_path") or model_config.get("path")
+    if not path:
+        raise ValueError("hf rollout: the model config names no model path")
+    return str(path)
+
+
+def _load_replica_class():
+    from verl.workers.rollout.replica import RolloutMode, RolloutReplica
+
+    class HFReplica(RolloutReplica):
+        """A rollout replica served by one `HFRolloutServer` actor (hybrid mode: it shares the trainer's node)."""
+
+        async def launch_servers(self) -> None:
+            import ray
+
+            if self.rollout_mode != RolloutMode.HYBRID:
+                raise NotImplementedError(f"hf rollout: only hybrid mode is supported, not {self.rollout_mode}")
+            cfg = self.config
+            server = (
+                ray.remote(HFRolloutServer)
+                .options(name=SERVER_NAME.format(rank=self.replica_rank), num_cpus=1, max_concurrency=1)
+                .remote(
+                    _model_path(self.model_config),
+                    cfg.response_length,
+                    cfg.max_model_len,
+                    "float32",
+                    int(getattr(cfg, "seed", 0) or 0),
+                )
+            )
+            self.servers = [server]
+            self._server_handle = server
+            self._server_address = f"hf-rollout-{self.replica_rank}"
+
+    return HFReplica
+
+
+def _server_adapter_base():
+    from verl.workers.rollout.base import BaseRollout
+
+    return BaseRollout
+
+
+class HFServerAdapter(_server_adapter_base()):
+    """The trainer worker's side of the hf rollout: sends the actor's weights to its replica's server."""
+
+    def __init__(self, config: Any, model_config: Any, device_mesh: Any, *args: Any, **kwargs: Any):
+        super().__init__(config, model_config, device_mesh, *args, **kwargs)
+        self._server = None
+        self._version = 0
+
+    def _rank_and_leader(self) -> tuple[int, bool]:
+        cfg = self.config
+        per_replica = cfg.tensor_model_parallel_size * cfg.data_parallel_size * cfg.pipeline_model_parallel_size
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        return rank // per_replica, rank % per_replica == 0
+
+    async def resume(self, tags: list[str]) -> None:
+        return None
+
+    async def release(self) -> None:
+        return None
+
+    async def update_weights(self, weights, wire_format: str = "named_tensors", **kwargs: Any) -> None:
+        import ray
+
+        if wire_format != "named_tensors":
+            raise NotImplementedError(f"hf rollout: weight format {wire_format!r} is not supported")
+        replica, leader = self._rank_and_leader()
+        state = {}
+        for name, tensor in weights:  # every rank must drain the generator (it may gather shards collectively)
+            if hasattr(tensor, "full_tensor"):
+                tensor = tensor.full_tensor()
+            if leader:
+                state[name] = tensor.detach().to("cpu", copy=True)
+        if not leader:
+            return
+        if self._server is None:
+            self._server = ray.get_actor(SERVER_NAME.format(rank=replica))
+        self._version = int(kwargs.get("global_steps") or self._version + 1)
+        await self._server.load_weights.remote(state, self._version)
+
+
+def _register_rollout() -> None:
+    from verl.workers.rollout import base as rollout_base
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    rollout_base._ROLLOUT_REGISTRY[(ROLLOUT, "async")] = f"{__name__}.HFServerAdapter"
+    RolloutReplicaRegistry.register(ROLLOUT, _load_replica_class)
+
+
+_register_rollout()

@@ -1,0 +1,125 @@
+"""The run contract (workflow/schemas/run.schema.yaml): the checker, the local trainer's output, and merge_verl's
+mapping of verl's metric names onto the contract's."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from bandpo.methods import BUCKET_LABELS
+from bandpo.models import build_tokenizer, get_size, init_model
+from bandpo.run_contract import RunContractError, check_run, contract, required_metric_keys
+from bandpo.tasks import generate_tiny_math, write_jsonl
+from bandpo.train import TrainConfig, train
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
+
+import merge_verl  # noqa: E402
+
+
+def verl_record(step: int) -> dict:
+    """One line of verl's file logger as a verl run with a bandpo.* loss writes it (names as verl 0.9 logs them)."""
+    data = {
+        "critic/score/mean": -0.5,
+        "actor/entropy": 1.5,
+        "response_length/mean": 30.0,
+        "timing_s/step": 3.0,
+        "actor/pg_loss": 0.1,
+        "actor/bandpo/clipfrac": 0.03,
+        "actor/bandpo/clipfrac_upper": 0.02,
+        "actor/bandpo/clipfrac_lower": 0.01,
+    }
+    for bucket in BUCKET_LABELS:
+        data[f"actor/bandpo/clipfrac_upper/{bucket}"] = 0.0
+        data[f"actor/bandpo/clipfrac_lower/{bucket}"] = 0.0
+    return {"step": step, "data": data}
+
+
+def test_contract_buckets_are_the_trainers():
+    assert tuple(contract()["metrics"]["buckets"]) == BUCKET_LABELS
+
+
+def test_verl_names_map_onto_the_contract():
+    row = merge_verl.contract_metrics(verl_record(1)["data"])
+    assert row["reward_mean"] == -0.5 and row["accuracy"] == 0.25 and row["entropy"] == 1.5  # score = 2 acc - 1
+    assert row["response_length"] == 30.0 and row["step_seconds"] == 3.0
+    assert row["clipfrac"] == 0.03 and row["clipfrac_upper"] == 0.02 and row["clipfrac_lower"] == 0.01
+    assert row[f"clipfrac_upper/{BUCKET_LABELS[0]}"] == 0.0
+    assert row["actor/pg_loss"] == 0.1  # not in the contract: keeps verl's name
+    assert "actor/entropy" not in row and "actor/bandpo/clipfrac" not in row  # renamed, not copied
+
+
+def write_verl_run(run: Path, records: list[dict]) -> None:
+    """A run folder as merge_verl.py leaves it, built from verl log records through its own functions."""
+    (run / "model").mkdir(parents=True)
+    (run / "model" / "config.json").write_text("{}")
+    (run / "verl_metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    rows = merge_verl.read_verl_metrics(run / "verl_metrics.jsonl")
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    info = {"trainer": "verl", "config": {"method": "bandpo"}, "method_params": {}, "steps": len(rows),
+            "train_seconds_total": 6.0, "versions": {}}  # fmt: skip
+    (run / "run.json").write_text(json.dumps(info))
+
+
+def test_mapped_verl_metrics_pass_the_checker(tmp_path):
+    write_verl_run(tmp_path / "run", [verl_record(1), verl_record(2), verl_record(2)])
+    info = check_run(tmp_path / "run")
+    assert info["trainer"] == "verl"
+    steps = [json.loads(x)["step"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2]  # a step logged twice (resume) is kept once
+
+
+@pytest.mark.parametrize(
+    ("verl_name", "key"),
+    [
+        ("critic/score/mean", "reward_mean"),
+        ("actor/entropy", "entropy"),
+        ("actor/bandpo/clipfrac", "clipfrac"),
+        ("actor/bandpo/clipfrac_upper/p0.8-1.0", "clipfrac_upper/p0.8-1.0"),
+    ],
+)
+def test_a_missing_metric_names_the_run_and_the_key(tmp_path, verl_name, key):
+    records = [verl_record(1)]
+    del records[0]["data"][verl_name]
+    write_verl_run(tmp_path / "run", records)
+    with pytest.raises(RunContractError, match=rf"run {tmp_path / 'run'}: metrics.jsonl line 1 lacks the key '{key}'"):
+        check_run(tmp_path / "run")
+
+
+def test_missing_files_and_fields_are_named(tmp_path):
+    run = tmp_path / "run"
+    write_verl_run(run, [verl_record(1)])
+    info = json.loads((run / "run.json").read_text())
+    del info["train_seconds_total"]
+    (run / "run.json").write_text(json.dumps(info))
+    with pytest.raises(RunContractError, match="run.json lacks the field 'train_seconds_total'"):
+        check_run(run)
+    (run / "model" / "config.json").unlink()
+    with pytest.raises(RunContractError, match=r"missing file 'model/config.json'"):
+        check_run(run)
+
+
+def test_the_schema_lists_what_the_report_reads():
+    keys = required_metric_keys()
+    for key in ("step", "entropy", "reward_mean", "clipfrac", "clipfrac_upper/p0.0-0.2", "step_seconds"):
+        assert key in keys
+    assert {"config", "method_params", "steps", "train_seconds_total"} <= set(contract()["run_json"]["required"])
+
+
+@pytest.mark.parametrize("method", ["grpo", "cispo"])  # per-token bounds, and a whole-loss method (no buckets)
+def test_the_local_trainer_writes_the_contract(tmp_path, method):
+    tokenizer = build_tokenizer()
+    model = init_model(get_size("tiny-test"), tokenizer, seed=0)
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    write_jsonl(tmp_path / "data" / "train.jsonl", generate_tiny_math(seed=1, n_train=32, n_val=4, n_test=4)["train"])
+    cfg = TrainConfig(model=str(tmp_path / "model"), data=str(tmp_path / "data"), out=str(tmp_path / "run"),
+                      steps=2, prompts_per_step=4, samples_per_prompt=4, max_new_tokens=8, method=method,
+                      progress=False)  # fmt: skip
+    train(cfg)
+    info = check_run(tmp_path / "run")
+    assert info["config"]["method"] == method and info["steps"] == 2

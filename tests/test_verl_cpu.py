@@ -1,0 +1,144 @@
+"""verl on CPU (bandpo.verl_cpu, config/verl-cpu.yaml): the hf rollout server on its own, and (marker ``verl_cpu``,
+not in the default selection: minutes) a short real run of ``python -m verl.trainer.main_ppo`` through the DAG,
+merged, checked against the run contract, scored and reported.
+
+    pytest -m verl_cpu tests/test_verl_cpu.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+pytest.importorskip("verl")
+
+from bandpo.models import build_tokenizer, get_size, init_model  # noqa: E402
+from bandpo.run_contract import check_run  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    path = tmp_path_factory.mktemp("verl-cpu-model")
+    tokenizer = build_tokenizer()
+    model = init_model(get_size("tiny-test"), tokenizer, seed=0)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_hf_server_returns_the_models_log_probs(tiny_model):
+    from transformers import AutoModelForCausalLM
+
+    from bandpo.verl_cpu import HFRolloutServer
+
+    server = HFRolloutServer(str(tiny_model), response_length=12, max_model_len=64, dtype="float32", seed=0)
+    prompt = build_tokenizer()("12+7=", add_special_tokens=False)["input_ids"]
+    params = {"temperature": 0.7, "top_p": 1.0, "top_k": -1, "logprobs": True}
+    out = asyncio.run(server.generate("r0", prompt_ids=prompt, sampling_params=params))
+    assert 1 <= len(out.token_ids) <= 12 and len(out.log_probs) == len(out.token_ids)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    ids = torch.tensor([prompt + out.token_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1 : -1] / 0.7
+    expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(out.token_ids)[:, None]).squeeze(-1)
+    torch.testing.assert_close(torch.tensor(out.log_probs), expected, atol=1e-5, rtol=1e-5)
+    eos = model.generation_config.eos_token_id
+    assert eos not in out.token_ids[:-1]  # stops at the first EOS
+
+    # weights pushed by the trainer replace the server's
+    state = {k: torch.zeros_like(v) for k, v in model.state_dict().items()}
+    assert server.load_weights(state, version=3) == len(state) and server.weight_version == 3
+    assert all(float(p.detach().abs().sum()) == 0 for p in server.model.parameters())
+    with pytest.raises(KeyError, match="missing"):
+        server.load_weights({}, version=4)
+
+
+def test_cpu_platform_is_registered_and_opt_in():
+    from verl.plugin.platform.platform_manager import PlatformRegistry
+
+    import bandpo.verl_cpu as vc
+
+    platform = PlatformRegistry.get("cpu")()
+    assert platform.device_name == "cpu" and platform.communication_backend_name() == "gloo"
+    assert not platform.is_platform_available(use_smi_check=True)  # only VERL_PLATFORM=cpu selects it
+    assert torch.ones(2).to(platform.current_device()).device.type == "cpu"
+    from verl.workers.rollout.base import get_rollout_class
+
+    assert get_rollout_class("hf") is vc.HFServerAdapter
+
+
+def test_verl_cpu_profile_dry_run(tmp_path):
+    """config/verl-cpu.yaml is valid and plans the same rules as gpu.yaml, with the CPU backend in the command."""
+    cfg = yaml.safe_load((ROOT / "config" / "verl-cpu.yaml").read_text())
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path), "-n", "-p",
+           "--configfile", str(ROOT / "config" / "verl-cpu.yaml")]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    n_runs = len(cfg["models"]) * len(cfg["methods"]) * len(cfg["seeds"])
+    assert out.count("rule train_verl:") == n_runs and out.count("rule merge_verl:") == n_runs
+    assert "VERL_PLATFORM=cpu" in out and re.search(r"actor_rollout_ref\.rollout\.name=\W*hf\W", out)
+    assert "bandpo.verl_plugin,bandpo.verl_cpu" in out and "python -m verl.trainer.main_ppo" in out
+
+
+def verl_cpu_test_config(tmp_path: Path) -> Path:
+    """config/verl-cpu.yaml shrunk to one short run: the backend settings are the profile's own."""
+    cfg = yaml.safe_load((ROOT / "config" / "verl-cpu.yaml").read_text())
+    cfg["profile"] = "verl-cpu-test"
+    cfg["publish"] = False
+    cfg["data"] = [{"id": "tiny-math-vtest", "source": "tiny-math", "seed": 0, "n_train": 500, "n_val": 16,
+                    "n_test": 16}]  # fmt: skip
+    cfg["train_data"] = ["tiny-math-vtest"]
+    cfg["eval"]["tasks"] = [{"task": "tiny_math", "data": "tiny-math-vtest"}]
+    cfg["models"] = [{"id": "vtest-tiny", "source": "tiny", "size": "tiny-test", "build": {"eval_limit": 8}}]
+    cfg["methods"] = [{"id": "bandpo_kl", "method": "bandpo", "params": {"divergence": "kl", "delta": 0.05}}]
+    cfg["seeds"] = [0]
+    cfg["verl"].update(train_batch_size=4, rollout_n=4, ppo_mini_batch_size=2, total_training_steps=2)
+    path = tmp_path / "verl-cpu-test.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+@pytest.mark.verl_cpu
+def test_verl_cpu_run_through_the_dag(tmp_path):
+    wd = tmp_path / "wd"
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(wd), "--cores", "2",
+           "--configfile", str(verl_cpu_test_config(tmp_path))]  # fmt: skip
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env={**os.environ})
+    finally:
+        subprocess.run(["ray", "stop", "--force"], capture_output=True, timeout=120)
+    logs = "\n".join(p.read_text()[-3000:] for p in (wd / "logs").rglob("*.log")) if (wd / "logs").exists() else ""
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:] + logs
+    print(f"verl CPU run through the DAG: {time.monotonic() - t0:.0f} s")
+
+    run = wd / "results" / "verl-cpu-test" / "runs" / "vtest-tiny" / "bandpo_kl" / "seed0"
+    info = check_run(run)  # the run contract
+    assert info["trainer"] == "verl" and info["steps"] == 2 and info["config"]["method"] == "bandpo"
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    assert all(0.0 <= m["clipfrac"] <= 1.0 and m["entropy"] > 0 for m in metrics)
+    # the merged model keeps the base model's dtype and loads
+    from transformers import AutoModelForCausalLM
+
+    merged = AutoModelForCausalLM.from_pretrained(run / "model", dtype="auto")
+    assert merged.dtype == torch.float32
+    base = AutoModelForCausalLM.from_pretrained(wd / "resources" / "models" / "vtest-tiny", dtype="auto")
+    trained, untrained = merged.state_dict(), base.state_dict()
+    assert any(not torch.equal(trained[k], untrained[k]) for k in untrained if k in trained)  # it did train
+    summary = json.loads((wd / "results/verl-cpu-test/eval/vtest-tiny/bandpo_kl/seed0/tiny_math.json").read_text())
+    assert summary["trainer"] == "verl" and "mean@8" in summary["metrics"]
+    assert (wd / "results" / "verl-cpu-test" / "leaderboard.csv").is_file()
