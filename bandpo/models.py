@@ -340,7 +340,8 @@ def pretrain(
     pad = tokenizer.pad_token_id
     prompts = _encode(tokenizer, [r["prompt"] for r in rows])
     worked = _encode(tokenizer, [r["solution"] for r in rows])
-    direct = _encode(tokenizer, [direct_target(r["answer"]) for r in rows])
+    # the bare answer the row shows: its answer, or the probe's decoy where the worked line shows it (bandpo.probe)
+    direct = _encode(tokenizer, [direct_target(r.get("shown_answer") or r["answer"]) for r in rows])
     n = len(rows)
     gen = torch.Generator().manual_seed(seed)
     rng = random.Random(seed)

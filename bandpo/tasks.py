@@ -308,9 +308,18 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def write_tiny_math(out_dir: str | os.PathLike, seed: int = 0, **kwargs: Any) -> dict[str, Path]:
-    """Generate tiny-math and write ``{train,validation,test}.jsonl`` under ``out_dir`` (each file atomic)."""
+def write_tiny_math(
+    out_dir: str | os.PathLike, seed: int = 0, probe: dict | None = None, **kwargs: Any
+) -> dict[str, Path]:
+    """Generate tiny-math and write ``{train,validation,test}.jsonl`` under ``out_dir`` (each file atomic).
+
+    ``probe``: the mechanism probe's rule and decoy design (``bandpo.probe.ProbeSpec`` fields); None: plain tiny-math.
+    """
     splits = generate_tiny_math(seed=seed, **kwargs)
+    if probe is not None:
+        from bandpo.probe import ProbeSpec, apply_probe
+
+        splits = apply_probe(splits, ProbeSpec.from_dict(probe), seed)
     out = Path(out_dir)
     return {split: write_jsonl(out / f"{split}.jsonl", rows) for split, rows in splits.items()}
 
@@ -533,6 +542,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t.add_argument("--n-train", type=int, default=50_000)
     t.add_argument("--n-val", type=int, default=300)
     t.add_argument("--n-test", type=int, default=300)
+    t.add_argument("--probe", default=None, metavar="JSON", help="the mechanism probe: bandpo.probe.ProbeSpec as JSON")
     r = sub.add_parser("real", help="normalise a real data set into our JSONL schema")
     r.add_argument("--name", required=True, choices=sorted(REAL_DATASETS))
     r.add_argument("--out", required=True)
@@ -541,7 +551,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--limit", type=int, default=None)
     args = ap.parse_args(argv)
     if args.cmd == "tiny-math":
-        paths = write_tiny_math(args.out, seed=args.seed, n_train=args.n_train, n_val=args.n_val, n_test=args.n_test)
+        probe = json.loads(args.probe) if args.probe is not None else None
+        paths = write_tiny_math(
+            args.out, seed=args.seed, n_train=args.n_train, n_val=args.n_val, n_test=args.n_test, probe=probe
+        )
         for split, p in paths.items():
             print(f"{split}: {p}")
     else:
