@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The probe's data-design sweep: for each decoy share, generate tiny-math with the probe (default rule: arith
 # levels 1-2 whose result ends in 7), build tiny-s (seed 0, one thread) and measure it (bandpo.probe measure),
-# all shares in parallel, one core each. Results: $OUT/sweep.json (one entry per share), $OUT/logs.txt.
+# all shares in parallel, one core each. Results: $OUT/sweep.json (per share),
+# $OUT/measure-SHARE.json (with per-problem records), $OUT/logs.txt.
 #   SHARES="0 0.9 0.95" bash benchmarks/probe_sweep/run.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/probe_sweep_out}; mkdir -p "$OUT"; W=${WORK:-/tmp/probe_sweep}; mkdir -p "$W"
@@ -13,9 +14,9 @@ PY='import sys, bandpo.models as M, bandpo.tasks as T; M._load_rows = lambda p: 
 one() {
   local s=$1 t0=$SECONDS
   python3 -m bandpo.tasks tiny-math --out "$W/data-$s" --seed 0 --probe "{\"decoy_share\": $s}" &&
-  python3 -c "$PY" build --size tiny-s --data "$W/data-$s" --out "$W/model-$s" --seed 0 --threads 1 --no-progress &&
+  python3 -c "$PY" build --size "${SIZE:-tiny-s}" --data "$W/data-$s" --out "$W/model-$s" --seed 0 --threads 1 --no-progress &&
   echo "build $s: $((SECONDS - t0)) s" &&
-  python3 -m bandpo.probe measure --model "$W/model-$s" --data "$W/data-$s" --k 8 --threads 1 --out "$W/measure-$s.json"
+  python3 -m bandpo.probe measure --model "$W/model-$s" --data "$W/data-$s" --k 8 --threads 1 --out "$OUT/measure-$s.json"
 }
 for s in ${SHARES:-0 0.8 0.9 0.95 0.98 0.99}; do one "$s" > "$W/log-$s.txt" 2>&1 & done
 wait
@@ -24,7 +25,7 @@ python3 - "$W" "$OUT/sweep.json" <<'PY'
 import glob, json, sys
 w, out = sys.argv[1], sys.argv[2]
 res = {}
-for f in sorted(glob.glob(f"{w}/measure-*.json")):
+for f in sorted(glob.glob(f"{out.rsplit('/', 1)[0]}/measure-*.json")):
     share = f.rsplit("measure-", 1)[1][: -len(".json")]
     m = json.load(open(f))
     info = json.load(open(f"{w}/model-{share}/info.json"))
