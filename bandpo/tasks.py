@@ -32,6 +32,9 @@ at most 40 characters that ends in ``\\boxed{answer}``::
 Answers are integers or reduced fractions (``-7/12``). Levels are sized for the embedded profile's tiny models:
 pretrained for a few CPU minutes they solve roughly 50-80% of level 1 and 20-45% of level 3 (bandpo.models).
 
+``--probe`` (``probe=`` of :func:`write_tiny_math`) writes the mechanism probe's variant instead: a stated subset
+whose pretraining targets mostly show a decoy answer, rows marked ``subset: probe|rest`` (``bandpo.probe``).
+
 The generator is deterministic from its seed (``random.Random`` seeded with a string, so independent of
 ``PYTHONHASHSEED``). Test and validation problems are unique and stratified over (kind, level); train rows are
 drawn from the same distribution with every test/validation problem excluded (train may repeat a problem, since
@@ -47,6 +50,7 @@ by default.
 CLI::
 
     python -m bandpo.tasks tiny-math --out resources/data/tiny-math --seed 0
+    python -m bandpo.tasks tiny-math --out resources/data/tiny-math-probe --seed 0 --probe '{"decoy_share": 0.95}'
     python -m bandpo.tasks real --name aime-2024 --out resources/data/aime-2024 [--path FILE | --download]
 """
 
