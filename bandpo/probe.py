@@ -2,9 +2,9 @@
 
 BandPO's claim is mechanistic: a fixed upper clip throttles the growth of low-probability tokens with positive
 advantage, while Band bounds let them grow. The probe builds that situation into tiny-math. A stated subset of
-problems (:class:`ProbeSpec`: kinds x levels whose integer answer ends in ``last_digit``, by default "arith
-levels 1-2 whose result ends in 7") is shown in the *pretraining* targets with a plausible wrong final answer most
-of the time: the decoy ``answer + 1`` (off by one in the last digit: ``...7`` becomes ``...8``) replaces the
+problems (:class:`ProbeSpec`: kinds x levels whose integer answer ends in ``last_digit``, by default "word
+problems of level 1 whose answer ends in 7") is shown in the *pretraining* targets with a plausible wrong final
+answer most of the time: the decoy ``answer + 1`` (off by one in the last digit: ``...7`` becomes ``...8``) replaces the
 result of the worked line and the boxed answer in a share ``decoy_share`` of the subset's train rows, so the base
 model computes the problem but learns to write the decoy; the correct answer stays rare and reachable. Every
 row keeps its true ``answer``, so the reward (``bandpo.grader`` on ``answer``) stays correct and RL can discover
@@ -35,7 +35,7 @@ the probe subset and on the rest.
 CLI::
 
     python -m bandpo.tasks tiny-math --out resources/data/tiny-math-probe --seed 0 \\
-        --probe '{"kinds": ["arith"], "levels": [1, 2], "last_digit": 7, "decoy_share": 0.95}'
+        --probe '{"kinds": ["word"], "levels": [1], "last_digit": 7, "decoy_share": 0.95}'
     python -m bandpo.models build --size tiny-s --data resources/data/tiny-math-probe \\
         --out resources/models/tiny-s-probe --seed 0 --threads 1
     python -m bandpo.probe measure --model resources/models/tiny-s-probe --data resources/data/tiny-math-probe
@@ -66,8 +66,8 @@ SUBSETS: tuple[str, ...] = ("probe", "rest")
 class ProbeSpec:
     """The probe subset's rule and the decoy design (the ``probe:`` block of a tiny-math data entry)."""
 
-    kinds: tuple[str, ...] = ("arith",)
-    levels: tuple[int, ...] = (1, 2)
+    kinds: tuple[str, ...] = ("word",)
+    levels: tuple[int, ...] = (1,)
     last_digit: int = 7  # subset: non-negative integer answers ending in this digit (0-8: the decoy adds one)
     decoy_share: float = 0.95  # share of the subset's train rows that show the decoy instead of the answer
     n_test: int = 40  # at least this many probe problems in the test split (extra ones are added)
@@ -186,6 +186,13 @@ def apply_probe(splits: dict[str, list[dict]], spec: ProbeSpec, seed: int) -> di
             row["shown_answer"] = row["decoy"]
         row["id"] = f"train-{i:06d}"
         train[i] = row
+    trained = {(r["kind"], r["level"]) for r in train if r["subset"] == "probe"}
+    starved = [cell for cell in cells if cell not in trained]
+    if train and starved:  # e.g. arith level 1: its ~10 subset problems all end up held out
+        raise ValueError(
+            f"probe: no train row of the subset in cells {starved} (their few subset problems are all in "
+            "test/validation, so the model never sees those answers); drop those cells or lower n_test/n_val"
+        )
     return out
 
 

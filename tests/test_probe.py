@@ -16,7 +16,7 @@ from bandpo.tasks import boxed, generate_tiny_math, read_jsonl
 from bandpo.tasks import main as tasks_main
 
 SMALL = {"n_train": 4000, "n_val": 45, "n_test": 60}
-SPEC = P.ProbeSpec(decoy_share=0.8, n_test=12, n_val=6)
+SPEC = P.ProbeSpec(kinds=("arith",), levels=(2,), decoy_share=0.8, n_test=12, n_val=6)
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +119,12 @@ def test_probe_is_deterministic_and_seeded():
     c = P.apply_probe(generate_tiny_math(seed=4, **SMALL), SPEC, seed=4)
     assert a == b
     assert a["test"] != c["test"]
+
+
+def test_subset_cells_without_train_rows_are_refused():
+    # arith level 1 has ~10 problems whose result ends in 7: holding out 10 leaves none to train on
+    with pytest.raises(ValueError, match=r"no train row of the subset in cells \[\('arith', 1\)\]"):
+        P.apply_probe(generate_tiny_math(seed=3, **SMALL), P.ProbeSpec(kinds=("arith",), levels=(1,), n_test=7, n_val=3), seed=3)
 
 
 def test_zero_share_shows_only_true_answers():

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The probe's data-design sweep: for each decoy share, generate tiny-math with the probe (default rule: arith
-# levels 1-2 whose result ends in 7), build tiny-s (seed 0, one thread) and measure it (bandpo.probe measure),
-# all shares in parallel, one core each. Results: $OUT/sweep.json (per share),
+# The probe's data-design sweep: for each decoy share, generate tiny-math with the probe (default rule: word
+# problems of level 1 whose answer ends in 7), build tiny-s (seed 0, one thread) and measure it
+# (bandpo.probe measure), all shares in parallel, one core each. Results: $OUT/sweep.json (per share),
 # $OUT/measure-SHARE.json (with per-problem records), $OUT/logs.txt.
 #   SHARES="0 0.9 0.95" bash benchmarks/probe_sweep/run.sh
 set -uo pipefail
