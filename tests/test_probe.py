@@ -124,7 +124,8 @@ def test_probe_is_deterministic_and_seeded():
 def test_subset_cells_without_train_rows_are_refused():
     # arith level 1 has ~10 problems whose result ends in 7: holding out 10 leaves none to train on
     with pytest.raises(ValueError, match=r"no train row of the subset in cells \[\('arith', 1\)\]"):
-        P.apply_probe(generate_tiny_math(seed=3, **SMALL), P.ProbeSpec(kinds=("arith",), levels=(1,), n_test=7, n_val=3), seed=3)
+        spec = P.ProbeSpec(kinds=("arith",), levels=(1,), n_test=7, n_val=3)
+        P.apply_probe(generate_tiny_math(seed=3, **SMALL), spec, seed=3)
 
 
 def test_zero_share_shows_only_true_answers():
