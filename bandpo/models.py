@@ -18,7 +18,8 @@ position ids, so packed examples never see each other). A share ``direct_frac`` 
 answer ``\\boxed{ANS}`` instead of the worked line: the base model mixes a reliable worked style with a cheap
 direct guess (accurate on level 1, mostly wrong on level 3). That first-token choice is a genuinely uncertain,
 useful decision at T=1.0, the worked style's low-probability alternative being the one RL can grow, and the
-digits of intermediate steps are where the model is unsure; both are where clipping methods differ.
+digits of intermediate steps are where the model is unsure; both are where clipping methods differ. On the
+mechanism probe's data (``bandpo.probe``) the bare answer is the row's ``shown_answer``: the decoy on decoy rows.
 
 The cross-entropy is label-smoothed (``label_smoothing`` 0.03): the model keeps its argmax but spreads a little
 probability over every other token, so that samples at T=1.0 are much noisier than its greedy answers (tiny-s: 24%
@@ -346,7 +347,8 @@ def pretrain(
     pad = tokenizer.pad_token_id
     prompts = _encode(tokenizer, [r["prompt"] for r in rows])
     worked = _encode(tokenizer, [r["solution"] for r in rows])
-    direct = _encode(tokenizer, [direct_target(r["answer"]) for r in rows])
+    # the bare answer the row shows: its answer, or the probe's decoy where the worked line shows it (bandpo.probe)
+    direct = _encode(tokenizer, [direct_target(r.get("shown_answer") or r["answer"]) for r in rows])
     n = len(rows)
     gen = torch.Generator().manual_seed(seed)
     rng = random.Random(seed)

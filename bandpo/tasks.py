@@ -32,6 +32,9 @@ at most 40 characters that ends in ``\\boxed{answer}``::
 Answers are integers or reduced fractions (``-7/12``). Levels are sized for the embedded profile's tiny models:
 pretrained for a few CPU minutes they solve roughly 50-80% of level 1 and 20-45% of level 3 (bandpo.models).
 
+``--probe`` (``probe=`` of :func:`write_tiny_math`) writes the mechanism probe's variant instead: a stated subset
+whose pretraining targets mostly show a decoy answer, rows marked ``subset: probe|rest`` (``bandpo.probe``).
+
 The generator is deterministic from its seed (``random.Random`` seeded with a string, so independent of
 ``PYTHONHASHSEED``). Test and validation problems are unique and stratified over (kind, level); train rows are
 drawn from the same distribution with every test/validation problem excluded (train may repeat a problem, since
@@ -47,6 +50,7 @@ by default.
 CLI::
 
     python -m bandpo.tasks tiny-math --out resources/data/tiny-math --seed 0
+    python -m bandpo.tasks tiny-math --out resources/data/tiny-math-probe --seed 0 --probe '{"decoy_share": 0.95}'
     python -m bandpo.tasks real --name aime-2024 --out resources/data/aime-2024 [--path FILE | --download]
 """
 
@@ -305,9 +309,18 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
     return atomic_write_text(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
 
 
-def write_tiny_math(out_dir: str | os.PathLike, seed: int = 0, **kwargs: Any) -> dict[str, Path]:
-    """Generate tiny-math and write ``{train,validation,test}.jsonl`` under ``out_dir`` (each file atomic)."""
+def write_tiny_math(
+    out_dir: str | os.PathLike, seed: int = 0, probe: dict | None = None, **kwargs: Any
+) -> dict[str, Path]:
+    """Generate tiny-math and write ``{train,validation,test}.jsonl`` under ``out_dir`` (each file atomic).
+
+    ``probe``: the mechanism probe's rule and decoy design (``bandpo.probe.ProbeSpec`` fields); None: plain tiny-math.
+    """
     splits = generate_tiny_math(seed=seed, **kwargs)
+    if probe is not None:
+        from bandpo.probe import ProbeSpec, apply_probe
+
+        splits = apply_probe(splits, ProbeSpec.from_dict(probe), seed)
     out = Path(out_dir)
     return {split: write_jsonl(out / f"{split}.jsonl", rows) for split, rows in splits.items()}
 
@@ -517,6 +530,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t.add_argument("--n-train", type=int, default=50_000)
     t.add_argument("--n-val", type=int, default=300)
     t.add_argument("--n-test", type=int, default=300)
+    t.add_argument("--probe", default=None, metavar="JSON", help="the mechanism probe: bandpo.probe.ProbeSpec as JSON")
     r = sub.add_parser("real", help="normalise a real data set into our JSONL schema")
     r.add_argument("--name", required=True, choices=sorted(REAL_DATASETS))
     r.add_argument("--out", required=True)
@@ -525,7 +539,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--limit", type=int, default=None)
     args = ap.parse_args(argv)
     if args.cmd == "tiny-math":
-        paths = write_tiny_math(args.out, seed=args.seed, n_train=args.n_train, n_val=args.n_val, n_test=args.n_test)
+        probe = json.loads(args.probe) if args.probe is not None else None
+        paths = write_tiny_math(
+            args.out, seed=args.seed, n_train=args.n_train, n_val=args.n_val, n_test=args.n_test, probe=probe
+        )
         for split, p in paths.items():
             print(f"{split}: {p}")
     else:
