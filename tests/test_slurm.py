@@ -193,12 +193,11 @@ def test_smoke_dag_on_a_slurm_cluster(cluster, tmp_path):
     local = snakemake(tmp_path / "local", "--cores", "2", configfile=SMOKE, env=env)
     assert local.returncode == 0, local.output[-3000:]
 
-    # 2. through the profile, no retries; one training job is cancelled by SLURM while it runs. Job states from
-    # squeue: sacct says "CANCELLED by 0", which the plugin (2.8.0) does not recognise, so with its default (sacct)
-    # Snakemake would wait for the cancelled job forever (workflow/README.md, "On a SLURM cluster")
+    # 2. through the profile, no retries; one training job is cancelled by SLURM while it runs. The profile takes job
+    # states from squeue: sacct says "CANCELLED by 0", which the plugin (2.8.0) does not recognise, so with its
+    # default (sacct) Snakemake would wait for the cancelled job forever (workflow/README.md, "On a SLURM cluster")
     wd = tmp_path / "slurm"
     cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(wd), *profile_args, "--retries", "0"]
-    cmd += ["--slurm-status-command", "squeue"]
     log = tmp_path / "first.log"
     with open(log, "w") as out:
         first = subprocess.Popen(cmd + ["--configfile", str(SMOKE)], env=env, stdout=out, stderr=subprocess.STDOUT)
