@@ -10,7 +10,7 @@ REPORT_TABLES = ["leaderboard.csv", "leaderboard.md", "leaderboard.html", "stats
 
 rule report:
     input:
-        runs=[f"{run_dir(m, e, s)}/metrics.jsonl" for m in MODELS for e in ENTRIES for s in SEEDS],
+        runs=[f"{run_dir(m, e, s)}/metrics.jsonl" for m, e, s in RUNS_ALL],
         evals=all_eval_summaries(),
     output:
         csv=report(f"{RESULTS}/leaderboard.csv", caption="../report/leaderboard.rst", category="Leaderboard"),
