@@ -178,8 +178,10 @@ def built(tmp_path_factory):
 def test_load_eval_scores_reads_lm_evals_file(built):
     results, _ = built
     scores = report.load_eval_scores(results)
-    assert list(scores.columns[:10]) == [
+    assert list(scores.columns[:12]) == [
         "profile",
+        "experiment",
+        "subset",
         "model",
         "entry",
         "method",
@@ -691,8 +693,8 @@ def test_html_is_standalone_and_escaped(built):
     assert "script-src 'sha256-" in page  # only the page's own script may run
     entries = {(m, e) for m, e, _ in p.rows}
     assert entries == {(m, e) for m in ("tiny-s", "tiny-m") for e in ("base", *ENTRIES)}
-    # filters: the experiment (here the profile) and every model size
-    assert re.search(rf'<option value="{PROFILE}">{PROFILE}</option>', page)
+    # filters: the experiment (here main: runs written without one) and every model size
+    assert re.search(r'<option value="main">main</option>', page)
     assert '<option value="tiny-s">tiny-s</option>' in page and '<option value="tiny-m">tiny-m</option>' in page
     # parameters: each key=value in an unbreakable span, joined by ", " (the only place a line may break)
     assert '<span class="kv">divergence=kl</span>, <span class="kv">delta=0.05</span>' in page
@@ -762,7 +764,7 @@ def test_html_renders_in_chromium(built, tmp_path):
     dom = chromium(page.as_uri() + "#model=tiny-s", tmp_path, "--dump-dom", "--virtual-time-budget=3000").stdout
     sections = dict(re.findall(r'<section class="board" id="[^"]+" data-model="([^"]+)"( hidden="")?', dom))
     assert sections == {"tiny-s": "", "tiny-m": ' hidden=""'}
-    dom = chromium(page.as_uri() + f"#experiment={PROFILE}&model=tiny-m", tmp_path, "--dump-dom",
+    dom = chromium(page.as_uri() + "#experiment=main&model=tiny-m", tmp_path, "--dump-dom",
                    "--virtual-time-budget=3000").stdout  # fmt: skip
     sections = dict(re.findall(r'<section class="board" id="[^"]+" data-model="([^"]+)"( hidden="")?', dom))
     assert sections == {"tiny-s": ' hidden=""', "tiny-m": ""} and "<tr hidden" not in dom
