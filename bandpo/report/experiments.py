@@ -123,7 +123,8 @@ def primary_results(
             elif hi < 0:
                 verdict = f"{compare[1]} better"
             k = g["k"].max()
-            rows.append([xp, model, primary.get("task") or ",".join(sorted(g["task"].unique())),
-                         f"{family}@{int(k)}" if k == k else family, compare[0], compare[1], arms[0].size,
-                         arms[1].size, float(arms[0].mean()), float(arms[1].mean()), diff, lo, hi, verdict])  # fmt: skip
+            task = primary.get("task") or ",".join(sorted(g["task"].unique()))
+            metric = f"{family}@{int(k)}" if k == k else family
+            rows.append([xp, model, task, metric, compare[0], compare[1], arms[0].size, arms[1].size,
+                         float(arms[0].mean()), float(arms[1].mean()), diff, lo, hi, verdict])  # fmt: skip
     return pd.DataFrame(rows, columns=PRIMARY_COLUMNS)
