@@ -191,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("--bounds", default=None, help="bounds table of the bound figure (default: RESULTS/bounds.csv)")
     b.add_argument("--no-embed-figures", action="store_true", help="do not embed the PNGs in the HTML page")
     b.add_argument("--experiments-json", default=None,
-                   help="the config's experiments ({id: {description, primary}}) as JSON: notes, primary.csv")  # fmt: skip
+                   help="the config's experiments as JSON: notes and primary.csv")  # fmt: skip
     p = sub.add_parser("publish", help="copy a profile's leaderboard and figures to the top-level results/")
     p.add_argument("--src", required=True, help="the profile's report folder, e.g. results/embedded")
     p.add_argument("--dest", default="results")

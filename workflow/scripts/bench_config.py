@@ -278,6 +278,16 @@ def check_registries(cfg: Mapping[str, Any]) -> None:
             fail(["models", i, "size"], f"unknown tiny model size {m['size']!r}; known: {', '.join(sorted(SIZES))}",
                  _entry_label(cfg, "models", i))  # fmt: skip
 
+    # the probe's data design (bandpo.probe.ProbeSpec checks kinds, levels, last digit, decoy share)
+    from bandpo.probe import ProbeSpec
+
+    for i, d in enumerate(cfg["data"]):
+        if d.get("probe") is not None:
+            try:
+                ProbeSpec.from_dict(d["probe"])
+            except (ValueError, TypeError) as e:
+                fail(["data", i, "probe"], str(e), _entry_label(cfg, "data", i))
+
     # methods of the user's own modules, then the method entries: the registry validates names and parameters
     from bandpo import methods
 
@@ -414,7 +424,7 @@ def complete_experiments(cfg: dict[str, Any], fail) -> None:
         xp.setdefault("description", "")
         xp.setdefault("data", cfg["train_data"][0])
         xp.setdefault("models", main_models if xp_id == MAIN else list(out[MAIN]["models"]))
-        xp.setdefault("methods", [e["id"] for e in cfg["methods"]])
+        xp.setdefault("methods", [e["id"] for e in cfg["methods"] if xp_id == MAIN or not e.get("external")])
         xp.setdefault("seeds", list(cfg["seeds"]))
         xp.setdefault("train", {})
         xp.setdefault("base", cfg["eval"]["base"])
