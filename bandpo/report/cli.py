@@ -20,6 +20,7 @@ import pandas as pd
 from bandpo.files import atomic_write_bytes, atomic_write_text
 from bandpo.report.experiments import build_sections, of_experiment, primary_results
 from bandpo.report.figures import (
+    EXPERIMENT_FIGURES,
     FIGURE_CAPTIONS,
     FIGURES,
     PROBE_CURVES,
@@ -110,9 +111,11 @@ def build_report(
         written[name] = out / name
     tasks = per_task_table(main_stats, of_experiment(board, MAIN))
     notes = experiment_notes(specs, primary)
-    atomic_write_text(out / "leaderboard.md", leaderboard_markdown(board, FIGURES, per_task=tasks, notes=notes))
+    present = set(board["experiment"])
+    shown = [name for name in FIGURES if EXPERIMENT_FIGURES.get(name, MAIN) in present | {MAIN}]
+    atomic_write_text(out / "leaderboard.md", leaderboard_markdown(board, shown, per_task=tasks, notes=notes))
     written["leaderboard.md"] = out / "leaderboard.md"
-    figs = {name: fig_dir / f"{name}.png" for name in FIGURES} if embed_figures else None
+    figs = {name: fig_dir / f"{name}.png" for name in shown} if embed_figures else None
     delta = float(bounds_table["delta"].iloc[0]) if not bounds_table.empty else float("nan")
     captions = {name: text.format(delta=delta) for name, text in FIGURE_CAPTIONS.items()}
     atomic_write_text(out / "leaderboard.html", leaderboard_html(board, figs, captions, per_task=tasks, notes=notes))

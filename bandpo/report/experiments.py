@@ -58,9 +58,9 @@ def build_sections(
     for xp in experiment_order(scores, metrics, summaries):
         xs, xm, xsum = of_experiment(scores, xp), of_experiment(metrics, xp), of_experiment(summaries, xp)
         per_run, per_entry = run_stats(xm, xsum, n_resamples, confidence, seed)
-        subsets = sorted(set(xs["subset"].fillna(""))) if "subset" in xs and not xs.empty else [""]
+        subsets = sorted(set(xs["subset"].astype(object).fillna(""))) if "subset" in xs and not xs.empty else [""]
         for subset in subsets:
-            ss = xs[xs["subset"].fillna("") == subset] if "subset" in xs else xs
+            ss = xs[xs["subset"].astype(object).fillna("") == subset] if "subset" in xs else xs
             st = score_stats(ss, baseline, n_resamples, confidence, seed)
             board = leaderboard(st, per_entry, per_run, entry_labels(xsum))
             for frame in (board, st):

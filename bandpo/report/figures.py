@@ -42,6 +42,9 @@ FIGURE_CAPTIONS = {
     "(the lowest bucket holds the rare correct tokens), mean over steps and seeds with 95% CI.",
 }
 PROBE_CURVES = ("probe/p_correct", "probe/accuracy")  # logged by bandpo.train with probe_every
+# The figures of one experiment: always written (a placeholder without its runs), shown only when it has runs.
+EXPERIMENT_FIGURES = {"random_reward_entropy": "random-reward", "probe_curves": "probe",
+                      "probe_clipfrac_buckets": "probe"}  # fmt: skip
 
 
 def _pyplot():

@@ -314,7 +314,7 @@ def sections(table: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
         return []
     if "experiment" not in table:
         return [(str(m), str(m), g) for m, g in by_model(table)]
-    keys = table[["experiment", "subset"]].fillna("").astype(str)
+    keys = table[["experiment", "subset"]].astype(object).fillna("").astype(str)
     out = []
     for (xp, subset), g in table.groupby([keys["experiment"], keys["subset"]], sort=False):
         out += [(section_heading(xp, subset, str(m)), str(m), gm) for m, gm in by_model(g)]
