@@ -99,7 +99,18 @@ def test_defaults_are_filled_in():
 
 def test_embedded_config_matrix():
     cfg = bc.validate_config(read_config("config"))
-    assert [m["size"] for m in cfg["models"]] == ["tiny-s", "tiny-m"]
+    models = bc.by_id(cfg["models"])
+    assert [models[m]["size"] for m in cfg["experiments"]["main"]["models"]] == ["tiny-s", "tiny-m"]
+    # the controls and the probe: experiments of the same DAG, primary metric and decision rule fixed in the config
+    rr, probe = cfg["experiments"]["random-reward"], cfg["experiments"]["probe"]
+    assert rr["train"]["reward"] == "random" and len(rr["seeds"]) >= 3 and rr["models"] == ["tiny-s"]
+    assert {"grpo", "clip_higher", "dcpo", "bandpo_kl", "bandpo_tv", "bandpo_chi2"} <= set(rr["methods"])
+    assert len(probe["seeds"]) >= 5 and {"grpo", "bandpo_kl"} <= set(probe["methods"])
+    assert probe["primary"]["compare"] == ["bandpo_kl", "grpo"] and probe["primary"]["task"] == "tiny_math_probe"
+    (probe_model,) = probe["models"]
+    assert bc.by_id(cfg["data"])[models[probe_model]["data"]]["probe"] and probe["train"]["probe_every"] > 0
+    assert {t["subset"] for t in probe["eval_tasks"]} == {"probe", "rest"}
+    assert all(cfg["experiments"][x]["primary"]["rule"] for x in cfg["experiments"])
     entries = {e["id"]: (e["method"], e["params"]) for e in cfg["methods"]}
     assert {m for m, _ in entries.values()} >= {"grpo", "clip_higher", "dcpo", "bandpo"}
     assert {p.get("divergence") for m, p in entries.values() if m == "bandpo"} == {"kl", "tv", "chi2"}
@@ -263,9 +274,13 @@ def test_embedded_dry_run(tmp_path):
     assert proc.returncode == 0, proc.output[-3000:]
     counts = job_counts(proc.output)
     assert counts == bc.expected_jobs(cfg)
-    assert counts["train"] == 2 * len(cfg["methods"]) * len(cfg["seeds"])
+    xps = cfg["experiments"]
+    main = 2 * len(cfg["methods"]) * len(cfg["seeds"])
+    assert counts["train"] == main + sum(len(x["models"]) * len(x["methods"]) * len(x["seeds"]) for x in xps.values()
+                                         if x is not xps["main"])  # fmt: skip
     # one lm-eval process per (model, entry) group, base models included: the start-up is paid 14 times, not 42
     assert counts["eval_group"] == 2 * (len(cfg["methods"]) + 1)
+    assert counts["eval_group_random_reward"] == 6 and counts["eval_group_probe"] == 3  # probe: its base, 2 entries
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -276,6 +291,20 @@ def run_script(name: str, *args: str, cwd: Path | None = None):
     return subprocess.run(
         [sys.executable, str(ROOT / "workflow" / "scripts" / name), *args], capture_output=True, text=True, cwd=cwd
     )
+
+
+@pytest.mark.parametrize("only", ["probe", "random-reward", "main,probe"])
+def test_one_experiment_alone_dry_run(tmp_path, only):
+    """`--config only=ID[,ID]` schedules exactly those experiments' jobs (their data and models included) and
+    publishes nothing."""
+    proc = snakemake(tmp_path, "-n", "--cores", "2", "--config", f"only={only}", configfile=CONFIGS["config"])
+    assert proc.returncode == 0, proc.output[-3000:]
+    cfg = bc.validate_config({**read_config("config"), "only": only})
+    assert set(cfg["experiments"]) == set(only.split(",")) and cfg["publish"] is False
+    counts = job_counts(proc.output)
+    assert counts == bc.expected_jobs(cfg) and "publish" not in counts
+    slots = set(re.findall(r"wildcards: model=[^,\n]+, entry=([^,\n]+)", proc.output))
+    assert slots and all((s.partition("@")[2] or "main") in only.split(",") for s in slots)
 
 
 def test_atomic_dir_publishes_only_finished_folders(tmp_path):
