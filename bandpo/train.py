@@ -27,7 +27,10 @@ Update:
    which is what makes clipping act), each prompt of a mini-batch run once with its KV cache shared by its
    completions and the mini-batch's all-padding columns trimmed: loss = the method's loss (+ optional k3 KL to the
    reference), AdamW, gradient clipping;
-8. one line of metrics.jsonl; a checkpoint every ``checkpoint_every`` steps.
+8. one line of metrics.jsonl; a checkpoint every ``checkpoint_every`` steps. On a probe data set (rows with
+   ``subset``, bandpo.probe) the line also holds the rollouts' accuracy per subset, and with ``probe_every`` the
+   probe's measurement after the step's updates (``probe/p_correct``, ``probe/accuracy``: `probe_metrics`; its
+   time is not part of ``step_seconds``).
 
 Crash safety: metrics go to ``metrics.jsonl.partial`` and are renamed at the end; checkpoints (model, optimizer,
 RNG states, step, the metrics so far) are written through `bandpo.files.atomic_write_bytes` (a temporary file,
