@@ -30,7 +30,7 @@ Update:
 8. one line of metrics.jsonl; a checkpoint every ``checkpoint_every`` steps. On a probe data set (rows with
    ``subset``, bandpo.probe) the line also holds the rollouts' accuracy per subset, and with ``probe_every`` the
    probe's measurement after the step's updates (``probe/p_correct``, ``probe/accuracy``: `probe_metrics`; its
-   time is not part of ``step_seconds``).
+   time and grades are not part of the step's ``step_seconds`` and ``grader_*``).
 
 Crash safety: metrics go to ``metrics.jsonl.partial`` and are renamed at the end; checkpoints (model, optimizer,
 RNG states, step, the metrics so far) are written through `bandpo.files.atomic_write_bytes` (a temporary file,
@@ -487,6 +487,8 @@ def train(cfg: TrainConfig) -> dict:
             with counting() as graded:  # grader_items, grader_slow_frac, grader_timeouts of this step
                 m = train_step(run, step)
             m.update(graded.metrics())
+            if cfg.probe_every and ((step + 1) % cfg.probe_every == 0 or step + 1 == cfg.steps):
+                m.update(probe_metrics(run, _step_seed(cfg.seed, step)))  # not counted in the step's time or grades
             history.append(m)
             metrics_file.write(json.dumps(m) + "\n")
             metrics_file.flush()
@@ -689,8 +691,6 @@ def train_step(run: Run, step: int) -> dict:
             picked = [i for i, s in enumerate(subsets) if s == name]
             if picked:  # absent from a step that drew no prompt of the subset
                 metrics[f"{name}/rollout_accuracy"] = float(per_seq[picked].mean())
-    if cfg.probe_every and ((step + 1) % cfg.probe_every == 0 or step + 1 == cfg.steps):
-        metrics.update(probe_metrics(run, seed))
     metrics.update(
         {
             "lr": run.optimizer.param_groups[0]["lr"],

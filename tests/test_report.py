@@ -945,3 +945,62 @@ def test_snakemake_report(tmp_path):
     page = (wf / "report.html").read_text()
     assert "trust-region bounds stay inside the simplex" in page  # the bounds caption
     assert "final_scores.png" in page and "leaderboard.html" in page
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Experiments: sections per (experiment, subset) and the primary comparison
+
+
+def test_split_slot():
+    from bandpo.report.load import split_slot
+
+    assert split_slot("grpo@probe") == ("grpo", "probe")
+    assert split_slot("bandpo_kl@random-reward") == ("bandpo_kl", "random-reward")
+    assert split_slot("grpo") == ("grpo", "main") and split_slot("base") == ("base", "main")
+
+
+def _experiment_scores() -> pd.DataFrame:
+    """Per-seed mean@8 of main (one task) and of the probe (two subsets, bandpo_kl 0.10 above grpo on the probe)."""
+    rows = []
+    for xp, subsets in (
+        ("main", [("tiny_math", "")]),
+        ("probe", [("tiny_math_probe", "probe"), ("tiny_math_rest", "rest")]),
+    ):
+        for entry, shift in (("grpo", 0.0), ("bandpo_kl", 0.10)):
+            for seed in range(5):
+                for task, subset in subsets:
+                    value = 0.3 + (shift if subset == "probe" else 0.0) + 0.01 * seed
+                    rows.append({"profile": PROFILE, "experiment": xp, "subset": subset, "model": "tiny-s",
+                                 "entry": entry, "method": entry.split("_")[0], "params": "", "seed": seed,
+                                 "task": task, "k": 8.0, "metric": "mean", "value": value, "name": "mean@8",
+                                 "n": 8, "stderr": float("nan"), "source": "x"})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_sections_and_primary_comparison():
+    scores = _experiment_scores()
+    empty = pd.DataFrame(columns=["profile", "experiment", "model", "entry", "seed", "step"])
+    summaries = pd.DataFrame(columns=report.load.SUMMARY_COLUMNS)
+    board, stats, _ = report.build_sections(scores, empty, summaries, "grpo", 200, 0.95, 0)
+    assert list(board.columns[:2]) == ["experiment", "subset"]
+    assert sorted(map(tuple, board[["experiment", "subset", "entry"]].to_numpy())) == sorted(
+        (x, s, e) for x, s in (("main", ""), ("probe", "probe"), ("probe", "rest")) for e in ("grpo", "bandpo_kl")
+    )
+    probe = board[(board["experiment"] == "probe") & (board["subset"] == "probe")].set_index("entry")
+    assert probe.loc["bandpo_kl", "mean@8"] == pytest.approx(probe.loc["grpo", "mean@8"] + 0.10)
+    rest = board[(board["experiment"] == "probe") & (board["subset"] == "rest")].set_index("entry")
+    assert rest.loc["bandpo_kl", "mean@8"] == pytest.approx(rest.loc["grpo", "mean@8"])
+    specs = {"probe": {"primary": {"task": "tiny_math_probe", "compare": ["bandpo_kl", "grpo"], "metric": "m",
+                                   "rule": "r"}}, "main": {"primary": {"metric": "m", "rule": "r"}}}  # fmt: skip
+    primary = report.primary_results(scores, specs, n_resamples=500)
+    (row,) = primary.itertuples()
+    assert (row.experiment, row.treatment, row.control, row.metric) == ("probe", "bandpo_kl", "grpo", "mean@8")
+    assert row.difference == pytest.approx(0.10) and row.n_treatment == row.n_control == 5
+    assert row.ci_low < 0.10 < row.ci_high and row.ci_low > 0 and row.verdict == "bandpo_kl better"
+    # the reversed comparison: the control better; on the rest subset: no difference, unresolved
+    specs["probe"]["primary"]["compare"] = ["grpo", "bandpo_kl"]
+    assert report.primary_results(scores, specs, n_resamples=500)["verdict"].tolist() == ["bandpo_kl better"]
+    specs["probe"]["primary"]["task"] = "tiny_math_rest"
+    assert report.primary_results(scores, specs, n_resamples=500)["verdict"].tolist() == ["unresolved"]
+    md = report.leaderboard_markdown(board, notes=report.tables.experiment_notes(specs, primary))
+    assert "## probe: tiny-s, subset probe" in md and "## tiny-s\n" in md and "Decision rule: r" in md
