@@ -97,6 +97,15 @@ def test_defaults_are_filled_in():
     assert "trainer" not in raw  # the caller's config is not modified
 
 
+@pytest.mark.parametrize("name", ["config", "smoke", "gpu"])
+def test_validation_is_idempotent(name):
+    """A completed config (experiments filled in) validates to itself: jobs that re-read it see the same DAG."""
+    cfg = bc.validate_config(read_config(name))
+    assert bc.validate_config(cfg) == cfg
+    only = bc.validate_config({**read_config(name), "only": "main"})
+    assert bc.validate_config(only) == only
+
+
 def test_embedded_config_matrix():
     cfg = bc.validate_config(read_config("config"))
     models = bc.by_id(cfg["models"])
@@ -200,7 +209,7 @@ BAD_CASES = {  # case: (mutation of config/smoke.yaml, regex the error message m
         r"experiments\.probe\.primary\.compare\[1\]: entry 'dcpo' is not among",
     ),
     "experiment_main_sets_models": (
-        _set(["experiments", "main", "models"], ["smoke-tiny"]),
+        _set(["experiments", "main", "models"], ["smoke-tiny-probe"]),
         r"experiments\.main\.models: main is the sweep itself",
     ),
     "only_unknown": (_set(["only"], "probe,nope"), r"config error at only: unknown experiment"),

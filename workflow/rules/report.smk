@@ -9,7 +9,7 @@ REPORT_FIGURES = ["bounds", "training_curves", "clipfrac_buckets", "final_scores
 REPORT_TABLES = ["leaderboard.csv", "leaderboard.md", "leaderboard.html", "stats.csv", "scores.csv", "runs.csv",
                  "primary.csv"]  # fmt: skip
 # What the page says of each experiment (description, primary metric and decision rule), from the config.
-REPORT_EXPERIMENTS = {x: {"description": v["description"], "primary": v["primary"]} for x, v in EXPERIMENTS.items()}
+REPORT_EXPERIMENTS = {x: {"description": v["description"], "primary": v.get("primary")} for x, v in EXPERIMENTS.items()}
 
 
 rule report:

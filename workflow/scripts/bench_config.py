@@ -417,9 +417,11 @@ def complete_experiments(cfg: dict[str, Any], fail) -> None:
         where = ["experiments", xp_id]
         if xp_id != MAIN and cfg["trainer"] != "local":
             fail(where, "experiments other than main need the local trainer (trainer: local)")
-        if xp_id == MAIN:
-            for key in ("data", "models", "methods", "seeds", "train", "eval_tasks"):
-                if key in xp:
+        if xp_id == MAIN:  # the sweep itself (a completed config repeats its values: validation is idempotent)
+            sweep = {"data": cfg["train_data"][0], "models": main_models, "methods": [e["id"] for e in cfg["methods"]],
+                     "seeds": list(cfg["seeds"]), "train": {}, "eval_tasks": cfg["eval"]["tasks"]}  # fmt: skip
+            for key, value in sweep.items():
+                if key in xp and xp[key] != value:
                     fail(where + [key], "main is the sweep itself: set the top-level key instead")
         xp.setdefault("description", "")
         xp.setdefault("data", cfg["train_data"][0])
@@ -429,7 +431,6 @@ def complete_experiments(cfg: dict[str, Any], fail) -> None:
         xp.setdefault("train", {})
         xp.setdefault("base", cfg["eval"]["base"])
         xp.setdefault("eval_tasks", [dict(t) for t in cfg["eval"]["tasks"]])
-        xp.setdefault("primary", None)
         if xp["data"] not in data_ids:
             fail(where + ["data"], f"unknown data set {xp['data']!r}; defined: {', '.join(data_ids)}")
         if xp_id != MAIN and data_ids[xp["data"]]["source"] != "tiny-math":
@@ -452,7 +453,7 @@ def complete_experiments(cfg: dict[str, Any], fail) -> None:
         tasks = [t["task"] for t in xp["eval_tasks"]]
         if len(set(tasks)) != len(tasks):
             fail(where + ["eval_tasks"], f"a task is listed twice: {tasks}")
-        for i, e in enumerate((xp["primary"] or {}).get("compare") or []):
+        for i, e in enumerate((xp.get("primary") or {}).get("compare") or []):
             if e not in xp["methods"]:
                 fail(where + ["primary", "compare", i], f"entry {e!r} is not among the experiment's methods")
         out[xp_id] = xp
