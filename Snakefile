@@ -1,11 +1,13 @@
 # BandPO-Bench: one DAG from data and models to trained runs and lm-eval scores.
 #
 #   snakemake --cores all                                   # the embedded CPU profile (config/config.yaml)
-#   snakemake --cores 2 --configfile config/smoke.yaml      # about a minute (the test suite runs it)
+#   snakemake --cores 2 --configfile config/smoke.yaml      # a few minutes (the test suite runs it)
+#   snakemake --cores all --config only=probe               # one experiment alone (config `experiments:`)
 #   snakemake -n --configfile config/gpu.yaml               # the paper's protocol (verl + vLLM), dry run
 #   snakemake --configfile config/gpu.yaml --workflow-profile profiles/slurm   # on a SLURM cluster
 #
-# Layout: data -> resources/data/{id}/, models -> resources/models/{id}/, runs -> results/{profile}/runs/,
+# Layout: data -> resources/data/{id}/, models -> resources/models/{id}/, runs -> results/{profile}/runs/
+# ({model}/{entry}/seed{seed}; {model}/{entry}@{experiment}/seed{seed} for experiments other than main),
 # scores -> results/{profile}/eval/, logs and per-rule benchmarks -> logs/{profile}/.
 
 import os

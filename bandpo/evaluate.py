@@ -195,6 +195,26 @@ def keep_all_samples(resps, docs):
     return [list(r) for r in resps]
 
 
+def _subset_docs(dataset, subset: str):
+    """The rows of one subset of a probe data set (bandpo.probe: ``subset`` is ``probe`` or ``rest``)."""
+    if "subset" not in dataset.column_names:
+        raise ValueError(f"task of the {subset!r} subset: the data has no 'subset' column (not a probe data set)")
+    out = dataset.filter(lambda row: row["subset"] == subset)
+    if len(out) == 0:
+        raise ValueError(f"task of the {subset!r} subset: no row of that subset in the data")
+    return out
+
+
+def probe_docs(dataset):
+    """lm-eval ``process_docs`` of task tiny_math_probe: the probe subset only."""
+    return _subset_docs(dataset, "probe")
+
+
+def rest_docs(dataset):
+    """lm-eval ``process_docs`` of task tiny_math_rest: the rest of the task (every row outside the probe subset)."""
+    return _subset_docs(dataset, "rest")
+
+
 def process_results(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, float]:
     """lm-eval ``process_results``: ``results`` holds one entry, the list of the problem's n filtered samples."""
     if len(results) != 1 or not isinstance(results[0], list | tuple):

@@ -27,7 +27,10 @@ Update:
    which is what makes clipping act), each prompt of a mini-batch run once with its KV cache shared by its
    completions and the mini-batch's all-padding columns trimmed: loss = the method's loss (+ optional k3 KL to the
    reference), AdamW, gradient clipping;
-8. one line of metrics.jsonl; a checkpoint every ``checkpoint_every`` steps.
+8. one line of metrics.jsonl; a checkpoint every ``checkpoint_every`` steps. On a probe data set (rows with
+   ``subset``, bandpo.probe) the line also holds the rollouts' accuracy per subset, and with ``probe_every`` the
+   probe's measurement after the step's updates (``probe/p_correct``, ``probe/accuracy``: `probe_metrics`; its
+   time and grades are not part of the step's ``step_seconds`` and ``grader_*``).
 
 Crash safety: metrics go to ``metrics.jsonl.partial`` and are renamed at the end; checkpoints (model, optimizer,
 RNG states, step, the metrics so far) are written through `bandpo.files.atomic_write_bytes` (a temporary file,
@@ -148,6 +151,14 @@ class TrainConfig:
     """Dual-clip constant c for negative advantages (paper: 10; None disables)."""
     adv_eps: float = 1e-6
     """Added to the group's reward std in the advantage's denominator."""
+    probe_every: int = 0
+    """Mechanism probe (a probe data set, bandpo.probe): every this many steps (and at the last), log the mean
+    probability of the deciding correct token over the probe rows of the data's validation split
+    (``probe/p_correct``, with ``probe/p_correct_median`` and ``probe/prefers_decoy``) and the sampled accuracy
+    there (``probe/accuracy``, ``probe_k`` samples at T = 1.0). 0 = off. Every step logs the rollouts' accuracy per
+    subset (``probe/rollout_accuracy``, ``rest/rollout_accuracy``) when the training rows carry ``subset``."""
+    probe_k: int = 4
+    """Samples per probe problem of ``probe/accuracy`` (0: the deciding-token probability only)."""
     checkpoint_every: int = 10
     """Write a crash-safety checkpoint every this many steps."""
     keep_checkpoint: bool = False
@@ -192,6 +203,9 @@ class TrainConfig:
             problems.append("updates_per_step: minibatch=group needs at least one prompt group per mini-batch")
         if self.reward not in ("grader", "random"):
             problems.append(f"reward: must be 'grader' or 'random', got {self.reward!r}")
+        for name in ("probe_every", "probe_k"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+                problems.append(f"{name}: must be an integer >= 0, got {getattr(self, name)!r}")
         if self.checkpoint_every < 1:
             problems.append(f"checkpoint_every: must be >= 1, got {self.checkpoint_every!r}")
         if self.threads < 1:
@@ -243,6 +257,21 @@ def apply_overrides(cfg: TrainConfig, assignments: list[str]) -> TrainConfig:
 
 # ----------------------------------------------------------------------------------------------------------------
 # Data
+PROBE_SPLIT = "validation.jsonl"  # where probe_every measures: never the test split lm-eval scores
+
+
+def load_probe_rows(cfg: TrainConfig) -> list[dict]:
+    """The probe rows measured every ``probe_every`` steps: the ``subset == "probe"`` rows of the validation split
+    beside the training data; [] when probing is off. ValueError naming the file when there are none."""
+    if not cfg.probe_every:
+        return []
+    path = (Path(cfg.data) if Path(cfg.data).is_dir() else Path(cfg.data).parent) / PROBE_SPLIT
+    if not path.is_file():
+        raise FileNotFoundError(f"probe_every: {path} not found (a probe data set: bandpo.tasks tiny-math --probe)")
+    rows = [r for r in read_jsonl(path) if r.get("subset") == "probe"]
+    if not rows:
+        raise ValueError(f"probe_every: {path} has no rows with subset 'probe' (not a probe data set?)")
+    return rows
 
 
 def load_rows(path: str | os.PathLike) -> list[dict]:
@@ -394,6 +423,7 @@ class Run:
     optimizer: torch.optim.Optimizer
     rows: list[dict]
     device: torch.device
+    probe_rows: list[dict] = field(default_factory=list)  # the validation split's probe rows (cfg.probe_every)
 
     def sync(self) -> None:
         """Wait for the device (CUDA kernels are asynchronous), so that timings are true."""
@@ -433,7 +463,7 @@ def train(cfg: TrainConfig) -> dict:
         reference = AutoModelForCausalLM.from_pretrained(cfg.model, torch_dtype=torch.float32).to(device).eval()
         reference.requires_grad_(False)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    run = Run(cfg, method, model, reference, tokenizer, optimizer, rows, device)
+    run = Run(cfg, method, model, reference, tokenizer, optimizer, rows, device, load_probe_rows(cfg))
 
     start_step, history = 0, []
     if ckpt_path.is_file():
@@ -457,6 +487,8 @@ def train(cfg: TrainConfig) -> dict:
             with counting() as graded:  # grader_items, grader_slow_frac, grader_timeouts of this step
                 m = train_step(run, step)
             m.update(graded.metrics())
+            if cfg.probe_every and ((step + 1) % cfg.probe_every == 0 or step + 1 == cfg.steps):
+                m.update(probe_metrics(run, _step_seed(cfg.seed, step)))  # not counted in the step's time or grades
             history.append(m)
             metrics_file.write(json.dumps(m) + "\n")
             metrics_file.flush()
@@ -515,6 +547,7 @@ class Collected:
     batch: Batch
     scores: torch.Tensor
     rewards: torch.Tensor
+    picked: list[int]  # the rows (of Run.rows) of the batch's prompt groups, in order
 
 
 @dataclass
@@ -545,7 +578,7 @@ def collect(run: Run, step: int, seed: int) -> Collected:
         rewards = torch.bernoulli(torch.full_like(scores, 0.5), generator=torch.Generator().manual_seed(seed))
     else:
         rewards = scores
-    return Collected(batch, scores, rewards)
+    return Collected(batch, scores, rewards, picked)
 
 
 def score(run: Run, collected: Collected) -> Scored:
@@ -651,6 +684,13 @@ def train_step(run: Run, step: int) -> dict:
             metrics[k] = max(values)
         else:
             metrics[k] = _mean(values)
+    subsets = [run.rows[i].get("subset") for i in collected.picked]
+    if any(subsets):  # a probe data set: the rollouts' accuracy per subset
+        per_seq = collected.scores.view(-1, cfg.samples_per_prompt).mean(1)
+        for name in ("probe", "rest"):
+            picked = [i for i, s in enumerate(subsets) if s == name]
+            if picked:  # absent from a step that drew no prompt of the subset
+                metrics[f"{name}/rollout_accuracy"] = float(per_seq[picked].mean())
     metrics.update(
         {
             "lr": run.optimizer.param_groups[0]["lr"],
@@ -663,6 +703,24 @@ def train_step(run: Run, step: int) -> dict:
         }
     )
     return metrics
+
+
+def probe_metrics(run: Run, seed: int) -> dict[str, float]:
+    """The mechanism probe's view of the policy after this step's updates (`bandpo.probe.measure` on the probe
+    rows): the deciding correct token's probability and the sampled accuracy. The training RNG is left as it was."""
+    from bandpo.probe import measure
+
+    devices = [run.device.index or 0] if run.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        m = measure(run.model, run.tokenizer, run.probe_rows, k=run.cfg.probe_k, seed=seed, greedy=False)
+    out = {
+        "probe/p_correct": m["deciding"]["p_correct"]["mean"],
+        "probe/p_correct_median": m["deciding"]["p_correct"]["median"],
+        "probe/prefers_decoy": m["deciding"]["prefers_decoy_share"],
+    }
+    if run.cfg.probe_k:
+        out["probe/accuracy"] = m["probe"]["sampled"]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

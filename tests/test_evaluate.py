@@ -116,6 +116,18 @@ def test_hooks():
         ev.process_results({"id": "q", "answer": "4"}, ["\\boxed{4}"])  # take_first would pass one string
 
 
+def test_subset_hooks_keep_their_subset():
+    """tiny_math_probe / tiny_math_rest (process_docs) keep one subset of a probe data set; other data is refused."""
+    import datasets
+
+    data = datasets.Dataset.from_list([{"id": str(i), "subset": s} for i, s in enumerate(["probe", "rest", "rest"])])
+    assert ev.probe_docs(data)["id"] == ["0"] and ev.rest_docs(data)["id"] == ["1", "2"]
+    with pytest.raises(ValueError, match="no 'subset' column"):
+        ev.probe_docs(datasets.Dataset.from_list([{"id": "0"}]))
+    with pytest.raises(ValueError, match="no row of that subset"):
+        ev.probe_docs(data.select([1, 2]))
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # task YAMLs
 
@@ -140,8 +152,9 @@ def test_task_yaml_is_consistent(path):
     assert flt["name"] == ev.FILTER_NAME
     assert flt["filter"][0]["filter_fn"] is ev.keep_all_samples
     assert cfg["process_results"] is ev.process_results
-    assert n == (8 if path.stem == "tiny_math" else 32)
-    if path.stem == "tiny_math":
+    tiny = path.stem.startswith("tiny_math")  # tiny_math and its probe subsets (tiny_math_probe, tiny_math_rest)
+    assert n == (8 if tiny else 32)
+    if tiny:
         from bandpo.models import MAX_NEW_TOKENS
 
         assert gen["top_k"] == 0  # HF would apply top_k=50

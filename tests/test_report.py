@@ -28,6 +28,7 @@ _spec = importlib.util.spec_from_file_location("bounds_table", ROOT / "workflow"
 bounds_script = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bounds_script)
 PROFILE = "testprof"
+MAIN_FIGURES = [name for name in report.FIGURES if name not in report.EXPERIMENT_FIGURES]
 TASK = "tiny_math"
 N = 8  # samples per problem
 METRICS = [f"mean@{N}", "pass@2", "pass@4", f"pass@{N}", f"maj@{N}", f"best@{N}_bootstrap"]
@@ -178,8 +179,10 @@ def built(tmp_path_factory):
 def test_load_eval_scores_reads_lm_evals_file(built):
     results, _ = built
     scores = report.load_eval_scores(results)
-    assert list(scores.columns[:10]) == [
+    assert list(scores.columns[:12]) == [
         "profile",
+        "experiment",
+        "subset",
         "model",
         "entry",
         "method",
@@ -476,8 +479,8 @@ def test_markdown(built):
     md = (results / "leaderboard.md").read_text()
     assert md.count("\n## tiny-") == 2 and "seed(s) per row these intervals are wide" in md
     assert "<script>" not in md and "&lt;/script&gt;" in md and "evil&lt;img" in md
-    for name in report.FIGURES:
-        assert f"(figures/{name}.png)" in md
+    for name in report.FIGURES:  # the figures of experiments without runs are left off
+        assert (f"(figures/{name}.png)" in md) == (name in MAIN_FIGURES)
     table = [line for line in md.splitlines() if line.startswith("| bandpo_kl")]
     assert len(table) == 2 and all(line.count(" | ") == table[0].count(" | ") for line in table)
 
@@ -685,18 +688,18 @@ def test_html_is_standalone_and_escaped(built):
     page = (results / "leaderboard.html").read_text()
     p = parse(page)
     assert p.scripts == 1 and "pwned" not in p.title
-    assert all(src.startswith("data:image/png;base64,") for src in p.imgs) and len(p.imgs) == len(report.FIGURES)
+    assert all(src.startswith("data:image/png;base64,") for src in p.imgs) and len(p.imgs) == len(MAIN_FIGURES)
     assert not re.search(r"""(src|href)=["']?(https?:|//)""", page)
     assert XSS not in page and "<img src=x" not in page and "evil&lt;img src=x onerror=&#34;" in page
     assert "script-src 'sha256-" in page  # only the page's own script may run
     entries = {(m, e) for m, e, _ in p.rows}
     assert entries == {(m, e) for m in ("tiny-s", "tiny-m") for e in ("base", *ENTRIES)}
-    # filters: the experiment (here the profile) and every model size
-    assert re.search(rf'<option value="{PROFILE}">{PROFILE}</option>', page)
+    # filters: the experiment (here main: runs written without one) and every model size
+    assert re.search(r'<option value="main">main</option>', page)
     assert '<option value="tiny-s">tiny-s</option>' in page and '<option value="tiny-m">tiny-m</option>' in page
     # parameters: each key=value in an unbreakable span, joined by ", " (the only place a line may break)
     assert '<span class="kv">divergence=kl</span>, <span class="kv">delta=0.05</span>' in page
-    assert "How to read these numbers" in page and len(re.findall(r"<figcaption>", page)) == len(report.FIGURES)
+    assert "How to read these numbers" in page and len(re.findall(r"<figcaption>", page)) == len(MAIN_FIGURES)
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -762,7 +765,7 @@ def test_html_renders_in_chromium(built, tmp_path):
     dom = chromium(page.as_uri() + "#model=tiny-s", tmp_path, "--dump-dom", "--virtual-time-budget=3000").stdout
     sections = dict(re.findall(r'<section class="board" id="[^"]+" data-model="([^"]+)"( hidden="")?', dom))
     assert sections == {"tiny-s": "", "tiny-m": ' hidden=""'}
-    dom = chromium(page.as_uri() + f"#experiment={PROFILE}&model=tiny-m", tmp_path, "--dump-dom",
+    dom = chromium(page.as_uri() + "#experiment=main&model=tiny-m", tmp_path, "--dump-dom",
                    "--virtual-time-budget=3000").stdout  # fmt: skip
     sections = dict(re.findall(r'<section class="board" id="[^"]+" data-model="([^"]+)"( hidden="")?', dom))
     assert sections == {"tiny-s": ' hidden=""', "tiny-m": ""} and "<tr hidden" not in dom
@@ -811,7 +814,7 @@ def test_page_layout_in_chromium(which, built, tmp_path):
     m = measure_page(page, tmp_path)
     assert m["innerWidth"] == 1400 and m["scrollWidth"] <= m["innerWidth"], m
     assert m["tables"] and all(scroll <= client for _, scroll, client in m["tables"]), m["tables"]
-    assert len(m["images"]) == len(report.FIGURES)
+    assert len(m["images"]) == len(MAIN_FIGURES)  # no runs of the other experiments: their figures are left off
     assert all(natural > 0 and shown > 0 for natural, shown in m["images"]), m["images"]
     # one line each (the height of one line), except a part too long for the column (the test's hostile note=...)
     one_line = [k for k in m["kv"] if k[0] != XSS_ENTRY]
@@ -942,3 +945,62 @@ def test_snakemake_report(tmp_path):
     page = (wf / "report.html").read_text()
     assert "trust-region bounds stay inside the simplex" in page  # the bounds caption
     assert "final_scores.png" in page and "leaderboard.html" in page
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Experiments: sections per (experiment, subset) and the primary comparison
+
+
+def test_split_slot():
+    from bandpo.report.load import split_slot
+
+    assert split_slot("grpo@probe") == ("grpo", "probe")
+    assert split_slot("bandpo_kl@random-reward") == ("bandpo_kl", "random-reward")
+    assert split_slot("grpo") == ("grpo", "main") and split_slot("base") == ("base", "main")
+
+
+def _experiment_scores() -> pd.DataFrame:
+    """Per-seed mean@8 of main (one task) and of the probe (two subsets, bandpo_kl 0.10 above grpo on the probe)."""
+    rows = []
+    for xp, subsets in (
+        ("main", [("tiny_math", "")]),
+        ("probe", [("tiny_math_probe", "probe"), ("tiny_math_rest", "rest")]),
+    ):
+        for entry, shift in (("grpo", 0.0), ("bandpo_kl", 0.10)):
+            for seed in range(5):
+                for task, subset in subsets:
+                    value = 0.3 + (shift if subset == "probe" else 0.0) + 0.01 * seed
+                    rows.append({"profile": PROFILE, "experiment": xp, "subset": subset, "model": "tiny-s",
+                                 "entry": entry, "method": entry.split("_")[0], "params": "", "seed": seed,
+                                 "task": task, "k": 8.0, "metric": "mean", "value": value, "name": "mean@8",
+                                 "n": 8, "stderr": float("nan"), "source": "x"})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_sections_and_primary_comparison():
+    scores = _experiment_scores()
+    empty = pd.DataFrame(columns=["profile", "experiment", "model", "entry", "seed", "step"])
+    summaries = pd.DataFrame(columns=report.load.SUMMARY_COLUMNS)
+    board, stats, _ = report.build_sections(scores, empty, summaries, "grpo", 200, 0.95, 0)
+    assert list(board.columns[:2]) == ["experiment", "subset"]
+    assert sorted(map(tuple, board[["experiment", "subset", "entry"]].to_numpy())) == sorted(
+        (x, s, e) for x, s in (("main", ""), ("probe", "probe"), ("probe", "rest")) for e in ("grpo", "bandpo_kl")
+    )
+    probe = board[(board["experiment"] == "probe") & (board["subset"] == "probe")].set_index("entry")
+    assert probe.loc["bandpo_kl", "mean@8"] == pytest.approx(probe.loc["grpo", "mean@8"] + 0.10)
+    rest = board[(board["experiment"] == "probe") & (board["subset"] == "rest")].set_index("entry")
+    assert rest.loc["bandpo_kl", "mean@8"] == pytest.approx(rest.loc["grpo", "mean@8"])
+    specs = {"probe": {"primary": {"task": "tiny_math_probe", "compare": ["bandpo_kl", "grpo"], "metric": "m",
+                                   "rule": "r"}}, "main": {"primary": {"metric": "m", "rule": "r"}}}  # fmt: skip
+    primary = report.primary_results(scores, specs, n_resamples=500)
+    (row,) = primary.itertuples()
+    assert (row.experiment, row.treatment, row.control, row.metric) == ("probe", "bandpo_kl", "grpo", "mean@8")
+    assert row.difference == pytest.approx(0.10) and row.n_treatment == row.n_control == 5
+    assert row.ci_low < 0.10 < row.ci_high and row.ci_low > 0 and row.verdict == "bandpo_kl better"
+    # the reversed comparison: the control better; on the rest subset: no difference, unresolved
+    specs["probe"]["primary"]["compare"] = ["grpo", "bandpo_kl"]
+    assert report.primary_results(scores, specs, n_resamples=500)["verdict"].tolist() == ["bandpo_kl better"]
+    specs["probe"]["primary"]["task"] = "tiny_math_rest"
+    assert report.primary_results(scores, specs, n_resamples=500)["verdict"].tolist() == ["unresolved"]
+    md = report.leaderboard_markdown(board, notes=report.tables.experiment_notes(specs, primary))
+    assert "## probe: tiny-s, subset probe" in md and "## tiny-s\n" in md and "Decision rule: r" in md

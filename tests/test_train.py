@@ -335,3 +335,50 @@ def test_on_policy_updates_make_every_bound_method_the_same_run(assets, tmp_path
     assert max(m["offpolicy/clipfrac"] for m in ref_metrics) > 0  # the off-policy updates did leave GRPO's interval
     differ = [n for n, (_, w) in runs.items() if any(not torch.equal(w[k], ref_weights[k]) for k in ref_weights)]
     assert set(differ) == set(BOUND_METHODS) - {"grpo"}, differ
+
+
+@pytest.fixture(scope="module")
+def probe_data(tmp_path_factory):
+    """A small probe data set (bandpo.probe): train rows and validation probe rows carry ``subset``."""
+    from bandpo.probe import ProbeSpec, apply_probe
+
+    base = tmp_path_factory.mktemp("probe-data")
+    splits = apply_probe(generate_tiny_math(seed=1, n_train=600, n_val=20, n_test=20), ProbeSpec(n_test=4, n_val=3), 1)
+    for name, rows in splits.items():
+        write_jsonl(base / f"{name}.jsonl", rows)
+    return base
+
+
+def test_probe_measurement_is_logged_and_leaves_training_unchanged(assets, probe_data, tmp_path):
+    """probe_every logs probe/p_correct and probe/accuracy on its steps (and the last), the rollouts' accuracy per
+    subset every step, and the run is otherwise the same as one without measuring (the measurement's sampling does
+    not touch the training RNG)."""
+    model, _ = assets
+    runs = {}
+    for every in (0, 2):
+        cfg = small_config((model, probe_data), tmp_path / f"every{every}", steps=3, probe_every=every, probe_k=2,
+                           reward="grader")  # fmt: skip
+        train(cfg)
+        runs[every] = read_metrics(tmp_path / f"every{every}")
+    measured = [m["step"] for m in runs[2] if "probe/p_correct" in m]
+    assert measured == [2, 3]
+    for m in runs[2]:
+        if m["step"] in measured:
+            assert 0 < m["probe/p_correct"] < 1 and 0 <= m["probe/accuracy"] <= 1 and 0 <= m["probe/prefers_decoy"] <= 1
+    assert all("probe/p_correct" not in m for m in runs[0])
+    assert any("rest/rollout_accuracy" in m for m in runs[0])  # the training rows carry `subset`
+    strip = [[{k: v for k, v in m.items() if not k.startswith("probe/p") and k not in ("probe/accuracy",
+              "probe/prefers_decoy")} for m in without_timing(r)] for r in (runs[0], runs[2])]  # fmt: skip
+    assert strip[0] == strip[1]
+
+
+def test_probe_every_needs_probe_rows(assets, tmp_path):
+    with pytest.raises(ValueError, match="no rows with subset 'probe'"):
+        model, data = assets
+        write_jsonl(data / "validation.jsonl", generate_tiny_math(seed=2, n_train=8, n_val=8, n_test=8)["validation"])
+        try:
+            train(small_config(assets, tmp_path / "run", probe_every=1))
+        finally:
+            (data / "validation.jsonl").unlink()
+    with pytest.raises(ValueError, match="probe_every: must be an integer >= 0"):
+        check_overrides({"probe_every": -1})

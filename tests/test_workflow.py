@@ -97,9 +97,29 @@ def test_defaults_are_filled_in():
     assert "trainer" not in raw  # the caller's config is not modified
 
 
+@pytest.mark.parametrize("name", ["config", "smoke", "gpu"])
+def test_validation_is_idempotent(name):
+    """A completed config (experiments filled in) validates to itself: jobs that re-read it see the same DAG."""
+    cfg = bc.validate_config(read_config(name))
+    assert bc.validate_config(cfg) == cfg
+    only = bc.validate_config({**read_config(name), "only": "main"})
+    assert bc.validate_config(only) == only
+
+
 def test_embedded_config_matrix():
     cfg = bc.validate_config(read_config("config"))
-    assert [m["size"] for m in cfg["models"]] == ["tiny-s", "tiny-m"]
+    models = bc.by_id(cfg["models"])
+    assert [models[m]["size"] for m in cfg["experiments"]["main"]["models"]] == ["tiny-s", "tiny-m"]
+    # the controls and the probe: experiments of the same DAG, primary metric and decision rule fixed in the config
+    rr, probe = cfg["experiments"]["random-reward"], cfg["experiments"]["probe"]
+    assert rr["train"]["reward"] == "random" and len(rr["seeds"]) >= 3 and rr["models"] == ["tiny-s"]
+    assert {"grpo", "clip_higher", "dcpo", "bandpo_kl", "bandpo_tv", "bandpo_chi2"} <= set(rr["methods"])
+    assert len(probe["seeds"]) >= 5 and {"grpo", "bandpo_kl"} <= set(probe["methods"])
+    assert probe["primary"]["compare"] == ["bandpo_kl", "grpo"] and probe["primary"]["task"] == "tiny_math_probe"
+    (probe_model,) = probe["models"]
+    assert bc.by_id(cfg["data"])[models[probe_model]["data"]]["probe"] and probe["train"]["probe_every"] > 0
+    assert {t["subset"] for t in probe["eval_tasks"]} == {"probe", "rest"}
+    assert all(cfg["experiments"][x]["primary"]["rule"] for x in cfg["experiments"])
     entries = {e["id"]: (e["method"], e["params"]) for e in cfg["methods"]}
     assert {m for m, _ in entries.values()} >= {"grpo", "clip_higher", "dcpo", "bandpo"}
     assert {p.get("divergence") for m, p in entries.values() if m == "bandpo"} == {"kl", "tv", "chi2"}
@@ -168,6 +188,35 @@ BAD_CASES = {  # case: (mutation of config/smoke.yaml, regex the error message m
         r"methods\[1\]\.train\.updates_per_stp \(entry 'bandpo_kl'\): .*did you mean 'updates_per_step'",
     ),
     "train_sets_a_run_field": (_set(["train", "seed"], 1), r"train\.seed: .*set by the workflow itself"),
+    "experiment_unknown_model": (
+        _set(["experiments", "probe", "models"], ["nope"]),
+        r"experiments\.probe\.models\[0\]: unknown model 'nope'",
+    ),
+    "experiment_unknown_entry": (
+        _set(["experiments", "probe", "methods"], ["grpo", "gpro"]),
+        r"experiments\.probe\.methods\[1\]: unknown method entry 'gpro'",
+    ),
+    "experiment_train_typo": (
+        _set(["experiments", "random-reward", "train", "rewrd"], "random"),
+        r"experiments\.random-reward\.train\.rewrd: .*did you mean 'reward'",
+    ),
+    "experiment_bad_reward": (
+        _set(["experiments", "random-reward", "train", "reward"], "coin"),
+        r"experiments\.random-reward\.train\.reward: .*'grader' or 'random'",
+    ),
+    "experiment_primary_not_an_entry": (
+        _set(["experiments", "probe", "primary", "compare"], ["bandpo_kl", "dcpo"]),
+        r"experiments\.probe\.primary\.compare\[1\]: entry 'dcpo' is not among",
+    ),
+    "experiment_main_sets_models": (
+        _set(["experiments", "main", "models"], ["smoke-tiny-probe"]),
+        r"experiments\.main\.models: main is the sweep itself",
+    ),
+    "only_unknown": (_set(["only"], "probe,nope"), r"config error at only: unknown experiment"),
+    "probe_bad_kinds": (
+        _set(["data", 1, "probe", "kinds"], ["mod"]),
+        r"data\[1\]\.probe \(data set 'tiny-math-probe-smoke'\): probe\.kinds",
+    ),
     "method_module_missing": (
         _set(["method_modules"], ["tests/no_such_methods.py"]),
         r"method_modules\[0\]: method module 'tests/no_such_methods.py': file not found",
@@ -234,9 +283,13 @@ def test_embedded_dry_run(tmp_path):
     assert proc.returncode == 0, proc.output[-3000:]
     counts = job_counts(proc.output)
     assert counts == bc.expected_jobs(cfg)
-    assert counts["train"] == 2 * len(cfg["methods"]) * len(cfg["seeds"])
+    xps = cfg["experiments"]
+    main = 2 * len(cfg["methods"]) * len(cfg["seeds"])
+    assert counts["train"] == main + sum(len(x["models"]) * len(x["methods"]) * len(x["seeds"]) for x in xps.values()
+                                         if x is not xps["main"])  # fmt: skip
     # one lm-eval process per (model, entry) group, base models included: the start-up is paid 14 times, not 42
     assert counts["eval_group"] == 2 * (len(cfg["methods"]) + 1)
+    assert counts["eval_group_random_reward"] == 6 and counts["eval_group_probe"] == 3  # probe: its base, 2 entries
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -247,6 +300,20 @@ def run_script(name: str, *args: str, cwd: Path | None = None):
     return subprocess.run(
         [sys.executable, str(ROOT / "workflow" / "scripts" / name), *args], capture_output=True, text=True, cwd=cwd
     )
+
+
+@pytest.mark.parametrize("only", ["probe", "random-reward", "main,probe"])
+def test_one_experiment_alone_dry_run(tmp_path, only):
+    """`--config only=ID[,ID]` schedules exactly those experiments' jobs (their data and models included) and
+    publishes nothing."""
+    proc = snakemake(tmp_path, "-n", "--cores", "2", "--config", f"only={only}", configfile=CONFIGS["config"])
+    assert proc.returncode == 0, proc.output[-3000:]
+    cfg = bc.validate_config({**read_config("config"), "only": only})
+    assert set(cfg["experiments"]) == set(only.split(",")) and cfg["publish"] is False
+    counts = job_counts(proc.output)
+    assert counts == bc.expected_jobs(cfg) and "publish" not in counts
+    slots = set(re.findall(r"wildcards: model=[^,\n]+, entry=([^,\n]+)", proc.output))
+    assert slots and all((s.partition("@")[2] or "main") in only.split(",") for s in slots)
 
 
 def test_atomic_dir_publishes_only_finished_folders(tmp_path):
@@ -330,9 +397,10 @@ def test_smoke_dag_end_to_end(smoke_run):
                 assert summary["method"] == next(e["method"] for e in cfg["methods"] if e["id"] == entry)
     # the report stage: leaderboard rows per entry (+ base), per-seed scores read from lm-eval's files
     board = pd.read_csv(wd / "results" / "smoke" / "leaderboard.csv")
-    assert sorted(board["entry"]) == sorted(entries)
+    assert sorted(board.loc[board["experiment"] == "main", "entry"]) == sorted(entries)
     scores = pd.read_csv(wd / "results" / "smoke" / "scores.csv")
-    assert len(scores[["entry", "seed"]].drop_duplicates()) == len(entries) * len(cfg["seeds"])
+    main_scores = scores[scores["experiment"] == "main"]
+    assert len(main_scores[["entry", "seed"]].drop_duplicates()) == len(entries) * len(cfg["seeds"])
     assert set(scores["metric"]) >= {"mean", "pass", "maj"}
     assert not (wd / "results" / "leaderboard.csv").exists()  # smoke does not publish
     # every rule logs and records a benchmark
@@ -340,6 +408,65 @@ def test_smoke_dag_end_to_end(smoke_run):
     assert (wd / "logs" / "smoke" / "eval" / model / "grpo.log").read_text().count("tiny_math: mean@8=") == len(
         cfg["seeds"]
     )  # one lm-eval process scored all seeds of the entry
+
+
+def test_smoke_experiments_end_to_end(smoke_run):
+    """The random-reward control and the mechanism probe ran as experiments of the one DAG: their runs (with the
+    experiment's trainer settings), lm-eval scores per subset, the leaderboard's experiment / subset columns, the
+    probe's logged deciding-token probability, the primary comparison and the figures."""
+    wd, _ = smoke_run
+    cfg = bc.validate_config(read_config("smoke"))
+    results = wd / "results" / "smoke"
+    rr, probe = cfg["experiments"]["random-reward"], cfg["experiments"]["probe"]
+    for model, slot, seed in bc.runs(cfg):
+        info = json.loads((results / "runs" / model / slot / f"seed{seed}" / "run.json").read_text())
+        assert info["config"]["reward"] == ("random" if slot.endswith("@random-reward") else "grader")
+        experiment = slot.partition("@")[2] or "main"
+        assert info["config"]["data"] == f"resources/data/{cfg['experiments'][experiment]['data']}"
+    for entry in probe["methods"]:
+        for seed in probe["seeds"]:
+            run = results / "runs" / probe["models"][0] / f"{entry}@probe" / f"seed{seed}"
+            rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+            every = probe["train"]["probe_every"]
+            logged = [r["step"] for r in rows if "probe/p_correct" in r]
+            assert logged == [r["step"] for r in rows if r["step"] % every == 0 or r["step"] == len(rows)]
+            assert all(
+                0 < r["probe/p_correct"] < 1 and 0 <= r["probe/accuracy"] <= 1 for r in rows if "probe/accuracy" in r
+            )
+            assert any("probe/rollout_accuracy" in r or "rest/rollout_accuracy" in r for r in rows)
+    # lm-eval scored the probe's two subsets as two tasks; the subset task saw only the probe problems
+    d = results / "eval" / probe["models"][0] / "grpo@probe" / "seed0"
+    summaries = {t: json.loads((d / f"{t}.json").read_text()) for t in ("tiny_math_probe", "tiny_math_rest")}
+    n_probe = cfg["data"][1]["probe"]["n_test"]
+    assert summaries["tiny_math_probe"]["n_problems"] >= n_probe
+    assert summaries["tiny_math_probe"]["n_problems"] + summaries["tiny_math_rest"]["n_problems"] == len(
+        (wd / "resources/data/tiny-math-probe-smoke/test.jsonl").read_text().splitlines()
+    )
+    assert summaries["tiny_math_probe"]["experiment"] == "probe" and summaries["tiny_math_probe"]["entry"] == "grpo"
+    # the leaderboard: experiment column; the probe's rows name their subset; entries per experiment
+    board = pd.read_csv(results / "leaderboard.csv", keep_default_na=False)
+    assert set(board["experiment"]) == {"main", "random-reward", "probe"}
+    assert set(board.loc[board["experiment"] == "probe", "subset"]) == {"probe", "rest"}
+    assert set(board.loc[board["experiment"] != "probe", "subset"]) == {""}
+    assert sorted(board.loc[board["experiment"] == "random-reward", "entry"]) == sorted(rr["methods"])
+    for subset in ("probe", "rest"):
+        rows = board[(board["experiment"] == "probe") & (board["subset"] == subset)]
+        assert sorted(rows["entry"]) == sorted(["base", *probe["methods"]])
+        assert (rows["n_seeds"] == len(probe["seeds"])).all()
+    primary = pd.read_csv(results / "primary.csv")
+    row = primary[primary["experiment"] == "probe"].iloc[0]
+    assert (row["treatment"], row["control"], row["task"]) == ("bandpo_kl", "grpo", "tiny_math_probe")
+    assert row["n_treatment"] == row["n_control"] == len(probe["seeds"])
+    md = (results / "leaderboard.md").read_text()
+    assert "## probe: smoke-tiny-probe, subset probe" in md and "## random-reward: smoke-tiny" in md
+    assert "Decision rule:" in md
+    # figures: entropy under random reward per method; the probe's curves against step
+    ent = pd.read_csv(results / "figures" / "random_reward_entropy.csv")
+    assert set(ent["entry"]) == set(rr["methods"]) and set(ent["metric"]) == {"entropy"}
+    curves = pd.read_csv(results / "figures" / "probe_curves.csv")
+    assert set(curves["metric"]) == {"probe/p_correct", "probe/accuracy"} and set(curves["entry"]) == set(
+        probe["methods"]
+    )
 
 
 def test_smoke_rerun_is_a_fast_noop(smoke_run):
@@ -452,7 +579,7 @@ def test_adding_a_method_entry_reruns_only_its_jobs(smoke_run, tmp_path):
     proc = snakemake(wd, "-n", "--cores", "2", configfile=write_config(tmp_path, cfg))
     assert proc.returncode == 0, proc.output[-3000:]
     counts = job_counts(proc.output)
-    n_models, n_seeds = len(cfg["models"]), len(cfg["seeds"])
+    n_models, n_seeds = len(bc.validate_config(cfg)["experiments"]["main"]["models"]), len(cfg["seeds"])
     assert counts == {"train": n_models * n_seeds, "eval_group": n_models, "report": 1, "all": 1}
     planned = set(re.findall(r"wildcards: model=[^,\n]+, entry=([^,\n]+)", proc.output))
     assert planned == {"bandpo_tv_d0.1"}

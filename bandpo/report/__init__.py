@@ -7,14 +7,18 @@ and no torch. Modules:
                bandpo.evaluate); `load_run` reads one run folder
     stats      bootstrap CIs, IQM, probability of improvement, training statistics (pure functions)
     tables     the leaderboard frame, the per-task frame, their columns, the Markdown
+    experiments  one section per (experiment, subset); each experiment's primary comparison
     page       the self-contained HTML page (Jinja2 template, CSS and JS in templates/ and static/)
     figures    the figures, each built from data with the data it plotted
     cli        build_report, publish, provenance and ``python -m bandpo.report build|publish``
 
 Outputs of `build_report` (``--out``, default: the results folder itself; every file written atomically)::
 
-    leaderboard.csv        one row per (model, entry): numbers as fractions, CI / IQM / P(improvement) columns
-    leaderboard.md         the same, one table per model size (and per task when there are several), in
+    leaderboard.csv        one row per (experiment, subset, model, entry): numbers as fractions, CI / IQM /
+                           P(improvement) columns; statistics within each (experiment, subset)
+                           (bandpo.report.experiments); runs without an experiment belong to main
+    leaderboard.md         the same, one table per (experiment, subset, model size) (and per task when there are
+                           several), in
                            percent, with notes on the statistics and links to the figures
     leaderboard.html       one self-contained page: the tables (sortable, filtered by experiment and model size),
                            notes on how to read them, the figures embedded as data URIs; a Content-Security-Policy
@@ -27,7 +31,12 @@ Outputs of `build_report` (``--out``, default: the results folder itself; every 
     figures/training_curves.png    token entropy and reward against step, mean over seeds with a 95% CI band
     figures/clipfrac_buckets.png   clip fraction by old-probability bucket (as logged) and direction
     figures/final_scores.png       final mean@k and pass@k with 95% CIs, per model size
-    figures/{name}.csv             the data each figure plotted
+    figures/random_reward_entropy.png   experiment random-reward: token entropy against step per method
+    figures/probe_curves.png       experiment probe: deciding-token probability and probe accuracy against step
+    figures/probe_clipfrac_buckets.png  experiment probe: clip fraction by old-probability bucket
+    figures/{name}.csv             the data each figure plotted (an experiment's figures are placeholders, left off
+                                   the page, when it has no runs)
+    primary.csv            each experiment's primary comparison (treatment - control, 95% bootstrap CI, verdict)
 
 The entry ``base`` is the untrained base model (the step-0 row); it has scores but no training run. An entry's
 parameter label is its runs' ``method_label`` (run.json), else ``k=v, ...`` of their parameters.
@@ -38,7 +47,9 @@ parameter label is its runs' ``method_label`` (run.json), else ``k=v, ...`` of t
 """
 
 from bandpo.report.cli import LEADERBOARD_FILES, PUBLISHED_TABLES, build_report, main, provenance, publish
+from bandpo.report.experiments import build_sections, of_experiment, primary_results
 from bandpo.report.figures import (
+    EXPERIMENT_FIGURES,
     FIGURE_CAPTIONS,
     FIGURES,
     SIMPLEX,
@@ -77,6 +88,7 @@ from bandpo.report.tables import entry_labels, entry_order, leaderboard, leaderb
 
 __all__ = [
     "ALL_TASKS",
+    "EXPERIMENT_FIGURES",
     "BASE_ENTRY",
     "DEFAULT_BASELINE",
     "FIGURES",
@@ -87,6 +99,7 @@ __all__ = [
     "Run",
     "bounds_figure",
     "build_report",
+    "build_sections",
     "clipfrac_data",
     "clipfrac_figure",
     "entry_labels",
@@ -105,9 +118,11 @@ __all__ = [
     "load_runs",
     "main",
     "metric_label",
+    "of_experiment",
     "params_label",
     "per_task_table",
     "placeholder_figure",
+    "primary_results",
     "probability_of_improvement",
     "provenance",
     "publish",

@@ -18,22 +18,33 @@ from pathlib import Path
 import pandas as pd
 
 from bandpo.files import atomic_write_bytes, atomic_write_text
+from bandpo.report.experiments import build_sections, of_experiment, primary_results
 from bandpo.report.figures import (
+    EXPERIMENT_FIGURES,
     FIGURE_CAPTIONS,
     FIGURES,
+    PROBE_CURVES,
     bounds_figure,
     clipfrac_figure,
     final_scores_figure,
     save_figure,
     training_curves_figure,
 )
-from bandpo.report.load import BOUNDS_COLUMNS, load_bounds, load_eval_scores, load_runs, run_metrics, run_summaries
+from bandpo.report.load import (
+    BOUNDS_COLUMNS,
+    MAIN,
+    load_bounds,
+    load_eval_scores,
+    load_runs,
+    run_metrics,
+    run_summaries,
+)
 from bandpo.report.page import leaderboard_html
-from bandpo.report.stats import DEFAULT_BASELINE, run_stats, score_stats
-from bandpo.report.tables import entry_labels, leaderboard, leaderboard_markdown, per_task_table, write_csv
+from bandpo.report.stats import DEFAULT_BASELINE
+from bandpo.report.tables import experiment_notes, leaderboard_markdown, per_task_table, write_csv
 
 LEADERBOARD_FILES = ("leaderboard.csv", "leaderboard.md", "leaderboard.html")
-PUBLISHED_TABLES = ("stats.csv", "scores.csv", "runs.csv")  # published with the leaderboard when present
+PUBLISHED_TABLES = ("stats.csv", "scores.csv", "runs.csv", "primary.csv")  # published with the leaderboard when present
 
 
 def build_report(
@@ -45,11 +56,14 @@ def build_report(
     seed: int = 0,
     bounds: str | os.PathLike | None = None,
     embed_figures: bool = True,
+    experiments: Mapping[str, Mapping] | None = None,
 ) -> dict[str, Path]:
     """Load everything under ``results_dir`` (= ``results/{profile}``), compute the statistics, write the tables
     and figures into ``out_dir`` (default: ``results_dir``). ``bounds`` is the bounds table of the bound figure
-    (default ``results_dir/bounds.csv``; without it the figure is a placeholder). Returns {name: path} of what
-    was written."""
+    (default ``results_dir/bounds.csv``; without it the figure is a placeholder). ``experiments``: the config's
+    experiments ({id: {description, primary}}) whose notes and primary comparisons (primary.csv) the page shows;
+    the sections themselves come from the files (`bandpo.report.experiments`). Returns {name: path} of what was
+    written."""
     results_dir = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else results_dir
     if not results_dir.is_dir():
@@ -61,9 +75,7 @@ def build_report(
     scores = load_eval_scores(results_dir)
     metrics = run_metrics(runs, results_dir.name)
     summaries = run_summaries(runs, results_dir.name)
-    stats = score_stats(scores, baseline, n_resamples, confidence, seed)
-    per_run, per_entry = run_stats(metrics, summaries, n_resamples, confidence, seed)
-    board = leaderboard(stats, per_entry, per_run, entry_labels(summaries))
+    board, stats, per_run = build_sections(scores, metrics, summaries, baseline, n_resamples, confidence, seed)
     if board.empty:
         raise ValueError(
             f"nothing to report under {results_dir}: no runs/*/*/seed*/metrics.jsonl and no "
@@ -73,26 +85,40 @@ def build_report(
     written: dict[str, Path] = {}
     fig_dir = out / "figures"
     bounds_table = load_bounds(bounds) if bounds.is_file() else pd.DataFrame(columns=BOUNDS_COLUMNS)
+    main_metrics, main_stats = of_experiment(metrics, MAIN), of_experiment(stats, MAIN)
+    probe_metrics = of_experiment(metrics, "probe")
     built = {
         "bounds": bounds_figure(bounds_table),
-        "training_curves": training_curves_figure(metrics, baseline=baseline, seed=seed),
-        "clipfrac_buckets": clipfrac_figure(metrics, baseline=baseline, seed=seed),
-        "final_scores": final_scores_figure(stats, baseline=baseline),
+        "training_curves": training_curves_figure(main_metrics, baseline=baseline, seed=seed),
+        "clipfrac_buckets": clipfrac_figure(main_metrics, baseline=baseline, seed=seed),
+        "final_scores": final_scores_figure(main_stats, baseline=baseline),
+        "random_reward_entropy": training_curves_figure(
+            of_experiment(metrics, "random-reward"), columns=("entropy",), baseline=baseline, seed=seed
+        ),
+        "probe_curves": training_curves_figure(probe_metrics, columns=PROBE_CURVES, baseline=baseline, seed=seed),
+        "probe_clipfrac_buckets": clipfrac_figure(probe_metrics, baseline=baseline, seed=seed),
     }
     for name, (fig, df) in built.items():
         written[f"figures/{name}.png"] = save_figure(fig, fig_dir / f"{name}.png")
         write_csv(df, fig_dir / f"{name}.csv")
         written[f"figures/{name}.csv"] = fig_dir / f"{name}.csv"
-    for name, df in (("scores.csv", scores), ("stats.csv", stats), ("runs.csv", per_run), ("leaderboard.csv", board)):
+    specs = dict(experiments or {})
+    primary = primary_results(scores, specs, n_resamples, confidence, seed)
+    tables = (("scores.csv", scores), ("stats.csv", stats), ("runs.csv", per_run), ("leaderboard.csv", board),
+              ("primary.csv", primary))  # fmt: skip
+    for name, df in tables:
         write_csv(df, out / name)
         written[name] = out / name
-    tasks = per_task_table(stats, board)
-    atomic_write_text(out / "leaderboard.md", leaderboard_markdown(board, figures=FIGURES, per_task=tasks))
+    tasks = per_task_table(main_stats, of_experiment(board, MAIN))
+    notes = experiment_notes(specs, primary)
+    present = set(board["experiment"])
+    shown = [name for name in FIGURES if EXPERIMENT_FIGURES.get(name, MAIN) in present | {MAIN}]
+    atomic_write_text(out / "leaderboard.md", leaderboard_markdown(board, shown, per_task=tasks, notes=notes))
     written["leaderboard.md"] = out / "leaderboard.md"
-    figs = {name: fig_dir / f"{name}.png" for name in FIGURES} if embed_figures else None
+    figs = {name: fig_dir / f"{name}.png" for name in shown} if embed_figures else None
     delta = float(bounds_table["delta"].iloc[0]) if not bounds_table.empty else float("nan")
     captions = {name: text.format(delta=delta) for name, text in FIGURE_CAPTIONS.items()}
-    atomic_write_text(out / "leaderboard.html", leaderboard_html(board, figs, captions, per_task=tasks))
+    atomic_write_text(out / "leaderboard.html", leaderboard_html(board, figs, captions, per_task=tasks, notes=notes))
     written["leaderboard.html"] = out / "leaderboard.html"
     return written
 
@@ -167,6 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("--seed", type=int, default=0, help="seed of every bootstrap")
     b.add_argument("--bounds", default=None, help="bounds table of the bound figure (default: RESULTS/bounds.csv)")
     b.add_argument("--no-embed-figures", action="store_true", help="do not embed the PNGs in the HTML page")
+    b.add_argument("--experiments-json", default=None,
+                   help="the config's experiments as JSON: notes and primary.csv")  # fmt: skip
     p = sub.add_parser("publish", help="copy a profile's leaderboard and figures to the top-level results/")
     p.add_argument("--src", required=True, help="the profile's report folder, e.g. results/embedded")
     p.add_argument("--dest", default="results")
@@ -185,6 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.seed,
                 args.bounds,
                 not args.no_embed_figures,
+                json.loads(args.experiments_json) if args.experiments_json else None,
             )
             print(json.dumps({k: str(v) for k, v in written.items()}, indent=1))
         else:

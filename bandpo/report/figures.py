@@ -25,7 +25,8 @@ from bandpo.report.load import BASE_ENTRY
 from bandpo.report.stats import ALL_TASKS, DEFAULT_BASELINE, bootstrap_ci, mean_of_means, seed_bands
 from bandpo.report.tables import entry_order
 
-FIGURES = ("bounds", "training_curves", "clipfrac_buckets", "final_scores")
+FIGURES = ("bounds", "training_curves", "clipfrac_buckets", "final_scores", "random_reward_entropy", "probe_curves",
+           "probe_clipfrac_buckets")  # fmt: skip
 FIGURE_CAPTIONS = {
     "bounds": "Ratio bounds (a) and allowed probability change p(r - 1) (b) against the old probability p, "
     "BandPO KL / TV / chi2 at delta = {delta:g} (uncapped), GRPO, Clip-Higher and DCPO; dashed: the simplex limits.",
@@ -33,7 +34,17 @@ FIGURE_CAPTIONS = {
     "clipfrac_buckets": "Fraction of tokens clipped, by old-probability bucket and direction (upper: r > r_hi with "
     "A > 0; lower: r < r_lo with A < 0), off-policy updates, mean over steps and seeds with 95% CI.",
     "final_scores": "Final mean@k and pass@k per method (percent), mean over seeds with 95% stratified-bootstrap CI.",
+    "random_reward_entropy": "Random-reward control (Bernoulli(0.5) reward per completion): token entropy against "
+    "step per method, mean over seeds with a 95% bootstrap band: what clipping alone does to entropy.",
+    "probe_curves": "Mechanism probe: probability of the deciding correct token (mean over the probe problems of the "
+    "validation split) and sampled accuracy on them against step, mean over seeds with a 95% bootstrap band.",
+    "probe_clipfrac_buckets": "Mechanism probe: fraction of tokens clipped by old-probability bucket and direction "
+    "(the lowest bucket holds the rare correct tokens), mean over steps and seeds with 95% CI.",
 }
+PROBE_CURVES = ("probe/p_correct", "probe/accuracy")  # logged by bandpo.train with probe_every
+# The figures of one experiment: always written (a placeholder without its runs), shown only when it has runs.
+EXPERIMENT_FIGURES = {"random_reward_entropy": "random-reward", "probe_curves": "probe",
+                      "probe_clipfrac_buckets": "probe"}  # fmt: skip
 
 
 def _pyplot():

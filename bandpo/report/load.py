@@ -27,14 +27,23 @@ import pandas as pd
 from bandpo.run_contract import check_run
 
 BASE_ENTRY = "base"  # the reserved entry id of the untrained base model (bench_config.BASE_ENTRY)
+MAIN = "main"  # the experiment of the sweep itself (bench_config.MAIN); runs without one belong to it
+SLOT_SEP = "@"  # folder {entry}@{experiment}: a method entry of another experiment (bench_config.slot_id)
 EVAL_SCHEMA_PREFIX = "bandpo-bench/eval-summary/"
 _METRIC = re.compile(r"^(?P<family>[A-Za-z_]+)@(?P<k>\d+|n)(?P<suffix>_[A-Za-z]+)?$")
 _SEED_DIR = re.compile(r"^seed(\d+)$")
 
-SCORE_COLUMNS = ["profile", "model", "entry", "method", "params", "seed", "task", "k", "metric", "value", "name",
-                 "n", "stderr", "source"]  # fmt: skip
-SUMMARY_COLUMNS = ["profile", "model", "entry", "seed", "method", "params", "label", "steps", "train_seconds",
-                   "finished"]  # fmt: skip
+SCORE_COLUMNS = ["profile", "experiment", "subset", "model", "entry", "method", "params", "seed", "task", "k",
+                 "metric", "value", "name", "n", "stderr", "source"]  # fmt: skip
+SUMMARY_COLUMNS = ["profile", "experiment", "model", "entry", "seed", "method", "params", "label", "steps",
+                   "train_seconds", "finished"]  # fmt: skip
+
+
+def split_slot(folder_name: str) -> tuple[str, str]:
+    """A run folder's name -> (method entry, experiment): ``grpo@probe`` -> ("grpo", "probe"), ``grpo`` ->
+    ("grpo", "main")."""
+    entry, sep, experiment = folder_name.partition(SLOT_SEP)
+    return (entry, experiment) if sep and entry and experiment else (folder_name, MAIN)
 
 
 def canonical_params(params: Any) -> str:
@@ -116,6 +125,7 @@ class Run:
     metrics: list[dict] = field(default_factory=list)
     info: dict = field(default_factory=dict)
     finished: bool = False
+    experiment: str = MAIN
 
     def summary(self, profile: str) -> dict[str, Any]:
         """A row of `load_run_summaries`. ``train_seconds`` is run.json's ``train_seconds_total`` (sum of step
@@ -132,6 +142,7 @@ class Run:
         label = self.info.get("method_label")
         return {
             "profile": profile,
+            "experiment": self.experiment,
             "model": self.model,
             "entry": self.entry,
             "seed": self.seed,
@@ -144,7 +155,7 @@ class Run:
         }
 
 
-def load_run(folder: str | os.PathLike, model: str, entry: str, seed: int) -> Run | None:
+def load_run(folder: str | os.PathLike, model: str, entry: str, seed: int, experiment: str = MAIN) -> Run | None:
     """The outputs of one run folder (``metrics.jsonl``, ``run.json``); None when it holds neither (a run still
     training writes ``metrics.jsonl.partial``, which is not read). A finished run (``run.json`` present) must follow
     the run contract (`bandpo.run_contract.check_run`): else `RunContractError` naming the run and the key."""
@@ -154,18 +165,25 @@ def load_run(folder: str | os.PathLike, model: str, entry: str, seed: int) -> Ru
         return None
     info = check_run(folder) if info_path.is_file() else {}
     metrics = read_jsonl(metrics_path) if metrics_path.is_file() else []
-    return Run(model, entry, seed, folder, metrics, info, info_path.is_file())
+    return Run(model, entry, seed, folder, metrics, info, info_path.is_file(), experiment)
 
 
 def load_runs(results_dir: str | os.PathLike) -> list[Run]:
-    """Every run under ``results_dir/runs``, sorted by (model, entry, seed)."""
+    """Every run under ``results_dir/runs``, sorted by (model, folder, seed); a folder ``{entry}@{experiment}``
+    is that experiment's run of the entry (`split_slot`)."""
     root = Path(results_dir) / "runs"
-    return [r for m, e, s, folder in _seed_dirs(root) if (r := load_run(folder, m, e, s)) is not None]
+    return [r for m, e, s, folder in _seed_dirs(root) if (r := load_run(folder, m, *_entry_seed(e, s))) is not None]
+
+
+def _entry_seed(folder_name: str, seed: int) -> tuple[str, int, str]:
+    entry, experiment = split_slot(folder_name)
+    return entry, seed, experiment
 
 
 def run_metrics(runs: list[Run], profile: str) -> pd.DataFrame:
-    """The runs' ``metrics.jsonl`` rows as one frame: profile, model, entry, seed, then one column per logged key
-    (step, entropy, reward_mean, clipfrac_upper/p0.0-0.2, ...). Runs with no metrics rows are left out."""
+    """The runs' ``metrics.jsonl`` rows as one frame: profile, experiment, model, entry, seed, then one column per
+    logged key (step, entropy, reward_mean, clipfrac_upper/p0.0-0.2, probe/p_correct, ...). Runs with no metrics
+    rows are left out."""
     frames = []
     for run in runs:
         if not run.metrics:
@@ -176,10 +194,11 @@ def run_metrics(runs: list[Run], profile: str) -> pd.DataFrame:
         df.insert(0, "seed", run.seed)
         df.insert(0, "entry", run.entry)
         df.insert(0, "model", run.model)
+        df.insert(0, "experiment", run.experiment)
         df.insert(0, "profile", profile)
         frames.append(df)
     if not frames:
-        return pd.DataFrame(columns=["profile", "model", "entry", "seed", "step"])
+        return pd.DataFrame(columns=["profile", "experiment", "model", "entry", "seed", "step"])
     return pd.concat(frames, ignore_index=True, sort=False)
 
 
@@ -226,8 +245,11 @@ def lm_eval_task_scores(
 def load_eval_scores(results_dir: str | os.PathLike) -> pd.DataFrame:
     """Every evaluation score under ``results_dir/eval`` as a tidy frame, one row per (run, task, metric).
 
-    Columns: profile, model, entry, method, params, seed, task, k, metric, value (the spec), then name (lm-eval's
-    metric name, e.g. ``pass@4``), n (samples per problem), stderr (lm-eval's), source (the file the value came from).
+    Columns: profile, experiment, subset, model, entry, method, params, seed, task, k, metric, value (the spec),
+    then name (lm-eval's metric name, e.g. ``pass@4``), n (samples per problem), stderr (lm-eval's), source (the
+    file the value came from). ``experiment`` is the summary's (else the folder's, `split_slot`: main for runs
+    written before experiments existed); ``subset`` the part of the data the task scores (the summary's
+    ``subsets``, e.g. probe / rest), "" for a whole task.
     ``metric`` is the family (mean, pass, maj, best_bootstrap) and ``k`` its k: ``pass@4`` -> ("pass", 4).
 
     The per-task summary ``{task}.json`` (bandpo.evaluate, schema ``bandpo-bench/eval-summary/v1``) gives the run's
@@ -238,7 +260,8 @@ def load_eval_scores(results_dir: str | os.PathLike) -> pd.DataFrame:
     results_dir = Path(results_dir)
     rows = []
     lm_cache: dict[Path, Any] = {}
-    for model, entry, seed, folder in _seed_dirs(results_dir / "eval"):
+    for model, slot, seed, folder in _seed_dirs(results_dir / "eval"):
+        entry, folder_experiment = split_slot(slot)
         for path in sorted(folder.glob("*.json")):
             try:
                 summary = read_json(path)
@@ -271,6 +294,8 @@ def load_eval_scores(results_dir: str | os.PathLike) -> pd.DataFrame:
                 rows.append(
                     {
                         "profile": summary.get("profile") or results_dir.name,
+                        "experiment": summary.get("experiment") or folder_experiment,
+                        "subset": str((summary.get("subsets") or {}).get(task) or ""),
                         "model": summary.get("model") or model,
                         "entry": summary.get("entry") or entry,
                         "method": method if method else (BASE_ENTRY if entry == BASE_ENTRY else None),

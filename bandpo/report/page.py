@@ -32,6 +32,7 @@ from bandpo.report.tables import (
     display_columns,
     max_seeds,
     page_title,
+    sections,
     task_columns,
 )
 
@@ -78,7 +79,9 @@ def _cell(col: Column, r: Mapping[str, Any]) -> dict[str, Any]:
     return cell
 
 
-def _table(rows: pd.DataFrame, cols: Sequence[Column], model: str, kind: str, exp_col: str) -> dict[str, Any]:
+def _table(
+    rows: pd.DataFrame, cols: Sequence[Column], model: str, kind: str, exp_col: str, heading: str | None = None
+) -> dict[str, Any]:
     body = []
     for _, r in rows.iterrows():
         klass = "base" if r["entry"] == BASE_ENTRY else ("baseline" if r["entry"] == r.get("baseline") else "")
@@ -91,7 +94,7 @@ def _table(rows: pd.DataFrame, cols: Sequence[Column], model: str, kind: str, ex
             }
         )
     heads = [{"key": c.key, "head": c.head, "numeric": c.sort is not None} for c in cols]
-    return {"model": model, "kind": kind, "heads": heads, "rows": body}
+    return {"model": model, "heading": heading or model, "kind": kind, "heads": heads, "rows": body}
 
 
 def leaderboard_html(
@@ -100,10 +103,12 @@ def leaderboard_html(
     captions: Mapping[str, str] | None = None,
     title: str | None = None,
     per_task: pd.DataFrame | None = None,
+    notes: Sequence[tuple[str, str]] = (),
 ) -> str:
-    """A standalone HTML page of the leaderboard: one sortable table per model size (and per task when there are
-    several), filters by experiment and model size, notes on how to read the numbers, and ``figures`` (name ->
-    PNG file) embedded as data URIs with their ``captions``."""
+    """A standalone HTML page of the leaderboard: one sortable table per (experiment, subset, model size) (and per
+    task when there are several), filters by experiment and model size, the experiments' ``notes`` (experiment,
+    text), notes on how to read the numbers, and ``figures`` (name -> PNG file) embedded as data URIs with their
+    ``captions``."""
     script = _static("leaderboard.js")
     script_hash = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
     csp = (
@@ -112,7 +117,7 @@ def leaderboard_html(
     )
     exp_col = _experiment_column(board)
     cols = display_columns(board)
-    tables = [_table(g, cols, str(m), "leaderboard", exp_col) for m, g in by_model(board)]
+    tables = [_table(g, cols, m, "leaderboard", exp_col, heading) for heading, m, g in sections(board)]
     task_tables = []
     if per_task is not None and not per_task.empty:
         tcols = task_columns(per_task)
@@ -141,6 +146,7 @@ def leaderboard_html(
             baseline=baseline,
             tables=tables,
             task_tables=task_tables,
+            experiment_notes=[{"name": xp, "text": text} for xp, text in notes],
             notes=[STATS_NOTE.format(baseline=baseline), SEEDS_NOTE.format(n=max_seeds(board))],
             figures=figs,
         )

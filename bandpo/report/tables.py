@@ -300,6 +300,51 @@ def by_model(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     return [] if table.empty else list(table.groupby("model", sort=False))
 
 
+def section_heading(experiment: str, subset: str, model: str) -> str:
+    """A table's heading: the model size for the main experiment, else ``experiment: model`` (and the subset)."""
+    if experiment in ("", "main") and not subset:
+        return model
+    return f"{experiment}: {model}" + (f", subset {subset}" if subset else "")
+
+
+def sections(table: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
+    """(heading, model, rows) of each table: one per (experiment, subset, model) in the table's order (a table
+    without experiment columns: one per model)."""
+    if table.empty:
+        return []
+    if "experiment" not in table:
+        return [(str(m), str(m), g) for m, g in by_model(table)]
+    keys = table[["experiment", "subset"]].astype(object).fillna("").astype(str)
+    out = []
+    for (xp, subset), g in table.groupby([keys["experiment"], keys["subset"]], sort=False):
+        out += [(section_heading(xp, subset, str(m)), str(m), gm) for m, gm in by_model(g)]
+    return out
+
+
+def experiment_notes(specs: Mapping[str, Mapping[str, Any]], primary: pd.DataFrame) -> list[tuple[str, str]]:
+    """(experiment, text) per experiment: its description, its primary metric and decision rule (fixed before the
+    runs, from the config) and the primary comparison's result (`bandpo.report.experiments.primary_results`)."""
+    out = []
+    for xp, spec in specs.items():
+        parts = [str(spec.get("description") or "").rstrip(".")]
+        p = spec.get("primary") or {}
+        if p:
+            parts.append(f"Primary metric: {p.get('metric')}" + (f" ({p['compare'][0]} against {p['compare'][1]})"
+                                                                  if p.get("compare") else ""))  # fmt: skip
+            parts.append(f"Decision rule: {p.get('rule')}")
+        rows = primary[primary["experiment"] == xp] if not primary.empty else primary
+        for r in rows.itertuples():
+            parts.append(
+                f"Result on {r.model}: {r.treatment} - {r.control} = {fmt_ci(r.difference, r.ci_low, r.ci_high)} "
+                f"points of {r.metric} ({r.n_treatment} / {r.n_control} seeds): {r.verdict}"
+            )
+        if p.get("compare") and rows.empty:
+            parts.append("Result: not available (no scores of both entries yet)")
+        if any(parts):
+            out.append((xp, ". ".join(x for x in parts if x) + "."))
+    return out
+
+
 def page_title(board: pd.DataFrame, title: str | None) -> str:
     profile = next((p for p in board.get("profile", []) if isinstance(p, str) and p), "")
     return title or f"BandPO-Bench leaderboard: {profile or 'results'}"
@@ -310,15 +355,20 @@ def leaderboard_markdown(
     figures: Sequence[str] = (),
     title: str | None = None,
     per_task: pd.DataFrame | None = None,
+    notes: Sequence[tuple[str, str]] = (),
 ) -> str:
-    """The leaderboard as Markdown: one table per model size (and per-task tables when there are several tasks),
-    the notes on the statistics, links to the figures (``figures/<name>.png``). Every cell is escaped."""
+    """The leaderboard as Markdown: one table per (experiment, subset, model size) (and per-task tables when there
+    are several tasks), the experiments' notes (`experiment_notes`), the notes on the statistics, links to the
+    figures (``figures/<name>.png``). Every cell is escaped."""
     lines = [f"# {_md_cell(page_title(board, title))}", ""]
     if board.empty:
         lines += ["No finished runs or evaluation scores were found.", ""]
+    if notes:
+        lines += ["## Experiments", ""]
+        lines += [f"- **{_md_cell(xp)}**: {_md_cell(text)}" for xp, text in notes] + [""]
     cols = display_columns(board)
-    for model, g in by_model(board):
-        lines += [f"## {_md_cell(str(model))}", "", *_md_table(g, cols), ""]
+    for heading, _, g in sections(board):
+        lines += [f"## {_md_cell(heading)}", "", *_md_table(g, cols), ""]
     if per_task is not None and not per_task.empty:
         tcols = task_columns(per_task)
         for model, g in by_model(per_task):

@@ -4,6 +4,6 @@ The logic lives in `bandpo.evaluate` (tested there); this file only re-exports i
 ``!function`` against a ``utils.py`` next to the YAML.
 """
 
-from bandpo.evaluate import keep_all_samples, process_results
+from bandpo.evaluate import keep_all_samples, probe_docs, process_results, rest_docs
 
-__all__ = ["keep_all_samples", "process_results"]
+__all__ = ["keep_all_samples", "probe_docs", "process_results", "rest_docs"]

@@ -6,12 +6,15 @@ import shlex
 
 from bench_config import (
     BASE_ENTRY,
-    builtin_entries,
     by_id,
-    eval_entries,
+    eval_groups,
+    eval_rule_name,
     job_resources,
     method_modules_env,
+    model_data,
+    runs,
     set_args,
+    slots,
     train_overrides,
     verl_fields,
 )
@@ -36,12 +39,34 @@ TASKS_DIR = _stable_path(os.path.join(workflow.basedir, "workflow", "lm_eval_tas
 DATA = by_id(config["data"])
 MODELS = by_id(config["models"])
 ENTRIES = by_id(config["methods"])
-SEEDS = list(config["seeds"])
-EVAL_TASKS = [t["task"] for t in config["eval"]["tasks"]]
-EVAL_ENTRIES = eval_entries(config)
-BUILTIN_ENTRIES = builtin_entries(config)  # trained by rule train / train_verl; the others by their own rules
+EXPERIMENTS = config["experiments"]  # completed by bench_config: main (the sweep) and the other experiments
+# A slot is an experiment's method entry, the {entry} wildcard and folder name: the entry id in main,
+# {entry}@{experiment} elsewhere (bench_config.slot_id). SLOTS: slot -> {"experiment", "entry"}.
+SLOTS = slots(config, base=True)
+RUNS_ALL = runs(config)  # (model, slot, seed) of every training run
+EVAL_GROUPS = eval_groups(config)  # (model, slot) of every scored group
+BUILTIN_SLOTS = list(slots(config, builtin=True))  # trained by rule train / train_verl; the others by their own
 TRAIN_DATA = list(config["train_data"])
 THREADS = int(config["threads"])
+
+
+def xp_of(slot):
+    """The experiment (its completed config) of a slot."""
+    return EXPERIMENTS[SLOTS[slot]["experiment"]]
+
+
+def entry_of(slot):
+    """The method entry (its config) of a slot; not for the base slots."""
+    return ENTRIES[SLOTS[slot]["entry"]]
+
+
+def seeds_of(slot):
+    return list(xp_of(slot)["seeds"])
+
+
+def tasks_of(slot):
+    """The lm-eval tasks ({task, data, subset?}) that score a slot's runs."""
+    return xp_of(slot)["eval_tasks"]
 
 
 def _alternatives(ids):
@@ -58,7 +83,7 @@ HUB_MODELS = [m for m, v in MODELS.items() if v["source"] == "hub"]
 
 wildcard_constraints:
     model=_alternatives(MODELS),
-    entry=_alternatives(ENTRIES),
+    entry=_alternatives(SLOTS),
     seed=r"\d+",
 
 
@@ -91,28 +116,36 @@ def eval_dir(model_id, entry_id, seed):
     return f"{EVAL}/{model_id}/{entry_id}/seed{seed}"
 
 
-def eval_outputs(model_id, entry_id, seeds):
-    """Files one evaluation job writes for these seeds (lm-eval's results and samples kept beside the summary)."""
+def eval_outputs(model_id, slot, seeds, tasks=None):
+    """Files one evaluation job writes for these seeds (lm-eval's results and samples kept beside the summary);
+    ``tasks`` default to the slot's (give them when ``slot`` is a wildcard pattern)."""
     out = []
     for s in seeds:
-        d = eval_dir(model_id, entry_id, s)
+        d = eval_dir(model_id, slot, s)
         out.append(f"{d}/lm_eval_results.json")
-        for t in EVAL_TASKS:
-            out += [f"{d}/{t}.json", f"{d}/{t}.samples.jsonl"]
+        for t in tasks if tasks is not None else tasks_of(slot):
+            out += [f"{d}/{t['task']}.json", f"{d}/{t['task']}.samples.jsonl"]
     return out
 
 
 def all_eval_summaries():
-    return [f"{eval_dir(m, e, s)}/{t}.json" for m in MODELS for e in EVAL_ENTRIES for s in SEEDS for t in EVAL_TASKS]
+    return [
+        f"{eval_dir(m, e, s)}/{t['task']}.json" for m, e in EVAL_GROUPS for s in seeds_of(e) for t in tasks_of(e)
+    ]
 
 
 def all_eval_outputs():
-    return [f for m in MODELS for e in EVAL_ENTRIES for f in eval_outputs(m, e, SEEDS)]
+    return [f for m, e in EVAL_GROUPS for f in eval_outputs(m, e, seeds_of(e))]
 
 
-def run_meta(model_id, entry_id, seed):
-    """Identity of a scored run, stored in every evaluation summary."""
-    meta = {"profile": PROFILE, "model": model_id, "entry": entry_id, "seed": int(seed)}
+def run_meta(model_id, slot, seed):
+    """Identity of a scored run, stored in every evaluation summary: the experiment, the method entry (not the
+    slot) and, for tasks that score a part of the data, the subset of each task."""
+    experiment, entry_id = SLOTS[slot]["experiment"], SLOTS[slot]["entry"]
+    meta = {"profile": PROFILE, "model": model_id, "entry": entry_id, "seed": int(seed), "experiment": experiment}
+    subsets = {t["task"]: t["subset"] for t in tasks_of(slot) if t.get("subset")}
+    if subsets:
+        meta["subsets"] = subsets
     if entry_id == BASE_ENTRY:
         meta.update({"method": None, "params": None, "step": 0, "model_dir": model_dir(model_id)})
     else:
@@ -120,11 +153,11 @@ def run_meta(model_id, entry_id, seed):
             {
                 "method": ENTRIES[entry_id]["method"],
                 "params": ENTRIES[entry_id]["params"],  # completed by bandpo.evaluate (no torch import here)
-                "train": train_overrides(config, model_id, entry_id),
+                "train": train_overrides(config, model_id, entry_id, experiment),
                 "trainer": "external" if ENTRIES[entry_id]["external"] else config["trainer"],
                 "external": bool(ENTRIES[entry_id]["external"]),
                 "step": "final",
-                "run_dir": run_dir(model_id, entry_id, seed),
+                "run_dir": run_dir(model_id, slot, seed),
             }
         )
     return meta

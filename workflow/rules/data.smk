@@ -3,7 +3,11 @@
 
 def _tiny_math_args(wildcards):
     d = DATA[wildcards.data]
-    return f"--seed {d['seed']} --n-train {d['n_train']} --n-val {d['n_val']} --n-test {d['n_test']}"
+    args = ["--seed", str(d["seed"]), "--n-train", str(d["n_train"]), "--n-val", str(d["n_val"]),
+            "--n-test", str(d["n_test"])]  # fmt: skip
+    if d.get("probe") is not None:  # the mechanism probe's variant (bandpo.probe.ProbeSpec)
+        args += ["--probe", json.dumps(d["probe"], sort_keys=True)]
+    return shlex.join(args)
 
 
 rule data_tiny_math:

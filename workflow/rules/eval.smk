@@ -9,77 +9,87 @@
 # job, jobs spread over GPUs.
 
 
-def _checkpoint(model_id, entry_id, seed):
-    if entry_id == BASE_ENTRY:
+def _checkpoint(model_id, slot, seed):
+    if SLOTS[slot]["entry"] == BASE_ENTRY:
         return f"{model_dir(model_id)}/config.json"
-    return f"{run_dir(model_id, entry_id, seed)}/model/config.json"
+    return f"{run_dir(model_id, slot, seed)}/model/config.json"
 
 
-def _task_data_files():
-    return [data_file(t["data"], "test") for t in config["eval"]["tasks"]]
+def _task_data_files(slot):
+    return [data_file(t["data"], "test") for t in tasks_of(slot)]
 
 
-def _eval_args(model_id, entry_id, seeds):
+def _eval_args(model_id, slot, seeds):
     e = config["eval"]
     model_args = dict(e["model_args"])
     model_args.update(MODELS[model_id].get("eval_model_args") or {})
     args = ["--include-path", TASKS_DIR, "--backend", e["backend"], "--model-args", json.dumps(model_args, sort_keys=True),
             "--batch-size", str(e["batch_size"])]  # fmt: skip
-    for t in config["eval"]["tasks"]:
+    for t in tasks_of(slot):
         args += ["--task", f"{t['task']}={data_file(t['data'], 'test')}"]
     if e["apply_chat_template"]:
         args.append("--apply-chat-template")
     if e["limit"]:
         args += ["--limit", str(e["limit"])]
     for s in seeds:
-        ckpt_dir = os.path.dirname(_checkpoint(model_id, entry_id, s))
-        args += ["--run", ckpt_dir, eval_dir(model_id, entry_id, s), str(s)]
-        args += ["--meta", json.dumps(run_meta(model_id, entry_id, s), sort_keys=True)]
+        ckpt_dir = os.path.dirname(_checkpoint(model_id, slot, s))
+        args += ["--run", ckpt_dir, eval_dir(model_id, slot, s), str(s)]
+        args += ["--meta", json.dumps(run_meta(model_id, slot, s), sort_keys=True)]
     return shlex.join(args)
 
 
-if config["eval"]["group_seeds"]:
+# One evaluation rule per experiment (its seeds and tasks fix the rule's outputs): eval_group / eval_run for main,
+# eval_group_<experiment> / eval_run_<experiment> (bench_config.eval_rule_name) for the others.
+for _xp_id, _xp in EXPERIMENTS.items():
+    _xp_slots = [slot for slot, v in SLOTS.items() if v["experiment"] == _xp_id]
+    _xp_seeds = list(_xp["seeds"])
 
-    rule eval_group:
-        input:
-            models=lambda w: [_checkpoint(w.model, w.entry, s) for s in SEEDS],
-            data=_task_data_files(),
-        output:
-            eval_outputs("{model}", "{entry}", SEEDS),
-        wildcard_constraints:
-            entry=_alternatives(EVAL_ENTRIES),
-        params:
-            args=lambda w: _eval_args(w.model, w.entry, SEEDS),
-        threads: THREADS
-        resources:
-            gpu=config["eval"]["gpus"],
-            **res("eval_group"),
-        log:
-            f"{LOGS}/eval/{{model}}/{{entry}}.log",
-        benchmark:
-            f"{BENCH}/eval/{{model}}/{{entry}}.tsv"
-        shell:
-            "{ENV} python -m bandpo.evaluate {params.args} --threads {threads} > {log} 2>&1"
+    if config["eval"]["group_seeds"]:
 
-else:
+        rule:
+            name:
+                eval_rule_name("eval_group", _xp_id)
+            input:
+                models=lambda w: [_checkpoint(w.model, w.entry, s) for s in seeds_of(w.entry)],
+                data=lambda w: _task_data_files(w.entry),
+            output:
+                eval_outputs("{model}", "{entry}", _xp_seeds, _xp["eval_tasks"]),
+            wildcard_constraints:
+                entry=_alternatives(_xp_slots),
+            params:
+                args=lambda w: _eval_args(w.model, w.entry, seeds_of(w.entry)),
+            threads: THREADS
+            resources:
+                gpu=config["eval"]["gpus"],
+                **res("eval_group"),
+            log:
+                f"{LOGS}/eval/{{model}}/{{entry}}.log",
+            benchmark:
+                f"{BENCH}/eval/{{model}}/{{entry}}.tsv"
+            shell:
+                "{ENV} python -m bandpo.evaluate {params.args} --threads {threads} > {log} 2>&1"
 
-    rule eval_run:
-        input:
-            model=lambda w: _checkpoint(w.model, w.entry, w.seed),
-            data=_task_data_files(),
-        output:
-            eval_outputs("{model}", "{entry}", ["{seed}"]),
-        wildcard_constraints:
-            entry=_alternatives(EVAL_ENTRIES),
-        params:
-            args=lambda w: _eval_args(w.model, w.entry, [int(w.seed)]),
-        threads: THREADS
-        resources:
-            gpu=config["eval"]["gpus"],
-            **res("eval_run"),
-        log:
-            f"{LOGS}/eval/{{model}}/{{entry}}/seed{{seed}}.log",
-        benchmark:
-            f"{BENCH}/eval/{{model}}/{{entry}}/seed{{seed}}.tsv"
-        shell:
-            "{ENV} python -m bandpo.evaluate {params.args} --threads {threads} > {log} 2>&1"
+    else:
+
+        rule:
+            name:
+                eval_rule_name("eval_run", _xp_id)
+            input:
+                model=lambda w: _checkpoint(w.model, w.entry, w.seed),
+                data=lambda w: _task_data_files(w.entry),
+            output:
+                eval_outputs("{model}", "{entry}", ["{seed}"], _xp["eval_tasks"]),
+            wildcard_constraints:
+                entry=_alternatives(_xp_slots),
+            params:
+                args=lambda w: _eval_args(w.model, w.entry, [int(w.seed)]),
+            threads: THREADS
+            resources:
+                gpu=config["eval"]["gpus"],
+                **res("eval_run"),
+            log:
+                f"{LOGS}/eval/{{model}}/{{entry}}/seed{{seed}}.log",
+            benchmark:
+                f"{BENCH}/eval/{{model}}/{{entry}}/seed{{seed}}.tsv"
+            shell:
+                "{ENV} python -m bandpo.evaluate {params.args} --threads {threads} > {log} 2>&1"

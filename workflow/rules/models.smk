@@ -9,18 +9,23 @@ def _tiny_build_args(wildcards):
     return shlex.join(args)
 
 
-# Embedded profile: a tiny Llama pretrained on tiny-math (train_data[0]) on this machine; no download.
+def _pretrain_data(wildcards):
+    return data_dir(model_data(config, MODELS[wildcards.model]))
+
+
+# Embedded profile: a tiny Llama pretrained on this machine on its tiny-math data set (the model's `data`, default
+# train_data[0]; the probe's model on the probe data set); no download.
 rule model_tiny:
     input:
-        train=data_file(TRAIN_DATA[0], "train"),
-        val=data_file(TRAIN_DATA[0], "validation"),
+        train=lambda w: f"{_pretrain_data(w)}/train.jsonl",
+        val=lambda w: f"{_pretrain_data(w)}/validation.jsonl",
     output:
         f"{model_dir('{model}')}/config.json",
     wildcard_constraints:
         model=_alternatives(TINY_MODELS),
     params:
         args=_tiny_build_args,
-        data=data_dir(TRAIN_DATA[0]),
+        data=_pretrain_data,
     threads: THREADS
     resources:
         **res("model_tiny"),

@@ -4,13 +4,17 @@
 # the leaderboard and figures are also copied to the top-level results/ folder, the published results page, with
 # provenance.json (git commit, package versions and the resolved config).
 
-REPORT_FIGURES = ["bounds", "training_curves", "clipfrac_buckets", "final_scores"]
-REPORT_TABLES = ["leaderboard.csv", "leaderboard.md", "leaderboard.html", "stats.csv", "scores.csv", "runs.csv"]
+REPORT_FIGURES = ["bounds", "training_curves", "clipfrac_buckets", "final_scores", "random_reward_entropy",
+                  "probe_curves", "probe_clipfrac_buckets"]  # fmt: skip
+REPORT_TABLES = ["leaderboard.csv", "leaderboard.md", "leaderboard.html", "stats.csv", "scores.csv", "runs.csv",
+                 "primary.csv"]  # fmt: skip
+# What the page says of each experiment (description, primary metric and decision rule), from the config.
+REPORT_EXPERIMENTS = {x: {"description": v["description"], "primary": v.get("primary")} for x, v in EXPERIMENTS.items()}
 
 
 rule report:
     input:
-        runs=[f"{run_dir(m, e, s)}/metrics.jsonl" for m in MODELS for e in ENTRIES for s in SEEDS],
+        runs=[f"{run_dir(m, e, s)}/metrics.jsonl" for m, e, s in RUNS_ALL],
         evals=all_eval_summaries(),
     output:
         csv=report(f"{RESULTS}/leaderboard.csv", caption="../report/leaderboard.rst", category="Leaderboard"),
@@ -20,11 +24,14 @@ rule report:
         bounds=f"{RESULTS}/bounds.csv",
         scores=f"{RESULTS}/scores.csv",
         runs=f"{RESULTS}/runs.csv",
+        primary=f"{RESULTS}/primary.csv",
         figures=[
             report(f"{RESULTS}/figures/{name}.png", caption=f"../report/{name}.rst", category="Figures")
             for name in REPORT_FIGURES
         ],
         figure_data=[f"{RESULTS}/figures/{name}.csv" for name in REPORT_FIGURES],
+    params:
+        experiments=json.dumps(REPORT_EXPERIMENTS, sort_keys=True),
     resources:
         **res("report"),
     log:
@@ -33,7 +40,8 @@ rule report:
         f"{BENCH}/report.tsv"
     shell:
         "(python {SCRIPTS}/bounds_table.py --out {output.bounds} && "
-        "python -m bandpo.report build --results {RESULTS} --bounds {output.bounds}) > {log} 2>&1"
+        "python -m bandpo.report build --results {RESULTS} --bounds {output.bounds} "
+        "--experiments-json {params.experiments:q}) > {log} 2>&1"
 
 
 rule publish:

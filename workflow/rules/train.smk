@@ -3,22 +3,23 @@
 
 
 def _local_train_args(wildcards):
-    entry = ENTRIES[wildcards.entry]
+    entry = entry_of(wildcards.entry)
     args = [
         "--model", model_dir(wildcards.model),
-        "--data", data_dir(TRAIN_DATA[0]),
+        "--data", data_dir(xp_of(wildcards.entry)["data"]),
         "--method", entry["method"],
         "--params", json.dumps(entry["params"], sort_keys=True),
         "--seed", str(wildcards.seed),
     ]  # fmt: skip
-    args += set_args(train_overrides(config, wildcards.model, wildcards.entry))
+    slot = SLOTS[wildcards.entry]
+    args += set_args(train_overrides(config, wildcards.model, slot["entry"], slot["experiment"]))
     return shlex.join(args)
 
 
 def _verl_run(wildcards):
     from bandpo.verl_command import VerlRun
 
-    entry = ENTRIES[wildcards.entry]
+    entry = entry_of(wildcards.entry)
     fields = verl_fields(config, wildcards.model, wildcards.entry)
     fields.setdefault("experiment_name", f"{wildcards.model}-{wildcards.entry}-seed{wildcards.seed}")
     return VerlRun(
@@ -56,7 +57,7 @@ if config["trainer"] == "verl":
             ckpt=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/checkpoints/latest_checkpointed_iteration.txt",
             metrics=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/verl_metrics.jsonl",
         wildcard_constraints:
-            entry=_alternatives(BUILTIN_ENTRIES),
+            entry=_alternatives(BUILTIN_SLOTS),
         params:
             cmd=lambda w: _verl_run(w).shell_command(),
         threads: THREADS
@@ -103,13 +104,13 @@ else:
     rule train:
         input:
             model=f"{model_dir('{model}')}/config.json",
-            train=data_file(TRAIN_DATA[0], "train"),
+            train=lambda w: data_file(xp_of(w.entry)["data"], "train"),
         output:
             metrics=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/metrics.jsonl",
             model=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/model/config.json",
             run=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/run.json",
         wildcard_constraints:
-            entry=_alternatives(BUILTIN_ENTRIES),
+            entry=_alternatives(BUILTIN_SLOTS),
         params:
             args=_local_train_args,
             run=lambda w: run_dir(w.model, w.entry, w.seed),

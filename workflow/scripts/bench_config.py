@@ -177,10 +177,17 @@ def validate_config(
     if len(set(tasks)) != len(tasks):
         fail(["eval", "tasks"], f"a task is listed twice: {tasks}")
 
-    if any(m["source"] == "tiny" for m in cfg["models"]):
-        first = data_ids[cfg["train_data"][0]]
-        if first["source"] != "tiny-math":
-            fail(["train_data", 0], "tiny models are pretrained on train_data[0], which must be a tiny-math data set")
+    for i, d in enumerate(cfg["data"]):
+        if d.get("probe") is not None and d["source"] != "tiny-math":
+            fail(["data", i, "probe"], "a probe block needs source tiny-math", _entry_label(cfg, "data", i))
+    for i, m in enumerate(cfg["models"]):
+        if m.get("data") is not None and m["data"] not in data_ids:
+            fail(["models", i, "data"], f"unknown data set {m['data']!r}; defined: {', '.join(data_ids)}")
+        if m["source"] == "tiny" and data_ids[model_data(cfg, m)]["source"] != "tiny-math":
+            where = ["models", i, "data"] if m.get("data") else ["train_data", 0]
+            fail(where, "tiny models are pretrained on a tiny-math data set (their data, default train_data[0])",
+                 _entry_label(cfg, "models", i))  # fmt: skip
+    complete_experiments(cfg, fail)
     for i, path in enumerate(cfg["include_rules"]):
         full = Path(path) if Path(path).is_absolute() else WORKFLOW_DIR.parent / path
         if not full.is_file():
@@ -271,6 +278,16 @@ def check_registries(cfg: Mapping[str, Any]) -> None:
             fail(["models", i, "size"], f"unknown tiny model size {m['size']!r}; known: {', '.join(sorted(SIZES))}",
                  _entry_label(cfg, "models", i))  # fmt: skip
 
+    # the probe's data design (bandpo.probe.ProbeSpec checks kinds, levels, last digit, decoy share)
+    from bandpo.probe import ProbeSpec
+
+    for i, d in enumerate(cfg["data"]):
+        if d.get("probe") is not None:
+            try:
+                ProbeSpec.from_dict(d["probe"])
+            except (ValueError, TypeError) as e:
+                fail(["data", i, "probe"], str(e), _entry_label(cfg, "data", i))
+
     # methods of the user's own modules, then the method entries: the registry validates names and parameters
     from bandpo import methods
 
@@ -310,12 +327,18 @@ def check_registries(cfg: Mapping[str, Any]) -> None:
                     check_overrides({k: overrides[k]})
                 except ValueError as e:
                     fail(path + [k], str(e), label)
-        for model in cfg["models"]:
-            for entry in builtin_entries(cfg):
+        for xp_id, xp in (cfg.get("experiments") or {}).items():
+            for k in xp.get("train") or {}:
                 try:
-                    check_overrides(train_overrides(cfg, model["id"], entry))
+                    check_overrides({k: xp["train"][k]})
                 except ValueError as e:
-                    fail(["train"], f"the run {model['id']}/{entry}: {e}")
+                    fail(["experiments", xp_id, "train", k], str(e))
+            for model in xp["models"]:
+                for entry in xp_entries(cfg, xp_id, builtin=True):
+                    try:
+                        check_overrides(train_overrides(cfg, model, entry, xp_id))
+                    except ValueError as e:
+                        fail(["train"], f"the run {model}/{slot_id(xp_id, entry)}: {e}")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -325,11 +348,13 @@ def by_id(items: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
     return {item["id"]: item for item in items}
 
 
-def train_overrides(cfg: Mapping[str, Any], model_id: str, entry_id: str) -> dict[str, Any]:
-    """Trainer settings of one run: global ``train`` < the model's ``train`` < the method entry's ``train``."""
+def train_overrides(cfg: Mapping[str, Any], model_id: str, entry_id: str, experiment: str = "main") -> dict[str, Any]:
+    """Trainer settings of one run: global ``train`` < the model's ``train`` < the method entry's ``train`` < the
+    experiment's ``train``."""
     out = dict(cfg.get("train") or {})
     out.update(by_id(cfg["models"])[model_id].get("train") or {})
     out.update(by_id(cfg["methods"])[entry_id].get("train") or {})
+    out.update(((cfg.get("experiments") or {}).get(experiment) or {}).get("train") or {})
     return out
 
 
@@ -363,37 +388,171 @@ def verl_fields(cfg: Mapping[str, Any], model_id: str, entry_id: str) -> dict[st
     return out
 
 
+MAIN = "main"  # the experiment of the sweep itself (models x methods x seeds)
+SLOT_SEP = "@"  # run folders of other experiments: {entry}@{experiment} (ids cannot hold "@")
+
+
+def model_data(cfg: Mapping[str, Any], model: Mapping[str, Any]) -> str:
+    """The data set a model is pretrained on (tiny models): its ``data``, default train_data[0]."""
+    return model.get("data") or cfg["train_data"][0]
+
+
+def slot_id(experiment: str, entry: str) -> str:
+    """The folder name (and ``entry`` wildcard) of an experiment's method entry: the entry id in ``main``,
+    ``{entry}@{experiment}`` elsewhere (runs of one model in several experiments stay apart)."""
+    return entry if experiment == MAIN else f"{entry}{SLOT_SEP}{experiment}"
+
+
+def complete_experiments(cfg: dict[str, Any], fail) -> None:
+    """Fill ``cfg["experiments"]`` (``main`` always present, every default filled in), check the references, and
+    apply ``only`` (keep the named experiments; nothing is published then). ``fail(path, message)`` raises."""
+    data_ids = by_id(cfg["data"])
+    model_ids = by_id(cfg["models"])
+    entry_ids = by_id(cfg["methods"])
+    given = cfg.get("experiments") or {}
+    main_models = [m["id"] for m in cfg["models"] if model_data(cfg, m) == cfg["train_data"][0]]
+    out: dict[str, dict[str, Any]] = {}
+    for xp_id in [MAIN] + [x for x in given if x != MAIN]:
+        xp = dict(given.get(xp_id) or {})
+        where = ["experiments", xp_id]
+        if xp_id != MAIN and cfg["trainer"] != "local":
+            fail(where, "experiments other than main need the local trainer (trainer: local)")
+        if xp_id == MAIN:  # the sweep itself (a completed config repeats its values: validation is idempotent)
+            sweep = {"data": cfg["train_data"][0], "models": main_models, "methods": [e["id"] for e in cfg["methods"]],
+                     "seeds": list(cfg["seeds"]), "train": {}, "eval_tasks": cfg["eval"]["tasks"]}  # fmt: skip
+            for key, value in sweep.items():
+                if key in xp and xp[key] != value:
+                    fail(where + [key], "main is the sweep itself: set the top-level key instead")
+        xp.setdefault("description", "")
+        xp.setdefault("data", cfg["train_data"][0])
+        xp.setdefault("models", main_models if xp_id == MAIN else list(out[MAIN]["models"]))
+        xp.setdefault("methods", [e["id"] for e in cfg["methods"] if xp_id == MAIN or not e.get("external")])
+        xp.setdefault("seeds", list(cfg["seeds"]))
+        xp.setdefault("train", {})
+        xp.setdefault("base", cfg["eval"]["base"])
+        xp.setdefault("eval_tasks", [dict(t) for t in cfg["eval"]["tasks"]])
+        if xp["data"] not in data_ids:
+            fail(where + ["data"], f"unknown data set {xp['data']!r}; defined: {', '.join(data_ids)}")
+        if xp_id != MAIN and data_ids[xp["data"]]["source"] != "tiny-math":
+            fail(where + ["data"], f"data set {xp['data']!r}: experiments train on a tiny-math data set")
+        if not xp["models"]:
+            fail(where + ["models"], "no model (main: every model pretrained on train_data[0])")
+        for i, m in enumerate(xp["models"]):
+            if m not in model_ids:
+                fail(where + ["models", i], f"unknown model {m!r}; defined: {', '.join(model_ids)}")
+        for i, e in enumerate(xp["methods"]):
+            if e not in entry_ids:
+                fail(where + ["methods", i], f"unknown method entry {e!r}; defined: {', '.join(entry_ids)}")
+            if xp_id != MAIN and entry_ids[e].get("external"):
+                fail(where + ["methods", i], f"entry {e!r} is external: only main runs external entries")
+        for i, t in enumerate(xp["eval_tasks"]):
+            if t["data"] not in data_ids:
+                fail(where + ["eval_tasks", i, "data"], f"unknown data set {t['data']!r}")
+            if not (TASKS_DIR / f"{t['task']}.yaml").is_file():
+                fail(where + ["eval_tasks", i, "task"], f"no lm-eval task YAML {t['task']}.yaml in {TASKS_DIR}")
+        tasks = [t["task"] for t in xp["eval_tasks"]]
+        if len(set(tasks)) != len(tasks):
+            fail(where + ["eval_tasks"], f"a task is listed twice: {tasks}")
+        for i, e in enumerate((xp.get("primary") or {}).get("compare") or []):
+            if e not in xp["methods"]:
+                fail(where + ["primary", "compare", i], f"entry {e!r} is not among the experiment's methods")
+        out[xp_id] = xp
+    if cfg.get("only"):
+        wanted = [x.strip() for x in str(cfg["only"]).split(",") if x.strip()]
+        unknown = [x for x in wanted if x not in out]
+        if unknown or not wanted:
+            fail(["only"], f"unknown experiment(s) {unknown or cfg['only']!r}; defined: {', '.join(out)}")
+        out = {x: out[x] for x in out if x in wanted}
+        cfg["publish"] = False  # a part of the DAG never overwrites the published page
+    cfg["experiments"] = out
+
+
+def xp_entries(cfg: Mapping[str, Any], experiment: str, builtin: bool = False) -> list[str]:
+    """The method entry ids of an experiment; ``builtin``: only those trained by the built-in train rule."""
+    external = {e["id"] for e in cfg["methods"] if e.get("external")}
+    return [e for e in cfg["experiments"][experiment]["methods"] if not (builtin and e in external)]
+
+
+def slots(cfg: Mapping[str, Any], builtin: bool = False, base: bool = False) -> dict[str, dict[str, str]]:
+    """Every (experiment, method entry) of the DAG by its slot id (`slot_id`): {"experiment", "entry"}.
+    ``builtin``: only entries of the built-in train rule; ``base``: also each experiment's base-model slot."""
+    out: dict[str, dict[str, str]] = {}
+    for xp_id, xp in cfg["experiments"].items():
+        entries = ([BASE_ENTRY] if base and xp["base"] else []) + xp_entries(cfg, xp_id, builtin)
+        for e in entries:
+            out[slot_id(xp_id, e)] = {"experiment": xp_id, "entry": e}
+    return out
+
+
+def runs(cfg: Mapping[str, Any], builtin: bool = False) -> list[tuple[str, str, int]]:
+    """(model, slot, seed) of every training run of the DAG."""
+    out = []
+    for xp_id, xp in cfg["experiments"].items():
+        for m in xp["models"]:
+            for e in xp_entries(cfg, xp_id, builtin):
+                out += [(m, slot_id(xp_id, e), s) for s in xp["seeds"]]
+    return out
+
+
+def eval_groups(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(model, slot) of every scored group: each experiment's entries, plus its base models when ``base``."""
+    out = []
+    for xp_id, xp in cfg["experiments"].items():
+        for m in xp["models"]:
+            out += [(m, slot_id(xp_id, e)) for e in ([BASE_ENTRY] if xp["base"] else []) + xp["methods"]]
+    return out
+
+
+def used_data(cfg: Mapping[str, Any]) -> list[str]:
+    """Data sets the DAG builds: the experiments' training and task data, the models' pretraining data."""
+    models = by_id(cfg["models"])
+    ids = set()
+    for xp in cfg["experiments"].values():
+        ids.add(xp["data"])
+        ids |= {t["data"] for t in xp["eval_tasks"]}
+        ids |= {model_data(cfg, models[m]) for m in xp["models"] if models[m]["source"] == "tiny"}
+    if cfg["trainer"] == "verl":
+        ids |= set(cfg["train_data"]) | ({cfg["val_data"]} if cfg.get("val_data") else set())
+    return [d["id"] for d in cfg["data"] if d["id"] in ids]
+
+
+def used_models(cfg: Mapping[str, Any]) -> list[str]:
+    ids = {m for xp in cfg["experiments"].values() for m in xp["models"]}
+    return [m["id"] for m in cfg["models"] if m["id"] in ids]
+
+
+def eval_rule_name(kind: str, experiment: str) -> str:
+    """The evaluation rule of an experiment: ``eval_group`` / ``eval_run`` for main, ``eval_group_<experiment>``
+    (non-identifier characters as _) for the others."""
+    return kind if experiment == MAIN else f"{kind}_{re.sub(r'[^A-Za-z0-9_]', '_', experiment)}"
+
+
 def builtin_entries(cfg: Mapping[str, Any]) -> list[str]:
     """Method entries trained by the built-in train rule (all but the ``external`` ones)."""
     return [e["id"] for e in cfg["methods"] if not e.get("external")]
 
 
-def eval_entries(cfg: Mapping[str, Any]) -> list[str]:
-    """Method entries that get scored: every entry, plus ``base`` when eval.base is on."""
-    entries = [e["id"] for e in cfg["methods"]]
-    return ([BASE_ENTRY] if cfg["eval"]["base"] else []) + entries
-
-
 def expected_jobs(cfg: Mapping[str, Any]) -> dict[str, int]:
     """How many jobs of each rule a fresh run of this config schedules (the tests compare with ``snakemake -n``)."""
-    n_models, n_seeds = len(cfg["models"]), len(cfg["seeds"])
-    n_entries = len(builtin_entries(cfg))  # external entries are trained by their own rules
-    n_eval_entries = len(cfg["methods"]) + (1 if cfg["eval"]["base"] else 0)
+    data, models = by_id(cfg["data"]), by_id(cfg["models"])
+    n_runs = len(runs(cfg, builtin=True))  # external entries are trained by their own rules
     jobs: dict[str, int] = {}
-    jobs["data_tiny_math"] = sum(1 for d in cfg["data"] if d["source"] == "tiny-math")
-    jobs["data_real"] = sum(1 for d in cfg["data"] if d["source"] == "real")
-    jobs["model_tiny"] = sum(1 for m in cfg["models"] if m["source"] == "tiny")
-    jobs["model_hub"] = sum(1 for m in cfg["models"] if m["source"] == "hub")
+    jobs["data_tiny_math"] = sum(1 for d in used_data(cfg) if data[d]["source"] == "tiny-math")
+    jobs["data_real"] = sum(1 for d in used_data(cfg) if data[d]["source"] == "real")
+    jobs["model_tiny"] = sum(1 for m in used_models(cfg) if models[m]["source"] == "tiny")
+    jobs["model_hub"] = sum(1 for m in used_models(cfg) if models[m]["source"] == "hub")
     if cfg["trainer"] == "verl":
         jobs["verl_data"] = 1
-        jobs["train_verl"] = n_models * n_entries * n_seeds
-        jobs["merge_verl"] = n_models * n_entries * n_seeds
+        jobs["train_verl"] = n_runs
+        jobs["merge_verl"] = n_runs
     else:
-        jobs["train"] = n_models * n_entries * n_seeds
-    if cfg["eval"]["group_seeds"]:
-        jobs["eval_group"] = n_models * n_eval_entries
-    else:
-        jobs["eval_run"] = n_models * n_eval_entries * n_seeds
+        jobs["train"] = n_runs
+    for xp_id, xp in cfg["experiments"].items():
+        n_groups = len(xp["models"]) * (len(xp["methods"]) + (1 if xp["base"] else 0))
+        if cfg["eval"]["group_seeds"]:
+            jobs[eval_rule_name("eval_group", xp_id)] = n_groups
+        else:
+            jobs[eval_rule_name("eval_run", xp_id)] = n_groups * len(xp["seeds"])
     jobs["report"] = 1
     jobs["publish"] = 1 if cfg["publish"] else 0
     jobs["all"] = 1
