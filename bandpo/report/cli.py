@@ -29,7 +29,7 @@ from bandpo.report.figures import (
 )
 from bandpo.report.load import BOUNDS_COLUMNS, load_bounds, load_eval_scores, load_runs, run_metrics, run_summaries
 from bandpo.report.page import leaderboard_html
-from bandpo.report.stats import DEFAULT_BASELINE, run_stats, score_stats
+from bandpo.report.stats import DEFAULT_BASELINE, power_table, run_stats, score_stats
 from bandpo.report.tables import entry_labels, leaderboard, leaderboard_markdown, per_task_table, write_csv
 
 LEADERBOARD_FILES = ("leaderboard.csv", "leaderboard.md", "leaderboard.html")
@@ -87,12 +87,13 @@ def build_report(
         write_csv(df, out / name)
         written[name] = out / name
     tasks = per_task_table(stats, board)
-    atomic_write_text(out / "leaderboard.md", leaderboard_markdown(board, figures=FIGURES, per_task=tasks))
+    power = power_table(stats)
+    atomic_write_text(out / "leaderboard.md", leaderboard_markdown(board, figures=FIGURES, per_task=tasks, power=power))
     written["leaderboard.md"] = out / "leaderboard.md"
     figs = {name: fig_dir / f"{name}.png" for name in FIGURES} if embed_figures else None
     delta = float(bounds_table["delta"].iloc[0]) if not bounds_table.empty else float("nan")
     captions = {name: text.format(delta=delta) for name, text in FIGURE_CAPTIONS.items()}
-    atomic_write_text(out / "leaderboard.html", leaderboard_html(board, figs, captions, per_task=tasks))
+    atomic_write_text(out / "leaderboard.html", leaderboard_html(board, figs, captions, per_task=tasks, power=power))
     written["leaderboard.html"] = out / "leaderboard.html"
     return written
 

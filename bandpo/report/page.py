@@ -24,6 +24,7 @@ import pandas as pd
 
 from bandpo.report.load import BASE_ENTRY
 from bandpo.report.tables import (
+    POWER_NOTE,
     SEEDS_NOTE,
     STATS_NOTE,
     Column,
@@ -32,7 +33,9 @@ from bandpo.report.tables import (
     display_columns,
     max_seeds,
     page_title,
+    power_lines,
     task_columns,
+    unpaired_lines,
 )
 
 PARAMS_SEPARATOR = ", "  # the only place a params cell may break: between two "key=value" parts
@@ -100,10 +103,12 @@ def leaderboard_html(
     captions: Mapping[str, str] | None = None,
     title: str | None = None,
     per_task: pd.DataFrame | None = None,
+    power: pd.DataFrame | None = None,
 ) -> str:
     """A standalone HTML page of the leaderboard: one sortable table per model size (and per task when there are
-    several), filters by experiment and model size, notes on how to read the numbers, and ``figures`` (name ->
-    PNG file) embedded as data URIs with their ``captions``."""
+    several), filters by experiment and model size, notes on how to read the numbers and on power (``power``:
+    `bandpo.report.stats.power_table`), and ``figures`` (name -> PNG file) embedded as data URIs with their
+    ``captions``."""
     script = _static("leaderboard.js")
     script_hash = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
     csp = (
@@ -126,6 +131,10 @@ def leaderboard_html(
         for name, path in (figures or {}).items()
     ]
     baseline = baseline_of(board)
+    notes = [STATS_NOTE.format(baseline=baseline), SEEDS_NOTE.format(n=max_seeds(board))]
+    if power is not None and not power.empty:
+        notes += [POWER_NOTE.format(baseline=baseline), *power_lines(power)]
+    notes += unpaired_lines(board)
     return (
         _environment()
         .get_template("leaderboard.html.j2")
@@ -141,7 +150,7 @@ def leaderboard_html(
             baseline=baseline,
             tables=tables,
             task_tables=task_tables,
-            notes=[STATS_NOTE.format(baseline=baseline), SEEDS_NOTE.format(n=max_seeds(board))],
+            notes=notes,
             figures=figs,
         )
     )

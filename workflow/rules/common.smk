@@ -11,6 +11,9 @@ from bench_config import (
     eval_entries,
     job_resources,
     method_modules_env,
+    model_path,
+    per_seed_base,
+    pretrain_seed,
     set_args,
     train_overrides,
     verl_fields,
@@ -79,8 +82,15 @@ def data_file(data_id, split):
     return f"{data_dir(data_id)}/{split}.jsonl"
 
 
-def model_dir(model_id):
-    return f"resources/models/{model_id}"
+def model_dir(model_id, seed=None):
+    """The base model that run seed ``seed`` trains from (and that the base row's seed scores): one folder per seed
+    for tiny models with base_per_seed, else one folder for all seeds (bench_config.model_path)."""
+    return model_path(config, model_id, seed)
+
+
+def base_model(wildcards):
+    """Input function of a training rule: the base model's config.json for the job's model and seed wildcards."""
+    return f"{model_dir(wildcards.model, wildcards.seed)}/config.json"
 
 
 def run_dir(model_id, entry_id, seed):
@@ -114,7 +124,7 @@ def run_meta(model_id, entry_id, seed):
     """Identity of a scored run, stored in every evaluation summary."""
     meta = {"profile": PROFILE, "model": model_id, "entry": entry_id, "seed": int(seed)}
     if entry_id == BASE_ENTRY:
-        meta.update({"method": None, "params": None, "step": 0, "model_dir": model_dir(model_id)})
+        meta.update({"method": None, "params": None, "step": 0, "model_dir": model_dir(model_id, seed)})
     else:
         meta.update(
             {
@@ -125,6 +135,7 @@ def run_meta(model_id, entry_id, seed):
                 "external": bool(ENTRIES[entry_id]["external"]),
                 "step": "final",
                 "run_dir": run_dir(model_id, entry_id, seed),
+                "base_model_dir": model_dir(model_id, seed),
             }
         )
     return meta

@@ -1,21 +1,30 @@
-# Models: resources/models/{model}/ (config.json marks a finished folder; both commands publish atomically).
+# Models: resources/models/{model}/ (config.json marks a finished folder; both commands publish atomically). With
+# base_per_seed (the default) a tiny model is built once per seed: resources/models/{model}/seed{seed}/, pretrained
+# with seed models[].seed + seed; run seed s of every entry trains from it. A hub model is one download for all seeds.
+
+TINY_PER_SEED = config["base_per_seed"]
+TINY_MODEL = "resources/models/{model}/seed{seed}" if TINY_PER_SEED else "resources/models/{model}"
+TINY_MODEL_NAME = "{model}/seed{seed}" if TINY_PER_SEED else "{model}"  # of the log and benchmark files
 
 
 def _tiny_build_args(wildcards):
     m = MODELS[wildcards.model]
-    args = ["--size", m["size"], "--seed", str(m["seed"])]
+    seed = getattr(wildcards, "seed", None)
+    args = ["--size", m["size"], "--seed", str(pretrain_seed(config, wildcards.model, seed))]
     for key, value in sorted(m["build"].items()):
         args += [f"--{key.replace('_', '-')}", str(value)]
+    args += ["--out", model_dir(wildcards.model, seed)]
     return shlex.join(args)
 
 
-# Embedded profile: a tiny Llama pretrained on tiny-math (train_data[0]) on this machine; no download.
+# Embedded profile: a tiny Llama pretrained on tiny-math (train_data[0]) on this machine; no download. info.json
+# records the seed, the machine (CPU, torch's CPU capability, threads) and the sha256 of every weights file.
 rule model_tiny:
     input:
         train=data_file(TRAIN_DATA[0], "train"),
         val=data_file(TRAIN_DATA[0], "validation"),
     output:
-        f"{model_dir('{model}')}/config.json",
+        f"{TINY_MODEL}/config.json",
     wildcard_constraints:
         model=_alternatives(TINY_MODELS),
     params:
@@ -25,12 +34,12 @@ rule model_tiny:
     resources:
         **res("model_tiny"),
     log:
-        f"{LOGS}/models/{{model}}.log",
+        f"{LOGS}/models/{TINY_MODEL_NAME}.log",
     benchmark:
-        f"{BENCH}/models/{{model}}.tsv"
+        f"{BENCH}/models/{TINY_MODEL_NAME}.tsv"
     shell:
         "{ENV} python -m bandpo.models build {params.args} --data {params.data} "
-        "--out resources/models/{wildcards.model} --threads {threads} --no-progress > {log} 2>&1"
+        "--threads {threads} --no-progress > {log} 2>&1"
 
 
 def _hub_args(wildcards):
@@ -44,7 +53,7 @@ def _hub_args(wildcards):
 # GPU profile: a hub snapshot (huggingface_hub.snapshot_download).
 rule model_hub:
     output:
-        f"{model_dir('{model}')}/config.json",
+        "resources/models/{model}/config.json",
     wildcard_constraints:
         model=_alternatives(HUB_MODELS),
     params:

@@ -333,6 +333,29 @@ def train_overrides(cfg: Mapping[str, Any], model_id: str, entry_id: str) -> dic
     return out
 
 
+def per_seed_base(cfg: Mapping[str, Any], model_id: str) -> bool:
+    """Whether seed s of this model trains from a base model of its own (``base_per_seed``; tiny models only: a hub
+    model is one download that every seed shares)."""
+    return bool(cfg["base_per_seed"]) and by_id(cfg["models"])[model_id]["source"] == "tiny"
+
+
+def model_path(cfg: Mapping[str, Any], model_id: str, seed: int | str | None = None) -> str:
+    """The base model folder of seed ``seed``: ``resources/models/{model}/seed{s}/`` when the model is built per
+    seed (`per_seed_base`), else ``resources/models/{model}/`` (the seed is then ignored)."""
+    if not per_seed_base(cfg, model_id):
+        return f"resources/models/{model_id}"
+    if seed is None:
+        raise ValueError(f"model {model_id!r} is built once per seed (base_per_seed): name the seed")
+    return f"resources/models/{model_id}/seed{int(seed)}"
+
+
+def pretrain_seed(cfg: Mapping[str, Any], model_id: str, seed: int | str | None = None) -> int:
+    """The initialisation / pretraining seed of a tiny base model: the model's ``seed``, plus the run seed when the
+    model is built per seed (so with the default ``seed: 0`` base model s is pretrained with seed s)."""
+    base = int(by_id(cfg["models"])[model_id].get("seed", 0))
+    return base + int(seed) if per_seed_base(cfg, model_id) else base
+
+
 def format_set_value(value: Any) -> str:
     """A config value as the VALUE of ``--set KEY=VALUE`` (read back as JSON by `bandpo.options.parse_assignments`):
     text as it is, anything else as JSON (true, null, 0.0002, {"a": 1})."""
@@ -382,7 +405,8 @@ def expected_jobs(cfg: Mapping[str, Any]) -> dict[str, int]:
     jobs: dict[str, int] = {}
     jobs["data_tiny_math"] = sum(1 for d in cfg["data"] if d["source"] == "tiny-math")
     jobs["data_real"] = sum(1 for d in cfg["data"] if d["source"] == "real")
-    jobs["model_tiny"] = sum(1 for m in cfg["models"] if m["source"] == "tiny")
+    tiny = [m["id"] for m in cfg["models"] if m["source"] == "tiny"]
+    jobs["model_tiny"] = sum(n_seeds if per_seed_base(cfg, m) else 1 for m in tiny)
     jobs["model_hub"] = sum(1 for m in cfg["models"] if m["source"] == "hub")
     if cfg["trainer"] == "verl":
         jobs["verl_data"] = 1
