@@ -910,8 +910,41 @@ def test_publish(built, tmp_path):
     assert prov["git_commit"] == head and isinstance(prov["git_dirty"], bool)
     assert prov["packages"]["pandas"] == pd.__version__
     assert prov["config"] == {"profile": "embedded", "seeds": [0, 1, 2]}
+    assert prov["base_models"] == [] and {n["stage"] for n in prov["numerics"]} == {"train", "eval"}
     with pytest.raises(FileNotFoundError, match="missing"):
         report.publish(tmp_path / "nothing", tmp_path / "top")
+
+
+def test_provenance_records_base_model_checksums_and_numerics(tmp_path):
+    """Each base model's weights sha256 (recomputed, checked against its build record) and build machine; the CPU
+    model, torch CPU capability and thread counts of the jobs, grouped."""
+    import hashlib
+
+    from bandpo.report.cli import base_models, numerics
+
+    facts = {"cpu_model": "Xeon", "torch_cpu_capability": "AVX512", "torch_threads": 1, "torch_interop_threads": 1}
+    folders = []
+    for seed in (0, 1):
+        d = tmp_path / "models" / "tiny-s" / f"seed{seed}"
+        _write(d / "config.json", {})
+        (d / "model.safetensors").write_bytes(bytes([seed]) * 64)
+        sha = hashlib.sha256(bytes([seed]) * 64).hexdigest()
+        recorded = {"model.safetensors": sha if seed == 0 else "0" * 64}  # seed 1's weights changed after its build
+        _write(d / "info.json", {"kind": "tiny", "seed": seed, "machine": {**facts, "platform": "x"},
+                                 "weights_sha256": recorded})  # fmt: skip
+        folders.append(d)
+    got = base_models(folders)
+    assert [m["seed"] for m in got] == [0, 1] and got[0]["built_on"] == facts
+    assert got[0]["weights_sha256"] == {"model.safetensors": hashlib.sha256(bytes(64)).hexdigest()}
+    assert [m["matches_build_record"] for m in got] == [True, False]
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        base_models([tmp_path / "missing"])
+    for seed, threads in ((0, 1), (1, 1), (2, 4)):
+        _write(tmp_path / "res" / "runs" / "m" / "grpo" / f"seed{seed}" / "run.json",
+               {"machine": {**facts, "torch_threads": threads}})  # fmt: skip
+    rows = numerics(tmp_path / "res")
+    assert sorted((r["torch_threads"], r["jobs"]) for r in rows) == [(1, 2), (4, 1)]
+    assert all(r["stage"] == "train" and r["torch_cpu_capability"] == "AVX512" for r in rows)
 
 
 def test_cli_errors_and_unembedded_page(built, tmp_path):

@@ -4,6 +4,7 @@ to the top-level ``results/`` with provenance) and the command line::
     python -m bandpo.report build --results results/embedded [--out results/embedded] [--baseline grpo]
                                   [--bounds results/embedded/bounds.csv]
     python -m bandpo.report publish --src results/embedded --dest results [--config-json '{...}']
+                                    [--models resources/models/tiny-s/seed0 ...]
 """
 
 from __future__ import annotations
@@ -102,9 +103,64 @@ PROVENANCE_PACKAGES = ("torch", "transformers", "lm_eval", "math-verify", "verl"
                        "seaborn", "datasets")  # fmt: skip
 
 
-def provenance(config: Mapping | None = None) -> dict:
+NUMERICS_KEYS = ("cpu_model", "torch_cpu_capability", "torch_threads", "torch_interop_threads", "cuda_device")
+
+
+def base_models(model_dirs: Sequence[str | os.PathLike]) -> list[dict]:
+    """Each base model as published: its folder, the sha256 of its weights files computed now
+    (`bandpo.provenance.weights_sha256`), whether they equal the checksums its build recorded in info.json, and from
+    that info.json its seed and the machine it was built on (CPU model, torch's CPU capability, threads)."""
+    from bandpo.provenance import weights_sha256
+
+    out = []
+    for folder in map(Path, model_dirs):
+        if not (folder / "config.json").is_file():
+            raise FileNotFoundError(f"base model not found (no config.json): {folder}")
+        info_path = folder / "info.json"
+        info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
+        sha = weights_sha256(folder)
+        recorded = info.get("weights_sha256")
+        out.append(
+            {
+                "path": folder.as_posix(),
+                "kind": info.get("kind"),
+                "seed": info.get("seed"),
+                "weights_sha256": sha,
+                "matches_build_record": (recorded == sha) if recorded is not None else None,
+                "built_on": {k: v for k, v in (info.get("machine") or {}).items() if k in NUMERICS_KEYS},
+            }
+        )
+    return out
+
+
+def numerics(results_dir: str | os.PathLike) -> list[dict]:
+    """What decided the floating-point results of the jobs behind a profile's results: the distinct (CPU model,
+    torch's CPU capability, thread counts, CUDA device) recorded by its training runs (run.json) and evaluations
+    (eval summaries), each with the stage and how many jobs ran under it."""
+    root = Path(results_dir)
+    seen: dict[str, dict] = {}
+    files = [("train", p) for p in sorted(root.glob("runs/*/*/seed*/run.json"))]
+    files += [("eval", p) for p in sorted(root.glob("eval/*/*/seed*/*.json")) if p.name != "lm_eval_results.json"]
+    for stage, path in files:
+        try:
+            facts = json.loads(path.read_text(encoding="utf-8")).get("machine") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        facts = {k: facts[k] for k in NUMERICS_KEYS if k in facts}
+        key = json.dumps([stage, facts], sort_keys=True)
+        seen.setdefault(key, {"stage": stage, **facts, "jobs": 0})["jobs"] += 1
+    return list(seen.values())
+
+
+def provenance(
+    config: Mapping | None = None,
+    models: Sequence[str | os.PathLike] = (),
+    results_dir: str | os.PathLike | None = None,
+) -> dict:
     """Where published numbers come from: git commit (and whether the tree had uncommitted changes), Python and
-    package versions, the machine (`bandpo.provenance.machine`), and the resolved run config when given."""
+    package versions, the machine (`bandpo.provenance.machine`), the resolved run config when given, each base
+    model's weights checksum and build machine (`base_models`), and the numerics of the jobs behind
+    ``results_dir`` (`numerics`)."""
     import subprocess
 
     from bandpo.provenance import machine, versions
@@ -130,14 +186,21 @@ def provenance(config: Mapping | None = None) -> dict:
         "machine": host,
         "packages": packages,
         "config": dict(config) if config is not None else None,
+        "base_models": base_models(models),
+        "numerics": numerics(results_dir) if results_dir is not None else [],
     }
 
 
-def publish(src: str | os.PathLike, dest: str | os.PathLike = "results", config: Mapping | None = None) -> list[Path]:
+def publish(
+    src: str | os.PathLike,
+    dest: str | os.PathLike = "results",
+    config: Mapping | None = None,
+    models: Sequence[str | os.PathLike] = (),
+) -> list[Path]:
     """Copy a profile's leaderboard (``src/leaderboard.{csv,md,html}``), tables (``stats.csv``, ``scores.csv``,
     ``runs.csv``) and figures (``src/figures/*.png``) to ``dest`` (same names), each file atomically, and write
-    ``dest/provenance.json`` (`provenance`: git commit, package versions, the run config). Returns the written
-    paths."""
+    ``dest/provenance.json`` (`provenance`: git commit, package versions, the run config, the checksums of the
+    base models ``models`` and the numerics of the jobs under ``src``). Returns the written paths."""
     src, dest = Path(src), Path(dest)
     missing = [n for n in LEADERBOARD_FILES if not (src / n).is_file()]
     if missing:
@@ -151,7 +214,8 @@ def publish(src: str | os.PathLike, dest: str | os.PathLike = "results", config:
             continue
         atomic_write_bytes(d, s.read_bytes())
         written.append(d)
-    atomic_write_text(dest / "provenance.json", json.dumps(provenance(config), indent=2, default=str) + "\n")
+    prov = provenance(config, models, src)
+    atomic_write_text(dest / "provenance.json", json.dumps(prov, indent=2, default=str) + "\n")
     written.append(dest / "provenance.json")
     return written
 
@@ -172,6 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--src", required=True, help="the profile's report folder, e.g. results/embedded")
     p.add_argument("--dest", default="results")
     p.add_argument("--config-json", default=None, help="the resolved run config (JSON) to record in provenance.json")
+    p.add_argument("--models", nargs="*", default=[], help="base model folders whose checksums provenance records")
     args = ap.parse_args(argv)
     try:
         if args.command == "build":
@@ -190,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps({k: str(v) for k, v in written.items()}, indent=1))
         else:
             config = json.loads(args.config_json) if args.config_json else None
-            for path in publish(args.src, args.dest, config):
+            for path in publish(args.src, args.dest, config, args.models):
                 print(path)
     except (FileNotFoundError, ValueError) as e:
         print(f"python -m bandpo.report: error: {e}", file=sys.stderr)
