@@ -467,6 +467,30 @@ def test_power_is_published_per_model_and_metric(built):
     assert {f"mean@{N}_diff", f"mean@{N}_diff_ci_low", f"mean@{N}_diff_poi", f"mean@{N}_mde"} <= set(board.columns)
 
 
+def test_rerun_agreement_flags_rows_outside_and_broken_claims(built, tmp_path, capsys):
+    results, _ = built
+    board = pd.read_csv(results / "leaderboard.csv", keep_default_na=False, na_values=[""])
+    label = f"mean@{N}"
+    rerun = board.copy()
+    kl = (rerun.model == "tiny-s") & (rerun.entry == "bandpo_kl")
+    rerun.loc[kl, label] = rerun.loc[kl, f"{label}_ci_high"] + 0.05  # outside its published interval
+    rerun.loc[kl, f"{label}_diff"] = -0.01  # and its paired difference changes sign
+    table = report.rerun_agreement(board, rerun, [label])
+    row = table[(table.model == "tiny-s") & (table.entry == "bandpo_kl")].iloc[0]
+    published_claim = board.loc[kl, f"{label}_diff_ci_low"].iloc[0] > 0
+    assert not row.inside and row.claim == (1 if published_claim else 0)
+    assert row.claim_holds is (False if published_claim else None)
+    others = table[~((table.model == "tiny-s") & (table.entry == "bandpo_kl"))]
+    assert others["inside"].dropna().all() and all(h in (True, None) for h in others["claim_holds"])
+    rerun.to_csv(tmp_path / "rerun.csv", index=False)
+    assert report.main(["compare", "--published", str(results / "leaderboard.csv"), "--rerun",
+                        str(tmp_path / "rerun.csv"), "--metrics", label]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    rated = table["inside"].notna().sum()
+    assert f"rerun inside the published 95% interval: {rated - 1} of {rated} rows" in out
+    assert report.main(["compare", "--published", str(tmp_path / "none.csv"), "--rerun", str(tmp_path)]) == 2
+
+
 def test_stratified_over_tasks_and_one_seed():
     rows = []
     for task, values in (("a", [0.1, 0.2, 0.3]), ("b", [0.9, 0.8])):

@@ -5,6 +5,11 @@ to the top-level ``results/`` with provenance) and the command line::
                                   [--bounds results/embedded/bounds.csv]
     python -m bandpo.report publish --src results/embedded --dest results [--config-json '{...}']
                                     [--models resources/models/tiny-s/seed0 ...]
+    python -m bandpo.report compare --published results/leaderboard.csv --rerun OTHER/leaderboard.csv
+
+``compare`` checks a rerun (another machine, thread count or BLAS path) against the published leaderboard: which
+rows' means fall outside the published 95% intervals, and whether every paired difference from the baseline whose
+interval excludes 0 keeps its sign (`bandpo.report.stats.rerun_agreement`).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from bandpo.report.figures import (
 )
 from bandpo.report.load import BOUNDS_COLUMNS, load_bounds, load_eval_scores, load_runs, run_metrics, run_summaries
 from bandpo.report.page import leaderboard_html
-from bandpo.report.stats import DEFAULT_BASELINE, power_table, run_stats, score_stats
+from bandpo.report.stats import DEFAULT_BASELINE, power_table, rerun_agreement, run_stats, score_stats
 from bandpo.report.tables import entry_labels, leaderboard, leaderboard_markdown, per_task_table, write_csv
 
 LEADERBOARD_FILES = ("leaderboard.csv", "leaderboard.md", "leaderboard.html")
@@ -220,6 +225,27 @@ def publish(
     return written
 
 
+def compare(published: str | os.PathLike, rerun: str | os.PathLike, labels: Sequence[str]) -> int:
+    """Print `rerun_agreement` of two leaderboard.csv files and a summary; 0, or 2 when a file is missing."""
+    frames = []
+    for path in (published, rerun):
+        if not Path(path).is_file():
+            print(f"python -m bandpo.report: error: leaderboard not found: {path}", file=sys.stderr)
+            return 2
+        frames.append(pd.read_csv(path, keep_default_na=False, na_values=[""]))
+    table = rerun_agreement(frames[0], frames[1], labels)
+    if table.empty:
+        print("python -m bandpo.report: error: the two leaderboards share no (model, entry, metric)", file=sys.stderr)
+        return 2
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    rated = table[table["inside"].notna()]
+    claims = table[table["claim"] != 0]
+    print(f"\nrerun inside the published 95% interval: {int(rated['inside'].sum())} of {len(rated)} rows")
+    print(f"paired claims (interval excludes 0) that hold on the rerun: {int(claims['claim_holds'].sum())} of "
+          f"{len(claims)}")  # fmt: skip
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bandpo.report", description="the report stage of BandPO-Bench")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -237,7 +263,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--dest", default="results")
     p.add_argument("--config-json", default=None, help="the resolved run config (JSON) to record in provenance.json")
     p.add_argument("--models", nargs="*", default=[], help="base model folders whose checksums provenance records")
+    c = sub.add_parser("compare", help="a rerun's leaderboard.csv against the published one")
+    c.add_argument("--published", required=True, help="the published leaderboard.csv")
+    c.add_argument("--rerun", required=True, help="the rerun's leaderboard.csv")
+    c.add_argument("--metrics", nargs="+", default=["mean@8", "pass@8"], help="metric labels to compare")
     args = ap.parse_args(argv)
+    if args.command == "compare":
+        return compare(args.published, args.rerun, args.metrics)
     try:
         if args.command == "build":
             if not 0 < args.confidence < 1:

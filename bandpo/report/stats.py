@@ -515,3 +515,39 @@ def seed_bands(
             col = mat[:, j][~np.isnan(mat[:, j])]
             rows.append((*key, xv, float(col.mean()), float(lo[j]), float(hi[j]), int(col.size)))
     return pd.DataFrame(rows, columns=[*by, x, "mean", "ci_low", "ci_high", "n_seeds"])
+
+
+def rerun_agreement(published: pd.DataFrame, rerun: pd.DataFrame, labels: Sequence[str]) -> pd.DataFrame:
+    """How a rerun's leaderboard (leaderboard.csv of another machine, thread count or BLAS path) sits against the
+    published one, one row per (model, entry, metric label) both have: ``inside`` = the rerun's mean lies in the
+    published 95% interval; ``claim`` = the sign of the published paired difference from the baseline when its
+    interval excludes 0 (+1 / -1, else 0: no claim), ``claim_holds`` = the rerun's paired difference has that sign
+    (None where there is no claim). Columns: model, entry, label, published, ci_low, ci_high, rerun, inside,
+    published_diff, rerun_diff, claim, claim_holds."""
+    rows = []
+    both = published.merge(rerun, on=["model", "entry"], suffixes=("", "_rerun"))
+    for _, r in both.iterrows():
+        for label in labels:
+            if label not in published or f"{label}_rerun" not in both:
+                continue
+            lo, hi, value = r[f"{label}_ci_low"], r[f"{label}_ci_high"], r[f"{label}_rerun"]
+            d, dlo, dhi = (r.get(f"{label}_diff{x}", float("nan")) for x in ("", "_ci_low", "_ci_high"))
+            claim = 1 if dlo > 0 else (-1 if dhi < 0 else 0)
+            rerun_d = r.get(f"{label}_diff_rerun", float("nan"))
+            rows.append(
+                {
+                    "model": r["model"],
+                    "entry": r["entry"],
+                    "label": label,
+                    "published": r[label],
+                    "ci_low": lo,
+                    "ci_high": hi,
+                    "rerun": value,
+                    "inside": bool(lo <= value <= hi) if not (math.isnan(lo) or math.isnan(hi)) else None,
+                    "published_diff": d,
+                    "rerun_diff": rerun_d,
+                    "claim": claim,
+                    "claim_holds": bool(np.sign(rerun_d) == claim) if claim else None,
+                }
+            )
+    return pd.DataFrame(rows)
