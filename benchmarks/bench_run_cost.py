@@ -9,9 +9,10 @@ model load, saving), its CPU time, and the wall time as a share of its budget (2
     python benchmarks/bench_run_cost.py [--config config/config.yaml] [--entry grpo] [--repeats 3] [--seed 0]
         [--json cost.json]
 
-Needs the models and data the DAG builds (``snakemake --cores all resources/models/tiny-s/seed0/config.json ...``, or a
-finished embedded run). Each run writes to a temporary directory that is removed afterwards. Times are wall-clock
-on a shared machine: run it with nothing else on the machine, or read the spread over ``--repeats``.
+Needs the models and data the DAG builds (``snakemake --cores all resources/models/tiny-s/seed0/config.json ...``,
+the base model of the seed, or a finished embedded run). Each run writes to a temporary directory that is removed
+afterwards. Times are wall-clock on a shared machine: run it with nothing else on the machine, or read the spread
+over ``--repeats``.
 """
 
 from __future__ import annotations
