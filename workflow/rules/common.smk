@@ -12,7 +12,6 @@ from bench_config import (
     job_resources,
     method_modules_env,
     model_path,
-    per_seed_base,
     pretrain_seed,
     set_args,
     train_overrides,
