@@ -72,7 +72,7 @@ import torch
 
 from bandpo.files import atomic_write_text, read_jsonl, replace_dir
 from bandpo.options import parse_assignments
-from bandpo.provenance import machine, versions
+from bandpo.provenance import machine, versions, weights_sha256
 
 SPECIAL_TOKENS: tuple[str, ...] = ("<pad>", "<eos>", "<unk>")
 # printable ASCII plus newline: covers every tiny-math prompt and answer; anything else maps to <unk>
@@ -620,7 +620,8 @@ def build_model(
             # CPU time of this process: what the build costs on an otherwise idle core (wall time grows with load)
             "build_cpu_seconds": round(time.process_time() - c0, 2),
             "versions": versions("torch", "transformers", "tokenizers"),
-            "machine": machine(),
+            "machine": machine(),  # CPU model, torch's CPU capability and thread counts: what decides the bits
+            "weights_sha256": weights_sha256(tmp),
         }
         _write_json(tmp / "info.json", info)
         _atomic_publish(tmp, out_dir)
@@ -667,6 +668,7 @@ def download_model(
                 "revision": revision,
                 "allow_patterns": list(allow_patterns) if allow_patterns is not None else None,
                 "download_seconds": round(time.time() - t0, 2),
+                "weights_sha256": weights_sha256(tmp),
             },
         )
         _atomic_publish(tmp, out_dir)

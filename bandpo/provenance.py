@@ -4,15 +4,21 @@
 that has imported torch, the settings that decide its floating-point results on CPU: the SIMD kernel family torch
 dispatches to (``torch.backends.cpu.get_cpu_capability()``: the same seed can give different bits under AVX2 and
 AVX512) and its intra- and inter-op thread counts (a reduction split over more threads sums in another order).
-Neither function imports torch: a process that never computed with it (the report) does not pay for it.
+`weights_sha256` names the weights themselves: the checksum of each weights file of a model folder (the base models
+record theirs in info.json, the published provenance recomputes them). None of these imports torch: a process that
+never computed with it (the report) does not pay for it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import sys
 from importlib import metadata
+from pathlib import Path
+
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth")  # the files that hold a model's parameters
 
 
 def versions(*packages: str) -> dict[str, str | None]:
@@ -50,4 +56,19 @@ def machine() -> dict[str, object]:
         out["torch_interop_threads"] = torch.get_num_interop_threads()
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             out["cuda_device"] = torch.cuda.get_device_name()
+    return out
+
+
+def weights_sha256(folder: str | os.PathLike) -> dict[str, str]:
+    """``{relative path: sha256 hex}`` of every weights file (`WEIGHT_PATTERNS`) under ``folder``, sorted by path
+    (empty when there is none)."""
+    folder = Path(folder)
+    files = sorted({p for pattern in WEIGHT_PATTERNS for p in folder.rglob(pattern) if p.is_file()})
+    out = {}
+    for path in files:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        out[path.relative_to(folder).as_posix()] = h.hexdigest()
     return out

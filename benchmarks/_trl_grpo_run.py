@@ -3,7 +3,7 @@
 Run as a child process by the python given as ``--trl-python`` (default: the benchmark's own; the ``bench`` extra
 installs trl), not imported::
 
-    python benchmarks/_trl_grpo_run.py --model resources/models/tiny-s \\
+    python benchmarks/_trl_grpo_run.py --model resources/models/tiny-s/seed0 \\
         --data resources/data/tiny-math --out /tmp/trl.json [--warmup-steps 2 --steps 20 --threads 1]
 
 One "step" here is what it is in ``bandpo.train``: one rollout batch of ``prompts_per_step x samples_per_prompt``

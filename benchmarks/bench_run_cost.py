@@ -9,9 +9,10 @@ model load, saving), its CPU time, and the wall time as a share of its budget (2
     python benchmarks/bench_run_cost.py [--config config/config.yaml] [--entry grpo] [--repeats 3] [--seed 0]
         [--json cost.json]
 
-Needs the models and data the DAG builds (``snakemake --cores all resources/models/tiny-s/config.json ...``, or a
-finished embedded run). Each run writes to a temporary directory that is removed afterwards. Times are wall-clock
-on a shared machine: run it with nothing else on the machine, or read the spread over ``--repeats``.
+Needs the models and data the DAG builds (``snakemake --cores all resources/models/tiny-s/seed0/config.json ...``,
+the base model of the seed, or a finished embedded run). Each run writes to a temporary directory that is removed
+afterwards. Times are wall-clock on a shared machine: run it with nothing else on the machine, or read the spread
+over ``--repeats``.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def _bench_config():
 def run_command(bc, cfg: dict, model_id: str, entry_id: str, seed: int, out: str) -> list[str]:
     """``python -m bandpo.train ...`` as the workflow's train_local rule builds it (one thread)."""
     entry = bc.by_id(cfg["methods"])[entry_id]
-    args = [sys.executable, "-m", "bandpo.train", "--model", f"resources/models/{model_id}",
+    args = [sys.executable, "-m", "bandpo.train", "--model", bc.model_path(cfg, model_id, seed),
             "--data", f"resources/data/{cfg['train_data'][0]}", "--method", entry["method"],
             "--params", json.dumps(entry.get("params") or {}, sort_keys=True), "--seed", str(seed)]  # fmt: skip
     args += bc.set_args(bc.train_overrides(cfg, model_id, entry_id))
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     bc = _bench_config()
-    cfg = bc.load_yaml(ROOT / args.config)
+    cfg = bc.validate_config(bc.load_yaml(ROOT / args.config))  # defaults filled in (base_per_seed, ...)
     if args.entry not in bc.by_id(cfg["methods"]):
         ap.error(f"--entry {args.entry!r} is not a method entry of {args.config}")
     models = [m["id"] for m in cfg["models"] if m.get("source") == "tiny"]

@@ -4,7 +4,7 @@ Both train the same local model on the same task with the same batch, lengths, s
 optimizer updates per rollout batch, on CPU, one after the other (never at the same time), and the benchmark prints
 completion tokens per second of each and their ratio::
 
-    python benchmarks/bench_trainer_vs_trl.py [--model resources/models/tiny-s] [--data resources/data/tiny-math]
+    python benchmarks/bench_trainer_vs_trl.py [--model resources/models/tiny-s/seed0] [--data resources/data/tiny-math]
         [--trl-python PYTHON] [--warmup-steps 2] [--steps 20] [--repeats 1] [--threads 1]
         [--seed 0] [--json results.json] [--keep DIR]
 
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         return suite_worker(argv[1], argv[3:])
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="resources/models/tiny-s", help="Hugging Face model directory")
+    ap.add_argument("--model", default="resources/models/tiny-s/seed0", help="Hugging Face model directory")
     ap.add_argument("--data", default="resources/data/tiny-math", help="directory with train.jsonl")
     ap.add_argument("--trl-python", default=sys.executable, help="python that runs TRL (default: this one)")
     ap.add_argument("--warmup-steps", type=int, default=2, help="rollout batches before timing starts")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
@@ -22,6 +23,7 @@ from bandpo.models import (
     sample_accuracy,
     sample_completions,
 )
+from bandpo.provenance import weights_sha256
 from bandpo.tasks import generate_tiny_math, write_tiny_math
 
 TEXT = "Q: Solve for x: 3x-40=x-34.\nA: 2x=-34+40=6, x=6/2=3. \\boxed{3}"
@@ -191,6 +193,10 @@ def test_build_saves_hf_layout_and_info(built):
     assert saved["seed"] == 0 and saved["size"] == "tiny-test"
     assert saved["build_seconds"] > 0 and 0.0 <= saved["base_accuracy_validation"] <= 1.0
     assert set(saved["validation"]["per_level"]) == {"1", "2", "3"}
+    # what decides the numerics and which weights came out: machine facts and the weights' checksum
+    assert {"cpu_model", "torch_cpu_capability", "torch_threads"} <= set(saved["machine"])
+    digest = hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
+    assert saved["weights_sha256"] == {"model.safetensors": digest} == weights_sha256(out)
     umask = os.umask(0)
     os.umask(umask)
     assert os.stat(out).st_mode & 0o777 == 0o777 & ~umask  # not mkdtemp's 0700
@@ -226,6 +232,9 @@ def test_build_is_deterministic(built, data_dir, tmp_path):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert info2["validation"]["accuracy"] == info["validation"]["accuracy"]
     assert info2["loss_history"] == info["loss_history"]
+    assert info2["weights_sha256"] == info["weights_sha256"]  # equal bits, equal checksum
+    other = build_model("tiny-test", data_dir, tmp_path / "seed1", seed=1, threads=1, progress=False)
+    assert other["weights_sha256"] != info["weights_sha256"]  # another pretraining seed, another base model
 
 
 def test_different_seed_differs(data_dir):
@@ -306,7 +315,9 @@ def test_download_model_arguments(tmp_path):
     assert kw["allow_patterns"] == list(models.DEFAULT_ALLOW_PATTERNS)
     assert os.path.dirname(kw["local_dir"]) == str(tmp_path)  # temp dir beside the target, renamed at the end
     assert sorted(os.listdir(out)) == ["config.json", "info.json", "model.safetensors"]
-    assert json.loads((out / "info.json").read_text())["repo_id"] == "Qwen/Qwen2.5-3B-Instruct"
+    saved = json.loads((out / "info.json").read_text())
+    assert saved["repo_id"] == "Qwen/Qwen2.5-3B-Instruct"
+    assert saved["weights_sha256"] == {"model.safetensors": hashlib.sha256(b"{}").hexdigest()}
     assert sorted(os.listdir(tmp_path)) == ["qwen"]
 
     calls.clear()

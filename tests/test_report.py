@@ -395,6 +395,105 @@ def test_score_stats(built):
     assert sorted(overall["label"]) == sorted([f"mean@{N}", f"pass@{N}", f"maj@{N}", f"best@{N}_bootstrap"])
 
 
+def _scores(values: dict[str, dict[int, float]], task: str = "t", k: float = 8.0) -> pd.DataFrame:
+    """A scores frame (`load_eval_scores`' columns) of mean@k: entry -> {seed: value}, one task."""
+    return pd.DataFrame(
+        [
+            {"profile": "p", "model": "m", "entry": e, "method": e, "params": "", "seed": s, "task": task, "k": k,
+             "metric": "mean", "value": v, "name": f"mean@{int(k)}", "n": k}
+            for e, by_seed in values.items() for s, v in by_seed.items()
+        ]
+    )  # fmt: skip
+
+
+def test_paired_difference_and_its_interval_by_hand():
+    """Mean of the per-seed differences; its percentile interval matches the exact bootstrap distribution of the
+    mean of 5 pairs (all 5^5 resamples, enumerated); P(improvement) is the share of positive differences."""
+    import itertools
+
+    d = np.array([0.03, -0.01, 0.05, 0.02, 0.04])
+    y = np.array([0.30, 0.40, 0.25, 0.35, 0.45])  # the base models differ much more than the methods do
+    scores = _scores({"x": dict(enumerate(y + d)), "grpo": dict(enumerate(y))})
+    row = report.score_stats(scores, n_resamples=20000).query("entry == 'x' and task == 'all'").iloc[0]
+    assert row.n_pairs == 5 and row["diff"] == pytest.approx(d.mean(), abs=1e-12)
+    assert row.diff_sd == pytest.approx(np.std(d, ddof=1), abs=1e-12)
+    exact = np.array([d[list(idx)].mean() for idx in itertools.product(range(5), repeat=5)])
+    lo, hi = np.quantile(exact, [0.025, 0.975])
+    assert row.diff_ci_low == pytest.approx(lo, abs=0.002) and row.diff_ci_high == pytest.approx(hi, abs=0.002)
+    assert row.diff_poi == pytest.approx(0.8)  # 4 of 5 seeds improve
+    # pairing removes the base models' spread: the all-pairs P(improvement) sees mostly that spread
+    assert row.poi < 0.7 and row.diff_ci_low > 0
+    assert row.mde == pytest.approx(report.minimum_detectable_difference(np.std(d, ddof=1), 5))
+
+
+def test_minimum_detectable_difference_matches_the_t_table():
+    # t(0.975, 2) = 4.303, t(0.80, 2) = 1.061; t(0.975, 9) = 2.262, t(0.80, 9) = 0.883 (printed t tables)
+    assert report.minimum_detectable_difference(1.0, 3) == pytest.approx((4.303 + 1.061) / math.sqrt(3), abs=2e-3)
+    assert report.minimum_detectable_difference(2.0, 10) == pytest.approx(2 * (2.262 + 0.883) / math.sqrt(10), 2e-3)
+    assert math.isnan(report.minimum_detectable_difference(1.0, 1))
+    for sd in (0.005, 0.01, 0.03):
+        n = int(report.seeds_needed(sd, 0.02))
+        assert report.minimum_detectable_difference(sd, n) <= 0.02 < report.minimum_detectable_difference(sd, n - 1)
+    assert report.seeds_needed(0.0) == 2 and math.isinf(report.seeds_needed(10.0, 0.02))
+
+
+def test_unmatched_seeds_are_left_out_and_named(tmp_path):
+    scores = _scores({"x": {0: 0.5, 1: 0.6, 2: 0.7, 3: 0.9}, "grpo": {0: 0.4, 1: 0.5, 2: 0.6, 4: 0.1}})
+    stats = report.score_stats(scores, n_resamples=200)
+    row = stats.query("entry == 'x' and task == 'all'").iloc[0]
+    assert row.n_pairs == 3 and row["diff"] == pytest.approx(0.1)  # seeds 0-2 only
+    assert row.unpaired == "seed(s) 3 only in x; seed(s) 4 only in grpo"
+    board = report.leaderboard(stats, pd.DataFrame(columns=["model", "entry"]))
+    md = report.leaderboard_markdown(board)
+    assert "## Unpaired seeds" in md and "m / x, mean@8: left out of the paired comparison: seed(s) 3 only in x" in md
+    nothing = report.score_stats(_scores({"x": {0: 0.5}, "grpo": {1: 0.4}}), n_resamples=200)
+    alone = nothing.query("entry == 'x' and task == 'all'").iloc[0]
+    assert alone.n_pairs == 0 and math.isnan(alone["diff"]) and "only in x" in alone.unpaired
+
+
+def test_power_is_published_per_model_and_metric(built):
+    results, _ = built
+    stats = pd.read_csv(results / "stats.csv")
+    power = report.power_table(stats)
+    assert set(power["model"]) == {"tiny-s", "tiny-m"} and set(power["label"]) == {f"mean@{N}", f"pass@{N}"}
+    row = power[(power.model == "tiny-s") & (power.label == f"mean@{N}")].iloc[0]
+    trained = stats[(stats.model == "tiny-s") & (stats.task == "all") & (stats.metric == "mean")]
+    trained = trained[~trained.entry.isin(["base", "grpo"])]
+    assert row.n_comparisons == len(trained) and row.n_seeds == 3
+    assert row.sd == pytest.approx(math.sqrt((trained["diff_sd"] ** 2).mean()))
+    assert row.mde == pytest.approx(report.minimum_detectable_difference(row.sd, 3))
+    assert row.seeds_for_target == report.seeds_needed(row.sd)
+    md = (results / "leaderboard.md").read_text()
+    assert "## Power" in md and f"tiny-s, mean@{N}: SD of the paired differences" in md
+    assert "Minimum detectable difference" in (results / "leaderboard.html").read_text()
+    board = pd.read_csv(results / "leaderboard.csv")
+    assert {f"mean@{N}_diff", f"mean@{N}_diff_ci_low", f"mean@{N}_diff_poi", f"mean@{N}_mde"} <= set(board.columns)
+
+
+def test_rerun_agreement_flags_rows_outside_and_broken_claims(built, tmp_path, capsys):
+    results, _ = built
+    board = pd.read_csv(results / "leaderboard.csv", keep_default_na=False, na_values=[""])
+    label = f"mean@{N}"
+    rerun = board.copy()
+    kl = (rerun.model == "tiny-s") & (rerun.entry == "bandpo_kl")
+    rerun.loc[kl, label] = rerun.loc[kl, f"{label}_ci_high"] + 0.05  # outside its published interval
+    rerun.loc[kl, f"{label}_diff"] = -0.01  # and its paired difference changes sign
+    table = report.rerun_agreement(board, rerun, [label])
+    row = table[(table.model == "tiny-s") & (table.entry == "bandpo_kl")].iloc[0]
+    published_claim = board.loc[kl, f"{label}_diff_ci_low"].iloc[0] > 0
+    assert not row.inside and row.claim == (1 if published_claim else 0)
+    assert row.claim_holds is (False if published_claim else None)
+    others = table[~((table.model == "tiny-s") & (table.entry == "bandpo_kl"))]
+    assert others["inside"].dropna().all() and all(h in (True, None) for h in others["claim_holds"])
+    rerun.to_csv(tmp_path / "rerun.csv", index=False)
+    assert report.main(["compare", "--published", str(results / "leaderboard.csv"), "--rerun",
+                        str(tmp_path / "rerun.csv"), "--metrics", label]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    rated = table["inside"].notna().sum()
+    assert f"rerun inside the published 95% interval: {rated - 1} of {rated} rows" in out
+    assert report.main(["compare", "--published", str(tmp_path / "none.csv"), "--rerun", str(tmp_path)]) == 2
+
+
 def test_stratified_over_tasks_and_one_seed():
     rows = []
     for task, values in (("a", [0.1, 0.2, 0.3]), ("b", [0.9, 0.8])):
@@ -838,8 +937,41 @@ def test_publish(built, tmp_path):
     assert prov["git_commit"] == head and isinstance(prov["git_dirty"], bool)
     assert prov["packages"]["pandas"] == pd.__version__
     assert prov["config"] == {"profile": "embedded", "seeds": [0, 1, 2]}
+    assert prov["base_models"] == [] and {n["stage"] for n in prov["numerics"]} == {"train", "eval"}
     with pytest.raises(FileNotFoundError, match="missing"):
         report.publish(tmp_path / "nothing", tmp_path / "top")
+
+
+def test_provenance_records_base_model_checksums_and_numerics(tmp_path):
+    """Each base model's weights sha256 (recomputed, checked against its build record) and build machine; the CPU
+    model, torch CPU capability and thread counts of the jobs, grouped."""
+    import hashlib
+
+    from bandpo.report.cli import base_models, numerics
+
+    facts = {"cpu_model": "Xeon", "torch_cpu_capability": "AVX512", "torch_threads": 1, "torch_interop_threads": 1}
+    folders = []
+    for seed in (0, 1):
+        d = tmp_path / "models" / "tiny-s" / f"seed{seed}"
+        _write(d / "config.json", {})
+        (d / "model.safetensors").write_bytes(bytes([seed]) * 64)
+        sha = hashlib.sha256(bytes([seed]) * 64).hexdigest()
+        recorded = {"model.safetensors": sha if seed == 0 else "0" * 64}  # seed 1's weights changed after its build
+        _write(d / "info.json", {"kind": "tiny", "seed": seed, "machine": {**facts, "platform": "x"},
+                                 "weights_sha256": recorded})  # fmt: skip
+        folders.append(d)
+    got = base_models(folders)
+    assert [m["seed"] for m in got] == [0, 1] and got[0]["built_on"] == facts
+    assert got[0]["weights_sha256"] == {"model.safetensors": hashlib.sha256(bytes(64)).hexdigest()}
+    assert [m["matches_build_record"] for m in got] == [True, False]
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        base_models([tmp_path / "missing"])
+    for seed, threads in ((0, 1), (1, 1), (2, 4)):
+        _write(tmp_path / "res" / "runs" / "m" / "grpo" / f"seed{seed}" / "run.json",
+               {"machine": {**facts, "torch_threads": threads}})  # fmt: skip
+    rows = numerics(tmp_path / "res")
+    assert sorted((r["torch_threads"], r["jobs"]) for r in rows) == [(1, 2), (4, 1)]
+    assert all(r["stage"] == "train" and r["torch_cpu_capability"] == "AVX512" for r in rows)
 
 
 def test_cli_errors_and_unembedded_page(built, tmp_path):

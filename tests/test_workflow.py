@@ -390,11 +390,17 @@ def test_smoke_dag_end_to_end(smoke_run):
             assert summary["metrics"]["mean@8"] == results["results"]["tiny_math"]["mean@8,all_k"]
             assert results["config"]["random_seed"] == seed
             assert (d / "tiny_math.samples.jsonl").stat().st_size > 0
+            base_dir = f"resources/models/{model}/seed{seed}"  # base_per_seed: seed s starts from base model s
+            assert summary["model_dir" if entry == "base" else "base_model_dir"] == base_dir
             if entry != "base":
                 run = wd / "results" / "smoke" / "runs" / model / entry / f"seed{seed}"
                 assert (run / "model" / "config.json").is_file() and (run / "run.json").is_file()
                 assert len((run / "metrics.jsonl").read_text().splitlines()) == cfg["train"]["steps"]
                 assert summary["method"] == next(e["method"] for e in cfg["methods"] if e["id"] == entry)
+    # one base model per seed, pretrained with that seed, with its weights' checksum
+    infos = [json.loads((wd / "resources/models" / model / f"seed{s}" / "info.json").read_text()) for s in cfg["seeds"]]
+    assert [i["seed"] for i in infos] == cfg["seeds"]
+    assert len({json.dumps(i["weights_sha256"]) for i in infos}) == len(cfg["seeds"])
     # the report stage: leaderboard rows per entry (+ base), per-seed scores read from lm-eval's files
     board = pd.read_csv(wd / "results" / "smoke" / "leaderboard.csv")
     assert sorted(board.loc[board["experiment"] == "main", "entry"]) == sorted(entries)
@@ -612,7 +618,7 @@ check_run(out)
 EXTERNAL_RULE = """
 rule train_copy:
     input:
-        model=f"{model_dir('{model}')}/config.json",
+        model=base_model,  # the base model of the job's seed (common.smk)
     output:
         metrics=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/metrics.jsonl",
         model=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/model/config.json",
@@ -621,12 +627,13 @@ rule train_copy:
         entry="copy_trainer",
     params:
         run=lambda w: run_dir(w.model, w.entry, w.seed),
+        base=lambda w: model_dir(w.model, w.seed),
         script=TRAINER_SCRIPT,
     log:
         f"{LOGS}/train/{{model}}/{{entry}}/seed{{seed}}.log",
     shell:
         "python {SCRIPTS}/atomic_dir.py --final {params.run} -- "
-        "python {params.script} --model resources/models/{wildcards.model} --out {{tmp}} > {log} 2>&1"
+        "python {params.script} --model {params.base} --out {{tmp}} > {log} 2>&1"
 """
 
 
@@ -696,7 +703,7 @@ def test_run_cost_benchmark_runs_the_rules_command(tmp_path):
     spec = importlib.util.spec_from_file_location("bench_run_cost", ROOT / "benchmarks" / "bench_run_cost.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    cfg = read_config("config")
+    cfg = bc.validate_config(read_config("config"))
     for model in ("tiny-s", "tiny-m"):
         run = f"results/embedded/runs/{model}/bandpo_kl/seed1"
         proc = snakemake(tmp_path, "-n", "-p", f"{run}/run.json")

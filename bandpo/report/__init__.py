@@ -5,7 +5,8 @@ and no torch. Modules:
 
     load       the run outputs and lm-eval's results files (the one reader of lm-eval's results, also used by
                bandpo.evaluate); `load_run` reads one run folder
-    stats      bootstrap CIs, IQM, probability of improvement, training statistics (pure functions)
+    stats      bootstrap CIs, IQM, probability of improvement, paired differences from the baseline, minimum
+               detectable difference and seeds needed, training statistics (pure functions)
     tables     the leaderboard frame, the per-task frame, their columns, the Markdown
     experiments  one section per (experiment, subset); each experiment's primary comparison
     page       the self-contained HTML page (Jinja2 template, CSS and JS in templates/ and static/)
@@ -15,11 +16,13 @@ and no torch. Modules:
 Outputs of `build_report` (``--out``, default: the results folder itself; every file written atomically)::
 
     leaderboard.csv        one row per (experiment, subset, model, entry): numbers as fractions, CI / IQM /
-                           P(improvement) columns; statistics within each (experiment, subset)
-                           (bandpo.report.experiments); runs without an experiment belong to main
+                           P(improvement) columns, the paired difference from the baseline (same base model and
+                           seed) with its CI and P(improvement), its SD, MDE and the seeds an MDE of 2 points needs;
+                           statistics within each (experiment, subset) (bandpo.report.experiments); runs without an
+                           experiment belong to main
     leaderboard.md         the same, one table per (experiment, subset, model size) (and per task when there are
-                           several), in
-                           percent, with notes on the statistics and links to the figures
+                           several), in percent, with the experiments' notes, notes on the statistics, the power of
+                           the comparisons (MDE per experiment, model size and metric) and links to the figures
     leaderboard.html       one self-contained page: the tables (sortable, filtered by experiment and model size),
                            notes on how to read them, the figures embedded as data URIs; a Content-Security-Policy
                            admits only the page's own script
@@ -78,11 +81,17 @@ from bandpo.report.page import leaderboard_html
 from bandpo.report.stats import (
     ALL_TASKS,
     DEFAULT_BASELINE,
+    MDE_TARGET,
     metric_label,
+    minimum_detectable_difference,
+    paired_comparison,
+    power_table,
     probability_of_improvement,
+    rerun_agreement,
     run_stats,
     score_stats,
     seed_bands,
+    seeds_needed,
 )
 from bandpo.report.tables import entry_labels, entry_order, leaderboard, leaderboard_markdown, per_task_table
 
@@ -94,6 +103,7 @@ __all__ = [
     "FIGURES",
     "FIGURE_CAPTIONS",
     "LEADERBOARD_FILES",
+    "MDE_TARGET",
     "PUBLISHED_TABLES",
     "SIMPLEX",
     "Run",
@@ -118,17 +128,22 @@ __all__ = [
     "load_runs",
     "main",
     "metric_label",
+    "minimum_detectable_difference",
     "of_experiment",
+    "paired_comparison",
     "params_label",
     "per_task_table",
     "placeholder_figure",
+    "power_table",
     "primary_results",
     "probability_of_improvement",
     "provenance",
     "publish",
+    "rerun_agreement",
     "run_stats",
     "save_figure",
     "score_stats",
     "seed_bands",
+    "seeds_needed",
     "training_curves_figure",
 ]

@@ -4,6 +4,12 @@ to the top-level ``results/`` with provenance) and the command line::
     python -m bandpo.report build --results results/embedded [--out results/embedded] [--baseline grpo]
                                   [--bounds results/embedded/bounds.csv]
     python -m bandpo.report publish --src results/embedded --dest results [--config-json '{...}']
+                                    [--models resources/models/tiny-s/seed0 ...]
+    python -m bandpo.report compare --published results/leaderboard.csv --rerun OTHER/leaderboard.csv
+
+``compare`` checks a rerun (another machine, thread count or BLAS path) against the published leaderboard: which
+rows' means fall outside the published 95% intervals, and whether every paired difference from the baseline whose
+interval excludes 0 keeps its sign (`bandpo.report.stats.rerun_agreement`).
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from bandpo.report.load import (
     run_summaries,
 )
 from bandpo.report.page import leaderboard_html
-from bandpo.report.stats import DEFAULT_BASELINE
+from bandpo.report.stats import DEFAULT_BASELINE, power_table, rerun_agreement
 from bandpo.report.tables import experiment_notes, leaderboard_markdown, per_task_table, write_csv
 
 LEADERBOARD_FILES = ("leaderboard.csv", "leaderboard.md", "leaderboard.html")
@@ -111,14 +117,17 @@ def build_report(
         written[name] = out / name
     tasks = per_task_table(main_stats, of_experiment(board, MAIN))
     notes = experiment_notes(specs, primary)
+    power = power_table(stats)
     present = set(board["experiment"])
     shown = [name for name in FIGURES if EXPERIMENT_FIGURES.get(name, MAIN) in present | {MAIN}]
-    atomic_write_text(out / "leaderboard.md", leaderboard_markdown(board, shown, per_task=tasks, notes=notes))
+    md = leaderboard_markdown(board, shown, per_task=tasks, notes=notes, power=power)
+    atomic_write_text(out / "leaderboard.md", md)
     written["leaderboard.md"] = out / "leaderboard.md"
     figs = {name: fig_dir / f"{name}.png" for name in shown} if embed_figures else None
     delta = float(bounds_table["delta"].iloc[0]) if not bounds_table.empty else float("nan")
     captions = {name: text.format(delta=delta) for name, text in FIGURE_CAPTIONS.items()}
-    atomic_write_text(out / "leaderboard.html", leaderboard_html(board, figs, captions, per_task=tasks, notes=notes))
+    page = leaderboard_html(board, figs, captions, per_task=tasks, notes=notes, power=power)
+    atomic_write_text(out / "leaderboard.html", page)
     written["leaderboard.html"] = out / "leaderboard.html"
     return written
 
@@ -127,9 +136,64 @@ PROVENANCE_PACKAGES = ("torch", "transformers", "lm_eval", "math-verify", "verl"
                        "seaborn", "datasets")  # fmt: skip
 
 
-def provenance(config: Mapping | None = None) -> dict:
+NUMERICS_KEYS = ("cpu_model", "torch_cpu_capability", "torch_threads", "torch_interop_threads", "cuda_device")
+
+
+def base_models(model_dirs: Sequence[str | os.PathLike]) -> list[dict]:
+    """Each base model as published: its folder, the sha256 of its weights files computed now
+    (`bandpo.provenance.weights_sha256`), whether they equal the checksums its build recorded in info.json, and from
+    that info.json its seed and the machine it was built on (CPU model, torch's CPU capability, threads)."""
+    from bandpo.provenance import weights_sha256
+
+    out = []
+    for folder in map(Path, model_dirs):
+        if not (folder / "config.json").is_file():
+            raise FileNotFoundError(f"base model not found (no config.json): {folder}")
+        info_path = folder / "info.json"
+        info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
+        sha = weights_sha256(folder)
+        recorded = info.get("weights_sha256")
+        out.append(
+            {
+                "path": folder.as_posix(),
+                "kind": info.get("kind"),
+                "seed": info.get("seed"),
+                "weights_sha256": sha,
+                "matches_build_record": (recorded == sha) if recorded is not None else None,
+                "built_on": {k: v for k, v in (info.get("machine") or {}).items() if k in NUMERICS_KEYS},
+            }
+        )
+    return out
+
+
+def numerics(results_dir: str | os.PathLike) -> list[dict]:
+    """What decided the floating-point results of the jobs behind a profile's results: the distinct (CPU model,
+    torch's CPU capability, thread counts, CUDA device) recorded by its training runs (run.json) and evaluations
+    (eval summaries), each with the stage and how many jobs ran under it."""
+    root = Path(results_dir)
+    seen: dict[str, dict] = {}
+    files = [("train", p) for p in sorted(root.glob("runs/*/*/seed*/run.json"))]
+    files += [("eval", p) for p in sorted(root.glob("eval/*/*/seed*/*.json")) if p.name != "lm_eval_results.json"]
+    for stage, path in files:
+        try:
+            facts = json.loads(path.read_text(encoding="utf-8")).get("machine") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        facts = {k: facts[k] for k in NUMERICS_KEYS if k in facts}
+        key = json.dumps([stage, facts], sort_keys=True)
+        seen.setdefault(key, {"stage": stage, **facts, "jobs": 0})["jobs"] += 1
+    return list(seen.values())
+
+
+def provenance(
+    config: Mapping | None = None,
+    models: Sequence[str | os.PathLike] = (),
+    results_dir: str | os.PathLike | None = None,
+) -> dict:
     """Where published numbers come from: git commit (and whether the tree had uncommitted changes), Python and
-    package versions, the machine (`bandpo.provenance.machine`), and the resolved run config when given."""
+    package versions, the machine (`bandpo.provenance.machine`), the resolved run config when given, each base
+    model's weights checksum and build machine (`base_models`), and the numerics of the jobs behind
+    ``results_dir`` (`numerics`)."""
     import subprocess
 
     from bandpo.provenance import machine, versions
@@ -155,14 +219,21 @@ def provenance(config: Mapping | None = None) -> dict:
         "machine": host,
         "packages": packages,
         "config": dict(config) if config is not None else None,
+        "base_models": base_models(models),
+        "numerics": numerics(results_dir) if results_dir is not None else [],
     }
 
 
-def publish(src: str | os.PathLike, dest: str | os.PathLike = "results", config: Mapping | None = None) -> list[Path]:
+def publish(
+    src: str | os.PathLike,
+    dest: str | os.PathLike = "results",
+    config: Mapping | None = None,
+    models: Sequence[str | os.PathLike] = (),
+) -> list[Path]:
     """Copy a profile's leaderboard (``src/leaderboard.{csv,md,html}``), tables (``stats.csv``, ``scores.csv``,
     ``runs.csv``) and figures (``src/figures/*.png``) to ``dest`` (same names), each file atomically, and write
-    ``dest/provenance.json`` (`provenance`: git commit, package versions, the run config). Returns the written
-    paths."""
+    ``dest/provenance.json`` (`provenance`: git commit, package versions, the run config, the checksums of the
+    base models ``models`` and the numerics of the jobs under ``src``). Returns the written paths."""
     src, dest = Path(src), Path(dest)
     missing = [n for n in LEADERBOARD_FILES if not (src / n).is_file()]
     if missing:
@@ -176,9 +247,31 @@ def publish(src: str | os.PathLike, dest: str | os.PathLike = "results", config:
             continue
         atomic_write_bytes(d, s.read_bytes())
         written.append(d)
-    atomic_write_text(dest / "provenance.json", json.dumps(provenance(config), indent=2, default=str) + "\n")
+    prov = provenance(config, models, src)
+    atomic_write_text(dest / "provenance.json", json.dumps(prov, indent=2, default=str) + "\n")
     written.append(dest / "provenance.json")
     return written
+
+
+def compare(published: str | os.PathLike, rerun: str | os.PathLike, labels: Sequence[str]) -> int:
+    """Print `rerun_agreement` of two leaderboard.csv files and a summary; 0, or 2 when a file is missing."""
+    frames = []
+    for path in (published, rerun):
+        if not Path(path).is_file():
+            print(f"python -m bandpo.report: error: leaderboard not found: {path}", file=sys.stderr)
+            return 2
+        frames.append(pd.read_csv(path, keep_default_na=False, na_values=[""]))
+    table = rerun_agreement(frames[0], frames[1], labels)
+    if table.empty:
+        print("python -m bandpo.report: error: the two leaderboards share no (model, entry, metric)", file=sys.stderr)
+        return 2
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    rated = table[table["inside"].notna()]
+    claims = table[table["claim"] != 0]
+    print(f"\nrerun inside the published 95% interval: {int(rated['inside'].sum())} of {len(rated)} rows")
+    print(f"paired claims (interval excludes 0) that hold on the rerun: {int(claims['claim_holds'].sum())} of "
+          f"{len(claims)}")  # fmt: skip
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -199,7 +292,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--src", required=True, help="the profile's report folder, e.g. results/embedded")
     p.add_argument("--dest", default="results")
     p.add_argument("--config-json", default=None, help="the resolved run config (JSON) to record in provenance.json")
+    p.add_argument("--models", nargs="*", default=[], help="base model folders whose checksums provenance records")
+    c = sub.add_parser("compare", help="a rerun's leaderboard.csv against the published one")
+    c.add_argument("--published", required=True, help="the published leaderboard.csv")
+    c.add_argument("--rerun", required=True, help="the rerun's leaderboard.csv")
+    c.add_argument("--metrics", nargs="+", default=["mean@8", "pass@8"], help="metric labels to compare")
     args = ap.parse_args(argv)
+    if args.command == "compare":
+        return compare(args.published, args.rerun, args.metrics)
     try:
         if args.command == "build":
             if not 0 < args.confidence < 1:
@@ -218,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps({k: str(v) for k, v in written.items()}, indent=1))
         else:
             config = json.loads(args.config_json) if args.config_json else None
-            for path in publish(args.src, args.dest, config):
+            for path in publish(args.src, args.dest, config, args.models):
                 print(path)
     except (FileNotFoundError, ValueError) as e:
         print(f"python -m bandpo.report: error: {e}", file=sys.stderr)

@@ -24,6 +24,7 @@ import pandas as pd
 
 from bandpo.report.load import BASE_ENTRY
 from bandpo.report.tables import (
+    POWER_NOTE,
     SEEDS_NOTE,
     STATS_NOTE,
     Column,
@@ -32,8 +33,10 @@ from bandpo.report.tables import (
     display_columns,
     max_seeds,
     page_title,
+    power_lines,
     sections,
     task_columns,
+    unpaired_lines,
 )
 
 PARAMS_SEPARATOR = ", "  # the only place a params cell may break: between two "key=value" parts
@@ -104,10 +107,12 @@ def leaderboard_html(
     title: str | None = None,
     per_task: pd.DataFrame | None = None,
     notes: Sequence[tuple[str, str]] = (),
+    power: pd.DataFrame | None = None,
 ) -> str:
     """A standalone HTML page of the leaderboard: one sortable table per (experiment, subset, model size) (and per
     task when there are several), filters by experiment and model size, the experiments' ``notes`` (experiment,
-    text), notes on how to read the numbers, and ``figures`` (name -> PNG file) embedded as data URIs with their
+    text), notes on how to read the numbers and on power (``power``: `bandpo.report.stats.power_table`), and
+    ``figures`` (name -> PNG file) embedded as data URIs with their
     ``captions``."""
     script = _static("leaderboard.js")
     script_hash = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
@@ -131,6 +136,10 @@ def leaderboard_html(
         for name, path in (figures or {}).items()
     ]
     baseline = baseline_of(board)
+    reading = [STATS_NOTE.format(baseline=baseline), SEEDS_NOTE.format(n=max_seeds(board))]
+    if power is not None and not power.empty:
+        reading += [POWER_NOTE.format(baseline=baseline), *power_lines(power)]
+    reading += unpaired_lines(board)
     return (
         _environment()
         .get_template("leaderboard.html.j2")
@@ -147,7 +156,7 @@ def leaderboard_html(
             tables=tables,
             task_tables=task_tables,
             experiment_notes=[{"name": xp, "text": text} for xp, text in notes],
-            notes=[STATS_NOTE.format(baseline=baseline), SEEDS_NOTE.format(n=max_seeds(board))],
+            notes=reading,
             figures=figs,
         )
     )

@@ -11,6 +11,17 @@ For a (model, entry) and a metric, the unit is one seed's score on one task. Ove
 * **P(improvement) over the baseline** (``grpo`` by default): per task, the mean over all pairs (seed of the entry,
   seed of the baseline) of 1[x > y] + 1/2 1[x = y], averaged over tasks; CI by resampling both sets of seeds
   independently within each task.
+* **paired comparison with the baseline** (the published comparison): seed s of every entry trains from base model s
+  (``base_per_seed``), so entry and baseline runs of one seed share their base model and seed. Per seed the paired
+  difference d_s = x_s - y_s (over tasks: of each seed's mean over tasks); ``diff`` is their mean with a 95%
+  percentile-bootstrap CI over the pairs (seeded), ``diff_poi`` = mean of 1[d_s > 0] + 1/2 1[d_s = 0] (the
+  probability of improvement on the paired differences) with the same bootstrap, ``diff_sd`` their SD. Seeds that
+  only one side has are left out and named in ``unpaired``. The base row's difference is the base model against
+  the baseline trained from it.
+* **power**: ``mde`` = the minimum detectable difference of a two-sided paired t-test at level 0.05 with 80%
+  power, for the seeds used: (t_{0.975, n-1} + t_{0.80, n-1}) * sd / sqrt(n) (the usual approximation to the
+  noncentral-t power equation, slightly optimistic for small n); ``seeds_for_target`` the fewest seeds whose MDE
+  at this SD is at most ``MDE_TARGET`` (2 points), `seeds_needed`.
 * training columns: final token entropy / reward (mean over the last 10% of steps of a run, then over seeds, with
   a bootstrap CI), clip fraction (off-policy updates when logged), training time per run and summed over seeds.
 """
@@ -30,6 +41,9 @@ DEFAULT_BASELINE = "grpo"
 HEADLINE = ("mean", "pass", "maj", "best_bootstrap")  # metric families of the leaderboard, at k = n samples
 ALL_TASKS = "all"
 FINAL_FRACTION = 0.1  # "final" training statistics: mean over the last 10% of a run's steps
+MDE_TARGET = 0.02  # a 2-point difference (scores are fractions): what the seed count should resolve
+POWER, ALPHA = 0.8, 0.05  # of the minimum detectable difference: 80% power, two-sided level 0.05
+MAX_SEEDS = 10_000  # seeds_needed gives up beyond this
 
 
 def metric_label(family: str, k: Any) -> str:
@@ -114,6 +128,100 @@ def probability_of_improvement(
     return (estimate, *bootstrap_ci(samples, _poi_stat, n_resamples, rng, confidence))
 
 
+def minimum_detectable_difference(sd: float, n: int, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The smallest true mean difference a two-sided paired t-test at level ``alpha`` detects with probability
+    ``power`` from ``n`` pairs whose differences have standard deviation ``sd``:
+    (t_{1-alpha/2, n-1} + t_{power, n-1}) * sd / sqrt(n). NaN for n < 2 or an unknown SD."""
+    if n < 2 or not math.isfinite(sd):
+        return float("nan")
+    from scipy.stats import t
+
+    df = n - 1
+    return float((t.ppf(1 - alpha / 2, df) + t.ppf(power, df)) * sd / math.sqrt(n))
+
+
+def seeds_needed(sd: float, target: float = MDE_TARGET, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The fewest seeds (pairs) whose `minimum_detectable_difference` at this SD is at most ``target``: 2 when the
+    SD is 0, NaN when it is unknown, inf beyond `MAX_SEEDS`."""
+    if not math.isfinite(sd) or target <= 0:
+        return float("nan")
+    if sd == 0:
+        return 2.0
+    lo, hi = 2, MAX_SEEDS  # the MDE falls with n: bisect for the first n that reaches the target
+    if minimum_detectable_difference(sd, hi, alpha, power) > target:
+        return float("inf")
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if minimum_detectable_difference(sd, mid, alpha, power) <= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(lo)
+
+
+def _improvement(d: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Share of positive paired differences, ties counting one half."""
+    return (d > 0).mean(axis=axis) + 0.5 * (d == 0).mean(axis=axis)
+
+
+def _per_seed(frame: pd.DataFrame, tasks: Sequence[str]) -> pd.Series:
+    """seed -> mean over ``tasks`` of the seed's values, for the seeds that have every one of them."""
+    wide = frame.pivot_table(index="seed", columns="task", values="value", aggfunc="mean")
+    wide = wide.reindex(columns=list(tasks)).dropna()
+    return wide.mean(axis=1)
+
+
+def paired_comparison(
+    x: pd.DataFrame,
+    y: pd.DataFrame,
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+    rng: np.random.Generator | int = 0,
+    names: tuple[str, str] = ("entry", "baseline"),
+) -> dict[str, Any]:
+    """The paired comparison of scores ``x`` (one entry's) with ``y`` (the baseline's): frames of seed, task,
+    value, paired by seed (seed s of both trained from base model s with seed s). A seed's score is its mean over
+    the tasks of ``x``; seeds either side lacks (or lacks a task of) are left out and named in ``unpaired``.
+
+    Returns n_pairs, diff (mean of x_s - y_s), diff_ci_low/high (percentile bootstrap over the pairs), diff_sd
+    (ddof 1), diff_poi (share of d_s > 0, ties 1/2) and its CI, mde (`minimum_detectable_difference` for
+    n_pairs), seeds_for_target (`seeds_needed` for `MDE_TARGET`), unpaired (text, "" when every seed is paired)."""
+    tasks = sorted(set(x["task"]))
+    xs, ys = _per_seed(x, tasks), _per_seed(y, tasks)
+    seeds = sorted(set(xs.index) & set(ys.index))
+    notes = []
+    for name, own, other in ((names[0], xs, ys), (names[1], ys, xs)):
+        lone = sorted(set(own.index) - set(other.index))
+        if lone:
+            notes.append(f"seed(s) {', '.join(map(str, lone))} only in {name}")
+    lacking = sorted(set(x["seed"]) - set(xs.index)) + sorted(set(y["seed"]) - set(ys.index))
+    if lacking:
+        notes.append(f"seed(s) {', '.join(map(str, sorted(set(lacking))))} lack a task")
+    d = (xs.loc[seeds] - ys.loc[seeds]).to_numpy(np.float64)
+    rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+    n = len(d)
+    sd = float(np.std(d, ddof=1)) if n >= 2 else float("nan")
+    lo, hi = bootstrap_ci([d], mean_of_means, n_resamples, rng, confidence) if n else (float("nan"),) * 2
+    poi_lo, poi_hi = bootstrap_ci([d], _improvement, n_resamples, rng, confidence) if n else (float("nan"),) * 2
+    return {
+        "n_pairs": n,
+        "diff": float(d.mean()) if n else float("nan"),
+        "diff_ci_low": lo,
+        "diff_ci_high": hi,
+        "diff_sd": sd,
+        "diff_poi": float(_improvement(d)) if n else float("nan"),
+        "diff_poi_ci_low": poi_lo,
+        "diff_poi_ci_high": poi_hi,
+        "mde": minimum_detectable_difference(sd, n),
+        "seeds_for_target": seeds_needed(sd),
+        "unpaired": "; ".join(notes),
+    }
+
+
+PAIRED_COLUMNS = ["n_pairs", "diff", "diff_ci_low", "diff_ci_high", "diff_sd", "diff_poi", "diff_poi_ci_low",
+                  "diff_poi_ci_high", "mde", "seeds_for_target", "unpaired"]  # fmt: skip
+
+
 def _baseline_entry(scores: pd.DataFrame, baseline: str | None) -> str | None:
     """The entry the P(improvement) compares with: the entry named ``baseline`` if there is one, else the only
     entry whose method is ``baseline`` (e.g. entry "grpo_eps02" of method "grpo"), else None."""
@@ -138,7 +246,10 @@ def score_stats(
     ``task`` is each task and ``"all"``: the aggregate over tasks of every headline metric (mean@n, pass@n, maj@n,
     best@n_bootstrap, where n is the task's sample count), stratified by task. Columns: profile, model, entry,
     method, params, task, metric, k, label, n_seeds, mean, ci_low, ci_high, iqm, iqm_ci_low, iqm_ci_high, poi,
-    poi_ci_low, poi_ci_high, baseline. ``poi`` is P(entry > baseline) and NaN in the baseline's own row."""
+    poi_ci_low, poi_ci_high, baseline, then the paired comparison with the baseline (`paired_comparison`: n_pairs,
+    diff, diff_ci_low, diff_ci_high, diff_sd, diff_poi, diff_poi_ci_low, diff_poi_ci_high, mde, seeds_for_target,
+    unpaired). ``poi`` is rliable's P(entry > baseline) over all seed pairs (unpaired); ``diff_poi`` the same on
+    the paired differences. Both are NaN in the baseline's own row."""
     columns = [
         "profile",
         "model",
@@ -160,6 +271,7 @@ def score_stats(
         "poi_ci_low",
         "poi_ci_high",
         "baseline",
+        *PAIRED_COLUMNS,
     ]
     if scores.empty:
         return pd.DataFrame(columns=columns)
@@ -192,6 +304,7 @@ def score_stats(
             iqm_value = float(iqm(*samples))
             iqm_lo, iqm_hi = bootstrap_ci(samples, iqm, n_resamples, seeded_rng(seed, "iqm", *key), confidence)
             poi = (float("nan"),) * 3
+            paired = dict.fromkeys(PAIRED_COLUMNS, float("nan")) | {"n_pairs": 0, "unpaired": ""}
             if base_entry is not None and entry != base_entry:
                 ref = frame[
                     (frame["entry"] == base_entry)
@@ -202,6 +315,8 @@ def score_stats(
                 if not ref.empty:
                     y = {t: gt["value"].to_numpy(np.float64) for t, gt in ref.groupby("task", sort=True)}
                     poi = probability_of_improvement(strata, y, n_resamples, confidence, seeded_rng(seed, "poi", *key))
+                    paired = paired_comparison(g, ref, n_resamples, confidence, seeded_rng(seed, "paired", *key),
+                                               (str(entry), str(base_entry)))  # fmt: skip
             ks = g["k"].dropna().unique()
             k = float(ks[0]) if len(ks) == 1 else float("nan")
             profile, method, params = ident.loc[(model, entry)]
@@ -227,8 +342,49 @@ def score_stats(
                     "poi_ci_low": poi[1],
                     "poi_ci_high": poi[2],
                     "baseline": base_entry,
+                    **paired,
                 }
             )
+    return pd.DataFrame(rows, columns=columns)
+
+
+def power_table(stats: pd.DataFrame, families: Sequence[str] = ("mean", "pass")) -> pd.DataFrame:
+    """Power of the published comparisons, one row per (experiment, subset, model, metric) over tasks
+    (``task == "all"``; experiment and subset only when the stats have those columns): the pooled SD of the paired
+    differences of the trained entries against the baseline (root mean square of their ``diff_sd``, each from the
+    same seed count; the base row is left out), the seeds used, the MDE at that SD and seed count
+    (`minimum_detectable_difference`), the range of the entries' own MDEs, and the seeds the pooled SD would need
+    for an MDE of `MDE_TARGET` (`seeds_needed`). Columns: [experiment, subset,] model, label, n_comparisons,
+    n_seeds, sd, mde, mde_min, mde_max, target, seeds_for_target."""
+    groups = [k for k in ("experiment", "subset") if k in stats]  # one row per section when the stats have them
+    columns = [*groups, "model", "label", "n_comparisons", "n_seeds", "sd", "mde", "mde_min", "mde_max", "target",
+               "seeds_for_target"]  # fmt: skip
+    if stats.empty or "diff_sd" not in stats:
+        return pd.DataFrame(columns=columns)
+    from bandpo.report.load import BASE_ENTRY
+
+    rows = []
+    sel = stats[(stats["task"] == ALL_TASKS) & stats["metric"].isin(families) & (stats["entry"] != BASE_ENTRY)]
+    sel = sel[sel["diff_sd"].notna()]
+    for key, g in sel.groupby([*groups, "model", "label"], sort=True, dropna=False):
+        *section, model, label = key
+        n = int(g["n_pairs"].min())
+        sd = float(np.sqrt(np.mean(np.square(g["diff_sd"].to_numpy(np.float64)))))
+        rows.append(
+            {
+                **dict(zip(groups, section, strict=True)),
+                "model": model,
+                "label": label,
+                "n_comparisons": len(g),
+                "n_seeds": n,
+                "sd": sd,
+                "mde": minimum_detectable_difference(sd, n),
+                "mde_min": float(g["mde"].min()),
+                "mde_max": float(g["mde"].max()),
+                "target": MDE_TARGET,
+                "seeds_for_target": seeds_needed(sd),
+            }
+        )
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -363,3 +519,39 @@ def seed_bands(
             col = mat[:, j][~np.isnan(mat[:, j])]
             rows.append((*key, xv, float(col.mean()), float(lo[j]), float(hi[j]), int(col.size)))
     return pd.DataFrame(rows, columns=[*by, x, "mean", "ci_low", "ci_high", "n_seeds"])
+
+
+def rerun_agreement(published: pd.DataFrame, rerun: pd.DataFrame, labels: Sequence[str]) -> pd.DataFrame:
+    """How a rerun's leaderboard (leaderboard.csv of another machine, thread count or BLAS path) sits against the
+    published one, one row per (model, entry, metric label) both have: ``inside`` = the rerun's mean lies in the
+    published 95% interval; ``claim`` = the sign of the published paired difference from the baseline when its
+    interval excludes 0 (+1 / -1, else 0: no claim), ``claim_holds`` = the rerun's paired difference has that sign
+    (None where there is no claim). Columns: model, entry, label, published, ci_low, ci_high, rerun, inside,
+    published_diff, rerun_diff, claim, claim_holds."""
+    rows = []
+    both = published.merge(rerun, on=["model", "entry"], suffixes=("", "_rerun"))
+    for _, r in both.iterrows():
+        for label in labels:
+            if label not in published or f"{label}_rerun" not in both:
+                continue
+            lo, hi, value = r[f"{label}_ci_low"], r[f"{label}_ci_high"], r[f"{label}_rerun"]
+            d, dlo, dhi = (r.get(f"{label}_diff{x}", float("nan")) for x in ("", "_ci_low", "_ci_high"))
+            claim = 1 if dlo > 0 else (-1 if dhi < 0 else 0)
+            rerun_d = r.get(f"{label}_diff_rerun", float("nan"))
+            rows.append(
+                {
+                    "model": r["model"],
+                    "entry": r["entry"],
+                    "label": label,
+                    "published": r[label],
+                    "ci_low": lo,
+                    "ci_high": hi,
+                    "rerun": value,
+                    "inside": bool(lo <= value <= hi) if not (math.isnan(lo) or math.isnan(hi)) else None,
+                    "published_diff": d,
+                    "rerun_diff": rerun_d,
+                    "claim": claim,
+                    "claim_holds": bool(np.sign(rerun_d) == claim) if claim else None,
+                }
+            )
+    return pd.DataFrame(rows)

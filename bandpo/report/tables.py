@@ -17,7 +17,7 @@ import pandas as pd
 
 from bandpo.files import atomic_write_text
 from bandpo.report.load import BASE_ENTRY, params_label, parse_metric
-from bandpo.report.stats import ALL_TASKS, DEFAULT_BASELINE, HEADLINE
+from bandpo.report.stats import ALL_TASKS, DEFAULT_BASELINE, HEADLINE, PAIRED_COLUMNS
 
 
 def write_csv(df: pd.DataFrame, path: Path) -> None:
@@ -49,7 +49,10 @@ def leaderboard(
     """The wide leaderboard: one row per (model, entry), the base model first, then by mean@k (best first).
 
     Per headline metric L (e.g. ``mean@8``): L, L_ci_low, L_ci_high, L_iqm, L_poi, L_poi_ci_low, L_poi_ci_high
-    (P(improvement) over ``baseline``); then the training columns of `run_stats`. ``params`` is the entry's label
+    (rliable's P(improvement) over ``baseline``, all seed pairs), and the paired comparison with the baseline
+    (`bandpo.report.stats.paired_comparison`): L_diff, L_diff_ci_low, L_diff_ci_high, L_diff_sd, L_diff_poi,
+    L_diff_poi_ci_low, L_diff_poi_ci_high, L_mde, L_seeds_for_target, L_n_pairs, L_unpaired; then the training
+    columns of `run_stats`. ``params`` is the entry's label
     from ``labels`` ((model, entry) -> the runs' ``method_label``, `entry_labels`), else `params_label` of its
     parameters; ``params_json`` the parameters as canonical JSON."""
     overall = stats[stats["task"] == ALL_TASKS] if not stats.empty else stats
@@ -96,6 +99,7 @@ def leaderboard(
                     f"{label}_poi": r["poi"],
                     f"{label}_poi_ci_low": r["poi_ci_low"],
                     f"{label}_poi_ci_high": r["poi_ci_high"],
+                    **{f"{label}_{c}": r[c] for c in PAIRED_COLUMNS if c in r},
                 }
             )
         t = per_entry[(per_entry["model"] == model) & (per_entry["entry"] == entry)] if not per_entry.empty else None
@@ -118,7 +122,7 @@ def leaderboard(
 def headline_label(board: pd.DataFrame, family: str) -> str | None:
     """The leaderboard column of a metric family (``mean`` -> ``mean@8``), None if absent."""
     for c in board.columns:
-        if "_ci_" in c or c.endswith(("_iqm", "_poi")):
+        if "_ci_" in c or c.endswith(("_iqm", "_poi")) or any(c.endswith(f"_{p}") for p in PAIRED_COLUMNS):
             continue
         fam, _ = parse_metric(c)
         if fam == family or (family == "mean" and c == "mean@n"):
@@ -132,12 +136,23 @@ def headline_label(board: pd.DataFrame, family: str) -> str | None:
 STATS_NOTE = (
     "Scores are fractions of problems solved, shown in percent: the mean over seeds of each seed's lm-eval score "
     "(averaged over tasks with equal weight), with a 95% percentile-bootstrap confidence interval that resamples "
-    "seeds within each task (stratified bootstrap, seeded). IQM is the interquartile mean of the (seed, task) "
-    "scores; with fewer than 4 of them nothing is trimmed and it equals the mean. P(>{baseline}) is the "
-    "probability of improvement over the baseline: the share of (seed, baseline seed) pairs in which this entry "
-    "scores higher, ties counting one half; 0.5 means no difference. pass@k is the unbiased estimator "
+    "seeds within each task (stratified bootstrap, seeded). Seed s of every entry trains from base model s "
+    "(pretrained with seed s; the base row's seed s is that model), so the spread over seeds holds the pretraining "
+    "draw, the RL run's randomness and the evaluation's sampling. IQM is the interquartile mean of the (seed, task) "
+    "scores; with fewer than 4 of them nothing is trimmed and it equals the mean. Comparisons with {baseline} are "
+    "paired: Δ is the mean over seeds of this entry's score minus {baseline}'s trained from the same base model "
+    "with the same seed, with a 95% percentile-bootstrap interval over those paired differences (seeded); "
+    "P(>{baseline}) is the probability of improvement on them: the share of seeds whose difference is positive, "
+    "ties counting one half; 0.5 means no difference. pass@k is the unbiased estimator "
     "1 - C(n-c, k)/C(n, k); best@k (bootstrap) is the paper's resampled variant, labelled as such. Entropy is "
     "the rollout policy's mean token entropy over the last 10% of training steps; time is per training run."
+)
+POWER_NOTE = (
+    "Minimum detectable difference (MDE): the smallest true difference from {baseline} that a two-sided paired "
+    "t-test at level 0.05 finds with 80% power from n seeds, (t(0.975, n-1) + t(0.80, n-1)) x SD / sqrt(n), where SD "
+    "is the standard deviation of the paired differences (pooled over a model's trained entries: the root mean "
+    "square of their SDs). Differences below the MDE are not resolved by this many seeds; 'seeds for 2 points' "
+    "is the fewest seeds whose MDE at this SD is at most 2 points."
 )
 SEEDS_NOTE = (
     "With only {n} seed(s) per row these intervals are wide, and a percentile bootstrap over so few seeds (a "
@@ -229,10 +244,14 @@ def display_columns(board: pd.DataFrame) -> list[Column]:
                 Column(f"{label}_iqm", f"{label} IQM %", lambda r, c=label: fmt(r.get(f"{c}_iqm"), 100.0),
                         lambda r, c=label: num(r.get(f"{c}_iqm")))
             )  # fmt: skip
-        if family in ("mean", "pass"):
+            # the paired comparison with the baseline (that of the other metrics is in leaderboard.csv)
             cols.append(
-                Column(f"{label}_poi", f"{label} P(>{baseline})", lambda r, c=label: poi_text(r, c),
-                        lambda r, c=label: num(r.get(f"{c}_poi")))
+                Column(f"{label}_diff", f"{label} Δ %", lambda r, c=label: diff_text(r, c),
+                       lambda r, c=label: num(r.get(f"{c}_diff")))
+            )  # fmt: skip
+            cols.append(
+                Column(f"{label}_diff_poi", f"{label} P(>{baseline})", lambda r, c=label: poi_text(r, c),
+                        lambda r, c=label: num(r.get(f"{c}_diff_poi")))
             )  # fmt: skip
     if "entropy_final" in board:
         cols.append(ci_column("entropy_final", "entropy (final)", 1.0, 3))
@@ -274,9 +293,53 @@ def task_columns(table: pd.DataFrame) -> list[Column]:
 
 
 def poi_text(r: Mapping[str, Any], label: str) -> str:
+    """P(improvement) on the paired differences, with its interval."""
     if r.get("entry") == r.get("baseline"):
         return "(baseline)"
-    return fmt_ci(r.get(f"{label}_poi"), r.get(f"{label}_poi_ci_low"), r.get(f"{label}_poi_ci_high"), 1.0, 2)
+    key = f"{label}_diff_poi"
+    return fmt_ci(r.get(key), r.get(f"{key}_ci_low"), r.get(f"{key}_ci_high"), 1.0, 2)
+
+
+def diff_text(r: Mapping[str, Any], label: str) -> str:
+    """The mean paired difference from the baseline in points, signed, with its interval."""
+    if r.get("entry") == r.get("baseline"):
+        return "(baseline)"
+    key = f"{label}_diff"
+    text = fmt_ci(r.get(key), r.get(f"{key}_ci_low"), r.get(f"{key}_ci_high"))
+    return text if text == "—" or text.startswith("-") else "+" + text
+
+
+def unpaired_lines(board: pd.DataFrame) -> list[str]:
+    """One sentence per leaderboard row whose paired comparison left seeds out (the ``*_unpaired`` columns)."""
+    out = []
+    for col in [c for c in board.columns if c.endswith("_unpaired")]:
+        label = col.removesuffix("_unpaired")
+        for _, r in board[board[col].notna() & (board[col].astype(str) != "")].iterrows():
+            out.append(f"{r['model']} / {r['entry']}, {label}: left out of the paired comparison: {r[col]}.")
+    return out
+
+
+def power_lines(power: pd.DataFrame) -> list[str]:
+    """One sentence per (model, metric) of `bandpo.report.stats.power_table`, in points."""
+    out = []
+    for r in power.itertuples():
+        need = r.seeds_for_target
+        if math.isnan(need):
+            need_text = "unknown"
+        elif math.isinf(need):
+            need_text = "more than 10000"
+        else:
+            need_text = f"{int(need)}"
+        verdict = "resolved" if r.mde <= r.target else "not resolved"
+        section = [str(x) for x in (getattr(r, "experiment", ""), getattr(r, "subset", "")) if x and x == x]
+        where = f"{' / '.join(section)}: " if section and section != ["main"] else ""
+        out.append(
+            f"{where}{r.model}, {r.label}: SD of the paired differences {fmt(r.sd, 100.0, 2)} points over "
+            f"{r.n_comparisons} comparison(s) with {r.n_seeds} seeds; MDE {fmt(r.mde, 100.0)} points (entries "
+            f"{fmt(r.mde_min, 100.0)} to {fmt(r.mde_max, 100.0)}); a {fmt(r.target, 100.0, 0)}-point difference is "
+            f"{verdict} with {r.n_seeds} seeds; seeds for {fmt(r.target, 100.0, 0)} points: {need_text}."
+        )
+    return out
 
 
 def _md_cell(text: str) -> str:
@@ -356,10 +419,12 @@ def leaderboard_markdown(
     title: str | None = None,
     per_task: pd.DataFrame | None = None,
     notes: Sequence[tuple[str, str]] = (),
+    power: pd.DataFrame | None = None,
 ) -> str:
     """The leaderboard as Markdown: one table per (experiment, subset, model size) (and per-task tables when there
-    are several tasks), the experiments' notes (`experiment_notes`), the notes on the statistics, links to the
-    figures (``figures/<name>.png``). Every cell is escaped."""
+    are several tasks), the experiments' notes (`experiment_notes`), the notes on the statistics and on power
+    (``power``: `bandpo.report.stats.power_table`), links to the figures (``figures/<name>.png``). Every cell is
+    escaped."""
     lines = [f"# {_md_cell(page_title(board, title))}", ""]
     if board.empty:
         lines += ["No finished runs or evaluation scores were found.", ""]
@@ -375,6 +440,12 @@ def leaderboard_markdown(
             lines += [f"## {_md_cell(str(model))}: per task", "", *_md_table(g, tcols), ""]
     lines += ["## How to read these numbers", "", STATS_NOTE.format(baseline=_md_cell(baseline_of(board))), ""]
     lines += [SEEDS_NOTE.format(n=max_seeds(board)), ""]
+    if power is not None and not power.empty:
+        lines += ["## Power", "", POWER_NOTE.format(baseline=_md_cell(baseline_of(board))), ""]
+        lines += [f"- {_md_cell(line)}" for line in power_lines(power)] + [""]
+    unpaired = unpaired_lines(board)
+    if unpaired:
+        lines += ["## Unpaired seeds", "", *(f"- {_md_cell(line)}" for line in unpaired), ""]
     if figures:
         lines += ["## Figures", ""]
         for name in figures:

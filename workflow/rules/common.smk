@@ -6,12 +6,15 @@ import shlex
 
 from bench_config import (
     BASE_ENTRY,
+    base_models,
     by_id,
     eval_groups,
     eval_rule_name,
     job_resources,
     method_modules_env,
     model_data,
+    model_path,
+    pretrain_seed,
     runs,
     set_args,
     slots,
@@ -104,8 +107,15 @@ def data_file(data_id, split):
     return f"{data_dir(data_id)}/{split}.jsonl"
 
 
-def model_dir(model_id):
-    return f"resources/models/{model_id}"
+def model_dir(model_id, seed=None):
+    """The base model that run seed ``seed`` trains from (and that the base row's seed scores): one folder per seed
+    for tiny models with base_per_seed, else one folder for all seeds (bench_config.model_path)."""
+    return model_path(config, model_id, seed)
+
+
+def base_model(wildcards):
+    """Input function of a training rule: the base model's config.json for the job's model and seed wildcards."""
+    return f"{model_dir(wildcards.model, wildcards.seed)}/config.json"
 
 
 def run_dir(model_id, entry_id, seed):
@@ -147,7 +157,7 @@ def run_meta(model_id, slot, seed):
     if subsets:
         meta["subsets"] = subsets
     if entry_id == BASE_ENTRY:
-        meta.update({"method": None, "params": None, "step": 0, "model_dir": model_dir(model_id)})
+        meta.update({"method": None, "params": None, "step": 0, "model_dir": model_dir(model_id, seed)})
     else:
         meta.update(
             {
@@ -158,6 +168,7 @@ def run_meta(model_id, slot, seed):
                 "external": bool(ENTRIES[entry_id]["external"]),
                 "step": "final",
                 "run_dir": run_dir(model_id, slot, seed),
+                "base_model_dir": model_dir(model_id, seed),
             }
         )
     return meta

@@ -1,6 +1,7 @@
 # Scoring with lm-eval: results/{profile}/eval/{model}/{entry}/seed{seed}/{task}.json, with lm-eval's own
 # results (lm_eval_results.json) and samples ({task}.samples.jsonl) kept beside it. Entry "base" is the
-# untrained model of each size (the step-0 row).
+# untrained model of each size (the step-0 row); its seed s scores base model s (base_per_seed), the model that
+# every entry's seed s trained from.
 #
 # lm-eval start-up (imports, task index, model class) costs ~14 s per process on the 2-core testbed, far more than
 # scoring one tiny checkpoint. With eval.group_seeds (CPU default) one job scores all seeds of one
@@ -11,7 +12,7 @@
 
 def _checkpoint(model_id, slot, seed):
     if SLOTS[slot]["entry"] == BASE_ENTRY:
-        return f"{model_dir(model_id)}/config.json"
+        return f"{model_dir(model_id, seed)}/config.json"
     return f"{run_dir(model_id, slot, seed)}/model/config.json"
 
 

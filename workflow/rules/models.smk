@@ -1,11 +1,19 @@
-# Models: resources/models/{model}/ (config.json marks a finished folder; both commands publish atomically).
+# Models: resources/models/{model}/ (config.json marks a finished folder; both commands publish atomically). With
+# base_per_seed (the default) a tiny model is built once per seed: resources/models/{model}/seed{seed}/, pretrained
+# with seed models[].seed + seed; run seed s of every entry trains from it. A hub model is one download for all seeds.
+
+TINY_PER_SEED = config["base_per_seed"]
+TINY_MODEL = "resources/models/{model}/seed{seed}" if TINY_PER_SEED else "resources/models/{model}"
+TINY_MODEL_NAME = "{model}/seed{seed}" if TINY_PER_SEED else "{model}"  # of the log and benchmark files
 
 
 def _tiny_build_args(wildcards):
     m = MODELS[wildcards.model]
-    args = ["--size", m["size"], "--seed", str(m["seed"])]
+    seed = getattr(wildcards, "seed", None)
+    args = ["--size", m["size"], "--seed", str(pretrain_seed(config, wildcards.model, seed))]
     for key, value in sorted(m["build"].items()):
         args += [f"--{key.replace('_', '-')}", str(value)]
+    args += ["--out", model_dir(wildcards.model, seed)]
     return shlex.join(args)
 
 
@@ -14,13 +22,14 @@ def _pretrain_data(wildcards):
 
 
 # Embedded profile: a tiny Llama pretrained on this machine on its tiny-math data set (the model's `data`, default
-# train_data[0]; the probe's model on the probe data set); no download.
+# train_data[0]; the probe's model on the probe data set); no download. info.json records the seed, the machine
+# (CPU, torch's CPU capability, threads) and the sha256 of every weights file.
 rule model_tiny:
     input:
         train=lambda w: f"{_pretrain_data(w)}/train.jsonl",
         val=lambda w: f"{_pretrain_data(w)}/validation.jsonl",
     output:
-        f"{model_dir('{model}')}/config.json",
+        f"{TINY_MODEL}/config.json",
     wildcard_constraints:
         model=_alternatives(TINY_MODELS),
     params:
@@ -30,12 +39,12 @@ rule model_tiny:
     resources:
         **res("model_tiny"),
     log:
-        f"{LOGS}/models/{{model}}.log",
+        f"{LOGS}/models/{TINY_MODEL_NAME}.log",
     benchmark:
-        f"{BENCH}/models/{{model}}.tsv"
+        f"{BENCH}/models/{TINY_MODEL_NAME}.tsv"
     shell:
         "{ENV} python -m bandpo.models build {params.args} --data {params.data} "
-        "--out resources/models/{wildcards.model} --threads {threads} --no-progress > {log} 2>&1"
+        "--threads {threads} --no-progress > {log} 2>&1"
 
 
 def _hub_args(wildcards):
@@ -49,7 +58,7 @@ def _hub_args(wildcards):
 # GPU profile: a hub snapshot (huggingface_hub.snapshot_download).
 rule model_hub:
     output:
-        f"{model_dir('{model}')}/config.json",
+        "resources/models/{model}/config.json",
     wildcard_constraints:
         model=_alternatives(HUB_MODELS),
     params:

@@ -2,7 +2,8 @@
 # (bandpo.report, which reads files only; the bound figure's table is written first by
 # workflow/scripts/bounds_table.py, which needs the method registry). With `publish: true` (the embedded default)
 # the leaderboard and figures are also copied to the top-level results/ folder, the published results page, with
-# provenance.json (git commit, package versions and the resolved config).
+# provenance.json (git commit, package versions, the resolved config, each base model's weights sha256 and build
+# machine, and the CPU model / torch CPU capability / thread counts the training and evaluation jobs ran with).
 
 REPORT_FIGURES = ["bounds", "training_curves", "clipfrac_buckets", "final_scores", "random_reward_entropy",
                   "probe_curves", "probe_clipfrac_buckets"]  # fmt: skip
@@ -44,15 +45,22 @@ rule report:
         "--experiments-json {params.experiments:q}) > {log} 2>&1"
 
 
+def all_base_models():
+    """Every base model folder of the DAG (one per seed with base_per_seed; a hub model once)."""
+    return base_models(config)
+
+
 rule publish:
     input:
         rules.report.output,
+        models=lambda w: [f"{d}/config.json" for d in all_base_models()],
     output:
         tables=[f"results/{name}" for name in REPORT_TABLES],
         figures=[f"results/figures/{name}.png" for name in REPORT_FIGURES],
         provenance="results/provenance.json",
     params:
         config=json.dumps(config, sort_keys=True, default=str),
+        models=lambda w: all_base_models(),
     resources:
         **res("publish"),
     log:
@@ -60,7 +68,8 @@ rule publish:
     benchmark:
         f"{BENCH}/publish.tsv"
     shell:
-        "python -m bandpo.report publish --src {RESULTS} --dest results --config-json {params.config:q} > {log} 2>&1"
+        "python -m bandpo.report publish --src {RESULTS} --dest results --config-json {params.config:q} "
+        "--models {params.models:q} > {log} 2>&1"
 
 
 def report_targets():

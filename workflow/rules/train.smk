@@ -5,7 +5,7 @@
 def _local_train_args(wildcards):
     entry = entry_of(wildcards.entry)
     args = [
-        "--model", model_dir(wildcards.model),
+        "--model", model_dir(wildcards.model, wildcards.seed),
         "--data", data_dir(xp_of(wildcards.entry)["data"]),
         "--method", entry["method"],
         "--params", json.dumps(entry["params"], sort_keys=True),
@@ -23,7 +23,7 @@ def _verl_run(wildcards):
     fields = verl_fields(config, wildcards.model, wildcards.entry)
     fields.setdefault("experiment_name", f"{wildcards.model}-{wildcards.entry}-seed{wildcards.seed}")
     return VerlRun(
-        model=os.path.abspath(model_dir(wildcards.model)),
+        model=os.path.abspath(model_dir(wildcards.model, wildcards.seed)),
         method=entry["method"],
         params=entry["params"],
         seed=int(wildcards.seed),
@@ -50,7 +50,7 @@ if config["trainer"] == "verl":
     # BANDPO_METHOD_CONFIG through Ray's runtime_env). verl resumes from its latest checkpoint when rerun.
     rule train_verl:
         input:
-            model=f"{model_dir('{model}')}/config.json",
+            model=base_model,
             train=f"resources/data/_verl/{PROFILE}/train.parquet",
             val=f"resources/data/_verl/{PROFILE}/val.parquet",
         output:
@@ -83,7 +83,7 @@ if config["trainer"] == "verl":
             run=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/run.json",
         params:
             run=lambda w: run_dir(w.model, w.entry, w.seed),
-            base=lambda w: model_dir(w.model),
+            base=lambda w: model_dir(w.model, w.seed),
             meta=lambda w: q(json.dumps(run_meta(w.model, w.entry, w.seed), sort_keys=True)),
             config=lambda w: q(json.dumps(__import__("dataclasses").asdict(_verl_run(w)), sort_keys=True)),
         resources:
@@ -103,7 +103,7 @@ else:
     # started again, so it writes straight into the run folder.
     rule train:
         input:
-            model=f"{model_dir('{model}')}/config.json",
+            model=base_model,
             train=lambda w: data_file(xp_of(w.entry)["data"], "train"),
         output:
             metrics=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/metrics.jsonl",

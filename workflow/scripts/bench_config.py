@@ -358,6 +358,29 @@ def train_overrides(cfg: Mapping[str, Any], model_id: str, entry_id: str, experi
     return out
 
 
+def per_seed_base(cfg: Mapping[str, Any], model_id: str) -> bool:
+    """Whether seed s of this model trains from a base model of its own (``base_per_seed``; tiny models only: a hub
+    model is one download that every seed shares)."""
+    return bool(cfg["base_per_seed"]) and by_id(cfg["models"])[model_id]["source"] == "tiny"
+
+
+def model_path(cfg: Mapping[str, Any], model_id: str, seed: int | str | None = None) -> str:
+    """The base model folder of seed ``seed``: ``resources/models/{model}/seed{s}/`` when the model is built per
+    seed (`per_seed_base`), else ``resources/models/{model}/`` (the seed is then ignored)."""
+    if not per_seed_base(cfg, model_id):
+        return f"resources/models/{model_id}"
+    if seed is None:
+        raise ValueError(f"model {model_id!r} is built once per seed (base_per_seed): name the seed")
+    return f"resources/models/{model_id}/seed{int(seed)}"
+
+
+def pretrain_seed(cfg: Mapping[str, Any], model_id: str, seed: int | str | None = None) -> int:
+    """The initialisation / pretraining seed of a tiny base model: the model's ``seed``, plus the run seed when the
+    model is built per seed (so with the default ``seed: 0`` base model s is pretrained with seed s)."""
+    base = int(by_id(cfg["models"])[model_id].get("seed", 0))
+    return base + int(seed) if per_seed_base(cfg, model_id) else base
+
+
 def format_set_value(value: Any) -> str:
     """A config value as the VALUE of ``--set KEY=VALUE`` (read back as JSON by `bandpo.options.parse_assignments`):
     text as it is, anything else as JSON (true, null, 0.0002, {"a": 1})."""
@@ -521,6 +544,14 @@ def used_models(cfg: Mapping[str, Any]) -> list[str]:
     return [m["id"] for m in cfg["models"] if m["id"] in ids]
 
 
+def base_models(cfg: Mapping[str, Any]) -> list[str]:
+    """Every base model folder the DAG builds or downloads (`model_path`): per (model, seed) used by any experiment
+    for a model built per seed, else one per model."""
+    return sorted(
+        {model_path(cfg, m, s) for xp in cfg["experiments"].values() for m in xp["models"] for s in xp["seeds"]}
+    )
+
+
 def eval_rule_name(kind: str, experiment: str) -> str:
     """The evaluation rule of an experiment: ``eval_group`` / ``eval_run`` for main, ``eval_group_<experiment>``
     (non-identifier characters as _) for the others."""
@@ -539,8 +570,9 @@ def expected_jobs(cfg: Mapping[str, Any]) -> dict[str, int]:
     jobs: dict[str, int] = {}
     jobs["data_tiny_math"] = sum(1 for d in used_data(cfg) if data[d]["source"] == "tiny-math")
     jobs["data_real"] = sum(1 for d in used_data(cfg) if data[d]["source"] == "real")
-    jobs["model_tiny"] = sum(1 for m in used_models(cfg) if models[m]["source"] == "tiny")
-    jobs["model_hub"] = sum(1 for m in used_models(cfg) if models[m]["source"] == "hub")
+    folders = base_models(cfg)
+    jobs["model_tiny"] = sum(1 for f in folders if models[f.split("/")[2]]["source"] == "tiny")
+    jobs["model_hub"] = sum(1 for f in folders if models[f.split("/")[2]]["source"] == "hub")
     if cfg["trainer"] == "verl":
         jobs["verl_data"] = 1
         jobs["train_verl"] = n_runs
