@@ -31,6 +31,7 @@ def _verl_run(wildcards):
         output_dir=os.path.abspath(run_dir(wildcards.model, wildcards.entry, wildcards.seed)),
         reward_fn_path=os.path.join(SCRIPTS, "verl_reward.py"),
         method_modules=[m for m in method_modules_env(config).split(os.pathsep) if m],
+        grader_mode=GRADER_MODE,
         **fields,
     )
 
