@@ -30,7 +30,14 @@ from bandpo.report.figures import (
 from bandpo.report.load import BOUNDS_COLUMNS, load_bounds, load_eval_scores, load_runs, run_metrics, run_summaries
 from bandpo.report.page import leaderboard_html
 from bandpo.report.stats import DEFAULT_BASELINE, run_stats, score_stats
-from bandpo.report.tables import entry_labels, leaderboard, leaderboard_markdown, per_task_table, write_csv
+from bandpo.report.tables import (
+    entry_graders,
+    entry_labels,
+    leaderboard,
+    leaderboard_markdown,
+    per_task_table,
+    write_csv,
+)
 
 LEADERBOARD_FILES = ("leaderboard.csv", "leaderboard.md", "leaderboard.html")
 PUBLISHED_TABLES = ("stats.csv", "scores.csv", "runs.csv")  # published with the leaderboard when present
@@ -63,7 +70,7 @@ def build_report(
     summaries = run_summaries(runs, results_dir.name)
     stats = score_stats(scores, baseline, n_resamples, confidence, seed)
     per_run, per_entry = run_stats(metrics, summaries, n_resamples, confidence, seed)
-    board = leaderboard(stats, per_entry, per_run, entry_labels(summaries))
+    board = leaderboard(stats, per_entry, per_run, entry_labels(summaries), entry_graders(scores))
     if board.empty:
         raise ValueError(
             f"nothing to report under {results_dir}: no runs/*/*/seed*/metrics.jsonl and no "

@@ -32,7 +32,7 @@ _METRIC = re.compile(r"^(?P<family>[A-Za-z_]+)@(?P<k>\d+|n)(?P<suffix>_[A-Za-z]+
 _SEED_DIR = re.compile(r"^seed(\d+)$")
 
 SCORE_COLUMNS = ["profile", "model", "entry", "method", "params", "seed", "task", "k", "metric", "value", "name",
-                 "n", "stderr", "source"]  # fmt: skip
+                 "n", "stderr", "source", "grader"]  # fmt: skip
 SUMMARY_COLUMNS = ["profile", "model", "entry", "seed", "method", "params", "label", "steps", "train_seconds",
                    "finished"]  # fmt: skip
 
@@ -223,11 +223,25 @@ def lm_eval_task_scores(
     return values, stderr
 
 
+def grader_label(summary: Mapping[str, Any]) -> str:
+    """The grader that produced a summary's scores, ``name/mode@version`` (`bandpo.grader.grader_id`); "" when the
+    summary does not say."""
+    g = summary.get("grader")
+    if not isinstance(g, Mapping):
+        return ""
+    if isinstance(g.get("id"), str):
+        return g["id"]
+    if g.get("name") and g.get("version"):
+        return f"{g['name']}/{g.get('mode') or 'lenient'}@{g['version']}"  # before modes existed: lenient only
+    return ""
+
+
 def load_eval_scores(results_dir: str | os.PathLike) -> pd.DataFrame:
     """Every evaluation score under ``results_dir/eval`` as a tidy frame, one row per (run, task, metric).
 
     Columns: profile, model, entry, method, params, seed, task, k, metric, value (the spec), then name (lm-eval's
-    metric name, e.g. ``pass@4``), n (samples per problem), stderr (lm-eval's), source (the file the value came from).
+    metric name, e.g. ``pass@4``), n (samples per problem), stderr (lm-eval's), source (the file the value came from),
+    grader (the grader that scored it, `grader_label`).
     ``metric`` is the family (mean, pass, maj, best_bootstrap) and ``k`` its k: ``pass@4`` -> ("pass", 4).
 
     The per-task summary ``{task}.json`` (bandpo.evaluate, schema ``bandpo-bench/eval-summary/v1``) gives the run's
@@ -265,6 +279,7 @@ def load_eval_scores(results_dir: str | os.PathLike) -> pd.DataFrame:
                 if values and results_file is not None:
                     warnings.warn(f"{results_file} missing: scores of {path} read from the summary", stacklevel=2)
             method = summary.get("method")
+            grader = grader_label(summary)
             for name, value in values.items():
                 family, k = parse_metric(name)
                 err = stderr.get(name)
@@ -284,6 +299,7 @@ def load_eval_scores(results_dir: str | os.PathLike) -> pd.DataFrame:
                         "n": summary.get("k"),
                         "stderr": float(err) if isinstance(err, (int, float)) else float("nan"),
                         "source": source,
+                        "grader": grader,
                     }
                 )
     return pd.DataFrame(rows, columns=SCORE_COLUMNS)

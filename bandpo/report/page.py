@@ -30,6 +30,7 @@ from bandpo.report.tables import (
     baseline_of,
     by_model,
     display_columns,
+    grader_note,
     max_seeds,
     page_title,
     task_columns,
@@ -141,7 +142,8 @@ def leaderboard_html(
             baseline=baseline,
             tables=tables,
             task_tables=task_tables,
-            notes=[STATS_NOTE.format(baseline=baseline), SEEDS_NOTE.format(n=max_seeds(board))],
+            notes=[STATS_NOTE.format(baseline=baseline), SEEDS_NOTE.format(n=max_seeds(board))]
+            + ([grader_note(board)] if grader_note(board) else []),
             figures=figs,
         )
     )

@@ -33,6 +33,25 @@ def entry_labels(summaries: pd.DataFrame) -> dict[tuple[str, str], str]:
     return {(r.model, r.entry): r.label for r in named.drop_duplicates(["model", "entry"]).itertuples()}
 
 
+def entry_graders(scores: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """(model, entry) -> the grader(s) of its scores (``name/mode@version``, several joined by "; ")."""
+    if scores.empty or "grader" not in scores:
+        return {}
+    known = scores[scores["grader"].fillna("") != ""]
+    return {key: "; ".join(sorted(set(g["grader"]))) for key, g in known.groupby(["model", "entry"], sort=True)}
+
+
+def grader_note(board: pd.DataFrame) -> str:
+    """One sentence naming the grader(s) behind the board's scores; "" when none is recorded."""
+    graders = sorted({g for cell in board.get("grader", []) if isinstance(cell, str) for g in cell.split("; ") if g})
+    if not graders:
+        return ""
+    return (
+        "Scores graded by " + ", ".join(graders) + " (bandpo.grader: name/mode@version; lenient: last \\boxed{} "
+        "or Answer: line; strict-answer-line: the last Answer: line only, the paper's rule)."
+    )
+
+
 def entry_order(entries: Iterable[str], baseline: str | None = DEFAULT_BASELINE) -> list[str]:
     """A stable display order: the base model, the baseline, then the rest alphabetically."""
     entries = sorted(set(entries))
@@ -45,13 +64,15 @@ def leaderboard(
     per_entry: pd.DataFrame,
     per_run: pd.DataFrame | None = None,
     labels: Mapping[tuple[str, str], str] | None = None,
+    graders: Mapping[tuple[str, str], str] | None = None,
 ) -> pd.DataFrame:
     """The wide leaderboard: one row per (model, entry), the base model first, then by mean@k (best first).
 
     Per headline metric L (e.g. ``mean@8``): L, L_ci_low, L_ci_high, L_iqm, L_poi, L_poi_ci_low, L_poi_ci_high
     (P(improvement) over ``baseline``); then the training columns of `run_stats`. ``params`` is the entry's label
     from ``labels`` ((model, entry) -> the runs' ``method_label``, `entry_labels`), else `params_label` of its
-    parameters; ``params_json`` the parameters as canonical JSON."""
+    parameters; ``params_json`` the parameters as canonical JSON; ``grader`` the grader(s) of its scores from
+    ``graders`` (`entry_graders`)."""
     overall = stats[stats["task"] == ALL_TASKS] if not stats.empty else stats
     keys = set()
     if not overall.empty:
@@ -77,6 +98,7 @@ def leaderboard(
             "method": method,
             "params": (labels or {}).get((model, entry)) or params_label(meta.get("params")),
             "params_json": meta.get("params", ""),
+            "grader": (graders or {}).get((model, entry), ""),
         }
         sub = overall[(overall["model"] == model) & (overall["entry"] == entry)] if not overall.empty else overall
         row["n_seeds"] = int(sub["n_seeds"].max()) if not sub.empty else 0
@@ -325,6 +347,8 @@ def leaderboard_markdown(
             lines += [f"## {_md_cell(str(model))}: per task", "", *_md_table(g, tcols), ""]
     lines += ["## How to read these numbers", "", STATS_NOTE.format(baseline=_md_cell(baseline_of(board))), ""]
     lines += [SEEDS_NOTE.format(n=max_seeds(board)), ""]
+    if grader_note(board):
+        lines += [_md_cell(grader_note(board)), ""]
     if figures:
         lines += ["## Figures", ""]
         for name in figures:
