@@ -3,7 +3,8 @@
 The defaults are the BandPO paper's protocol (arXiv 2603.04918): GRPO outcome advantages, 256 prompts x 16 rollouts
 per step, mini-batches of 64 prompts (4 optimizer updates per step), AdamW lr 1e-6 constant, weight decay 0.01,
 grad clip 1.0, k3 ("low_var_kl") KL loss 0.001, no entropy bonus, dual clip c = 10, seq-mean-token-mean,
-prompts <= 1024 and responses <= 4096 tokens, temperature 1.0, top_p 1.0, 10 epochs, one node of 8 GPUs.
+prompts <= 1024 and responses <= 4096 tokens, temperature 1.0, top_p 1.0, 10 epochs, one node of 8 GPUs, the +1 / -1
+reward of the strict "Answer:"-line grader (``grader_mode``).
 Every method runs through the same verl entry point and differs only in ``policy_loss.loss_mode=bandpo.<method>``
 and its parameters.
 
