@@ -50,6 +50,7 @@ if config["eval"]["group_seeds"]:
             entry=_alternatives(EVAL_ENTRIES),
         params:
             args=lambda w: _eval_args(w.model, w.entry, SEEDS),
+            grader=GRADER_MODE,  # a changed grader.mode reruns the job (params are a rerun trigger)
         threads: THREADS
         resources:
             gpu=config["eval"]["gpus"],
@@ -73,6 +74,7 @@ else:
             entry=_alternatives(EVAL_ENTRIES),
         params:
             args=lambda w: _eval_args(w.model, w.entry, [int(w.seed)]),
+            grader=GRADER_MODE,  # a changed grader.mode reruns the job (params are a rerun trigger)
         threads: THREADS
         resources:
             gpu=config["eval"]["gpus"],

@@ -113,6 +113,7 @@ else:
             entry=_alternatives(BUILTIN_ENTRIES),
         params:
             args=_local_train_args,
+            grader=GRADER_MODE,  # a changed grader.mode reruns the job (params are a rerun trigger)
             run=lambda w: run_dir(w.model, w.entry, w.seed),
         threads: THREADS
         resources:
