@@ -381,10 +381,12 @@ def test_dapo_entry_is_the_dapo_recipe_in_verls_own_config(compose):
     overlong buffer inside a 4,608-token limit (penalty past 4,096), the strict grader in the reward."""
     from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
     from verl.trainer.config import FilterGroupsConfig
-    from verl.utils.config import omega_conf_to_dataclass
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
 
     entry = _gpu_entry("dapo")
     cfg = compose(sweep_run(method=entry["method"], params=entry.get("params", {}), **entry["verl"]).overrides())
+    validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))  # as main()
     a = cfg.actor_rollout_ref.actor
     assert a.policy_loss.loss_mode == "bandpo.clip_higher"
     assert (a.clip_ratio_low, a.clip_ratio_high, a.loss_agg_mode, a.use_kl_loss) == (0.2, 0.28, "token-mean", False)
