@@ -479,9 +479,9 @@ def sample_accuracy(
         model, tok = load_model(model)
         tokenizer = tokenizer or tok
     if grader is None:
-        from bandpo.grader import GRADER_VERSION, grade
+        from bandpo.grader import grade, grader_id
 
-        grader, grader_name = grade, f"bandpo.grader.grade {GRADER_VERSION}"
+        grader, grader_name = grade, grader_id()  # name/mode@version: the mode of BANDPO_GRADER_MODE
     else:
         grader_name = getattr(grader, "__qualname__", str(grader))
     rows = list(rows)

@@ -335,17 +335,6 @@ def load_split(path: str | os.PathLike):
 # --------------------------------------------------------------------------------------------------------------
 # real data sets
 # --------------------------------------------------------------------------------------------------------------
-MATH_SUBJECTS: tuple[str, ...] = (
-    "algebra",
-    "counting_and_probability",
-    "geometry",
-    "intermediate_algebra",
-    "number_theory",
-    "prealgebra",
-    "precalculus",
-)
-
-
 @dataclass(frozen=True)
 class RealSpec:
     """Where a real data set lives on the hub and which local split file it becomes."""
@@ -353,15 +342,23 @@ class RealSpec:
     hub_id: str
     split: str  # hub split
     out_split: str  # our split name: train (training data) or test (evaluation sets)
-    configs: tuple[str | None, ...] = (None,)
     levels: tuple[int, ...] = field(default=())  # keep only these levels (empty: keep all)
     dedup: bool = False
     english_only: bool = False
+    fields: tuple[str, ...] = ()  # fields every source row must have: the layout the loader is written for
 
 
 REAL_DATASETS: dict[str, RealSpec] = {
     "dapo-math-17k": RealSpec("BytedTsinghua-SIA/DAPO-Math-17k", "train", "train", dedup=True, english_only=True),
-    "math-l3-5": RealSpec("EleutherAI/hendrycks_math", "train", "train", configs=MATH_SUBJECTS, levels=(3, 4, 5)),
+    # MATH's 12,000-problem training split (the 7,500 train problems and the 4,500 test problems outside MATH-500,
+    # whose 500 are its test split), levels 3-5; rows: problem, solution, answer, subject, level, unique_id
+    "math-l3-5": RealSpec(
+        "nlile/hendrycks-MATH-benchmark",
+        "train",
+        "train",
+        levels=(3, 4, 5),
+        fields=("problem", "solution", "answer", "subject", "level"),
+    ),
     "aime-2024": RealSpec("HuggingFaceH4/aime_2024", "train", "test"),
     "aime-2025": RealSpec("math-ai/aime25", "test", "test"),
     "amc-2023": RealSpec("math-ai/amc23", "test", "test"),
@@ -471,8 +468,7 @@ def _iter_source_rows(name: str, spec: RealSpec, path: str | os.PathLike | None,
             f"{name}: no local path given and downloads are off (embedded profile). Pass path=... or "
             f"allow_download=True (GPU profile) to fetch {spec.hub_id}."
         )
-    for config in spec.configs:
-        yield from load_dataset(spec.hub_id, config, split=spec.split)
+    yield from load_dataset(spec.hub_id, split=spec.split)
 
 
 def load_real_dataset(
@@ -483,8 +479,11 @@ def load_real_dataset(
 ) -> list[dict]:
     """Load one of :data:`REAL_DATASETS` as rows of our schema.
 
-    ``path``: a local file or folder in the hub set's own format (overrides the hub). Level filtering (MATH 3-5),
-    de-duplication by problem text and the English filter (DAPO) are applied as in the paper's protocol.
+    ``path``: a local file or folder in the hub set's own format (overrides the hub); a row without one of the
+    spec's ``fields`` is an error naming the field. Level filtering (MATH 3-5), de-duplication and the English
+    filter (DAPO) are applied as in the paper's protocol: a problem whose text (stripped, after removing the
+    paper's prompt template) was seen before is dropped, and so is one that contains any CJK character (Chinese,
+    Japanese kana, Hangul), which is how DAPO-Math-17k's non-English problems are told apart.
     """
     if name not in REAL_DATASETS:
         raise ValueError(f"unknown data set {name!r}; known: {sorted(REAL_DATASETS)}")
@@ -492,6 +491,12 @@ def load_real_dataset(
     rows: list[dict] = []
     seen: set[str] = set()
     for i, src in enumerate(_iter_source_rows(name, spec, path, allow_download)):
+        missing = [f for f in spec.fields if f not in src]
+        if missing:
+            raise ValueError(
+                f"{name}: source row {i} ({path or spec.hub_id}) has no field(s) {', '.join(map(repr, missing))}; "
+                f"expected the layout of {spec.hub_id}: {', '.join(spec.fields)}"
+            )
         row = normalize_real_row(name, dict(src), i)
         if row is None:
             continue
@@ -507,7 +512,7 @@ def load_real_dataset(
         if limit is not None and len(rows) >= limit:
             break
     ids = [r["id"] for r in rows]
-    if len(set(ids)) != len(ids):  # some sources repeat ids across configs: fall back to positions
+    if len(set(ids)) != len(ids):  # some sources repeat ids: fall back to positions
         for i, r in enumerate(rows):
             r["id"] = f"{name}-{i}"
     return rows

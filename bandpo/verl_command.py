@@ -3,7 +3,8 @@
 The defaults are the BandPO paper's protocol (arXiv 2603.04918): GRPO outcome advantages, 256 prompts x 16 rollouts
 per step, mini-batches of 64 prompts (4 optimizer updates per step), AdamW lr 1e-6 constant, weight decay 0.01,
 grad clip 1.0, k3 ("low_var_kl") KL loss 0.001, no entropy bonus, dual clip c = 10, seq-mean-token-mean,
-prompts <= 1024 and responses <= 4096 tokens, temperature 1.0, top_p 1.0, 10 epochs, one node of 8 GPUs.
+prompts <= 1024 and responses <= 4096 tokens, temperature 1.0, top_p 1.0, 10 epochs, one node of 8 GPUs, the +1 / -1
+reward of the strict "Answer:"-line grader (``grader_mode``).
 Every method runs through the same verl entry point and differs only in ``policy_loss.loss_mode=bandpo.<method>``
 and its parameters.
 
@@ -11,8 +12,9 @@ How the method's parameters reach verl's workers: ``BANDPO_METHOD_CONFIG`` (inli
 `bandpo.verl_plugin`) is added to ``ray_kwargs.ray_init.runtime_env.env_vars`` (verl merges that mapping into the
 runtime_env of its ``ray.init``, so every worker of the job inherits it), together with
 ``VERL_USE_EXTERNAL_MODULES=bandpo.verl_plugin`` (the fallback registration for verl without entry points),
-``BANDPO_METHOD_MODULES`` (the ``method_modules`` of your own methods, when there are any) and
-``VERL_FILE_LOGGER_PATH`` (the "file" logger's JSONL, written by verl's driver actor). The same variables are
+``BANDPO_METHOD_MODULES`` (the ``method_modules`` of your own methods, when there are any),
+``BANDPO_GRADER_MODE`` (the reward's grader, `bandpo.grader`) and ``VERL_FILE_LOGGER_PATH`` (the "file"
+logger's JSONL, written by verl's driver actor). The same variables are
 returned by `VerlRun.env` for the launching shell. Under ``ray job submit``, Ray (>= 2.8) merges the job's
 runtime_env with the one verl gives ``ray.init`` and raises on conflicting keys: do not set these variables to other
 values in ``--runtime-env-json``.
@@ -34,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bandpo import methods
+from bandpo.grader import MODES as GRADER_MODES
 from bandpo.options import unknown_names
 
 __all__ = ["PLUGIN_MODULE", "VerlRun"]
@@ -106,6 +109,9 @@ class VerlRun:
     # --- reward, logging
     reward_fn_path: str | None = None  # a Python file with the training grader; None = verl's default for the data
     reward_fn_name: str = "compute_score"
+    # bandpo.grader's mode for the reward (BANDPO_GRADER_MODE in every worker, and the reward function's
+    # grader_mode keyword when reward_fn_path is set): the paper's strict "Answer:"-line rule by default
+    grader_mode: str = "strict-answer-line"
     project_name: str = "bandpo-bench"
     experiment_name: str | None = None  # default: <model basename>-<method>-seed<seed>
     logger: Sequence[str] = ("console", "file")
@@ -122,6 +128,8 @@ class VerlRun:
         self.method_modules = [os.path.abspath(m) if m.endswith(".py") else m for m in self.method_modules]
         methods.load_method_modules(self.method_modules)
         self.params = methods.make_config(self.method, self.params).to_dict()  # validates method + parameters
+        if self.grader_mode not in GRADER_MODES:
+            raise ValueError(f"grader_mode {self.grader_mode!r} is not one of {', '.join(GRADER_MODES)}")
         if self.loss_agg_mode not in methods.AGG_MODES:
             raise ValueError(f"loss_agg_mode {self.loss_agg_mode!r} is not one of {', '.join(methods.AGG_MODES)}")
         if self.clip_ratio_c <= 1.0:
@@ -166,6 +174,7 @@ class VerlRun:
             _METHOD_CONFIG_ENV: self.method_config_json(),
             "VERL_USE_EXTERNAL_MODULES": ",".join([PLUGIN_MODULE, *self.verl_modules]),
             "VERL_FILE_LOGGER_PATH": os.path.join(self.output_dir, "verl_metrics.jsonl"),
+            "BANDPO_GRADER_MODE": self.grader_mode,
         }
         if self.method_modules:
             own[methods.METHOD_MODULES_ENV] = os.pathsep.join(self.method_modules)
@@ -245,6 +254,7 @@ class VerlRun:
         if self.reward_fn_path is not None:
             o["reward.custom_reward_function.path"] = self.reward_fn_path
             o["reward.custom_reward_function.name"] = self.reward_fn_name
+            o["+reward.custom_reward_function.reward_kwargs.grader_mode"] = self.grader_mode  # in verl's dump too
         o["hydra.run.dir"] = os.path.join(self.output_dir, "hydra")  # Hydra's own log, else ./outputs/<date>/
         out = [f"{k}={_hydra_value(v)}" for k, v in o.items()]
         # New keys under the runtime_env struct need Hydra's '+'.

@@ -29,6 +29,7 @@ bounds_script = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bounds_script)
 PROFILE = "testprof"
 MAIN_FIGURES = [name for name in report.FIGURES if name not in report.EXPERIMENT_FIGURES]
+GRADER_ID = "bandpo.grader/strict-answer-line@0.1.0.r2+math-verify-0.8.0"
 TASK = "tiny_math"
 N = 8  # samples per problem
 METRICS = [f"mean@{N}", "pass@2", "pass@4", f"pass@{N}", f"maj@{N}", f"best@{N}_bootstrap"]
@@ -98,6 +99,7 @@ def write_eval(root: Path, model, entry, seed, method, params, mean, with_lm_fil
         "k": n if summary_k else None,
         "n_problems": 100,
         "lm_eval": {"results_file": "lm_eval_results.json", "samples_file": f"{task}.samples.jsonl", "filter": "all_k"},
+        "grader": {"name": "bandpo.grader", "mode": "strict-answer-line", "id": GRADER_ID},
     }
     _write(folder / f"{task}.json", summary)
 
@@ -206,6 +208,20 @@ def test_load_eval_scores_reads_lm_evals_file(built):
     base = scores[scores.entry == "base"]
     assert set(base["method"]) == {"base"} and set(base["params"]) == {""}
     assert json.loads(row.params)["divergence"] == "kl"
+
+
+def test_every_score_names_its_grader(built, tmp_path):
+    """scores.csv and the leaderboard carry the grader of each score (the summary's bandpo.grader id); a summary
+    from before grader modes (name and version only) was graded leniently; one without a grader gives ""."""
+    results, _ = built
+    assert set(pd.read_csv(results / "scores.csv")["grader"]) == {GRADER_ID}
+    assert set(pd.read_csv(results / "leaderboard.csv")["grader"]) == {GRADER_ID}
+    assert f"Scores graded by {GRADER_ID}" in (results / "leaderboard.md").read_text()
+    assert f"Scores graded by {GRADER_ID}" in (results / "leaderboard.html").read_text()
+    assert report.load.grader_label({"grader": {"name": "bandpo.grader", "version": "0.1.r1"}}) == (
+        "bandpo.grader/lenient@0.1.r1"
+    )
+    assert report.load.grader_label({}) == ""
 
 
 def test_load_eval_scores_falls_back_to_the_summary(tmp_path):
@@ -1002,6 +1018,8 @@ def test_published_leaderboard_is_rebuilt_from_its_tables(tmp_path):
     assert (tmp_path / "out" / "leaderboard.md").read_text() == (published / "leaderboard.md").read_text()
     for name in ("leaderboard.csv", "stats.csv", "scores.csv", "runs.csv"):
         ours, theirs = pd.read_csv(tmp_path / "out" / name), pd.read_csv(published / name)
+        if "grader" in ours and "grader" not in theirs:  # published before scores recorded their grader
+            assert ours.pop("grader").isna().all(), name  # and its summaries name none
         assert list(ours.columns) == list(theirs.columns) and ours.shape == theirs.shape, name
         numbers = theirs.select_dtypes("number").columns
         pd.testing.assert_frame_equal(ours.drop(columns=numbers), theirs.drop(columns=numbers), check_dtype=False)

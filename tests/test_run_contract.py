@@ -103,6 +103,15 @@ def test_missing_files_and_fields_are_named(tmp_path):
         check_run(run)
 
 
+def test_merge_verl_records_the_reward_grader():
+    from bandpo import grader
+
+    rec = merge_verl.reward_grader({"grader_mode": "strict-answer-line"})
+    assert rec["mode"] == "strict-answer-line" and rec["id"] == grader.grader_id("strict-answer-line")
+    assert rec["id"].startswith("bandpo.grader/strict-answer-line@")
+    assert merge_verl.reward_grader({}) is None
+
+
 def test_the_schema_lists_what_the_report_reads():
     keys = required_metric_keys()
     for key in ("step", "entropy", "reward_mean", "clipfrac", "clipfrac_upper/p0.0-0.2", "step_seconds"):

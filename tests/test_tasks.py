@@ -283,23 +283,43 @@ def test_dapo_processed_string_prompt(tmp_path):
     assert rows[0]["problem"] == "What is $3\\cdot 4$?" and rows[0]["answer"] == "12" and rows[0]["solution"] == ""
 
 
-def test_math_levels_3_to_5_and_boxed_answer(tmp_path):
+def _math12k_record(uid, level, subject, answer, problem=None):
+    """One row in the layout of nlile/hendrycks-MATH-benchmark (MATH's 12k train split, MATH-500 as its test)."""
+    return {
+        "problem": problem or f"Problem {uid}",
+        "solution": f"Work. So the answer is $\\boxed{{{answer}}}$.",
+        "answer": answer,
+        "subject": subject,
+        "level": level,
+        "unique_id": uid,
+    }
+
+
+def test_math_12k_levels_3_to_5(tmp_path):
+    """math-l3-5 reads the 12k-problem MATH train split (train problems and the test problems outside MATH-500,
+    told apart by their unique_id) and keeps levels 3-5; the reference is the set's own ``answer`` field."""
     recs = [
-        {"problem": "P1", "level": "Level 3", "type": "Algebra", "solution": "So $x=\\boxed{\\frac{1}{2}}$."},
-        {"problem": "P2", "level": "Level 2", "type": "Algebra", "solution": "$\\boxed{4}$"},
-        {"problem": "P3", "level": "Level 5", "type": "Number Theory", "solution": "a \\boxed{3} then \\boxed{7}"},
-        {"problem": "P4", "level": "Level ?", "type": "Geometry", "solution": "$\\boxed{1}$"},
+        _math12k_record("train/algebra/1.json", 3, "Algebra", "\\frac{1}{2}"),
+        _math12k_record("train/algebra/2.json", 2, "Algebra", "4"),
+        _math12k_record("test/number_theory/7.json", 5, "Number Theory", "7"),  # a MATH test problem, not in MATH-500
+        _math12k_record("train/geometry/3.json", 1, "Geometry", "1"),
+        _math12k_record("test/precalculus/9.json", 4, "Precalculus", "(1, 2)"),
     ]
-    folder = tmp_path / "math"
-    folder.mkdir()
-    _jsonl(folder / "algebra.jsonl", recs[:2])
-    _jsonl(folder / "other.jsonl", recs[2:])
-    rows = load_real_dataset("math-l3-5", path=folder)
-    assert [(r["problem"], r["level"], r["answer"], r["kind"]) for r in rows] == [
-        ("P1", 3, "\\frac{1}{2}", "Algebra"),
-        ("P3", 5, "7", "Number Theory"),
+    rows = load_real_dataset("math-l3-5", path=_parquet(tmp_path / "train-00000-of-00001.parquet", recs))
+    assert [(r["id"], r["level"], r["answer"], r["kind"]) for r in rows] == [
+        ("math-l3-5-train/algebra/1.json", 3, "\\frac{1}{2}", "Algebra"),
+        ("math-l3-5-test/number_theory/7.json", 5, "7", "Number Theory"),
+        ("math-l3-5-test/precalculus/9.json", 4, "(1, 2)", "Precalculus"),
     ]
-    assert rows[0]["solution"].startswith("So $x=")
+    assert rows[0]["prompt"] == PAPER_PROMPT.format(problem="Problem train/algebra/1.json")
+    assert rows[0]["solution"].startswith("Work.")
+
+
+def test_math_in_another_layout_is_an_error_naming_the_field(tmp_path):
+    """MATH's 7.5k layout (EleutherAI/hendrycks_math: no answer field, type for subject) is not silently taken."""
+    old = [{"problem": "P1", "level": "Level 3", "type": "Algebra", "solution": "$\\boxed{4}$"}]
+    with pytest.raises(ValueError, match=r"math-l3-5: source row 0 .* no field\(s\) 'answer', 'subject'"):
+        load_real_dataset("math-l3-5", path=_jsonl(tmp_path / "algebra.jsonl", old))
 
 
 def test_math500_aime_amc_formats(tmp_path):
@@ -341,15 +361,15 @@ def test_no_download_without_permission_and_hub_arguments(monkeypatch):
 
     def fake_load_dataset(hub_id, config=None, split=None, **kw):
         calls.append((hub_id, config, split))
-        return [{"problem": f"{config}-q", "level": "Level 4", "type": "T", "solution": "\\boxed{1}"}]
+        return [_math12k_record("train/algebra/1.json", 4, "Algebra", "1")]
 
     import datasets
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     rows = load_real_dataset("math-l3-5", allow_download=True)
     spec = REAL_DATASETS["math-l3-5"]
-    assert calls == [(spec.hub_id, c, "train") for c in spec.configs]
-    assert len(rows) == len(spec.configs)
+    assert calls == [("nlile/hendrycks-MATH-benchmark", None, "train")] == [(spec.hub_id, None, spec.split)]
+    assert len(rows) == 1
     calls.clear()
     load_real_dataset("aime-2025", allow_download=True)
     assert calls == [("math-ai/aime25", None, "test")]

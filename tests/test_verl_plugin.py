@@ -368,6 +368,88 @@ def test_every_method_composes(compose, method):
     assert verl_plugin.method_config(method, raw) == methods.make_config(method, PARAMS[method])
 
 
+def _gpu_entry(entry_id: str) -> dict:
+    import yaml
+
+    cfg = yaml.safe_load(open(os.path.join(os.path.dirname(__file__), "..", "config", "gpu.yaml"), encoding="utf-8"))
+    return next(e for e in cfg["methods"] if e["id"] == entry_id)
+
+
+def test_dapo_entry_is_the_dapo_recipe_in_verls_own_config(compose):
+    """config/gpu.yaml's dapo row composes with verl's ppo_trainer config and carries the DAPO recipe: Clip-Higher
+    0.2 / 0.28, token-mean, no KL loss, dynamic sampling on accuracy, verl's DAPO reward manager with a 512-token
+    overlong buffer inside a 4,608-token limit (penalty past 4,096), the strict grader in the reward."""
+    from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
+    from verl.trainer.config import FilterGroupsConfig
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    entry = _gpu_entry("dapo")
+    cfg = compose(sweep_run(method=entry["method"], params=entry.get("params", {}), **entry["verl"]).overrides())
+    validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))  # as main()
+    a = cfg.actor_rollout_ref.actor
+    assert a.policy_loss.loss_mode == "bandpo.clip_higher"
+    assert (a.clip_ratio_low, a.clip_ratio_high, a.loss_agg_mode, a.use_kl_loss) == (0.2, 0.28, "token-mean", False)
+    assert cfg.algorithm.use_kl_in_reward is False
+    fg = omega_conf_to_dataclass(cfg.algorithm.filter_groups)
+    assert isinstance(fg, FilterGroupsConfig)
+    assert (fg.enable, fg.metric, fg.max_num_gen_batches) == (True, "acc", 100)
+    assert cfg.data.max_response_length == 4608
+    assert cfg.reward.reward_manager.name == "dapo" and get_reward_manager_cls("dapo").__name__ == "DAPORewardManager"
+    kw = cfg.reward.reward_kwargs
+    assert (kw.max_resp_len, kw.overlong_buffer_cfg.enable, kw.overlong_buffer_cfg.len) == (4608, True, 512)
+    assert kw.max_resp_len - kw.overlong_buffer_cfg.len == 4096 and kw.overlong_buffer_cfg.penalty_factor == 1.0
+    assert cfg.reward.custom_reward_function.reward_kwargs.grader_mode == "strict-answer-line"
+    assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.BANDPO_GRADER_MODE == "strict-answer-line"
+
+
+def test_dapo_reward_manager_applies_the_overlong_penalty_past_4096_tokens(compose):
+    """verl's own DAPO reward manager, built from the dapo row's config: no penalty up to 4,096 response tokens,
+    then -1 per 512 tokens beyond (reward - 1 at 4,608), on top of the grader's +1 / -1."""
+    import asyncio
+
+    from tensordict import TensorDict
+    from verl import DataProto
+    from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
+
+    entry = _gpu_entry("dapo")
+    cfg = compose(sweep_run(method=entry["method"], params={}, **entry["verl"]).overrides())
+
+    class Tok:
+        def decode(self, ids, skip_special_tokens=True):
+            return "work\nAnswer: 3"
+
+    def score(**kw):
+        return {"score": 1.0, "acc": 1.0}
+
+    manager = get_reward_manager_cls("dapo")(cfg, Tok(), score)
+
+    def reward(n_tokens):
+        width = 4608
+        mask = torch.cat([torch.ones(8), torch.ones(n_tokens), torch.zeros(width - n_tokens)]).long()
+        batch = TensorDict({"responses": torch.zeros(1, width).long(), "attention_mask": mask[None]}, batch_size=[1])
+        data = DataProto(batch=batch, non_tensor_batch={
+            "data_source": __import__("numpy").array(["math"], dtype=object),
+            "reward_model": __import__("numpy").array([{"ground_truth": "3"}], dtype=object),
+        })  # fmt: skip
+        manager.loop = asyncio.new_event_loop()
+        try:
+            return manager.loop.run_until_complete(manager.run_single(data))["reward_score"]
+        finally:
+            manager.loop.close()
+
+    assert reward(4096) == 1.0 and reward(100) == 1.0
+    assert reward(4096 + 256) == pytest.approx(0.5) and reward(4608) == pytest.approx(0.0)
+
+
+def test_grader_mode_reaches_verls_reward(compose):
+    cfg = compose(sweep_run(grader_mode="lenient").overrides())
+    assert cfg.reward.custom_reward_function.reward_kwargs.grader_mode == "lenient"
+    assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.BANDPO_GRADER_MODE == "lenient"
+    with pytest.raises(ValueError, match="grader_mode 'strict' is not one of lenient, strict-answer-line"):
+        sweep_run(grader_mode="strict")
+
+
 def test_wrong_keys_fail_here_not_on_a_cluster(compose):
     from hydra.errors import ConfigCompositionException
 

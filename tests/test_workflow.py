@@ -217,6 +217,7 @@ BAD_CASES = {  # case: (mutation of config/smoke.yaml, regex the error message m
         _set(["data", 1, "probe", "kinds"], ["mod"]),
         r"data\[1\]\.probe \(data set 'tiny-math-probe-smoke'\): probe\.kinds",
     ),
+    "unknown_grader_mode": (_set(["grader", "mode"], "strict"), r"grader\.mode: 'strict' is not one of"),
     "method_module_missing": (
         _set(["method_modules"], ["tests/no_such_methods.py"]),
         r"method_modules\[0\]: method module 'tests/no_such_methods.py': file not found",
@@ -275,6 +276,29 @@ def test_gpu_dry_run_commands(tmp_path):
     assert 'BANDPO_METHOD_CONFIG=\'{"bandpo":{"cap":10.0,"delta":0.05,"divergence":"tv"' in out
     assert "merge_verl.py --run-dir results/gpu/runs/qwen2.5-3b-instruct/bandpo_tv/seed1" in out
     assert "python -m bandpo.evaluate" in out and "--backend vllm" in out and "--apply-chat-template" in out
+    # the paper's grader (grader.mode) in verl's reward (keyword and Ray workers' env) and in lm-eval scoring
+    assert "+reward.custom_reward_function.reward_kwargs.grader_mode='\"'\"'strict-answer-line'\"'\"'" in out
+    assert "BANDPO_GRADER_MODE=strict-answer-line" in out
+    eval_line = next(line for line in out.splitlines() if "python -m bandpo.evaluate" in line)
+    assert "BANDPO_GRADER_MODE=strict-answer-line" in eval_line
+
+
+def test_grader_mode_reaches_every_job_that_grades(tmp_path):
+    """grader.mode is BANDPO_GRADER_MODE in the training, scoring and model-build commands of the DAG."""
+    cfg = copy.deepcopy(read_config("smoke"))
+    cfg["grader"] = {"mode": "strict-answer-line"}
+    proc = snakemake(tmp_path / "wd", "-n", "-p", configfile=write_config(tmp_path, cfg))
+    assert proc.returncode == 0, proc.output[-3000:]
+    lines = proc.output.splitlines()
+    for command in ("python -m bandpo.train", "python -m bandpo.evaluate", "python -m bandpo.models build"):
+        found = [line for line in lines if command in line]
+        assert found and all("BANDPO_GRADER_MODE=strict-answer-line" in line for line in found), command
+    cfg = bc.validate_config(read_config("smoke"))
+    assert cfg["grader"] == {"mode": "lenient"}  # the default
+    bad = yaml.safe_load((ROOT / "config" / "verl-cpu.yaml").read_text())
+    bad["verl"]["grader_mode"] = "lenient"
+    with pytest.raises(bc.ConfigError, match=r"verl\.grader_mode: set the grader once, as grader\.mode"):
+        bc.validate_config(bad)
 
 
 def test_embedded_dry_run(tmp_path):
@@ -408,6 +432,7 @@ def test_smoke_dag_end_to_end(smoke_run):
     main_scores = scores[scores["experiment"] == "main"]
     assert len(main_scores[["entry", "seed"]].drop_duplicates()) == len(entries) * len(cfg["seeds"])
     assert set(scores["metric"]) >= {"mean", "pass", "maj"}
+    assert set(scores["grader"]) == {summary["grader"]["id"]} and "/lenient@" in summary["grader"]["id"]
     assert not (wd / "results" / "leaderboard.csv").exists()  # smoke does not publish
     # every rule logs and records a benchmark
     assert list((wd / "logs" / "smoke" / "benchmarks").rglob("*.tsv"))

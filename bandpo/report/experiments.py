@@ -20,7 +20,7 @@ import pandas as pd
 
 from bandpo.report.load import MAIN
 from bandpo.report.stats import bootstrap_ci, run_stats, score_stats, seeded_rng
-from bandpo.report.tables import entry_labels, leaderboard
+from bandpo.report.tables import entry_graders, entry_labels, leaderboard
 
 SECTION_KEYS = ["experiment", "subset"]
 PRIMARY_COLUMNS = ["experiment", "model", "task", "metric", "treatment", "control", "n_treatment", "n_control",
@@ -62,7 +62,7 @@ def build_sections(
         for subset in subsets:
             ss = xs[xs["subset"].astype(object).fillna("") == subset] if "subset" in xs else xs
             st = score_stats(ss, baseline, n_resamples, confidence, seed)
-            board = leaderboard(st, per_entry, per_run, entry_labels(xsum))
+            board = leaderboard(st, per_entry, per_run, entry_labels(xsum), entry_graders(ss))
             for frame in (board, st):
                 if not frame.empty:
                     frame.insert(0, "subset", subset)

@@ -34,7 +34,7 @@ _METRIC = re.compile(r"^(?P<family>[A-Za-z_]+)@(?P<k>\d+|n)(?P<suffix>_[A-Za-z]+
 _SEED_DIR = re.compile(r"^seed(\d+)$")
 
 SCORE_COLUMNS = ["profile", "experiment", "subset", "model", "entry", "method", "params", "seed", "task", "k",
-                 "metric", "value", "name", "n", "stderr", "source"]  # fmt: skip
+                 "metric", "value", "name", "n", "stderr", "source", "grader"]  # fmt: skip
 SUMMARY_COLUMNS = ["profile", "experiment", "model", "entry", "seed", "method", "params", "label", "steps",
                    "train_seconds", "finished"]  # fmt: skip
 
@@ -242,6 +242,19 @@ def lm_eval_task_scores(
     return values, stderr
 
 
+def grader_label(summary: Mapping[str, Any]) -> str:
+    """The grader that produced a summary's scores, ``name/mode@version`` (`bandpo.grader.grader_id`); "" when the
+    summary does not say."""
+    g = summary.get("grader")
+    if not isinstance(g, Mapping):
+        return ""
+    if isinstance(g.get("id"), str):
+        return g["id"]
+    if g.get("name") and g.get("version"):
+        return f"{g['name']}/{g.get('mode') or 'lenient'}@{g['version']}"  # before modes existed: lenient only
+    return ""
+
+
 def load_eval_scores(results_dir: str | os.PathLike) -> pd.DataFrame:
     """Every evaluation score under ``results_dir/eval`` as a tidy frame, one row per (run, task, metric).
 
@@ -249,7 +262,7 @@ def load_eval_scores(results_dir: str | os.PathLike) -> pd.DataFrame:
     then name (lm-eval's metric name, e.g. ``pass@4``), n (samples per problem), stderr (lm-eval's), source (the
     file the value came from). ``experiment`` is the summary's (else the folder's, `split_slot`: main for runs
     written before experiments existed); ``subset`` the part of the data the task scores (the summary's
-    ``subsets``, e.g. probe / rest), "" for a whole task.
+    ``subsets``, e.g. probe / rest), "" for a whole task; grader the grader that scored it (`grader_label`).
     ``metric`` is the family (mean, pass, maj, best_bootstrap) and ``k`` its k: ``pass@4`` -> ("pass", 4).
 
     The per-task summary ``{task}.json`` (bandpo.evaluate, schema ``bandpo-bench/eval-summary/v1``) gives the run's
@@ -288,6 +301,7 @@ def load_eval_scores(results_dir: str | os.PathLike) -> pd.DataFrame:
                 if values and results_file is not None:
                     warnings.warn(f"{results_file} missing: scores of {path} read from the summary", stacklevel=2)
             method = summary.get("method")
+            grader = grader_label(summary)
             for name, value in values.items():
                 family, k = parse_metric(name)
                 err = stderr.get(name)
@@ -309,6 +323,7 @@ def load_eval_scores(results_dir: str | os.PathLike) -> pd.DataFrame:
                         "n": summary.get("k"),
                         "stderr": float(err) if isinstance(err, (int, float)) else float("nan"),
                         "source": source,
+                        "grader": grader,
                     }
                 )
     return pd.DataFrame(rows, columns=SCORE_COLUMNS)

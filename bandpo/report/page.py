@@ -31,6 +31,7 @@ from bandpo.report.tables import (
     baseline_of,
     by_model,
     display_columns,
+    grader_note,
     max_seeds,
     page_title,
     power_lines,
@@ -140,6 +141,7 @@ def leaderboard_html(
     if power is not None and not power.empty:
         reading += [POWER_NOTE.format(baseline=baseline), *power_lines(power)]
     reading += unpaired_lines(board)
+    reading += [grader_note(board)] if grader_note(board) else []
     return (
         _environment()
         .get_template("leaderboard.html.j2")

@@ -33,6 +33,25 @@ def entry_labels(summaries: pd.DataFrame) -> dict[tuple[str, str], str]:
     return {(r.model, r.entry): r.label for r in named.drop_duplicates(["model", "entry"]).itertuples()}
 
 
+def entry_graders(scores: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """(model, entry) -> the grader(s) of its scores (``name/mode@version``, several joined by "; ")."""
+    if scores.empty or "grader" not in scores:
+        return {}
+    known = scores[scores["grader"].fillna("") != ""]
+    return {key: "; ".join(sorted(set(g["grader"]))) for key, g in known.groupby(["model", "entry"], sort=True)}
+
+
+def grader_note(board: pd.DataFrame) -> str:
+    """One sentence naming the grader(s) behind the board's scores; "" when none is recorded."""
+    graders = sorted({g for cell in board.get("grader", []) if isinstance(cell, str) for g in cell.split("; ") if g})
+    if not graders:
+        return ""
+    return (
+        "Scores graded by " + ", ".join(graders) + " (bandpo.grader: name/mode@version; lenient: last \\boxed{} "
+        "or Answer: line; strict-answer-line: the last Answer: line only, the paper's rule)."
+    )
+
+
 def entry_order(entries: Iterable[str], baseline: str | None = DEFAULT_BASELINE) -> list[str]:
     """A stable display order: the base model, the baseline, then the rest alphabetically."""
     entries = sorted(set(entries))
@@ -45,6 +64,7 @@ def leaderboard(
     per_entry: pd.DataFrame,
     per_run: pd.DataFrame | None = None,
     labels: Mapping[tuple[str, str], str] | None = None,
+    graders: Mapping[tuple[str, str], str] | None = None,
 ) -> pd.DataFrame:
     """The wide leaderboard: one row per (model, entry), the base model first, then by mean@k (best first).
 
@@ -54,7 +74,8 @@ def leaderboard(
     L_diff_poi_ci_low, L_diff_poi_ci_high, L_mde, L_seeds_for_target, L_n_pairs, L_unpaired; then the training
     columns of `run_stats`. ``params`` is the entry's label
     from ``labels`` ((model, entry) -> the runs' ``method_label``, `entry_labels`), else `params_label` of its
-    parameters; ``params_json`` the parameters as canonical JSON."""
+    parameters; ``params_json`` the parameters as canonical JSON; ``grader`` the grader(s) of its scores from
+    ``graders`` (`entry_graders`)."""
     overall = stats[stats["task"] == ALL_TASKS] if not stats.empty else stats
     keys = set()
     if not overall.empty:
@@ -80,6 +101,7 @@ def leaderboard(
             "method": method,
             "params": (labels or {}).get((model, entry)) or params_label(meta.get("params")),
             "params_json": meta.get("params", ""),
+            "grader": (graders or {}).get((model, entry), ""),
         }
         sub = overall[(overall["model"] == model) & (overall["entry"] == entry)] if not overall.empty else overall
         row["n_seeds"] = int(sub["n_seeds"].max()) if not sub.empty else 0
@@ -446,6 +468,8 @@ def leaderboard_markdown(
     unpaired = unpaired_lines(board)
     if unpaired:
         lines += ["## Unpaired seeds", "", *(f"- {_md_cell(line)}" for line in unpaired), ""]
+    if grader_note(board):
+        lines += [_md_cell(grader_note(board)), ""]
     if figures:
         lines += ["## Figures", ""]
         for name in figures:

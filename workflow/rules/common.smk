@@ -90,8 +90,11 @@ wildcard_constraints:
     seed=r"\d+",
 
 
-# Environment of every job: no network in the embedded profile, one BLAS pool per job, quiet tokenizers.
-_env = {"TOKENIZERS_PARALLELISM": "false", "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": str(THREADS)}
+# Environment of every job: no network in the embedded profile, one BLAS pool per job, quiet tokenizers, the grader.
+# BANDPO_GRADER_MODE: the config's grader for every job that grades (bandpo.grader reads it).
+GRADER_MODE = config["grader"]["mode"]
+_env = {"TOKENIZERS_PARALLELISM": "false", "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": str(THREADS),
+        "BANDPO_GRADER_MODE": GRADER_MODE}  # fmt: skip
 if config["offline"]:
     _env.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
 if config["method_modules"]:  # methods of the user's own modules, imported by bandpo.methods in every job

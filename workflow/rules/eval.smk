@@ -59,6 +59,7 @@ for _xp_id, _xp in EXPERIMENTS.items():
                 entry=_alternatives(_xp_slots),
             params:
                 args=lambda w: _eval_args(w.model, w.entry, seeds_of(w.entry)),
+                grader=GRADER_MODE,  # a changed grader.mode reruns the job (params are a rerun trigger)
             threads: THREADS
             resources:
                 gpu=config["eval"]["gpus"],
@@ -84,6 +85,7 @@ for _xp_id, _xp in EXPERIMENTS.items():
                 entry=_alternatives(_xp_slots),
             params:
                 args=lambda w: _eval_args(w.model, w.entry, [int(w.seed)]),
+                grader=GRADER_MODE,  # a changed grader.mode reruns the job (params are a rerun trigger)
             threads: THREADS
             resources:
                 gpu=config["eval"]["gpus"],

@@ -32,6 +32,7 @@ def _verl_run(wildcards):
         output_dir=os.path.abspath(run_dir(wildcards.model, wildcards.entry, wildcards.seed)),
         reward_fn_path=os.path.join(SCRIPTS, "verl_reward.py"),
         method_modules=[m for m in method_modules_env(config).split(os.pathsep) if m],
+        grader_mode=GRADER_MODE,
         **fields,
     )
 
@@ -113,6 +114,7 @@ else:
             entry=_alternatives(BUILTIN_SLOTS),
         params:
             args=_local_train_args,
+            grader=GRADER_MODE,  # a changed grader.mode reruns the job (params are a rerun trigger)
             run=lambda w: run_dir(w.model, w.entry, w.seed),
         threads: THREADS
         resources:

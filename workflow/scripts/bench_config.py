@@ -221,6 +221,8 @@ def validate_config(
         for where, mapping in [(["verl"], cfg["verl"])] + [
             ([key, i, "verl"], item["verl"]) for key in ("models", "methods") for i, item in enumerate(cfg[key])
         ]:
+            if "grader_mode" in mapping:  # one grader for every job that grades
+                fail([*where, "grader_mode"], "set the grader once, as grader.mode (it also grades evaluation)")
             bad = sorted(set(mapping) - set(known))
             if bad:
                 fail(where, f"unknown VerlRun field(s) {unknown_names(bad, known)}; valid: {', '.join(known)}")

@@ -15,7 +15,8 @@
    derived from the mean score, which `verl_reward.py` makes +1 / -1 (so it does not hold for a reward manager
    that changes the score, such as DAPO's overlong penalty);
 3. ``run.json`` holds the contract's fields (trainer, config = the VerlRun fields given by ``--config``,
-   method_params, steps, train_seconds_total, versions) plus the merge command.
+   method_params, steps, train_seconds_total, versions) plus the merge command and the reward's grader (`grader`:
+   name, mode = the config's ``grader_mode``, version, id).
 
 The result is checked with `bandpo.run_contract.check_run` before the step succeeds.
 """
@@ -101,6 +102,17 @@ def cast_to_base_dtype(model_dir: Path, base_model: Path) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def reward_grader(config: dict) -> dict | None:
+    """The grader of the run's reward (`bandpo.grader`, in the mode the run's VerlRun passed to verl's workers):
+    name, mode, version and id, as the local trainer records it; None for a config without ``grader_mode``."""
+    mode = config.get("grader_mode")
+    if mode is None:
+        return None
+    from bandpo import grader
+
+    return {"name": grader.GRADER_NAME, "mode": mode, "version": grader.GRADER_VERSION, "id": grader.grader_id(mode)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--run-dir", required=True)
@@ -158,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         "merge_command": cmd,
         "merge_seconds": round(time.time() - t0, 2),
         "meta": json.loads(args.meta),
+        "grader": reward_grader(config),
         "versions": versions("verl", "torch", "transformers"),
         "machine": machine(),
     }
