@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.entry not in bc.by_id(cfg["methods"]):
         ap.error(f"--entry {args.entry!r} is not a method entry of {args.config}")
     models = [m["id"] for m in cfg["models"] if m.get("source") == "tiny"]
-    missing = [m for m in models if not (ROOT / "resources" / "models" / m / "config.json").is_file()]
+    missing = [m for m in models if not (ROOT / bc.model_path(cfg, m, args.seed) / "config.json").is_file()]
     if missing or not models:
         ap.error(f"build the models first (missing: {', '.join(missing) or 'no tiny models in the config'})")
 

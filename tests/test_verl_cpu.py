@@ -137,9 +137,10 @@ def test_verl_cpu_run_through_the_dag(tmp_path):
 
     merged = AutoModelForCausalLM.from_pretrained(run / "model", dtype="auto")
     assert merged.dtype == torch.float32
-    base = AutoModelForCausalLM.from_pretrained(wd / "resources" / "models" / "vtest-tiny", dtype="auto")
-    trained, untrained = merged.state_dict(), base.state_dict()
-    assert any(not torch.equal(trained[k], untrained[k]) for k in untrained if k in trained)  # it did train
     summary = json.loads((wd / "results/verl-cpu-test/eval/vtest-tiny/bandpo_kl/seed0/tiny_math.json").read_text())
     assert summary["trainer"] == "verl" and "mean@8" in summary["metrics"]
+    assert summary["base_model_dir"] == "resources/models/vtest-tiny/seed0"  # base_per_seed: seed 0's base model
+    base = AutoModelForCausalLM.from_pretrained(wd / summary["base_model_dir"], dtype="auto")
+    trained, untrained = merged.state_dict(), base.state_dict()
+    assert any(not torch.equal(trained[k], untrained[k]) for k in untrained if k in trained)  # it did train
     assert (wd / "results" / "verl-cpu-test" / "leaderboard.csv").is_file()
