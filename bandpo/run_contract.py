@@ -16,7 +16,17 @@ import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SCHEMA_PATH", "RunContractError", "check_run", "contract", "required_metric_keys"]
+from bandpo.files import read_jsonl
+
+__all__ = [
+    "SCHEMA_PATH",
+    "RunContractError",
+    "check_outputs",
+    "check_run",
+    "contract",
+    "read_run",
+    "required_metric_keys",
+]
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "workflow" / "schemas" / "run.schema.yaml"
 
@@ -53,37 +63,39 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
 
 
-def check_run(run_dir: str | Path) -> dict[str, Any]:
-    """Check one finished run folder against the contract; returns its run.json.
-
-    Raises `RunContractError` naming the run folder and the first missing file, metrics key (with the line) or
-    run.json field. Per-bucket keys are all required on a line that has any of them (methods with per-token
-    bounds) and none otherwise (whole-loss methods).
-    """
+def read_run(run_dir: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The ``metrics.jsonl`` rows and the ``run.json`` of a run folder, each read once; `RunContractError` naming
+    the run for a missing contract file or a file that is not JSON (objects)."""
     run = Path(run_dir)
-    spec = contract()
-    for name in spec["files"]:
+    for name in contract()["files"]:
         if not (run / name).is_file():
             raise RunContractError(f"run {run}: missing file {name!r} (run contract: {SCHEMA_PATH.name})")
+    try:
+        rows = read_jsonl(run / "metrics.jsonl")
+    except ValueError as err:  # names metrics.jsonl and the line
+        raise RunContractError(f"run {run}: {err}") from None
+    try:
+        info = json.loads((run / "run.json").read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise RunContractError(f"run {run}: run.json is not JSON ({err})") from None
+    if not isinstance(info, dict):
+        raise RunContractError(f"run {run}: run.json is not a JSON object")
+    return rows, info
 
-    lines = [ln for ln in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if ln.strip()]
-    if not lines:
+
+def check_outputs(run: str | Path, rows: list[dict[str, Any]], info: dict[str, Any]) -> None:
+    """Check a run's metrics rows and run.json (`read_run`) against the contract; `RunContractError` naming the
+    run and the first missing metrics key (with the line) or run.json field. Per-bucket keys are all required on a
+    line that has any of them (methods with per-token bounds) and none otherwise (whole-loss methods)."""
+    spec = contract()
+    if not rows:
         raise RunContractError(f"run {run}: metrics.jsonl has no line")
-    for number, line in enumerate(lines, start=1):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise RunContractError(f"run {run}: metrics.jsonl line {number} is not JSON ({err})") from None
+    for number, row in enumerate(rows, start=1):
         for key in required_metric_keys(per_bucket=_has_buckets(row)):
             if key not in row:
                 raise RunContractError(f"run {run}: metrics.jsonl line {number} lacks the key {key!r}")
             if not _is_number(row[key]):
                 raise RunContractError(f"run {run}: metrics.jsonl line {number}: {key!r} is not a number: {row[key]!r}")
-
-    try:
-        info = json.loads((run / "run.json").read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise RunContractError(f"run {run}: run.json is not JSON ({err})") from None
     for field in spec["run_json"]["required"]:
         if field not in info:
             raise RunContractError(f"run {run}: run.json lacks the field {field!r}")
@@ -92,4 +104,11 @@ def check_run(run_dir: str | Path) -> dict[str, Any]:
     for field in spec["run_json"]["config_required"]:
         if field not in info["config"]:
             raise RunContractError(f"run {run}: run.json lacks the field 'config.{field}'")
+
+
+def check_run(run_dir: str | Path) -> dict[str, Any]:
+    """Check one finished run folder against the contract (`read_run`, then `check_outputs`); returns its
+    run.json."""
+    rows, info = read_run(run_dir)
+    check_outputs(Path(run_dir), rows, info)
     return info

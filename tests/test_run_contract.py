@@ -103,6 +103,20 @@ def test_missing_files_and_fields_are_named(tmp_path):
         check_run(run)
 
 
+def test_files_that_are_not_json_are_named(tmp_path):
+    run = tmp_path / "run"
+    write_verl_run(run, [verl_record(1), verl_record(2)])
+    metrics = run / "metrics.jsonl"
+    good = metrics.read_text()
+    metrics.write_text(good.splitlines()[0] + "\n{not json\n")
+    with pytest.raises(RunContractError, match=rf"run {run}: {metrics}:2: not valid JSON"):
+        check_run(run)
+    metrics.write_text(good)
+    (run / "run.json").write_text("[1, 2]")
+    with pytest.raises(RunContractError, match=rf"run {run}: run.json is not a JSON object"):
+        check_run(run)
+
+
 def test_merge_verl_records_the_reward_grader():
     from bandpo import grader
 

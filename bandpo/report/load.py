@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bandpo.run_contract import check_run
+from bandpo.files import read_jsonl
+from bandpo.run_contract import check_outputs, read_run
 
 BASE_ENTRY = "base"  # the reserved entry id of the untrained base model (bench_config.BASE_ENTRY)
 MAIN = "main"  # the experiment of the sweep itself (bench_config.MAIN); runs without one belong to it
@@ -82,19 +83,6 @@ def parse_metric(name: str) -> tuple[str, float]:
 def read_json(path: Path) -> Any:
     with open(path, encoding="utf-8") as f:
         return json.load(f)
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    """The objects of a JSON-lines file; a line that is not JSON raises ValueError naming file and line."""
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{i}: not valid JSON ({e.msg})") from None
-    return rows
 
 
 def _seed_dirs(root: Path) -> Iterator[tuple[str, str, int, Path]]:
@@ -158,13 +146,17 @@ class Run:
 def load_run(folder: str | os.PathLike, model: str, entry: str, seed: int, experiment: str = MAIN) -> Run | None:
     """The outputs of one run folder (``metrics.jsonl``, ``run.json``); None when it holds neither (a run still
     training writes ``metrics.jsonl.partial``, which is not read). A finished run (``run.json`` present) must follow
-    the run contract (`bandpo.run_contract.check_run`): else `RunContractError` naming the run and the key."""
+    the run contract (`bandpo.run_contract`, each file read once): else `RunContractError` naming the run and the
+    key."""
     folder = Path(folder)
     metrics_path, info_path = folder / "metrics.jsonl", folder / "run.json"
     if not metrics_path.is_file() and not info_path.is_file():
         return None
-    info = check_run(folder) if info_path.is_file() else {}
-    metrics = read_jsonl(metrics_path) if metrics_path.is_file() else []
+    if info_path.is_file():
+        metrics, info = read_run(folder)
+        check_outputs(folder, metrics, info)
+    else:
+        metrics, info = read_jsonl(metrics_path), {}
     return Run(model, entry, seed, folder, metrics, info, info_path.is_file(), experiment)
 
 
