@@ -280,7 +280,7 @@ def test_labels_come_from_run_json(tmp_path):
         ("m", "labelled"): "KL",
         ("m", "plain"): "cap=10.0, delta=0.05, divergence=kl",
     }
-    per_run, per_entry = report.run_stats(report.load_run_metrics(root), summaries, n_resamples=0)
+    per_run, per_entry = report.run_stats(report.load_run_metrics(root), summaries)
     board = report.leaderboard(pd.DataFrame(), per_entry, per_run, report.entry_labels(summaries))
     assert dict(zip(board["entry"], board["params"], strict=True)) == {
         "labelled": "KL",
@@ -442,6 +442,33 @@ def test_paired_difference_and_its_interval_by_hand():
     assert row.mde == pytest.approx(report.minimum_detectable_difference(np.std(d, ddof=1), 5))
 
 
+def test_t_intervals_of_the_mean_and_of_the_paired_differences():
+    """The intervals the tables show: Student t over seeds, as scipy's t.interval; wider than the percentile
+    bootstrap at 3 seeds (t(0.975, 2) = 4.303), and NaN for one seed."""
+    from scipy import stats as st
+
+    x = np.array([0.31, 0.36, 0.33])
+    lo, hi = report.t_interval(x)
+    ref = st.t.interval(0.95, 2, loc=x.mean(), scale=st.sem(x))
+    assert (lo, hi) == pytest.approx(ref, abs=1e-12)
+    assert hi - lo == pytest.approx(2 * 4.303 * np.std(x, ddof=1) / math.sqrt(3), abs=1e-3)
+    assert all(math.isnan(v) for v in report.t_interval([0.3])) and report.t_interval([0.2, np.nan, 0.4])[0] < 0.2
+    d = np.array([0.03, -0.01, 0.05])
+    y = np.array([0.30, 0.40, 0.25])
+    scores = _scores({"x": dict(enumerate(y + d)), "grpo": dict(enumerate(y))})
+    row = report.score_stats(scores, n_resamples=2000).query("entry == 'x' and task == 'all'").iloc[0]
+    assert (row.diff_t_ci_low, row.diff_t_ci_high) == pytest.approx(
+        st.t.interval(0.95, 2, loc=d.mean(), scale=st.sem(d)), abs=1e-12
+    )
+    assert (row.t_ci_low, row.t_ci_high) == pytest.approx(report.t_interval(y + d), abs=1e-12)
+    assert row.diff_t_ci_low < row.diff_ci_low and row.diff_t_ci_high > row.diff_ci_high  # the bootstrap's narrower
+    board = report.leaderboard(report.score_stats(scores, n_resamples=200), pd.DataFrame(columns=["model", "entry"]))
+    md = report.leaderboard_markdown(board)
+    x_row = board.set_index("entry").loc["x"]
+    shown = f"{100 * x_row['mean@8']:.1f} [{100 * x_row['mean@8_t_ci_low']:.1f}, {100 * x_row['mean@8_t_ci_high']:.1f}]"
+    assert shown in md  # the tables show the t interval
+
+
 def test_minimum_detectable_difference_matches_the_t_table():
     # t(0.975, 2) = 4.303, t(0.80, 2) = 1.061; t(0.975, 9) = 2.262, t(0.80, 9) = 0.883 (printed t tables)
     assert report.minimum_detectable_difference(1.0, 3) == pytest.approx((4.303 + 1.061) / math.sqrt(3), abs=2e-3)
@@ -492,11 +519,11 @@ def test_rerun_agreement_flags_rows_outside_and_broken_claims(built, tmp_path, c
     label = f"mean@{N}"
     rerun = board.copy()
     kl = (rerun.model == "tiny-s") & (rerun.entry == "bandpo_kl")
-    rerun.loc[kl, label] = rerun.loc[kl, f"{label}_ci_high"] + 0.05  # outside its published interval
+    rerun.loc[kl, label] = rerun.loc[kl, f"{label}_t_ci_high"] + 0.05  # outside its published (t) interval
     rerun.loc[kl, f"{label}_diff"] = -0.01  # and its paired difference changes sign
     table = report.rerun_agreement(board, rerun, [label])
     row = table[(table.model == "tiny-s") & (table.entry == "bandpo_kl")].iloc[0]
-    published_claim = board.loc[kl, f"{label}_diff_ci_low"].iloc[0] > 0
+    published_claim = board.loc[kl, f"{label}_diff_t_ci_low"].iloc[0] > 0
     assert not row.inside and row.claim == (1 if published_claim else 0)
     assert row.claim_holds is (False if published_claim else None)
     others = table[~((table.model == "tiny-s") & (table.entry == "bandpo_kl"))]
@@ -507,6 +534,7 @@ def test_rerun_agreement_flags_rows_outside_and_broken_claims(built, tmp_path, c
     out = capsys.readouterr().out
     rated = table["inside"].notna().sum()
     assert f"rerun inside the published 95% interval: {rated - 1} of {rated} rows" in out
+    assert "inside the percentile-bootstrap interval instead:" in out
     assert report.main(["compare", "--published", str(tmp_path / "none.csv"), "--rerun", str(tmp_path)]) == 2
 
 
@@ -592,7 +620,7 @@ def test_leaderboard_rows_and_order(built):
 def test_markdown(built):
     results, _ = built
     md = (results / "leaderboard.md").read_text()
-    assert md.count("\n## tiny-") == 2 and "seed(s) per row these intervals are wide" in md
+    assert md.count("\n## tiny-") == 2 and "seed(s) per row the t intervals are wide" in md
     assert "<script>" not in md and "&lt;/script&gt;" in md and "evil&lt;img" in md
     for name in report.FIGURES:  # the figures of experiments without runs are left off
         assert (f"(figures/{name}.png)" in md) == (name in MAIN_FIGURES)

@@ -92,6 +92,7 @@ from bandpo.report.stats import (
     score_stats,
     seed_bands,
     seeds_needed,
+    t_interval,
 )
 from bandpo.report.tables import entry_labels, entry_order, leaderboard, leaderboard_markdown, per_task_table
 
@@ -129,6 +130,7 @@ __all__ = [
     "main",
     "metric_label",
     "minimum_detectable_difference",
+    "t_interval",
     "of_experiment",
     "paired_comparison",
     "params_label",

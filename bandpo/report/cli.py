@@ -269,6 +269,8 @@ def compare(published: str | os.PathLike, rerun: str | os.PathLike, labels: Sequ
     rated = table[table["inside"].notna()]
     claims = table[table["claim"] != 0]
     print(f"\nrerun inside the published 95% interval: {int(rated['inside'].sum())} of {len(rated)} rows")
+    boot = table[table["inside_bootstrap"].notna()]
+    print(f"inside the percentile-bootstrap interval instead: {int(boot['inside_bootstrap'].sum())} of {len(boot)}")
     print(f"paired claims (interval excludes 0) that hold on the rerun: {int(claims['claim_holds'].sum())} of "
           f"{len(claims)}")  # fmt: skip
     return 0

@@ -57,7 +57,7 @@ def build_sections(
     boards, stats_all, runs_all = [], [], []
     for xp in experiment_order(scores, metrics, summaries):
         xs, xm, xsum = of_experiment(scores, xp), of_experiment(metrics, xp), of_experiment(summaries, xp)
-        per_run, per_entry = run_stats(xm, xsum, n_resamples, confidence, seed)
+        per_run, per_entry = run_stats(xm, xsum, confidence)
         subsets = sorted(set(xs["subset"].astype(object).fillna(""))) if "subset" in xs and not xs.empty else [""]
         for subset in subsets:
             ss = xs[xs["subset"].astype(object).fillna("") == subset] if "subset" in xs else xs

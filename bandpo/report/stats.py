@@ -5,7 +5,11 @@ Pure functions of frames and arrays: nothing here reads or writes files.
 For a (model, entry) and a metric, the unit is one seed's score on one task. Over tasks (``task == "all"``):
 
 * **mean**: mean over tasks of the mean over seeds; 95% CI by the percentile bootstrap, stratified by task (the
-  seeds are resampled within each task: `scipy.stats.bootstrap` with one sample per task).
+  seeds are resampled within each task: `scipy.stats.bootstrap` with one sample per task: ``ci_low``/``ci_high``,
+  rliable's interval) and the Student-t interval of the per-seed means over tasks (``t_ci_low``/``t_ci_high``:
+  mean +- t_{0.975, n-1} sd / sqrt(n), `t_interval`). The leaderboard shows the t interval: with 3-5 seeds the
+  percentile bootstrap has only a handful of distinct resamples and covers far less than 95% (it treats the
+  sample SD as the true one and ignores the t quantile), so it misses reruns on another machine.
 * **IQM**: interquartile mean of all (seed, task) scores, ``scipy.stats.trim_mean(x, 0.25)``; same bootstrap.
   With fewer than 4 scores nothing is trimmed and the IQM equals the mean.
 * **P(improvement) over the baseline** (``grpo`` by default): per task, the mean over all pairs (seed of the entry,
@@ -14,7 +18,8 @@ For a (model, entry) and a metric, the unit is one seed's score on one task. Ove
 * **paired comparison with the baseline** (the published comparison): seed s of every entry trains from base model s
   (``base_per_seed``), so entry and baseline runs of one seed share their base model and seed. Per seed the paired
   difference d_s = x_s - y_s (over tasks: of each seed's mean over tasks); ``diff`` is their mean with a 95%
-  percentile-bootstrap CI over the pairs (seeded), ``diff_poi`` = mean of 1[d_s > 0] + 1/2 1[d_s = 0] (the
+  percentile-bootstrap CI over the pairs (seeded) and the paired t interval (``diff_t_ci_low``/``diff_t_ci_high``,
+  the one the leaderboard shows), ``diff_poi`` = mean of 1[d_s > 0] + 1/2 1[d_s = 0] (the
   probability of improvement on the paired differences) with the same bootstrap, ``diff_sd`` their SD. Seeds that
   only one side has are left out and named in ``unpaired``. The base row's difference is the base model against
   the baseline trained from it.
@@ -23,7 +28,8 @@ For a (model, entry) and a metric, the unit is one seed's score on one task. Ove
   noncentral-t power equation, slightly optimistic for small n); ``seeds_for_target`` the fewest seeds whose MDE
   at this SD is at most ``MDE_TARGET`` (2 points), `seeds_needed`.
 * training columns: final token entropy / reward (mean over the last 10% of steps of a run, then over seeds, with
-  a bootstrap CI), clip fraction (off-policy updates when logged), training time per run and summed over seeds.
+  the Student-t interval over seeds), clip fraction (off-policy updates when logged), training time per run and
+  summed over seeds.
 """
 
 from __future__ import annotations
@@ -83,6 +89,21 @@ def bootstrap_ci(
         rng=rng,
     )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def t_interval(values: Sequence[float] | np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
+    """Student-t interval of the mean of ``values`` (seeds): mean +- t_{(1+confidence)/2, n-1} * sd / sqrt(n), sd
+    with ddof 1. Exact for normal scores and honest at 3-5 seeds, where a percentile bootstrap is too narrow. NaN
+    for fewer than 2 finite values."""
+    x = np.asarray(values, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if x.size < 2:
+        return float("nan"), float("nan")
+    from scipy.stats import t
+
+    half = float(t.ppf((1 + confidence) / 2, x.size - 1) * np.std(x, ddof=1) / math.sqrt(x.size))
+    m = float(x.mean())
+    return m - half, m + half
 
 
 def mean_of_means(*strata: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -183,7 +204,8 @@ def paired_comparison(
     value, paired by seed (seed s of both trained from base model s with seed s). A seed's score is its mean over
     the tasks of ``x``; seeds either side lacks (or lacks a task of) are left out and named in ``unpaired``.
 
-    Returns n_pairs, diff (mean of x_s - y_s), diff_ci_low/high (percentile bootstrap over the pairs), diff_sd
+    Returns n_pairs, diff (mean of x_s - y_s), diff_ci_low/high (percentile bootstrap over the pairs),
+    diff_t_ci_low/high (the paired t interval, `t_interval` of the differences), diff_sd
     (ddof 1), diff_poi (share of d_s > 0, ties 1/2) and its CI, mde (`minimum_detectable_difference` for
     n_pairs), seeds_for_target (`seeds_needed` for `MDE_TARGET`), unpaired (text, "" when every seed is paired)."""
     tasks = sorted(set(x["task"]))
@@ -203,11 +225,14 @@ def paired_comparison(
     sd = float(np.std(d, ddof=1)) if n >= 2 else float("nan")
     lo, hi = bootstrap_ci([d], mean_of_means, n_resamples, rng, confidence) if n else (float("nan"),) * 2
     poi_lo, poi_hi = bootstrap_ci([d], _improvement, n_resamples, rng, confidence) if n else (float("nan"),) * 2
+    t_lo, t_hi = t_interval(d, confidence)
     return {
         "n_pairs": n,
         "diff": float(d.mean()) if n else float("nan"),
         "diff_ci_low": lo,
         "diff_ci_high": hi,
+        "diff_t_ci_low": t_lo,
+        "diff_t_ci_high": t_hi,
         "diff_sd": sd,
         "diff_poi": float(_improvement(d)) if n else float("nan"),
         "diff_poi_ci_low": poi_lo,
@@ -218,8 +243,8 @@ def paired_comparison(
     }
 
 
-PAIRED_COLUMNS = ["n_pairs", "diff", "diff_ci_low", "diff_ci_high", "diff_sd", "diff_poi", "diff_poi_ci_low",
-                  "diff_poi_ci_high", "mde", "seeds_for_target", "unpaired"]  # fmt: skip
+PAIRED_COLUMNS = ["n_pairs", "diff", "diff_ci_low", "diff_ci_high", "diff_t_ci_low", "diff_t_ci_high", "diff_sd",
+                  "diff_poi", "diff_poi_ci_low", "diff_poi_ci_high", "mde", "seeds_for_target", "unpaired"]  # fmt: skip
 
 
 def _baseline_entry(scores: pd.DataFrame, baseline: str | None) -> str | None:
@@ -245,7 +270,8 @@ def score_stats(
 
     ``task`` is each task and ``"all"``: the aggregate over tasks of every headline metric (mean@n, pass@n, maj@n,
     best@n_bootstrap, where n is the task's sample count), stratified by task. Columns: profile, model, entry,
-    method, params, task, metric, k, label, n_seeds, mean, ci_low, ci_high, iqm, iqm_ci_low, iqm_ci_high, poi,
+    method, params, task, metric, k, label, n_seeds, mean, ci_low, ci_high (percentile bootstrap), t_ci_low,
+    t_ci_high (Student t over the per-seed means), iqm, iqm_ci_low, iqm_ci_high, poi,
     poi_ci_low, poi_ci_high, baseline, then the paired comparison with the baseline (`paired_comparison`: n_pairs,
     diff, diff_ci_low, diff_ci_high, diff_sd, diff_poi, diff_poi_ci_low, diff_poi_ci_high, mde, seeds_for_target,
     unpaired). ``poi`` is rliable's P(entry > baseline) over all seed pairs (unpaired); ``diff_poi`` the same on
@@ -264,6 +290,8 @@ def score_stats(
         "mean",
         "ci_low",
         "ci_high",
+        "t_ci_low",
+        "t_ci_high",
         "iqm",
         "iqm_ci_low",
         "iqm_ci_high",
@@ -301,6 +329,7 @@ def score_stats(
             key = (model, entry, task, metric, k_key)
             mean = float(mean_of_means(*samples))
             lo, hi = bootstrap_ci(samples, mean_of_means, n_resamples, seeded_rng(seed, "mean", *key), confidence)
+            t_lo, t_hi = t_interval(_per_seed(g, sorted(strata)).to_numpy(np.float64), confidence)
             iqm_value = float(iqm(*samples))
             iqm_lo, iqm_hi = bootstrap_ci(samples, iqm, n_resamples, seeded_rng(seed, "iqm", *key), confidence)
             poi = (float("nan"),) * 3
@@ -335,6 +364,8 @@ def score_stats(
                     "mean": mean,
                     "ci_low": lo,
                     "ci_high": hi,
+                    "t_ci_low": t_lo,
+                    "t_ci_high": t_hi,
                     "iqm": iqm_value,
                     "iqm_ci_low": iqm_lo,
                     "iqm_ci_high": iqm_hi,
@@ -404,18 +435,14 @@ def _clipfrac_column(metrics: pd.DataFrame) -> str | None:
 
 
 def run_stats(
-    metrics: pd.DataFrame,
-    summaries: pd.DataFrame,
-    n_resamples: int = 2000,
-    confidence: float = 0.95,
-    seed: int = 0,
+    metrics: pd.DataFrame, summaries: pd.DataFrame, confidence: float = 0.95
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Training statistics. Returns (per_run, per_entry).
 
     per_run: one row per run with entropy_final, reward_final (mean over the last 10% of steps), clipfrac (mean
     over steps, off-policy updates when logged), train_seconds, steps. per_entry: one row per (model, entry) with
-    n_runs, entropy_final (mean over seeds) and its CI, reward_final, clipfrac, train_seconds_mean (per run) and
-    train_seconds_total (all seeds)."""
+    n_runs, entropy_final (mean over seeds) and its Student-t interval, reward_final, clipfrac, train_seconds_mean
+    (per run) and train_seconds_total (all seeds)."""
     run_cols = [
         "profile",
         "model",
@@ -466,7 +493,7 @@ def run_stats(
     per_entry = []
     for (model, entry), g in per_run_df.groupby(["model", "entry"], sort=True):
         ent = g["entropy_final"].dropna().to_numpy(np.float64)
-        lo, hi = bootstrap_ci([ent], mean_of_means, n_resamples, seeded_rng(seed, "entropy", model, entry), confidence)
+        lo, hi = t_interval(ent, confidence)
         secs = g["train_seconds"].dropna()
         per_entry.append(
             {
@@ -524,22 +551,32 @@ def seed_bands(
 def rerun_agreement(published: pd.DataFrame, rerun: pd.DataFrame, labels: Sequence[str]) -> pd.DataFrame:
     """How a rerun's leaderboard (leaderboard.csv of another machine, thread count or BLAS path) sits against the
     published one, one row per (model, entry, metric label) both have: ``inside`` = the rerun's mean lies in the
-    published 95% interval; ``claim`` = the sign of the published paired difference from the baseline when its
-    interval excludes 0 (+1 / -1, else 0: no claim), ``claim_holds`` = the rerun's paired difference has that sign
-    (None where there is no claim). Columns: model, entry, label, published, ci_low, ci_high, rerun, inside,
-    published_diff, rerun_diff, claim, claim_holds."""
+    published 95% interval (the Student-t one the tables show, the bootstrap one for a leaderboard without it);
+    ``inside_bootstrap`` = the same for the percentile-bootstrap interval; ``claim`` = the sign of the published
+    paired difference from the baseline when its (t) interval excludes 0 (+1 / -1, else 0: no claim),
+    ``claim_holds`` = the rerun's paired difference has that sign (None where there is no claim). Rows are matched
+    on (experiment, subset,) model and entry. Columns: [experiment, subset,] model, entry, label, published, ci_low,
+    ci_high, rerun, inside, inside_bootstrap, published_diff, rerun_diff, claim, claim_holds."""
+
+    def within(lo: float, value: float, hi: float) -> bool | None:
+        return bool(lo <= value <= hi) if not (math.isnan(lo) or math.isnan(hi)) else None
+
     rows = []
-    both = published.merge(rerun, on=["model", "entry"], suffixes=("", "_rerun"))
+    keys = [k for k in ("experiment", "subset") if k in published and k in rerun]  # one row per section
+    both = published.merge(rerun, on=[*keys, "model", "entry"], suffixes=("", "_rerun"))
     for _, r in both.iterrows():
         for label in labels:
             if label not in published or f"{label}_rerun" not in both:
                 continue
-            lo, hi, value = r[f"{label}_ci_low"], r[f"{label}_ci_high"], r[f"{label}_rerun"]
-            d, dlo, dhi = (r.get(f"{label}_diff{x}", float("nan")) for x in ("", "_ci_low", "_ci_high"))
+            t = "_t" if f"{label}_t_ci_low" in published else ""
+            lo, hi, value = r[f"{label}{t}_ci_low"], r[f"{label}{t}_ci_high"], r[f"{label}_rerun"]
+            t = "_t" if f"{label}_diff_t_ci_low" in published else ""
+            d, dlo, dhi = (r.get(f"{label}_diff{x}", float("nan")) for x in ("", f"{t}_ci_low", f"{t}_ci_high"))
             claim = 1 if dlo > 0 else (-1 if dhi < 0 else 0)
             rerun_d = r.get(f"{label}_diff_rerun", float("nan"))
             rows.append(
                 {
+                    **{k: r[k] for k in keys},
                     "model": r["model"],
                     "entry": r["entry"],
                     "label": label,
@@ -547,7 +584,8 @@ def rerun_agreement(published: pd.DataFrame, rerun: pd.DataFrame, labels: Sequen
                     "ci_low": lo,
                     "ci_high": hi,
                     "rerun": value,
-                    "inside": bool(lo <= value <= hi) if not (math.isnan(lo) or math.isnan(hi)) else None,
+                    "inside": within(lo, value, hi),
+                    "inside_bootstrap": within(r[f"{label}_ci_low"], value, r[f"{label}_ci_high"]),
                     "published_diff": d,
                     "rerun_diff": rerun_d,
                     "claim": claim,

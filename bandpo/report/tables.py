@@ -68,9 +68,11 @@ def leaderboard(
 ) -> pd.DataFrame:
     """The wide leaderboard: one row per (model, entry), the base model first, then by mean@k (best first).
 
-    Per headline metric L (e.g. ``mean@8``): L, L_ci_low, L_ci_high, L_iqm, L_poi, L_poi_ci_low, L_poi_ci_high
+    Per headline metric L (e.g. ``mean@8``): L, L_ci_low, L_ci_high (percentile bootstrap), L_t_ci_low, L_t_ci_high
+    (Student t over seeds: the interval the tables show), L_iqm, L_poi, L_poi_ci_low, L_poi_ci_high
     (rliable's P(improvement) over ``baseline``, all seed pairs), and the paired comparison with the baseline
-    (`bandpo.report.stats.paired_comparison`): L_diff, L_diff_ci_low, L_diff_ci_high, L_diff_sd, L_diff_poi,
+    (`bandpo.report.stats.paired_comparison`): L_diff, L_diff_ci_low, L_diff_ci_high, L_diff_t_ci_low,
+    L_diff_t_ci_high, L_diff_sd, L_diff_poi,
     L_diff_poi_ci_low, L_diff_poi_ci_high, L_mde, L_seeds_for_target, L_n_pairs, L_unpaired; then the training
     columns of `run_stats`. ``params`` is the entry's label
     from ``labels`` ((model, entry) -> the runs' ``method_label``, `entry_labels`), else `params_label` of its
@@ -117,6 +119,8 @@ def leaderboard(
                     label: r["mean"],
                     f"{label}_ci_low": r["ci_low"],
                     f"{label}_ci_high": r["ci_high"],
+                    f"{label}_t_ci_low": r["t_ci_low"],
+                    f"{label}_t_ci_high": r["t_ci_high"],
                     f"{label}_iqm": r["iqm"],
                     f"{label}_poi": r["poi"],
                     f"{label}_poi_ci_low": r["poi_ci_low"],
@@ -155,19 +159,23 @@ def headline_label(board: pd.DataFrame, family: str) -> str | None:
 # ----------------------------------------------------------------------------------------------------------------
 # Markdown and HTML
 
+T_INTERVAL = "t_"  # the tables show Student-t intervals over seeds; leaderboard.csv has the bootstrap ones too
+
 STATS_NOTE = (
     "Scores are fractions of problems solved, shown in percent: the mean over seeds of each seed's lm-eval score "
-    "(averaged over tasks with equal weight), with a 95% percentile-bootstrap confidence interval that resamples "
-    "seeds within each task (stratified bootstrap, seeded). Seed s of every entry trains from base model s "
-    "(pretrained with seed s; the base row's seed s is that model), so the spread over seeds holds the pretraining "
-    "draw, the RL run's randomness and the evaluation's sampling. IQM is the interquartile mean of the (seed, task) "
-    "scores; with fewer than 4 of them nothing is trimmed and it equals the mean. Comparisons with {baseline} are "
-    "paired: Δ is the mean over seeds of this entry's score minus {baseline}'s trained from the same base model "
-    "with the same seed, with a 95% percentile-bootstrap interval over those paired differences (seeded); "
-    "P(>{baseline}) is the probability of improvement on them: the share of seeds whose difference is positive, "
-    "ties counting one half; 0.5 means no difference. pass@k is the unbiased estimator "
-    "1 - C(n-c, k)/C(n, k); best@k (bootstrap) is the paper's resampled variant, labelled as such. Entropy is "
-    "the rollout policy's mean token entropy over the last 10% of training steps; time is per training run."
+    "(averaged over tasks with equal weight), with a 95% Student-t confidence interval over seeds (mean ± "
+    "t(0.975, n-1) SD / sqrt(n) of the per-seed scores; leaderboard.csv also has rliable's percentile-bootstrap "
+    "interval, columns *_ci_low / *_ci_high, which is too narrow at 3-5 seeds). Seed s of every entry trains from "
+    "base model s (pretrained with seed s; the base row's seed s is that model), so the spread over seeds holds "
+    "the pretraining draw, the RL run's randomness and the evaluation's sampling. IQM is the interquartile mean "
+    "of the (seed, task) scores; with fewer than 4 of them nothing is trimmed and it equals the mean. Comparisons "
+    "with {baseline} are paired: Δ is the mean over seeds of this entry's score minus {baseline}'s trained from "
+    "the same base model with the same seed, with the 95% paired t interval of those differences (the bootstrap "
+    "one is in the csv); P(>{baseline}) is the probability of improvement on them: the share of seeds whose "
+    "difference is positive, ties counting one half; 0.5 means no difference. pass@k is the unbiased estimator "
+    "1 - C(n-c, k)/C(n, k); best@k (bootstrap) is the paper's resampled variant, labelled as such. Entropy is the "
+    "rollout policy's mean token entropy over the last 10% of training steps, with its t interval over seeds; "
+    "time is per training run."
 )
 POWER_NOTE = (
     "Minimum detectable difference (MDE): the smallest true difference from {baseline} that a two-sided paired "
@@ -177,9 +185,9 @@ POWER_NOTE = (
     "is the fewest seeds whose MDE at this SD is at most 2 points."
 )
 SEEDS_NOTE = (
-    "With only {n} seed(s) per row these intervals are wide, and a percentile bootstrap over so few seeds (a "
-    "handful of distinct resamples) is if anything too narrow: treat differences whose intervals overlap as "
-    "unresolved, and read P(improvement) near 0.5 as no evidence either way."
+    "With {n} seed(s) per row the t intervals are wide (t(0.975, 2) = 4.30 at 3 seeds): that is the honest width "
+    "of so few seeds, which a percentile bootstrap (a handful of distinct resamples) understates. Treat differences "
+    "whose intervals include 0 as unresolved, and read P(improvement) near 0.5 as no evidence either way."
 )
 
 
@@ -227,12 +235,15 @@ class Column:
     sort: Callable[[Mapping[str, Any]], float] | None = None
 
 
-def ci_column(key: str, head: str, scale: float = 100.0, digits: int = 1) -> Column:
-    """``value [ci_low, ci_high]`` of the columns key, key_ci_low, key_ci_high."""
+def ci_column(key: str, head: str, scale: float = 100.0, digits: int = 1, interval: str = "") -> Column:
+    """``value [ci_low, ci_high]`` of the columns key, key_{interval}ci_low, key_{interval}ci_high (``interval``
+    "t_": the Student-t interval, "": the column's only one)."""
     return Column(
         key,
         head,
-        lambda r: fmt_ci(r.get(key), r.get(f"{key}_ci_low"), r.get(f"{key}_ci_high"), scale, digits),
+        lambda r: fmt_ci(
+            r.get(key), r.get(f"{key}_{interval}ci_low"), r.get(f"{key}_{interval}ci_high"), scale, digits
+        ),  # fmt: skip
         lambda r: num(r.get(key)),
     )
 
@@ -260,7 +271,7 @@ def display_columns(board: pd.DataFrame) -> list[Column]:
         label = headline_label(board, family)
         if not label:
             continue
-        cols.append(ci_column(label, label.replace("_bootstrap", " (bootstrap)") + " %"))
+        cols.append(ci_column(label, label.replace("_bootstrap", " (bootstrap)") + " %", interval=T_INTERVAL))
         if family == "mean":
             cols.append(
                 Column(f"{label}_iqm", f"{label} IQM %", lambda r, c=label: fmt(r.get(f"{c}_iqm"), 100.0),
@@ -290,7 +301,8 @@ def per_task_table(
     stats: pd.DataFrame, board: pd.DataFrame, families: Sequence[str] = ("mean", "pass")
 ) -> pd.DataFrame:
     """One row per (model, entry), in the leaderboard's order, with each task's headline scores: for task T and
-    metric label L (k = the task's n), columns ``T L``, ``T L_ci_low``, ``T L_ci_high``. Empty with one task."""
+    metric label L (k = the task's n), columns ``T L``, ``T L_ci_low``, ``T L_ci_high`` (the t interval over
+    seeds). Empty with one task."""
     if stats.empty or board.empty:
         return pd.DataFrame()
     per = stats[(stats["task"] != ALL_TASKS) & stats["metric"].isin(families)]
@@ -300,7 +312,7 @@ def per_task_table(
     out = board[["profile", "model", "entry", "method", "params", "params_json", "n_seeds", "baseline"]].copy()
     for (task, label), g in per.groupby(["task", "label"], sort=True):
         name = f"{task} {label}"
-        values = g.set_index(["model", "entry"])[["mean", "ci_low", "ci_high"]]
+        values = g.set_index(["model", "entry"])[["mean", "t_ci_low", "t_ci_high"]]
         values.columns = [name, f"{name}_ci_low", f"{name}_ci_high"]
         out = out.join(values, on=["model", "entry"])
     return out
@@ -327,7 +339,7 @@ def diff_text(r: Mapping[str, Any], label: str) -> str:
     if r.get("entry") == r.get("baseline"):
         return "(baseline)"
     key = f"{label}_diff"
-    text = fmt_ci(r.get(key), r.get(f"{key}_ci_low"), r.get(f"{key}_ci_high"))
+    text = fmt_ci(r.get(key), r.get(f"{key}_{T_INTERVAL}ci_low"), r.get(f"{key}_{T_INTERVAL}ci_high"))
     return text if text == "—" or text.startswith("-") else "+" + text
 
 
