@@ -316,6 +316,21 @@ def test_embedded_dry_run(tmp_path):
     assert counts["eval_group_random_reward"] == 6 and counts["eval_group_probe"] == 3  # probe: its base, 2 entries
 
 
+def test_rerun_check_is_the_main_tiny_s_slice(tmp_path):
+    """config/rerun-check.yaml (README, "Reproducible on another machine") reruns exactly the published main rows of
+    tiny-s: the same data, model, method entries, seeds, training and scoring as config/config.yaml."""
+    main, rerun = read_config("config"), yaml.safe_load((ROOT / "config" / "rerun-check.yaml").read_text())
+    same = ("methods", "seeds", "base_per_seed", "train", "eval", "train_data", "threads", "trainer")
+    assert {k: rerun[k] for k in same} == {k: main[k] for k in same}
+    assert rerun["data"] == [d for d in main["data"] if d["id"] in main["train_data"]]
+    assert rerun["models"] == [m for m in main["models"] if m["id"] == "tiny-s"]
+    assert list(rerun["experiments"]) == ["main"] and rerun["publish"] is False
+    proc = snakemake(tmp_path, "-n", "--quiet", "rules", configfile=ROOT / "config" / "rerun-check.yaml")
+    assert proc.returncode == 0, proc.output[-3000:]
+    counts = job_counts(proc.output)
+    assert counts["model_tiny"] == 3 and counts["train"] == 18 and counts["eval_group"] == 7
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # helper scripts of the rules
 
