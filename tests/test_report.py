@@ -453,6 +453,7 @@ def test_t_intervals_of_the_mean_and_of_the_paired_differences():
     assert (lo, hi) == pytest.approx(ref, abs=1e-12)
     assert hi - lo == pytest.approx(2 * 4.303 * np.std(x, ddof=1) / math.sqrt(3), abs=1e-3)
     assert all(math.isnan(v) for v in report.t_interval([0.3])) and report.t_interval([0.2, np.nan, 0.4])[0] < 0.2
+    assert report.t_interval([0.0, 0.1, 0.9], bounds=(0.0, 1.0)) == pytest.approx((0.0, 1.0))  # a score's range
     d = np.array([0.03, -0.01, 0.05])
     y = np.array([0.30, 0.40, 0.25])
     scores = _scores({"x": dict(enumerate(y + d)), "grpo": dict(enumerate(y))})

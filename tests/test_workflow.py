@@ -449,8 +449,17 @@ def test_smoke_dag_end_to_end(smoke_run):
     assert set(scores["metric"]) >= {"mean", "pass", "maj"}
     assert set(scores["grader"]) == {summary["grader"]["id"]} and "/lenient@" in summary["grader"]["id"]
     assert not (wd / "results" / "leaderboard.csv").exists()  # smoke does not publish
-    # every rule logs and records a benchmark
-    assert list((wd / "logs" / "smoke" / "benchmarks").rglob("*.tsv"))
+    # every rule logs and records a benchmark; benchmarks/dag_rule_times.py sums them per rule kind
+    tsv = list((wd / "logs" / "smoke" / "benchmarks").rglob("*.tsv"))
+    assert tsv
+    table = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "dag_rule_times.py"),
+                            str(wd / "logs" / "smoke" / "benchmarks")], capture_output=True, text=True)  # fmt: skip
+    assert table.returncode == 0, table.stderr
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in table.stdout.splitlines()[2:]}
+    assert {f"train {model} (main)", f"model build {model}", f"lm-eval group {model}", "report"} <= set(rows)
+    assert int(rows["all"][1]) == len(tsv) and int(rows[f"train {model} (main)"][1]) == len(cfg["seeds"]) * (
+        len(entries) - 1
+    )
     assert (wd / "logs" / "smoke" / "eval" / model / "grpo.log").read_text().count("tiny_math: mean@8=") == len(
         cfg["seeds"]
     )  # one lm-eval process scored all seeds of the entry

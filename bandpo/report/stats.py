@@ -50,6 +50,7 @@ FINAL_FRACTION = 0.1  # "final" training statistics: mean over the last 10% of a
 MDE_TARGET = 0.02  # a 2-point difference (scores are fractions): what the seed count should resolve
 POWER, ALPHA = 0.8, 0.05  # of the minimum detectable difference: 80% power, two-sided level 0.05
 MAX_SEEDS = 10_000  # seeds_needed gives up beyond this
+SCORE_RANGE, SCORE_DIFF_RANGE = (0.0, 1.0), (-1.0, 1.0)  # scores are fractions: where their t intervals are cut
 
 
 def metric_label(family: str, k: Any) -> str:
@@ -91,9 +92,12 @@ def bootstrap_ci(
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
-def t_interval(values: Sequence[float] | np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
+def t_interval(
+    values: Sequence[float] | np.ndarray, confidence: float = 0.95, bounds: tuple[float, float] = (-math.inf, math.inf)
+) -> tuple[float, float]:
     """Student-t interval of the mean of ``values`` (seeds): mean +- t_{(1+confidence)/2, n-1} * sd / sqrt(n), sd
-    with ddof 1. Exact for normal scores and honest at 3-5 seeds, where a percentile bootstrap is too narrow. NaN
+    with ddof 1, cut to ``bounds`` (the range the mean can take: [0, 1] for a score, [-1, 1] for a difference of
+    scores). Exact for normal scores and honest at 3-5 seeds, where a percentile bootstrap is too narrow. NaN
     for fewer than 2 finite values."""
     x = np.asarray(values, dtype=np.float64)
     x = x[np.isfinite(x)]
@@ -103,7 +107,7 @@ def t_interval(values: Sequence[float] | np.ndarray, confidence: float = 0.95) -
 
     half = float(t.ppf((1 + confidence) / 2, x.size - 1) * np.std(x, ddof=1) / math.sqrt(x.size))
     m = float(x.mean())
-    return m - half, m + half
+    return max(m - half, bounds[0]), min(m + half, bounds[1])
 
 
 def mean_of_means(*strata: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -225,7 +229,7 @@ def paired_comparison(
     sd = float(np.std(d, ddof=1)) if n >= 2 else float("nan")
     lo, hi = bootstrap_ci([d], mean_of_means, n_resamples, rng, confidence) if n else (float("nan"),) * 2
     poi_lo, poi_hi = bootstrap_ci([d], _improvement, n_resamples, rng, confidence) if n else (float("nan"),) * 2
-    t_lo, t_hi = t_interval(d, confidence)
+    t_lo, t_hi = t_interval(d, confidence, SCORE_DIFF_RANGE)
     return {
         "n_pairs": n,
         "diff": float(d.mean()) if n else float("nan"),
@@ -329,7 +333,7 @@ def score_stats(
             key = (model, entry, task, metric, k_key)
             mean = float(mean_of_means(*samples))
             lo, hi = bootstrap_ci(samples, mean_of_means, n_resamples, seeded_rng(seed, "mean", *key), confidence)
-            t_lo, t_hi = t_interval(_per_seed(g, sorted(strata)).to_numpy(np.float64), confidence)
+            t_lo, t_hi = t_interval(_per_seed(g, sorted(strata)).to_numpy(np.float64), confidence, SCORE_RANGE)
             iqm_value = float(iqm(*samples))
             iqm_lo, iqm_hi = bootstrap_ci(samples, iqm, n_resamples, seeded_rng(seed, "iqm", *key), confidence)
             poi = (float("nan"),) * 3
@@ -493,7 +497,7 @@ def run_stats(
     per_entry = []
     for (model, entry), g in per_run_df.groupby(["model", "entry"], sort=True):
         ent = g["entropy_final"].dropna().to_numpy(np.float64)
-        lo, hi = t_interval(ent, confidence)
+        lo, hi = t_interval(ent, confidence, (0.0, math.inf))
         secs = g["train_seconds"].dropna()
         per_entry.append(
             {
