@@ -28,6 +28,20 @@ def _write_json(path: Path, obj) -> None:
     path.write_text(json.dumps(obj, indent=1) + "\n", encoding="utf-8")
 
 
+def _slot(entry: str, experiment: str) -> str:
+    """The folder name of an entry's runs and scores in an experiment (bandpo.report.load.split_slot's inverse)."""
+    return entry if experiment == "main" else f"{entry}@{experiment}"
+
+
+def published_experiments(published: Path) -> dict | None:
+    """The experiments the published page was built with ({id: {description, primary}}, as the report rule passes
+    them): from the resolved config in provenance.json; None when it has none."""
+    path = published / "provenance.json"
+    config = json.loads(path.read_text(encoding="utf-8")).get("config") or {} if path.is_file() else {}
+    xps = config.get("experiments")
+    return {x: {"description": v["description"], "primary": v.get("primary")} for x, v in xps.items()} if xps else None
+
+
 def rebuild_run_outputs(published: Path, dest: Path, with_labels: bool = True) -> Path:
     """Write ``dest/{profile}/eval/...`` and ``dest/{profile}/runs/...`` from the tables under ``published``;
     returns the profile's results folder. ``with_labels=False`` leaves ``method_label`` out of run.json (runs
@@ -35,11 +49,15 @@ def rebuild_run_outputs(published: Path, dest: Path, with_labels: bool = True) -
     scores = pd.read_csv(published / "scores.csv", keep_default_na=False, na_values=[""])
     runs = pd.read_csv(published / "runs.csv", keep_default_na=False, na_values=[""])
     board = pd.read_csv(published / "leaderboard.csv", keep_default_na=False, na_values=[""])
-    labels = {(r.model, r.entry): r.params for r in board.itertuples()}
     (profile,) = set(scores["profile"])
     root = dest / profile
-    for (model, entry, seed), g in scores.groupby(["model", "entry", "seed"], sort=True):
-        folder = root / "eval" / model / entry / f"seed{seed}"
+    for frame in (scores, runs, board):  # tables published before experiments existed hold main's rows only
+        if "experiment" not in frame:
+            frame["experiment"] = "main"
+        frame["experiment"] = frame["experiment"].fillna("main")
+    labels = {(r.experiment, r.model, r.entry): r.params for r in board.itertuples()}
+    for (experiment, model, entry, seed), g in scores.groupby(["experiment", "model", "entry", "seed"], sort=True):
+        folder = root / "eval" / model / _slot(entry, experiment) / f"seed{seed}"
         first = g.iloc[0]
         params = json.loads(first["params"]) if isinstance(first["params"], str) and first["params"] else None
         method = None if first["method"] == "base" else first["method"]
@@ -62,11 +80,18 @@ def rebuild_run_outputs(published: Path, dest: Path, with_labels: bool = True) -
                 "task": task,
                 "k": int(t["n"].iloc[0]),
                 "lm_eval": {"results_file": "lm_eval_results.json", "filter": FILTER},
+                "experiment": experiment,
             }
+            subset = t["subset"].iloc[0] if "subset" in t else None
+            if isinstance(subset, str) and subset:
+                summary["subsets"] = {task: subset}
+            grader = t["grader"].iloc[0] if "grader" in t else None
+            if isinstance(grader, str) and grader:
+                summary["grader"] = {"id": grader}
             _write_json(folder / f"{task}.json", summary)
         _write_json(folder / "lm_eval_results.json", results)
     for r in runs.itertuples():
-        folder = root / "runs" / r.model / r.entry / f"seed{r.seed}"
+        folder = root / "runs" / r.model / _slot(r.entry, r.experiment) / f"seed{r.seed}"
         folder.mkdir(parents=True, exist_ok=True)
         steps = int(r.steps)
         unread = dict.fromkeys(("accuracy", "response_length", "clipfrac", "clipfrac_upper", "clipfrac_lower"), 0.0)
@@ -86,6 +111,6 @@ def rebuild_run_outputs(published: Path, dest: Path, with_labels: bool = True) -
             "versions": {},
         }
         if with_labels:
-            info["method_label"] = labels[(r.model, r.entry)]
+            info["method_label"] = labels[(r.experiment, r.model, r.entry)]
         _write_json(folder / "run.json", info)
     return root

@@ -18,7 +18,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bandpo.files import replace_dir
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's bandpo, not another install's
+
+from bandpo.files import replace_dir  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

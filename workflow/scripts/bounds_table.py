@@ -12,12 +12,16 @@ probability q = p r in [0, 1].
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from bandpo.files import atomic_write_text
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's bandpo, not another install's
+
+from bandpo.files import atomic_write_text  # noqa: E402
 
 BOUND_METHODS = (  # (label in the figure, method, parameters)
     ("BandPO-KL", "bandpo", {"divergence": "kl"}),

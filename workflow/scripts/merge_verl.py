@@ -32,8 +32,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bandpo.files import atomic_write_text, read_jsonl, replace_dir
-from bandpo.provenance import machine, versions
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's bandpo, not another install's
+
+from bandpo.files import atomic_write_text, read_jsonl, replace_dir  # noqa: E402
+from bandpo.provenance import machine, versions  # noqa: E402
 
 TOKENIZER_FILES = (
     "tokenizer.json",

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import argparse
 import io
+import sys
 from pathlib import Path
 
-from bandpo.files import atomic_write_bytes, read_jsonl
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's bandpo, not another install's
+
+from bandpo.files import atomic_write_bytes, read_jsonl  # noqa: E402
 
 
 def verl_rows(paths: list[str], split: str) -> list[dict]:
