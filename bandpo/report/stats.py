@@ -567,6 +567,10 @@ def rerun_agreement(published: pd.DataFrame, rerun: pd.DataFrame, labels: Sequen
 
     rows = []
     keys = [k for k in ("experiment", "subset") if k in published and k in rerun]  # one row per section
+    # "" and NaN alike for a whole-task row (a column of blanks reads back as float)
+    published, rerun = (
+        f.assign(**{k: f[k].astype(object).fillna("").astype(str) for k in keys}) for f in (published, rerun)
+    )
     both = published.merge(rerun, on=[*keys, "model", "entry"], suffixes=("", "_rerun"))
     for _, r in both.iterrows():
         for label in labels:
