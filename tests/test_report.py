@@ -537,6 +537,10 @@ def test_rerun_agreement_flags_rows_outside_and_broken_claims(built, tmp_path, c
     assert f"rerun inside the published 95% interval: {rated - 1} of {rated} rows" in out
     assert "inside the percentile-bootstrap interval instead:" in out
     assert report.main(["compare", "--published", str(tmp_path / "none.csv"), "--rerun", str(tmp_path)]) == 2
+    # a rerun whose whole-task rows read back with a float column of blanks still matches the published rows
+    published = board.assign(experiment="main", subset="")
+    blank = rerun.assign(experiment="main", subset=float("nan"))
+    assert len(report.rerun_agreement(published, blank, [label])) == len(table)
 
 
 def test_stratified_over_tasks_and_one_seed():
