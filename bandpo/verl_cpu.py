@@ -21,14 +21,16 @@ lists it), in the driver and in every Ray worker. Importing it registers, and ch
   repeated device. `_dedup_backend` wraps ``torch.distributed.init_process_group`` to drop exact repeats
   (nothing else is changed, and only in processes with ``VERL_PLATFORM=cpu``).
 
-Known limits: one server per replica, requests are generated one at a time (no batching across requests), no
+Known limits: one server per replica, which batches the requests that reach it together (`HFRolloutServer`), no
 multi-modal input, no tensor parallelism; rollouts are not bit-reproducible across runs (requests reach the server
 in the order Ray delivers them).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -186,16 +188,42 @@ if cpu_selected() and not getattr(torch.distributed.init_process_group, "_bandpo
 # The rollout: a Ray actor holding a transformers model
 
 
+@dataclasses.dataclass
+class _Request:
+    """One queued ``generate`` call: its prompt, the sampling settings it can be batched under, and its future."""
+
+    prompt_ids: list[int]
+    key: tuple[int, float, float, int]  # (max new tokens, temperature, top_p, top_k)
+    future: asyncio.Future
+
+
 class HFRolloutServer:
     """One rollout server (a Ray actor): token ids in, sampled token ids and their log-probs out.
 
-    ``generate`` is the method verl's ``LLMServerClient`` calls; the others are the control calls verl makes on a
-    replica's servers (sleep / wake-up, cache control, profiling), which have nothing to do here.
+    ``generate`` is the method verl's ``LLMServerClient`` calls, once per sample and all of a step's samples at
+    once (verl's agent loop awaits them together). The server batches them: a call queues its request, and a flush
+    task, started by the first call, waits until the queue stops growing (``batch_wait_s`` between looks), then runs
+    the queued requests through one left-padded ``generate`` per ``max_batch`` requests with the same sampling
+    settings. ``max_batch=1`` generates one request at a time. The other methods are the control calls verl makes
+    on a replica's servers (sleep / wake-up, cache control, profiling), which have nothing to do here.
     """
 
-    def __init__(self, model_path: str, response_length: int, max_model_len: int | None, dtype: str, seed: int):
+    def __init__(
+        self,
+        model_path: str,
+        response_length: int,
+        max_model_len: int | None,
+        dtype: str,
+        seed: int,
+        max_batch: int = 256,
+        batch_wait_s: float = 0.01,
+    ):
         from transformers import AutoModelForCausalLM
 
+        if int(max_batch) < 1 or float(batch_wait_s) < 0:
+            raise ValueError(
+                f"hf rollout: max_batch must be >= 1 and batch_wait_s >= 0, got {max_batch}, {batch_wait_s}"
+            )
         torch.manual_seed(seed)
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
         self.model.eval()
@@ -206,6 +234,11 @@ class HFRolloutServer:
         self.eos_token_id = eos
         self.pad_token_id = gen.pad_token_id if gen.pad_token_id is not None else eos
         self.weight_version = 0
+        self.max_batch = int(max_batch)
+        self.batch_wait_s = float(batch_wait_s)
+        self.batch_sizes: list[int] = []  # the size of every generate call made (diagnostics, tests)
+        self._queue: list[_Request] = []
+        self._flusher: asyncio.Task | None = None
 
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> int:
         target = self.model.state_dict()
@@ -227,6 +260,8 @@ class HFRolloutServer:
 
         if any(kwargs.get(k) is not None for k in ("image_data", "video_data", "audio_data")):
             raise ValueError("the hf rollout takes text prompts only")
+        if not prompt_ids:
+            raise ValueError(f"request {request_id}: empty prompt")
         params = dict(sampling_params)
         max_new = int(params.pop("max_tokens", params.pop("max_new_tokens", self.response_length)))
         max_new = min(max_new, self.response_length)
@@ -234,10 +269,55 @@ class HFRolloutServer:
             max_new = min(max_new, int(self.max_model_len) - len(prompt_ids))
         if max_new < 1:
             raise ValueError(f"request {request_id}: prompt of {len(prompt_ids)} tokens leaves no room to generate")
-        temperature = float(params.get("temperature", 1.0))
-        top_p = float(params.get("top_p", 1.0))
-        top_k = int(params.get("top_k", -1))
+        key = (max_new, float(params.get("temperature", 1.0)), float(params.get("top_p", 1.0)),
+               int(params.get("top_k", -1)))  # fmt: skip
+        loop = asyncio.get_running_loop()
+        request = _Request([int(t) for t in prompt_ids], key, loop.create_future())
+        self._queue.append(request)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = loop.create_task(self._flush())
+        token_ids, log_probs = await request.future
+        return TokenOutput(
+            token_ids=token_ids,
+            log_probs=log_probs if params.get("logprobs") else None,
+            stop_reason="completed",
+            extra_fields={"global_steps": self.weight_version},
+        )
+
+    async def _flush(self) -> None:
+        """Serve the queue until it is empty: gather requests while they keep arriving, then batch them."""
+        seen = -1
+        while seen != len(self._queue) and len(self._queue) < self.max_batch:
+            seen = len(self._queue)
+            await asyncio.sleep(self.batch_wait_s)
+        while self._queue:
+            key = self._queue[0].key
+            batch = [r for r in self._queue if r.key == key][: self.max_batch]
+            taken = {id(r) for r in batch}
+            self._queue = [r for r in self._queue if id(r) not in taken]
+            try:
+                results = self._generate_batch([r.prompt_ids for r in batch], key)
+            except Exception as exc:  # every waiting caller gets the error, none hangs
+                for r in batch:
+                    if not r.future.done():
+                        r.future.set_exception(exc)
+            else:
+                for r, result in zip(batch, results, strict=True):
+                    if not r.future.done():
+                        r.future.set_result(result)
+            await asyncio.sleep(0)  # let requests that arrived meanwhile join the queue
+
+    def _generate_batch(self, prompts: list[list[int]], key: tuple[int, float, float, int]):
+        """Sample one completion per prompt in one left-padded ``generate``; per prompt (token ids up to and
+        including the first EOS, their log-probs under the sampling temperature)."""
+        max_new, temperature, top_p, top_k = key
         sample = temperature > 0
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), int(self.pad_token_id), dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, p in enumerate(prompts):  # left padding: every prompt ends where generation starts
+            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p) :] = 1
         gen_kwargs: dict[str, Any] = {
             "max_new_tokens": max_new,
             "do_sample": sample,
@@ -248,24 +328,20 @@ class HFRolloutServer:
         }
         if sample:
             gen_kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k if top_k > 0 else 0)
-        ids = torch.tensor([prompt_ids], dtype=torch.long)
         with torch.no_grad():
-            out = self.model.generate(ids, attention_mask=torch.ones_like(ids), **gen_kwargs)
-        tokens = out.sequences[0, ids.shape[1] :]
-        logits = torch.stack(out.logits, dim=0)[:, 0, :].float()  # (new tokens, vocab), unprocessed
+            out = self.model.generate(ids, attention_mask=mask, **gen_kwargs)
+        self.batch_sizes.append(len(prompts))
+        tokens = out.sequences[:, width:]  # (B, new tokens); rows that ended early are padded after their EOS
+        logits = torch.stack(out.logits, dim=1).float()  # (B, new tokens, vocab), unprocessed
         if sample and temperature != 1.0:
             logits = logits / temperature
-        log_probs = torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
-        token_ids = tokens.tolist()
-        finished = self._ends(token_ids)
-        if finished is not None:  # generate pads after EOS only in batches; cut at the first EOS to be safe
-            token_ids, log_probs = token_ids[: finished + 1], log_probs[: finished + 1]
-        return TokenOutput(
-            token_ids=token_ids,
-            log_probs=log_probs.tolist() if params.get("logprobs") else None,
-            stop_reason="completed",
-            extra_fields={"global_steps": self.weight_version},
-        )
+        log_probs = torch.log_softmax(logits, dim=-1).gather(-1, tokens[..., None]).squeeze(-1)
+        results = []
+        for row, row_log_probs in zip(tokens.tolist(), log_probs.tolist(), strict=True):
+            finished = self._ends(row)
+            n = len(row) if finished is None else finished + 1
+            results.append((row[:n], row_log_probs[:n]))
+        return results
 
     def _ends(self, token_ids: list[int]) -> int | None:
         eos = self.eos_token_id
@@ -310,7 +386,7 @@ def _load_replica_class():
             cfg = self.config
             server = (
                 ray.remote(HFRolloutServer)
-                .options(name=SERVER_NAME.format(rank=self.replica_rank), num_cpus=1, max_concurrency=1)
+                .options(name=SERVER_NAME.format(rank=self.replica_rank), num_cpus=1, max_concurrency=4096)
                 .remote(
                     _model_path(self.model_config),
                     cfg.response_length,

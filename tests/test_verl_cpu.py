@@ -65,6 +65,76 @@ def test_hf_server_returns_the_models_log_probs(tiny_model):
         server.load_weights({}, version=4)
 
 
+def _teacher_forced(model, prompt: list[int], tokens: list[int], temperature: float) -> torch.Tensor:
+    ids = torch.tensor([prompt + tokens])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1 : -1] / temperature
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(tokens)[:, None]).squeeze(-1)
+
+
+def test_hf_server_batches_concurrent_requests(tiny_model, monkeypatch):
+    """The requests of a step arrive together: they are generated in left-padded batches of at most max_batch,
+    one batch per sampling setting, and each still gets its own prompt's tokens and log-probs."""
+    from transformers import AutoModelForCausalLM
+
+    from bandpo.verl_cpu import HFRolloutServer
+
+    server = HFRolloutServer(str(tiny_model), response_length=10, max_model_len=64, dtype="float32", seed=0,
+                             max_batch=8)  # fmt: skip
+    tok = build_tokenizer()
+    prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in ("3+4=", "12*31-7=", "x=")]
+    hot = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}
+    cool = {**hot, "temperature": 0.5}
+    calls = [(prompts[i % 3], hot) for i in range(10)] + [(prompts[i % 3], cool) for i in range(3)]
+
+    async def all_at_once():
+        return await asyncio.gather(
+            *(server.generate(f"r{i}", prompt_ids=p, sampling_params=sp) for i, (p, sp) in enumerate(calls))
+        )
+
+    outs = asyncio.run(all_at_once())
+    assert sorted(server.batch_sizes) == [2, 3, 8]  # 10 at T=1 in batches of 8 + 2, the 3 at T=0.5 apart
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    eos = model.generation_config.eos_token_id
+    for (prompt, sp), out in zip(calls, outs, strict=True):
+        assert 1 <= len(out.token_ids) <= 10 and len(out.log_probs) == len(out.token_ids)
+        assert eos not in out.token_ids[:-1]  # cut at the first EOS
+        expected = _teacher_forced(model, prompt, out.token_ids, sp["temperature"])
+        torch.testing.assert_close(torch.tensor(out.log_probs), expected, atol=1e-5, rtol=1e-5)
+
+    # a failing batch fails every request waiting on it (none hangs), and the server keeps serving
+    def boom(prompts, key):
+        raise RuntimeError("generate failed")
+
+    monkeypatch.setattr(server, "_generate_batch", boom)
+
+    async def two():
+        return await asyncio.gather(
+            *(server.generate(f"e{i}", prompt_ids=prompts[0], sampling_params=hot) for i in range(2)),
+            return_exceptions=True,
+        )
+
+    assert all(isinstance(e, RuntimeError) for e in asyncio.run(two()))
+    with pytest.raises(ValueError, match="max_batch"):
+        HFRolloutServer(str(tiny_model), response_length=10, max_model_len=64, dtype="float32", seed=0, max_batch=0)
+
+
+def test_rollout_benchmark_runs_both_servers(tiny_model, tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_hf_rollout", ROOT / "benchmarks" / "bench_hf_rollout.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+{i}="}) + "\n" for i in range(3)))
+    assert bench.main(["--model", str(tiny_model), "--data", str(data), "--prompts", "3", "--samples", "2",
+                       "--repeats", "1", "--threads", "1"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "3 prompts x 2 samples = 6 requests" in out and re.search(r"ratio one-at-a-time / batched: [\d.]+x", out)
+    with pytest.raises(SystemExit):
+        bench.main(["--model", str(tmp_path / "missing"), "--data", str(data)])
+
+
 def test_cpu_platform_is_registered_and_opt_in():
     from verl.plugin.platform.platform_manager import PlatformRegistry
 

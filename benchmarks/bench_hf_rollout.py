@@ -1,0 +1,93 @@
+"""The CPU verl profile's rollout server (`bandpo.verl_cpu.HFRolloutServer`): one request at a time against batched.
+
+verl's agent loop sends every sample of a step to the rollout server at once, one ``generate`` call per sample. This
+benchmark makes the same calls (``--prompts`` prompts of the data set x ``--samples`` samples each, all awaited
+together, as in one step of ``config/verl-cpu.yaml``) on two servers built from the same model, side by side in one
+process: ``max_batch=1`` (one ``generate`` per request) and the default ``max_batch`` (the queued requests in
+left-padded batches). It prints the seconds per step of each, over ``--repeats`` alternating rounds, and their
+ratio::
+
+    python benchmarks/bench_hf_rollout.py [--model resources/models/tiny-s/seed0]
+        [--data resources/data/tiny-math/train.jsonl] [--prompts 32] [--samples 8] [--repeats 3] [--threads 2]
+
+Needs a model and the data the DAG builds (or any causal LM folder and a JSONL file with a ``prompt`` field).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bandpo.files import read_jsonl  # noqa: E402
+from bandpo.models import MAX_NEW_TOKENS  # noqa: E402
+
+
+def one_step(server, prompts: list[list[int]], samples: int, params: dict) -> float:
+    """Seconds for all ``samples`` completions of every prompt, requested at once."""
+
+    async def run():
+        calls = [
+            server.generate(f"p{i}s{j}", prompt_ids=p, sampling_params=params)
+            for i, p in enumerate(prompts)
+            for j in range(samples)
+        ]
+        return await asyncio.gather(*calls)
+
+    t0 = time.perf_counter()
+    outs = asyncio.run(run())
+    assert len(outs) == len(prompts) * samples and all(o.token_ids for o in outs)
+    return time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="resources/models/tiny-s/seed0")
+    ap.add_argument("--data", default="resources/data/tiny-math/train.jsonl")
+    ap.add_argument("--prompts", type=int, default=32)
+    ap.add_argument("--samples", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args(argv)
+    for path in (Path(args.model) / "config.json", Path(args.data)):
+        if not path.is_file():
+            ap.error(f"{path} not found: build it with the DAG first (snakemake --cores all {path})")
+
+    from transformers import AutoTokenizer
+
+    from bandpo.verl_cpu import HFRolloutServer
+
+    torch.set_num_threads(args.threads)
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    rows = read_jsonl(args.data)[: args.prompts]
+    prompts = [tokenizer(r["prompt"], add_special_tokens=False)["input_ids"] for r in rows]
+    params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}
+    servers = {
+        "one at a time (max_batch=1)": HFRolloutServer(args.model, MAX_NEW_TOKENS, 128, "float32", 0, max_batch=1),
+        "batched (max_batch=256)": HFRolloutServer(args.model, MAX_NEW_TOKENS, 128, "float32", 0),
+    }
+    seconds: dict[str, list[float]] = {name: [] for name in servers}
+    for _ in range(args.repeats):  # alternate, so that a slow spell of the machine hits both
+        for name, server in servers.items():
+            seconds[name].append(one_step(server, prompts, args.samples, params))
+    n = len(prompts) * args.samples
+    print(f"{len(prompts)} prompts x {args.samples} samples = {n} requests per step, {args.threads} threads, "
+          f"{args.repeats} rounds; model {args.model}")  # fmt: skip
+    medians = {name: statistics.median(v) for name, v in seconds.items()}
+    for name, v in seconds.items():
+        print(f"  {name:28s} median {medians[name]:7.2f} s per step  (rounds: {', '.join(f'{x:.2f}' for x in v)})")
+    serial, batched = medians.values()
+    print(f"  ratio one-at-a-time / batched: {serial / batched:.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
