@@ -1189,3 +1189,65 @@ def test_sections_and_primary_comparison():
     assert report.primary_results(scores, specs, n_resamples=500)["verdict"].tolist() == ["unresolved"]
     md = report.leaderboard_markdown(board, notes=report.tables.experiment_notes(specs, primary))
     assert "## probe: tiny-s, subset probe" in md and "## tiny-s\n" in md and "Decision rule: r" in md
+
+
+def _report_folder(path: Path, profile: str, scores: dict, runs: dict) -> Path:
+    """A report folder with scores.csv ({(entry, seed): mean@8}) and runs.csv ({(entry, seed): entropy_final})."""
+    path.mkdir(parents=True)
+    pd.DataFrame(
+        [
+            {
+                "profile": profile,
+                "experiment": "main",
+                "subset": "",
+                "model": "tiny-s",
+                "entry": e,
+                "seed": s,
+                "task": "tiny_math",
+                "name": name,
+                "value": v if name == "mean@8" else 0.9,
+            }
+            for (e, s), v in scores.items()
+            for name in ("mean@8", "pass@8")
+        ]  # fmt: skip
+    ).to_csv(path / "scores.csv", index=False)
+    pd.DataFrame(
+        [
+            {
+                "experiment": "main",
+                "profile": profile,
+                "model": "tiny-s",
+                "entry": e,
+                "seed": s,
+                "steps": 64,
+                "entropy_final": v,
+                "reward_final": 0.4,
+                "clipfrac": 0.01,
+                "train_seconds": 100.0,
+            }
+            for (e, s), v in runs.items()
+        ]  # fmt: skip
+    ).to_csv(path / "runs.csv", index=False)
+    return path
+
+
+def test_beside_pairs_each_run_with_the_other_trainers_run(tmp_path, capsys):
+    ours = _report_folder(tmp_path / "verl", "verl-cpu", {("grpo", 0): 0.30, ("grpo", 1): 0.40, ("base", 0): 0.2},
+                          {("grpo", 0): 0.20, ("grpo", 1): 0.25})  # fmt: skip
+    other = _report_folder(tmp_path / "local", "embedded",
+                           {("grpo", 0): 0.35, ("grpo", 2): 0.5, ("base", 0): 0.2, ("dcpo", 0): 0.3},
+                           {("grpo", 0): 0.15, ("grpo", 2): 0.1, ("dcpo", 0): 0.1})  # fmt: skip
+    table = report.tables.beside_table(ours, other)
+    assert [(r.entry, r.seed) for r in table.itertuples()] == [("base", 0), ("grpo", 0), ("grpo", 1)]  # ours only
+    grpo0 = table[(table["entry"] == "grpo") & (table["seed"] == 0)].iloc[0]
+    assert grpo0["diff"] == pytest.approx(-0.05) and grpo0["entropy_final_other"] == pytest.approx(0.15)
+    assert table.loc[(table["entry"] == "grpo") & (table["seed"] == 1), "mean@8_other"].isna().all()  # no match
+    assert report.tables.beside_table(ours, other).equals(table)
+
+    assert report.main(["beside", "--results", str(ours), "--other", str(other)]) == 0
+    md = (ours / "beside.md").read_text()
+    assert "# verl-cpu beside embedded" in md and "| main | tiny-s | grpo | 0 | tiny_math | 30.0 | 35.0 | -5.0 |" in md
+    assert "| main | tiny-s | grpo | mean of 1 | tiny_math | 30.0 | 35.0 | -5.0 |" in md  # seeds on both sides only
+    assert pd.read_csv(ours / "beside.csv")["diff"].notna().sum() == 2
+    assert report.main(["beside", "--results", str(ours), "--other", str(tmp_path / "nowhere")]) == 2
+    assert "scores.csv not found" in capsys.readouterr().err

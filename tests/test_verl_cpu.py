@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 import yaml
@@ -153,7 +154,8 @@ def test_verl_cpu_profile_dry_run(tmp_path):
     """config/verl-cpu.yaml is valid and plans the same rules as gpu.yaml, with the CPU backend in the command."""
     cfg = yaml.safe_load((ROOT / "config" / "verl-cpu.yaml").read_text())
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path), "-n", "-p",
-           "--configfile", str(ROOT / "config" / "verl-cpu.yaml")]  # fmt: skip
+           "--configfile", str(ROOT / "config" / "verl-cpu.yaml"),
+           "--config", f"beside={ROOT / 'results'}"]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
@@ -161,6 +163,7 @@ def test_verl_cpu_profile_dry_run(tmp_path):
     assert out.count("rule train_verl:") == n_runs and out.count("rule merge_verl:") == n_runs
     assert "VERL_PLATFORM=cpu" in out and re.search(r"actor_rollout_ref\.rollout\.name=\W*hf\W", out)
     assert "bandpo.verl_plugin,bandpo.verl_cpu" in out and "python -m verl.trainer.main_ppo" in out
+    assert cfg["beside"] == "results" and "rule beside:" in out  # verl's runs beside the published local ones
 
 
 def verl_cpu_test_config(tmp_path: Path) -> Path:
@@ -176,6 +179,7 @@ def verl_cpu_test_config(tmp_path: Path) -> Path:
     cfg["methods"] = [{"id": "bandpo_kl", "method": "bandpo", "params": {"divergence": "kl", "delta": 0.05}}]
     cfg["seeds"] = [0]
     cfg["verl"].update(train_batch_size=4, rollout_n=4, ppo_mini_batch_size=2, total_training_steps=2)
+    cfg["beside"] = str(ROOT / "results")  # the published local-trainer page (no run of this test's model there)
     path = tmp_path / "verl-cpu-test.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
@@ -214,3 +218,5 @@ def test_verl_cpu_run_through_the_dag(tmp_path):
     trained, untrained = merged.state_dict(), base.state_dict()
     assert any(not torch.equal(trained[k], untrained[k]) for k in untrained if k in trained)  # it did train
     assert (wd / "results" / "verl-cpu-test" / "leaderboard.csv").is_file()
+    beside = pd.read_csv(wd / "results" / "verl-cpu-test" / "beside.csv")
+    assert set(beside["entry"]) == {"base", "bandpo_kl"} and beside["mean@8_other"].isna().all()

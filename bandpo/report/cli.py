@@ -47,7 +47,14 @@ from bandpo.report.load import (
 )
 from bandpo.report.page import leaderboard_html
 from bandpo.report.stats import DEFAULT_BASELINE, power_table, rerun_agreement
-from bandpo.report.tables import experiment_notes, leaderboard_markdown, per_task_table, write_csv
+from bandpo.report.tables import (
+    beside_markdown,
+    beside_table,
+    experiment_notes,
+    leaderboard_markdown,
+    per_task_table,
+    write_csv,
+)
 
 LEADERBOARD_FILES = ("leaderboard.csv", "leaderboard.md", "leaderboard.html")
 PUBLISHED_TABLES = ("stats.csv", "scores.csv", "runs.csv", "primary.csv")  # published with the leaderboard when present
@@ -276,6 +283,23 @@ def compare(published: str | os.PathLike, rerun: str | os.PathLike, labels: Sequ
     return 0
 
 
+def beside(results: str | os.PathLike, other: str | os.PathLike, metric: str = "mean@8") -> list[Path]:
+    """Write ``results/beside.{csv,md}``: `bandpo.report.tables.beside_table` of the report folder ``results``
+    against the report folder ``other`` (e.g. the verl profile beside the published local-trainer page)."""
+    results = Path(results)
+    table = beside_table(results, other, metric)
+
+    def name(folder: Path) -> str:
+        scores = pd.read_csv(folder / "scores.csv", usecols=lambda c: c == "profile")
+        profiles = sorted(set(scores["profile"].dropna().astype(str))) if "profile" in scores else []
+        return "+".join(profiles) or folder.name
+
+    csv_path, md_path = results / "beside.csv", results / "beside.md"
+    write_csv(table, csv_path)
+    atomic_write_text(md_path, beside_markdown(table, name(results), name(Path(other)), metric))
+    return [csv_path, md_path]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bandpo.report", description="the report stage of BandPO-Bench")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -299,6 +323,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     c.add_argument("--published", required=True, help="the published leaderboard.csv")
     c.add_argument("--rerun", required=True, help="the rerun's leaderboard.csv")
     c.add_argument("--metrics", nargs="+", default=["mean@8", "pass@8"], help="metric labels to compare")
+    s = sub.add_parser("beside", help="each run of a profile beside the same run of another report (other trainer)")
+    s.add_argument("--results", required=True, help="the profile's report folder, e.g. results/verl-cpu")
+    s.add_argument("--other", required=True, help="another report folder with scores.csv and runs.csv, e.g. results")
+    s.add_argument("--metric", default="mean@8")
     args = ap.parse_args(argv)
     if args.command == "compare":
         return compare(args.published, args.rerun, args.metrics)
@@ -318,6 +346,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 json.loads(args.experiments_json) if args.experiments_json else None,
             )
             print(json.dumps({k: str(v) for k, v in written.items()}, indent=1))
+        elif args.command == "beside":
+            for path in beside(args.results, args.other, args.metric):
+                print(path)
         else:
             config = json.loads(args.config_json) if args.config_json else None
             for path in publish(args.src, args.dest, config, args.models):

@@ -487,3 +487,71 @@ def leaderboard_markdown(
         for name in figures:
             lines += [f"![{name}](figures/{name}.png)", ""]
     return "\n".join(lines)
+
+
+BESIDE_KEYS = ["experiment", "model", "entry", "seed", "task"]
+BESIDE_RUN_COLUMNS = ["steps", "entropy_final", "reward_final", "clipfrac", "train_seconds"]
+
+
+def _read_table(folder: Path, name: str) -> pd.DataFrame:
+    path = folder / name
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found (a report folder holds scores.csv and runs.csv)")
+    df = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    if "subset" in df:  # a scored subset is part of the task's identity here
+        sub = df["subset"].astype(object).fillna("").astype(str)
+        df["task"] = df["task"].where(sub == "", df["task"].astype(str) + ":" + sub)
+    return df
+
+
+def beside_table(ours: str | Path, other: str | Path, metric: str = "mean@8") -> pd.DataFrame:
+    """Each scored run of the report folder ``ours`` beside the run of the same experiment, model, entry, seed and
+    task in the report folder ``other`` (their ``scores.csv`` and ``runs.csv``): e.g. the verl trainer's runs beside
+    the local trainer's published ones, which start from the same base model of each seed. Columns: the keys,
+    ``{metric}`` and the training columns (final entropy, reward, clip fraction, steps, seconds) of each side
+    (suffixes ``_ours`` / ``_other``) and ``diff`` = ours - other on the metric; a run without a match on the
+    other side keeps blanks there. Rows: only ``ours``'s runs."""
+    ours, other = Path(ours), Path(other)
+    frames = []
+    for folder in (ours, other):
+        scores = _read_table(folder, "scores.csv")
+        if "name" not in scores:
+            raise ValueError(f"{folder / 'scores.csv'}: no 'name' column (not a report's scores.csv)")
+        picked = scores[scores["name"] == metric][BESIDE_KEYS + ["value"]].rename(columns={"value": metric})
+        runs = _read_table(folder, "runs.csv")
+        cols = [c for c in BESIDE_RUN_COLUMNS if c in runs]
+        picked = picked.merge(runs[BESIDE_KEYS[:-1] + cols], on=BESIDE_KEYS[:-1], how="left")
+        frames.append(picked.drop_duplicates(BESIDE_KEYS))
+    if frames[0].empty:
+        raise ValueError(f"{ours / 'scores.csv'} holds no {metric!r} score")
+    table = frames[0].merge(frames[1], on=BESIDE_KEYS, how="left", suffixes=("_ours", "_other"))
+    table["diff"] = table[f"{metric}_ours"] - table[f"{metric}_other"]
+    return table.sort_values(BESIDE_KEYS).reset_index(drop=True)
+
+
+def beside_markdown(table: pd.DataFrame, ours: str, other: str, metric: str = "mean@8") -> str:
+    """`beside_table` as Markdown: one row per run, then per (experiment, model, entry, task) the means over the
+    seeds present on both sides."""
+    lines = [f"# {ours} beside {other}", "",
+             f"{metric} in percent; entropy = final token entropy (nats); reward = final mean reward; clip = "
+             "clip fraction; the same base model and seed on both sides.", "",
+             f"| experiment | model | entry | seed | task | {metric} {ours} | {metric} {other} | diff | "
+             f"entropy {ours} | entropy {other} | reward {ours} | reward {other} | clip {ours} | clip {other} |",
+             "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+
+    def row(r: Mapping[str, Any], seed: str) -> str:
+        cells = [r["experiment"], r["model"], r["entry"], seed, r["task"], fmt(r[f"{metric}_ours"], 100),
+                 fmt(r[f"{metric}_other"], 100), fmt(r["diff"], 100)]  # fmt: skip
+        for key, digits in (("entropy_final", 3), ("reward_final", 3), ("clipfrac", 4)):
+            cells += [fmt(r.get(f"{key}_ours"), 1, digits), fmt(r.get(f"{key}_other"), 1, digits)]
+        return "| " + " | ".join(_md_cell(str(c)) for c in cells) + " |"
+
+    for r in table.to_dict("records"):
+        lines.append(row(r, str(r["seed"])))
+    both = table[table[f"{metric}_other"].notna()]
+    if not both.empty:
+        groups = both.groupby(BESIDE_KEYS[:3] + ["task"], sort=True)
+        means = groups.mean(numeric_only=True).drop(columns="seed").join(groups["seed"].nunique()).reset_index()
+        for r in means.to_dict("records"):
+            lines.append(row(r, f"mean of {r['seed']}"))
+    return "\n".join(lines) + "\n"

@@ -72,9 +72,36 @@ rule publish:
         "--models {params.models:q} > {log} 2>&1"
 
 
+if config["beside"]:
+    if not os.path.isfile(os.path.join(config["beside"], "scores.csv")):
+        raise ValueError(f"config beside: {config['beside']!r} holds no scores.csv (a report folder, e.g. 'results')")
+
+    # Each run of this profile beside the run of the same model, entry and seed in another trainer's report (the
+    # other folder is read, not produced here: it is not an input, so no rule of this DAG rewrites it).
+    rule beside:
+        input:
+            scores=rules.report.output.scores,
+            runs=rules.report.output.runs,
+        output:
+            csv=f"{RESULTS}/beside.csv",
+            md=f"{RESULTS}/beside.md",
+        params:
+            other=config["beside"],
+        resources:
+            **res("report"),
+        log:
+            f"{LOGS}/beside.log",
+        benchmark:
+            f"{BENCH}/beside.tsv"
+        shell:
+            "python -m bandpo.report beside --results {RESULTS} --other {params.other:q} > {log} 2>&1"
+
+
 def report_targets():
     """What `rule all` asks of the report stage: the profile's leaderboard, and the published copy if asked."""
     targets = [rules.report.output.html]
+    if config["beside"]:
+        targets.append(rules.beside.output.md)
     if config["publish"]:
         targets += rules.publish.output.tables
     return targets
