@@ -314,7 +314,8 @@ def test_embedded_dry_run(tmp_path):
                                          if x is not xps["main"])  # fmt: skip
     # one lm-eval process per (model, entry) group, base models included: the start-up is paid 14 times, not 42
     assert counts["eval_group"] == 2 * (len(cfg["methods"]) + 1)
-    assert counts["eval_group_random_reward"] == 6 and counts["eval_group_probe"] == 3  # probe: its base, 2 entries
+    assert counts["eval_group_random_reward"] == len(xps["random-reward"]["methods"])  # one group per entry
+    assert counts["eval_group_probe"] == 3  # probe: its base, 2 entries
 
 
 def test_rerun_check_is_the_main_tiny_s_slice(tmp_path):
