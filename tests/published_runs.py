@@ -100,6 +100,9 @@ def rebuild_run_outputs(published: Path, dest: Path, with_labels: bool = True) -
              "step_seconds": float(r.train_seconds) / steps, **unread}
             for s in range(1, steps + 1)
         ]  # fmt: skip
+        first = getattr(r, "entropy_first", float("nan"))  # runs.csv before it held the first step's entropy: none
+        if pd.notna(first) and steps > 1:  # step 1's entropy; the final 10% window keeps entropy_final
+            rows[0]["entropy"] = float(first)
         _write_json(folder / "model" / "config.json", {})
         (folder / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in rows), encoding="utf-8")
         params = json.loads(r.params)

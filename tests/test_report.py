@@ -1191,6 +1191,51 @@ def test_sections_and_primary_comparison():
     assert "## probe: tiny-s, subset probe" in md and "## tiny-s\n" in md and "Decision rule: r" in md
 
 
+def _entropy_metrics(rise: dict[str, float], seeds: int = 3, steps: int = 20) -> pd.DataFrame:
+    """Training metrics of a random-reward experiment: entropy 0.45 (+0.001 x seed) at step 1, moving linearly by
+    ``rise[entry]`` nats by the last step, plus per-seed noise of +-0.005."""
+    rows = []
+    for entry, delta in rise.items():
+        for seed in range(seeds):
+            for step in range(1, steps + 1):
+                noise = 0.005 * (-1) ** seed if step > 1 else 0.0
+                value = 0.45 + 0.001 * seed + delta * (step - 1) / (steps - 1) + noise
+                rows.append({"profile": PROFILE, "experiment": "random-reward", "model": "tiny-s", "entry": entry,
+                             "seed": seed, "step": step, "entropy": value})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_entropy_rule_of_the_random_reward_control():
+    """`score: entropy`: each entry's final entropy (last 10% of steps) with a bootstrap CI over seeds, against the
+    mean entropy at step 1; rises / falls / unmoved follow the CI, and the note states it."""
+    specs = {"random-reward": {"primary": {"metric": "final entropy", "score": "entropy", "rule": "r"}}}
+
+    def shifts(metrics: pd.DataFrame) -> pd.DataFrame:
+        _, _, per_run = report.build_sections(
+            pd.DataFrame(columns=["experiment", "model", "entry", "seed"]), metrics,
+            pd.DataFrame(columns=report.load.SUMMARY_COLUMNS), "grpo", 0, 0.95, 0,
+        )  # fmt: skip
+        assert (per_run["entropy_first"] == 0.45 + 0.001 * per_run["seed"]).all()  # runs.csv keeps step 1's entropy
+        return report.entropy_shift_results(per_run, specs, n_resamples=500)
+
+    res = shifts(_entropy_metrics({"grpo": 0.08, "dcpo": -0.06, "bandpo_kl": 0.0})).set_index("treatment")
+    assert set(res.index) == {"grpo", "dcpo", "bandpo_kl"} and (res["control"] == "step 1").all()
+    assert res["control_mean"].iloc[0] == pytest.approx(0.451) and (res["n_control"] == 9).all()
+    assert res.loc["grpo", "verdict"] == "entropy rises" and res.loc["dcpo", "verdict"] == "entropy falls"
+    assert res.loc["bandpo_kl", "verdict"] == "unmoved"
+    # final = mean of the last 2 of 20 steps: 0.45 + 0.001 s + 0.08 (1 + 18/19) / 2 +- noise, seeds averaged
+    grpo_final = 0.451 + 0.08 * (1 + 18 / 19) / 2 + 0.005 / 3
+    assert res.loc["grpo", "treatment_mean"] == pytest.approx(grpo_final)
+    assert res.loc["grpo", "difference"] == pytest.approx(grpo_final - 0.451)
+    assert res.loc["grpo", "ci_low"] <= res.loc["grpo", "difference"] <= res.loc["grpo", "ci_high"]
+    # primary_results leaves such an experiment alone; one seed gives no interval, not a verdict
+    assert report.primary_results(_experiment_scores(), specs).empty
+    one = shifts(_entropy_metrics({"grpo": 0.08}, seeds=1))
+    assert one["verdict"].tolist() == ["no interval (fewer than 2 seeds)"]
+    ((_, note),) = report.tables.experiment_notes(specs, res.reset_index())
+    assert "Result on tiny-s, grpo: final entropy" in note and "against 0.451 at step 1: entropy rises" in note
+
+
 def _report_folder(path: Path, profile: str, scores: dict, runs: dict) -> Path:
     """A report folder with scores.csv ({(entry, seed): mean@8}) and runs.csv ({(entry, seed): entropy_final})."""
     path.mkdir(parents=True)

@@ -50,7 +50,7 @@ parameter label is its runs' ``method_label`` (run.json), else ``k=v, ...`` of t
 """
 
 from bandpo.report.cli import LEADERBOARD_FILES, PUBLISHED_TABLES, build_report, main, provenance, publish
-from bandpo.report.experiments import build_sections, of_experiment, primary_results
+from bandpo.report.experiments import build_sections, entropy_shift_results, of_experiment, primary_results
 from bandpo.report.figures import (
     EXPERIMENT_FIGURES,
     FIGURE_CAPTIONS,
@@ -138,6 +138,7 @@ __all__ = [
     "placeholder_figure",
     "power_table",
     "primary_results",
+    "entropy_shift_results",
     "probability_of_improvement",
     "provenance",
     "publish",

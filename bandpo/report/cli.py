@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from bandpo.files import atomic_write_bytes, atomic_write_text
-from bandpo.report.experiments import build_sections, of_experiment, primary_results
+from bandpo.report.experiments import build_sections, entropy_shift_results, of_experiment, primary_results
 from bandpo.report.figures import (
     EXPERIMENT_FIGURES,
     FIGURE_CAPTIONS,
@@ -117,6 +117,9 @@ def build_report(
         written[f"figures/{name}.csv"] = fig_dir / f"{name}.csv"
     specs = dict(experiments or {})
     primary = primary_results(scores, specs, n_resamples, confidence, seed)
+    shifts = entropy_shift_results(per_run, specs, n_resamples, confidence, seed)
+    if not shifts.empty:
+        primary = pd.concat([primary, shifts], ignore_index=True) if not primary.empty else shifts
     tables = (("scores.csv", scores), ("stats.csv", stats), ("runs.csv", per_run), ("leaderboard.csv", board),
               ("primary.csv", primary))  # fmt: skip
     for name, df in tables:

@@ -7,7 +7,9 @@ the data (the probe's ``probe`` and ``rest``), so a row of the leaderboard is (e
 
 The primary comparison of an experiment (its config's ``primary``: ``compare: [treatment, control]``, the task and
 score family) is the difference of the two entries' means over seeds of the final score, with a 95% percentile-
-bootstrap interval that resamples each entry's seeds independently (`primary_results`).
+bootstrap interval that resamples each entry's seeds independently (`primary_results`). A descriptive experiment
+whose ``primary`` reads ``score: entropy`` (the random-reward control) has no treatment and control: each entry's
+final token entropy is set against the base model's entropy at step 1 (`entropy_shift_results`).
 """
 
 from __future__ import annotations
@@ -100,7 +102,7 @@ def primary_results(
     for xp, spec in specs.items():
         primary = (spec or {}).get("primary") or {}
         compare = primary.get("compare")
-        if not compare:
+        if not compare or primary.get("score") == ENTROPY:
             continue
         xs = of_experiment(scores, xp)
         family = primary.get("score", "mean")
@@ -127,4 +129,54 @@ def primary_results(
             metric = f"{family}@{int(k)}" if k == k else family
             rows.append([xp, model, task, metric, compare[0], compare[1], arms[0].size, arms[1].size,
                          float(arms[0].mean()), float(arms[1].mean()), diff, lo, hi, verdict])  # fmt: skip
+    return pd.DataFrame(rows, columns=PRIMARY_COLUMNS)
+
+
+ENTROPY = "entropy"  # primary ``score`` of a descriptive experiment read from training, not from lm-eval
+
+
+def _mean(a: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(a, axis=axis)
+
+
+def entropy_shift_results(
+    per_run: pd.DataFrame,
+    specs: Mapping[str, Mapping[str, Any]],
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """The rule of an experiment whose ``primary`` has ``score: entropy``, read from the per-run statistics
+    (`build_sections`' third frame, ``runs.csv``): per (model, entry), the final token entropy of each seed's run
+    (``entropy_final``: mean over the last 10% of its steps) and the 95% percentile-bootstrap CI of their mean,
+    against the reference: the base model's entropy at step 1 (``entropy_first``: the rollout policy of step 1 is
+    the base model), averaged over every run of the experiment on that model. ``entropy rises`` if the CI lies above
+    the reference, ``entropy falls`` if below, else ``unmoved``. Rows have `PRIMARY_COLUMNS`: treatment = the entry,
+    control = ``step 1``, difference and CI = final entropy minus the reference (nats), n_control = runs averaged
+    into the reference."""
+    rows = []
+    for xp, spec in specs.items():
+        primary = (spec or {}).get("primary") or {}
+        if primary.get("score") != ENTROPY:
+            continue
+        xr = of_experiment(per_run, xp)
+        if xr.empty or "entropy_first" not in xr:
+            continue
+        xr = xr.dropna(subset=["entropy_first", "entropy_final"])
+        for model, gm in xr.groupby("model", sort=True):
+            reference = float(gm["entropy_first"].mean())
+            for entry, ge in gm.groupby("entry", sort=True):
+                final = ge.sort_values("seed")["entropy_final"].to_numpy(np.float64)
+                lo, hi = bootstrap_ci([final], _mean, n_resamples, seeded_rng(seed, "entropy", xp, model, entry),
+                                      confidence)  # fmt: skip
+                verdict = "unmoved"
+                if np.isnan(lo):
+                    verdict = "no interval (fewer than 2 seeds)"
+                elif lo > reference:
+                    verdict = "entropy rises"
+                elif hi < reference:
+                    verdict = "entropy falls"
+                rows.append([xp, model, "", "entropy_final", entry, "step 1", final.size, len(gm),
+                             float(final.mean()), reference, float(final.mean()) - reference, lo - reference,
+                             hi - reference, verdict])  # fmt: skip
     return pd.DataFrame(rows, columns=PRIMARY_COLUMNS)

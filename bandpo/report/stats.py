@@ -423,7 +423,14 @@ def power_table(stats: pd.DataFrame, families: Sequence[str] = ("mean", "pass"))
     return pd.DataFrame(rows, columns=columns)
 
 
-def _final_window(df: pd.DataFrame, column: str) -> float:
+def first_value(df: pd.DataFrame, column: str) -> float:
+    """A run's first logged value of a training metric (NaN if it never logged one)."""
+    values = df.sort_values("step")[column].dropna() if column in df else pd.Series(dtype=float)
+    return float(values.iloc[0]) if not values.empty else float("nan")
+
+
+def final_window(df: pd.DataFrame, column: str) -> float:
+    """A run's final value of a training metric: the mean over its last 10% of steps (at least one)."""
     values = df.sort_values("step")[column].dropna() if column in df else pd.Series(dtype=float)
     if values.empty:
         return float("nan")
@@ -443,7 +450,8 @@ def run_stats(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Training statistics. Returns (per_run, per_entry).
 
-    per_run: one row per run with entropy_final, reward_final (mean over the last 10% of steps), clipfrac (mean
+    per_run: one row per run with entropy_first (at its first logged step: the base model's, since the rollout
+    policy of step 1 is the base model), entropy_final, reward_final (mean over the last 10% of steps), clipfrac (mean
     over steps, off-policy updates when logged), train_seconds, steps. per_entry: one row per (model, entry) with
     n_runs, entropy_final (mean over seeds) and its Student-t interval, reward_final, clipfrac, train_seconds_mean
     (per run) and train_seconds_total (all seeds)."""
@@ -455,6 +463,7 @@ def run_stats(
         "params",
         "seed",
         "steps",
+        "entropy_first",
         "entropy_final",
         "reward_final",
         "clipfrac",
@@ -484,8 +493,9 @@ def run_stats(
             "method": None,
             "params": None,
             "steps": int(g["step"].max()),
-            "entropy_final": _final_window(g, "entropy"),
-            "reward_final": _final_window(g, "reward_mean"),
+            "entropy_first": first_value(g, "entropy"),
+            "entropy_final": final_window(g, "entropy"),
+            "reward_final": final_window(g, "reward_mean"),
             "clipfrac": float(g[clip_col].mean()) if clip_col else float("nan"),
             "train_seconds": float("nan"),
         }

@@ -431,6 +431,13 @@ def experiment_notes(specs: Mapping[str, Mapping[str, Any]], primary: pd.DataFra
             parts.append(f"Decision rule: {p.get('rule')}")
         rows = primary[primary["experiment"] == xp] if not primary.empty else primary
         for r in rows.itertuples():
+            if r.metric == "entropy_final":  # `entropy_shift_results`: an entry's final entropy against step 1
+                lo, hi = r.ci_low + r.control_mean, r.ci_high + r.control_mean
+                parts.append(
+                    f"Result on {r.model}, {r.treatment}: final entropy {fmt_ci(r.treatment_mean, lo, hi, 1, 3)} "
+                    f"nats ({r.n_treatment} seeds) against {fmt(r.control_mean, 1, 3)} at step 1: {r.verdict}"
+                )
+                continue
             parts.append(
                 f"Result on {r.model}: {r.treatment} - {r.control} = {fmt_ci(r.difference, r.ci_low, r.ci_high)} "
                 f"points of {r.metric} ({r.n_treatment} / {r.n_control} seeds): {r.verdict}"
