@@ -291,15 +291,9 @@ def beside(results: str | os.PathLike, other: str | os.PathLike, metric: str = "
     against the report folder ``other`` (e.g. the verl profile beside the published local-trainer page)."""
     results = Path(results)
     table = beside_table(results, other, metric)
-
-    def name(folder: Path) -> str:
-        scores = pd.read_csv(folder / "scores.csv", usecols=lambda c: c == "profile")
-        profiles = sorted(set(scores["profile"].dropna().astype(str))) if "profile" in scores else []
-        return "+".join(profiles) or folder.name
-
     csv_path, md_path = results / "beside.csv", results / "beside.md"
     write_csv(table, csv_path)
-    atomic_write_text(md_path, beside_markdown(table, name(results), name(Path(other)), metric))
+    atomic_write_text(md_path, beside_markdown(table, *table.attrs["profiles"], metric))
     return [csv_path, md_path]
 
 

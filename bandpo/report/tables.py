@@ -517,13 +517,16 @@ def beside_table(ours: str | Path, other: str | Path, metric: str = "mean@8") ->
     the local trainer's published ones, which start from the same base model of each seed. Columns: the keys,
     ``{metric}`` and the training columns (final entropy, reward, clip fraction, steps, seconds) of each side
     (suffixes ``_ours`` / ``_other``) and ``diff`` = ours - other on the metric; a run without a match on the
-    other side keeps blanks there. Rows: only ``ours``'s runs."""
+    other side keeps blanks there. Rows: only ``ours``'s runs. ``table.attrs["profiles"]``: each side's name (its
+    profiles, else its folder's name), for headings."""
     ours, other = Path(ours), Path(other)
-    frames = []
+    frames, names = [], []
     for folder in (ours, other):
         scores = _read_table(folder, "scores.csv")
         if "name" not in scores:
             raise ValueError(f"{folder / 'scores.csv'}: no 'name' column (not a report's scores.csv)")
+        profiles = sorted(set(scores["profile"].dropna().astype(str))) if "profile" in scores else []
+        names.append("+".join(profiles) or folder.name)
         picked = scores[scores["name"] == metric][BESIDE_KEYS + ["value"]].rename(columns={"value": metric})
         runs = _read_table(folder, "runs.csv")
         cols = [c for c in BESIDE_RUN_COLUMNS if c in runs]
@@ -533,7 +536,9 @@ def beside_table(ours: str | Path, other: str | Path, metric: str = "mean@8") ->
         raise ValueError(f"{ours / 'scores.csv'} holds no {metric!r} score")
     table = frames[0].merge(frames[1], on=BESIDE_KEYS, how="left", suffixes=("_ours", "_other"))
     table["diff"] = table[f"{metric}_ours"] - table[f"{metric}_other"]
-    return table.sort_values(BESIDE_KEYS).reset_index(drop=True)
+    table = table.sort_values(BESIDE_KEYS).reset_index(drop=True)
+    table.attrs["profiles"] = tuple(names)
+    return table
 
 
 def beside_markdown(table: pd.DataFrame, ours: str, other: str, metric: str = "mean@8") -> str:
