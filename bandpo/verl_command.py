@@ -84,6 +84,9 @@ class VerlRun:
     ppo_mini_batch_size: int = 64  # prompts per optimizer update -> 4 updates per step
     ppo_epochs: int = 1
     lr: float = 1e-6
+    lr_end: float | None = None  # None: constant lr (the paper); else a half-cosine decay from lr to lr_end over
+    # the run (verl's cosine schedule, min_lr_ratio = lr_end / lr): the nearest verl has to the local trainer's
+    # linear lr -> lr_end decay
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     use_kl_loss: bool = True
@@ -132,6 +135,8 @@ class VerlRun:
             raise ValueError(f"grader_mode {self.grader_mode!r} is not one of {', '.join(GRADER_MODES)}")
         if self.loss_agg_mode not in methods.AGG_MODES:
             raise ValueError(f"loss_agg_mode {self.loss_agg_mode!r} is not one of {', '.join(methods.AGG_MODES)}")
+        if self.lr_end is not None and not 0 < self.lr_end <= self.lr:
+            raise ValueError(f"lr_end must be in (0, lr = {self.lr}], got {self.lr_end}")
         if self.clip_ratio_c <= 1.0:
             raise ValueError(f"clip_ratio_c must be > 1 (verl's dual clip), got {self.clip_ratio_c}")
         for name in ("train_batch_size", "rollout_n", "ppo_mini_batch_size", "ppo_epochs", "total_epochs"):
@@ -215,7 +220,7 @@ class VerlRun:
             f"{actor}.ppo_max_token_len_per_gpu": self.ppo_max_token_len_per_gpu,
             f"{actor}.optim.lr": self.lr,
             f"{actor}.optim.weight_decay": self.weight_decay,
-            f"{actor}.optim.lr_scheduler_type": "constant",
+            f"{actor}.optim.lr_scheduler_type": "constant" if self.lr_end is None else "cosine",
             f"{actor}.optim.lr_warmup_steps_ratio": 0.0,
             f"{actor}.grad_clip": self.grad_clip,
             f"{actor}.use_kl_loss": self.use_kl_loss,
@@ -251,6 +256,8 @@ class VerlRun:
         if "eps_low" in self.params and "eps_high" in self.params:
             o[f"{actor}.clip_ratio_low"] = self.params["eps_low"]
             o[f"{actor}.clip_ratio_high"] = self.params["eps_high"]
+        if self.lr_end is not None:  # actor.optim.min_lr_ratio is in verl's config (null by default)
+            o[f"{actor}.optim.min_lr_ratio"] = self.lr_end / self.lr
         if self.reward_fn_path is not None:
             o["reward.custom_reward_function.path"] = self.reward_fn_path
             o["reward.custom_reward_function.name"] = self.reward_fn_name

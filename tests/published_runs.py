@@ -94,9 +94,11 @@ def rebuild_run_outputs(published: Path, dest: Path, with_labels: bool = True) -
         folder = root / "runs" / r.model / _slot(r.entry, r.experiment) / f"seed{r.seed}"
         folder.mkdir(parents=True, exist_ok=True)
         steps = int(r.steps)
-        unread = dict.fromkeys(("accuracy", "response_length", "clipfrac", "clipfrac_upper", "clipfrac_lower"), 0.0)
+        unread = dict.fromkeys(("response_length", "clipfrac", "clipfrac_upper", "clipfrac_lower"), 0.0)
+        accuracy = getattr(r, "accuracy_final", float("nan"))  # runs.csv before it held the accuracy: 0
         rows = [
             {"step": s, "entropy": r.entropy_final, "reward_mean": r.reward_final, "offpolicy/clipfrac": r.clipfrac,
+             "accuracy": float(accuracy) if pd.notna(accuracy) else 0.0,
              "step_seconds": float(r.train_seconds) / steps, **unread}
             for s in range(1, steps + 1)
         ]  # fmt: skip

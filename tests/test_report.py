@@ -1267,6 +1267,7 @@ def _report_folder(path: Path, profile: str, scores: dict, runs: dict) -> Path:
                 "steps": 64,
                 "entropy_final": v,
                 "reward_final": 0.4,
+                "accuracy_final": v + 0.1,
                 "clipfrac": 0.01,
                 "train_seconds": 100.0,
             }
@@ -1291,7 +1292,9 @@ def test_beside_pairs_each_run_with_the_other_trainers_run(tmp_path, capsys):
 
     assert report.main(["beside", "--results", str(ours), "--other", str(other)]) == 0
     md = (ours / "beside.md").read_text()
-    assert "# verl-cpu beside embedded" in md and "| main | tiny-s | grpo | 0 | tiny_math | 30.0 | 35.0 | -5.0 |" in md
+    assert "# verl-cpu beside embedded" in md
+    # mean@8 both sides, diff, entropy both sides, train accuracy (%) both sides, clip both sides
+    assert "| main | tiny-s | grpo | 0 | tiny_math | 30.0 | 35.0 | -5.0 | 0.200 | 0.150 | 30.0 | 25.0 | 0.0100 |" in md
     assert "| main | tiny-s | grpo | mean of 1 | tiny_math | 30.0 | 35.0 | -5.0 |" in md  # seeds on both sides only
     assert pd.read_csv(ours / "beside.csv")["diff"].notna().sum() == 2
     assert report.main(["beside", "--results", str(ours), "--other", str(tmp_path / "nowhere")]) == 2

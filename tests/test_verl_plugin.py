@@ -360,6 +360,30 @@ def test_overrides_compose_validate_and_carry_the_method(compose):
     assert worker_cfg == methods.make_config("bandpo", {"divergence": "chi2", "delta": 0.05})
 
 
+def test_lr_end_is_verls_cosine_decay_to_that_rate(compose):
+    """lr_end: verl's cosine schedule with min_lr_ratio = lr_end / lr, which ends the run at lr_end (verl's own
+    scheduler function, stepped once per training step); None keeps the paper's constant rate; a bad value fails."""
+    import torch
+    from verl.utils.torch_functional import get_cosine_schedule_with_warmup
+
+    run = sweep_run(lr=5e-4, lr_end=1e-4, total_training_steps=64)
+    optim = compose(run.overrides()).actor_rollout_ref.actor.optim
+    assert (optim.lr_scheduler_type, optim.min_lr_ratio, optim.lr_warmup_steps_ratio) == ("cosine", 0.2, 0.0)
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=optim.lr)
+    sched = get_cosine_schedule_with_warmup(opt, 0, 64, min_lr_ratio=optim.min_lr_ratio, num_cycles=optim.num_cycles)
+    lrs = []
+    for _ in range(64):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs[0] == pytest.approx(5e-4) and lrs[-1] == pytest.approx(1e-4, rel=0.01)
+    assert all(a >= b for a, b in zip(lrs, lrs[1:]))
+    assert compose(sweep_run().overrides()).actor_rollout_ref.actor.optim.lr_scheduler_type == "constant"
+    for bad in (0.0, 2e-6):
+        with pytest.raises(ValueError, match="lr_end"):
+            sweep_run(lr_end=bad)
+
+
 @pytest.mark.parametrize("method", sorted(PARAMS))
 def test_every_method_composes(compose, method):
     cfg = compose(sweep_run(method=method, params=PARAMS[method]).overrides())

@@ -451,7 +451,8 @@ def run_stats(
     """Training statistics. Returns (per_run, per_entry).
 
     per_run: one row per run with entropy_first (at its first logged step: the base model's, since the rollout
-    policy of step 1 is the base model), entropy_final, reward_final (mean over the last 10% of steps), clipfrac (mean
+    policy of step 1 is the base model), entropy_final, reward_final and accuracy_final (mean over the last 10% of
+    steps; the reward's scale is the trainer's, accuracy is comparable across trainers), clipfrac (mean
     over steps, off-policy updates when logged), train_seconds, steps. per_entry: one row per (model, entry) with
     n_runs, entropy_final (mean over seeds) and its Student-t interval, reward_final, clipfrac, train_seconds_mean
     (per run) and train_seconds_total (all seeds)."""
@@ -466,6 +467,7 @@ def run_stats(
         "entropy_first",
         "entropy_final",
         "reward_final",
+        "accuracy_final",
         "clipfrac",
         "train_seconds",
     ]
@@ -496,6 +498,7 @@ def run_stats(
             "entropy_first": first_value(g, "entropy"),
             "entropy_final": final_window(g, "entropy"),
             "reward_final": final_window(g, "reward_mean"),
+            "accuracy_final": final_window(g, "accuracy"),
             "clipfrac": float(g[clip_col].mean()) if clip_col else float("nan"),
             "train_seconds": float("nan"),
         }

@@ -497,7 +497,7 @@ def leaderboard_markdown(
 
 
 BESIDE_KEYS = ["experiment", "model", "entry", "seed", "task"]
-BESIDE_RUN_COLUMNS = ["steps", "entropy_final", "reward_final", "clipfrac", "train_seconds"]
+BESIDE_RUN_COLUMNS = ["steps", "entropy_final", "accuracy_final", "reward_final", "clipfrac", "train_seconds"]
 
 
 def _read_table(folder: Path, name: str) -> pd.DataFrame:
@@ -545,17 +545,18 @@ def beside_markdown(table: pd.DataFrame, ours: str, other: str, metric: str = "m
     """`beside_table` as Markdown: one row per run, then per (experiment, model, entry, task) the means over the
     seeds present on both sides."""
     lines = [f"# {ours} beside {other}", "",
-             f"{metric} in percent; entropy = final token entropy (nats); reward = final mean reward; clip = "
-             "clip fraction; the same base model and seed on both sides.", "",
+             f"{metric} in percent; entropy = final token entropy (nats); train acc = share of the rollouts graded "
+             "correct over the last 10% of steps, in percent (comparable across trainers, unlike the reward's scale); "
+             "clip = clip fraction; the same base model and seed on both sides.", "",
              f"| experiment | model | entry | seed | task | {metric} {ours} | {metric} {other} | diff | "
-             f"entropy {ours} | entropy {other} | reward {ours} | reward {other} | clip {ours} | clip {other} |",
+             f"entropy {ours} | entropy {other} | train acc {ours} | train acc {other} | clip {ours} | clip {other} |",
              "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
 
     def row(r: Mapping[str, Any], seed: str) -> str:
         cells = [r["experiment"], r["model"], r["entry"], seed, r["task"], fmt(r[f"{metric}_ours"], 100),
                  fmt(r[f"{metric}_other"], 100), fmt(r["diff"], 100)]  # fmt: skip
-        for key, digits in (("entropy_final", 3), ("reward_final", 3), ("clipfrac", 4)):
-            cells += [fmt(r.get(f"{key}_ours"), 1, digits), fmt(r.get(f"{key}_other"), 1, digits)]
+        for key, scale, digits in (("entropy_final", 1, 3), ("accuracy_final", 100, 1), ("clipfrac", 1, 4)):
+            cells += [fmt(r.get(f"{key}_ours"), scale, digits), fmt(r.get(f"{key}_other"), scale, digits)]
         return "| " + " | ".join(_md_cell(str(c)) for c in cells) + " |"
 
     for r in table.to_dict("records"):
