@@ -5,6 +5,7 @@ Needs verl installed (skipped otherwise) and this package installed (``pip insta
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -377,7 +378,7 @@ def test_lr_end_is_verls_cosine_decay_to_that_rate(compose):
         opt.step()
         sched.step()
     assert lrs[0] == pytest.approx(5e-4) and lrs[-1] == pytest.approx(1e-4, rel=0.01)
-    assert all(a >= b for a, b in zip(lrs, lrs[1:]))
+    assert all(a >= b for a, b in itertools.pairwise(lrs))
     assert compose(sweep_run().overrides()).actor_rollout_ref.actor.optim.lr_scheduler_type == "constant"
     for bad in (0.0, 2e-6):
         with pytest.raises(ValueError, match="lr_end"):
