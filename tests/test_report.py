@@ -1299,3 +1299,31 @@ def test_beside_pairs_each_run_with_the_other_trainers_run(tmp_path, capsys):
     assert pd.read_csv(ours / "beside.csv")["diff"].notna().sum() == 2
     assert report.main(["beside", "--results", str(ours), "--other", str(tmp_path / "nowhere")]) == 2
     assert "scores.csv not found" in capsys.readouterr().err
+
+
+def test_paired_problems_gain_over_the_base_model(tmp_path, capsys):
+    """benchmarks/paired_problems.py: per-seed and pooled gain of an entry over its base model on the same problems,
+    with a bootstrap interval over problems; mismatched problem sets are an error, not a silent pairing."""
+    spec = importlib.util.spec_from_file_location("paired_problems", ROOT / "benchmarks" / "paired_problems.py")
+    pp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pp)
+    gains = {0: 0.25, 1: 0.0}  # seed 0's trained model solves a quarter more of every problem; seed 1's no more
+
+    def write(entry: str, seed: int, values: list[float]) -> None:
+        folder = tmp_path / entry / f"seed{seed}"
+        folder.mkdir(parents=True, exist_ok=True)
+        lines = [json.dumps({"doc_id": i, "doc": {"id": f"t{i}"}, "mean@8": v}) for i, v in enumerate(values)]
+        (folder / "tiny_math.samples.jsonl").write_text("\n".join(lines) + "\n")
+
+    rng = np.random.default_rng(0)
+    for seed, gain in gains.items():
+        base = rng.choice([0.0, 0.25, 0.5], size=200)
+        write("base", seed, list(base))
+        write("grpo", seed, list(base + gain))
+    rows = pp.paired_gains(tmp_path, "grpo", "base", "tiny_math", "mean@8", [0, 1], 2000)
+    assert [r[0] for r in rows] == ["seed 0", "seed 1", "pooled over 2 seeds"] and rows[0][1] == 200
+    assert rows[0][2:] == pytest.approx((0.25, 0.25, 0.25)) and rows[1][2:] == pytest.approx((0.0, 0.0, 0.0))
+    assert rows[2][2] == pytest.approx(0.125)
+    write("base", 1, [0.5] * 199)  # seed 1's base model scored one problem fewer
+    assert pp.main(["--eval", str(tmp_path), "--entry", "grpo"]) == 2
+    assert "different problems" in capsys.readouterr().err

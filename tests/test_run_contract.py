@@ -126,6 +126,15 @@ def test_merge_verl_records_the_reward_grader():
     assert merge_verl.reward_grader({}) is None
 
 
+def test_merge_verl_records_the_methods_label_as_the_local_trainer():
+    """run.json's method_label is what the leaderboard's params column shows (MethodConfig.label)."""
+    rec = merge_verl.method_label({"method": "bandpo", "params": {"divergence": "kl", "delta": 0.05}})
+    assert rec == {"method": "bandpo", "method_label": "divergence=kl, delta=0.05"}
+    assert merge_verl.method_label({}) == {}
+    with pytest.raises(ValueError, match="unknown parameter"):
+        merge_verl.method_label({"method": "grpo", "params": {"delta": 0.05}})
+
+
 def test_the_schema_lists_what_the_report_reads():
     keys = required_metric_keys()
     for key in ("step", "entropy", "reward_mean", "clipfrac", "clipfrac_upper/p0.0-0.2", "step_seconds"):

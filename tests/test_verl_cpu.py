@@ -202,6 +202,7 @@ def test_verl_cpu_run_through_the_dag(tmp_path):
     run = wd / "results" / "verl-cpu-test" / "runs" / "vtest-tiny" / "bandpo_kl" / "seed0"
     info = check_run(run)  # the run contract
     assert info["trainer"] == "verl" and info["steps"] == 2 and info["config"]["method"] == "bandpo"
+    assert info["method_label"] == "divergence=kl, delta=0.05"
     assert info["grader"]["mode"] == info["config"]["grader_mode"] == "lenient"  # the profile's grader.mode
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]

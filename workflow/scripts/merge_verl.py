@@ -115,6 +115,18 @@ def reward_grader(config: dict) -> dict | None:
     return {"name": grader.GRADER_NAME, "mode": mode, "version": grader.GRADER_VERSION, "id": grader.grader_id(mode)}
 
 
+def method_label(config: dict) -> dict:
+    """``{"method": ..., "method_label": ...}`` of the run's method as the local trainer records them (the label is
+    `MethodConfig.label`, what the leaderboard's params column shows); {} when the config names no method."""
+    if not config.get("method"):
+        return {}
+    from bandpo import methods
+
+    methods.load_method_modules(config.get("method_modules") or [])
+    params = methods.make_config(config["method"], config.get("params") or {})
+    return {"method": config["method"], "method_label": params.label()}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--run-dir", required=True)
@@ -165,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         "trainer": "verl",
         "config": config,
         "method_params": config.get("params", {}),
+        **method_label(config),
         "steps": step,
         "train_seconds_total": sum(r.get("step_seconds", 0.0) for r in rows if r["step"] <= step),
         "checkpoint": str(actor),
