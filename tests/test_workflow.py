@@ -693,6 +693,7 @@ rule train_copy:
 """
 
 
+@pytest.mark.dag
 def test_external_trainer_rule_gets_scored(smoke_run, tmp_path):
     """A method with its own trainer: an `external` entry + a rule file writing the run-output contract."""
     wd, _ = smoke_run
@@ -719,6 +720,7 @@ def test_external_trainer_rule_gets_scored(smoke_run, tmp_path):
     assert set(scores.loc[scores["entry"] == "copy_trainer", "seed"]) == set(cfg["seeds"])
 
 
+@pytest.mark.dag
 def test_a_method_of_a_users_module_runs_through_the_dag(smoke_run, tmp_path):
     """A method defined in a file outside bandpo/ (tests/example_method.py), named in method_modules: checked at DAG
     start, trained by the local trainer, scored and reported like a built-in method."""
