@@ -131,6 +131,11 @@ start() {
         for d in "${DAEMONS[@]}"; do pid_alive "$d" && die "already running ($d, $DIR); '$0 stop' first"; done
         rm -rf "$DIR"   # a folder left by a killed run: ours, nothing running from it
     fi
+    # a link left by a killed run of this script points into $DIR, where nothing runs now (checked above): remove it
+    if [[ -L "$SYSTEM_CONF" && "$(readlink "$SYSTEM_CONF")" == "$DIR/slurm.conf" ]]; then
+        rm "$SYSTEM_CONF"
+        log "removed $SYSTEM_CONF, a link left by a killed run"
+    fi
     [[ -e "$SYSTEM_CONF" || -L "$SYSTEM_CONF" ]] && die "$SYSTEM_CONF exists: another SLURM set-up on this machine?"
     write_configs
     trap fail_start EXIT
