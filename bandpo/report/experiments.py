@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from bandpo.report.load import MAIN
-from bandpo.report.stats import bootstrap_ci, run_stats, score_stats, seeded_rng
+from bandpo.report.stats import bootstrap_ci, mean_of_means, run_stats, score_stats, seeded_rng
 from bandpo.report.tables import entry_graders, entry_labels, leaderboard
 
 SECTION_KEYS = ["experiment", "subset"]
@@ -135,10 +135,6 @@ def primary_results(
 ENTROPY = "entropy"  # primary ``score`` of a descriptive experiment read from training, not from lm-eval
 
 
-def _mean(a: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.mean(a, axis=axis)
-
-
 def entropy_shift_results(
     per_run: pd.DataFrame,
     specs: Mapping[str, Mapping[str, Any]],
@@ -167,8 +163,8 @@ def entropy_shift_results(
             reference = float(gm["entropy_first"].mean())
             for entry, ge in gm.groupby("entry", sort=True):
                 final = ge.sort_values("seed")["entropy_final"].to_numpy(np.float64)
-                lo, hi = bootstrap_ci([final], _mean, n_resamples, seeded_rng(seed, "entropy", xp, model, entry),
-                                      confidence)  # fmt: skip
+                rng = seeded_rng(seed, "entropy", xp, model, entry)
+                lo, hi = bootstrap_ci([final], mean_of_means, n_resamples, rng, confidence)
                 verdict = "unmoved"
                 if np.isnan(lo):
                     verdict = "no interval (fewer than 2 seeds)"

@@ -423,15 +423,20 @@ def power_table(stats: pd.DataFrame, families: Sequence[str] = ("mean", "pass"))
     return pd.DataFrame(rows, columns=columns)
 
 
+def _logged(df: pd.DataFrame, column: str) -> pd.Series:
+    """A run's logged values of a training metric in step order (empty if it never logged one)."""
+    return df.sort_values("step")[column].dropna() if column in df else pd.Series(dtype=float)
+
+
 def first_value(df: pd.DataFrame, column: str) -> float:
     """A run's first logged value of a training metric (NaN if it never logged one)."""
-    values = df.sort_values("step")[column].dropna() if column in df else pd.Series(dtype=float)
+    values = _logged(df, column)
     return float(values.iloc[0]) if not values.empty else float("nan")
 
 
 def final_window(df: pd.DataFrame, column: str) -> float:
     """A run's final value of a training metric: the mean over its last 10% of steps (at least one)."""
-    values = df.sort_values("step")[column].dropna() if column in df else pd.Series(dtype=float)
+    values = _logged(df, column)
     if values.empty:
         return float("nan")
     n = max(1, math.ceil(FINAL_FRACTION * len(values)))
