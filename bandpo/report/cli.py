@@ -324,9 +324,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     s.add_argument("--results", required=True, help="the profile's report folder, e.g. results/verl-cpu")
     s.add_argument("--other", required=True, help="another report folder with scores.csv and runs.csv, e.g. results")
     s.add_argument("--metric", default="mean@8")
+    d = sub.add_parser("docs", help="rewrite the generated blocks of README.md and docs/*.md from results/")
+    d.add_argument("--root", default=".", help="the repository root (default: here)")
+    d.add_argument("--results", default=None, help="the published tables (default: ROOT/results)")
+    d.add_argument("--check", action="store_true", help="change nothing; exit 1 if a doc is stale")
     args = ap.parse_args(argv)
     if args.command == "compare":
         return compare(args.published, args.rerun, args.metrics)
+    if args.command == "docs":
+        from bandpo.report.docs import update
+
+        stale = update(args.root, args.results, check=args.check)
+        for path in stale:
+            print(f"{'stale' if args.check else 'rewrote'}: {path}")
+        return 1 if args.check and stale else 0
     try:
         if args.command == "build":
             if not 0 < args.confidence < 1:

@@ -1,0 +1,298 @@
+"""The numbers of the documentation, generated from the published tables in ``results/``.
+
+README.md and docs/*.md hold blocks ``<!-- generated:NAME -->`` ... ``<!-- /generated:NAME -->`` (a table on lines
+of its own, or a value inside a sentence); `render` rewrites each block's body from ``results/*.csv`` with the
+function ``BLOCKS[NAME]``. ``python -m bandpo.report docs`` rewrites the files, ``--check`` only reports the stale
+ones (exit 1); tests/test_docs.py asserts that the committed docs equal the output. Numbers follow the
+leaderboard's conventions: scores in percent of problems (points), 95% Student-t intervals over seeds, paired
+differences from GRPO of the same base model and seed."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from decimal import ROUND_HALF_UP, Decimal
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bandpo.report.stats import power_table, t_interval
+
+DOC_FILES = ("README.md", "docs/*.md")
+BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w.-]+) -->)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)
+METRIC = "mean@8"
+
+
+class Results:
+    """The published tables of one results folder, each read once: ``board`` (leaderboard.csv), ``primary``,
+    ``runs``, ``scores``, ``stats`` and ``provenance`` (provenance.json)."""
+
+    FILES = {"board": "leaderboard.csv", "primary": "primary.csv", "runs": "runs.csv", "scores": "scores.csv",
+             "stats": "stats.csv"}  # fmt: skip
+
+    def __init__(self, folder: str | Path = "results"):
+        self.folder, self._tables = Path(folder), {}
+
+    def __getattr__(self, name: str):
+        if name not in self.FILES:
+            raise AttributeError(name)
+        if name not in self._tables:
+            frame = pd.read_csv(self.folder / self.FILES[name], keep_default_na=False, na_values=[""])
+            for col in ("experiment", "subset"):
+                if col in frame:
+                    frame[col] = frame[col].fillna("")
+            self._tables[name] = frame
+        return self._tables[name]
+
+    @cached_property
+    def provenance(self) -> dict:
+        return json.loads((self.folder / "provenance.json").read_text(encoding="utf-8"))
+
+    def row(self, experiment: str, model: str, entry: str, subset: str = "") -> pd.Series:
+        b = self.board
+        sel = b[(b.experiment == experiment) & (b.subset == subset) & (b.model == model) & (b.entry == entry)]
+        if len(sel) != 1:
+            raise KeyError(f"leaderboard.csv has {len(sel)} rows for {(experiment, subset, model, entry)}")
+        return sel.iloc[0]
+
+
+def num(v: float, digits: int = 1, scale: float = 100.0, sign: bool = False) -> str:
+    """A number as the docs print it (``—`` for NaN; ``sign``: always signed), rounded half away from zero from
+    its decimal text: the tables hold 6 significant digits, and 0.2875 prints 28.8 as on the leaderboard page."""
+    if v is None or not np.isfinite(v):
+        return "—"
+    d = (Decimal(repr(float(v))) * Decimal(repr(scale))).quantize(Decimal(1).scaleb(-digits), ROUND_HALF_UP)
+    return f"{d:{'+' if sign else ''}.{digits}f}"
+
+
+def ci(v: float, lo: float, hi: float, digits: int = 1, scale: float = 100.0, sign: bool = False) -> str:
+    if v is None or not np.isfinite(v):
+        return "—"
+    return f"{num(v, digits, scale, sign)} [{num(lo, digits, scale, sign)}, {num(hi, digits, scale, sign)}]"
+
+
+def paired(r: pd.Series, label: str = METRIC) -> str:
+    """The paired difference from the baseline with its t interval, or ``(baseline)``."""
+    if r["entry"] == r["baseline"]:
+        return "(baseline)"
+    return ci(r[f"{label}_diff"], r[f"{label}_diff_t_ci_low"], r[f"{label}_diff_t_ci_high"], sign=True)
+
+
+def md_table(head: Sequence[str], rows: Sequence[Sequence[str]], right: int = 1) -> str:
+    """A Markdown table; the columns from ``right`` on are right-aligned."""
+    align = ["---" if i < right else "---:" for i in range(len(head))]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def section(res: Results, experiment: str, subset: str = "") -> pd.DataFrame:
+    return res.board[(res.board.experiment == experiment) & (res.board.subset == subset)]
+
+
+def leaderboard_block(experiment: str, subset: str = "") -> Callable[[Results], str]:
+    """Every row of one section of the leaderboard: model, entry, mean@8, paired Δ, P(>grpo), pass@8, maj@8,
+    final entropy, share of off-policy tokens clipped."""
+
+    def block(res: Results) -> str:
+        rows = []
+        for r in _row_series(section(res, experiment, subset).sort_values("model", kind="stable")):
+            base = r["entry"] == r["baseline"]
+            rows.append([
+                r["model"], r["entry"], ci(r[METRIC], r[f"{METRIC}_t_ci_low"], r[f"{METRIC}_t_ci_high"]), paired(r),
+                "(baseline)" if base else num(r[f"{METRIC}_diff_poi"], 2, 1.0),
+                num(r["pass@8"]), num(r["maj@8"]),
+                ci(r["entropy_final"], r["entropy_final_ci_low"], r["entropy_final_ci_high"], 3, 1.0),
+                "" if r["entry"] == "base" else num(r["clipfrac"], 2) + "%",
+            ])  # fmt: skip
+        head = ["model", "entry", "mean@8", "Δ vs grpo (paired)", "P(>grpo)", "pass@8", "maj@8", "entropy (final)",
+                "clipped"]  # fmt: skip
+        return md_table(head, rows, right=2)
+
+    return block
+
+
+def _row_series(frame: pd.DataFrame) -> list[pd.Series]:
+    return [r for _, r in frame.iterrows()]
+
+
+def headline(res: Results) -> str:
+    """BandPO-KL against GRPO where the config fixed a primary comparison of scores, with the base model."""
+    rows = []
+    for p in _row_series(res.primary[res.primary.metric == METRIC]):
+        subset = res.scores.loc[res.scores.task == p["task"], "subset"].iloc[0]  # the task's part of the data
+        where = p["model"] + ("" if not subset else f", {subset} subset")
+        base, control, treatment = (res.row(p["experiment"], p["model"], e, subset)
+                                    for e in ("base", p["control"], p["treatment"]))  # fmt: skip
+        rows.append([
+            p["experiment"], where, num(base[METRIC]), num(control[METRIC]), num(treatment[METRIC]),
+            paired(treatment), f"{ci(p['difference'], p['ci_low'], p['ci_high'], sign=True)} {p['verdict']}",
+        ])  # fmt: skip
+    head = ["experiment", "model", "base", "GRPO", "BandPO-KL", "BandPO-KL − GRPO, paired t",
+            "primary: bootstrap CI, verdict"]  # fmt: skip
+    return md_table(head, rows, right=2)
+
+
+def primary(res: Results) -> str:
+    """primary.csv as it stands: scores in points, entropies in nats."""
+    rows = []
+    for p in _row_series(res.primary):
+        entropy = p["metric"].startswith("entropy")
+        digits, scale = (3, 1.0) if entropy else (1, 100.0)
+        rows.append([
+            p["experiment"], p["model"], p["metric"] + ("" if entropy else f" ({p['task']})"),
+            f"{p['treatment']} − {p['control']}", f"{p['n_treatment']} / {p['n_control']}",
+            ci(p["difference"], p["ci_low"], p["ci_high"], digits, scale, sign=True), p["verdict"],
+        ])  # fmt: skip
+    head = ["experiment", "model", "metric", "comparison", "n", "difference [95% bootstrap CI]", "verdict"]
+    return md_table(head, rows, right=4)
+
+
+def gains(res: Results) -> str:
+    """GRPO's gain over the base model, paired per seed, per section and model: what RL does at all."""
+    rows = []
+    for experiment, subset in dict.fromkeys(zip(res.board.experiment, res.board.subset, strict=True)):
+        for base in _row_series(section(res, experiment, subset).query("entry == 'base'")):
+            # the base row's paired difference from the baseline, negated: the baseline's gain over the base model
+            g, lo, hi = (-base[f"{METRIC}_{k}"] for k in ("diff", "diff_t_ci_high", "diff_t_ci_low"))
+            rows.append([
+                experiment + (f" ({subset})" if subset else ""), base["model"], num(base[METRIC]),
+                num(res.row(experiment, base["model"], base["baseline"], subset)[METRIC]),
+                ci(g, lo, hi, sign=True), num(base[f"{METRIC}_diff_sd"], 2), "yes" if lo > 0 or hi < 0 else "no",
+            ])  # fmt: skip
+    head = ["experiment", "model", "base", "GRPO", "GRPO − base, paired t", "SD of the differences",
+            "interval excludes 0"]  # fmt: skip
+    return md_table(head, rows, right=2)
+
+
+def entropy_changes(res: Results) -> pd.DataFrame:
+    """Random-reward runs: final entropy minus the entropy at step 1, per run (columns entry, seed, first, final,
+    change)."""
+    rr = res.runs[res.runs.experiment == "random-reward"]
+    return pd.DataFrame(
+        {
+            "entry": rr.entry,
+            "seed": rr.seed,
+            "first": rr.entropy_first,
+            "final": rr.entropy_final,
+            "change": rr.entropy_final - rr.entropy_first,
+        }  # fmt: skip
+    )
+
+
+def entropy_shift(res: Results) -> str:
+    """Per rule and pooled: step-1 and final entropy, the paired t interval of final - step 1, and the verdict of
+    the pre-registered bootstrap rule (primary.csv)."""
+    changes = entropy_changes(res)
+    verdicts = res.primary[res.primary.experiment == "random-reward"].set_index("treatment")["verdict"]
+    by_seed = changes.groupby("seed", as_index=False)[["first", "final", "change"]].mean()
+    groups = [*changes.groupby("entry", sort=True), (f"pool of all {len(changes)} runs", changes),
+              (f"per base model: mean over the rules, {len(by_seed)} seeds", by_seed)]  # fmt: skip
+    rows = []
+    for entry, g in groups:
+        lo, hi = t_interval(g["change"])
+        rows.append([
+            entry, len(g), num(g["first"].mean(), 3, 1.0), num(g["final"].mean(), 3, 1.0),
+            ci(g["change"].mean(), lo, hi, 3, 1.0, sign=True), "yes" if lo > 0 or hi < 0 else "no",
+            verdicts.get(entry, ""),
+        ])  # fmt: skip
+    head = ["rule", "n", "entropy, step 1", "entropy, final", "final − step 1, paired t", "t interval excludes 0",
+            "bootstrap rule (primary.csv)"]  # fmt: skip
+    return md_table(head, rows, right=1)
+
+
+def entropy_pool(res: Results) -> str:
+    changes = entropy_changes(res)["change"]
+    lo, hi = t_interval(changes)
+    return ci(changes.mean(), lo, hi, 3, 1.0, sign=True)
+
+
+def spread(res: Results) -> str:
+    """Per-seed mean@8 of the base models and of GRPO's runs (min to max over seeds), per section and model."""
+    s = res.scores[res.scores.name == METRIC]
+    rows = []
+    for (experiment, model, task), g in s.groupby(["experiment", "model", "task"], sort=True):
+        cells = []
+        for entry in ("base", "grpo"):
+            v = g[g.entry == entry]["value"]
+            cells.append(f"{num(v.min())}–{num(v.max())}" if len(v) else "—")
+        rows.append([experiment, model, task, g["seed"].nunique(), *cells])
+    return md_table(["experiment", "model", "task", "seeds", "base models", "GRPO runs"], rows, right=3)
+
+
+def power(res: Results) -> str:
+    """The power of the comparisons with GRPO (bandpo.report.stats.power_table of stats.csv)."""
+    rows = []
+    for p in _row_series(power_table(res.stats)):
+        where = p["experiment"] + (f" ({p['subset']})" if p["subset"] else "")
+        rows.append([
+            where, p["model"], p["label"], num(p["sd"], 2), int(p["n_seeds"]), num(p["mde"]),
+            f"{num(p['mde_min'])}–{num(p['mde_max'])}", int(p["seeds_for_target"]),
+        ])  # fmt: skip
+    head = ["experiment", "model", "metric", "SD, points", "seeds", "MDE, points", "MDE per entry",
+            "seeds for 2 points"]  # fmt: skip
+    return md_table(head, rows, right=3)
+
+
+def cost(res: Results) -> str:
+    """Training time of the published runs (runs.csv), per experiment and model."""
+    rows = []
+    r = res.runs
+    for (experiment, model), g in r.groupby(["experiment", "model"], sort=True):
+        t = g["train_seconds"]
+        rows.append([experiment, model, len(g), int(g["steps"].iloc[0]), f"{t.min():.0f}–{t.max():.0f}",
+                     num(t.sum(), 1, 1 / 60)])  # fmt: skip
+    rows.append(["all", "", len(r), "", "", num(r["train_seconds"].sum(), 1, 1 / 60)])
+    return md_table(["experiment", "model", "runs", "steps", "s per run", "minutes, sum"], rows, right=2)
+
+
+BLOCKS: dict[str, Callable[[Results], str]] = {
+    "headline": headline,
+    "primary": primary,
+    "gains": gains,
+    "spread": spread,
+    "power": power,
+    "cost": cost,
+    "entropy-shift": entropy_shift,
+    "entropy-pool": entropy_pool,
+    "table-main": leaderboard_block("main"),
+    "table-random-reward": leaderboard_block("random-reward"),
+    "table-probe-probe": leaderboard_block("probe", "probe"),
+    "table-probe-rest": leaderboard_block("probe", "rest"),
+    "n-runs": lambda res: str(len(res.runs)),
+    "commit": lambda res: f"`{res.provenance['git_commit'][:7]}`",
+}
+
+
+def render(text: str, res: Results) -> str:
+    """``text`` with every generated block's body rewritten; a table block keeps its own lines."""
+
+    def body(m: re.Match) -> str:
+        name = m["name"]
+        if name not in BLOCKS:
+            raise KeyError(f"unknown generated block {name!r}; known: {', '.join(sorted(BLOCKS))}")
+        out = BLOCKS[name](res)
+        if m["body"].startswith("\n") or "\n" in out:  # a block on lines of its own
+            out = f"\n{out}\n"
+        return f"{m[1]}{out}{m[4]}"
+
+    return BLOCK.sub(body, text)
+
+
+def update(root: str | Path = ".", results: str | Path | None = None, check: bool = False) -> list[Path]:
+    """Regenerate the blocks of every doc file under ``root``; returns the files whose text changed (with
+    ``check``, the files that are stale, left as they are)."""
+    root = Path(root)
+    res = Results(results if results is not None else root / "results")
+    changed = []
+    for path in sorted({p for pattern in DOC_FILES for p in root.glob(pattern)}):
+        text = path.read_text(encoding="utf-8")
+        new = render(text, res)
+        if new != text:
+            changed.append(path)
+            if not check:
+                path.write_text(new, encoding="utf-8")
+    return changed
