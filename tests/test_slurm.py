@@ -195,7 +195,7 @@ def test_smoke_dag_on_a_slurm_cluster(cluster, tmp_path):
 
     # 2. through the profile, no retries; one training job is cancelled by SLURM while it runs. The profile takes job
     # states from squeue: sacct says "CANCELLED by 0", which the plugin (2.8.0) does not recognise, so with its
-    # default (sacct) Snakemake would wait for the cancelled job forever (workflow/README.md, "On a SLURM cluster")
+    # default (sacct) Snakemake would wait for the cancelled job forever (docs/slurm.md, "Known limits")
     wd = tmp_path / "slurm"
     cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(wd), *profile_args, "--retries", "0"]
     log = tmp_path / "first.log"

@@ -319,7 +319,7 @@ def test_embedded_dry_run(tmp_path):
 
 
 def test_rerun_check_is_the_main_tiny_s_slice(tmp_path):
-    """config/rerun-check.yaml (README, "Reproducible on another machine") reruns exactly the published main rows of
+    """config/rerun-check.yaml (docs/results.md, "Checking a rerun") reruns exactly the published main rows of
     tiny-s: the same data, model, method entries, seeds, training and scoring as config/config.yaml."""
     main, rerun = read_config("config"), yaml.safe_load((ROOT / "config" / "rerun-check.yaml").read_text())
     same = ("methods", "seeds", "base_per_seed", "train", "eval", "train_data", "threads", "trainer")
