@@ -140,15 +140,17 @@ def test_resume_after_sigkill_matches_uninterrupted_run(assets, tmp_path):
               "--no-progress", "--set", "steps=40", "--set", "checkpoint_every=2", "--set", "prompts_per_step=4",
               "--set", "samples_per_prompt=4", "--set", "max_new_tokens=12", "--set", "reward=\"random\""]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    t0 = time.monotonic()
     subprocess.run([sys.executable, "-m", "bandpo.train", *common, "--out", str(tmp_path / "full")],
                    check=True, env=env, capture_output=True)  # fmt: skip
+    whole_run = time.monotonic() - t0  # the wait below is a multiple of it, not a fixed wall-clock figure
 
     killed = tmp_path / "killed"
     proc = subprocess.Popen([sys.executable, "-m", "bandpo.train", *common, "--out", str(killed)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     ckpt = killed / "checkpoint" / "ckpt.pt"
-    deadline = time.time() + 120
-    while not ckpt.exists() and proc.poll() is None and time.time() < deadline:
+    deadline = time.monotonic() + 3 * whole_run  # the first checkpoint (step 2 of 40) comes long before a run's end
+    while not ckpt.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     time.sleep(0.05)  # somewhere after the first checkpoint, mid-step, long before the last of 40 steps
     assert proc.poll() is None, "the run finished before it could be killed; make it longer"
