@@ -26,8 +26,9 @@ Solvers
   parametrisation (upper: q = p + (1 - p) t; lower: r = 1 - u), float64 throughout.
 
 Apart from that float32 KL path, all arithmetic runs in float64 from log p and log(1 - p) (log1mexp form), so p
-close to 1 and tiny p keep their precision; results are cast back to the input dtype. Special inputs: log p >= 0 (p = 1, including tiny positive
-rounding noise) gives (r_lo(1), 1); log p = -inf (p = 0) gives (0, +inf); NaN stays NaN in its own position.
+close to 1 and tiny p keep their precision; results are cast back to the input dtype. Special inputs: log p >= 0
+(p = 1, including tiny positive rounding noise) gives (r_lo(1), 1); log p = -inf (p = 0) gives (0, +inf); NaN
+stays NaN in its own position.
 The bounds are constants of ``old_log_prob``: they carry no gradient.
 """
 

@@ -108,8 +108,8 @@ def main() -> None:
         print(f"  {name:<11} {secs * 1e3:9.2f} ms   {args.tokens / secs / 1e6:8.1f} M tokens/s")
     print(f"the authors' KL bisection as shipped ({iters} iterations, a host sync each): "
           f"{versus['bisection'] * 1e3:.1f} ms, the suite's kl {versus['kl'] * 1e3:.2f} ms in the same round-robin "
-          f"({args.bisect_repeats} calls each); where p < 1 in float32 ({int(defined.sum())} tokens) the bounds agree to "
-          f"{d_hi:.1e} relative (r_hi, both finite) and {d_lo:.1e} absolute (r_lo)")  # fmt: skip
+          f"({args.bisect_repeats} calls each); where p < 1 in float32 ({int(defined.sum())} tokens) the bounds "
+          f"agree to {d_hi:.1e} relative (r_hi, both finite) and {d_lo:.1e} absolute (r_lo)")  # fmt: skip
     print(f"ratio kl / tv          = {timings['kl'] / timings['tv']:.2f}x   (target <= 5x, stretch <= 2x)")
     print(f"ratio kl / chi2        = {timings['kl'] / timings['chi2']:.2f}x")
     print(f"ratio kl / fixed clip  = {timings['kl'] / timings['fixed clip']:.1f}x")
