@@ -808,10 +808,9 @@ def test_counting_reports_items_slow_path_and_timeouts():
 
 @pytest.fixture
 def fresh_settings(monkeypatch):
-    """Settings read again from the (patched) environment; after the test, from the real one."""
-    config.reset()
-    yield monkeypatch
-    config.reset()
+    """No settings yet: the next use reads the (patched) environment; afterwards this process's settings return."""
+    monkeypatch.setattr(config, "_SETTINGS", None)
+    return monkeypatch
 
 
 def test_the_environment_is_read_at_first_use_not_at_import(fresh_settings):

@@ -91,13 +91,6 @@ def current() -> Settings:
     return settings
 
 
-def reset() -> None:
-    """Forget the settings: the next use reads the environment again."""
-    global _SETTINGS
-    with _LOCK:
-        _SETTINGS = None
-
-
 def update(
     *,
     timeout_s: float | None = None,
