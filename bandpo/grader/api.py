@@ -106,6 +106,12 @@ def _remember(store: OrderedDict, key: tuple[str, str], value: Any, size: int) -
             store.popitem(last=False)
 
 
+def _overran(key: tuple[str, str], budget: float) -> bool:
+    """Whether the pair is remembered to have overrun ``budget`` (or more) as a final attempt."""
+    with _LOCK:
+        return _HARD_TIMEOUTS.get(key, 0.0) >= budget
+
+
 def _attempt(key: tuple[str, str], budget: float, final: bool) -> tuple[bool | None, str]:
     """One try at math-verify's verdict on a normalised ``(gold, pred)`` pair within ``budget`` seconds.  A pair
     another thread is verifying is waited for rather than verified twice.  ``final``: a timeout now is the pair's
@@ -222,7 +228,7 @@ def grade_detailed(
         else:
             assert item.key is not None
             verdict, method = _attempt(item.key, first, final=False)
-            if method in counters.NOT_DECIDED:
+            if method in counters.NOT_DECIDED and not _overran(item.key, second):
                 retried = True
                 counters.count("retried")
                 verdict, method = _attempt(item.key, second, final=True)
@@ -286,14 +292,16 @@ def grade_many_detailed(
     retry: list[list[tuple[int, _Item, float]]] = []
 
     def run(entries: list[tuple[int, _Item, float]], budget: float, final: bool) -> None:
+        key = entries[0][1].key
+        assert key is not None
         t0 = time.monotonic()
         try:
-            verdict, method = _attempt(entries[0][1].key, budget, final)  # type: ignore[arg-type]
+            verdict, method = _attempt(key, budget, final)
         except Exception:
             log.debug("grader error", exc_info=True)
             verdict, method = None, "error"
         spent = time.monotonic() - t0
-        if not final and method in counters.NOT_DECIDED:
+        if not final and method in counters.NOT_DECIDED and not _overran(key, second):
             retry.append([(i, item, prep + spent) for i, item, prep in entries])  # list.append is atomic
             return
         for i, item, prep in entries:
