@@ -433,6 +433,7 @@ class Run:
 
 def train(cfg: TrainConfig) -> dict:
     """Run (or resume) one training run; returns the run summary also written to run.json."""
+    methods.load_env_method_modules()  # the start of a run: methods of the user's own modules ($BANDPO_METHOD_MODULES)
     cfg.validate()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -739,6 +740,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     try:
+        methods.load_env_method_modules()
         methods.load_method_modules(args.method_modules)
     except ImportError as e:
         ap.error(str(e))

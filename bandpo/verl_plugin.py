@@ -30,8 +30,8 @@ the `ResolvedMethod`; later micro-batches with the same settings only look it up
 those settings change, e.g. a test switching ``loss_agg_mode``).
 
 Methods of your own modules. ``BANDPO_METHOD_MODULES`` (set by `bandpo.verl_command.VerlRun.method_modules` in the
-driver's environment and in Ray's runtime_env) is read when `bandpo.methods` is imported, which this module does:
-so verl's driver and every Ray worker register those methods too, under ``bandpo.<name>``.
+driver's environment and in Ray's runtime_env) is read when this module is imported (`bandpo.methods` itself imports
+no user code): so verl's driver and every Ray worker register those methods too, under ``bandpo.<name>``.
 
 Bounds in verl. verl calls the policy loss once per micro-batch and offers no hook per rollout batch, so a bounds
 method computes its bounds inside each call from that micro-batch's ``old_log_prob``, on its valid tokens only
@@ -245,4 +245,7 @@ def registered_names() -> list[str]:
 
 
 register_all()
-methods.on_register(_register_in_verl)  # methods registered later (user modules) reach verl too
+methods.on_register(_register_in_verl)  # methods registered later reach verl too
+# verl's driver and every Ray worker import this module before they look a loss up: the start of a run on verl's side,
+# where the methods of the user's own modules ($BANDPO_METHOD_MODULES, set by VerlRun) are imported and registered.
+methods.load_env_method_modules()

@@ -21,6 +21,7 @@ from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla, get_policy_
 from verl.workers.config import ActorConfig  # noqa: E402
 
 from bandpo import methods, verl_plugin  # noqa: E402
+from bandpo.methods import registry  # noqa: E402
 from bandpo.verl_command import VerlRun  # noqa: E402
 
 torch.set_num_threads(1)
@@ -112,7 +113,7 @@ def test_get_policy_loss_fn_returns_the_suite_loss_for_every_method():
 def test_methods_registered_later_reach_verl(monkeypatch):
     from verl.trainer.ppo import core_algos
 
-    monkeypatch.setattr(methods, "_METHODS", dict(methods._METHODS))
+    monkeypatch.setattr(registry, "_METHODS", dict(registry._METHODS))
     monkeypatch.setattr(core_algos, "POLICY_LOSS_REGISTRY", dict(core_algos.POLICY_LOSS_REGISTRY))
 
     @methods.register_bounds("wide_clip", config=methods.GRPOConfig)
@@ -502,3 +503,22 @@ def test_command_line_through_verl_cli():
     assert cfg["actor_rollout_ref"]["actor"]["policy_loss"]["loss_mode"] == "bandpo.dcpo"
     raw = cfg["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"][verl_plugin.ENV_VAR]
     assert json.loads(raw) == {"dcpo": {"cap": 5.0, "eps_high": 0.2, "eps_low": 0.16}}
+
+
+def test_the_plugin_loads_user_modules_at_verls_start(tmp_path):
+    """verl imports bandpo.verl_plugin in its driver and every worker: that import loads $BANDPO_METHOD_MODULES
+    (bandpo.methods alone does not) and registers the user's methods in verl's registry."""
+    from test_methods import side_effect_module
+
+    module, marker = side_effect_module(tmp_path)
+    code = (
+        "import bandpo.methods; import pathlib, sys; print(pathlib.Path(sys.argv[1]).exists())\n"
+        "import bandpo.verl_plugin\n"
+        "from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY\n"
+        "print(pathlib.Path(sys.argv[1]).exists(), 'bandpo.side_effect_clip' in POLICY_LOSS_REGISTRY)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("VERL_USE_EXTERNAL_MODULES", verl_plugin.ENV_VAR)}
+    env[methods.METHOD_MODULES_ENV] = str(module)
+    out = subprocess.run([sys.executable, "-c", code, str(marker)], env=env, capture_output=True, text=True, timeout=99)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["False", "True", "True"]
