@@ -147,7 +147,7 @@ class TrainConfig:
     """k3 KL-to-reference loss coefficient (paper: 0.001; 0 = off and no reference forward pass)."""
     loss_agg_mode: str = "seq-mean-token-mean"
     """How per-token losses become a scalar (`bandpo.methods.aggregate_loss`; the paper: seq-mean-token-mean)."""
-    dual_clip_c: float | None = 10.0
+    dual_clip_c: float | None = methods.DEFAULT_DUAL_CLIP_C
     """Dual-clip constant c for negative advantages (paper: 10; None disables)."""
     adv_eps: float = 1e-6
     """Added to the group's reward std in the advantage's denominator."""
