@@ -79,7 +79,7 @@ def register_bounds(name: str, config: type[MethodConfig]):
 
 
 def register_loss(name: str, config: type[MethodConfig]):
-    """Decorator: register a whole-loss method (signature in the module docstring)."""
+    """Decorator: register a whole-loss method (its signature: the `bandpo.methods` docstring)."""
     return _register("loss", name, config)
 
 
