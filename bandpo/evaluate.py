@@ -324,8 +324,10 @@ def evaluate_runs(
     for run in runs:
         t0 = time.time()
         if run.meta.get("method") and "params" in run.meta and not run.meta.get("external"):
-            from bandpo.methods import make_config  # every parameter spelled out, defaults included
+            from bandpo.methods import load_env_method_modules, make_config
 
+            load_env_method_modules()  # a method of the user's own modules ($BANDPO_METHOD_MODULES)
+            # every parameter spelled out, defaults included
             run.meta["params"] = make_config(run.meta["method"], run.meta["params"] or {}).to_dict()
         out_dir = Path(run.out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,8 @@ method's own parameters travel in the environment variable ``BANDPO_METHOD_CONFI
 of a JSON / YAML file, holding ``{"<method>": {<params>}}`` (several methods allowed). Without it the method runs
 with its defaults (the paper's settings). `bandpo.verl_command` puts it into
 ``ray_kwargs.ray_init.runtime_env.env_vars`` so that every Ray worker sees it. The shared loss settings come from
-verl's own actor config, as for verl's built-in losses: ``loss_agg_mode``, ``clip_ratio_c`` (the dual clip c),
+verl's own actor config, as for verl's built-in losses: ``loss_agg_mode``, ``clip_ratio_c`` (the dual clip c;
+``bandpo.methods.DEFAULT_DUAL_CLIP_C`` when absent),
 ``global_batch_info`` (data-parallel normalisation); ``clip_ratio*`` are not used by these losses.
 
 Resolved once. Each ``bandpo.<method>`` loss resolves its method (`bandpo.methods.resolve`: name, parameters of
@@ -30,8 +31,8 @@ the `ResolvedMethod`; later micro-batches with the same settings only look it up
 those settings change, e.g. a test switching ``loss_agg_mode``).
 
 Methods of your own modules. ``BANDPO_METHOD_MODULES`` (set by `bandpo.verl_command.VerlRun.method_modules` in the
-driver's environment and in Ray's runtime_env) is read when `bandpo.methods` is imported, which this module does:
-so verl's driver and every Ray worker register those methods too, under ``bandpo.<name>``.
+driver's environment and in Ray's runtime_env) is read when this module is imported (`bandpo.methods` itself imports
+no user code): so verl's driver and every Ray worker register those methods too, under ``bandpo.<name>``.
 
 Bounds in verl. verl calls the policy loss once per micro-batch and offers no hook per rollout batch, so a bounds
 method computes its bounds inside each call from that micro-batch's ``old_log_prob``, on its valid tokens only
@@ -79,7 +80,6 @@ ENV_VAR = "BANDPO_METHOD_CONFIG"
 PREFIX = "bandpo."
 # verl callers assume "actor/..." metric names (its distillation loss rewrites the "actor/" prefix).
 METRIC_PREFIX = "actor/bandpo/"
-_DEFAULT_DUAL_CLIP_C = 3.0  # verl's default clip_ratio_c, used when its config lacks the key
 logger = logging.getLogger(__name__)
 
 
@@ -173,9 +173,10 @@ def resolved_method(method: str, raw: str | None, loss_agg_mode: str, dual_clip_
 
 
 def _dual_clip_c(config: Any) -> float | None:
+    """verl's clip_ratio_c; the project's default (`bandpo.methods.DEFAULT_DUAL_CLIP_C`) when the config lacks it."""
     if config is None:
-        return _DEFAULT_DUAL_CLIP_C
-    return config.get("clip_ratio_c", _DEFAULT_DUAL_CLIP_C)
+        return methods.DEFAULT_DUAL_CLIP_C
+    return config.get("clip_ratio_c", methods.DEFAULT_DUAL_CLIP_C)
 
 
 def _global_batch_info(config: Any) -> dict[str, Any]:
@@ -245,4 +246,7 @@ def registered_names() -> list[str]:
 
 
 register_all()
-methods.on_register(_register_in_verl)  # methods registered later (user modules) reach verl too
+methods.on_register(_register_in_verl)  # methods registered later reach verl too
+# verl's driver and every Ray worker import this module before they look a loss up: the start of a run on verl's side,
+# where the methods of the user's own modules ($BANDPO_METHOD_MODULES, set by VerlRun) are imported and registered.
+methods.load_env_method_modules()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -382,3 +383,53 @@ def test_probe_every_needs_probe_rows(assets, tmp_path):
             (data / "validation.jsonl").unlink()
     with pytest.raises(ValueError, match="probe_every: must be an integer >= 0"):
         check_overrides({"probe_every": -1})
+
+
+def test_cli_help_shows_every_field_with_its_default_and_doc():
+    """``python -m bandpo.train --help`` is generated from TrainConfig: each field's flag, its attribute docstring and
+    its default (whitespace aside: the help wraps lines)."""
+    import ast
+    import inspect
+
+    import bandpo.train as train_module
+
+    proc = subprocess.run([sys.executable, "-m", "bandpo.train", "--help"], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "COLUMNS": "100"}, check=True)  # fmt: skip
+    flat = "".join(ch for ch in proc.stdout if not ch.isspace() and ch not in "│╭╮╰╯─")
+    docs = {}  # field -> attribute docstring, read from the source as tyro reads it
+    body = ast.parse(inspect.getsource(train_module.TrainConfig)).body[0].body
+    for node, nxt in zip(body, body[1:], strict=False):
+        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            docs[node.target.id] = nxt.value.value
+    for f in dataclasses.fields(TrainConfig):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        shown = {"": "''", "{}": "'{}'"}.get(str(default), str(default))
+        assert f"--{f.name.replace('_', '-')}" in flat, f.name
+        assert "".join(docs[f.name].split()) + f"(default:{shown})" in flat, f.name
+    assert "--set" in flat and "--method-module" in flat and "grpo" in flat  # the compatibility path, the methods
+
+
+def test_cli_flags_and_set_build_the_same_config(tmp_path, monkeypatch, capsys):
+    """The generated flags and the workflow's --set path give the same TrainConfig; --set is applied last."""
+    seen = []
+    monkeypatch.setattr("bandpo.train.train", lambda cfg: seen.append(cfg) or {"final": {}, "train_seconds_total": 0})
+    from bandpo.train import main
+
+    common = ["--model", "m", "--data", "d", "--out", str(tmp_path), "--method", "bandpo", "--params", '{"delta": 0.1}']
+    main([*common, "--steps", "7", "--lr-end", "None", "--samples-per-prompt", "4", "--no-progress"])
+    main([*common, "--set", "steps=7", "--set", "lr_end=null", "--set", "samples_per_prompt=4", "--set",
+          "progress=false"])  # fmt: skip
+    main([*common, "--steps", "3", "--lr-end", "None", "--samples-per-prompt", "4", "--no-progress", "--set",
+          "steps=7"])  # fmt: skip
+    assert seen[0] == seen[1] == seen[2]
+    assert (seen[0].steps, seen[0].lr_end, seen[0].samples_per_prompt, seen[0].params) == (7, None, 4, {"delta": 0.1})
+    # bad values: a usage error naming the field (test_config_errors_name_the_field: and no stack trace)
+    for bad in (["--steps", "x"], ["--lr", "-1"], ["--params", "[1]"], ["--set", "stepz=3"], ["--dual-clip-c", "1"]):
+        try:
+            status = main([*common, *bad])
+        except SystemExit as e:  # tyro's own parse errors exit
+            status = e.code
+        err = capsys.readouterr().err
+        assert status == 2, (bad, err)
+        name = bad[1].split("=")[0] if bad[0] == "--set" else bad[0].lstrip("-").replace("-", "_")
+        assert name.replace("_", "") in err.replace("_", "").replace("-", ""), (bad, err)

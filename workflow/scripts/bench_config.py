@@ -238,7 +238,7 @@ def _registry_fingerprint(cfg: Mapping[str, Any]) -> str:
     h = hashlib.sha256(json.dumps(cfg, sort_keys=True).encode())
     spec = importlib.util.find_spec("bandpo")
     package_dirs = (spec.submodule_search_locations or []) if spec else []
-    sources = [f for loc in package_dirs for f in sorted(Path(loc).glob("*.py"))]
+    sources = [f for loc in package_dirs for f in sorted(Path(loc).rglob("*.py"))]  # bandpo/methods/ too
     sources += [p for p in map(method_module_path, cfg.get("method_modules", [])) if p is not None]
     for f in sources:
         st = f.stat()
