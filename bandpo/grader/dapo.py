@@ -11,8 +11,8 @@ arguments).  This module re-implements that rule (independently written, checked
    ``1/2`` is not ``\\frac{1}{2}``, ``0.5`` is not ``1/2``);
 3. only when there is no such line (or its normalised answer is the literal ``[INVALID]``, verl's marker for "no
    answer"): the content of the last balanced ``\\boxed{...}`` of the last :data:`BOX_WINDOW` (100) characters,
-   compared with the reference string exactly as given (not normalised; verl 0.9.1's fallback, absent from
-   verl <= 0.4).
+   compared with the reference string exactly as given (not normalised; a fallback of recent verl, 0.9.1
+   included: earlier releases, and the many copies of their ``math_dapo.py``, score such a response wrong).
 
 verl's reward is +1 / -1 (``acc`` True / False); ours is 1.0 / 0.0 (``workflow/scripts/verl_reward.py`` maps it
 back to +1 / -1).  Deviation: a missing or blank reference scores 0 (verl raises on ``None`` and would compare
