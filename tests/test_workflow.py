@@ -278,22 +278,22 @@ def test_gpu_dry_run_commands(tmp_path):
     assert "merge_verl.py --run-dir results/gpu/runs/qwen2.5-3b-instruct/bandpo_tv/seed1" in out
     assert "python -m bandpo.evaluate" in out and "--backend vllm" in out and "--apply-chat-template" in out
     # the paper's grader (grader.mode) in verl's reward (keyword and Ray workers' env) and in lm-eval scoring
-    assert "+reward.custom_reward_function.reward_kwargs.grader_mode='\"'\"'strict-answer-line'\"'\"'" in out
-    assert "BANDPO_GRADER_MODE=strict-answer-line" in out
+    assert "+reward.custom_reward_function.reward_kwargs.grader_mode='\"'\"'math-dapo'\"'\"'" in out
+    assert "BANDPO_GRADER_MODE=math-dapo" in out
     eval_line = next(line for line in out.splitlines() if "python -m bandpo.evaluate" in line)
-    assert "BANDPO_GRADER_MODE=strict-answer-line" in eval_line
+    assert "BANDPO_GRADER_MODE=math-dapo" in eval_line
 
 
 def test_grader_mode_reaches_every_job_that_grades(tmp_path):
     """grader.mode is BANDPO_GRADER_MODE in the training, scoring and model-build commands of the DAG."""
     cfg = copy.deepcopy(read_config("smoke"))
-    cfg["grader"] = {"mode": "strict-answer-line"}
+    cfg["grader"] = {"mode": "math-dapo"}
     proc = snakemake(tmp_path / "wd", "-n", "-p", configfile=write_config(tmp_path, cfg))
     assert proc.returncode == 0, proc.output[-3000:]
     lines = proc.output.splitlines()
     for command in ("python -m bandpo.train", "python -m bandpo.evaluate", "python -m bandpo.models build"):
         found = [line for line in lines if command in line]
-        assert found and all("BANDPO_GRADER_MODE=strict-answer-line" in line for line in found), command
+        assert found and all("BANDPO_GRADER_MODE=math-dapo" in line for line in found), command
     cfg = bc.validate_config(read_config("smoke"))
     assert cfg["grader"] == {"mode": "lenient"}  # the default
     bad = yaml.safe_load((ROOT / "config" / "verl-cpu.yaml").read_text())

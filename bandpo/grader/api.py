@@ -32,8 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from bandpo.grader import config, counters, judge, pool
-from bandpo.grader.extract import MAX_EXTRACTED_CHARS, extract_answer, reference_answer
+from bandpo.grader import config, counters, dapo, judge, pool
+from bandpo.grader.extract import MAX_EXTRACTED_CHARS, extract_answer, reference_answer, to_text
 from bandpo.grader.normalise import normalise, structural_verdict
 from bandpo.grader.precheck import precheck
 from bandpo.grader.version import (
@@ -54,9 +54,11 @@ _HARD_TIMEOUT_MEMO_SIZE = 1024
 @dataclass(frozen=True)
 class GradeResult:
     """A score with how it was decided.  ``method`` is one of: ``exact``, ``numeric``, ``math_verify``,
-    ``no_answer``, ``no_reference``, ``rejected:<why>``, ``timeout``, ``unavailable``, ``error``.  The last three
-    are not verdicts (the item scores 0 and is counted, see :func:`bandpo.grader.stats`).  ``retried``: the item
-    overran its first budget and was graded again with the larger one."""
+    ``math_dapo`` (mode ``math-dapo``: verl's string comparison, either verdict), ``no_answer``, ``no_reference``,
+    ``rejected:<why>``, ``timeout``, ``unavailable``, ``error``.  The last three are not verdicts (the item scores 0
+    and is counted, see :func:`bandpo.grader.stats`).  ``retried``: the item overran its first budget and was
+    graded again with the larger one.  In mode ``math-dapo``, ``pred`` and ``gold`` are the two strings compared
+    (normalised, or as given for the ``\\boxed{}`` fallback)."""
 
     score: float
     method: str
@@ -161,7 +163,10 @@ class _Item:
 
 
 def _prepare(response: Any, reference: Any, mode: str) -> _Item:
-    """Everything up to (not including) math-verify: extraction, normalisation, fast paths, pre-checks."""
+    """Everything up to (not including) math-verify: extraction, normalisation, fast paths, pre-checks.  The
+    ``math-dapo`` mode is decided here (string work only, `bandpo.grader.dapo`)."""
+    if mode == "math-dapo":
+        return _prepare_dapo(response, reference)
     pred = extract_answer(response, mode)
     gold = reference_answer(reference)
     item = _Item(pred, gold)
@@ -199,6 +204,19 @@ def _prepare(response: Any, reference: Any, mode: str) -> _Item:
         return item
     item.key = key
     return item
+
+
+def _prepare_dapo(response: Any, reference: Any) -> _Item:
+    """verl's ``math_dapo`` verdict: the reference as given (its text; not extracted from a solution), the
+    response's last 300 characters.  A missing or blank reference scores 0 (``no_reference``)."""
+    gold = to_text(reference)
+    if gold is None or not gold.strip():
+        return _Item(None, None, (0.0, "no_reference"))
+    text = to_text(response) or ""
+    correct, pred, compared = dapo.judge(text, gold)
+    if pred == dapo.INVALID and not correct:
+        return _Item(None, compared, (0.0, "no_answer"))
+    return _Item(pred, compared, (1.0 if correct else 0.0, "math_dapo"))
 
 
 def _budgets(timeout_s: float | None) -> tuple[float, float]:

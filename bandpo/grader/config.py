@@ -21,13 +21,17 @@ import os
 import threading
 from dataclasses import dataclass
 
-MODES = ("lenient", "strict-answer-line")
-"""Grading modes: which part of a response is its final answer (the comparison is the same in both).
+MODES = ("lenient", "strict-answer-line", "math-dapo")
+"""Grading modes: which part of a response is its final answer, and how it is compared with the reference.
 
 ``lenient`` (the default): the last ``\\boxed{}`` (also a truncated one) or ``Answer:`` / ``The final answer is`` /
 ``####`` line, whichever comes last.  ``strict-answer-line``: only the last ``Answer:`` line (a ``\\boxed{}`` on
-that line is unwrapped); no ``\\boxed{}`` elsewhere counts: the rule of the paper's training and validation
-reward (verl's ``math_dapo`` with its ``Answer:`` pattern, rewards +1 / -1 in ``workflow/scripts/verl_reward.py``).
+that line is unwrapped); no ``\\boxed{}`` elsewhere counts.  Both compare by normalisation, exact shortcuts and
+math-verify equivalence (``0.5`` = ``1/2`` = ``\\frac{1}{2}``): more lenient than the paper's rule.
+``math-dapo``: the paper's training reward and validation rule, verl's ``math_dapo.compute_score``: the last
+``Answer:`` line of the last 300 characters, Minerva-normalised, equal as a string to the normalised reference
+(a ``\\boxed{}`` in the last 100 characters only when there is no such line); no math-verify
+(`bandpo.grader.dapo`).
 """
 ISOLATIONS = ("process", "inprocess")
 DEFAULT_TIMEOUT_S = 0.8  # first per-item budget: most items that need math-verify take a few ms

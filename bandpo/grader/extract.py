@@ -11,12 +11,12 @@ import re
 import string
 from typing import Any
 
-from bandpo.grader import config
+from bandpo.grader import config, dapo
 
 MAX_EXTRACTED_CHARS = 4096  # longer extracted answers are rejected before any normalisation
 
 
-def _to_text(obj: Any) -> str | None:
+def to_text(obj: Any) -> str | None:
     """Best-effort conversion of untrusted input to ``str``; ``None`` when there is no usable text."""
     if obj is None:
         return None
@@ -100,7 +100,7 @@ def last_boxed(text: Any) -> str | None:
     """Content of the last ``\\boxed{...}`` / ``\\fbox{...}`` of ``text`` (a missing closing brace is tolerated;
     ``\\boxed 5`` gives ``5``), stripped; ``None`` if there is none.  Linear time.  The suite's one copy of this
     extraction: model answers, reference solutions of the data loaders, everything."""
-    s = _to_text(text)
+    s = to_text(text)
     found = _last_boxed(s) if s else None
     return (found[1].strip() or None) if found is not None else None
 
@@ -148,13 +148,19 @@ def extract_answer(text: Any, mode: str | None = None) -> str | None:
     brace is tolerated) or the rest of the last ``Answer:`` / ``The final answer is`` / ``####`` line, whichever
     comes last; a ``\\boxed`` inside the chosen line wins over the line itself.  ``strict-answer-line``: the rest
     of the last ``Answer:`` line only (a ``\\boxed`` on it is unwrapped).  Runs in time linear in ``len(text)``; a
-    ``\\boxed`` argument is read up to 64 KiB.  ``mode=None`` uses the configured mode.
+    ``\\boxed`` argument is read up to 64 KiB.  ``math-dapo``: the answer verl's ``math_dapo`` rule compares (the
+    Minerva-normalised last ``Answer:`` line of the last 300 characters, else the last ``\\boxed{}`` of the last
+    100; `bandpo.grader.dapo.prediction`), ``None`` for none or an empty one.  ``mode=None`` uses the configured
+    mode.
     """
     mode = config.current().mode if mode is None else config.check_mode(mode)
     try:
-        s = _to_text(text)
+        s = to_text(text)
         if not s:
             return None
+        if mode == "math-dapo":
+            pred, _ = dapo.prediction(s)
+            return pred if pred and pred != dapo.INVALID else None
         reversed_s = s[::-1]
         if mode == "strict-answer-line":
             found = _last_anchor_line(s, reversed_s, _ANSWER_COLON_REVERSED)
@@ -187,7 +193,7 @@ def extract_answer(text: Any, mode: str | None = None) -> str | None:
 
 
 def reference_answer(reference: Any) -> str | None:
-    s = _to_text(reference)
+    s = to_text(reference)
     if s is None:
         return None
     found = extract_answer(s, "lenient") if ("\\boxed" in s or "\\fbox" in s or "####" in s) else None

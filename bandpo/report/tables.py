@@ -48,7 +48,9 @@ def grader_note(board: pd.DataFrame) -> str:
         return ""
     return (
         "Scores graded by " + ", ".join(graders) + " (bandpo.grader: name/mode@version; lenient: last \\boxed{} "
-        "or Answer: line; strict-answer-line: the last Answer: line only, the paper's rule)."
+        "or Answer: line; strict-answer-line: the last Answer: line only; both accept equivalent answers; "
+        "math-dapo: the paper's rule, verl's math_dapo, the normalised last Answer: line string-equal to the "
+        "reference)."
     )
 
 
