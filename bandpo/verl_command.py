@@ -4,7 +4,7 @@ The defaults are the BandPO paper's protocol (arXiv 2603.04918): GRPO outcome ad
 per step, mini-batches of 64 prompts (4 optimizer updates per step), AdamW lr 1e-6 constant, weight decay 0.01,
 grad clip 1.0, k3 ("low_var_kl") KL loss 0.001, no entropy bonus, dual clip c = 10, seq-mean-token-mean,
 prompts <= 1024 and responses <= 4096 tokens, temperature 1.0, top_p 1.0, 10 epochs, one node of 8 GPUs, the +1 / -1
-reward of the strict "Answer:"-line grader (``grader_mode``).
+reward of the paper's grader, verl's math_dapo rule (``grader_mode``).
 Every method runs through the same verl entry point and differs only in ``policy_loss.loss_mode=bandpo.<method>``
 and its parameters.
 
@@ -146,8 +146,8 @@ class VerlRun:
     reward_fn_path: str | None = None  # a Python file with the training grader; None = verl's default for the data
     reward_fn_name: str = "compute_score"
     # bandpo.grader's mode for the reward (BANDPO_GRADER_MODE in every worker, and the reward function's
-    # grader_mode keyword when reward_fn_path is set): the paper's strict "Answer:"-line rule by default
-    grader_mode: str = "strict-answer-line"
+    # grader_mode keyword when reward_fn_path is set): the paper's rule, verl's math_dapo, by default
+    grader_mode: str = "math-dapo"
     project_name: str = "bandpo-bench"
     experiment_name: str | None = None  # default: <model basename>-<method>-seed<seed>
     logger: Sequence[str] = ("console", "file")

@@ -406,7 +406,7 @@ def _gpu_entry(entry_id: str) -> dict:
 def test_dapo_entry_is_the_dapo_recipe_in_verls_own_config(compose):
     """config/gpu.yaml's dapo row composes with verl's ppo_trainer config and carries the DAPO recipe: Clip-Higher
     0.2 / 0.28, token-mean, no KL loss, dynamic sampling on accuracy, verl's DAPO reward manager with a 512-token
-    overlong buffer inside a 4,608-token limit (penalty past 4,096), the strict grader in the reward."""
+    overlong buffer inside a 4,608-token limit (penalty past 4,096), the paper's grader (math-dapo) in the reward."""
     from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
     from verl.trainer.config import FilterGroupsConfig
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
@@ -427,8 +427,8 @@ def test_dapo_entry_is_the_dapo_recipe_in_verls_own_config(compose):
     kw = cfg.reward.reward_kwargs
     assert (kw.max_resp_len, kw.overlong_buffer_cfg.enable, kw.overlong_buffer_cfg.len) == (4608, True, 512)
     assert kw.max_resp_len - kw.overlong_buffer_cfg.len == 4096 and kw.overlong_buffer_cfg.penalty_factor == 1.0
-    assert cfg.reward.custom_reward_function.reward_kwargs.grader_mode == "strict-answer-line"
-    assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.BANDPO_GRADER_MODE == "strict-answer-line"
+    assert cfg.reward.custom_reward_function.reward_kwargs.grader_mode == "math-dapo"
+    assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.BANDPO_GRADER_MODE == "math-dapo"
 
 
 def test_dapo_reward_manager_applies_the_overlong_penalty_past_4096_tokens(compose):
