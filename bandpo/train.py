@@ -631,6 +631,10 @@ def update(run: Run, batch: Batch, scored: Scored, seed: int) -> dict[str, list[
         part_bounds = (bounds[0][idx], bounds[1][idx]) if bounds is not None else None
         loss, info = run.method.loss(old_log_prob[idx], log_prob, scored.advantages[idx], mask[idx],
                                      bounds=part_bounds)  # fmt: skip
+        # stopped tokens, the same measure for every method: d loss / d log_prob = 0 with A != 0 (the policy loss
+        # alone, before the KL term; the graph is kept for the backward below, so the update is unchanged)
+        grad = methods.loss_grad_wrt_log_prob(loss, log_prob)
+        info = {**info, **methods.stopped_diagnostics(grad, scored.advantages[idx], old_log_prob[idx], mask[idx])}
         if scored.ref_log_prob is not None:
             # k3 estimator of KL(pi || pi_ref): exp(ref - logp) - (ref - logp) - 1, aggregated like the policy loss
             d = (scored.ref_log_prob[idx] - log_prob).clamp(-20, 20)
