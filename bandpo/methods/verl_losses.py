@@ -242,6 +242,18 @@ VERL_METHODS: dict[str, type[VerlLossConfig]] = {
 }
 
 
+DESCRIPTIONS = {
+    "dppo_tv": "DPPO-Binary-TV: no gradient once |p - p_old| passes the threshold on the pushed side",
+    "dppo_kl": "DPPO-Binary-KL: no gradient once the binary KL(p_old, p) passes the threshold on the pushed side",
+    "clip_cov": "Clip-Cov: PPO clip, plus no gradient on a random few high-covariance tokens",
+    "kl_cov": "KL-Cov: -A r plus a |log r| penalty on the top-k covariance tokens",
+    "sapo": "SAPO: a smooth sigmoid gate of r instead of a hard clip",
+    "geo_mean": "GMPO: geometric mean of the sign-aware clipped token ratios of a sequence",
+    "gpg": "GPG: plain -A log pi, no ratio and no clip",
+    "dro": "DRO: -A log pi plus a quadratic (log r)^2 penalty",
+}
+
+
 @functools.lru_cache(maxsize=64)
 def _actor_config(params: VerlLossConfig, settings: SurrogateConfig, info: tuple[tuple[str, Any], ...]):
     from verl.workers.config import ActorConfig, PolicyLossConfig
@@ -318,7 +330,7 @@ def _register(name: str, config: type[VerlLossConfig]) -> None:
         return verl_loss(*args, **kwargs)
 
     loss.__name__ = loss.__qualname__ = f"verl_{name}_loss"
-    loss.__doc__ = f"verl's {config.verl_loss_mode} (called through verl's registry): {config.__doc__.split(':')[0]}."
+    loss.__doc__ = f"{DESCRIPTIONS[name]} (verl's {config.verl_loss_mode}, called through verl's registry)."
     register_verl_loss(name, config=config)(loss)
 
 
