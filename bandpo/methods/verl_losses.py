@@ -43,7 +43,7 @@ import torch
 from torch import Tensor
 
 from bandpo.methods.config import MethodConfig, SurrogateConfig
-from bandpo.methods.diagnostics import clip_diagnostics
+from bandpo.methods.diagnostics import clip_diagnostics, loss_grad_wrt_log_prob, stopped_diagnostics
 from bandpo.methods.registry import register_verl_loss
 from bandpo.methods.surrogate import _global_info, prepare_inputs
 
@@ -301,28 +301,39 @@ def verl_loss(
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """verl's registered ``params.verl_loss_mode`` on neutral-padded inputs: its loss unchanged.
 
-    Metrics: the ratio diagnostics of `clip_diagnostics` (approx_kl, approx_kl_k3, ratio_*, token_frac/<bucket>)
-    and verl's own metrics as ``verl/<name>`` (e.g. ``verl/pg_clipfrac``). Which tokens lost their gradient is
-    the trainer's generic `stopped_diagnostics`, the same for every method.
+    Metrics: the ratio diagnostics of `clip_diagnostics` (approx_kl, approx_kl_k3, ratio_*, token_frac/<bucket>);
+    the clip-fraction columns of the bounds methods, filled from the loss's gradient by `stopped_diagnostics`
+    (clipfrac: stopped_frac; clipfrac_upper[/<bucket>]: stopped with A > 0; clipfrac_lower[/<bucket>]: stopped with
+    A < 0; for a bounds method these are its clip fractions, dual clip included in clipfrac_lower); verl's own
+    metrics as ``verl/<name>`` (e.g. ``verl/pg_clipfrac``). The gradient needs a graph: a ``log_prob`` without
+    one (e.g. under ``torch.no_grad``) is replaced by a leaf copy and the loss comes back detached.
     """
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
-    old_log_prob, log_prob, advantages, rollout_is_weights = prepare_inputs(
-        old_log_prob, log_prob, advantages, response_mask, settings, rollout_is_weights
-    )
-    config = verl_actor_config(params, settings, global_batch_info)
-    fn = get_policy_loss_fn(params.verl_loss_mode)
-    loss, verl_metrics = fn(
-        old_log_prob, log_prob, advantages, response_mask, settings.loss_agg_mode, config, rollout_is_weights
-    )
+    no_grad = not (torch.is_grad_enabled() and log_prob.requires_grad)
+    given = log_prob.detach().requires_grad_() if no_grad else log_prob  # the stopped tokens need a gradient
+    with torch.enable_grad():
+        old_log_prob, log_prob, advantages, rollout_is_weights = prepare_inputs(
+            old_log_prob, given, advantages, response_mask, settings, rollout_is_weights
+        )
+        config = verl_actor_config(params, settings, global_batch_info)
+        fn = get_policy_loss_fn(params.verl_loss_mode)
+        loss, verl_metrics = fn(
+            old_log_prob, log_prob, advantages, response_mask, settings.loss_agg_mode, config, rollout_is_weights
+        )
     x = settings.log_ratio_clamp
     log_ratio = torch.clamp(log_prob.detach() - old_log_prob, min=-x, max=x)
     neutral = torch.ones_like(old_log_prob)
     diag = clip_diagnostics(old_log_prob, log_ratio, advantages, response_mask, neutral, neutral, None)
     metrics = {k: v for k, v in diag.items() if k in _KEPT_DIAGNOSTICS or k.startswith("token_frac/")}
+    # the clip-fraction columns of the bounds methods, from the gradient: stopped tokens (stopped_diagnostics)
+    stopped = stopped_diagnostics(loss_grad_wrt_log_prob(loss, given), advantages, old_log_prob, response_mask)
+    for k, v in stopped.items():
+        metrics[k.replace("stopped_frac_pos", "clipfrac_upper").replace("stopped_frac_neg", "clipfrac_lower")] = v
+    metrics["clipfrac"] = metrics.pop("stopped_frac")
     for k, v in (verl_metrics or {}).items():
         metrics[f"verl/{k.removeprefix('actor/')}"] = torch.as_tensor(v, dtype=diag["approx_kl"].dtype).detach()
-    return loss, metrics
+    return (loss.detach() if no_grad else loss), metrics
 
 
 def _register(name: str, config: type[VerlLossConfig]) -> None:
