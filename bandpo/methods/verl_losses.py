@@ -85,7 +85,8 @@ class DPPOTVConfig(VerlLossConfig):
 
     Attributes:
         clip_ratio_low, clip_ratio_high: the TV thresholds (verl reads ``actor.clip_ratio_low/high``). Default 0.2:
-            verl 0.9.1's ActorConfig default (verl's DPPO example runs dppo with its default clip ratios).
+            verl 0.9.1's ActorConfig default, which is what a verl run of ``dppo_tv`` gets unless it sets them. The
+            DPPO paper's own thresholds are not checked here: set them in the sweep entry.
         clip_ratio_c: the truncated-IS cap (verl reads ``actor.clip_ratio_c``). None (default): the shared dual clip
             c (`SurrogateConfig.dual_clip_c`, the protocol's 10, which is what verl gets as clip_ratio_c in a
             `bandpo.verl_command.VerlRun`), or verl's fallback 20.0 (the DPPO paper recommends a large cap, Sec. 5.4)
@@ -114,7 +115,8 @@ class DPPOTVConfig(VerlLossConfig):
 class DPPOKLConfig(DPPOTVConfig):
     """DPPO-Binary-KL (arXiv 2602.04879; verl ``dppo_kl``): as DPPO-Binary-TV with the binary KL
     p_old log(p_old / p) + (1 - p_old) log((1 - p_old) / (1 - p)) against the thresholds, in the direction the
-    advantage pushes. Fields and defaults: `DPPOTVConfig` (thresholds 0.2: verl's ActorConfig default)."""
+    advantage pushes. Fields and defaults: `DPPOTVConfig` (thresholds 0.2: verl's ActorConfig default, not the
+    paper's; the threshold is now a binary-KL value, not a probability difference)."""
 
     verl_loss_mode = "dppo_kl"
 
