@@ -127,9 +127,9 @@ class ClipCovConfig(VerlLossConfig):
     among the unclipped tokens whose centred covariance (A - mean A)(log pi - mean log pi) lies in
     (clip_cov_lb, clip_cov_ub), a random clip_cov_ratio share loses its gradient.
 
-    Defaults, all verl 0.9.1's (ActorConfig / PolicyLossConfig), the paper's (and verl's docstring's) values for the
-    covariance knobs: clip_ratio_low = clip_ratio_high = 0.2, clip_cov_ratio = 2e-4, clip_cov_lb = 1.0,
-    clip_cov_ub = 5.0.
+    Defaults, all verl 0.9.1's (ActorConfig / PolicyLossConfig; verl's loss is adapted from the paper authors' code,
+    PRIME-RL/Entropy-Mechanism-of-RL, and its docstring gives the same covariance values): clip_ratio_low =
+    clip_ratio_high = 0.2, clip_cov_ratio = 2e-4, clip_cov_lb = 1.0, clip_cov_ub = 5.0.
     """
 
     verl_loss_mode = "clip_cov"
@@ -172,8 +172,8 @@ class SAPOConfig(VerlLossConfig):
     """SAPO (arXiv 2511.20347; verl ``sapo``): L = -A (4 / tau) sigmoid(tau (r - 1)), tau = tau_pos for A > 0 and
     tau_neg otherwise; aggregated seq-mean-token-mean always (verl's choice).
 
-    Defaults: verl 0.9.1's ActorConfig tau_pos = 1.0, tau_neg = 1.05 (tau_neg > tau_pos: negative tokens decay
-    faster, as the paper recommends).
+    Defaults: verl 0.9.1's ActorConfig tau_pos = 1.0, tau_neg = 1.05 (verl's doc: tau_pos >= 1 keeps updates
+    stable, tau_neg > tau_pos for asymmetry).
     """
 
     verl_loss_mode = "sapo"
@@ -194,7 +194,7 @@ class GeoMeanConfig(VerlLossConfig):
     loss_agg_mode).
 
     Defaults: verl 0.9.1's ActorConfig clip_ratio_low = clip_ratio_high = 0.2 (applied to log r). The GMPO paper
-    trains with the wider (e^-0.4, e^0.4): clip_ratio_low = clip_ratio_high = 0.4 in this config.
+    describes a wider range, (e^-0.4, e^0.4), i.e. 0.4 / 0.4 here (from memory of the paper, not re-checked).
     """
 
     verl_loss_mode = "geo_mean"
