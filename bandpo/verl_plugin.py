@@ -203,7 +203,8 @@ def _verl_metrics(metrics: Mapping[str, Tensor]) -> dict[str, float]:
 
 def verl_policy_loss(method: str):
     """The verl policy-loss function of ``method`` (verl's ``PolicyLossFn`` signature)."""
-    methods.get_method(method)
+    if methods.get_method(method).kind == "verl":
+        raise ValueError(f"method {method!r} is verl's own loss: use verl's loss_mode {verl_loss_name(method)!r}")
 
     def policy_loss(
         old_log_prob: Tensor,

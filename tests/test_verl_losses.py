@@ -275,6 +275,8 @@ def test_dppo_kl_runs_as_verls_own_loss_mode_with_its_thresholds():
     assert verl_plugin.verl_loss_name("dppo_kl") == "dppo_kl"
     assert "bandpo.dppo_kl" not in verl_plugin.registered_names()
     assert get_policy_loss_fn(run.loss_mode) is POLICY_LOSS_REGISTRY["dppo_kl"]
+    with pytest.raises(ValueError, match="verl's own loss"):
+        verl_plugin.verl_policy_loss("dppo_kl")
 
 
 @pytest.mark.parametrize("method", VERL_METHODS)
