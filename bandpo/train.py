@@ -26,7 +26,8 @@ Update:
    counts mini-batches in prompts, or random sequences; the first one is on-policy, the later ones off-policy,
    which is what makes clipping act), each prompt of a mini-batch run once with its KV cache shared by its
    completions and the mini-batch's all-padding columns trimmed: loss = the method's loss (+ optional k3 KL to the
-   reference), AdamW, gradient clipping;
+   reference), AdamW, gradient clipping; ``stopped_frac*``: tokens whose policy-loss gradient is 0 with A != 0,
+   the same measure for every method (`bandpo.methods.stopped_diagnostics`);
 8. one line of metrics.jsonl; a checkpoint every ``checkpoint_every`` steps. On a probe data set (rows with
    ``subset``, bandpo.probe) the line also holds the rollouts' accuracy per subset, and with ``probe_every`` the
    probe's measurement after the step's updates (``probe/p_correct``, ``probe/accuracy``: `probe_metrics`; its
@@ -631,6 +632,8 @@ def update(run: Run, batch: Batch, scored: Scored, seed: int) -> dict[str, list[
         part_bounds = (bounds[0][idx], bounds[1][idx]) if bounds is not None else None
         loss, info = run.method.loss(old_log_prob[idx], log_prob, scored.advantages[idx], mask[idx],
                                      bounds=part_bounds)  # fmt: skip
+        grad = methods.loss_grad_wrt_log_prob(loss, log_prob)  # policy loss only; keeps the graph: update unchanged
+        info = {**info, **methods.stopped_diagnostics(grad, scored.advantages[idx], old_log_prob[idx], mask[idx])}
         if scored.ref_log_prob is not None:
             # k3 estimator of KL(pi || pi_ref): exp(ref - logp) - (ref - logp) - 1, aggregated like the policy loss
             d = (scored.ref_log_prob[idx] - log_prob).clamp(-20, 20)

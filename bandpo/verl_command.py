@@ -6,7 +6,8 @@ grad clip 1.0, k3 ("low_var_kl") KL loss 0.001, no entropy bonus, dual clip c = 
 prompts <= 1024 and responses <= 4096 tokens, temperature 1.0, top_p 1.0, 10 epochs, one node of 8 GPUs, the +1 / -1
 reward of the paper's grader, verl's math_dapo rule (``grader_mode``).
 Every method runs through the same verl entry point and differs only in ``policy_loss.loss_mode=bandpo.<method>``
-and its parameters.
+and its parameters; a loss verl ships (kind "verl", `bandpo.methods.verl_losses`) runs as verl's own loss_mode
+(``dppo_kl``, ``clip_cov``, ...) with its parameters as verl's own config keys (`VerlRun.method_overrides`).
 
 How the method's parameters reach verl's workers: ``BANDPO_METHOD_CONFIG`` (inline JSON, see
 `bandpo.verl_plugin`) is added to ``ray_kwargs.ray_init.runtime_env.env_vars`` (verl merges that mapping into the
@@ -196,7 +197,20 @@ class VerlRun:
 
     @property
     def loss_mode(self) -> str:
-        return f"bandpo.{self.method}"
+        """verl's loss_mode: ``bandpo.<method>``, or verl's own name for a method of kind "verl" (a loss verl ships,
+        `bandpo.methods.verl_losses`: ``dppo_kl`` runs as verl's ``dppo_kl``)."""
+        m = methods.get_method(self.method)
+        return m.config_cls.verl_loss_mode if m.kind == "verl" else f"bandpo.{self.method}"
+
+    def method_overrides(self) -> dict[str, Any]:
+        """verl's config keys of a method of kind "verl" (its parameters are verl's own knobs, e.g.
+        ``actor.clip_ratio_low`` / ``actor.policy_loss.clip_cov_ratio`` / ``actor.tau_pos``) with their values; {} for
+        the suite's own methods (their parameters travel in BANDPO_METHOD_CONFIG)."""
+        m = methods.get_method(self.method)
+        if m.kind != "verl":
+            return {}
+        settings = methods.SurrogateConfig(loss_agg_mode=self.loss_agg_mode, dual_clip_c=self.dual_clip_c)
+        return {f"{_ACTOR}.{k}": v for k, v in m.config(self.params).verl_keys(settings).items()}
 
     @property
     def run_name(self) -> str:
@@ -226,8 +240,9 @@ class VerlRun:
     def protocol_overrides(self) -> dict[str, Any]:
         """verl's config keys of the protocol fields (`PROTOCOL_KEYS`, `VERL_ONLY_PROTOCOL`) with their values: the one
         place where a project name becomes a verl key. Values are the fields' own, except ``method``
-        (``bandpo.<method>``), ``updates_per_step`` (verl's mini-batch size in prompts: prompts_per_step /
-        updates_per_step) and ``lr_end`` (verl's min_lr_ratio = lr_end / lr; absent when None)."""
+        (`loss_mode`: ``bandpo.<method>`` or verl's own loss), ``updates_per_step`` (verl's mini-batch size in
+        prompts: prompts_per_step / updates_per_step) and ``lr_end`` (verl's min_lr_ratio = lr_end / lr; absent when
+        None)."""
         keys = {**PROTOCOL_KEYS, **VERL_ONLY_PROTOCOL}
         values = {name: getattr(self, name) for name in keys}
         values["method"] = self.loss_mode
@@ -284,6 +299,7 @@ class VerlRun:
         if "eps_low" in self.params and "eps_high" in self.params:
             o[f"{actor}.clip_ratio_low"] = self.params["eps_low"]
             o[f"{actor}.clip_ratio_high"] = self.params["eps_high"]
+        o.update(self.method_overrides())  # a loss verl ships: its parameters are verl's own config keys
         if self.reward_fn_path is not None:
             o["reward.custom_reward_function.path"] = self.reward_fn_path
             o["reward.custom_reward_function.name"] = self.reward_fn_name

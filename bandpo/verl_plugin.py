@@ -14,7 +14,10 @@ No fork of verl and no monkey-patching: the losses go through verl's public regi
   verl imports at ``import verl`` and whose errors are not swallowed. `bandpo.verl_command` sets it for the driver
   and, through Ray's runtime_env, for the workers.
 
-Selecting a method in a verl run: ``actor_rollout_ref.actor.policy_loss.loss_mode=bandpo.<method>``.
+Selecting a method in a verl run: ``actor_rollout_ref.actor.policy_loss.loss_mode=bandpo.<method>``; a method of
+kind "verl" (`bandpo.methods.verl_losses`: dppo_kl, clip_cov, ...) is verl's own loss and runs as verl's own
+``loss_mode`` (``dppo_kl``, ...) with its parameters as verl's config keys (`bandpo.verl_command.VerlRun`); it is
+not registered as ``bandpo.<method>``.
 
 Parameters. verl's ``PolicyLossConfig`` is a closed dataclass (Hydra rejects new keys under ``policy_loss``), so a
 method's own parameters travel in the environment variable ``BANDPO_METHOD_CONFIG``: either inline JSON or the path
@@ -84,8 +87,11 @@ logger = logging.getLogger(__name__)
 
 
 def verl_loss_name(method: str) -> str:
-    """verl's name of a suite method: ``bandpo.<method>`` (verl already owns e.g. ``gspo`` and ``cispo``)."""
-    methods.get_method(method)  # validates the name
+    """verl's name of a suite method: ``bandpo.<method>`` (verl already owns e.g. ``gspo`` and ``cispo``), except a
+    method of kind "verl" (`bandpo.methods.verl_losses`), which is verl's own loss: its verl loss_mode."""
+    m = methods.get_method(method)  # validates the name
+    if m.kind == "verl":
+        return m.config_cls.verl_loss_mode
     return PREFIX + method
 
 
@@ -197,7 +203,8 @@ def _verl_metrics(metrics: Mapping[str, Tensor]) -> dict[str, float]:
 
 def verl_policy_loss(method: str):
     """The verl policy-loss function of ``method`` (verl's ``PolicyLossFn`` signature)."""
-    methods.get_method(method)
+    if methods.get_method(method).kind == "verl":
+        raise ValueError(f"method {method!r} is verl's own loss: use verl's loss_mode {verl_loss_name(method)!r}")
 
     def policy_loss(
         old_log_prob: Tensor,
@@ -230,14 +237,21 @@ def verl_policy_loss(method: str):
 
 
 def _register_in_verl(method: methods.Method) -> None:
+    if method.kind == "verl":  # verl's own loss: a verl run uses its own loss_mode (verl_loss_name)
+        return
     core_algos.register_policy_loss(PREFIX + method.name)(verl_policy_loss(method.name))
 
 
+def _own_methods() -> list[str]:
+    return [m for m in methods.list_methods() if methods.get_method(m).kind != "verl"]
+
+
 def register_all() -> list[str]:
-    """Register every suite method in verl's registry (idempotent); returns the verl names."""
-    for method in methods.list_methods():
+    """Register every suite method in verl's registry (idempotent); returns the verl names. The methods of kind
+    "verl" are verl's own losses and are not registered again: they run as verl's own loss_mode."""
+    for method in _own_methods():
         _register_in_verl(methods.get_method(method))
-    return [PREFIX + m for m in methods.list_methods()]
+    return [PREFIX + m for m in _own_methods()]
 
 
 def registered_names() -> list[str]:

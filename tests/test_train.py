@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import signal
 import subprocess
@@ -115,7 +116,11 @@ def test_every_registered_method_trains(assets, tmp_path, method):
     assert summary["grader"]["name"] == "bandpo.grader"
     run_json = json.loads((tmp_path / method / "run.json").read_text())
     assert run_json["method"] == method and run_json["method_params"] == methods.make_config(method).to_dict()
-    assert run_json["method_label"] == methods.make_config(method).label() != ""
+    config = methods.make_config(method)
+    assert run_json["method_label"] == config.label()
+    assert config.label() != "" or not dataclasses.fields(config)  # empty only for a method without parameters (gpg)
+    assert math.isfinite(metrics[-1]["loss"])
+    assert "stopped_frac_pos/p0.0-0.2" in metrics[-1] and "stopped_frac_neg" in metrics[-1]
     assert (
         not (tmp_path / method / "checkpoint").exists() and not (tmp_path / method / "metrics.jsonl.partial").exists()
     )

@@ -25,6 +25,11 @@ Built in (``list_methods()``)::
                           [1 - 0.2, 1 + 0.28])
     cispo         loss    -sg(clip(r, 1 - eps_low, 1 + eps_high)) * A * log pi        (token level)
     gspo          loss    PPO clip on the sequence ratio s = exp(mean_t log r_t)       (sequence level)
+    dppo_tv, dppo_kl, clip_cov, kl_cov, sapo, geo_mean, gpg, dro
+                  verl    verl's own registered policy losses, called through verl's registry
+                          (`bandpo.methods.verl_losses`); in a verl run they are verl's own loss_mode
+
+``python -m bandpo.methods`` lists every registered method with its kind, parameters, defaults and source.
 
 Adding a method = one registered function + one config dataclass, in this package or in a module of your own, then
 one entry in the sweep config (``config/``). A module of your own is named in the config's ``method_modules`` (a
@@ -84,13 +89,20 @@ Modules (everything is re-exported here: ``from bandpo.methods import X`` / ``me
 ``bounds``        `on_valid_tokens`, `constant_bounds` and the built-in bounds methods
 ``surrogate``     `ppo_surrogate`, `aggregate_loss`, `prepare_inputs`
 ``losses``        the built-in whole-loss methods (`cispo_loss`, `gspo_loss`)
-``diagnostics``   `clip_diagnostics`, `BUCKET_EDGES`, `BUCKET_LABELS`
+``verl_losses``   verl's own policy losses as methods (`VERL_METHODS`, `VerlLossConfig`, `verl_loss`)
+``diagnostics``   `clip_diagnostics`, `stopped_diagnostics`, `BUCKET_EDGES`, `BUCKET_LABELS`
 """
 
 from bandpo.methods.bounds import bandpo_bounds, constant_bounds, dcpo_bounds, fixed_clip_bounds, on_valid_tokens
 from bandpo.methods.config import AGG_MODES, DEFAULT_DUAL_CLIP_C, MethodConfig, SurrogateConfig
 from bandpo.methods.configs import BandPOConfig, CISPOConfig, ClipHigherConfig, DCPOConfig, GRPOConfig, GSPOConfig
-from bandpo.methods.diagnostics import BUCKET_EDGES, BUCKET_LABELS, clip_diagnostics
+from bandpo.methods.diagnostics import (
+    BUCKET_EDGES,
+    BUCKET_LABELS,
+    clip_diagnostics,
+    loss_grad_wrt_log_prob,
+    stopped_diagnostics,
+)
 from bandpo.methods.losses import cispo_loss, gspo_loss
 from bandpo.methods.registry import (
     Method,
@@ -103,6 +115,7 @@ from bandpo.methods.registry import (
     on_register,
     register_bounds,
     register_loss,
+    register_verl_loss,
     resolve,
 )
 from bandpo.methods.surrogate import aggregate_loss, ppo_surrogate, prepare_inputs
@@ -112,6 +125,7 @@ from bandpo.methods.user_modules import (
     load_method_modules,
     loaded_method_modules,
 )
+from bandpo.methods.verl_losses import VERL_METHODS, VerlLossConfig, verl_actor_config, verl_loss
 
 __all__ = [
     "AGG_MODES",
@@ -129,6 +143,8 @@ __all__ = [
     "MethodConfig",
     "ResolvedMethod",
     "SurrogateConfig",
+    "VERL_METHODS",
+    "VerlLossConfig",
     "aggregate_loss",
     "bandpo_bounds",
     "cispo_loss",
@@ -144,6 +160,7 @@ __all__ = [
     "load_env_method_modules",
     "load_method_modules",
     "loaded_method_modules",
+    "loss_grad_wrt_log_prob",
     "make_config",
     "on_register",
     "on_valid_tokens",
@@ -151,5 +168,9 @@ __all__ = [
     "prepare_inputs",
     "register_bounds",
     "register_loss",
+    "register_verl_loss",
     "resolve",
+    "stopped_diagnostics",
+    "verl_actor_config",
+    "verl_loss",
 ]

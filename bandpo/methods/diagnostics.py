@@ -1,4 +1,5 @@
-"""Clipping diagnostics over the valid tokens (`clip_diagnostics`), shared by every method's loss."""
+"""Clipping diagnostics over the valid tokens (`clip_diagnostics`), shared by every method's loss, and the
+method-independent stopped-token fractions (`stopped_diagnostics`, from the loss's gradient)."""
 
 from __future__ import annotations
 
@@ -86,4 +87,54 @@ def clip_diagnostics(
         out[f"clipfrac_lower/{label}"] = per_bucket[1, j]
         out[f"bound_lower_mean/{label}"] = per_bucket[2, j]
         out[f"bound_upper_mean/{label}"] = per_bucket[3, j]
+    return out
+
+
+def loss_grad_wrt_log_prob(loss: Tensor, log_prob: Tensor) -> Tensor:
+    """d loss / d log_prob, per token, without touching any ``.grad`` (the graph is kept for the caller's own
+    ``backward``); zeros where the loss does not depend on ``log_prob`` at all."""
+    (grad,) = torch.autograd.grad(loss, log_prob, retain_graph=True, allow_unused=True)
+    return torch.zeros_like(log_prob) if grad is None else grad
+
+
+@torch.no_grad()
+def stopped_diagnostics(
+    grad: Tensor, advantages: Tensor, old_log_prob: Tensor, response_mask: Tensor
+) -> dict[str, Tensor]:
+    """Which tokens the loss stopped, the same measure for every method: a valid token is *stopped* when the loss's
+    gradient with respect to its log-prob (``grad``, e.g. `loss_grad_wrt_log_prob`) is exactly 0 while its
+    advantage is not.
+
+    Keys (0-d tensors), in the layout of `clip_diagnostics`' clip fractions:
+
+    stopped_frac                               stopped valid tokens / valid tokens
+    stopped_frac_pos / stopped_frac_neg        stopped with A > 0 / with A < 0, over all valid tokens
+    stopped_frac_pos/<bucket>, stopped_frac_neg/<bucket>   the same within an old-probability bucket (BUCKET_LABELS)
+
+    For a bounds method trained by `ppo_surrogate` this is its clip fractions: stopped_frac_pos = clipfrac_upper,
+    stopped_frac_neg = clipfrac_lower + clipfrac_dual (tests/test_verl_losses.py); for a masking loss (DPPO,
+    Clip-Cov, ...) it is the share of tokens its mask removed.
+    """
+    dtype = torch.float64 if old_log_prob.dtype == torch.float64 else torch.float32
+    idx = response_mask.reshape(-1).bool().nonzero().squeeze(1)
+    n = idx.numel()
+
+    def take(t: Tensor) -> Tensor:
+        return t.detach().reshape(-1).index_select(0, idx)
+
+    adv = take(advantages)
+    stopped = take(grad) == 0
+    pos, neg = stopped & (adv > 0), stopped & (adv < 0)
+    n_buckets = len(BUCKET_LABELS)
+    p = torch.nan_to_num(take(old_log_prob).double().exp(), nan=0.0).clamp(0.0, 1.0)
+    bucket = torch.clamp((p * n_buckets).long(), 0, n_buckets - 1)
+    stats = torch.stack([torch.ones_like(p), pos.double(), neg.double()])
+    keys = (torch.arange(3, device=p.device).unsqueeze(1) * n_buckets + bucket).reshape(-1)
+    sums = torch.bincount(keys, weights=stats.reshape(-1), minlength=3 * n_buckets).reshape(3, n_buckets)
+    per_bucket = (sums[1:] / sums[0].clamp(min=1.0)).to(dtype)
+    totals = (sums.sum(dim=1) / max(n, 1)).to(dtype)
+    out = {"stopped_frac": totals[1] + totals[2], "stopped_frac_pos": totals[1], "stopped_frac_neg": totals[2]}
+    for j, label in enumerate(BUCKET_LABELS):
+        out[f"stopped_frac_pos/{label}"] = per_bucket[0, j]
+        out[f"stopped_frac_neg/{label}"] = per_bucket[1, j]
     return out

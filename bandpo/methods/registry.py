@@ -17,7 +17,8 @@ from bandpo.options import unknown_names
 
 @dataclass(frozen=True)
 class Method:
-    """A registered method: its name, kind ("bounds" or "loss"), function and config class."""
+    """A registered method: its name, kind ("bounds", "loss" or "verl": a policy loss that verl ships, called
+    through verl's registry by `bandpo.methods.verl_losses`), function and config class."""
 
     name: str
     kind: str
@@ -83,10 +84,19 @@ def register_loss(name: str, config: type[MethodConfig]):
     return _register("loss", name, config)
 
 
+def register_verl_loss(name: str, config: type[MethodConfig]):
+    """Decorator: register an adapter of a policy loss that verl ships (same signature as a whole loss; see
+    `bandpo.methods.verl_losses`)."""
+    return _register("verl", name, config)
+
+
+KINDS = ("bounds", "loss", "verl")
+
+
 def list_methods(kind: str | None = None) -> list[str]:
-    """Registered method names, sorted; ``kind`` = "bounds" or "loss" filters."""
-    if kind not in (None, "bounds", "loss"):
-        raise ValueError(f"kind must be 'bounds', 'loss' or None, got {kind!r}")
+    """Registered method names, sorted; ``kind`` = "bounds", "loss" or "verl" filters."""
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)} or None, got {kind!r}")
     return sorted(n for n, m in _METHODS.items() if kind is None or m.kind == kind)
 
 
