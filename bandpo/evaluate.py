@@ -15,7 +15,7 @@ Every sample is graded by `bandpo.grader` (the suite's one grader, also the trai
 ``\\boxed{42`` too) or ``Answer:`` line, or ``strict-answer-line``, the last ``Answer:`` line only; each summary
 records the grader (``grader``: name, mode, version, id).
 
-lm-eval hooks (used by the task YAMLs in ``workflow/lm_eval_tasks``): `keep_all_samples` is a custom filter
+lm-eval hooks (used by the task YAMLs in ``bandpo/lm_eval_tasks``): `keep_all_samples` is a custom filter
 that keeps all ``repeats`` samples of a problem (lm-eval's default ``take_first`` keeps one), and
 `process_results` turns them into the metrics above. Numbers downstream are read from lm-eval's own results and
 samples files.
@@ -31,7 +31,7 @@ once per checkpoint. Per checkpoint it writes, atomically, into its output folde
 
 CLI (one group)::
 
-    python -m bandpo.evaluate --include-path workflow/lm_eval_tasks \\
+    python -m bandpo.evaluate --include-path bandpo/lm_eval_tasks \\
         --task tiny_math=resources/data/tiny-math/test.jsonl --backend hf --model-args '{"dtype": "float32"}' \\
         --batch-size 1024 --threads 1 --run MODEL_DIR OUT_DIR SEED [--run ...] [--meta '{"entry": ...}' ...]
 """
@@ -419,7 +419,7 @@ def _task_arg(text: str) -> tuple[str, str | None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bandpo.evaluate", description=__doc__.split("\n")[0])
-    ap.add_argument("--include-path", required=True, help="folder of lm-eval task YAMLs (workflow/lm_eval_tasks)")
+    ap.add_argument("--include-path", required=True, help="folder of lm-eval task YAMLs (bandpo/lm_eval_tasks)")
     ap.add_argument("--task", action="append", required=True, type=_task_arg, help="NAME[=DATA_FILE], repeatable")
     ap.add_argument("--run", action="append", nargs=3, metavar=("MODEL_DIR", "OUT_DIR", "SEED"), required=True)
     ap.add_argument("--meta", action="append", default=[], help="JSON object per --run (identity for summaries)")

@@ -1,7 +1,7 @@
 """The run contract: the files, ``metrics.jsonl`` keys and ``run.json`` fields of a finished training run.
 
-Written down once, in ``workflow/schemas/run.schema.yaml``; every trainer produces it (the local trainer,
-``workflow/scripts/merge_verl.py`` for verl, any external rule) and the report checks it when it loads a run
+Written down once, in ``bandpo/schemas/run.schema.yaml`` (shipped in the package); every trainer produces it (the
+local trainer, `bandpo.merge_verl` for verl, any external rule) and the report checks it when it loads a run
 (this module reads files only, no torch):
 
     from bandpo.run_contract import check_run
@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from bandpo.files import read_jsonl
+from bandpo.files import package_data, read_jsonl
 
 __all__ = [
     "SCHEMA_PATH",
@@ -28,7 +28,7 @@ __all__ = [
     "required_metric_keys",
 ]
 
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "workflow" / "schemas" / "run.schema.yaml"
+SCHEMA_PATH = package_data("schemas", "run.schema.yaml")
 
 
 class RunContractError(ValueError):

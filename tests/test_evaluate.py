@@ -12,9 +12,9 @@ import pytest
 
 from bandpo import evaluate as ev
 from bandpo.files import read_jsonl
+from bandpo.sweep import TASKS_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
-TASKS_DIR = ROOT / "workflow" / "lm_eval_tasks"
 
 
 # ----------------------------------------------------------------------------------------------------------------

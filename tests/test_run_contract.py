@@ -1,24 +1,19 @@
-"""The run contract (workflow/schemas/run.schema.yaml): the checker, the local trainer's output, and merge_verl's
+"""The run contract (bandpo/schemas/run.schema.yaml): the checker, the local trainer's output, and merge_verl's
 mapping of verl's metric names onto the contract's."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from bandpo import merge_verl
 from bandpo.methods import BUCKET_LABELS
 from bandpo.models import build_tokenizer, get_size, init_model
 from bandpo.run_contract import RunContractError, check_run, contract, required_metric_keys
 from bandpo.tasks import generate_tiny_math, write_jsonl
 from bandpo.train import TrainConfig, train
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
-
-import merge_verl  # noqa: E402
 
 
 def verl_record(step: int) -> dict:

@@ -26,10 +26,8 @@ import pandas as pd
 
 from bandpo.files import read_jsonl
 from bandpo.run_contract import check_outputs, read_run
+from bandpo.sweep import BASE_ENTRY, MAIN, split_slot
 
-BASE_ENTRY = "base"  # the reserved entry id of the untrained base model (bench_config.BASE_ENTRY)
-MAIN = "main"  # the experiment of the sweep itself (bench_config.MAIN); runs without one belong to it
-SLOT_SEP = "@"  # folder {entry}@{experiment}: a method entry of another experiment (bench_config.slot_id)
 EVAL_SCHEMA_PREFIX = "bandpo-bench/eval-summary/"
 _METRIC = re.compile(r"^(?P<family>[A-Za-z_]+)@(?P<k>\d+|n)(?P<suffix>_[A-Za-z]+)?$")
 _SEED_DIR = re.compile(r"^seed(\d+)$")
@@ -38,13 +36,6 @@ SCORE_COLUMNS = ["profile", "experiment", "subset", "model", "entry", "method", 
                  "metric", "value", "name", "n", "stderr", "source", "grader"]  # fmt: skip
 SUMMARY_COLUMNS = ["profile", "experiment", "model", "entry", "seed", "method", "params", "label", "steps",
                    "train_seconds", "finished"]  # fmt: skip
-
-
-def split_slot(folder_name: str) -> tuple[str, str]:
-    """A run folder's name -> (method entry, experiment): ``grpo@probe`` -> ("grpo", "probe"), ``grpo`` ->
-    ("grpo", "main")."""
-    entry, sep, experiment = folder_name.partition(SLOT_SEP)
-    return (entry, experiment) if sep and entry and experiment else (folder_name, MAIN)
 
 
 def canonical_params(params: Any) -> str:
@@ -322,7 +313,7 @@ def load_eval_scores(results_dir: str | os.PathLike) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# The bounds table (written by workflow/scripts/bounds_table.py)
+# The bounds table (written by bandpo.bounds_table)
 
 BOUNDS_COLUMNS = ["method", "p", "r_lo", "r_hi", "dq_lo", "dq_hi", "delta"]
 

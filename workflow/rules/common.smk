@@ -4,17 +4,19 @@ import json
 import re
 import shlex
 
-from bench_config import (
+from bandpo.files import package_data
+from bandpo.sweep import (
     BASE_ENTRY,
     base_models,
     by_id,
     eval_groups,
     eval_rule_name,
     job_resources,
-    method_modules_env,
+    method_module_specs,
     model_data,
     model_path,
     pretrain_seed,
+    run_folder,
     runs,
     set_args,
     slots,
@@ -36,15 +38,16 @@ def _stable_path(path):
     return path if rel.startswith("..") else rel
 
 
-SCRIPTS = _stable_path(os.path.join(workflow.basedir, "workflow", "scripts"))
-TASKS_DIR = _stable_path(os.path.join(workflow.basedir, "workflow", "lm_eval_tasks"))
+TASKS_DIR = _stable_path(str(package_data("lm_eval_tasks")))  # lm-eval's task YAMLs, shipped in the package
+# verl loads its reward function by path: the one file of workflow/scripts (it imports the installed bandpo).
+VERL_REWARD = _stable_path(os.path.join(workflow.basedir, "workflow", "scripts", "verl_reward.py"))
 
 DATA = by_id(config["data"])
 MODELS = by_id(config["models"])
 ENTRIES = by_id(config["methods"])
-EXPERIMENTS = config["experiments"]  # completed by bench_config: main (the sweep) and the other experiments
+EXPERIMENTS = config["experiments"]  # completed by bandpo.sweep: main (the sweep) and the other experiments
 # A slot is an experiment's method entry, the {entry} wildcard and folder name: the entry id in main,
-# {entry}@{experiment} elsewhere (bench_config.slot_id). SLOTS: slot -> {"experiment", "entry"}.
+# {entry}@{experiment} elsewhere (bandpo.sweep.slot_id). SLOTS: slot -> {"experiment", "entry"}.
 SLOTS = slots(config, base=True)
 RUNS_ALL = runs(config)  # (model, slot, seed) of every training run
 EVAL_GROUPS = eval_groups(config)  # (model, slot) of every scored group
@@ -98,7 +101,7 @@ _env = {"TOKENIZERS_PARALLELISM": "false", "PYTHONHASHSEED": "0", "OMP_NUM_THREA
 if config["offline"]:
     _env.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
 if config["method_modules"]:  # methods of the user's own modules, imported by bandpo.methods in every job
-    _env["BANDPO_METHOD_MODULES"] = method_modules_env(config)
+    _env["BANDPO_METHOD_MODULES"] = os.pathsep.join(method_module_specs(config, workflow.basedir))
 ENV = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(_env.items()))
 
 
@@ -112,7 +115,7 @@ def data_file(data_id, split):
 
 def model_dir(model_id, seed=None):
     """The base model that run seed ``seed`` trains from (and that the base row's seed scores): one folder per seed
-    for tiny models with base_per_seed, else one folder for all seeds (bench_config.model_path)."""
+    for tiny models with base_per_seed, else one folder for all seeds (bandpo.sweep.model_path)."""
     return model_path(config, model_id, seed)
 
 
@@ -121,12 +124,12 @@ def base_model(wildcards):
     return f"{model_dir(wildcards.model, wildcards.seed)}/config.json"
 
 
-def run_dir(model_id, entry_id, seed):
-    return f"{RUNS}/{model_id}/{entry_id}/seed{seed}"
+def run_dir(model_id, slot, seed):
+    return f"{RUNS}/{run_folder(model_id, slot, seed)}"
 
 
-def eval_dir(model_id, entry_id, seed):
-    return f"{EVAL}/{model_id}/{entry_id}/seed{seed}"
+def eval_dir(model_id, slot, seed):
+    return f"{EVAL}/{run_folder(model_id, slot, seed)}"
 
 
 def eval_outputs(model_id, slot, seeds, tasks=None):

@@ -74,5 +74,5 @@ rule verl_data:
     benchmark:
         f"{BENCH}/data/verl_data.tsv"
     shell:
-        "python {SCRIPTS}/verl_data.py --train {input.train} --val {input.val} "
+        "python -m bandpo.verl_data --train {input.train} --val {input.val} "
         "--out-train {output.train} --out-val {output.val} > {log} 2>&1"

@@ -40,7 +40,7 @@ def _eval_args(model_id, slot, seeds):
 
 
 # One evaluation rule per experiment (its seeds and tasks fix the rule's outputs): eval_group / eval_run for main,
-# eval_group_<experiment> / eval_run_<experiment> (bench_config.eval_rule_name) for the others.
+# eval_group_<experiment> / eval_run_<experiment> (bandpo.sweep.eval_rule_name) for the others.
 for _xp_id, _xp in EXPERIMENTS.items():
     _xp_slots = [slot for slot, v in SLOTS.items() if v["experiment"] == _xp_id]
     _xp_seeds = list(_xp["seeds"])

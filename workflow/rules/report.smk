@@ -1,6 +1,6 @@
 # Report: every run's metrics and lm-eval scores -> leaderboard (csv / md / html), statistics and figures
 # (bandpo.report, which reads files only; the bound figure's table is written first by
-# workflow/scripts/bounds_table.py, which needs the method registry). With `publish: true` (the embedded default)
+# bandpo.bounds_table, which needs the method registry). With `publish: true` (the embedded default)
 # the leaderboard and figures are also copied to the top-level results/ folder, the published results page, with
 # provenance.json (git commit, package versions, the resolved config, each base model's weights sha256 and build
 # machine, and the CPU model / torch CPU capability / thread counts the training and evaluation jobs ran with).
@@ -40,7 +40,7 @@ rule report:
     benchmark:
         f"{BENCH}/report.tsv"
     shell:
-        "(python {SCRIPTS}/bounds_table.py --out {output.bounds} && "
+        "(python -m bandpo.bounds_table --out {output.bounds} && "
         "python -m bandpo.report build --results {RESULTS} --bounds {output.bounds} "
         "--experiments-json {params.experiments:q}) > {log} 2>&1"
 

@@ -30,8 +30,8 @@ def _verl_run(wildcards):
         train_files=os.path.abspath(f"resources/data/_verl/{PROFILE}/train.parquet"),
         val_files=os.path.abspath(f"resources/data/_verl/{PROFILE}/val.parquet"),
         output_dir=os.path.abspath(run_dir(wildcards.model, wildcards.entry, wildcards.seed)),
-        reward_fn_path=os.path.join(SCRIPTS, "verl_reward.py"),
-        method_modules=[m for m in method_modules_env(config).split(os.pathsep) if m],
+        reward_fn_path=VERL_REWARD,
+        method_modules=method_module_specs(config, workflow.basedir),
         grader_mode=GRADER_MODE,
         **fields,
     )
@@ -73,7 +73,7 @@ if config["trainer"] == "verl":
             "{params.cmd} > {log} 2>&1"
 
     # verl's FSDP checkpoint of the last step -> a Hugging Face model (python -m verl.model_merger merge),
-    # verl's JSONL log -> metrics.jsonl, and run.json: the run contract (workflow/schemas/run.schema.yaml), checked.
+    # verl's JSONL log -> metrics.jsonl, and run.json: the run contract (bandpo/schemas/run.schema.yaml), checked.
     rule merge_verl:
         input:
             ckpt=rules.train_verl.output.ckpt,
@@ -94,7 +94,7 @@ if config["trainer"] == "verl":
         benchmark:
             f"{BENCH}/merge/{{model}}/{{entry}}/seed{{seed}}.tsv"
         shell:
-            "python {SCRIPTS}/merge_verl.py --run-dir {params.run} --base-model {params.base} "
+            "python -m bandpo.merge_verl --run-dir {params.run} --base-model {params.base} "
             "--meta {params.meta} --config {params.config} > {log} 2>&1"
 
 else:

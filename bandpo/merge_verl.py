@@ -1,6 +1,6 @@
 """verl run folder -> the run-output contract (model/ as a Hugging Face checkpoint, metrics.jsonl, run.json).
 
-    python merge_verl.py --run-dir results/gpu/runs/M/E/seed0 --base-model resources/models/M [--meta JSON]
+    python -m bandpo.merge_verl --run-dir results/gpu/runs/M/E/seed0 --base-model resources/models/M [--meta JSON]
 
 1. the last saved step N (``checkpoints/latest_checkpointed_iteration.txt``): its Hugging Face weights are verl's
    own export ``checkpoints/global_step_N/actor/huggingface/`` when the run saved one (`bandpo.verl_command` asks
@@ -32,10 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's bandpo, not another install's
-
-from bandpo.files import atomic_write_text, read_jsonl, replace_dir  # noqa: E402
-from bandpo.provenance import machine, versions  # noqa: E402
+from bandpo.files import atomic_write_text, read_jsonl, replace_dir
+from bandpo.provenance import machine, versions
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -49,7 +47,7 @@ TOKENIZER_FILES = (
 )
 
 
-# verl's metric names -> the run contract's (workflow/schemas/run.schema.yaml)
+# verl's metric names -> the run contract's (bandpo/schemas/run.schema.yaml)
 VERL_NAMES = {
     "critic/score/mean": "reward_mean",  # the reward function's "score" (+1 / -1) per response
     "actor/entropy": "entropy",

@@ -1,8 +1,9 @@
-"""Load, complete and validate the workflow's config; everything the rules need to know about the sweep.
+"""The sweep: load, complete and validate the workflow's config; everything the rules need to know about it.
 
-Used by the Snakefile (before any job is scheduled) and by the tests. `validate_config` checks, in order:
+Used by the Snakefile (``from bandpo.sweep import ...``, before any job is scheduled) and by the tests.
+`validate_config` checks, in order:
 
-1. the JSON schema ``workflow/schemas/config.schema.yaml`` (defaults filled in, unknown keys rejected);
+1. the JSON schema ``bandpo/schemas/config.schema.yaml`` (defaults filled in, unknown keys rejected);
 2. cross references: unique ids, data sets named by ``train_data`` / ``val_data`` / ``eval.tasks`` exist, tiny
    model sizes and real data set names are registered, every lm-eval task has its YAML;
 3. every method entry through ``bandpo.methods.make_config`` (unknown method, unknown divergence, delta <= 0, ...),
@@ -21,16 +22,19 @@ import dataclasses
 import json
 import os
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-WORKFLOW_DIR = Path(__file__).resolve().parent.parent  # .../workflow
-REPO_ROOT = WORKFLOW_DIR.parent
-SCHEMA_PATH = WORKFLOW_DIR / "schemas" / "config.schema.yaml"
-TASKS_DIR = WORKFLOW_DIR / "lm_eval_tasks"
+from bandpo.files import package_data
+
 BASE_ENTRY = "base"  # the reserved method-entry id of the untrained base model (the step-0 row)
+MAIN = "main"  # the experiment of the sweep itself (models x methods x seeds); runs without one belong to it
+SLOT_SEP = "@"  # run folders of other experiments: {entry}@{experiment} (ids cannot hold "@")
+
+
+SCHEMA_PATH = package_data("schemas", "config.schema.yaml")
+TASKS_DIR = package_data("lm_eval_tasks")  # the lm-eval task YAMLs (and their utils.py hooks)
 
 
 class ConfigError(ValueError):
@@ -115,12 +119,16 @@ def _entry_label(config: Mapping[str, Any], key: str, i: int) -> str:
 
 
 def validate_config(
-    config: Mapping[str, Any], schema_path: str | os.PathLike = SCHEMA_PATH, cache_dir: str | os.PathLike | None = None
+    config: Mapping[str, Any],
+    schema_path: str | os.PathLike = SCHEMA_PATH,
+    cache_dir: str | os.PathLike | None = None,
+    root: str | os.PathLike = ".",
 ) -> dict[str, Any]:
     """The config completed with the schema's defaults; `ConfigError` (naming the field) if it is invalid.
 
     ``cache_dir``: remember configs that passed the registry checks (keyed by the config and the bandpo sources), so
-    that a no-op ``snakemake`` run does not pay the torch import of the method registry again.
+    that a no-op ``snakemake`` run does not pay the torch import of the method registry again. ``root``: the folder
+    that relative ``include_rules`` and ``method_modules`` paths are relative to (the Snakefile passes its own).
     """
     if not isinstance(config, Mapping) or not config:
         raise ConfigError("config error at <top level>: empty config (pass --configfile config/<profile>.yaml)")
@@ -189,7 +197,7 @@ def validate_config(
                  _entry_label(cfg, "models", i))  # fmt: skip
     complete_experiments(cfg, fail)
     for i, path in enumerate(cfg["include_rules"]):
-        full = Path(path) if Path(path).is_absolute() else WORKFLOW_DIR.parent / path
+        full = Path(root, path)  # an absolute path stays itself
         if not full.is_file():
             fail(["include_rules", i], f"rule file not found: {full}")
     for rule in THREADED_RULES:
@@ -203,13 +211,13 @@ def validate_config(
     if cfg["trainer"] == "local" and len(cfg["train_data"]) != 1:
         fail(["train_data"], "the local trainer (bandpo.train --data DIR) takes exactly one data set")
     if cache_dir is not None:
-        stamp = Path(cache_dir) / f"config-ok-{_registry_fingerprint(cfg)}"
+        stamp = Path(cache_dir) / f"config-ok-{_registry_fingerprint(cfg, root)}"
         if not stamp.exists():
-            check_registries(cfg)
+            check_registries(cfg, root)
             stamp.parent.mkdir(parents=True, exist_ok=True)
             stamp.write_text(json.dumps(cfg, sort_keys=True) + "\n", encoding="utf-8")
     else:
-        check_registries(cfg)
+        check_registries(cfg, root)
 
     if cfg["trainer"] == "verl":
         if cfg.get("val_data") is None:
@@ -229,7 +237,7 @@ def validate_config(
     return cfg
 
 
-def _registry_fingerprint(cfg: Mapping[str, Any]) -> str:
+def _registry_fingerprint(cfg: Mapping[str, Any], root: str | os.PathLike) -> str:
     """Hash of the completed config and of the bandpo sources (size, mtime): the registries' answer cannot change
     unless one of them does. Computed without importing bandpo (no torch import)."""
     import hashlib
@@ -238,35 +246,31 @@ def _registry_fingerprint(cfg: Mapping[str, Any]) -> str:
     h = hashlib.sha256(json.dumps(cfg, sort_keys=True).encode())
     spec = importlib.util.find_spec("bandpo")
     package_dirs = (spec.submodule_search_locations or []) if spec else []
-    sources = [f for loc in package_dirs for f in sorted(Path(loc).glob("*.py"))]
-    sources += [p for p in map(method_module_path, cfg.get("method_modules", [])) if p is not None]
+    sources = [f for loc in package_dirs for f in sorted(Path(loc).rglob("*.py"))]
+    sources += [p for spec in cfg.get("method_modules", []) if (p := method_module_path(spec, root)) is not None]
     for f in sources:
         st = f.stat()
         h.update(f"{f}:{st.st_size}:{st.st_mtime_ns};".encode())
     return h.hexdigest()[:32]
 
 
-def method_module_path(spec: str) -> Path | None:
-    """The file of a ``method_modules`` entry, for the fingerprint: a .py path (relative to the repository root) or a
-    module ``name.py`` at the repository root; None for other module names (a change there is not noticed: run
-    ``snakemake`` after removing .snakemake/bandpo-config-checked, or give a path)."""
+def method_module_path(spec: str, root: str | os.PathLike = ".") -> Path | None:
+    """The file of a ``method_modules`` entry: a .py path (relative to ``root``, the workflow's folder) or a module
+    ``pkg/name.py`` under ``root``; None for other module names (a change there is not noticed by the config cache:
+    run ``snakemake`` after removing .snakemake/bandpo-config-checked, or give a path)."""
     path = Path(spec) if spec.endswith(".py") else Path(*spec.split(".")).with_suffix(".py")
-    path = path if path.is_absolute() else REPO_ROOT / path
+    path = Path(root, path).resolve()  # an absolute path stays itself
     return path if path.is_file() else None
 
 
-def method_modules_env(cfg: Mapping[str, Any]) -> str:
-    """The value of BANDPO_METHOD_MODULES for the jobs, whatever their working directory: .py paths and modules
-    found as files under the repository root become absolute file paths; other module names stay names (they must
-    be importable in the jobs: installed or on PYTHONPATH)."""
-    specs = []
-    for m in cfg["method_modules"]:
-        path = method_module_path(m)
-        specs.append(str(path) if path is not None else m)
-    return os.pathsep.join(specs)
+def method_module_specs(cfg: Mapping[str, Any], root: str | os.PathLike = ".") -> list[str]:
+    """The ``method_modules`` as the jobs and the validation import them, whatever their working directory: .py
+    paths and modules found as files under ``root`` become absolute file paths; other module names stay names (they
+    must be importable: installed or on PYTHONPATH)."""
+    return [str(path) if (path := method_module_path(m, root)) is not None else m for m in cfg["method_modules"]]
 
 
-def check_registries(cfg: Mapping[str, Any]) -> None:
+def check_registries(cfg: Mapping[str, Any], root: str | os.PathLike = ".") -> None:
     """Model sizes and method entries against the bandpo registries (imports torch: a few seconds)."""
 
     def fail(path: Sequence[Any], message: str, label: str = "") -> None:
@@ -293,11 +297,9 @@ def check_registries(cfg: Mapping[str, Any]) -> None:
     # methods of the user's own modules, then the method entries: the registry validates names and parameters
     from bandpo import methods
 
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.append(str(REPO_ROOT))  # module names are importable from the repository root, as in the jobs
-    for i, spec in enumerate(cfg.get("method_modules", [])):
+    for i, spec in enumerate(method_module_specs(cfg, root) if cfg.get("method_modules") else []):
         try:
-            methods.load_method_modules([spec], root=REPO_ROOT)
+            methods.load_method_modules([spec], root=root)
         except (ImportError, ValueError) as e:
             fail(["method_modules", i], str(e))
 
@@ -413,10 +415,6 @@ def verl_fields(cfg: Mapping[str, Any], model_id: str, entry_id: str) -> dict[st
     return out
 
 
-MAIN = "main"  # the experiment of the sweep itself (models x methods x seeds)
-SLOT_SEP = "@"  # run folders of other experiments: {entry}@{experiment} (ids cannot hold "@")
-
-
 def model_data(cfg: Mapping[str, Any], model: Mapping[str, Any]) -> str:
     """The data set a model is pretrained on (tiny models): its ``data``, default train_data[0]."""
     return model.get("data") or cfg["train_data"][0]
@@ -424,8 +422,22 @@ def model_data(cfg: Mapping[str, Any], model: Mapping[str, Any]) -> str:
 
 def slot_id(experiment: str, entry: str) -> str:
     """The folder name (and ``entry`` wildcard) of an experiment's method entry: the entry id in ``main``,
-    ``{entry}@{experiment}`` elsewhere (runs of one model in several experiments stay apart)."""
+    ``{entry}@{experiment}`` elsewhere (runs of one model in several experiments stay apart). `split_slot` reverses
+    it."""
     return entry if experiment == MAIN else f"{entry}{SLOT_SEP}{experiment}"
+
+
+def split_slot(folder_name: str) -> tuple[str, str]:
+    """A run folder's name -> (method entry, experiment): ``grpo@probe`` -> ("grpo", "probe"), ``grpo`` ->
+    ("grpo", "main")."""
+    entry, sep, experiment = folder_name.partition(SLOT_SEP)
+    return (entry, experiment) if sep and entry and experiment else (folder_name, MAIN)
+
+
+def run_folder(model: str, slot: str, seed: int | str) -> str:
+    """A run's folder under ``runs/`` (its training outputs) and ``eval/`` (its scores): ``{model}/{slot}/seed{seed}``
+    (``seed`` may be a wildcard pattern such as ``"{seed}"``)."""
+    return f"{model}/{slot}/seed{seed}"
 
 
 def complete_experiments(cfg: dict[str, Any], fail) -> None:
