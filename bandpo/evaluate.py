@@ -54,8 +54,8 @@ from pathlib import Path
 from typing import Any
 
 from bandpo.files import atomic_move, atomic_write_text
+from bandpo.lm_eval_results import FILTER_NAME, lm_eval_task_scores
 from bandpo.provenance import machine, versions
-from bandpo.report.load import lm_eval_task_scores
 
 __all__ = [
     "BOOTSTRAP_RESAMPLES",
@@ -75,7 +75,6 @@ __all__ = [
 ]
 
 BOOTSTRAP_RESAMPLES = 1000  # the paper's
-FILTER_NAME = "all_k"  # the task YAMLs' filter_list name: metric keys in lm-eval's results read "mean@8,all_k"
 SUMMARY_SCHEMA = "bandpo-bench/eval-summary/v1"
 
 
@@ -233,7 +232,7 @@ def process_results(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str,
 # --------------------------------------------------------------------------------------------------------------
 def summarize_task(results: Mapping[str, Any], task: str, filter_name: str = FILTER_NAME) -> dict[str, Any]:
     """Metrics, stderr, k and problem count of one task, read from lm-eval's aggregated results dict (with the
-    report's reader, `bandpo.report.load.lm_eval_task_scores`)."""
+    reader the report uses, `bandpo.lm_eval_results.lm_eval_task_scores`)."""
     if task not in results.get("results", {}):
         raise KeyError(f"task {task!r} is not in lm-eval's results (tasks: {sorted(results.get('results', {}))})")
     metrics, stderr = lm_eval_task_scores(results, task, filter_name)

@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from bandpo.lm_eval_results import FILTER_NAME
 from bandpo.sweep import BASE_ENTRY, MAIN, run_folder, slot_id
-
-FILTER = "all_k"
 
 
 def _write_json(path: Path, obj) -> None:
@@ -62,8 +61,8 @@ def rebuild_run_outputs(published: Path, dest: Path, with_labels: bool = True) -
         for task, t in g.groupby("task", sort=True):
             res = {"alias": task}
             for r in t.itertuples():
-                res[f"{r.name},{FILTER}"] = float(r.value)
-                res[f"{r.name}_stderr,{FILTER}"] = float(r.stderr) if pd.notna(r.stderr) else "N/A"
+                res[f"{r.name},{FILTER_NAME}"] = float(r.value)
+                res[f"{r.name}_stderr,{FILTER_NAME}"] = float(r.stderr) if pd.notna(r.stderr) else "N/A"
             results["results"][task] = res
             results["configs"][task] = {"repeats": int(t["n"].iloc[0])}
             summary = {
@@ -76,7 +75,7 @@ def rebuild_run_outputs(published: Path, dest: Path, with_labels: bool = True) -
                 "params": params,
                 "task": task,
                 "k": int(t["n"].iloc[0]),
-                "lm_eval": {"results_file": "lm_eval_results.json", "filter": FILTER},
+                "lm_eval": {"results_file": "lm_eval_results.json", "filter": FILTER_NAME},
                 "experiment": experiment,
             }
             subset = t["subset"].iloc[0] if "subset" in t else None

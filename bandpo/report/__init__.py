@@ -49,6 +49,7 @@ parameter label is its runs' ``method_label`` (run.json), else ``k=v, ...`` of t
 ``figures/<name>.png`` and the HTML embeds them, so both read the same in either place.
 """
 
+from bandpo.lm_eval_results import lm_eval_task_scores
 from bandpo.report.cli import LEADERBOARD_FILES, PUBLISHED_TABLES, build_report, main, provenance, publish
 from bandpo.report.experiments import build_sections, entropy_shift_results, of_experiment, primary_results
 from bandpo.report.figures import (
@@ -67,7 +68,6 @@ from bandpo.report.figures import (
 )
 from bandpo.report.load import (
     Run,
-    lm_eval_task_scores,
     load_bounds,
     load_eval_scores,
     load_run,
