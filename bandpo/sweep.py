@@ -284,8 +284,8 @@ def check_registries(cfg: Mapping[str, Any], root: str | os.PathLike = ".") -> N
             fail(["models", i, "size"], f"unknown tiny model size {m['size']!r}; known: {', '.join(sorted(SIZES))}",
                  _entry_label(cfg, "models", i))  # fmt: skip
 
-    # the probe's data design (bandpo.probe.ProbeSpec checks kinds, levels, last digit, decoy share)
-    from bandpo.probe import ProbeSpec
+    # the probe's data design (bandpo.tasks.ProbeSpec checks kinds, levels, last digit, decoy share)
+    from bandpo.tasks import ProbeSpec
 
     for i, d in enumerate(cfg["data"]):
         if d.get("probe") is not None:

@@ -5,7 +5,7 @@ def _tiny_math_args(wildcards):
     d = DATA[wildcards.data]
     args = ["--seed", str(d["seed"]), "--n-train", str(d["n_train"]), "--n-val", str(d["n_val"]),
             "--n-test", str(d["n_test"])]  # fmt: skip
-    if d.get("probe") is not None:  # the mechanism probe's variant (bandpo.probe.ProbeSpec)
+    if d.get("probe") is not None:  # the mechanism probe's variant (bandpo.tasks.ProbeSpec)
         args += ["--probe", json.dumps(d["probe"], sort_keys=True)]
     return shlex.join(args)
 
