@@ -27,7 +27,8 @@ once per checkpoint. Per checkpoint it writes, atomically, into its output folde
     lm_eval_results.json      lm-eval's aggregated results file (EvaluationTracker), all tasks of the run
     {task}.samples.jsonl      lm-eval's samples file of each task (every sample, its score, the per-problem metrics)
     {task}.json               the suite's summary: metrics and stderr read from lm_eval_results.json, the run's
-                              identity (model, entry, method, params, seed), lm-eval config and versions, grader
+                              identity (model, entry, seed from ``--meta``; method, params, trainer from the run's
+                              run.json, `run_method`), lm-eval config and versions, grader
 
 CLI (one group)::
 
@@ -256,12 +257,31 @@ def summarize_task(results: Mapping[str, Any], task: str, filter_name: str = FIL
 # --------------------------------------------------------------------------------------------------------------
 @dataclass
 class EvalRun:
-    """One checkpoint to score: its model folder, its output folder, the evaluation seed, and who it is."""
+    """One checkpoint to score: its model folder, its output folder, the evaluation seed, and where it sits in the
+    sweep (``meta``: profile, model, entry, experiment, ..., and ``run_dir`` for a trained run; see `run_method`)."""
 
     model_dir: str
     out_dir: str
     seed: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+def run_method(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The method of a scored run, from the one record of it: the run's ``run.json`` in ``meta["run_dir"]``
+    (``method``, else ``config.method``; ``method_params``, its full parameters; ``trainer``, absent = the local
+    trainer). The untrained base model has no run folder and no method: ``{"method": None, "params": None}``."""
+    if not meta.get("run_dir"):
+        return {"method": None, "params": None}
+    path = Path(meta["run_dir"]) / "run.json"
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"scored run {meta['run_dir']}: cannot read its run.json ({err})") from None
+    return {
+        "method": info.get("method") or (info.get("config") or {}).get("method"),
+        "params": info.get("method_params"),
+        "trainer": info.get("trainer", "local"),
+    }
 
 
 def task_config(task_manager, task: str, data_file: str | None) -> dict[str, Any]:
@@ -322,10 +342,7 @@ def evaluate_runs(
     summaries: list[dict[str, Any]] = []
     for run in runs:
         t0 = time.time()
-        if run.meta.get("method") and "params" in run.meta and not run.meta.get("external"):
-            from bandpo.methods import make_config  # every parameter spelled out, defaults included
-
-            run.meta["params"] = make_config(run.meta["method"], run.meta["params"] or {}).to_dict()
+        identity = {**run.meta, **run_method(run.meta)}
         out_dir = Path(run.out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         args = dict(model_args or {})
@@ -379,7 +396,7 @@ def evaluate_runs(
             part = summarize_task(saved, name)
             summary = {
                 "schema": SUMMARY_SCHEMA,
-                **run.meta,
+                **identity,
                 "seed": run.seed,
                 "task": name,
                 **part,
@@ -421,7 +438,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--include-path", required=True, help="folder of lm-eval task YAMLs (bandpo/lm_eval_tasks)")
     ap.add_argument("--task", action="append", required=True, type=_task_arg, help="NAME[=DATA_FILE], repeatable")
     ap.add_argument("--run", action="append", nargs=3, metavar=("MODEL_DIR", "OUT_DIR", "SEED"), required=True)
-    ap.add_argument("--meta", action="append", default=[], help="JSON object per --run (identity for summaries)")
+    ap.add_argument("--meta", action="append", default=[], help="JSON object per --run: its place in the sweep "
+                    "(model, entry, ...; run_dir of a trained run, whose run.json names the method)")  # fmt: skip
     ap.add_argument("--backend", default="hf", choices=["hf", "vllm"])
     ap.add_argument("--model-args", default="{}", help="JSON object of lm-eval model_args")
     ap.add_argument("--batch-size", default="1024")

@@ -14,9 +14,9 @@
    ...; verl's other metrics keep their names). verl does not log the reward function's ``acc``: ``accuracy`` is
    derived from the mean score, which `verl_reward.py` makes +1 / -1 (so it does not hold for a reward manager
    that changes the score, such as DAPO's overlong penalty);
-3. ``run.json`` holds the contract's fields (trainer, config = the VerlRun fields given by ``--config``,
-   method_params, steps, train_seconds_total, versions) plus the merge command and the reward's grader (`grader`:
-   name, mode = the config's ``grader_mode``, version, id).
+3. ``run.json`` holds the contract's fields (trainer, config = the VerlRun fields given by ``--config``, method,
+   method_label and method_params = every parameter, defaults included, steps, train_seconds_total, versions) plus
+   the merge command and the reward's grader (`grader`: name, mode = the config's ``grader_mode``, version, id).
 
 The result is checked with `bandpo.run_contract.check_run` before the step succeeds.
 """
@@ -113,16 +113,18 @@ def reward_grader(config: dict) -> dict | None:
     return {"name": grader.GRADER_NAME, "mode": mode, "version": grader.GRADER_VERSION, "id": grader.grader_id(mode)}
 
 
-def method_label(config: dict) -> dict:
-    """``{"method": ..., "method_label": ...}`` of the run's method as the local trainer records them (the label is
-    `MethodConfig.label`, what the leaderboard's params column shows); {} when the config names no method."""
+def method_record(config: dict) -> dict:
+    """``{"method", "method_label", "method_params"}`` of the run's method as the local trainer records them: the
+    label is `MethodConfig.label` (what the leaderboard's params column shows), the parameters are all spelled out,
+    defaults included (the run contract's method_params; evaluation reads the run's method from run.json).
+    ``{"method_params": config["params"]}`` when the config names no method."""
     if not config.get("method"):
-        return {}
+        return {"method_params": config.get("params", {})}
     from bandpo import methods
 
     methods.load_method_modules(config.get("method_modules") or [])
     params = methods.make_config(config["method"], config.get("params") or {})
-    return {"method": config["method"], "method_label": params.label()}
+    return {"method": config["method"], "method_label": params.label(), "method_params": params.to_dict()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,8 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     info = {
         "trainer": "verl",
         "config": config,
-        "method_params": config.get("params", {}),
-        **method_label(config),
+        **method_record(config),
         "steps": step,
         "train_seconds_total": sum(r.get("step_seconds", 0.0) for r in rows if r["step"] <= step),
         "checkpoint": str(actor),

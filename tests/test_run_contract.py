@@ -121,13 +121,18 @@ def test_merge_verl_records_the_reward_grader():
     assert merge_verl.reward_grader({}) is None
 
 
-def test_merge_verl_records_the_methods_label_as_the_local_trainer():
-    """run.json's method_label is what the leaderboard's params column shows (MethodConfig.label)."""
-    rec = merge_verl.method_label({"method": "bandpo", "params": {"divergence": "kl", "delta": 0.05}})
-    assert rec == {"method": "bandpo", "method_label": "divergence=kl, delta=0.05"}
-    assert merge_verl.method_label({}) == {}
+def test_merge_verl_records_the_method_as_the_local_trainer():
+    """run.json's method_label is what the leaderboard's params column shows (MethodConfig.label); method_params
+    spells out every parameter, defaults included, as the local trainer's (evaluation reads them from run.json)."""
+    from bandpo.methods import make_config
+
+    rec = merge_verl.method_record({"method": "bandpo", "params": {"divergence": "kl", "delta": 0.05}})
+    full = make_config("bandpo", {"divergence": "kl", "delta": 0.05}).to_dict()
+    assert rec == {"method": "bandpo", "method_label": "divergence=kl, delta=0.05", "method_params": full}
+    assert full["delta"] == 0.05 and len(full) > 2  # the defaults are there too
+    assert merge_verl.method_record({}) == {"method_params": {}}
     with pytest.raises(ValueError, match="unknown parameter"):
-        merge_verl.method_label({"method": "grpo", "params": {"delta": 0.05}})
+        merge_verl.method_record({"method": "grpo", "params": {"delta": 0.05}})
 
 
 def test_the_schema_lists_what_the_report_reads():

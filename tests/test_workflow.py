@@ -427,6 +427,7 @@ def test_smoke_dag_end_to_end(smoke_run):
                 assert (run / "model" / "config.json").is_file() and (run / "run.json").is_file()
                 assert len((run / "metrics.jsonl").read_text().splitlines()) == cfg["train"]["steps"]
                 assert summary["method"] == next(e["method"] for e in cfg["methods"] if e["id"] == entry)
+                assert summary["params"] == json.loads((run / "run.json").read_text())["method_params"]  # one source
     # one base model per seed, pretrained with that seed, with its weights' checksum
     infos = [json.loads((wd / "resources/models" / model / f"seed{s}" / "info.json").read_text()) for s in cfg["seeds"]]
     assert [i["seed"] for i in infos] == cfg["seeds"]
@@ -701,7 +702,7 @@ def test_external_trainer_rule_gets_scored(smoke_run, tmp_path):
         )
         base_eval = wd / "results/smoke/eval" / sweep.run_folder(model, sweep.BASE_ENTRY, seed)
         base = json.loads((base_eval / "tiny_math.json").read_text())
-        assert summary["method"] == "copy-of-base" and summary["trainer"] == "external"
+        assert summary["method"] == "copy-of-base" and summary["trainer"] == "copy"  # as its run.json says
         assert summary["metrics"] == base["metrics"]  # the same weights, the same evaluation seed: the same scores
     scores = pd.read_csv(wd / "results/smoke/scores.csv")
     assert set(scores.loc[scores["entry"] == "copy_trainer", "seed"]) == set(cfg["seeds"])

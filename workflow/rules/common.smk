@@ -155,28 +155,19 @@ def all_eval_outputs():
 
 
 def run_meta(model_id, slot, seed):
-    """Identity of a scored run, stored in every evaluation summary: the experiment, the method entry (not the
-    slot) and, for tasks that score a part of the data, the subset of each task."""
+    """A scored run's place in the sweep, stored in every evaluation summary: the experiment, the method entry (not
+    the slot), the subset of each task that scores a part of the data, and its folders. The run's method is not
+    repeated here: bandpo.evaluate reads it from the run's run.json (the base model has none)."""
     experiment, entry_id = SLOTS[slot]["experiment"], SLOTS[slot]["entry"]
     meta = {"profile": PROFILE, "model": model_id, "entry": entry_id, "seed": int(seed), "experiment": experiment}
     subsets = {t["task"]: t["subset"] for t in tasks_of(slot) if t.get("subset")}
     if subsets:
         meta["subsets"] = subsets
     if entry_id == BASE_ENTRY:
-        meta.update({"method": None, "params": None, "step": 0, "model_dir": model_dir(model_id, seed)})
+        meta.update({"step": 0, "model_dir": model_dir(model_id, seed)})
     else:
-        meta.update(
-            {
-                "method": ENTRIES[entry_id]["method"],
-                "params": ENTRIES[entry_id]["params"],  # completed by bandpo.evaluate (no torch import here)
-                "train": train_overrides(config, model_id, entry_id, experiment),
-                "trainer": "external" if ENTRIES[entry_id]["external"] else config["trainer"],
-                "external": bool(ENTRIES[entry_id]["external"]),
-                "step": "final",
-                "run_dir": run_dir(model_id, slot, seed),
-                "base_model_dir": model_dir(model_id, seed),
-            }
-        )
+        meta.update({"step": "final", "run_dir": run_dir(model_id, slot, seed),
+                     "base_model_dir": model_dir(model_id, seed)})  # fmt: skip
     return meta
 
 

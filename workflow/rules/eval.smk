@@ -16,6 +16,13 @@ def _checkpoint(model_id, slot, seed):
     return f"{run_dir(model_id, slot, seed)}/model/config.json"
 
 
+def _run_records(model_id, slot, seeds):
+    """The run.json of each trained run: bandpo.evaluate reads the run's method from it (the base model has none)."""
+    if SLOTS[slot]["entry"] == BASE_ENTRY:
+        return []
+    return [f"{run_dir(model_id, slot, s)}/run.json" for s in seeds]
+
+
 def _task_data_files(slot):
     return [data_file(t["data"], "test") for t in tasks_of(slot)]
 
@@ -52,6 +59,7 @@ for _xp_id, _xp in EXPERIMENTS.items():
                 eval_rule_name("eval_group", _xp_id)
             input:
                 models=lambda w: [_checkpoint(w.model, w.entry, s) for s in seeds_of(w.entry)],
+                runs=lambda w: _run_records(w.model, w.entry, seeds_of(w.entry)),
                 data=lambda w: _task_data_files(w.entry),
             output:
                 eval_outputs("{model}", "{entry}", _xp_seeds, _xp["eval_tasks"]),
@@ -78,6 +86,7 @@ for _xp_id, _xp in EXPERIMENTS.items():
                 eval_rule_name("eval_run", _xp_id)
             input:
                 model=lambda w: _checkpoint(w.model, w.entry, w.seed),
+                run=lambda w: _run_records(w.model, w.entry, [w.seed]),
                 data=lambda w: _task_data_files(w.entry),
             output:
                 eval_outputs("{model}", "{entry}", ["{seed}"], _xp["eval_tasks"]),
