@@ -6,13 +6,18 @@ local trainer, `bandpo.merge_verl` for verl, any external rule) and the report c
 
     from bandpo.run_contract import check_run
     check_run("results/embedded/runs/tiny-s/grpo/seed0")   # raises RunContractError naming the run and the key
+
+    python -m bandpo.run_contract RUN_DIR [RUN_DIR ...]    # the same from the shell: exit status 1 on a broken run
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import math
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +117,21 @@ def check_run(run_dir: str | Path) -> dict[str, Any]:
     rows, info = read_run(run_dir)
     check_outputs(Path(run_dir), rows, info)
     return info
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bandpo.run_contract", description="check finished run folders")
+    ap.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    args = ap.parse_args(argv)
+    for run in args.runs:
+        try:
+            info = check_run(run)
+        except RunContractError as err:
+            print(f"python -m bandpo.run_contract: {err}", file=sys.stderr)
+            return 1
+        print(f"{run}: follows the run contract ({info['steps']} steps)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
