@@ -24,7 +24,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from bandpo.files import package_data
 
@@ -39,6 +39,11 @@ TASKS_DIR = package_data("lm_eval_tasks")  # the lm-eval task YAMLs (and their u
 
 class ConfigError(ValueError):
     """An invalid workflow config; the message names the field."""
+
+
+def fail(path: Sequence[Any], message: str, label: str = "") -> NoReturn:
+    """Raise `ConfigError` for the field at ``path`` (``label``: the entry it belongs to, e.g. `` (entry 'grpo')``)."""
+    raise ConfigError(f"config error at {_path_str(path)}{label}: {message}")
 
 
 def _path_str(path: Sequence[Any]) -> str:
@@ -138,9 +143,6 @@ def validate_config(
         extra = f" (and {len(errors) - 1} more: {'; '.join(errors[1:4])})" if len(errors) > 1 else ""
         raise ConfigError(errors[0] + extra)
 
-    def fail(path: Sequence[Any], message: str, label: str = "") -> None:
-        raise ConfigError(f"config error at {_path_str(path)}{label}: {message}")
-
     # unique ids
     for key in ("data", "models", "methods"):
         seen: dict[str, int] = {}
@@ -195,7 +197,7 @@ def validate_config(
             where = ["models", i, "data"] if m.get("data") else ["train_data", 0]
             fail(where, "tiny models are pretrained on a tiny-math data set (their data, default train_data[0])",
                  _entry_label(cfg, "models", i))  # fmt: skip
-    complete_experiments(cfg, fail)
+    complete_experiments(cfg)
     for i, path in enumerate(cfg["include_rules"]):
         full = Path(root, path)  # an absolute path stays itself
         if not full.is_file():
@@ -272,9 +274,6 @@ def method_module_specs(cfg: Mapping[str, Any], root: str | os.PathLike = ".") -
 
 def check_registries(cfg: Mapping[str, Any], root: str | os.PathLike = ".") -> None:
     """Model sizes and method entries against the bandpo registries (imports torch: a few seconds)."""
-
-    def fail(path: Sequence[Any], message: str, label: str = "") -> None:
-        raise ConfigError(f"config error at {_path_str(path)}{label}: {message}")
 
     # tiny model sizes
     from bandpo.models import SIZES
@@ -440,9 +439,9 @@ def run_folder(model: str, slot: str, seed: int | str) -> str:
     return f"{model}/{slot}/seed{seed}"
 
 
-def complete_experiments(cfg: dict[str, Any], fail) -> None:
-    """Fill ``cfg["experiments"]`` (``main`` always present, every default filled in), check the references, and
-    apply ``only`` (keep the named experiments; nothing is published then). ``fail(path, message)`` raises."""
+def complete_experiments(cfg: dict[str, Any]) -> None:
+    """Fill ``cfg["experiments"]`` (``main`` always present, every default filled in), check the references
+    (`ConfigError`), and apply ``only`` (keep the named experiments; nothing is published then)."""
     data_ids = by_id(cfg["data"])
     model_ids = by_id(cfg["models"])
     entry_ids = by_id(cfg["methods"])
@@ -553,11 +552,6 @@ def used_data(cfg: Mapping[str, Any]) -> list[str]:
     return [d["id"] for d in cfg["data"] if d["id"] in ids]
 
 
-def used_models(cfg: Mapping[str, Any]) -> list[str]:
-    ids = {m for xp in cfg["experiments"].values() for m in xp["models"]}
-    return [m["id"] for m in cfg["models"] if m["id"] in ids]
-
-
 def base_models(cfg: Mapping[str, Any]) -> list[str]:
     """Every base model folder the DAG builds or downloads (`model_path`): per (model, seed) used by any experiment
     for a model built per seed, else one per model."""
@@ -570,11 +564,6 @@ def eval_rule_name(kind: str, experiment: str) -> str:
     """The evaluation rule of an experiment: ``eval_group`` / ``eval_run`` for main, ``eval_group_<experiment>``
     (non-identifier characters as _) for the others."""
     return kind if experiment == MAIN else f"{kind}_{re.sub(r'[^A-Za-z0-9_]', '_', experiment)}"
-
-
-def builtin_entries(cfg: Mapping[str, Any]) -> list[str]:
-    """Method entries trained by the built-in train rule (all but the ``external`` ones)."""
-    return [e["id"] for e in cfg["methods"] if not e.get("external")]
 
 
 def expected_jobs(cfg: Mapping[str, Any]) -> dict[str, int]:
