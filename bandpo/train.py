@@ -244,7 +244,7 @@ RUN_FIELDS = ("model", "data", "out", "method", "params", "seed", "threads", "pr
 
 def check_overrides(overrides: Mapping[str, Any]) -> None:
     """Validate the workflow's ``train:`` overrides against TrainConfig (keys, types, ranges), as the train rule
-    would apply them; ValueError naming the offending key. Used at DAG start (workflow/scripts/bench_config.py)."""
+    would apply them; ValueError naming the offending key. Used at DAG start (bandpo.sweep)."""
     for key in overrides:
         if key in RUN_FIELDS:
             raise ValueError(f"training setting {key!r} is set by the workflow itself, not by train:")

@@ -18,17 +18,13 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 from math import gcd
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bandpo import grader  # noqa: E402
+from bandpo import grader
 
 
 @dataclass(frozen=True)

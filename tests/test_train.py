@@ -346,7 +346,7 @@ def test_on_policy_updates_make_every_bound_method_the_same_run(assets, tmp_path
 @pytest.fixture(scope="module")
 def probe_data(tmp_path_factory):
     """A small probe data set (bandpo.probe): train rows and validation probe rows carry ``subset``."""
-    from bandpo.probe import ProbeSpec, apply_probe
+    from bandpo.tasks import ProbeSpec, apply_probe
 
     base = tmp_path_factory.mktemp("probe-data")
     splits = apply_probe(generate_tiny_math(seed=1, n_train=600, n_val=20, n_test=20), ProbeSpec(n_test=4, n_val=3), 1)

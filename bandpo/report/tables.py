@@ -16,8 +16,9 @@ from typing import Any
 import pandas as pd
 
 from bandpo.files import atomic_write_text
-from bandpo.report.load import BASE_ENTRY, params_label, parse_metric
+from bandpo.report.load import params_label, parse_metric
 from bandpo.report.stats import ALL_TASKS, DEFAULT_BASELINE, HEADLINE, PAIRED_COLUMNS
+from bandpo.sweep import BASE_ENTRY
 
 
 def write_csv(df: pd.DataFrame, path: Path) -> None:
