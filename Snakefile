@@ -13,14 +13,14 @@
 import os
 import sys
 
-sys.path.insert(0, os.path.join(workflow.basedir, "workflow", "scripts"))
-
-from bench_config import ConfigError, validate_config  # noqa: E402
-from run_lock import clear_stale_locks  # noqa: E402
-from snakemake.exceptions import WorkflowError  # noqa: E402
+# bandpo is installed (`pip install -e .` in dev and CI, or its wheel): the sweep model, its schema and the lm-eval
+# tasks come from the package (bandpo/sweep.py, bandpo/schemas/, bandpo/lm_eval_tasks/).
+from bandpo.run_lock import clear_stale_locks
+from bandpo.sweep import ConfigError, validate_config
+from snakemake.exceptions import WorkflowError
 
 # A run killed by SIGKILL leaves Snakemake's lock files behind; with no other run alive here they are stale, and the
-# plain command clears them instead of asking for --unlock (workflow/scripts/run_lock.py). Jobs re-parsing this file
+# plain command clears them instead of asking for --unlock (bandpo/run_lock.py). Jobs re-parsing this file
 # (cluster executors) are not the main process and leave the locks alone.
 if workflow.is_main_process and clear_stale_locks():
     print("Removed the lock files of a Snakemake run that was killed (no other run is alive here).", file=sys.stderr)
@@ -32,7 +32,9 @@ if not workflow.overwrite_configfiles:
 
 try:
     # registry checks (bandpo.methods, which imports torch) are skipped for a config already checked unchanged
-    _validated = validate_config(config, cache_dir=os.path.join(".snakemake", "bandpo-config-checked"))
+    _validated = validate_config(
+        config, cache_dir=os.path.join(".snakemake", "bandpo-config-checked"), root=workflow.basedir
+    )
 except ConfigError as _err:
     raise WorkflowError(str(_err)) from None
 config.clear()

@@ -15,17 +15,20 @@ Solvers
   q = p r. In logit space z = log(q / (1 - q)) it is convex with derivative sigmoid(z) - p, so Newton steps
   started on the outer side of the root decrease monotonically onto it. The lower root uses the mirror identity
   KL(p || q) = KL(1 - p || 1 - q), so one solver serves both sides. Since delta is one number per call, the
-  bounds are functions of p alone: that solver (8 float64 Newton steps) runs once per delta on a few thousand
-  nodes, and each token reads its bounds off quadratic interpolation tables (error below 4e-9, the result for
-  outputs below float64); float64 outputs add one float64 Newton step from there (error squared: round-off).
-  A fixed number of steps, no data-dependent exit and no host synchronisation: the whole path compiles with
-  ``torch.compile(fullgraph=True)`` (the tables enter the graph through an opaque custom op).
+  bounds are functions of p alone: that solver runs once per delta on table nodes, and each token reads its
+  bounds off quadratic interpolation tables. float64 inputs: tables in s = log(-log p) - log p (error below 4e-9),
+  then one float64 Newton step (error squared: round-off). float32 and lower inputs: tables indexed by the bits of
+  the float32 number -log p, so a token costs a few table reads and two exps, no logarithm (`_kl_bounds_float32`;
+  within float32's rounding of the float64 result). A fixed number of steps, no data-dependent exit and no host
+  synchronisation off the CPU: the whole path compiles with ``torch.compile(fullgraph=True)`` (the tables enter the
+  graph through an opaque custom op).
 - any other registered convex f: bisection with a fixed number of halvings in a cancellation-free
   parametrisation (upper: q = p + (1 - p) t; lower: r = 1 - u), float64 throughout.
 
-All arithmetic runs in float64 from log p and log(1 - p) (log1mexp form), so p close to 1 and tiny p keep their
-precision; results are cast back to the input dtype. Special inputs: log p >= 0 (p = 1, including tiny positive
-rounding noise) gives (r_lo(1), 1); log p = -inf (p = 0) gives (0, +inf); NaN stays NaN in its own position.
+Apart from that float32 KL path, all arithmetic runs in float64 from log p and log(1 - p) (log1mexp form), so p
+close to 1 and tiny p keep their precision; results are cast back to the input dtype. Special inputs: log p >= 0
+(p = 1, including tiny positive rounding noise) gives (r_lo(1), 1); log p = -inf (p = 0) gives (0, +inf); NaN
+stays NaN in its own position.
 The bounds are constants of ``old_log_prob``: they carry no gradient.
 """
 
@@ -63,17 +66,26 @@ class Divergence:
         closed_form: optional ``(log_p, delta, out_dtype) -> (lower, upper)`` on float64 tensors with log_p in
             [-inf, 0); ``out_dtype`` is the dtype the result will be cast to, so an iterative solver may stop at that
             precision. Without it the generic bisection solver is used.
+        float32_form: optional ``(old_log_prob, delta) -> (lower, upper)`` on float32 tensors, used instead of
+            ``closed_form`` for every input dtype below float64; it takes the raw input (any value, NaN and
+            +-inf included) and returns the final bounds, special values handled as `band_bounds` documents.
     """
 
     name: str
     f: Callable[[Tensor], Tensor]
     closed_form: ClosedForm | None = None
+    float32_form: Callable[[Tensor, float], tuple[Tensor, Tensor]] | None = None
 
 
 _REGISTRY: dict[str, Divergence] = {}
 
 
-def register_divergence(name: str, f: Callable[[Tensor], Tensor], closed_form: ClosedForm | None = None) -> Divergence:
+def register_divergence(
+    name: str,
+    f: Callable[[Tensor], Tensor],
+    closed_form: ClosedForm | None = None,
+    float32_form: Callable[[Tensor, float], tuple[Tensor, Tensor]] | None = None,
+) -> Divergence:
     """Register a convex generator ``f`` (f(1) = 0) under ``name``; returns the registered `Divergence`.
 
     ``f`` is checked on a grid: f(1) must be 0 and f must be convex (midpoint test), else ValueError.
@@ -91,7 +103,7 @@ def register_divergence(name: str, f: Callable[[Tensor], Tensor], closed_form: C
     midpoint_gap = (fu[:-2] + fu[2:]) / 2 - fu[1:-1]
     if not bool((midpoint_gap >= -1e-9 * (1 + fu[1:-1].abs())).all()):
         raise ValueError(f"divergence {name!r}: f is not convex on [0.05, 8]")
-    div = Divergence(name, f, closed_form)
+    div = Divergence(name, f, closed_form, float32_form)
     _REGISTRY[name] = div
     return div
 
@@ -126,6 +138,9 @@ def band_bounds(old_log_prob: Tensor, divergence: str = "kl", delta: float = 0.0
     if not torch.is_tensor(old_log_prob) or not old_log_prob.is_floating_point():
         raise TypeError("old_log_prob must be a floating-point torch.Tensor")
     x = old_log_prob.detach()
+    if div.float32_form is not None and x.dtype != torch.float64:
+        lower, upper = div.float32_form(x.to(torch.float32), float(delta))
+        return lower.to(x.dtype), upper.to(x.dtype)
     log_p = x.to(torch.float64).clamp(max=-_LOGP_ONE)  # p = 1 (and rounding noise above it) -> the p -> 1 limit
     if div.closed_form is not None:
         lower, upper = div.closed_form(log_p, float(delta), x.dtype)
@@ -222,7 +237,7 @@ _KL_S_MIN = -36.0
 _KL_LOGP_MIN = -50.0
 _KL_INTERVALS = math.ceil((math.log(-_KL_LOGP_MIN) - _KL_LOGP_MIN - _KL_S_MIN) / _KL_NODE_STEP)
 _KL_TABLE_NEWTON_STEPS = 8
-_KL_TABLE_CACHE: dict[tuple[float, torch.device], Tensor] = {}
+_KL_TABLE_CACHE: dict[tuple[float, torch.device, str], Tensor] = {}
 _KL_TABLE_CACHE_SIZE = 32
 
 
@@ -256,19 +271,20 @@ def _kl_build_tables(delta: float, device: torch.device) -> Tensor:
     return torch.stack((y0, (y1 - ym) / 2, (y1 + ym) / 2 - y0), dim=1).contiguous()
 
 
-def _kl_tables(delta: float, device: torch.device) -> Tensor:
-    """The tables for ``delta`` on ``device``, built on first use and cached (a bounded dict).
+def _kl_tables(delta: float, device: torch.device, kind: str = "float64") -> Tensor:
+    """The ``kind`` tables ("float64": `_kl_build_tables`, "float32": `_kl32_build_tables`) for ``delta`` on
+    ``device``, built on first use and cached (a bounded dict).
 
     Under ``torch.compile`` they come from the opaque custom op ``bandpo::kl_band_tables`` (same cache): traced
     into the graph, the build's chains of Newton steps would cost inductor minutes of lowering.
     """
     if torch.compiler.is_compiling():
-        return _kl_tables_op(delta, device)
-    key = (delta, device)
+        return _kl_tables_op(delta, device, kind)
+    key = (delta, device, kind)
     tables = _KL_TABLE_CACHE.get(key)
     if tables is None:
         with torch.inference_mode(False), torch.no_grad():
-            tables = _kl_build_tables(delta, device)
+            tables = (_kl_build_tables if kind == "float64" else _kl32_build_tables)(delta, device)
         if len(_KL_TABLE_CACHE) >= _KL_TABLE_CACHE_SIZE:
             _KL_TABLE_CACHE.clear()
         _KL_TABLE_CACHE[key] = tables
@@ -276,13 +292,14 @@ def _kl_tables(delta: float, device: torch.device) -> Tensor:
 
 
 @torch.library.custom_op("bandpo::kl_band_tables", mutates_args=())
-def _kl_tables_op(delta: float, device: torch.device) -> Tensor:
-    return _kl_tables(delta, device).clone()  # a custom op returns a fresh tensor (the cache entry stays private)
+def _kl_tables_op(delta: float, device: torch.device, kind: str) -> Tensor:
+    return _kl_tables(delta, device, kind).clone()  # a custom op returns a fresh tensor (the cache stays private)
 
 
 @_kl_tables_op.register_fake
-def _(delta: float, device: torch.device) -> Tensor:
-    return torch.empty((4, 3, _KL_INTERVALS), dtype=torch.float64, device=device)
+def _(delta: float, device: torch.device, kind: str) -> Tensor:
+    shape = (4, 3, _KL_INTERVALS) if kind == "float64" else (2, 3, _KL32_ROWS)
+    return torch.empty(shape, dtype=torch.float64, device=device)
 
 
 def _kl_interpolate(log_p: Tensor, tables: Tensor, functions: int) -> list[Tensor]:
@@ -331,6 +348,102 @@ def _kl_bounds(log_p: Tensor, delta: float, out_dtype: torch.dtype) -> tuple[Ten
     lower = torch.nn.functional.logsigmoid(z_mirror.neg_()).sub_(safe).exp_()
     lower.masked_fill_(log_p < _LOGP_FLOOR, 0.0)  # below the floor r_lo ~ exp(-delta / p) underflows to 0
     return lower, upper
+
+
+# KL below float64: one table lookup per token, indexed by the bits of the float32 input.
+# x = -log p >= 0 as a float32 number is (exponent, mantissa). Its top 8 + _KL32_BITS bits pick a row: a piece of one
+# binade of relative width 2^-_KL32_BITS (the same resolution in x from 1e-45 to 3e38), and the remaining
+# _KL32_LOW mantissa bits, read as an integer m, are the exact position within the piece. On each row a quadratic in
+# m through the float64 solutions at the row's start, middle and end gives R = log r_hi and another L = log r_lo.
+# No logarithm, no float64 copy of the input, no clamping of it: constant rows hold the limits (x < 2^-40: p = 1;
+# x >= 2^10 and +inf: p = 0) and NaN. Measured over random float32 values of every binade against the float64 path
+# (tests/test_band.py), delta in [1e-3, 1]: r_hi within 7e-8 relative, r_lo within 7e-8 absolute (float32's own
+# rounding is 6e-8).
+_KL32_BITS = 8
+_KL32_LOW = 23 - _KL32_BITS  # the mantissa bits that make the position m in the row
+_KL32_ROWS = 256 << _KL32_BITS
+# Rows solved: x in [2^-40, 2^10). Below, r_hi - 1 and r_lo - exp(-delta) are under 1e-10 (float32 rounds them away);
+# above, log r_hi >= x + log(1 - exp(-delta)) > 89 for any delta >= 1e-300 (inf in float32) and r_lo underflows to 0.
+_KL32_SOLVED_EXPONENTS = (127 - 40, 127 + 10)
+_KL32_NEWTON_STEPS = 10  # from the outer start: converged to round-off
+_KL32_LOG_CAP = 700.0  # log r_hi is stored <= 700: its float64 exp stays normal (fast), float32 holds inf beyond 89
+_KL32_L_NORMAL = math.log(torch.finfo(torch.float32).tiny)  # a row whose log r_lo reaches below holds -inf
+# Coefficients of the quadratic through the nodes t = 0, 1/2, 1 in powers of m = t 2^_KL32_LOW (so that the lookup
+# needs no scaling): coef = diag(2^(-k _KL32_LOW)) @ inverse Vandermonde @ values.
+_KL32_NODES = torch.tensor([0.0, 0.5, 1.0], dtype=torch.float64)
+_KL32_FIT = torch.linalg.inv(_KL32_NODES[:, None] ** torch.arange(3, dtype=torch.float64))
+_KL32_FIT *= torch.exp2(-_KL32_LOW * torch.arange(3, dtype=torch.float64))[:, None]
+_KL32_CHUNK = 65536  # tokens per chunk on the CPU (measured: 32k-128k alike, 1M 2x slower)
+# per chunk: bits, row; the position and two Horner buffers in float64 (R); the position and one buffer in float32 (L)
+_KL32_BUFFERS = (torch.int32, torch.int32, torch.float64, torch.float64, torch.float64, torch.float32, torch.float32)
+
+
+def _kl32_build_tables(delta: float, device: torch.device) -> Tensor:
+    """Quadratic coefficients, shape (2 functions [R, L], 3 powers of m, _KL32_ROWS), float64."""
+    first, stop = _KL32_SOLVED_EXPONENTS[0] << _KL32_BITS, _KL32_SOLVED_EXPONENTS[1] << _KL32_BITS
+    # Nodes: every solved row's start and middle, and the end of the last one (a row's end is the next row's start).
+    node = torch.arange((stop - first) * 2 + 1, dtype=torch.int64, device=device)
+    row, j = first + node // 2, node % 2
+    x0 = (row << _KL32_LOW).to(torch.int32).view(torch.float32).to(torch.float64)
+    width = torch.exp2(((row >> _KL32_BITS) - 127 - _KL32_BITS).to(torch.float64))
+    log_p = (-(x0 + width * j / 2)).clamp(max=-_LOGP_ONE)
+    safe = log_p.clamp(min=_LOGP_FLOOR)
+    log_1mp = _log1mexp(safe)
+    z = _kl_upper_logit(torch.stack((safe, log_1mp)), torch.stack((log_1mp, safe)), delta, _KL32_NEWTON_STEPS)
+    logsig = torch.nn.functional.logsigmoid
+    r_log = (logsig(z[0]) - log_p).clamp(max=_KL32_LOG_CAP)  # log r_hi = log q_hi - log p
+    l_log = (logsig(-z[1]) - safe).clamp(min=-_KL32_LOG_CAP)  # log r_lo = log(1 - q_hi(1 - p)) - log p
+    l_log.masked_fill_(log_p < _LOGP_FLOOR, -_KL32_LOG_CAP)
+    values = torch.stack((r_log, l_log))  # (2, nodes)
+    per_row = values[:, :-1].view(2, stop - first, 2)
+    ends = torch.cat((per_row[:, 1:, :1], values[:, -1:, None]), dim=1)  # each row's last node: the next row's first
+    coef = torch.zeros((2, _KL32_ROWS, 3), dtype=torch.float64, device=device)
+    nodes = torch.cat((per_row, ends), dim=2)  # (2, solved rows, 3)
+    coef[:, first:stop] = nodes @ _KL32_FIT.to(device).T
+    coef[1, first:stop][nodes[1].amin(dim=1) < _KL32_L_NORMAL] = torch.tensor([-math.inf, 0.0, 0.0], dtype=coef.dtype)
+    coef[1, :first, 0] = -delta  # x < 2^-40: the p = 1 limits r_hi = 1, r_lo = exp(-delta), exact in float32
+    coef[0, stop:, 0], coef[1, stop:, 0] = _KL32_LOG_CAP, -math.inf  # x >= 2^10, +inf (p = 0): (0, inf)
+    coef[:, (255 << _KL32_BITS) + 1 :] = math.nan  # NaN inputs
+    return coef.transpose(1, 2).contiguous()
+
+
+def _kl_bounds_float32(old_log_prob: Tensor, delta: float) -> tuple[Tensor, Tensor]:
+    """KL bounds for a float32 input (every dtype below float64 comes here as float32): see the tables above.
+
+    R = c0 + m (c1 + m c2) and r_hi = exp(R) in float64 (R reaches ~89 before r_hi overflows float32), then a cast;
+    L and r_lo = exp(L) in float32 (an absolute error e of L moves r_lo by e r_lo; the float32 exp adds <= 1 ulp).
+    The L tables never make exp underflow (a float32 exp with a denormal result takes ~6x its usual time): a row
+    where r_lo falls below float32's smallest normal holds -inf (r_lo = 0). On the CPU the tokens go through in
+    chunks of _KL32_CHUNK with the same few buffers for every chunk, so that the elementwise passes read and write
+    cache, not memory."""
+    (r0, r1, r2), (l0, l1, l2) = _kl_tables(delta, old_log_prob.device, "float32")
+    l0, l1, l2 = l0.to(torch.float32), l1.to(torch.float32), l2.to(torch.float32)
+    flat = old_log_prob.reshape(-1)
+    lower, upper = torch.empty_like(flat), torch.empty_like(flat)
+    n = flat.numel()
+    whole = flat.device.type != "cpu" or torch.compiler.is_compiling()
+    chunk = max(n, 1) if whole else _KL32_CHUNK
+    buffers = [torch.empty(min(n, chunk), dtype=dtype, device=flat.device) for dtype in _KL32_BUFFERS]
+    for xs, lo, hi in zip(flat.split(chunk), lower.split(chunk), upper.split(chunk), strict=True):
+        b, r, m64, a64, w64, m32, a32 = buffers if len(xs) == chunk else [t[: len(xs)] for t in buffers]
+        # x = -log p by flipping the sign bit; p >= 1 (log p >= 0, rounding noise) gives a negative integer, clamped
+        # to the bits of x = 0, the p = 1 limit (so is -0.0).
+        torch.bitwise_xor(xs.view(torch.int32), -(2**31), out=b).clamp_(min=0)
+        torch.bitwise_right_shift(b, _KL32_LOW, out=r)
+        m32.copy_(b.bitwise_and_((1 << _KL32_LOW) - 1))  # the position in the row, an exact integer
+        m64.copy_(m32)
+        torch.index_select(r2, 0, r, out=a64)  # Horner in m: acc <- c + acc m
+        torch.index_select(r1, 0, r, out=w64).addcmul_(a64, m64)
+        hi.copy_(torch.index_select(r0, 0, r, out=a64).addcmul_(w64, m64).exp_())
+        torch.index_select(l2, 0, r, out=a32)
+        torch.index_select(l1, 0, r, out=lo).addcmul_(a32, m32)
+        torch.exp(torch.index_select(l0, 0, r, out=a32).addcmul_(lo, m32), out=lo)
+    # NaN inputs (a +NaN was clamped to x = 0 above, some payloads share the +inf row) go back to their positions.
+    # On the CPU a max (NaN propagates) tells cheaply whether there is any; elsewhere no host synchronisation.
+    if whole or (n and math.isnan(float(flat.max()))):
+        nan = torch.isnan(flat)
+        lower.masked_fill_(nan, math.nan), upper.masked_fill_(nan, math.nan)
+    return lower.view(old_log_prob.shape), upper.view(old_log_prob.shape)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -391,6 +504,6 @@ def _f_chi2(u: Tensor) -> Tensor:
     return (u - 1.0) ** 2
 
 
-register_divergence("kl", _f_kl, _kl_bounds)
+register_divergence("kl", _f_kl, _kl_bounds, _kl_bounds_float32)
 register_divergence("tv", _f_tv, _tv_bounds)
 register_divergence("chi2", _f_chi2, _chi2_bounds)

@@ -12,10 +12,12 @@ Metrics (per problem, from its n = ``repeats`` samples; lm-eval averages them ov
 
 Every sample is graded by `bandpo.grader` (the suite's one grader, also the training reward) in the mode of
 ``BANDPO_GRADER_MODE`` (the workflow's ``grader.mode``): ``lenient``, the last ``\\boxed{...}`` (a truncated
-``\\boxed{42`` too) or ``Answer:`` line, or ``strict-answer-line``, the last ``Answer:`` line only; each summary
-records the grader (``grader``: name, mode, version, id).
+``\\boxed{42`` too) or ``Answer:`` line, ``strict-answer-line``, the last ``Answer:`` line only (both compared by
+math-verify equivalence), or ``math-dapo``, the paper's rule (verl's ``math_dapo``: the last ``Answer:`` line of
+the last 300 characters, Minerva-normalised, string-equal to the reference); each summary records the grader
+(``grader``: name, mode, version, id).
 
-lm-eval hooks (used by the task YAMLs in ``workflow/lm_eval_tasks``): `keep_all_samples` is a custom filter
+lm-eval hooks (used by the task YAMLs in ``bandpo/lm_eval_tasks``): `keep_all_samples` is a custom filter
 that keeps all ``repeats`` samples of a problem (lm-eval's default ``take_first`` keeps one), and
 `process_results` turns them into the metrics above. Numbers downstream are read from lm-eval's own results and
 samples files.
@@ -27,11 +29,12 @@ once per checkpoint. Per checkpoint it writes, atomically, into its output folde
     lm_eval_results.json      lm-eval's aggregated results file (EvaluationTracker), all tasks of the run
     {task}.samples.jsonl      lm-eval's samples file of each task (every sample, its score, the per-problem metrics)
     {task}.json               the suite's summary: metrics and stderr read from lm_eval_results.json, the run's
-                              identity (model, entry, method, params, seed), lm-eval config and versions, grader
+                              identity (model, entry, seed from ``--meta``; method, params, trainer from the run's
+                              run.json, `run_method`), lm-eval config and versions, grader
 
 CLI (one group)::
 
-    python -m bandpo.evaluate --include-path workflow/lm_eval_tasks \\
+    python -m bandpo.evaluate --include-path bandpo/lm_eval_tasks \\
         --task tiny_math=resources/data/tiny-math/test.jsonl --backend hf --model-args '{"dtype": "float32"}' \\
         --batch-size 1024 --threads 1 --run MODEL_DIR OUT_DIR SEED [--run ...] [--meta '{"entry": ...}' ...]
 """
@@ -54,8 +57,8 @@ from pathlib import Path
 from typing import Any
 
 from bandpo.files import atomic_move, atomic_write_text
+from bandpo.lm_eval_results import FILTER_NAME, lm_eval_task_scores
 from bandpo.provenance import machine, versions
-from bandpo.report.load import lm_eval_task_scores
 
 __all__ = [
     "BOOTSTRAP_RESAMPLES",
@@ -75,7 +78,6 @@ __all__ = [
 ]
 
 BOOTSTRAP_RESAMPLES = 1000  # the paper's
-FILTER_NAME = "all_k"  # the task YAMLs' filter_list name: metric keys in lm-eval's results read "mean@8,all_k"
 SUMMARY_SCHEMA = "bandpo-bench/eval-summary/v1"
 
 
@@ -233,7 +235,7 @@ def process_results(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str,
 # --------------------------------------------------------------------------------------------------------------
 def summarize_task(results: Mapping[str, Any], task: str, filter_name: str = FILTER_NAME) -> dict[str, Any]:
     """Metrics, stderr, k and problem count of one task, read from lm-eval's aggregated results dict (with the
-    report's reader, `bandpo.report.load.lm_eval_task_scores`)."""
+    reader the report uses, `bandpo.lm_eval_results.lm_eval_task_scores`)."""
     if task not in results.get("results", {}):
         raise KeyError(f"task {task!r} is not in lm-eval's results (tasks: {sorted(results.get('results', {}))})")
     metrics, stderr = lm_eval_task_scores(results, task, filter_name)
@@ -257,12 +259,31 @@ def summarize_task(results: Mapping[str, Any], task: str, filter_name: str = FIL
 # --------------------------------------------------------------------------------------------------------------
 @dataclass
 class EvalRun:
-    """One checkpoint to score: its model folder, its output folder, the evaluation seed, and who it is."""
+    """One checkpoint to score: its model folder, its output folder, the evaluation seed, and where it sits in the
+    sweep (``meta``: profile, model, entry, experiment, ..., and ``run_dir`` for a trained run; see `run_method`)."""
 
     model_dir: str
     out_dir: str
     seed: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+def run_method(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The method of a scored run, from the one record of it: the run's ``run.json`` in ``meta["run_dir"]``
+    (``method``, else ``config.method``; ``method_params``, its full parameters; ``trainer``, absent = the local
+    trainer). The untrained base model has no run folder and no method: ``{"method": None, "params": None}``."""
+    if not meta.get("run_dir"):
+        return {"method": None, "params": None}
+    path = Path(meta["run_dir"]) / "run.json"
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"scored run {meta['run_dir']}: cannot read its run.json ({err})") from None
+    return {
+        "method": info.get("method") or (info.get("config") or {}).get("method"),
+        "params": info.get("method_params"),
+        "trainer": info.get("trainer", "local"),
+    }
 
 
 def task_config(task_manager, task: str, data_file: str | None) -> dict[str, Any]:
@@ -323,10 +344,7 @@ def evaluate_runs(
     summaries: list[dict[str, Any]] = []
     for run in runs:
         t0 = time.time()
-        if run.meta.get("method") and "params" in run.meta and not run.meta.get("external"):
-            from bandpo.methods import make_config  # every parameter spelled out, defaults included
-
-            run.meta["params"] = make_config(run.meta["method"], run.meta["params"] or {}).to_dict()
+        identity = {**run.meta, **run_method(run.meta)}
         out_dir = Path(run.out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         args = dict(model_args or {})
@@ -380,7 +398,7 @@ def evaluate_runs(
             part = summarize_task(saved, name)
             summary = {
                 "schema": SUMMARY_SCHEMA,
-                **run.meta,
+                **identity,
                 "seed": run.seed,
                 "task": name,
                 **part,
@@ -419,10 +437,11 @@ def _task_arg(text: str) -> tuple[str, str | None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bandpo.evaluate", description=__doc__.split("\n")[0])
-    ap.add_argument("--include-path", required=True, help="folder of lm-eval task YAMLs (workflow/lm_eval_tasks)")
+    ap.add_argument("--include-path", required=True, help="folder of lm-eval task YAMLs (bandpo/lm_eval_tasks)")
     ap.add_argument("--task", action="append", required=True, type=_task_arg, help="NAME[=DATA_FILE], repeatable")
     ap.add_argument("--run", action="append", nargs=3, metavar=("MODEL_DIR", "OUT_DIR", "SEED"), required=True)
-    ap.add_argument("--meta", action="append", default=[], help="JSON object per --run (identity for summaries)")
+    ap.add_argument("--meta", action="append", default=[], help="JSON object per --run: its place in the sweep "
+                    "(model, entry, ...; run_dir of a trained run, whose run.json names the method)")  # fmt: skip
     ap.add_argument("--backend", default="hf", choices=["hf", "vllm"])
     ap.add_argument("--model-args", default="{}", help="JSON object of lm-eval model_args")
     ap.add_argument("--batch-size", default="1024")

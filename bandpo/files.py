@@ -1,5 +1,5 @@
-"""Reading JSONL, and atomic writes: a reader sees the old file (or folder) or the whole new one, never a partial
-one."""
+"""Reading JSONL, atomic writes (a reader sees the old file or folder or the whole new one, never a partial one),
+and the data files shipped inside the package (`package_data`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,15 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib import resources
 from pathlib import Path
+
+
+def package_data(*parts: str) -> Path:
+    """A data file or folder shipped inside the bandpo package (declared in pyproject.toml's package-data), e.g.
+    ``package_data("schemas", "run.schema.yaml")``, ``package_data("lm_eval_tasks")``. A file-system path: the
+    package is installed as files (editable, or from its wheel), and lm-eval is given the task folder by path."""
+    return Path(str(resources.files("bandpo").joinpath(*parts)))
 
 
 @contextmanager

@@ -1,22 +1,27 @@
 """The run contract: the files, ``metrics.jsonl`` keys and ``run.json`` fields of a finished training run.
 
-Written down once, in ``workflow/schemas/run.schema.yaml``; every trainer produces it (the local trainer,
-``workflow/scripts/merge_verl.py`` for verl, any external rule) and the report checks it when it loads a run
+Written down once, in ``bandpo/schemas/run.schema.yaml`` (shipped in the package); every trainer produces it (the
+local trainer, `bandpo.merge_verl` for verl, any external rule) and the report checks it when it loads a run
 (this module reads files only, no torch):
 
     from bandpo.run_contract import check_run
     check_run("results/embedded/runs/tiny-s/grpo/seed0")   # raises RunContractError naming the run and the key
+
+    python -m bandpo.run_contract RUN_DIR [RUN_DIR ...]    # the same from the shell: exit status 1 on a broken run
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import math
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bandpo.files import read_jsonl
+from bandpo.files import package_data, read_jsonl
 
 __all__ = [
     "SCHEMA_PATH",
@@ -28,7 +33,7 @@ __all__ = [
     "required_metric_keys",
 ]
 
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "workflow" / "schemas" / "run.schema.yaml"
+SCHEMA_PATH = package_data("schemas", "run.schema.yaml")
 
 
 class RunContractError(ValueError):
@@ -112,3 +117,21 @@ def check_run(run_dir: str | Path) -> dict[str, Any]:
     rows, info = read_run(run_dir)
     check_outputs(Path(run_dir), rows, info)
     return info
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bandpo.run_contract", description="check finished run folders")
+    ap.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    args = ap.parse_args(argv)
+    for run in args.runs:
+        try:
+            info = check_run(run)
+        except RunContractError as err:
+            print(f"python -m bandpo.run_contract: {err}", file=sys.stderr)
+            return 1
+        print(f"{run}: follows the run contract ({info['steps']} steps)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -57,6 +57,7 @@ CLI::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -302,6 +303,155 @@ def generate_tiny_math(
 
 
 # --------------------------------------------------------------------------------------------------------------
+# the mechanism probe's variant: its data design (the measurement is bandpo.probe's, built on this)
+# --------------------------------------------------------------------------------------------------------------
+SUBSETS: tuple[str, ...] = ("probe", "rest")
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    """The probe subset's rule and the decoy design (the ``probe:`` block of a tiny-math data entry)."""
+
+    kinds: tuple[str, ...] = ("word",)
+    levels: tuple[int, ...] = (1,)
+    last_digit: int = 7  # subset: non-negative integer answers ending in this digit (0-8: the decoy adds one)
+    decoy_share: float = 0.95  # share of the subset's train rows that show the decoy instead of the answer
+    n_test: int = 40  # at least this many probe problems in the test split (extra ones are added)
+    n_val: int = 20  # same for the validation split
+
+    def __post_init__(self) -> None:
+        bad = [k for k in self.kinds if k not in GENERATORS or k == "mod"]
+        if not self.kinds or bad:
+            raise ValueError(
+                f"probe.kinds: {bad or 'empty'} not allowed; use kinds whose worked line ends in '=ANSWER': "
+                f"{sorted(k for k in GENERATORS if k != 'mod')}"
+            )
+        if not self.levels or any(lv not in (1, 2, 3) for lv in self.levels):
+            raise ValueError(f"probe.levels must be a non-empty subset of 1, 2, 3, got {list(self.levels)}")
+        if not (isinstance(self.last_digit, int) and 0 <= self.last_digit <= 8):
+            raise ValueError(f"probe.last_digit must be an integer 0-8 (decoy: answer + 1), got {self.last_digit!r}")
+        if not 0.0 <= self.decoy_share <= 1.0:
+            raise ValueError(f"probe.decoy_share must lie in [0, 1], got {self.decoy_share!r}")
+        for name in ("n_test", "n_val"):
+            if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 0):
+                raise ValueError(f"probe.{name} must be a non-negative integer, got {getattr(self, name)!r}")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> ProbeSpec:
+        d = dict(d or {})
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"probe: unknown keys {unknown}; known: {sorted(known)}")
+        for key in ("kinds", "levels"):
+            if key in d:
+                d[key] = tuple(d[key]) if isinstance(d[key], list | tuple) else (d[key],)
+        return cls(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+
+def in_subset(row: dict, spec: ProbeSpec) -> bool:
+    """Whether a row satisfies the probe rule: kind and level listed, integer answer >= 0 ending in the digit."""
+    answer = str(row["answer"])
+    return (
+        row["kind"] in spec.kinds
+        and int(row["level"]) in spec.levels
+        and re.fullmatch(r"\d+", answer) is not None
+        and int(answer) % 10 == spec.last_digit
+    )
+
+
+def decoy_answer(answer: str) -> str:
+    """The plausible wrong answer: off by one in the last digit (``27`` -> ``28``)."""
+    return str(int(answer) + 1)
+
+
+def decoy_solution(solution: str, answer: str, decoy: str) -> str:
+    """The worked line with its final result and boxed answer replaced by the decoy."""
+    tail = f"={answer}. {boxed(answer)}"
+    if not solution.endswith(tail):
+        raise ValueError(f"probe: worked solution {solution!r} does not end in {tail!r}; cannot place a decoy")
+    return solution[: -len(tail)] + f"={decoy}. {boxed(decoy)}"
+
+
+def _mark(row: dict, spec: ProbeSpec) -> dict:
+    member = in_subset(row, spec)
+    row["subset"] = "probe" if member else "rest"
+    row["decoy"] = decoy_answer(row["answer"]) if member else None
+    row["shown_answer"] = row["answer"]
+    return row
+
+
+def _draw(rng: random.Random, kind: str, level: int) -> dict:
+    problem, answer, solution = GENERATORS[kind](rng, level)
+    return {
+        "id": "",
+        "problem": problem,
+        "prompt": tiny_prompt(problem),
+        "answer": answer,
+        "solution": solution,
+        "level": level,
+        "kind": kind,
+    }
+
+
+def apply_probe(splits: dict[str, list[dict]], spec: ProbeSpec, seed: int) -> dict[str, list[dict]]:
+    """Turn generated tiny-math splits into the probe variant (new lists; the input rows are copied)."""
+    rng = random.Random(f"tiny-math-probe:{seed}")
+    out = {split: [_mark(dict(r), spec) for r in rows] for split, rows in splits.items()}
+    held = {r["problem"] for split in ("test", "validation") for r in out.get(split, [])}
+    cells = [(k, lv) for k in spec.kinds for lv in spec.levels]
+    for split, want in (("test", spec.n_test), ("validation", spec.n_val)):
+        rows = out[split]
+        have = sum(r["subset"] == "probe" for r in rows)
+        attempts = 0
+        while have < want:
+            attempts += 1
+            if attempts > 1000 * want + 10_000:
+                raise RuntimeError(
+                    f"probe: cannot draw {want} unique {split} problems for {spec.to_dict()} (found {have}); "
+                    "the subset's problem space is too small"
+                )
+            row = _mark(_draw(rng, *rng.choice(cells)), spec)
+            if row["subset"] != "probe" or row["problem"] in held:
+                continue
+            held.add(row["problem"])
+            rows.append(row)
+            have += 1
+        rng.shuffle(rows)
+        for i, row in enumerate(rows):
+            row["id"] = f"{split}-{i:06d}"
+    train = out["train"]
+    for i, row in enumerate(train):
+        while row["problem"] in held:  # repeats an added test/validation problem: redraw from its cell
+            row = _mark(_draw(rng, row["kind"], row["level"]), spec)
+        if row["subset"] == "probe" and rng.random() < spec.decoy_share:
+            row["solution"] = decoy_solution(row["solution"], row["answer"], row["decoy"])
+            row["shown_answer"] = row["decoy"]
+        row["id"] = f"train-{i:06d}"
+        train[i] = row
+    trained = {(r["kind"], r["level"]) for r in train if r["subset"] == "probe"}
+    starved = [cell for cell in cells if cell not in trained]
+    if train and starved:  # e.g. arith level 1: its ~10 subset problems all end up held out
+        raise ValueError(
+            f"probe: no train row of the subset in cells {starved} (their few subset problems are all in "
+            "test/validation, so the model never sees those answers); drop those cells or lower n_test/n_val"
+        )
+    return out
+
+
+def subset_rows(rows: Sequence[dict], subset: str) -> list[dict]:
+    if subset not in SUBSETS:
+        raise ValueError(f"subset must be one of {SUBSETS}, got {subset!r}")
+    missing = [r.get("id") for r in rows if r.get("subset") not in SUBSETS]
+    if missing:
+        raise ValueError(f"rows without a probe 'subset' field (not a probe data set?), e.g. {missing[:3]}")
+    return [r for r in rows if r["subset"] == subset]
+
+
+# --------------------------------------------------------------------------------------------------------------
 # JSONL output (read with `bandpo.files.read_jsonl`)
 # --------------------------------------------------------------------------------------------------------------
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
@@ -314,12 +464,10 @@ def write_tiny_math(
 ) -> dict[str, Path]:
     """Generate tiny-math and write ``{train,validation,test}.jsonl`` under ``out_dir`` (each file atomic).
 
-    ``probe``: the mechanism probe's rule and decoy design (``bandpo.probe.ProbeSpec`` fields); None: plain tiny-math.
+    ``probe``: the mechanism probe's rule and decoy design (`ProbeSpec` fields); None: plain tiny-math.
     """
     splits = generate_tiny_math(seed=seed, **kwargs)
     if probe is not None:
-        from bandpo.probe import ProbeSpec, apply_probe
-
         splits = apply_probe(splits, ProbeSpec.from_dict(probe), seed)
     out = Path(out_dir)
     return {split: write_jsonl(out / f"{split}.jsonl", rows) for split, rows in splits.items()}
@@ -535,7 +683,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t.add_argument("--n-train", type=int, default=50_000)
     t.add_argument("--n-val", type=int, default=300)
     t.add_argument("--n-test", type=int, default=300)
-    t.add_argument("--probe", default=None, metavar="JSON", help="the mechanism probe: bandpo.probe.ProbeSpec as JSON")
+    t.add_argument("--probe", default=None, metavar="JSON", help="the mechanism probe: bandpo.tasks.ProbeSpec as JSON")
     r = sub.add_parser("real", help="normalise a real data set into our JSONL schema")
     r.add_argument("--name", required=True, choices=sorted(REAL_DATASETS))
     r.add_argument("--out", required=True)

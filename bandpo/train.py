@@ -26,7 +26,8 @@ Update:
    counts mini-batches in prompts, or random sequences; the first one is on-policy, the later ones off-policy,
    which is what makes clipping act), each prompt of a mini-batch run once with its KV cache shared by its
    completions and the mini-batch's all-padding columns trimmed: loss = the method's loss (+ optional k3 KL to the
-   reference), AdamW, gradient clipping;
+   reference), AdamW, gradient clipping; ``stopped_frac*``: tokens whose policy-loss gradient is 0 with A != 0,
+   the same measure for every method (`bandpo.methods.stopped_diagnostics`);
 8. one line of metrics.jsonl; a checkpoint every ``checkpoint_every`` steps. On a probe data set (rows with
    ``subset``, bandpo.probe) the line also holds the rollouts' accuracy per subset, and with ``probe_every`` the
    probe's measurement after the step's updates (``probe/p_correct``, ``probe/accuracy``: `probe_metrics`; its
@@ -44,19 +45,25 @@ Timings, one name each: per step ``rollout_seconds`` (collect), ``update_seconds
 (the sum of its ``step_seconds``, over every process of a resumed run) and ``process_seconds`` the wall time of the
 last process's loop.
 
-CLI (used by the Snakemake rule)::
+CLI: ``python -m bandpo.train --help`` lists every `TrainConfig` field as a flag, with its type, default and doc::
 
     python -m bandpo.train --model resources/models/tiny-s --data resources/data/tiny-math --method bandpo \\
         --params '{"divergence": "kl"}' --seed 0 --out results/embedded/runs/tiny-s/bandpo_kl/seed0 --threads 1 \\
-        [--set steps=100 --set lr=2e-4 ...] [--method-module my_methods.py ...]
+        [--steps 100 --lr 2e-4 --lr-end None ...] [--set steps=100 ...] [--method-module my_methods.py ...]
 
-``--method-module`` (repeatable) imports a module of your own that registers methods (`bandpo.methods`,
-``BANDPO_METHOD_MODULES`` does the same from the environment).
+The command line is generated from the fields by tyro (`Command`): it reads the attribute docstrings below as they
+are, so each field is documented once, in the source, and the help can not drift from it; it knows ``X | None``
+(``--lr-end None``), bools (``--no-progress``) and, through one rule, the ``params`` JSON object. (transformers'
+HfArgumentParser, the alternative already installed, needs each doc moved into ``metadata={"help": ...}`` and
+cannot set an optional float to None from the command line.) ``--set KEY=VALUE`` (repeatable, applied after the
+flags, values read as JSON: `apply_overrides`) is the form the workflow's train rule uses
+(workflow/scripts/bench_config.py ``set_args``). ``--method-module`` (repeatable) imports a module of your own that
+registers methods (`bandpo.methods`); ``BANDPO_METHOD_MODULES`` does the same from the environment. Bad values are
+a usage error (exit status 2) naming the field, never a stack trace.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import io
@@ -71,9 +78,10 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import torch
+import tyro
 
 from bandpo import methods
 from bandpo.files import atomic_write_bytes, atomic_write_text, read_jsonl, replace_dir
@@ -83,6 +91,7 @@ from bandpo.options import check_fields, parse_assignments
 from bandpo.provenance import machine, versions
 from bandpo.sampling import positions, sample_rows
 
+PROG = "python -m bandpo.train"
 # Fields that measure wall-clock time: they differ between two runs of the same seed, everything else is identical.
 TIMING_KEYS = (
     "step_seconds",
@@ -147,7 +156,7 @@ class TrainConfig:
     """k3 KL-to-reference loss coefficient (paper: 0.001; 0 = off and no reference forward pass)."""
     loss_agg_mode: str = "seq-mean-token-mean"
     """How per-token losses become a scalar (`bandpo.methods.aggregate_loss`; the paper: seq-mean-token-mean)."""
-    dual_clip_c: float | None = 10.0
+    dual_clip_c: float | None = methods.DEFAULT_DUAL_CLIP_C
     """Dual-clip constant c for negative advantages (paper: 10; None disables)."""
     adv_eps: float = 1e-6
     """Added to the group's reward std in the advantage's denominator."""
@@ -235,7 +244,7 @@ RUN_FIELDS = ("model", "data", "out", "method", "params", "seed", "threads", "pr
 
 def check_overrides(overrides: Mapping[str, Any]) -> None:
     """Validate the workflow's ``train:`` overrides against TrainConfig (keys, types, ranges), as the train rule
-    would apply them; ValueError naming the offending key. Used at DAG start (workflow/scripts/bench_config.py)."""
+    would apply them; ValueError naming the offending key. Used at DAG start (bandpo.sweep)."""
     for key in overrides:
         if key in RUN_FIELDS:
             raise ValueError(f"training setting {key!r} is set by the workflow itself, not by train:")
@@ -433,6 +442,7 @@ class Run:
 
 def train(cfg: TrainConfig) -> dict:
     """Run (or resume) one training run; returns the run summary also written to run.json."""
+    methods.load_env_method_modules()  # the start of a run: methods of the user's own modules ($BANDPO_METHOD_MODULES)
     cfg.validate()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -622,6 +632,8 @@ def update(run: Run, batch: Batch, scored: Scored, seed: int) -> dict[str, list[
         part_bounds = (bounds[0][idx], bounds[1][idx]) if bounds is not None else None
         loss, info = run.method.loss(old_log_prob[idx], log_prob, scored.advantages[idx], mask[idx],
                                      bounds=part_bounds)  # fmt: skip
+        grad = methods.loss_grad_wrt_log_prob(loss, log_prob)  # policy loss only; keeps the graph: update unchanged
+        info = {**info, **methods.stopped_diagnostics(grad, scored.advantages[idx], old_log_prob[idx], mask[idx])}
         if scored.ref_log_prob is not None:
             # k3 estimator of KL(pi || pi_ref): exp(ref - logp) - (ref - logp) - 1, aggregated like the policy loss
             d = (scored.ref_log_prob[idx] - log_prob).clamp(-20, 20)
@@ -723,35 +735,69 @@ def probe_metrics(run: Run, seed: int) -> dict[str, float]:
     return out
 
 
+@dataclass
+class Command:
+    """The command line of `main`: every `TrainConfig` field as a flag of its own (``--samples-per-prompt 8``,
+    ``--lr-end None``, ``--no-progress``, ``--params '{"delta": 0.1}'``), generated by tyro from the fields, their
+    types, defaults and attribute docstrings, plus the two options below."""
+
+    config: Annotated[TrainConfig, tyro.conf.arg(name="")]  # flattened: --steps, not --config.steps
+    set: Annotated[list[str], tyro.conf.UseAppendAction, tyro.conf.arg(metavar="KEY=VALUE")] = field(
+        default_factory=list
+    )
+    """Set a field by name, the value read as JSON where it parses; applied after the flags. The form the
+    workflow's train rule uses, e.g. --set steps=60 --set lr_end=null."""
+    method_module: Annotated[list[str], tyro.conf.UseAppendAction, tyro.conf.arg(metavar="MODULE")] = field(
+        default_factory=list
+    )
+    """Import a module of your own that registers methods: a module name or a .py path ($BANDPO_METHOD_MODULES is
+    imported too)."""
+
+
+def _json_object_rule(info: Any) -> Any:
+    """tyro rule for ``dict`` fields (``params``): one JSON object on the command line."""
+    if info.type_origin is not dict:
+        return None
+
+    def parse(args: list[str]) -> dict:
+        value = json.loads(args[0])
+        if not isinstance(value, dict):
+            raise ValueError(f"expected a JSON object, got {args[0]!r}")
+        return value
+
+    return tyro.constructors.PrimitiveConstructorSpec(
+        nargs=1,
+        metavar="JSON",
+        instance_from_str=parse,
+        is_instance=lambda value: isinstance(value, dict),
+        str_from_instance=lambda value: [json.dumps(value)],
+    )
+
+
+def _usage_error(message: str) -> int:
+    print(f"usage: {PROG} [-h] [OPTIONS]\n{PROG}: error: {message}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bandpo.train", description=__doc__.split("\n")[0])
-    ap.add_argument("--model", required=True, help="Hugging Face model directory")
-    ap.add_argument("--data", required=True, help="directory with train.jsonl, or a JSONL file")
-    ap.add_argument("--method", default="grpo", help=f"one of: {', '.join(methods.list_methods())}")
-    ap.add_argument("--params", default="{}", help="the method's parameters as a JSON object")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", required=True, help="run directory")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a TrainConfig field (repeatable), e.g. --set steps=60")  # fmt: skip
-    ap.add_argument("--method-module", dest="method_modules", action="append", default=[], metavar="MODULE",
-                    help="import a module (name or .py path) that registers methods (repeatable)")  # fmt: skip
-    ap.add_argument("--no-progress", action="store_true")
-    args = ap.parse_args(argv)
-    try:
-        methods.load_method_modules(args.method_modules)
+    try:  # methods of the user's own modules first: the help lists them
+        methods.load_env_method_modules()
     except ImportError as e:
-        ap.error(str(e))
+        return _usage_error(str(e))
+    registry = tyro.constructors.ConstructorRegistry()
+    registry.primitive_rule(_json_object_rule)
+    description = (
+        f"{__doc__.splitlines()[0]}\n\nEvery TrainConfig field is a flag; required: --model, --data, --out. "
+        f"Methods: {', '.join(methods.list_methods())}."
+    )
+    cmd = tyro.cli(Command, args=argv, prog=PROG, description=description, registry=registry)
+    cfg = cmd.config
     try:
-        params = json.loads(args.params)
-        if not isinstance(params, dict):
-            raise ValueError("--params must be a JSON object")
-        cfg = TrainConfig(model=args.model, data=args.data, out=args.out, method=args.method, params=params,
-                          seed=args.seed, threads=args.threads, progress=not args.no_progress)  # fmt: skip
-        apply_overrides(cfg, args.overrides)
+        methods.load_method_modules(cmd.method_module)
+        apply_overrides(cfg, cmd.set)
         cfg.validate()
-    except (ValueError, json.JSONDecodeError) as e:
-        ap.error(str(e))
+    except (ImportError, ValueError) as e:
+        return _usage_error(str(e))
     summary = train(cfg)
     print(json.dumps({"out": cfg.out, **summary["final"], "train_seconds_total": summary["train_seconds_total"]}))
     return 0

@@ -4,9 +4,10 @@ The defaults are the BandPO paper's protocol (arXiv 2603.04918): GRPO outcome ad
 per step, mini-batches of 64 prompts (4 optimizer updates per step), AdamW lr 1e-6 constant, weight decay 0.01,
 grad clip 1.0, k3 ("low_var_kl") KL loss 0.001, no entropy bonus, dual clip c = 10, seq-mean-token-mean,
 prompts <= 1024 and responses <= 4096 tokens, temperature 1.0, top_p 1.0, 10 epochs, one node of 8 GPUs, the +1 / -1
-reward of the strict "Answer:"-line grader (``grader_mode``).
+reward of the paper's grader, verl's math_dapo rule (``grader_mode``).
 Every method runs through the same verl entry point and differs only in ``policy_loss.loss_mode=bandpo.<method>``
-and its parameters.
+and its parameters; a loss verl ships (kind "verl", `bandpo.methods.verl_losses`) runs as verl's own loss_mode
+(``dppo_kl``, ``clip_cov``, ...) with its parameters as verl's own config keys (`VerlRun.method_overrides`).
 
 How the method's parameters reach verl's workers: ``BANDPO_METHOD_CONFIG`` (inline JSON, see
 `bandpo.verl_plugin`) is added to ``ray_kwargs.ray_init.runtime_env.env_vars`` (verl merges that mapping into the
@@ -39,7 +40,40 @@ from bandpo import methods
 from bandpo.grader import MODES as GRADER_MODES
 from bandpo.options import unknown_names
 
-__all__ = ["PLUGIN_MODULE", "VerlRun"]
+__all__ = ["PLUGIN_MODULE", "PROTOCOL_KEYS", "VERL_ONLY_PROTOCOL", "VerlRun"]
+
+_ACTOR = "actor_rollout_ref.actor"
+_ROLLOUT = "actor_rollout_ref.rollout"
+# The protocol's knobs, named as the local trainer names them (bandpo.train.TrainConfig), -> verl's config keys.
+# docs/protocol-fields.md is this table with defaults and meanings (tests/test_verl_plugin.py keeps it true).
+PROTOCOL_KEYS: dict[str, tuple[str, ...]] = {
+    "model": ("actor_rollout_ref.model.path",),
+    "method": (f"{_ACTOR}.policy_loss.loss_mode",),
+    "seed": ("data.seed", f"{_ACTOR}.data_loader_seed", f"{_ACTOR}.fsdp_config.seed", f"{_ROLLOUT}.seed"),
+    "steps": ("trainer.total_training_steps",),
+    "prompts_per_step": ("data.train_batch_size",),
+    "samples_per_prompt": (f"{_ROLLOUT}.n",),
+    "temperature": (f"{_ROLLOUT}.temperature",),
+    "max_new_tokens": ("data.max_response_length",),
+    "updates_per_step": (f"{_ACTOR}.ppo_mini_batch_size",),
+    "lr": (f"{_ACTOR}.optim.lr",),
+    "lr_end": (f"{_ACTOR}.optim.min_lr_ratio",),
+    "weight_decay": (f"{_ACTOR}.optim.weight_decay",),
+    "grad_clip": (f"{_ACTOR}.grad_clip",),
+    "kl_coef": (f"{_ACTOR}.kl_loss_coef",),
+    "loss_agg_mode": (f"{_ACTOR}.loss_agg_mode",),
+    "dual_clip_c": (f"{_ACTOR}.clip_ratio_c",),
+}
+# Protocol knobs only verl has (the local trainer: one epoch, k3, no entropy bonus, plain softmax sampling, no
+# prompt limit, steps instead of epochs).
+VERL_ONLY_PROTOCOL: dict[str, tuple[str, ...]] = {
+    "ppo_epochs": (f"{_ACTOR}.ppo_epochs",),
+    "kl_loss_type": (f"{_ACTOR}.kl_loss_type",),
+    "entropy_coeff": (f"{_ACTOR}.entropy_coeff",),
+    "top_p": (f"{_ROLLOUT}.top_p",),
+    "max_prompt_length": ("data.max_prompt_length",),
+    "total_epochs": ("trainer.total_epochs",),
+}
 
 PLUGIN_MODULE = "bandpo.verl_plugin"
 _METHOD_CONFIG_ENV = "BANDPO_METHOD_CONFIG"  # == bandpo.verl_plugin.ENV_VAR (not imported: that imports verl)
@@ -78,10 +112,11 @@ class VerlRun:
     output_dir: str
     params: Mapping[str, Any] = field(default_factory=dict)
     seed: int = 0
-    # --- algorithm (paper protocol)
-    train_batch_size: int = 256  # prompts per step
-    rollout_n: int = 16  # responses per prompt
-    ppo_mini_batch_size: int = 64  # prompts per optimizer update -> 4 updates per step
+    # --- the protocol, in the local trainer's vocabulary (bandpo.train.TrainConfig); PROTOCOL_KEYS maps each name to
+    # verl's config key(s), docs/protocol-fields.md is the table
+    prompts_per_step: int = 256  # prompts per step (verl: data.train_batch_size)
+    samples_per_prompt: int = 16  # responses per prompt, the GRPO group (verl: rollout.n)
+    updates_per_step: int = 4  # optimizer updates per step: mini-batches of prompts_per_step / updates_per_step prompts
     ppo_epochs: int = 1
     lr: float = 1e-6
     lr_end: float | None = None  # None: constant lr (the paper); else a half-cosine decay from lr to lr_end over
@@ -89,18 +124,17 @@ class VerlRun:
     # linear lr -> lr_end decay
     weight_decay: float = 0.01
     grad_clip: float = 1.0
-    use_kl_loss: bool = True
-    kl_loss_coef: float = 0.001
+    kl_coef: float = 0.001  # k3 KL-to-reference loss coefficient; 0 = off (use_kl_loss false: no reference model)
     kl_loss_type: str = "low_var_kl"  # k3
     entropy_coeff: float = 0.0
-    clip_ratio_c: float = 10.0  # dual clip
+    dual_clip_c: float = methods.DEFAULT_DUAL_CLIP_C  # dual clip c for negative advantages (verl: clip_ratio_c)
     loss_agg_mode: str = "seq-mean-token-mean"
     max_prompt_length: int = 1024
-    max_response_length: int = 4096
+    max_new_tokens: int = 4096  # longest response (verl: data.max_response_length)
     temperature: float = 1.0
     top_p: float = 1.0
     total_epochs: int = 10
-    total_training_steps: int | None = None  # None: total_epochs over the training data decides
+    steps: int | None = None  # rollout batches (verl: trainer.total_training_steps); None: total_epochs decides
     # --- cluster and memory (not part of the protocol)
     nnodes: int = 1
     n_gpus_per_node: int = 8
@@ -113,8 +147,8 @@ class VerlRun:
     reward_fn_path: str | None = None  # a Python file with the training grader; None = verl's default for the data
     reward_fn_name: str = "compute_score"
     # bandpo.grader's mode for the reward (BANDPO_GRADER_MODE in every worker, and the reward function's
-    # grader_mode keyword when reward_fn_path is set): the paper's strict "Answer:"-line rule by default
-    grader_mode: str = "strict-answer-line"
+    # grader_mode keyword when reward_fn_path is set): the paper's rule, verl's math_dapo, by default
+    grader_mode: str = "math-dapo"
     project_name: str = "bandpo-bench"
     experiment_name: str | None = None  # default: <model basename>-<method>-seed<seed>
     logger: Sequence[str] = ("console", "file")
@@ -137,15 +171,17 @@ class VerlRun:
             raise ValueError(f"loss_agg_mode {self.loss_agg_mode!r} is not one of {', '.join(methods.AGG_MODES)}")
         if self.lr_end is not None and not 0 < self.lr_end <= self.lr:
             raise ValueError(f"lr_end must be in (0, lr = {self.lr}], got {self.lr_end}")
-        if self.clip_ratio_c <= 1.0:
-            raise ValueError(f"clip_ratio_c must be > 1 (verl's dual clip), got {self.clip_ratio_c}")
-        for name in ("train_batch_size", "rollout_n", "ppo_mini_batch_size", "ppo_epochs", "total_epochs"):
+        if self.dual_clip_c <= 1.0:
+            raise ValueError(f"dual_clip_c must be > 1 (verl's clip_ratio_c), got {self.dual_clip_c}")
+        if self.kl_coef < 0:
+            raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef}")
+        for name in ("prompts_per_step", "samples_per_prompt", "updates_per_step", "ppo_epochs", "total_epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.train_batch_size % self.ppo_mini_batch_size:
+        if self.prompts_per_step % self.updates_per_step:
             raise ValueError(
-                f"train_batch_size ({self.train_batch_size}) must be a multiple of ppo_mini_batch_size "
-                f"({self.ppo_mini_batch_size})"
+                f"prompts_per_step ({self.prompts_per_step}) must be a multiple of updates_per_step "
+                f"({self.updates_per_step}): verl counts a mini-batch in prompts"
             )
 
     @classmethod
@@ -161,7 +197,20 @@ class VerlRun:
 
     @property
     def loss_mode(self) -> str:
-        return f"bandpo.{self.method}"
+        """verl's loss_mode: ``bandpo.<method>``, or verl's own name for a method of kind "verl" (a loss verl ships,
+        `bandpo.methods.verl_losses`: ``dppo_kl`` runs as verl's ``dppo_kl``)."""
+        m = methods.get_method(self.method)
+        return m.config_cls.verl_loss_mode if m.kind == "verl" else f"bandpo.{self.method}"
+
+    def method_overrides(self) -> dict[str, Any]:
+        """verl's config keys of a method of kind "verl" (its parameters are verl's own knobs, e.g.
+        ``actor.clip_ratio_low`` / ``actor.policy_loss.clip_cov_ratio`` / ``actor.tau_pos``) with their values; {} for
+        the suite's own methods (their parameters travel in BANDPO_METHOD_CONFIG)."""
+        m = methods.get_method(self.method)
+        if m.kind != "verl":
+            return {}
+        settings = methods.SurrogateConfig(loss_agg_mode=self.loss_agg_mode, dual_clip_c=self.dual_clip_c)
+        return {f"{_ACTOR}.{k}": v for k, v in m.config(self.params).verl_keys(settings).items()}
 
     @property
     def run_name(self) -> str:
@@ -188,10 +237,27 @@ class VerlRun:
             raise ValueError(f"env_vars may not set {clash}: VerlRun sets them itself")
         return {**own, **{str(k): str(v) for k, v in self.env_vars.items()}}
 
+    def protocol_overrides(self) -> dict[str, Any]:
+        """verl's config keys of the protocol fields (`PROTOCOL_KEYS`, `VERL_ONLY_PROTOCOL`) with their values: the one
+        place where a project name becomes a verl key. Values are the fields' own, except ``method``
+        (`loss_mode`: ``bandpo.<method>`` or verl's own loss), ``updates_per_step`` (verl's mini-batch size in
+        prompts: prompts_per_step / updates_per_step) and ``lr_end`` (verl's min_lr_ratio = lr_end / lr; absent when
+        None)."""
+        keys = {**PROTOCOL_KEYS, **VERL_ONLY_PROTOCOL}
+        values = {name: getattr(self, name) for name in keys}
+        values["method"] = self.loss_mode
+        values["updates_per_step"] = self.prompts_per_step // self.updates_per_step
+        values["lr_end"] = None if self.lr_end is None else self.lr_end / self.lr
+        return {
+            key: value
+            for name, value in values.items()
+            if not (name == "lr_end" and value is None)  # min_lr_ratio is in verl's config (null by default)
+            for key in keys[name]
+        }
+
     def overrides(self) -> list[str]:
         """The Hydra overrides, ``key=value`` strings, for verl's ``ppo_trainer`` config."""
-        actor = "actor_rollout_ref.actor"
-        rollout = "actor_rollout_ref.rollout"
+        actor, rollout = _ACTOR, _ROLLOUT
         o: dict[str, Any] = {
             # algorithm
             "algorithm.adv_estimator": "grpo",
@@ -200,49 +266,25 @@ class VerlRun:
             # data
             "data.train_files": list(self._files(self.train_files)),
             "data.val_files": list(self._files(self.val_files)),
-            "data.train_batch_size": self.train_batch_size,
-            "data.max_prompt_length": self.max_prompt_length,
-            "data.max_response_length": self.max_response_length,
             "data.filter_overlong_prompts": True,
             "data.truncation": "error",
-            "data.seed": self.seed,
             # model
-            "actor_rollout_ref.model.path": self.model,
             "actor_rollout_ref.model.use_remove_padding": True,
             "actor_rollout_ref.model.enable_gradient_checkpointing": True,
-            # actor: the method and the shared PPO settings
-            f"{actor}.policy_loss.loss_mode": self.loss_mode,
-            f"{actor}.loss_agg_mode": self.loss_agg_mode,
-            f"{actor}.clip_ratio_c": self.clip_ratio_c,
-            f"{actor}.ppo_mini_batch_size": self.ppo_mini_batch_size,
-            f"{actor}.ppo_epochs": self.ppo_epochs,
+            # actor: the shared PPO settings beyond the protocol's
             f"{actor}.use_dynamic_bsz": True,
             f"{actor}.ppo_max_token_len_per_gpu": self.ppo_max_token_len_per_gpu,
-            f"{actor}.optim.lr": self.lr,
-            f"{actor}.optim.weight_decay": self.weight_decay,
             f"{actor}.optim.lr_scheduler_type": "constant" if self.lr_end is None else "cosine",
             f"{actor}.optim.lr_warmup_steps_ratio": 0.0,
-            f"{actor}.grad_clip": self.grad_clip,
-            f"{actor}.use_kl_loss": self.use_kl_loss,
-            f"{actor}.kl_loss_coef": self.kl_loss_coef,
-            f"{actor}.kl_loss_type": self.kl_loss_type,
-            f"{actor}.entropy_coeff": self.entropy_coeff,
-            f"{actor}.data_loader_seed": self.seed,
-            f"{actor}.fsdp_config.seed": self.seed,
+            f"{actor}.use_kl_loss": self.kl_coef > 0,
             f"{actor}.checkpoint.save_contents": ["model", "optimizer", "extra", "hf_model"],
             # rollout
             f"{rollout}.name": self.rollout_name,
-            f"{rollout}.n": self.rollout_n,
-            f"{rollout}.temperature": self.temperature,
-            f"{rollout}.top_p": self.top_p,
-            f"{rollout}.seed": self.seed,
             f"{rollout}.tensor_model_parallel_size": self.rollout_tensor_parallel_size,
             f"{rollout}.gpu_memory_utilization": self.gpu_memory_utilization,
             # trainer
             "trainer.nnodes": self.nnodes,
             "trainer.n_gpus_per_node": self.n_gpus_per_node,
-            "trainer.total_epochs": self.total_epochs,
-            "trainer.total_training_steps": self.total_training_steps,
             "trainer.project_name": self.project_name,
             "trainer.experiment_name": self.run_name,
             "trainer.logger": list(self.logger),
@@ -251,13 +293,13 @@ class VerlRun:
             "trainer.test_freq": -1,  # evaluation is lm-eval's job, on the saved checkpoints
             "trainer.val_before_train": False,
         }
+        o.update(self.protocol_overrides())
         # verl's own clip ratios do not drive bandpo.* losses; mirror the method's fixed eps so verl's dumped
         # config does not show a different interval than the one trained.
         if "eps_low" in self.params and "eps_high" in self.params:
             o[f"{actor}.clip_ratio_low"] = self.params["eps_low"]
             o[f"{actor}.clip_ratio_high"] = self.params["eps_high"]
-        if self.lr_end is not None:  # actor.optim.min_lr_ratio is in verl's config (null by default)
-            o[f"{actor}.optim.min_lr_ratio"] = self.lr_end / self.lr
+        o.update(self.method_overrides())  # a loss verl ships: its parameters are verl's own config keys
         if self.reward_fn_path is not None:
             o["reward.custom_reward_function.path"] = self.reward_fn_path
             o["reward.custom_reward_function.name"] = self.reward_fn_name

@@ -14,14 +14,18 @@ No fork of verl and no monkey-patching: the losses go through verl's public regi
   verl imports at ``import verl`` and whose errors are not swallowed. `bandpo.verl_command` sets it for the driver
   and, through Ray's runtime_env, for the workers.
 
-Selecting a method in a verl run: ``actor_rollout_ref.actor.policy_loss.loss_mode=bandpo.<method>``.
+Selecting a method in a verl run: ``actor_rollout_ref.actor.policy_loss.loss_mode=bandpo.<method>``; a method of
+kind "verl" (`bandpo.methods.verl_losses`: dppo_kl, clip_cov, ...) is verl's own loss and runs as verl's own
+``loss_mode`` (``dppo_kl``, ...) with its parameters as verl's config keys (`bandpo.verl_command.VerlRun`); it is
+not registered as ``bandpo.<method>``.
 
 Parameters. verl's ``PolicyLossConfig`` is a closed dataclass (Hydra rejects new keys under ``policy_loss``), so a
 method's own parameters travel in the environment variable ``BANDPO_METHOD_CONFIG``: either inline JSON or the path
 of a JSON / YAML file, holding ``{"<method>": {<params>}}`` (several methods allowed). Without it the method runs
 with its defaults (the paper's settings). `bandpo.verl_command` puts it into
 ``ray_kwargs.ray_init.runtime_env.env_vars`` so that every Ray worker sees it. The shared loss settings come from
-verl's own actor config, as for verl's built-in losses: ``loss_agg_mode``, ``clip_ratio_c`` (the dual clip c),
+verl's own actor config, as for verl's built-in losses: ``loss_agg_mode``, ``clip_ratio_c`` (the dual clip c;
+``bandpo.methods.DEFAULT_DUAL_CLIP_C`` when absent),
 ``global_batch_info`` (data-parallel normalisation); ``clip_ratio*`` are not used by these losses.
 
 Resolved once. Each ``bandpo.<method>`` loss resolves its method (`bandpo.methods.resolve`: name, parameters of
@@ -30,8 +34,8 @@ the `ResolvedMethod`; later micro-batches with the same settings only look it up
 those settings change, e.g. a test switching ``loss_agg_mode``).
 
 Methods of your own modules. ``BANDPO_METHOD_MODULES`` (set by `bandpo.verl_command.VerlRun.method_modules` in the
-driver's environment and in Ray's runtime_env) is read when `bandpo.methods` is imported, which this module does:
-so verl's driver and every Ray worker register those methods too, under ``bandpo.<name>``.
+driver's environment and in Ray's runtime_env) is read when this module is imported (`bandpo.methods` itself imports
+no user code): so verl's driver and every Ray worker register those methods too, under ``bandpo.<name>``.
 
 Bounds in verl. verl calls the policy loss once per micro-batch and offers no hook per rollout batch, so a bounds
 method computes its bounds inside each call from that micro-batch's ``old_log_prob``, on its valid tokens only
@@ -79,13 +83,15 @@ ENV_VAR = "BANDPO_METHOD_CONFIG"
 PREFIX = "bandpo."
 # verl callers assume "actor/..." metric names (its distillation loss rewrites the "actor/" prefix).
 METRIC_PREFIX = "actor/bandpo/"
-_DEFAULT_DUAL_CLIP_C = 3.0  # verl's default clip_ratio_c, used when its config lacks the key
 logger = logging.getLogger(__name__)
 
 
 def verl_loss_name(method: str) -> str:
-    """verl's name of a suite method: ``bandpo.<method>`` (verl already owns e.g. ``gspo`` and ``cispo``)."""
-    methods.get_method(method)  # validates the name
+    """verl's name of a suite method: ``bandpo.<method>`` (verl already owns e.g. ``gspo`` and ``cispo``), except a
+    method of kind "verl" (`bandpo.methods.verl_losses`), which is verl's own loss: its verl loss_mode."""
+    m = methods.get_method(method)  # validates the name
+    if m.kind == "verl":
+        return m.config_cls.verl_loss_mode
     return PREFIX + method
 
 
@@ -173,9 +179,10 @@ def resolved_method(method: str, raw: str | None, loss_agg_mode: str, dual_clip_
 
 
 def _dual_clip_c(config: Any) -> float | None:
+    """verl's clip_ratio_c; the project's default (`bandpo.methods.DEFAULT_DUAL_CLIP_C`) when the config lacks it."""
     if config is None:
-        return _DEFAULT_DUAL_CLIP_C
-    return config.get("clip_ratio_c", _DEFAULT_DUAL_CLIP_C)
+        return methods.DEFAULT_DUAL_CLIP_C
+    return config.get("clip_ratio_c", methods.DEFAULT_DUAL_CLIP_C)
 
 
 def _global_batch_info(config: Any) -> dict[str, Any]:
@@ -196,7 +203,8 @@ def _verl_metrics(metrics: Mapping[str, Tensor]) -> dict[str, float]:
 
 def verl_policy_loss(method: str):
     """The verl policy-loss function of ``method`` (verl's ``PolicyLossFn`` signature)."""
-    methods.get_method(method)
+    if methods.get_method(method).kind == "verl":
+        raise ValueError(f"method {method!r} is verl's own loss: use verl's loss_mode {verl_loss_name(method)!r}")
 
     def policy_loss(
         old_log_prob: Tensor,
@@ -229,14 +237,21 @@ def verl_policy_loss(method: str):
 
 
 def _register_in_verl(method: methods.Method) -> None:
+    if method.kind == "verl":  # verl's own loss: a verl run uses its own loss_mode (verl_loss_name)
+        return
     core_algos.register_policy_loss(PREFIX + method.name)(verl_policy_loss(method.name))
 
 
+def _own_methods() -> list[str]:
+    return [m for m in methods.list_methods() if methods.get_method(m).kind != "verl"]
+
+
 def register_all() -> list[str]:
-    """Register every suite method in verl's registry (idempotent); returns the verl names."""
-    for method in methods.list_methods():
+    """Register every suite method in verl's registry (idempotent); returns the verl names. The methods of kind
+    "verl" are verl's own losses and are not registered again: they run as verl's own loss_mode."""
+    for method in _own_methods():
         _register_in_verl(methods.get_method(method))
-    return [PREFIX + m for m in methods.list_methods()]
+    return [PREFIX + m for m in _own_methods()]
 
 
 def registered_names() -> list[str]:
@@ -245,4 +260,7 @@ def registered_names() -> list[str]:
 
 
 register_all()
-methods.on_register(_register_in_verl)  # methods registered later (user modules) reach verl too
+methods.on_register(_register_in_verl)  # methods registered later reach verl too
+# verl's driver and every Ray worker import this module before they look a loss up: the start of a run on verl's side,
+# where the methods of the user's own modules ($BANDPO_METHOD_MODULES, set by VerlRun) are imported and registered.
+methods.load_env_method_modules()

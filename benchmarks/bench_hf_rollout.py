@@ -24,11 +24,10 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bandpo.files import read_jsonl
+from bandpo.models import MAX_NEW_TOKENS
 
-from bandpo.files import read_jsonl  # noqa: E402
-from bandpo.models import MAX_NEW_TOKENS  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def one_step(server, prompts: list[list[int]], samples: int, params: dict) -> float:

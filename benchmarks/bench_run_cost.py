@@ -18,7 +18,6 @@ over ``--repeats``.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import resource
@@ -30,24 +29,19 @@ import tempfile
 import time
 from pathlib import Path
 
+from bandpo import sweep
+
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET_S = {"tiny-s": 120.0, "tiny-m": 240.0}  # the local trainer's per-run targets (one core)
 
 
-def _bench_config():
-    spec = importlib.util.spec_from_file_location("bench_config", ROOT / "workflow" / "scripts" / "bench_config.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def run_command(bc, cfg: dict, model_id: str, entry_id: str, seed: int, out: str) -> list[str]:
+def run_command(cfg: dict, model_id: str, entry_id: str, seed: int, out: str) -> list[str]:
     """``python -m bandpo.train ...`` as the workflow's train_local rule builds it (one thread)."""
-    entry = bc.by_id(cfg["methods"])[entry_id]
-    args = [sys.executable, "-m", "bandpo.train", "--model", bc.model_path(cfg, model_id, seed),
+    entry = sweep.by_id(cfg["methods"])[entry_id]
+    args = [sys.executable, "-m", "bandpo.train", "--model", sweep.model_path(cfg, model_id, seed),
             "--data", f"resources/data/{cfg['train_data'][0]}", "--method", entry["method"],
             "--params", json.dumps(entry.get("params") or {}, sort_keys=True), "--seed", str(seed)]  # fmt: skip
-    args += bc.set_args(bc.train_overrides(cfg, model_id, entry_id))
+    args += sweep.set_args(sweep.train_overrides(cfg, model_id, entry_id))
     return args + ["--out", out, "--threads", "1", "--no-progress"]
 
 
@@ -74,12 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="also write the per-run figures here")
     args = ap.parse_args(argv)
 
-    bc = _bench_config()
-    cfg = bc.validate_config(bc.load_yaml(ROOT / args.config))  # defaults filled in (base_per_seed, ...)
-    if args.entry not in bc.by_id(cfg["methods"]):
+    cfg = sweep.validate_config(sweep.load_yaml(ROOT / args.config), root=ROOT)  # defaults filled in
+    if args.entry not in sweep.by_id(cfg["methods"]):
         ap.error(f"--entry {args.entry!r} is not a method entry of {args.config}")
     models = [m["id"] for m in cfg["models"] if m.get("source") == "tiny"]
-    missing = [m for m in models if not (ROOT / bc.model_path(cfg, m, args.seed) / "config.json").is_file()]
+    missing = [m for m in models if not (ROOT / sweep.model_path(cfg, m, args.seed) / "config.json").is_file()]
     if missing or not models:
         ap.error(f"build the models first (missing: {', '.join(missing) or 'no tiny models in the config'})")
 
@@ -93,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     for repeat in range(args.repeats):
         for model_id in models:  # one run at a time, sizes alternating across repeats
             with tempfile.TemporaryDirectory(prefix="bandpo-cost-") as tmp:
-                cmd = run_command(bc, cfg, model_id, args.entry, args.seed, tmp)
+                cmd = run_command(cfg, model_id, args.entry, args.seed, tmp)
                 r = time_run(cmd, Path(tmp))
             r.update(model=model_id, repeat=repeat, budget_s=BUDGET_S.get(model_id, float("nan")))
             rows.append(r)

@@ -18,12 +18,14 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
+from bandpo.sweep import split_slot
+
 
 def rule_kind(rel: Path) -> str:
     """The row a benchmark file belongs to, from its path under the benchmarks folder."""
     parts = rel.with_suffix("").parts
     if parts[0] == "train" and len(parts) >= 3:  # train/{model}/{entry}[@{experiment}]/seed{s}
-        experiment = parts[2].partition("@")[2] or "main"
+        experiment = split_slot(parts[2])[1]
         return f"train {parts[1]} ({experiment})"
     if parts[0] == "models" and len(parts) >= 2:  # models/{model}[/seed{s}]
         return f"model build {parts[1]}"

@@ -20,17 +20,13 @@ from pathlib import Path
 
 import pandas as pd
 
-FILTER = "all_k"
+from bandpo.lm_eval_results import FILTER_NAME
+from bandpo.sweep import BASE_ENTRY, MAIN, run_folder, slot_id
 
 
 def _write_json(path: Path, obj) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(obj, indent=1) + "\n", encoding="utf-8")
-
-
-def _slot(entry: str, experiment: str) -> str:
-    """The folder name of an entry's runs and scores in an experiment (bandpo.report.load.split_slot's inverse)."""
-    return entry if experiment == "main" else f"{entry}@{experiment}"
 
 
 def published_experiments(published: Path) -> dict | None:
@@ -53,20 +49,20 @@ def rebuild_run_outputs(published: Path, dest: Path, with_labels: bool = True) -
     root = dest / profile
     for frame in (scores, runs, board):  # tables published before experiments existed hold main's rows only
         if "experiment" not in frame:
-            frame["experiment"] = "main"
-        frame["experiment"] = frame["experiment"].fillna("main")
+            frame["experiment"] = MAIN
+        frame["experiment"] = frame["experiment"].fillna(MAIN)
     labels = {(r.experiment, r.model, r.entry): r.params for r in board.itertuples()}
     for (experiment, model, entry, seed), g in scores.groupby(["experiment", "model", "entry", "seed"], sort=True):
-        folder = root / "eval" / model / _slot(entry, experiment) / f"seed{seed}"
+        folder = root / "eval" / run_folder(model, slot_id(experiment, entry), seed)
         first = g.iloc[0]
         params = json.loads(first["params"]) if isinstance(first["params"], str) and first["params"] else None
-        method = None if first["method"] == "base" else first["method"]
+        method = None if first["method"] == BASE_ENTRY else first["method"]
         results = {"results": {}, "configs": {}, "n-samples": {}}
         for task, t in g.groupby("task", sort=True):
             res = {"alias": task}
             for r in t.itertuples():
-                res[f"{r.name},{FILTER}"] = float(r.value)
-                res[f"{r.name}_stderr,{FILTER}"] = float(r.stderr) if pd.notna(r.stderr) else "N/A"
+                res[f"{r.name},{FILTER_NAME}"] = float(r.value)
+                res[f"{r.name}_stderr,{FILTER_NAME}"] = float(r.stderr) if pd.notna(r.stderr) else "N/A"
             results["results"][task] = res
             results["configs"][task] = {"repeats": int(t["n"].iloc[0])}
             summary = {
@@ -79,7 +75,7 @@ def rebuild_run_outputs(published: Path, dest: Path, with_labels: bool = True) -
                 "params": params,
                 "task": task,
                 "k": int(t["n"].iloc[0]),
-                "lm_eval": {"results_file": "lm_eval_results.json", "filter": FILTER},
+                "lm_eval": {"results_file": "lm_eval_results.json", "filter": FILTER_NAME},
                 "experiment": experiment,
             }
             subset = t["subset"].iloc[0] if "subset" in t else None
@@ -91,7 +87,7 @@ def rebuild_run_outputs(published: Path, dest: Path, with_labels: bool = True) -
             _write_json(folder / f"{task}.json", summary)
         _write_json(folder / "lm_eval_results.json", results)
     for r in runs.itertuples():
-        folder = root / "runs" / r.model / _slot(r.entry, r.experiment) / f"seed{r.seed}"
+        folder = root / "runs" / run_folder(r.model, slot_id(r.experiment, r.entry), r.seed)
         folder.mkdir(parents=True, exist_ok=True)
         steps = int(r.steps)
         unread = dict.fromkeys(("response_length", "clipfrac", "clipfrac_upper", "clipfrac_lower"), 0.0)

@@ -205,8 +205,8 @@ def test_kl_tables_are_cached_per_delta_and_device():
     x = -torch.rand(100, dtype=torch.float64) * 20
     with torch.inference_mode():  # tables built here must also serve calls outside inference mode
         lo1, hi1 = band_bounds(x, "kl", 0.0731)
-    assert (0.0731, x.device) in band_module._KL_TABLE_CACHE
-    cached = band_module._KL_TABLE_CACHE[(0.0731, x.device)]
+    assert (0.0731, x.device, "float64") in band_module._KL_TABLE_CACHE
+    cached = band_module._KL_TABLE_CACHE[(0.0731, x.device, "float64")]
     assert not cached.is_inference() and cached.dtype == torch.float64
     lo2, hi2 = band_bounds(x, "kl", 0.0731)  # cache hit, same result
     assert torch.equal(lo1, lo2) and torch.equal(hi1, hi2)
@@ -216,6 +216,54 @@ def test_kl_tables_are_cached_per_delta_and_device():
     for i in range(band_module._KL_TABLE_CACHE_SIZE + 3):  # bounded
         band_bounds(x[:3], "kl", 0.01 + i * 1e-3)
     assert len(band_module._KL_TABLE_CACHE) <= band_module._KL_TABLE_CACHE_SIZE
+
+
+@pytest.mark.parametrize("delta", [1e-3, 0.05, 1.0])
+def test_kl_float32_path_over_every_binade(delta):
+    """Float32 inputs take the bit-indexed tables: over random float32 values of every binade (and densely where
+    the bounds vary), r_hi within 2e-7 relative and r_lo within 2e-7 absolute of the float64 solver, inf exactly
+    where the float64 value overflows float32; whatever the chunking of the input."""
+    gen = torch.Generator().manual_seed(7)
+    bits = torch.cat(
+        (
+            torch.randint(0, 0x7F800000, (100_000,), generator=gen, dtype=torch.int32),  # every finite x >= 0
+            torch.randint(0x30000000, 0x43000000, (100_000,), generator=gen, dtype=torch.int32),  # x in [5e-10, 128)
+        )
+    )
+    x = -bits.view(torch.float32)
+    lo32, hi32 = band_bounds(x, "kl", delta)
+    lo64, hi64 = band_bounds(x.double(), "kl", delta)
+    finite = hi64 < torch.finfo(torch.float32).max
+    assert ((hi32.double() - hi64).abs() / hi64)[finite].max().item() <= 2e-7
+    assert bool(torch.isinf(hi32[~finite]).all())
+    assert (lo32.double() - lo64).abs().max().item() <= 2e-7
+    chunked = band_module._KL32_CHUNK
+    try:
+        band_module._KL32_CHUNK = 1000  # a chunk size that does not divide the input
+        lo_c, hi_c = band_bounds(x.view(400, 500), "kl", delta)
+    finally:
+        band_module._KL32_CHUNK = chunked
+    assert torch.equal(lo_c.reshape(-1), lo32) and torch.equal(hi_c.reshape(-1), hi32)
+
+
+def test_kl_float32_path_special_values():
+    """p = 1 (log p = 0, -0.0, rounding noise above 0), p = 0 (-inf), and NaN of any payload or sign."""
+    nan_bits = torch.tensor([0x7FC00000, -0x400000, 0x7F800001, 0x7F80FFFF, -0x7FFFFF], dtype=torch.int32)
+    x = torch.cat((torch.tensor([0.0, -0.0, 3e-8, 1e-3, -math.inf, -1e-45]), nan_bits.view(torch.float32)))
+    lo, hi = band_bounds(x, "kl", 0.05)
+    e = torch.tensor(math.exp(-0.05), dtype=torch.float32)
+    assert torch.equal(lo[:3], e.expand(3)) and torch.equal(hi[:3], torch.ones(3))
+    assert lo[4].item() == 0.0 and hi[4].item() == math.inf
+    assert bool(torch.isnan(lo[6:]).all()) and bool(torch.isnan(hi[6:]).all())
+    lo64, hi64 = band_bounds(x[:6].double(), "kl", 0.05)
+    torch.testing.assert_close(lo[:6].double(), lo64, rtol=0, atol=2e-7)
+    torch.testing.assert_close(hi[:6].double(), hi64, rtol=2e-7, atol=0)
+    for dtype in (torch.float16, torch.bfloat16):  # lower precisions go through float32
+        lo_d, hi_d = band_bounds(x.to(dtype), "kl", 0.05)
+        assert lo_d.dtype == dtype and hi_d.dtype == dtype
+        lo_f, hi_f = band_bounds(x.to(dtype).float(), "kl", 0.05)
+        torch.testing.assert_close(lo_d, lo_f.to(dtype), equal_nan=True, rtol=0, atol=0)
+        torch.testing.assert_close(hi_d, hi_f.to(dtype), equal_nan=True, rtol=0, atol=0)
 
 
 @pytest.mark.slow

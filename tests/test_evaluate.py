@@ -12,9 +12,9 @@ import pytest
 
 from bandpo import evaluate as ev
 from bandpo.files import read_jsonl
+from bandpo.sweep import TASKS_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
-TASKS_DIR = ROOT / "workflow" / "lm_eval_tasks"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -250,11 +250,13 @@ def lm_eval_runs(tmp_path_factory):
     model = build_bigram_model(tmp / "bigram")
     data = tmp / "test.jsonl"
     rows = write_problems(data)
+    run_dir = tmp / "runs" / "grpo"  # a trained run's record: evaluation reads its method from run.json
+    run_dir.mkdir(parents=True)
+    info = {"config": {"method": "grpo"}, "method": "grpo", "method_params": {"eps_low": 0.2, "eps_high": 0.2}}
+    (run_dir / "run.json").write_text(json.dumps(info))
     runs = [
         ev.EvalRun(str(model), str(tmp / "out" / "a"), seed=0, meta={"model": "bigram", "entry": "base"}),
-        ev.EvalRun(
-            str(model), str(tmp / "out" / "b"), seed=0, meta={"model": "bigram", "method": "grpo", "params": {}}
-        ),
+        ev.EvalRun(str(model), str(tmp / "out" / "b"), seed=0, meta={"model": "bigram", "run_dir": str(run_dir)}),
         ev.EvalRun(str(model), str(tmp / "out" / "c"), seed=1, meta={"model": "bigram", "entry": "base"}),
     ]
     summaries = ev.evaluate_runs(
@@ -304,5 +306,16 @@ def test_lm_eval_runs_are_seeded(lm_eval_runs):
     resp = [[s["filtered_resps"] for s in read_jsonl(Path(r.out_dir) / "tiny_math.samples.jsonl")] for r in runs]
     assert resp[0] == resp[1]  # same seed, same samples (two runs in one process)
     assert resp[0] != resp[2]  # another seed, other samples
-    # method parameters are spelled out in the summary
-    assert summaries[1]["params"] == {"eps_low": 0.2, "eps_high": 0.2}
+    # a trained run's method comes from its run.json; the base model has none
+    assert summaries[1]["method"] == "grpo" and summaries[1]["params"] == {"eps_low": 0.2, "eps_high": 0.2}
+    assert summaries[1]["trainer"] == "local"  # run.json names no trainer: the local one
+    assert summaries[0]["method"] is None and summaries[0]["params"] is None
+
+
+def test_a_scored_run_names_its_method_in_run_json_only(tmp_path):
+    assert ev.run_method({"entry": "base"}) == {"method": None, "params": None}
+    info = {"trainer": "verl", "config": {"method": "dcpo"}, "method_params": {}}
+    (tmp_path / "run.json").write_text(json.dumps(info))
+    assert ev.run_method({"run_dir": str(tmp_path)}) == {"method": "dcpo", "params": {}, "trainer": "verl"}
+    with pytest.raises(ValueError, match="cannot read its run.json"):
+        ev.run_method({"run_dir": str(tmp_path / "missing")})

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from bandpo import band, methods
-from bandpo.methods import BUCKET_LABELS, aggregate_loss, compute_bounds, compute_loss, ppo_surrogate
+from bandpo.methods import BUCKET_LABELS, aggregate_loss, compute_bounds, compute_loss, ppo_surrogate, registry
+from bandpo.methods import bounds as bounds_module
 
 torch.set_num_threads(1)
 
@@ -92,8 +97,8 @@ def test_config_coercion_and_instances():
 
 
 def test_user_method_is_one_function_and_one_config(monkeypatch):
-    monkeypatch.setattr(methods, "_METHODS", dict(methods._METHODS))
-    monkeypatch.setattr(methods, "_REGISTRATION_HOOKS", [])  # keep it out of verl's registry (see test_verl_plugin)
+    monkeypatch.setattr(registry, "_METHODS", dict(registry._METHODS))
+    monkeypatch.setattr(registry, "_REGISTRATION_HOOKS", [])  # keep it out of verl's registry (see test_verl_plugin)
 
     from dataclasses import dataclass
 
@@ -202,13 +207,13 @@ def test_bandpo_cap_relax_and_custom_divergence():
 
 def test_bounds_are_computed_on_valid_tokens_only(monkeypatch):
     seen = []
-    real = methods.band_bounds
+    real = bounds_module.band_bounds
 
     def spy(x, divergence, delta):
         seen.append(x.numel())
         return real(x, divergence, delta)
 
-    monkeypatch.setattr(methods, "band_bounds", spy)
+    monkeypatch.setattr(bounds_module, "band_bounds", spy)
     old = torch.full((4, 6), float("nan"))  # padding may hold anything
     mask = torch.zeros(4, 6, dtype=torch.bool)
     mask[:, :2] = True
@@ -444,3 +449,58 @@ def test_shape_and_type_errors():
         compute_loss("ppo", old, old, old, mask)
     with pytest.raises(ValueError, match="global_batch_info"):
         compute_loss("grpo", old, old, old, mask, global_batch_info={"dp": 2})
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Methods of the user's own modules: loaded where a run starts, never by importing bandpo.methods
+
+SIDE_EFFECT_MODULE = '''
+import pathlib
+
+from bandpo.methods import GRPOConfig, constant_bounds, register_bounds
+
+pathlib.Path({marker!r}).write_text("imported")
+
+
+@register_bounds("side_effect_clip", config=GRPOConfig)
+def side_effect_clip(old_log_prob, response_mask, params):
+    """Registered by a module with a side effect."""
+    return constant_bounds(old_log_prob, response_mask, 1 - params.eps_low, 1 + params.eps_high)
+'''
+
+
+def side_effect_module(tmp_path) -> tuple[Path, Path]:
+    """A user method module that writes a marker file when imported: (module path, marker path)."""
+    marker = tmp_path / "imported.txt"
+    module = tmp_path / "side_effect_methods.py"
+    module.write_text(SIDE_EFFECT_MODULE.format(marker=str(marker)))
+    return module, marker
+
+
+def test_importing_methods_runs_no_user_code_a_run_start_does(tmp_path):
+    module, marker = side_effect_module(tmp_path)
+    env = {**os.environ, methods.METHOD_MODULES_ENV: str(module)}
+    code = (
+        "import pathlib, sys\n"
+        "import bandpo.methods, bandpo.train, bandpo.verl_command, bandpo.evaluate\n"
+        "print(pathlib.Path(sys.argv[1]).exists(), 'side_effect_clip' in bandpo.methods.list_methods())\n"
+        "from bandpo.train import TrainConfig, train\n"
+        "try:\n"
+        "    train(TrainConfig(method='side_effect_clip'))  # a run start: loads the module, then rejects the config\n"
+        "except ValueError as e:\n"
+        "    print('model: required' in str(e))\n"
+        "print(pathlib.Path(sys.argv[1]).exists(), 'side_effect_clip' in bandpo.methods.list_methods())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(marker)], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False", "True", "True", "True"]
+
+
+def test_the_train_cli_loads_user_modules_from_the_environment(tmp_path):
+    module, marker = side_effect_module(tmp_path)
+    env = {**os.environ, methods.METHOD_MODULES_ENV: str(module)}
+    cmd = [sys.executable, "-m", "bandpo.train", "--model", "m", "--data", "d", "--out", str(tmp_path / "o")]
+    proc = subprocess.run([*cmd, "--method", "side_effect_clip", "--params", '{"eps_low": 2.0}'], env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    # the method is known (its parameter is checked), so the module was imported; a usage error, no traceback
+    assert proc.returncode == 2 and "eps_low" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert marker.read_text() == "imported"

@@ -1,4 +1,5 @@
-"""The mechanism probe (bandpo.probe): the tiny-math variant with decoys, and the deciding-token measurement."""
+"""The mechanism probe: the tiny-math variant with decoys (bandpo.tasks), and the deciding-token measurement
+(bandpo.probe)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from bandpo import probe as P
+from bandpo import tasks as T
 from bandpo.files import read_jsonl
 from bandpo.grader import grade
 from bandpo.models import build_model, build_tokenizer, load_model
@@ -17,12 +19,12 @@ from bandpo.tasks import boxed, generate_tiny_math
 from bandpo.tasks import main as tasks_main
 
 SMALL = {"n_train": 4000, "n_val": 45, "n_test": 60}
-SPEC = P.ProbeSpec(kinds=("arith",), levels=(2,), decoy_share=0.8, n_test=12, n_val=6)
+SPEC = T.ProbeSpec(kinds=("arith",), levels=(2,), decoy_share=0.8, n_test=12, n_val=6)
 
 
 @pytest.fixture(scope="module")
 def probe_splits():
-    return P.apply_probe(generate_tiny_math(seed=3, **SMALL), SPEC, seed=3)
+    return T.apply_probe(generate_tiny_math(seed=3, **SMALL), SPEC, seed=3)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -42,26 +44,26 @@ def probe_splits():
 )
 def test_spec_rejects_bad_values(bad, match):
     with pytest.raises(ValueError, match=match):
-        P.ProbeSpec.from_dict(bad)
+        T.ProbeSpec.from_dict(bad)
 
 
 def test_spec_roundtrip():
-    spec = P.ProbeSpec.from_dict({"kinds": "word", "levels": [1], "decoy_share": 0.9})
+    spec = T.ProbeSpec.from_dict({"kinds": "word", "levels": [1], "decoy_share": 0.9})
     assert spec.kinds == ("word",) and spec.levels == (1,)
-    assert P.ProbeSpec.from_dict(spec.to_dict()) == spec
+    assert T.ProbeSpec.from_dict(spec.to_dict()) == spec
 
 
 def test_rule_and_decoy():
     row = {"kind": "arith", "level": 2, "answer": "47"}
-    assert P.in_subset(row, SPEC)
-    assert not P.in_subset({**row, "answer": "46"}, SPEC)
-    assert not P.in_subset({**row, "level": 3}, SPEC)
-    assert not P.in_subset({**row, "kind": "word"}, SPEC)
-    assert not P.in_subset({**row, "answer": "-7"}, SPEC)
-    assert P.decoy_answer("47") == "48" and P.decoy_answer("7") == "8"
-    assert P.decoy_solution("40+7=47. \\boxed{47}", "47", "48") == "40+7=48. \\boxed{48}"
+    assert T.in_subset(row, SPEC)
+    assert not T.in_subset({**row, "answer": "46"}, SPEC)
+    assert not T.in_subset({**row, "level": 3}, SPEC)
+    assert not T.in_subset({**row, "kind": "word"}, SPEC)
+    assert not T.in_subset({**row, "answer": "-7"}, SPEC)
+    assert T.decoy_answer("47") == "48" and T.decoy_answer("7") == "8"
+    assert T.decoy_solution("40+7=47. \\boxed{47}", "47", "48") == "40+7=48. \\boxed{48}"
     with pytest.raises(ValueError, match="does not end in"):
-        P.decoy_solution("47=4*10+7. \\boxed{7}", "7", "8")
+        T.decoy_solution("47=4*10+7. \\boxed{7}", "7", "8")
 
 
 def test_probe_splits_shape_and_membership(probe_splits):
@@ -73,7 +75,7 @@ def test_probe_splits_shape_and_membership(probe_splits):
         assert len({r["id"] for r in s[split]}) == len(s[split])
     for split, rows in s.items():
         for r in rows:
-            assert r["subset"] == ("probe" if P.in_subset(r, SPEC) else "rest")
+            assert r["subset"] == ("probe" if T.in_subset(r, SPEC) else "rest")
             assert (r["decoy"] is not None) == (r["subset"] == "probe")
             if split != "train":  # evaluation rows show the true answer
                 assert r["shown_answer"] == r["answer"] and grade(r["solution"], r["answer"]) == 1.0
@@ -115,9 +117,9 @@ def test_rest_of_train_is_unchanged(probe_splits):
 
 
 def test_probe_is_deterministic_and_seeded():
-    a = P.apply_probe(generate_tiny_math(seed=3, **SMALL), SPEC, seed=3)
-    b = P.apply_probe(generate_tiny_math(seed=3, **SMALL), SPEC, seed=3)
-    c = P.apply_probe(generate_tiny_math(seed=4, **SMALL), SPEC, seed=4)
+    a = T.apply_probe(generate_tiny_math(seed=3, **SMALL), SPEC, seed=3)
+    b = T.apply_probe(generate_tiny_math(seed=3, **SMALL), SPEC, seed=3)
+    c = T.apply_probe(generate_tiny_math(seed=4, **SMALL), SPEC, seed=4)
     assert a == b
     assert a["test"] != c["test"]
 
@@ -125,12 +127,12 @@ def test_probe_is_deterministic_and_seeded():
 def test_subset_cells_without_train_rows_are_refused():
     # arith level 1 has ~10 problems whose result ends in 7: holding out 10 leaves none to train on
     with pytest.raises(ValueError, match=r"no train row of the subset in cells \[\('arith', 1\)\]"):
-        spec = P.ProbeSpec(kinds=("arith",), levels=(1,), n_test=7, n_val=3)
-        P.apply_probe(generate_tiny_math(seed=3, **SMALL), spec, seed=3)
+        spec = T.ProbeSpec(kinds=("arith",), levels=(1,), n_test=7, n_val=3)
+        T.apply_probe(generate_tiny_math(seed=3, **SMALL), spec, seed=3)
 
 
 def test_zero_share_shows_only_true_answers():
-    s = P.apply_probe(generate_tiny_math(seed=3, **SMALL), P.ProbeSpec(decoy_share=0.0, n_test=5, n_val=0), seed=3)
+    s = T.apply_probe(generate_tiny_math(seed=3, **SMALL), T.ProbeSpec(decoy_share=0.0, n_test=5, n_val=0), seed=3)
     assert all(r["shown_answer"] == r["answer"] for r in s["train"])
 
 
@@ -147,9 +149,9 @@ def test_cli_writes_probe_fields(tmp_path):
 
 def test_subset_rows_needs_probe_rows():
     with pytest.raises(ValueError, match="without a probe 'subset'"):
-        P.subset_rows([{"id": "a", "prompt": "Q"}], "probe")
+        T.subset_rows([{"id": "a", "prompt": "Q"}], "probe")
     with pytest.raises(ValueError, match="subset must be"):
-        P.subset_rows([], "other")
+        T.subset_rows([], "other")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -186,14 +188,14 @@ class ScriptedLM(torch.nn.Module):
 def _row(rid, a, b):
     ans = str(a + b)
     return {"id": rid, "prompt": f"Q: Compute {a}+{b}.\nA: ", "answer": ans, "solution": f"{a}+{b}={ans}. {boxed(ans)}",
-            "decoy": P.decoy_answer(ans), "subset": "probe"}  # fmt: skip
+            "decoy": T.decoy_answer(ans), "subset": "probe"}  # fmt: skip
 
 
 def test_deciding_token_on_scripted_lm():
     tok = build_tokenizer()
     rows = [_row("rare", 9, 8), _row("solved", 3, 4), _row("direct", 40, 7)]
     right = {r["id"]: r["solution"] for r in rows}
-    wrong = {r["id"]: P.decoy_solution(r["solution"], r["answer"], r["decoy"]) for r in rows}
+    wrong = {r["id"]: T.decoy_solution(r["solution"], r["answer"], r["decoy"]) for r in rows}
     lm = ScriptedLM(tok, {
         rows[0]["prompt"]: [(wrong["rare"], 0.93), (right["rare"], 0.05), (boxed("17"), 0.02)],
         rows[1]["prompt"]: [(right["solved"], 0.7), (wrong["solved"], 0.3)],

@@ -20,13 +20,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bandpo import bounds_table as bounds_script
 from bandpo import report
 from bandpo.methods import BUCKET_LABELS
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("bounds_table", ROOT / "workflow" / "scripts" / "bounds_table.py")
-bounds_script = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bounds_script)
 PROFILE = "testprof"
 MAIN_FIGURES = [name for name in report.FIGURES if name not in report.EXPERIMENT_FIGURES]
 GRADER_ID = "bandpo.grader/strict-answer-line@0.1.0.r2+math-verify-0.8.0"
@@ -657,7 +655,7 @@ def test_figures_exist(built):
 
 
 def test_bounds_table(tmp_path):
-    """The bound figure's data (workflow/scripts/bounds_table.py): closed forms of the registered bounds."""
+    """The bound figure's data (bandpo.bounds_table): closed forms of the registered bounds."""
     data = bounds_script.bounds_table(delta=0.1)
     labels = {"BandPO-KL", "BandPO-TV", "BandPO-chi2", "GRPO", "Clip-Higher", "DCPO", report.SIMPLEX}
     assert set(data["method"]) == labels and data["delta"].eq(0.1).all()
@@ -1071,7 +1069,6 @@ report: "workflow/report/workflow.rst"
 config["profile"] = "{PROFILE}"
 config["publish"] = False
 RESULTS, LOGS, BENCH = "results/{PROFILE}", "logs/{PROFILE}", "logs/{PROFILE}/benchmarks"
-SCRIPTS = "workflow/scripts"
 MODELS, ENTRIES, SEEDS, EVAL_TASKS = ["tiny-s"], {sorted(e for e in ENTRIES if e != XSS_ENTRY)!r}, [0, 1, 2], ["{TASK}"]
 EVAL_ENTRIES = ["base", *ENTRIES]
 
@@ -1114,8 +1111,6 @@ def test_snakemake_report(tmp_path):
     wf = tmp_path / "wf"
     (wf / "workflow" / "rules").mkdir(parents=True)
     shutil.copytree(ROOT / "workflow" / "report", wf / "workflow" / "report")
-    (wf / "workflow" / "scripts").mkdir()
-    shutil.copy(ROOT / "workflow" / "scripts" / "bounds_table.py", wf / "workflow" / "scripts")
     (wf / "workflow" / "rules" / "report.smk").write_text(REPORT_RULE)
     (wf / "Snakefile").write_text(MINI_SNAKEFILE)
     env = {
@@ -1137,7 +1132,7 @@ def test_snakemake_report(tmp_path):
 
 
 def test_split_slot():
-    from bandpo.report.load import split_slot
+    from bandpo.sweep import split_slot
 
     assert split_slot("grpo@probe") == ("grpo", "probe")
     assert split_slot("bandpo_kl@random-reward") == ("bandpo_kl", "random-reward")

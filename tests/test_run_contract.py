@@ -1,24 +1,19 @@
-"""The run contract (workflow/schemas/run.schema.yaml): the checker, the local trainer's output, and merge_verl's
+"""The run contract (bandpo/schemas/run.schema.yaml): the checker, the local trainer's output, and merge_verl's
 mapping of verl's metric names onto the contract's."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from bandpo import merge_verl
 from bandpo.methods import BUCKET_LABELS
 from bandpo.models import build_tokenizer, get_size, init_model
 from bandpo.run_contract import RunContractError, check_run, contract, required_metric_keys
 from bandpo.tasks import generate_tiny_math, write_jsonl
 from bandpo.train import TrainConfig, train
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
-
-import merge_verl  # noqa: E402
 
 
 def verl_record(step: int) -> dict:
@@ -126,13 +121,18 @@ def test_merge_verl_records_the_reward_grader():
     assert merge_verl.reward_grader({}) is None
 
 
-def test_merge_verl_records_the_methods_label_as_the_local_trainer():
-    """run.json's method_label is what the leaderboard's params column shows (MethodConfig.label)."""
-    rec = merge_verl.method_label({"method": "bandpo", "params": {"divergence": "kl", "delta": 0.05}})
-    assert rec == {"method": "bandpo", "method_label": "divergence=kl, delta=0.05"}
-    assert merge_verl.method_label({}) == {}
+def test_merge_verl_records_the_method_as_the_local_trainer():
+    """run.json's method_label is what the leaderboard's params column shows (MethodConfig.label); method_params
+    spells out every parameter, defaults included, as the local trainer's (evaluation reads them from run.json)."""
+    from bandpo.methods import make_config
+
+    rec = merge_verl.method_record({"method": "bandpo", "params": {"divergence": "kl", "delta": 0.05}})
+    full = make_config("bandpo", {"divergence": "kl", "delta": 0.05}).to_dict()
+    assert rec == {"method": "bandpo", "method_label": "divergence=kl, delta=0.05", "method_params": full}
+    assert full["delta"] == 0.05 and len(full) > 2  # the defaults are there too
+    assert merge_verl.method_record({}) == {"method_params": {}}
     with pytest.raises(ValueError, match="unknown parameter"):
-        merge_verl.method_label({"method": "grpo", "params": {"delta": 0.05}})
+        merge_verl.method_record({"method": "grpo", "params": {"delta": 0.05}})
 
 
 def test_the_schema_lists_what_the_report_reads():

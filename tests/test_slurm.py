@@ -26,15 +26,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bandpo.sweep import ConfigError, job_resources, validate_config
+
 ROOT = Path(__file__).resolve().parent.parent
 SNAKEFILE = ROOT / "Snakefile"
 PROFILE = ROOT / "profiles" / "slurm"
 CLUSTER = PROFILE / "local-cluster.sh"
 SMOKE = ROOT / "config" / "smoke.yaml"
 GPU = ROOT / "config" / "gpu.yaml"
-sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
-
-from bench_config import ConfigError, job_resources, validate_config  # noqa: E402
 
 PLUGIN = importlib.util.find_spec("snakemake_executor_plugin_slurm") is not None
 REQUIRED = os.environ.get("BANDPO_SLURM_REQUIRED") == "1"

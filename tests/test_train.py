@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 import signal
 import subprocess
@@ -114,7 +116,11 @@ def test_every_registered_method_trains(assets, tmp_path, method):
     assert summary["grader"]["name"] == "bandpo.grader"
     run_json = json.loads((tmp_path / method / "run.json").read_text())
     assert run_json["method"] == method and run_json["method_params"] == methods.make_config(method).to_dict()
-    assert run_json["method_label"] == methods.make_config(method).label() != ""
+    config = methods.make_config(method)
+    assert run_json["method_label"] == config.label()
+    assert config.label() != "" or not dataclasses.fields(config)  # empty only for a method without parameters (gpg)
+    assert math.isfinite(metrics[-1]["loss"])
+    assert "stopped_frac_pos/p0.0-0.2" in metrics[-1] and "stopped_frac_neg" in metrics[-1]
     assert (
         not (tmp_path / method / "checkpoint").exists() and not (tmp_path / method / "metrics.jsonl.partial").exists()
     )
@@ -342,7 +348,7 @@ def test_on_policy_updates_make_every_bound_method_the_same_run(assets, tmp_path
 @pytest.fixture(scope="module")
 def probe_data(tmp_path_factory):
     """A small probe data set (bandpo.probe): train rows and validation probe rows carry ``subset``."""
-    from bandpo.probe import ProbeSpec, apply_probe
+    from bandpo.tasks import ProbeSpec, apply_probe
 
     base = tmp_path_factory.mktemp("probe-data")
     splits = apply_probe(generate_tiny_math(seed=1, n_train=600, n_val=20, n_test=20), ProbeSpec(n_test=4, n_val=3), 1)
@@ -384,3 +390,53 @@ def test_probe_every_needs_probe_rows(assets, tmp_path):
             (data / "validation.jsonl").unlink()
     with pytest.raises(ValueError, match="probe_every: must be an integer >= 0"):
         check_overrides({"probe_every": -1})
+
+
+def test_cli_help_shows_every_field_with_its_default_and_doc():
+    """``python -m bandpo.train --help`` is generated from TrainConfig: each field's flag, its attribute docstring and
+    its default (whitespace aside: the help wraps lines)."""
+    import ast
+    import inspect
+
+    import bandpo.train as train_module
+
+    proc = subprocess.run([sys.executable, "-m", "bandpo.train", "--help"], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "COLUMNS": "100"}, check=True)  # fmt: skip
+    flat = "".join(ch for ch in proc.stdout if not ch.isspace() and ch not in "│╭╮╰╯─")
+    docs = {}  # field -> attribute docstring, read from the source as tyro reads it
+    body = ast.parse(inspect.getsource(train_module.TrainConfig)).body[0].body
+    for node, nxt in zip(body, body[1:], strict=False):
+        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            docs[node.target.id] = nxt.value.value
+    for f in dataclasses.fields(TrainConfig):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        shown = {"": "''", "{}": "'{}'"}.get(str(default), str(default))
+        assert f"--{f.name.replace('_', '-')}" in flat, f.name
+        assert "".join(docs[f.name].split()) + f"(default:{shown})" in flat, f.name
+    assert "--set" in flat and "--method-module" in flat and "grpo" in flat  # the compatibility path, the methods
+
+
+def test_cli_flags_and_set_build_the_same_config(tmp_path, monkeypatch, capsys):
+    """The generated flags and the workflow's --set path give the same TrainConfig; --set is applied last."""
+    seen = []
+    monkeypatch.setattr("bandpo.train.train", lambda cfg: seen.append(cfg) or {"final": {}, "train_seconds_total": 0})
+    from bandpo.train import main
+
+    common = ["--model", "m", "--data", "d", "--out", str(tmp_path), "--method", "bandpo", "--params", '{"delta": 0.1}']
+    main([*common, "--steps", "7", "--lr-end", "None", "--samples-per-prompt", "4", "--no-progress"])
+    main([*common, "--set", "steps=7", "--set", "lr_end=null", "--set", "samples_per_prompt=4", "--set",
+          "progress=false"])  # fmt: skip
+    main([*common, "--steps", "3", "--lr-end", "None", "--samples-per-prompt", "4", "--no-progress", "--set",
+          "steps=7"])  # fmt: skip
+    assert seen[0] == seen[1] == seen[2]
+    assert (seen[0].steps, seen[0].lr_end, seen[0].samples_per_prompt, seen[0].params) == (7, None, 4, {"delta": 0.1})
+    # bad values: a usage error naming the field (test_config_errors_name_the_field: and no stack trace)
+    for bad in (["--steps", "x"], ["--lr", "-1"], ["--params", "[1]"], ["--set", "stepz=3"], ["--dual-clip-c", "1"]):
+        try:
+            status = main([*common, *bad])
+        except SystemExit as e:  # tyro's own parse errors exit
+            status = e.code
+        err = capsys.readouterr().err
+        assert status == 2, (bad, err)
+        name = bad[1].split("=")[0] if bad[0] == "--set" else bad[0].lstrip("-").replace("-", "_")
+        assert name.replace("_", "") in err.replace("_", "").replace("-", ""), (bad, err)

@@ -178,7 +178,7 @@ def verl_cpu_test_config(tmp_path: Path) -> Path:
     cfg["models"] = [{"id": "vtest-tiny", "source": "tiny", "size": "tiny-test", "build": {"eval_limit": 8}}]
     cfg["methods"] = [{"id": "bandpo_kl", "method": "bandpo", "params": {"divergence": "kl", "delta": 0.05}}]
     cfg["seeds"] = [0]
-    cfg["verl"].update(train_batch_size=4, rollout_n=4, ppo_mini_batch_size=2, total_training_steps=2)
+    cfg["verl"].update(prompts_per_step=4, samples_per_prompt=4, updates_per_step=2, steps=2)
     cfg["beside"] = str(ROOT / "results")  # the published local-trainer page (no run of this test's model there)
     path = tmp_path / "verl-cpu-test.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))

@@ -5,12 +5,14 @@ Needs verl installed (skipped otherwise) and this package installed (``pip insta
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +23,7 @@ from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla, get_policy_
 from verl.workers.config import ActorConfig  # noqa: E402
 
 from bandpo import methods, verl_plugin  # noqa: E402
+from bandpo.methods import registry  # noqa: E402
 from bandpo.verl_command import VerlRun  # noqa: E402
 
 torch.set_num_threads(1)
@@ -112,7 +115,7 @@ def test_get_policy_loss_fn_returns_the_suite_loss_for_every_method():
 def test_methods_registered_later_reach_verl(monkeypatch):
     from verl.trainer.ppo import core_algos
 
-    monkeypatch.setattr(methods, "_METHODS", dict(methods._METHODS))
+    monkeypatch.setattr(registry, "_METHODS", dict(registry._METHODS))
     monkeypatch.setattr(core_algos, "POLICY_LOSS_REGISTRY", dict(core_algos.POLICY_LOSS_REGISTRY))
 
     @methods.register_bounds("wide_clip", config=methods.GRPOConfig)
@@ -367,7 +370,7 @@ def test_lr_end_is_verls_cosine_decay_to_that_rate(compose):
     import torch
     from verl.utils.torch_functional import get_cosine_schedule_with_warmup
 
-    run = sweep_run(lr=5e-4, lr_end=1e-4, total_training_steps=64)
+    run = sweep_run(lr=5e-4, lr_end=1e-4, steps=64)
     optim = compose(run.overrides()).actor_rollout_ref.actor.optim
     assert (optim.lr_scheduler_type, optim.min_lr_ratio, optim.lr_warmup_steps_ratio) == ("cosine", 0.2, 0.0)
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=optim.lr)
@@ -403,7 +406,7 @@ def _gpu_entry(entry_id: str) -> dict:
 def test_dapo_entry_is_the_dapo_recipe_in_verls_own_config(compose):
     """config/gpu.yaml's dapo row composes with verl's ppo_trainer config and carries the DAPO recipe: Clip-Higher
     0.2 / 0.28, token-mean, no KL loss, dynamic sampling on accuracy, verl's DAPO reward manager with a 512-token
-    overlong buffer inside a 4,608-token limit (penalty past 4,096), the strict grader in the reward."""
+    overlong buffer inside a 4,608-token limit (penalty past 4,096), the paper's grader (math-dapo) in the reward."""
     from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
     from verl.trainer.config import FilterGroupsConfig
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
@@ -424,8 +427,8 @@ def test_dapo_entry_is_the_dapo_recipe_in_verls_own_config(compose):
     kw = cfg.reward.reward_kwargs
     assert (kw.max_resp_len, kw.overlong_buffer_cfg.enable, kw.overlong_buffer_cfg.len) == (4608, True, 512)
     assert kw.max_resp_len - kw.overlong_buffer_cfg.len == 4096 and kw.overlong_buffer_cfg.penalty_factor == 1.0
-    assert cfg.reward.custom_reward_function.reward_kwargs.grader_mode == "strict-answer-line"
-    assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.BANDPO_GRADER_MODE == "strict-answer-line"
+    assert cfg.reward.custom_reward_function.reward_kwargs.grader_mode == "math-dapo"
+    assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.BANDPO_GRADER_MODE == "math-dapo"
 
 
 def test_dapo_reward_manager_applies_the_overlong_penalty_past_4096_tokens(compose):
@@ -484,8 +487,8 @@ def test_wrong_keys_fail_here_not_on_a_cluster(compose):
         sweep_run(sed=1)
     with pytest.raises(ValueError, match="'delta' = -1.0 must be > 0"):
         sweep_run(params={"delta": -1})
-    with pytest.raises(ValueError, match="multiple of ppo_mini_batch_size"):
-        sweep_run(ppo_mini_batch_size=100)
+    with pytest.raises(ValueError, match="multiple of updates_per_step"):
+        sweep_run(updates_per_step=3)
 
 
 @pytest.mark.slow
@@ -502,3 +505,103 @@ def test_command_line_through_verl_cli():
     assert cfg["actor_rollout_ref"]["actor"]["policy_loss"]["loss_mode"] == "bandpo.dcpo"
     raw = cfg["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"][verl_plugin.ENV_VAR]
     assert json.loads(raw) == {"dcpo": {"cap": 5.0, "eps_high": 0.2, "eps_low": 0.16}}
+
+
+def test_the_plugin_loads_user_modules_at_verls_start(tmp_path):
+    """verl imports bandpo.verl_plugin in its driver and every worker: that import loads $BANDPO_METHOD_MODULES
+    (bandpo.methods alone does not) and registers the user's methods in verl's registry."""
+    from test_methods import side_effect_module
+
+    module, marker = side_effect_module(tmp_path)
+    code = (
+        "import bandpo.methods; import pathlib, sys; print(pathlib.Path(sys.argv[1]).exists())\n"
+        "import bandpo.verl_plugin\n"
+        "from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY\n"
+        "print(pathlib.Path(sys.argv[1]).exists(), 'bandpo.side_effect_clip' in POLICY_LOSS_REGISTRY)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("VERL_USE_EXTERNAL_MODULES", verl_plugin.ENV_VAR)}
+    env[methods.METHOD_MODULES_ENV] = str(module)
+    out = subprocess.run([sys.executable, "-c", code, str(marker)], env=env, capture_output=True, text=True, timeout=99)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["False", "True", "True"]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# One vocabulary: docs/protocol-fields.md
+
+
+def protocol_table() -> dict[str, list[str]]:
+    """docs/protocol-fields.md's rows: field -> [verl keys, local default, verl default, meaning]."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "protocol-fields.md").read_text()
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[0].startswith("`"):
+            rows[cells[0].strip("`")] = cells[1:]
+    return rows
+
+
+def default_cell(cls, name: str) -> str:
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    if name not in fields:
+        return "—"
+    f = fields[name]
+    if f.default is not dataclasses.MISSING:
+        return f"`{f.default!r}`"
+    if f.default_factory is not dataclasses.MISSING:
+        return f"`{f.default_factory()!r}`"
+    return "required"
+
+
+# a value other than the default for each protocol field (valid together with sweep_run's settings)
+CHANGED = {"model": "other-model", "method": "grpo", "seed": 11, "steps": 3, "prompts_per_step": 128,
+           "samples_per_prompt": 4, "temperature": 0.7, "max_new_tokens": 512, "updates_per_step": 2, "lr": 2e-6,
+           "lr_end": 5e-7, "weight_decay": 0.1, "grad_clip": 0.5, "kl_coef": 0.01, "loss_agg_mode": "token-mean",
+           "dual_clip_c": 3.0, "ppo_epochs": 2, "kl_loss_type": "kl", "entropy_coeff": 0.01, "top_p": 0.9,
+           "max_prompt_length": 512, "total_epochs": 2}  # fmt: skip
+
+
+def test_protocol_table_is_true():
+    from bandpo.train import TrainConfig
+    from bandpo.verl_command import PROTOCOL_KEYS, VERL_ONLY_PROTOCOL
+
+    table = protocol_table()
+    keys = {**PROTOCOL_KEYS, **VERL_ONLY_PROTOCOL}
+    train_fields = [f.name for f in dataclasses.fields(TrainConfig)]
+    verl_fields = {f.name for f in dataclasses.fields(VerlRun)}
+    # every TrainConfig field and every protocol field of VerlRun is a row; a name both have maps through one place
+    assert set(table) == set(train_fields) | set(keys)
+    assert set(train_fields) & verl_fields - {"params"} <= set(PROTOCOL_KEYS)
+    assert set(keys) <= verl_fields
+    assert not {"rollout_n", "kl_loss_coef", "clip_ratio_c", "train_batch_size", "ppo_mini_batch_size",
+                "max_response_length", "total_training_steps", "use_kl_loss"} & verl_fields  # fmt: skip
+    # defaults are the code's
+    for name, (_, local, verl, _) in table.items():
+        assert local == default_cell(TrainConfig, name), name
+        assert verl == default_cell(VerlRun, name), name
+    # each listed verl key is what VerlRun emits for that field: present, and it follows the field's value
+    base = dict(sweep_run().protocol_overrides())
+    emitted = dict(o.split("=", 1) for o in sweep_run().overrides() if not o.startswith("+"))
+    for name, (cell, *_) in table.items():
+        listed = tuple(k.strip().strip("`") for k in cell.split(",")) if cell != "—" else ()
+        assert listed == keys.get(name, ()), name
+        if not listed:
+            continue
+        other = {"params": {}} if name == "method" else {}  # the other method's parameters
+        changed = sweep_run(**{name: CHANGED[name]}, **other).protocol_overrides()
+        for key in listed:
+            assert key in changed and changed[key] != base.get(key), (name, key)
+            assert key in emitted or (name == "lr_end" and key not in base), (name, key)  # min_lr_ratio: lr_end set
+
+
+def test_one_dual_clip_default():
+    """10.0, the paper's c, everywhere: the loss settings, both trainers, and the plugin's fallback when verl's
+    config lacks clip_ratio_c (verl's own default would be 3.0)."""
+    from bandpo.train import TrainConfig
+
+    c = methods.DEFAULT_DUAL_CLIP_C
+    assert c == 10.0
+    assert methods.SurrogateConfig().dual_clip_c == TrainConfig().dual_clip_c == sweep_run().dual_clip_c == c
+    assert f"actor_rollout_ref.actor.clip_ratio_c={c!r}" in sweep_run().overrides()
+    assert verl_plugin._dual_clip_c(None) == verl_plugin._dual_clip_c({}) == c
+    assert verl_plugin._dual_clip_c({"clip_ratio_c": 3.0}) == 3.0

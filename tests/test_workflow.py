@@ -20,22 +20,13 @@ import pandas as pd
 import pytest
 import yaml
 
+from bandpo import run_lock, sweep
+
 ROOT = Path(__file__).resolve().parent.parent
 SNAKEFILE = ROOT / "Snakefile"
 CONFIGS = {name: ROOT / "config" / f"{name}.yaml" for name in ("config", "smoke", "gpu")}
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("snakemake") is None, reason="snakemake is not installed")
-
-
-def load_bench_config():
-    spec = importlib.util.spec_from_file_location("bench_config", ROOT / "workflow" / "scripts" / "bench_config.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_config", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-bc = load_bench_config()
 
 
 def read_config(name: str) -> dict:
@@ -81,7 +72,7 @@ def write_config(tmp_path: Path, cfg: dict, name: str = "cfg.yaml") -> Path:
 
 @pytest.mark.parametrize("name", ["config", "smoke", "gpu"])
 def test_shipped_configs_are_valid(name):
-    cfg = bc.validate_config(read_config(name))
+    cfg = sweep.validate_config(read_config(name))
     assert cfg["profile"] == {"config": "embedded"}.get(name, name)
     assert cfg["eval"]["base"] is True  # the base model is scored (step-0 row) in every profile
 
@@ -91,7 +82,7 @@ def test_defaults_are_filled_in():
     raw.pop("trainer")
     raw.pop("offline")
     raw["eval"].pop("group_seeds")
-    cfg = bc.validate_config(raw)
+    cfg = sweep.validate_config(raw)
     assert cfg["trainer"] == "local" and cfg["offline"] is True and cfg["eval"]["group_seeds"] is True
     assert cfg["methods"][0]["params"] == {} and cfg["models"][0]["train"] == {}
     assert "trainer" not in raw  # the caller's config is not modified
@@ -100,16 +91,16 @@ def test_defaults_are_filled_in():
 @pytest.mark.parametrize("name", ["config", "smoke", "gpu"])
 def test_validation_is_idempotent(name):
     """A completed config (experiments filled in) validates to itself: jobs that re-read it see the same DAG."""
-    cfg = bc.validate_config(read_config(name))
-    assert bc.validate_config(cfg) == cfg
-    only = bc.validate_config({**read_config(name), "only": "main"})
-    assert bc.validate_config(only) == only
+    cfg = sweep.validate_config(read_config(name))
+    assert sweep.validate_config(cfg) == cfg
+    only = sweep.validate_config({**read_config(name), "only": "main"})
+    assert sweep.validate_config(only) == only
 
 
 def test_embedded_config_matrix():
-    cfg = bc.validate_config(read_config("config"))
-    models = bc.by_id(cfg["models"])
-    assert [models[m]["size"] for m in cfg["experiments"]["main"]["models"]] == ["tiny-s", "tiny-m"]
+    cfg = sweep.validate_config(read_config("config"))
+    models = sweep.by_id(cfg["models"])
+    assert [models[m]["size"] for m in cfg["experiments"][sweep.MAIN]["models"]] == ["tiny-s", "tiny-m"]
     # the controls and the probe: experiments of the same DAG, primary metric and decision rule fixed in the config
     rr, probe = cfg["experiments"]["random-reward"], cfg["experiments"]["probe"]
     assert rr["train"]["reward"] == "random" and len(rr["seeds"]) >= 3 and rr["models"] == ["tiny-s"]
@@ -118,7 +109,7 @@ def test_embedded_config_matrix():
     assert len(probe["seeds"]) >= 5 and {"grpo", "bandpo_kl"} <= set(probe["methods"])
     assert probe["primary"]["compare"] == ["bandpo_kl", "grpo"] and probe["primary"]["task"] == "tiny_math_probe"
     (probe_model,) = probe["models"]
-    assert bc.by_id(cfg["data"])[models[probe_model]["data"]]["probe"] and probe["train"]["probe_every"] > 0
+    assert sweep.by_id(cfg["data"])[models[probe_model]["data"]]["probe"] and probe["train"]["probe_every"] > 0
     assert {t["subset"] for t in probe["eval_tasks"]} == {"probe", "rest"}
     assert all(cfg["experiments"][x]["primary"]["rule"] for x in cfg["experiments"])
     entries = {e["id"]: (e["method"], e["params"]) for e in cfg["methods"]}
@@ -229,8 +220,8 @@ BAD_CASES = {  # case: (mutation of config/smoke.yaml, regex the error message m
 @pytest.mark.parametrize("case", sorted(BAD_CASES))
 def test_bad_config_is_rejected_naming_the_field(case):
     mutate, pattern = BAD_CASES[case]
-    with pytest.raises(bc.ConfigError) as exc:
-        bc.validate_config(bad(mutate))
+    with pytest.raises(sweep.ConfigError) as exc:
+        sweep.validate_config(bad(mutate))
     assert re.search(pattern, str(exc.value)), str(exc.value)
 
 
@@ -251,13 +242,13 @@ def test_bad_config_stops_snakemake_before_any_job(tmp_path, case):
 
 
 def test_gpu_dry_run_lists_the_full_matrix(tmp_path):
-    cfg = bc.validate_config(read_config("gpu"))
+    cfg = sweep.validate_config(read_config("gpu"))
     proc = snakemake(tmp_path, "-n", "--quiet", "rules", configfile=CONFIGS["gpu"])
     assert proc.returncode == 0, proc.output[-3000:]
     counts = job_counts(proc.output)
     n_models, n_entries, n_seeds = len(cfg["models"]), len(cfg["methods"]), len(cfg["seeds"])
     assert (n_models, n_seeds) == (4, 3) and n_entries >= 7
-    assert counts == bc.expected_jobs(cfg)
+    assert counts == sweep.expected_jobs(cfg)
     assert counts["train_verl"] == counts["merge_verl"] == n_models * n_entries * n_seeds
     assert counts["eval_run"] == n_models * (n_entries + 1) * n_seeds  # + the base models
     assert counts["model_hub"] == 4 and counts["data_real"] == 6 and counts["verl_data"] == 1
@@ -275,43 +266,43 @@ def test_gpu_dry_run_commands(tmp_path):
     assert "python -m verl.trainer.main_ppo" in out
     assert "actor_rollout_ref.actor.policy_loss.loss_mode='\"'\"'bandpo.bandpo'\"'\"'" in out
     assert 'BANDPO_METHOD_CONFIG=\'{"bandpo":{"cap":10.0,"delta":0.05,"divergence":"tv"' in out
-    assert "merge_verl.py --run-dir results/gpu/runs/qwen2.5-3b-instruct/bandpo_tv/seed1" in out
+    assert "bandpo.merge_verl --run-dir results/gpu/runs/qwen2.5-3b-instruct/bandpo_tv/seed1" in out
     assert "python -m bandpo.evaluate" in out and "--backend vllm" in out and "--apply-chat-template" in out
     # the paper's grader (grader.mode) in verl's reward (keyword and Ray workers' env) and in lm-eval scoring
-    assert "+reward.custom_reward_function.reward_kwargs.grader_mode='\"'\"'strict-answer-line'\"'\"'" in out
-    assert "BANDPO_GRADER_MODE=strict-answer-line" in out
+    assert "+reward.custom_reward_function.reward_kwargs.grader_mode='\"'\"'math-dapo'\"'\"'" in out
+    assert "BANDPO_GRADER_MODE=math-dapo" in out
     eval_line = next(line for line in out.splitlines() if "python -m bandpo.evaluate" in line)
-    assert "BANDPO_GRADER_MODE=strict-answer-line" in eval_line
+    assert "BANDPO_GRADER_MODE=math-dapo" in eval_line
 
 
 def test_grader_mode_reaches_every_job_that_grades(tmp_path):
     """grader.mode is BANDPO_GRADER_MODE in the training, scoring and model-build commands of the DAG."""
     cfg = copy.deepcopy(read_config("smoke"))
-    cfg["grader"] = {"mode": "strict-answer-line"}
+    cfg["grader"] = {"mode": "math-dapo"}
     proc = snakemake(tmp_path / "wd", "-n", "-p", configfile=write_config(tmp_path, cfg))
     assert proc.returncode == 0, proc.output[-3000:]
     lines = proc.output.splitlines()
     for command in ("python -m bandpo.train", "python -m bandpo.evaluate", "python -m bandpo.models build"):
         found = [line for line in lines if command in line]
-        assert found and all("BANDPO_GRADER_MODE=strict-answer-line" in line for line in found), command
-    cfg = bc.validate_config(read_config("smoke"))
+        assert found and all("BANDPO_GRADER_MODE=math-dapo" in line for line in found), command
+    cfg = sweep.validate_config(read_config("smoke"))
     assert cfg["grader"] == {"mode": "lenient"}  # the default
     bad = yaml.safe_load((ROOT / "config" / "verl-cpu.yaml").read_text())
     bad["verl"]["grader_mode"] = "lenient"
-    with pytest.raises(bc.ConfigError, match=r"verl\.grader_mode: set the grader once, as grader\.mode"):
-        bc.validate_config(bad)
+    with pytest.raises(sweep.ConfigError, match=r"verl\.grader_mode: set the grader once, as grader\.mode"):
+        sweep.validate_config(bad)
 
 
 def test_embedded_dry_run(tmp_path):
-    cfg = bc.validate_config(read_config("config"))
+    cfg = sweep.validate_config(read_config("config"))
     proc = snakemake(tmp_path, "-n", "--quiet", "rules")  # no --configfile: config/config.yaml is the default
     assert proc.returncode == 0, proc.output[-3000:]
     counts = job_counts(proc.output)
-    assert counts == bc.expected_jobs(cfg)
+    assert counts == sweep.expected_jobs(cfg)
     xps = cfg["experiments"]
     main = 2 * len(cfg["methods"]) * len(cfg["seeds"])
     assert counts["train"] == main + sum(len(x["models"]) * len(x["methods"]) * len(x["seeds"]) for x in xps.values()
-                                         if x is not xps["main"])  # fmt: skip
+                                         if x is not xps[sweep.MAIN])  # fmt: skip
     # one lm-eval process per (model, entry) group, base models included: the start-up is paid 14 times, not 42
     assert counts["eval_group"] == 2 * (len(cfg["methods"]) + 1)
     assert counts["eval_group_random_reward"] == len(xps["random-reward"]["methods"])  # one group per entry
@@ -326,7 +317,7 @@ def test_rerun_check_is_the_main_tiny_s_slice(tmp_path):
     assert {k: rerun[k] for k in same} == {k: main[k] for k in same}
     assert rerun["data"] == [d for d in main["data"] if d["id"] in main["train_data"]]
     assert rerun["models"] == [m for m in main["models"] if m["id"] == "tiny-s"]
-    assert list(rerun["experiments"]) == ["main"] and rerun["publish"] is False
+    assert list(rerun["experiments"]) == [sweep.MAIN] and rerun["publish"] is False
     proc = snakemake(tmp_path, "-n", "--quiet", "rules", configfile=ROOT / "config" / "rerun-check.yaml")
     assert proc.returncode == 0, proc.output[-3000:]
     counts = job_counts(proc.output)
@@ -337,10 +328,8 @@ def test_rerun_check_is_the_main_tiny_s_slice(tmp_path):
 # helper scripts of the rules
 
 
-def run_script(name: str, *args: str, cwd: Path | None = None):
-    return subprocess.run(
-        [sys.executable, str(ROOT / "workflow" / "scripts" / name), *args], capture_output=True, text=True, cwd=cwd
-    )
+def run_module(name: str, *args: str, cwd: Path | None = None):
+    return subprocess.run([sys.executable, "-m", name, *args], capture_output=True, text=True, cwd=cwd)
 
 
 @pytest.mark.parametrize("only", ["probe", "random-reward", "main,probe"])
@@ -349,12 +338,12 @@ def test_one_experiment_alone_dry_run(tmp_path, only):
     publishes nothing."""
     proc = snakemake(tmp_path, "-n", "--cores", "2", "--config", f"only={only}", configfile=CONFIGS["config"])
     assert proc.returncode == 0, proc.output[-3000:]
-    cfg = bc.validate_config({**read_config("config"), "only": only})
+    cfg = sweep.validate_config({**read_config("config"), "only": only})
     assert set(cfg["experiments"]) == set(only.split(",")) and cfg["publish"] is False
     counts = job_counts(proc.output)
-    assert counts == bc.expected_jobs(cfg) and "publish" not in counts
+    assert counts == sweep.expected_jobs(cfg) and "publish" not in counts
     slots = set(re.findall(r"wildcards: model=[^,\n]+, entry=([^,\n]+)", proc.output))
-    assert slots and all((s.partition("@")[2] or "main") in only.split(",") for s in slots)
+    assert slots and all(sweep.split_slot(s)[1] in only.split(",") for s in slots)
 
 
 def test_atomic_dir_publishes_only_finished_folders(tmp_path):
@@ -362,12 +351,12 @@ def test_atomic_dir_publishes_only_finished_folders(tmp_path):
     final.mkdir(parents=True)  # snakemake creates the output folder first
     (final / "stale.txt").write_text("old")
     write = "import pathlib, sys; p = pathlib.Path(sys.argv[1]); p.mkdir(); (p / 'a.txt').write_text('new')"
-    proc = run_script("atomic_dir.py", "--final", str(final), "--", sys.executable, "-c", write, "{tmp}")
+    proc = run_module("bandpo.atomic_dir", "--final", str(final), "--", sys.executable, "-c", write, "{tmp}")
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in final.iterdir()) == ["a.txt"]
     assert sorted(p.name for p in final.parent.iterdir()) == ["seed0"]  # no temporary folder left
     fail = "import pathlib, sys; p = pathlib.Path(sys.argv[1]); p.mkdir(); (p / 'b.txt').write_text('x'); sys.exit(3)"
-    proc = run_script("atomic_dir.py", "--final", str(final), "--", sys.executable, "-c", fail, "{tmp}")
+    proc = run_module("bandpo.atomic_dir", "--final", str(final), "--", sys.executable, "-c", fail, "{tmp}")
     assert proc.returncode == 3
     assert sorted(p.name for p in final.iterdir()) == ["a.txt"]  # unchanged
     assert sorted(p.name for p in final.parent.iterdir()) == ["seed0"]
@@ -380,7 +369,7 @@ def test_verl_data_and_reward(tmp_path):
     rows = [{"id": f"r{i}", "prompt": f"Q: {i}+1?\nA: ", "answer": str(i + 1), "level": 1} for i in range(5)]
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out_train, out_val = tmp_path / "v" / "train.parquet", tmp_path / "v" / "val.parquet"
-    proc = run_script("verl_data.py", "--train", str(src), "--val", str(src), "--out-train", str(out_train),
+    proc = run_module("bandpo.verl_data", "--train", str(src), "--val", str(src), "--out-train", str(out_train),
                       "--out-val", str(out_val))  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     df = pd.read_parquet(out_train)
@@ -418,9 +407,9 @@ def smoke_run(tmp_path_factory):
 
 def test_smoke_dag_end_to_end(smoke_run):
     wd, proc = smoke_run
-    cfg = bc.validate_config(read_config("smoke"))
-    assert job_counts(proc.output) == bc.expected_jobs(cfg)
-    entries = ["base"] + [e["id"] for e in cfg["methods"]]
+    cfg = sweep.validate_config(read_config("smoke"))
+    assert job_counts(proc.output) == sweep.expected_jobs(cfg)
+    entries = [sweep.BASE_ENTRY] + [e["id"] for e in cfg["methods"]]
     model = cfg["models"][0]["id"]
     for entry in entries:
         for seed in cfg["seeds"]:
@@ -432,21 +421,22 @@ def test_smoke_dag_end_to_end(smoke_run):
             assert results["config"]["random_seed"] == seed
             assert (d / "tiny_math.samples.jsonl").stat().st_size > 0
             base_dir = f"resources/models/{model}/seed{seed}"  # base_per_seed: seed s starts from base model s
-            assert summary["model_dir" if entry == "base" else "base_model_dir"] == base_dir
-            if entry != "base":
+            assert summary["model_dir" if entry == sweep.BASE_ENTRY else "base_model_dir"] == base_dir
+            if entry != sweep.BASE_ENTRY:
                 run = wd / "results" / "smoke" / "runs" / model / entry / f"seed{seed}"
                 assert (run / "model" / "config.json").is_file() and (run / "run.json").is_file()
                 assert len((run / "metrics.jsonl").read_text().splitlines()) == cfg["train"]["steps"]
                 assert summary["method"] == next(e["method"] for e in cfg["methods"] if e["id"] == entry)
+                assert summary["params"] == json.loads((run / "run.json").read_text())["method_params"]  # one source
     # one base model per seed, pretrained with that seed, with its weights' checksum
     infos = [json.loads((wd / "resources/models" / model / f"seed{s}" / "info.json").read_text()) for s in cfg["seeds"]]
     assert [i["seed"] for i in infos] == cfg["seeds"]
     assert len({json.dumps(i["weights_sha256"]) for i in infos}) == len(cfg["seeds"])
     # the report stage: leaderboard rows per entry (+ base), per-seed scores read from lm-eval's files
     board = pd.read_csv(wd / "results" / "smoke" / "leaderboard.csv")
-    assert sorted(board.loc[board["experiment"] == "main", "entry"]) == sorted(entries)
+    assert sorted(board.loc[board["experiment"] == sweep.MAIN, "entry"]) == sorted(entries)
     scores = pd.read_csv(wd / "results" / "smoke" / "scores.csv")
-    main_scores = scores[scores["experiment"] == "main"]
+    main_scores = scores[scores["experiment"] == sweep.MAIN]
     assert len(main_scores[["entry", "seed"]].drop_duplicates()) == len(entries) * len(cfg["seeds"])
     assert set(scores["metric"]) >= {"mean", "pass", "maj"}
     assert set(scores["grader"]) == {summary["grader"]["id"]} and "/lenient@" in summary["grader"]["id"]
@@ -472,17 +462,17 @@ def test_smoke_experiments_end_to_end(smoke_run):
     experiment's trainer settings), lm-eval scores per subset, the leaderboard's experiment / subset columns, the
     probe's logged deciding-token probability, the primary comparison and the figures."""
     wd, _ = smoke_run
-    cfg = bc.validate_config(read_config("smoke"))
+    cfg = sweep.validate_config(read_config("smoke"))
     results = wd / "results" / "smoke"
     rr, probe = cfg["experiments"]["random-reward"], cfg["experiments"]["probe"]
-    for model, slot, seed in bc.runs(cfg):
+    for model, slot, seed in sweep.runs(cfg):
         info = json.loads((results / "runs" / model / slot / f"seed{seed}" / "run.json").read_text())
         assert info["config"]["reward"] == ("random" if slot.endswith("@random-reward") else "grader")
-        experiment = slot.partition("@")[2] or "main"
+        experiment = sweep.split_slot(slot)[1]
         assert info["config"]["data"] == f"resources/data/{cfg['experiments'][experiment]['data']}"
     for entry in probe["methods"]:
         for seed in probe["seeds"]:
-            run = results / "runs" / probe["models"][0] / f"{entry}@probe" / f"seed{seed}"
+            run = results / "runs" / probe["models"][0] / sweep.slot_id("probe", entry) / f"seed{seed}"
             rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
             every = probe["train"]["probe_every"]
             logged = [r["step"] for r in rows if "probe/p_correct" in r]
@@ -502,13 +492,13 @@ def test_smoke_experiments_end_to_end(smoke_run):
     assert summaries["tiny_math_probe"]["experiment"] == "probe" and summaries["tiny_math_probe"]["entry"] == "grpo"
     # the leaderboard: experiment column; the probe's rows name their subset; entries per experiment
     board = pd.read_csv(results / "leaderboard.csv", keep_default_na=False)
-    assert set(board["experiment"]) == {"main", "random-reward", "probe"}
+    assert set(board["experiment"]) == {sweep.MAIN, "random-reward", "probe"}
     assert set(board.loc[board["experiment"] == "probe", "subset"]) == {"probe", "rest"}
     assert set(board.loc[board["experiment"] != "probe", "subset"]) == {""}
     assert sorted(board.loc[board["experiment"] == "random-reward", "entry"]) == sorted(rr["methods"])
     for subset in ("probe", "rest"):
         rows = board[(board["experiment"] == "probe") & (board["subset"] == subset)]
-        assert sorted(rows["entry"]) == sorted(["base", *probe["methods"]])
+        assert sorted(rows["entry"]) == sorted([sweep.BASE_ENTRY, *probe["methods"]])
         assert (rows["n_seeds"] == len(probe["seeds"])).all()
     primary = pd.read_csv(results / "primary.csv")
     row = primary[primary["experiment"] == "probe"].iloc[0]
@@ -540,22 +530,19 @@ def test_smoke_rerun_is_a_fast_noop(smoke_run):
 
 
 def test_stale_locks_are_cleared_only_when_no_run_is_alive(tmp_path):
-    """workflow/scripts/run_lock.py: a live run's flock protects its Snakemake locks; a dead run's are removed."""
+    """bandpo.run_lock: a live run's flock protects its Snakemake locks; a dead run's are removed."""
     locks = tmp_path / ".snakemake" / "locks"
     locks.mkdir(parents=True)
     (locks / "0.output.lock").write_text("results/x\n")
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; sys.path.insert(0, sys.argv[1]); import run_lock; "
-         "print(len(run_lock.clear_stale_locks(sys.argv[2])), flush=True); time.sleep(60)",
-         str(ROOT / "workflow" / "scripts"), str(tmp_path / ".snakemake")],
+        [sys.executable, "-c", "import sys, time; from bandpo import run_lock; "
+         "print(len(run_lock.clear_stale_locks(sys.argv[1])), flush=True); time.sleep(60)",
+         str(tmp_path / ".snakemake")],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         assert holder.stdout.readline().strip() == "1"  # it found the stale lock and holds the run lock now
         (locks / "0.output.lock").write_text("results/x\n")  # the live run's own lock
-        spec = importlib.util.spec_from_file_location("run_lock", ROOT / "workflow" / "scripts" / "run_lock.py")
-        run_lock = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(run_lock)
         assert run_lock.clear_stale_locks(tmp_path / ".snakemake") == []  # a live run: its locks stay
         assert (locks / "0.output.lock").exists()
     finally:
@@ -624,7 +611,7 @@ def test_plain_command_resumes_after_sigkill_of_the_dag(smoke_run, tmp_path):
     output = again.stdout + again.stderr
     assert again.returncode == 0, output[-5000:]
     assert "IncompleteFilesException" not in output and "profiles/default" in output
-    entries = ["base"] + [e["id"] for e in read_config("smoke")["methods"]]
+    entries = [sweep.BASE_ENTRY] + [e["id"] for e in read_config("smoke")["methods"]]
     resumed, uninterrupted = (
         _run_outputs(repo / "results" / "smoke", entries),
         _run_outputs(smoke_run[0] / "results" / "smoke", entries),
@@ -644,14 +631,14 @@ def test_adding_a_method_entry_reruns_only_its_jobs(smoke_run, tmp_path):
     proc = snakemake(wd, "-n", "--cores", "2", configfile=write_config(tmp_path, cfg))
     assert proc.returncode == 0, proc.output[-3000:]
     counts = job_counts(proc.output)
-    n_models, n_seeds = len(bc.validate_config(cfg)["experiments"]["main"]["models"]), len(cfg["seeds"])
+    n_models, n_seeds = len(sweep.validate_config(cfg)["experiments"][sweep.MAIN]["models"]), len(cfg["seeds"])
     assert counts == {"train": n_models * n_seeds, "eval_group": n_models, "report": 1, "all": 1}
     planned = set(re.findall(r"wildcards: model=[^,\n]+, entry=([^,\n]+)", proc.output))
     assert planned == {"bandpo_tv_d0.1"}
 
 
 # A stand-in for another framework's trainer: any command that writes the run-output contract into {tmp}
-# (metrics.jsonl, model/ as a Hugging Face checkpoint, run.json); atomic_dir.py publishes the folder.
+# (metrics.jsonl, model/ as a Hugging Face checkpoint, run.json); bandpo.atomic_dir publishes the folder.
 EXTERNAL_TRAINER = """
 import argparse, json, shutil
 from pathlib import Path
@@ -664,7 +651,7 @@ ap.add_argument("--out")
 args = ap.parse_args()
 out = Path(args.out)
 shutil.copytree(args.model, out / "model")
-# the run contract (workflow/schemas/run.schema.yaml): no training, so no clipping
+# the run contract (bandpo/schemas/run.schema.yaml): no training, so no clipping
 keys = ("reward_mean", "accuracy", "entropy", "response_length", "clipfrac", "clipfrac_upper", "clipfrac_lower")
 row = {"step": 1, **dict.fromkeys(keys, 0.0), "step_seconds": 0.0}
 (out / "metrics.jsonl").write_text(json.dumps(row) + "\\n")
@@ -691,7 +678,7 @@ rule train_copy:
     log:
         f"{LOGS}/train/{{model}}/{{entry}}/seed{{seed}}.log",
     shell:
-        "python {SCRIPTS}/atomic_dir.py --final {params.run} -- "
+        "python -m bandpo.atomic_dir --final {params.run} -- "
         "python {params.script} --model {params.base} --out {{tmp}} > {log} 2>&1"
 """
 
@@ -716,8 +703,9 @@ def test_external_trainer_rule_gets_scored(smoke_run, tmp_path):
         summary = json.loads(
             (wd / "results/smoke/eval" / model / "copy_trainer" / f"seed{seed}" / "tiny_math.json").read_text()
         )
-        base = json.loads((wd / "results/smoke/eval" / model / "base" / f"seed{seed}" / "tiny_math.json").read_text())
-        assert summary["method"] == "copy-of-base" and summary["trainer"] == "external"
+        base_eval = wd / "results/smoke/eval" / sweep.run_folder(model, sweep.BASE_ENTRY, seed)
+        base = json.loads((base_eval / "tiny_math.json").read_text())
+        assert summary["method"] == "copy-of-base" and summary["trainer"] == "copy"  # as its run.json says
         assert summary["metrics"] == base["metrics"]  # the same weights, the same evaluation seed: the same scores
     scores = pd.read_csv(wd / "results/smoke/scores.csv")
     assert set(scores.loc[scores["entry"] == "copy_trainer", "seed"]) == set(cfg["seeds"])
@@ -764,11 +752,11 @@ def test_run_cost_benchmark_runs_the_rules_command(tmp_path):
     spec = importlib.util.spec_from_file_location("bench_run_cost", ROOT / "benchmarks" / "bench_run_cost.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    cfg = bc.validate_config(read_config("config"))
+    cfg = sweep.validate_config(read_config("config"))
     for model in ("tiny-s", "tiny-m"):
         run = f"results/embedded/runs/{model}/bandpo_kl/seed1"
         proc = snakemake(tmp_path, "-n", "-p", f"{run}/run.json")
         assert proc.returncode == 0, proc.output[-3000:]
-        cmd = bench.run_command(bc, cfg, model, "bandpo_kl", 1, run)
+        cmd = bench.run_command(cfg, model, "bandpo_kl", 1, run)
         assert cmd[1:3] == ["-m", "bandpo.train"]
         assert shlex.join(cmd[1:]) in proc.output

@@ -30,7 +30,7 @@ Outputs of `build_report` (``--out``, default: the results folder itself; every 
     scores.csv             the per-seed scores exactly as read from lm-eval's files (`load_eval_scores`)
     runs.csv               one row per training run: final entropy / reward, clip fraction, training time
     figures/bounds.png             (a) ratio bounds, (b) probability-change bounds against old probability, from
-                                   the bounds table (workflow/scripts/bounds_table.py)
+                                   the bounds table (bandpo.bounds_table)
     figures/training_curves.png    token entropy and reward against step, mean over seeds with a 95% CI band
     figures/clipfrac_buckets.png   clip fraction by old-probability bucket (as logged) and direction
     figures/final_scores.png       final mean@k and pass@k with 95% CIs, per model size
@@ -49,6 +49,7 @@ parameter label is its runs' ``method_label`` (run.json), else ``k=v, ...`` of t
 ``figures/<name>.png`` and the HTML embeds them, so both read the same in either place.
 """
 
+from bandpo.lm_eval_results import lm_eval_task_scores
 from bandpo.report.cli import LEADERBOARD_FILES, PUBLISHED_TABLES, build_report, main, provenance, publish
 from bandpo.report.experiments import build_sections, entropy_shift_results, of_experiment, primary_results
 from bandpo.report.figures import (
@@ -66,9 +67,7 @@ from bandpo.report.figures import (
     training_curves_figure,
 )
 from bandpo.report.load import (
-    BASE_ENTRY,
     Run,
-    lm_eval_task_scores,
     load_bounds,
     load_eval_scores,
     load_run,
@@ -95,6 +94,7 @@ from bandpo.report.stats import (
     t_interval,
 )
 from bandpo.report.tables import entry_labels, entry_order, leaderboard, leaderboard_markdown, per_task_table
+from bandpo.sweep import BASE_ENTRY
 
 __all__ = [
     "ALL_TASKS",

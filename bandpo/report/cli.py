@@ -38,7 +38,6 @@ from bandpo.report.figures import (
 )
 from bandpo.report.load import (
     BOUNDS_COLUMNS,
-    MAIN,
     load_bounds,
     load_eval_scores,
     load_runs,
@@ -55,6 +54,7 @@ from bandpo.report.tables import (
     per_task_table,
     write_csv,
 )
+from bandpo.sweep import MAIN
 
 LEADERBOARD_FILES = ("leaderboard.csv", "leaderboard.md", "leaderboard.html")
 PUBLISHED_TABLES = ("stats.csv", "scores.csv", "runs.csv", "primary.csv")  # published with the leaderboard when present

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bandpo.report.load import MAIN
 from bandpo.report.stats import bootstrap_ci, mean_of_means, run_stats, score_stats, seeded_rng
 from bandpo.report.tables import entry_graders, entry_labels, leaderboard
+from bandpo.sweep import MAIN
 
 SECTION_KEYS = ["experiment", "subset"]
 PRIMARY_COLUMNS = ["experiment", "model", "task", "metric", "treatment", "control", "n_treatment", "n_control",

@@ -3,7 +3,7 @@ saves the figure with `save_figure` and the data beside it as CSV. With nothing 
 placeholder figure that says so, and an empty frame.
 
 Every series comes from files: the run metrics (`bandpo.report.load`), the statistics (`bandpo.report.stats`) and
-the bounds table written by ``workflow/scripts/bounds_table.py`` (the report imports no method registry).
+the bounds table written by `bandpo.bounds_table` (the report imports no method registry).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import numpy as np
 import pandas as pd
 
 from bandpo.files import atomic_write_bytes
-from bandpo.report.load import BASE_ENTRY
 from bandpo.report.stats import ALL_TASKS, DEFAULT_BASELINE, bootstrap_ci, mean_of_means, seed_bands
 from bandpo.report.tables import entry_order
+from bandpo.sweep import BASE_ENTRY
 
 FIGURES = ("bounds", "training_curves", "clipfrac_buckets", "final_scores", "random_reward_entropy", "probe_curves",
            "probe_clipfrac_buckets")  # fmt: skip
@@ -109,7 +109,7 @@ def bounds_figure(data: pd.DataFrame) -> tuple[Any, pd.DataFrame]:
     import seaborn as sns
 
     if data.empty:
-        return placeholder_figure("ratio bounds", "no bounds table (workflow/scripts/bounds_table.py)"), data
+        return placeholder_figure("ratio bounds", "no bounds table (bandpo.bounds_table)"), data
     plt = _pyplot()
     long = pd.concat(
         [

@@ -7,7 +7,7 @@ Layout of one profile's results folder (``results/{profile}``)::
     eval/{model}/{entry}/seed{seed}/{task}.json       the evaluation summary (bandpo.evaluate) naming lm-eval's
     eval/{model}/{entry}/seed{seed}/lm_eval_results.json   own results file, from which every score is read
 
-`lm_eval_task_scores` is the one reader of lm-eval's aggregated results (bandpo.evaluate uses it too).
+lm-eval's aggregated results are read by `bandpo.lm_eval_results.lm_eval_task_scores` (bandpo.evaluate uses it too).
 """
 
 from __future__ import annotations
@@ -25,11 +25,10 @@ import numpy as np
 import pandas as pd
 
 from bandpo.files import read_jsonl
+from bandpo.lm_eval_results import FILTER_NAME, lm_eval_task_scores
 from bandpo.run_contract import check_outputs, read_run
+from bandpo.sweep import BASE_ENTRY, MAIN, split_slot
 
-BASE_ENTRY = "base"  # the reserved entry id of the untrained base model (bench_config.BASE_ENTRY)
-MAIN = "main"  # the experiment of the sweep itself (bench_config.MAIN); runs without one belong to it
-SLOT_SEP = "@"  # folder {entry}@{experiment}: a method entry of another experiment (bench_config.slot_id)
 EVAL_SCHEMA_PREFIX = "bandpo-bench/eval-summary/"
 _METRIC = re.compile(r"^(?P<family>[A-Za-z_]+)@(?P<k>\d+|n)(?P<suffix>_[A-Za-z]+)?$")
 _SEED_DIR = re.compile(r"^seed(\d+)$")
@@ -38,13 +37,6 @@ SCORE_COLUMNS = ["profile", "experiment", "subset", "model", "entry", "method", 
                  "metric", "value", "name", "n", "stderr", "source", "grader"]  # fmt: skip
 SUMMARY_COLUMNS = ["profile", "experiment", "model", "entry", "seed", "method", "params", "label", "steps",
                    "train_seconds", "finished"]  # fmt: skip
-
-
-def split_slot(folder_name: str) -> tuple[str, str]:
-    """A run folder's name -> (method entry, experiment): ``grpo@probe`` -> ("grpo", "probe"), ``grpo`` ->
-    ("grpo", "main")."""
-    entry, sep, experiment = folder_name.partition(SLOT_SEP)
-    return (entry, experiment) if sep and entry and experiment else (folder_name, MAIN)
 
 
 def canonical_params(params: Any) -> str:
@@ -213,27 +205,6 @@ def load_run_summaries(results_dir: str | os.PathLike) -> pd.DataFrame:
 # Evaluation scores
 
 
-def lm_eval_task_scores(
-    results: Mapping[str, Any], task: str, filter_name: str
-) -> tuple[dict[str, float], dict[str, float | None]]:
-    """(values, stderr) of one task from lm-eval's aggregated results (``results[task]["<metric>,<filter>"]``):
-    numeric values by metric name; stderr by metric name, None where lm-eval wrote none ("N/A"). Both are empty
-    when the task is not in the results."""
-    values: dict[str, float] = {}
-    stderr: dict[str, float | None] = {}
-    suffix = f",{filter_name}"
-    for key, value in ((results.get("results") or {}).get(task) or {}).items():
-        if not key.endswith(suffix):
-            continue
-        name = key[: -len(suffix)]
-        number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-        if name.endswith("_stderr"):
-            stderr[name[: -len("_stderr")]] = None if number is None else float(number)
-        elif number is not None:
-            values[name] = float(number)
-    return values, stderr
-
-
 def grader_label(summary: Mapping[str, Any]) -> str:
     """The grader that produced a summary's scores, ``name/mode@version`` (`bandpo.grader.grader_id`); "" when the
     summary does not say."""
@@ -282,7 +253,7 @@ def load_eval_scores(results_dir: str | os.PathLike) -> pd.DataFrame:
             if results_file is not None and results_file.is_file():
                 if results_file not in lm_cache:
                     lm_cache[results_file] = read_json(results_file)
-                values, stderr = lm_eval_task_scores(lm_cache[results_file], task, lm.get("filter", "all_k"))
+                values, stderr = lm_eval_task_scores(lm_cache[results_file], task, lm.get("filter", FILTER_NAME))
                 source = str(results_file.relative_to(results_dir))
             if not values:
                 for name, value in (summary.get("metrics") or {}).items():
@@ -322,7 +293,7 @@ def load_eval_scores(results_dir: str | os.PathLike) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# The bounds table (written by workflow/scripts/bounds_table.py)
+# The bounds table (written by bandpo.bounds_table)
 
 BOUNDS_COLUMNS = ["method", "p", "r_lo", "r_hi", "dq_lo", "dq_hi", "delta"]
 

@@ -22,7 +22,6 @@ from typing import Any
 
 import pandas as pd
 
-from bandpo.report.load import BASE_ENTRY
 from bandpo.report.tables import (
     POWER_NOTE,
     SEEDS_NOTE,
@@ -39,6 +38,7 @@ from bandpo.report.tables import (
     task_columns,
     unpaired_lines,
 )
+from bandpo.sweep import BASE_ENTRY
 
 PARAMS_SEPARATOR = ", "  # the only place a params cell may break: between two "key=value" parts
 

@@ -396,7 +396,7 @@ def power_table(stats: pd.DataFrame, families: Sequence[str] = ("mean", "pass"))
                "seeds_for_target"]  # fmt: skip
     if stats.empty or "diff_sd" not in stats:
         return pd.DataFrame(columns=columns)
-    from bandpo.report.load import BASE_ENTRY
+    from bandpo.sweep import BASE_ENTRY
 
     rows = []
     sel = stats[(stats["task"] == ALL_TASKS) & stats["metric"].isin(families) & (stats["entry"] != BASE_ENTRY)]

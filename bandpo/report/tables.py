@@ -16,8 +16,9 @@ from typing import Any
 import pandas as pd
 
 from bandpo.files import atomic_write_text
-from bandpo.report.load import BASE_ENTRY, params_label, parse_metric
+from bandpo.report.load import params_label, parse_metric
 from bandpo.report.stats import ALL_TASKS, DEFAULT_BASELINE, HEADLINE, PAIRED_COLUMNS
+from bandpo.sweep import BASE_ENTRY
 
 
 def write_csv(df: pd.DataFrame, path: Path) -> None:
@@ -48,7 +49,9 @@ def grader_note(board: pd.DataFrame) -> str:
         return ""
     return (
         "Scores graded by " + ", ".join(graders) + " (bandpo.grader: name/mode@version; lenient: last \\boxed{} "
-        "or Answer: line; strict-answer-line: the last Answer: line only, the paper's rule)."
+        "or Answer: line; strict-answer-line: the last Answer: line only; both accept equivalent answers; "
+        "math-dapo: the paper's rule, verl's math_dapo, the normalised last Answer: line string-equal to the "
+        "reference)."
     )
 
 

@@ -4,17 +4,19 @@ import json
 import re
 import shlex
 
-from bench_config import (
+from bandpo.files import package_data
+from bandpo.sweep import (
     BASE_ENTRY,
     base_models,
     by_id,
     eval_groups,
     eval_rule_name,
     job_resources,
-    method_modules_env,
+    method_module_specs,
     model_data,
     model_path,
     pretrain_seed,
+    run_folder,
     runs,
     set_args,
     slots,
@@ -36,15 +38,16 @@ def _stable_path(path):
     return path if rel.startswith("..") else rel
 
 
-SCRIPTS = _stable_path(os.path.join(workflow.basedir, "workflow", "scripts"))
-TASKS_DIR = _stable_path(os.path.join(workflow.basedir, "workflow", "lm_eval_tasks"))
+TASKS_DIR = _stable_path(str(package_data("lm_eval_tasks")))  # lm-eval's task YAMLs, shipped in the package
+# verl loads its reward function by path: the one file of workflow/scripts (it imports the installed bandpo).
+VERL_REWARD = _stable_path(os.path.join(workflow.basedir, "workflow", "scripts", "verl_reward.py"))
 
 DATA = by_id(config["data"])
 MODELS = by_id(config["models"])
 ENTRIES = by_id(config["methods"])
-EXPERIMENTS = config["experiments"]  # completed by bench_config: main (the sweep) and the other experiments
+EXPERIMENTS = config["experiments"]  # completed by bandpo.sweep: main (the sweep) and the other experiments
 # A slot is an experiment's method entry, the {entry} wildcard and folder name: the entry id in main,
-# {entry}@{experiment} elsewhere (bench_config.slot_id). SLOTS: slot -> {"experiment", "entry"}.
+# {entry}@{experiment} elsewhere (bandpo.sweep.slot_id). SLOTS: slot -> {"experiment", "entry"}.
 SLOTS = slots(config, base=True)
 RUNS_ALL = runs(config)  # (model, slot, seed) of every training run
 EVAL_GROUPS = eval_groups(config)  # (model, slot) of every scored group
@@ -98,7 +101,7 @@ _env = {"TOKENIZERS_PARALLELISM": "false", "PYTHONHASHSEED": "0", "OMP_NUM_THREA
 if config["offline"]:
     _env.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
 if config["method_modules"]:  # methods of the user's own modules, imported by bandpo.methods in every job
-    _env["BANDPO_METHOD_MODULES"] = method_modules_env(config)
+    _env["BANDPO_METHOD_MODULES"] = os.pathsep.join(method_module_specs(config, workflow.basedir))
 ENV = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(_env.items()))
 
 
@@ -112,7 +115,7 @@ def data_file(data_id, split):
 
 def model_dir(model_id, seed=None):
     """The base model that run seed ``seed`` trains from (and that the base row's seed scores): one folder per seed
-    for tiny models with base_per_seed, else one folder for all seeds (bench_config.model_path)."""
+    for tiny models with base_per_seed, else one folder for all seeds (bandpo.sweep.model_path)."""
     return model_path(config, model_id, seed)
 
 
@@ -121,12 +124,12 @@ def base_model(wildcards):
     return f"{model_dir(wildcards.model, wildcards.seed)}/config.json"
 
 
-def run_dir(model_id, entry_id, seed):
-    return f"{RUNS}/{model_id}/{entry_id}/seed{seed}"
+def run_dir(model_id, slot, seed):
+    return f"{RUNS}/{run_folder(model_id, slot, seed)}"
 
 
-def eval_dir(model_id, entry_id, seed):
-    return f"{EVAL}/{model_id}/{entry_id}/seed{seed}"
+def eval_dir(model_id, slot, seed):
+    return f"{EVAL}/{run_folder(model_id, slot, seed)}"
 
 
 def eval_outputs(model_id, slot, seeds, tasks=None):
@@ -152,28 +155,19 @@ def all_eval_outputs():
 
 
 def run_meta(model_id, slot, seed):
-    """Identity of a scored run, stored in every evaluation summary: the experiment, the method entry (not the
-    slot) and, for tasks that score a part of the data, the subset of each task."""
+    """A scored run's place in the sweep, stored in every evaluation summary: the experiment, the method entry (not
+    the slot), the subset of each task that scores a part of the data, and its folders. The run's method is not
+    repeated here: bandpo.evaluate reads it from the run's run.json (the base model has none)."""
     experiment, entry_id = SLOTS[slot]["experiment"], SLOTS[slot]["entry"]
     meta = {"profile": PROFILE, "model": model_id, "entry": entry_id, "seed": int(seed), "experiment": experiment}
     subsets = {t["task"]: t["subset"] for t in tasks_of(slot) if t.get("subset")}
     if subsets:
         meta["subsets"] = subsets
     if entry_id == BASE_ENTRY:
-        meta.update({"method": None, "params": None, "step": 0, "model_dir": model_dir(model_id, seed)})
+        meta.update({"step": 0, "model_dir": model_dir(model_id, seed)})
     else:
-        meta.update(
-            {
-                "method": ENTRIES[entry_id]["method"],
-                "params": ENTRIES[entry_id]["params"],  # completed by bandpo.evaluate (no torch import here)
-                "train": train_overrides(config, model_id, entry_id, experiment),
-                "trainer": "external" if ENTRIES[entry_id]["external"] else config["trainer"],
-                "external": bool(ENTRIES[entry_id]["external"]),
-                "step": "final",
-                "run_dir": run_dir(model_id, slot, seed),
-                "base_model_dir": model_dir(model_id, seed),
-            }
-        )
+        meta.update({"step": "final", "run_dir": run_dir(model_id, slot, seed),
+                     "base_model_dir": model_dir(model_id, seed)})  # fmt: skip
     return meta
 
 
@@ -184,3 +178,154 @@ def res(rule_name):
 
 def q(x):
     return shlex.quote(str(x))
+
+
+# Job arguments and inputs of the rules, grouped by the file of their rules (snakemake --lint: no functions there).
+
+
+# data sets (data.smk)
+
+
+def _tiny_math_args(wildcards):
+    d = DATA[wildcards.data]
+    args = ["--seed", str(d["seed"]), "--n-train", str(d["n_train"]), "--n-val", str(d["n_val"]),
+            "--n-test", str(d["n_test"])]  # fmt: skip
+    if d.get("probe") is not None:  # the mechanism probe's variant (bandpo.tasks.ProbeSpec)
+        args += ["--probe", json.dumps(d["probe"], sort_keys=True)]
+    return shlex.join(args)
+
+
+def _real_args(wildcards):
+    d = DATA[wildcards.data]
+    args = ["--name", d["name"]]
+    if d.get("path"):
+        args += ["--path", d["path"]]
+    elif d.get("download"):
+        args += ["--download"]
+    if d.get("limit"):
+        args += ["--limit", str(d["limit"])]
+    return shlex.join(args)
+
+# base models (models.smk)
+
+
+def _tiny_build_args(wildcards):
+    m = MODELS[wildcards.model]
+    seed = getattr(wildcards, "seed", None)
+    args = ["--size", m["size"], "--seed", str(pretrain_seed(config, wildcards.model, seed))]
+    for key, value in sorted(m["build"].items()):
+        args += [f"--{key.replace('_', '-')}", str(value)]
+    args += ["--out", model_dir(wildcards.model, seed)]
+    return shlex.join(args)
+
+
+def _pretrain_data(wildcards):
+    return data_dir(model_data(config, MODELS[wildcards.model]))
+
+
+def _hub_args(wildcards):
+    m = MODELS[wildcards.model]
+    args = ["--repo-id", m["repo_id"]]
+    if m.get("revision"):
+        args += ["--revision", m["revision"]]
+    return shlex.join(args)
+
+# training (train.smk)
+
+
+def _local_train_args(wildcards):
+    entry = entry_of(wildcards.entry)
+    args = [
+        "--model", model_dir(wildcards.model, wildcards.seed),
+        "--data", data_dir(xp_of(wildcards.entry)["data"]),
+        "--method", entry["method"],
+        "--params", json.dumps(entry["params"], sort_keys=True),
+        "--seed", str(wildcards.seed),
+    ]  # fmt: skip
+    slot = SLOTS[wildcards.entry]
+    args += set_args(train_overrides(config, wildcards.model, slot["entry"], slot["experiment"]))
+    return shlex.join(args)
+
+
+def _verl_run(wildcards):
+    from bandpo.verl_command import VerlRun
+
+    entry = entry_of(wildcards.entry)
+    fields = verl_fields(config, wildcards.model, wildcards.entry)
+    fields.setdefault("experiment_name", f"{wildcards.model}-{wildcards.entry}-seed{wildcards.seed}")
+    return VerlRun(
+        model=os.path.abspath(model_dir(wildcards.model, wildcards.seed)),
+        method=entry["method"],
+        params=entry["params"],
+        seed=int(wildcards.seed),
+        train_files=os.path.abspath(f"resources/data/_verl/{PROFILE}/train.parquet"),
+        val_files=os.path.abspath(f"resources/data/_verl/{PROFILE}/val.parquet"),
+        output_dir=os.path.abspath(run_dir(wildcards.model, wildcards.entry, wildcards.seed)),
+        reward_fn_path=VERL_REWARD,
+        method_modules=method_module_specs(config, workflow.basedir),
+        grader_mode=GRADER_MODE,
+        **fields,
+    )
+
+
+def _verl_gpus(wildcards):
+    from bandpo.verl_command import VerlRun
+
+    fields = verl_fields(config, wildcards.model, wildcards.entry)
+    defaults = {f.name: f.default for f in __import__("dataclasses").fields(VerlRun)}
+    return int(fields.get("nnodes", defaults["nnodes"])) * int(fields.get("n_gpus_per_node", defaults["n_gpus_per_node"]))
+
+# scoring (eval.smk)
+
+
+def _checkpoint(model_id, slot, seed):
+    if SLOTS[slot]["entry"] == BASE_ENTRY:
+        return f"{model_dir(model_id, seed)}/config.json"
+    return f"{run_dir(model_id, slot, seed)}/model/config.json"
+
+
+def _run_records(model_id, slot, seeds):
+    """The run.json of each trained run: bandpo.evaluate reads the run's method from it (the base model has none)."""
+    if SLOTS[slot]["entry"] == BASE_ENTRY:
+        return []
+    return [f"{run_dir(model_id, slot, s)}/run.json" for s in seeds]
+
+
+def _task_data_files(slot):
+    return [data_file(t["data"], "test") for t in tasks_of(slot)]
+
+
+def _eval_args(model_id, slot, seeds):
+    e = config["eval"]
+    model_args = dict(e["model_args"])
+    model_args.update(MODELS[model_id].get("eval_model_args") or {})
+    args = ["--include-path", TASKS_DIR, "--backend", e["backend"], "--model-args", json.dumps(model_args, sort_keys=True),
+            "--batch-size", str(e["batch_size"])]  # fmt: skip
+    for t in tasks_of(slot):
+        args += ["--task", f"{t['task']}={data_file(t['data'], 'test')}"]
+    if e["apply_chat_template"]:
+        args.append("--apply-chat-template")
+    if e["limit"]:
+        args += ["--limit", str(e["limit"])]
+    for s in seeds:
+        ckpt_dir = os.path.dirname(_checkpoint(model_id, slot, s))
+        args += ["--run", ckpt_dir, eval_dir(model_id, slot, s), str(s)]
+        args += ["--meta", json.dumps(run_meta(model_id, slot, s), sort_keys=True)]
+    return shlex.join(args)
+
+# the report (report.smk)
+
+
+def all_base_models():
+    """Every base model folder of the DAG (one per seed with base_per_seed; a hub model once)."""
+    return base_models(config)
+
+
+def report_targets():
+    """What the target `all` asks of the report stage: the profile's leaderboard, and the published copy if asked."""
+    targets = [rules.report.output.html]
+    if config["beside"]:
+        targets.append(rules.beside.output.md)
+    if config["publish"]:
+        targets += rules.publish.output.tables
+    return targets

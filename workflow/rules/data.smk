@@ -1,15 +1,6 @@
 # Data sets: resources/data/{data}/{split}.jsonl (bandpo.tasks writes each file atomically).
 
 
-def _tiny_math_args(wildcards):
-    d = DATA[wildcards.data]
-    args = ["--seed", str(d["seed"]), "--n-train", str(d["n_train"]), "--n-val", str(d["n_val"]),
-            "--n-test", str(d["n_test"])]  # fmt: skip
-    if d.get("probe") is not None:  # the mechanism probe's variant (bandpo.probe.ProbeSpec)
-        args += ["--probe", json.dumps(d["probe"], sort_keys=True)]
-    return shlex.join(args)
-
-
 rule data_tiny_math:
     output:
         expand("resources/data/{{data}}/{split}.jsonl", split=["train", "validation", "test"]),
@@ -17,6 +8,7 @@ rule data_tiny_math:
         data=_alternatives(TINY_MATH_DATA),
     params:
         args=_tiny_math_args,
+        env=ENV,
     resources:
         **res("data_tiny_math"),
     log:
@@ -24,19 +16,7 @@ rule data_tiny_math:
     benchmark:
         f"{BENCH}/data/{{data}}.tsv"
     shell:
-        "{ENV} python -m bandpo.tasks tiny-math --out resources/data/{wildcards.data} {params.args} > {log} 2>&1"
-
-
-def _real_args(wildcards):
-    d = DATA[wildcards.data]
-    args = ["--name", d["name"]]
-    if d.get("path"):
-        args += ["--path", d["path"]]
-    elif d.get("download"):
-        args += ["--download"]
-    if d.get("limit"):
-        args += ["--limit", str(d["limit"])]
-    return shlex.join(args)
+        "{params.env} python -m bandpo.tasks tiny-math --out resources/data/{wildcards.data} {params.args} > {log} 2>&1"
 
 
 # Real data sets (GPU profile): hub sets through `datasets`, or local files in the source format.
@@ -74,5 +54,5 @@ rule verl_data:
     benchmark:
         f"{BENCH}/data/verl_data.tsv"
     shell:
-        "python {SCRIPTS}/verl_data.py --train {input.train} --val {input.val} "
+        "python -m bandpo.verl_data --train {input.train} --val {input.val} "
         "--out-train {output.train} --out-val {output.val} > {log} 2>&1"

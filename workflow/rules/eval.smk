@@ -10,37 +10,8 @@
 # job, jobs spread over GPUs.
 
 
-def _checkpoint(model_id, slot, seed):
-    if SLOTS[slot]["entry"] == BASE_ENTRY:
-        return f"{model_dir(model_id, seed)}/config.json"
-    return f"{run_dir(model_id, slot, seed)}/model/config.json"
-
-
-def _task_data_files(slot):
-    return [data_file(t["data"], "test") for t in tasks_of(slot)]
-
-
-def _eval_args(model_id, slot, seeds):
-    e = config["eval"]
-    model_args = dict(e["model_args"])
-    model_args.update(MODELS[model_id].get("eval_model_args") or {})
-    args = ["--include-path", TASKS_DIR, "--backend", e["backend"], "--model-args", json.dumps(model_args, sort_keys=True),
-            "--batch-size", str(e["batch_size"])]  # fmt: skip
-    for t in tasks_of(slot):
-        args += ["--task", f"{t['task']}={data_file(t['data'], 'test')}"]
-    if e["apply_chat_template"]:
-        args.append("--apply-chat-template")
-    if e["limit"]:
-        args += ["--limit", str(e["limit"])]
-    for s in seeds:
-        ckpt_dir = os.path.dirname(_checkpoint(model_id, slot, s))
-        args += ["--run", ckpt_dir, eval_dir(model_id, slot, s), str(s)]
-        args += ["--meta", json.dumps(run_meta(model_id, slot, s), sort_keys=True)]
-    return shlex.join(args)
-
-
 # One evaluation rule per experiment (its seeds and tasks fix the rule's outputs): eval_group / eval_run for main,
-# eval_group_<experiment> / eval_run_<experiment> (bench_config.eval_rule_name) for the others.
+# eval_group_<experiment> / eval_run_<experiment> (bandpo.sweep.eval_rule_name) for the others.
 for _xp_id, _xp in EXPERIMENTS.items():
     _xp_slots = [slot for slot, v in SLOTS.items() if v["experiment"] == _xp_id]
     _xp_seeds = list(_xp["seeds"])
@@ -52,6 +23,7 @@ for _xp_id, _xp in EXPERIMENTS.items():
                 eval_rule_name("eval_group", _xp_id)
             input:
                 models=lambda w: [_checkpoint(w.model, w.entry, s) for s in seeds_of(w.entry)],
+                runs=lambda w: _run_records(w.model, w.entry, seeds_of(w.entry)),
                 data=lambda w: _task_data_files(w.entry),
             output:
                 eval_outputs("{model}", "{entry}", _xp_seeds, _xp["eval_tasks"]),
@@ -59,7 +31,7 @@ for _xp_id, _xp in EXPERIMENTS.items():
                 entry=_alternatives(_xp_slots),
             params:
                 args=lambda w: _eval_args(w.model, w.entry, seeds_of(w.entry)),
-                grader=GRADER_MODE,  # a changed grader.mode reruns the job (params are a rerun trigger)
+                env=ENV,  # the job's environment, grader.mode included: a change reruns the job (params are a rerun trigger)
             threads: THREADS
             resources:
                 gpu=config["eval"]["gpus"],
@@ -69,7 +41,7 @@ for _xp_id, _xp in EXPERIMENTS.items():
             benchmark:
                 f"{BENCH}/eval/{{model}}/{{entry}}.tsv"
             shell:
-                "{ENV} python -m bandpo.evaluate {params.args} --threads {threads} > {log} 2>&1"
+                "{params.env} python -m bandpo.evaluate {params.args} --threads {threads} > {log} 2>&1"
 
     else:
 
@@ -78,6 +50,7 @@ for _xp_id, _xp in EXPERIMENTS.items():
                 eval_rule_name("eval_run", _xp_id)
             input:
                 model=lambda w: _checkpoint(w.model, w.entry, w.seed),
+                run=lambda w: _run_records(w.model, w.entry, [w.seed]),
                 data=lambda w: _task_data_files(w.entry),
             output:
                 eval_outputs("{model}", "{entry}", ["{seed}"], _xp["eval_tasks"]),
@@ -85,7 +58,7 @@ for _xp_id, _xp in EXPERIMENTS.items():
                 entry=_alternatives(_xp_slots),
             params:
                 args=lambda w: _eval_args(w.model, w.entry, [int(w.seed)]),
-                grader=GRADER_MODE,  # a changed grader.mode reruns the job (params are a rerun trigger)
+                env=ENV,  # the job's environment, grader.mode included: a change reruns the job (params are a rerun trigger)
             threads: THREADS
             resources:
                 gpu=config["eval"]["gpus"],
@@ -95,4 +68,4 @@ for _xp_id, _xp in EXPERIMENTS.items():
             benchmark:
                 f"{BENCH}/eval/{{model}}/{{entry}}/seed{{seed}}.tsv"
             shell:
-                "{ENV} python -m bandpo.evaluate {params.args} --threads {threads} > {log} 2>&1"
+                "{params.env} python -m bandpo.evaluate {params.args} --threads {threads} > {log} 2>&1"

@@ -7,20 +7,6 @@ TINY_MODEL = "resources/models/{model}/seed{seed}" if TINY_PER_SEED else "resour
 TINY_MODEL_NAME = "{model}/seed{seed}" if TINY_PER_SEED else "{model}"  # of the log and benchmark files
 
 
-def _tiny_build_args(wildcards):
-    m = MODELS[wildcards.model]
-    seed = getattr(wildcards, "seed", None)
-    args = ["--size", m["size"], "--seed", str(pretrain_seed(config, wildcards.model, seed))]
-    for key, value in sorted(m["build"].items()):
-        args += [f"--{key.replace('_', '-')}", str(value)]
-    args += ["--out", model_dir(wildcards.model, seed)]
-    return shlex.join(args)
-
-
-def _pretrain_data(wildcards):
-    return data_dir(model_data(config, MODELS[wildcards.model]))
-
-
 # Embedded profile: a tiny Llama pretrained on this machine on its tiny-math data set (the model's `data`, default
 # train_data[0]; the probe's model on the probe data set); no download. info.json records the seed, the machine
 # (CPU, torch's CPU capability, threads) and the sha256 of every weights file.
@@ -35,6 +21,7 @@ rule model_tiny:
     params:
         args=_tiny_build_args,
         data=_pretrain_data,
+        env=ENV,
     threads: THREADS
     resources:
         **res("model_tiny"),
@@ -43,16 +30,8 @@ rule model_tiny:
     benchmark:
         f"{BENCH}/models/{TINY_MODEL_NAME}.tsv"
     shell:
-        "{ENV} python -m bandpo.models build {params.args} --data {params.data} "
+        "{params.env} python -m bandpo.models build {params.args} --data {params.data} "
         "--threads {threads} --no-progress > {log} 2>&1"
-
-
-def _hub_args(wildcards):
-    m = MODELS[wildcards.model]
-    args = ["--repo-id", m["repo_id"]]
-    if m.get("revision"):
-        args += ["--revision", m["revision"]]
-    return shlex.join(args)
 
 
 # GPU profile: a hub snapshot (huggingface_hub.snapshot_download).

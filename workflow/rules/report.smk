@@ -1,6 +1,6 @@
 # Report: every run's metrics and lm-eval scores -> leaderboard (csv / md / html), statistics and figures
 # (bandpo.report, which reads files only; the bound figure's table is written first by
-# workflow/scripts/bounds_table.py, which needs the method registry). With `publish: true` (the embedded default)
+# bandpo.bounds_table, which needs the method registry). With `publish: true` (the embedded default)
 # the leaderboard and figures are also copied to the top-level results/ folder, the published results page, with
 # provenance.json (git commit, package versions, the resolved config, each base model's weights sha256 and build
 # machine, and the CPU model / torch CPU capability / thread counts the training and evaluation jobs ran with).
@@ -32,6 +32,7 @@ rule report:
         ],
         figure_data=[f"{RESULTS}/figures/{name}.csv" for name in REPORT_FIGURES],
     params:
+        results=lambda w, output: os.path.dirname(output.csv),  # RESULTS
         experiments=json.dumps(REPORT_EXPERIMENTS, sort_keys=True),
     resources:
         **res("report"),
@@ -40,25 +41,22 @@ rule report:
     benchmark:
         f"{BENCH}/report.tsv"
     shell:
-        "(python {SCRIPTS}/bounds_table.py --out {output.bounds} && "
-        "python -m bandpo.report build --results {RESULTS} --bounds {output.bounds} "
+        "(python -m bandpo.bounds_table --out {output.bounds} && "
+        "python -m bandpo.report build --results {params.results} --bounds {output.bounds} "
         "--experiments-json {params.experiments:q}) > {log} 2>&1"
-
-
-def all_base_models():
-    """Every base model folder of the DAG (one per seed with base_per_seed; a hub model once)."""
-    return base_models(config)
 
 
 rule publish:
     input:
         rules.report.output,
+        scores=rules.report.output.scores,
         models=lambda w: [f"{d}/config.json" for d in all_base_models()],
     output:
         tables=[f"results/{name}" for name in REPORT_TABLES],
         figures=[f"results/figures/{name}.png" for name in REPORT_FIGURES],
         provenance="results/provenance.json",
     params:
+        results=lambda w, input: os.path.dirname(input.scores),  # RESULTS
         config=json.dumps(config, sort_keys=True, default=str),
         models=lambda w: all_base_models(),
     resources:
@@ -68,7 +66,7 @@ rule publish:
     benchmark:
         f"{BENCH}/publish.tsv"
     shell:
-        "python -m bandpo.report publish --src {RESULTS} --dest results --config-json {params.config:q} "
+        "python -m bandpo.report publish --src {params.results} --dest results --config-json {params.config:q} "
         "--models {params.models:q} > {log} 2>&1"
 
 
@@ -86,6 +84,7 @@ if config["beside"]:
             csv=f"{RESULTS}/beside.csv",
             md=f"{RESULTS}/beside.md",
         params:
+            results=lambda w, input: os.path.dirname(input.scores),  # RESULTS
             other=config["beside"],
         resources:
             **res("report"),
@@ -94,17 +93,7 @@ if config["beside"]:
         benchmark:
             f"{BENCH}/beside.tsv"
         shell:
-            "python -m bandpo.report beside --results {RESULTS} --other {params.other:q} > {log} 2>&1"
-
-
-def report_targets():
-    """What `rule all` asks of the report stage: the profile's leaderboard, and the published copy if asked."""
-    targets = [rules.report.output.html]
-    if config["beside"]:
-        targets.append(rules.beside.output.md)
-    if config["publish"]:
-        targets += rules.publish.output.tables
-    return targets
+            "python -m bandpo.report beside --results {params.results} --other {params.other:q} > {log} 2>&1"
 
 
 localrules:

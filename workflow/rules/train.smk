@@ -2,49 +2,6 @@
 # (metrics.jsonl, model/ as a Hugging Face checkpoint, run.json). Any rule that writes this gets scored.
 
 
-def _local_train_args(wildcards):
-    entry = entry_of(wildcards.entry)
-    args = [
-        "--model", model_dir(wildcards.model, wildcards.seed),
-        "--data", data_dir(xp_of(wildcards.entry)["data"]),
-        "--method", entry["method"],
-        "--params", json.dumps(entry["params"], sort_keys=True),
-        "--seed", str(wildcards.seed),
-    ]  # fmt: skip
-    slot = SLOTS[wildcards.entry]
-    args += set_args(train_overrides(config, wildcards.model, slot["entry"], slot["experiment"]))
-    return shlex.join(args)
-
-
-def _verl_run(wildcards):
-    from bandpo.verl_command import VerlRun
-
-    entry = entry_of(wildcards.entry)
-    fields = verl_fields(config, wildcards.model, wildcards.entry)
-    fields.setdefault("experiment_name", f"{wildcards.model}-{wildcards.entry}-seed{wildcards.seed}")
-    return VerlRun(
-        model=os.path.abspath(model_dir(wildcards.model, wildcards.seed)),
-        method=entry["method"],
-        params=entry["params"],
-        seed=int(wildcards.seed),
-        train_files=os.path.abspath(f"resources/data/_verl/{PROFILE}/train.parquet"),
-        val_files=os.path.abspath(f"resources/data/_verl/{PROFILE}/val.parquet"),
-        output_dir=os.path.abspath(run_dir(wildcards.model, wildcards.entry, wildcards.seed)),
-        reward_fn_path=os.path.join(SCRIPTS, "verl_reward.py"),
-        method_modules=[m for m in method_modules_env(config).split(os.pathsep) if m],
-        grader_mode=GRADER_MODE,
-        **fields,
-    )
-
-
-def _verl_gpus(wildcards):
-    from bandpo.verl_command import VerlRun
-
-    fields = verl_fields(config, wildcards.model, wildcards.entry)
-    defaults = {f.name: f.default for f in __import__("dataclasses").fields(VerlRun)}
-    return int(fields.get("nnodes", defaults["nnodes"])) * int(fields.get("n_gpus_per_node", defaults["n_gpus_per_node"]))
-
-
 if config["trainer"] == "verl":
 
     # verl on Ray with vLLM rollouts: the command built by bandpo.verl_command (method parameters travel in
@@ -73,7 +30,7 @@ if config["trainer"] == "verl":
             "{params.cmd} > {log} 2>&1"
 
     # verl's FSDP checkpoint of the last step -> a Hugging Face model (python -m verl.model_merger merge),
-    # verl's JSONL log -> metrics.jsonl, and run.json: the run contract (workflow/schemas/run.schema.yaml), checked.
+    # verl's JSONL log -> metrics.jsonl, and run.json: the run contract (bandpo/schemas/run.schema.yaml), checked.
     rule merge_verl:
         input:
             ckpt=rules.train_verl.output.ckpt,
@@ -94,7 +51,7 @@ if config["trainer"] == "verl":
         benchmark:
             f"{BENCH}/merge/{{model}}/{{entry}}/seed{{seed}}.tsv"
         shell:
-            "python {SCRIPTS}/merge_verl.py --run-dir {params.run} --base-model {params.base} "
+            "python -m bandpo.merge_verl --run-dir {params.run} --base-model {params.base} "
             "--meta {params.meta} --config {params.config} > {log} 2>&1"
 
 else:
@@ -114,7 +71,7 @@ else:
             entry=_alternatives(BUILTIN_SLOTS),
         params:
             args=_local_train_args,
-            grader=GRADER_MODE,  # a changed grader.mode reruns the job (params are a rerun trigger)
+            env=ENV,  # the job's environment, grader.mode included: a change reruns the job (params are a rerun trigger)
             run=lambda w: run_dir(w.model, w.entry, w.seed),
         threads: THREADS
         resources:
@@ -124,5 +81,5 @@ else:
         benchmark:
             f"{BENCH}/train/{{model}}/{{entry}}/seed{{seed}}.tsv"
         shell:
-            "{ENV} python -m bandpo.train {params.args} --out {params.run} --threads {threads} --no-progress "
+            "{params.env} python -m bandpo.train {params.args} --out {params.run} --threads {threads} --no-progress "
             "> {log} 2>&1"

@@ -3,7 +3,8 @@ the suite's one grader (`bandpo.grader`, also used by lm-eval scoring), so train
 what a correct answer is.
 
 verl calls ``compute_score(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)`` per response.
-The grading mode (``lenient`` or ``strict-answer-line``, the paper's rule: only the last ``Answer:`` line counts)
+The grading mode (``math-dapo``, the paper's rule: verl's own ``math_dapo.compute_score``, re-implemented in
+`bandpo.grader.dapo`; or the more lenient ``strict-answer-line`` / ``lenient``, which accept equivalent answers)
 comes from ``reward.custom_reward_function.reward_kwargs.grader_mode`` when set, else from the environment
 (``BANDPO_GRADER_MODE``, passed to Ray workers through ``runtime_env``), else the grader's default (``lenient``).
 """
@@ -24,5 +25,6 @@ def compute_score(
     from bandpo.grader import grade_detailed
 
     correct = grade_detailed(solution_str, ground_truth, mode=grader_mode).score > 0
+    # our 1 / 0 -> verl's +1 / -1 (math-dapo: the same reward as verl's math_dapo.compute_score)
     # "score" is the reward; "acc" feeds verl's accuracy metrics and DAPO's group filter (metric: acc)
     return {"score": 1.0 if correct else -1.0, "acc": 1.0 if correct else 0.0}

@@ -1,8 +1,9 @@
-"""Load, complete and validate the workflow's config; everything the rules need to know about the sweep.
+"""The sweep: load, complete and validate the workflow's config; everything the rules need to know about it.
 
-Used by the Snakefile (before any job is scheduled) and by the tests. `validate_config` checks, in order:
+Used by the Snakefile (``from bandpo.sweep import ...``, before any job is scheduled) and by the tests.
+`validate_config` checks, in order:
 
-1. the JSON schema ``workflow/schemas/config.schema.yaml`` (defaults filled in, unknown keys rejected);
+1. the JSON schema ``bandpo/schemas/config.schema.yaml`` (defaults filled in, unknown keys rejected);
 2. cross references: unique ids, data sets named by ``train_data`` / ``val_data`` / ``eval.tasks`` exist, tiny
    model sizes and real data set names are registered, every lm-eval task has its YAML;
 3. every method entry through ``bandpo.methods.make_config`` (unknown method, unknown divergence, delta <= 0, ...),
@@ -21,20 +22,28 @@ import dataclasses
 import json
 import os
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-WORKFLOW_DIR = Path(__file__).resolve().parent.parent  # .../workflow
-REPO_ROOT = WORKFLOW_DIR.parent
-SCHEMA_PATH = WORKFLOW_DIR / "schemas" / "config.schema.yaml"
-TASKS_DIR = WORKFLOW_DIR / "lm_eval_tasks"
+from bandpo.files import package_data
+
 BASE_ENTRY = "base"  # the reserved method-entry id of the untrained base model (the step-0 row)
+MAIN = "main"  # the experiment of the sweep itself (models x methods x seeds); runs without one belong to it
+SLOT_SEP = "@"  # run folders of other experiments: {entry}@{experiment} (ids cannot hold "@")
+
+
+SCHEMA_PATH = package_data("schemas", "config.schema.yaml")
+TASKS_DIR = package_data("lm_eval_tasks")  # the lm-eval task YAMLs (and their utils.py hooks)
 
 
 class ConfigError(ValueError):
     """An invalid workflow config; the message names the field."""
+
+
+def fail(path: Sequence[Any], message: str, label: str = "") -> NoReturn:
+    """Raise `ConfigError` for the field at ``path`` (``label``: the entry it belongs to, e.g. `` (entry 'grpo')``)."""
+    raise ConfigError(f"config error at {_path_str(path)}{label}: {message}")
 
 
 def _path_str(path: Sequence[Any]) -> str:
@@ -115,12 +124,16 @@ def _entry_label(config: Mapping[str, Any], key: str, i: int) -> str:
 
 
 def validate_config(
-    config: Mapping[str, Any], schema_path: str | os.PathLike = SCHEMA_PATH, cache_dir: str | os.PathLike | None = None
+    config: Mapping[str, Any],
+    schema_path: str | os.PathLike = SCHEMA_PATH,
+    cache_dir: str | os.PathLike | None = None,
+    root: str | os.PathLike = ".",
 ) -> dict[str, Any]:
     """The config completed with the schema's defaults; `ConfigError` (naming the field) if it is invalid.
 
     ``cache_dir``: remember configs that passed the registry checks (keyed by the config and the bandpo sources), so
-    that a no-op ``snakemake`` run does not pay the torch import of the method registry again.
+    that a no-op ``snakemake`` run does not pay the torch import of the method registry again. ``root``: the folder
+    that relative ``include_rules`` and ``method_modules`` paths are relative to (the Snakefile passes its own).
     """
     if not isinstance(config, Mapping) or not config:
         raise ConfigError("config error at <top level>: empty config (pass --configfile config/<profile>.yaml)")
@@ -129,9 +142,6 @@ def validate_config(
     if errors:
         extra = f" (and {len(errors) - 1} more: {'; '.join(errors[1:4])})" if len(errors) > 1 else ""
         raise ConfigError(errors[0] + extra)
-
-    def fail(path: Sequence[Any], message: str, label: str = "") -> None:
-        raise ConfigError(f"config error at {_path_str(path)}{label}: {message}")
 
     # unique ids
     for key in ("data", "models", "methods"):
@@ -187,9 +197,9 @@ def validate_config(
             where = ["models", i, "data"] if m.get("data") else ["train_data", 0]
             fail(where, "tiny models are pretrained on a tiny-math data set (their data, default train_data[0])",
                  _entry_label(cfg, "models", i))  # fmt: skip
-    complete_experiments(cfg, fail)
+    complete_experiments(cfg)
     for i, path in enumerate(cfg["include_rules"]):
-        full = Path(path) if Path(path).is_absolute() else WORKFLOW_DIR.parent / path
+        full = Path(root, path)  # an absolute path stays itself
         if not full.is_file():
             fail(["include_rules", i], f"rule file not found: {full}")
     for rule in THREADED_RULES:
@@ -203,13 +213,13 @@ def validate_config(
     if cfg["trainer"] == "local" and len(cfg["train_data"]) != 1:
         fail(["train_data"], "the local trainer (bandpo.train --data DIR) takes exactly one data set")
     if cache_dir is not None:
-        stamp = Path(cache_dir) / f"config-ok-{_registry_fingerprint(cfg)}"
+        stamp = Path(cache_dir) / f"config-ok-{_registry_fingerprint(cfg, root)}"
         if not stamp.exists():
-            check_registries(cfg)
+            check_registries(cfg, root)
             stamp.parent.mkdir(parents=True, exist_ok=True)
             stamp.write_text(json.dumps(cfg, sort_keys=True) + "\n", encoding="utf-8")
     else:
-        check_registries(cfg)
+        check_registries(cfg, root)
 
     if cfg["trainer"] == "verl":
         if cfg.get("val_data") is None:
@@ -229,7 +239,7 @@ def validate_config(
     return cfg
 
 
-def _registry_fingerprint(cfg: Mapping[str, Any]) -> str:
+def _registry_fingerprint(cfg: Mapping[str, Any], root: str | os.PathLike) -> str:
     """Hash of the completed config and of the bandpo sources (size, mtime): the registries' answer cannot change
     unless one of them does. Computed without importing bandpo (no torch import)."""
     import hashlib
@@ -238,39 +248,32 @@ def _registry_fingerprint(cfg: Mapping[str, Any]) -> str:
     h = hashlib.sha256(json.dumps(cfg, sort_keys=True).encode())
     spec = importlib.util.find_spec("bandpo")
     package_dirs = (spec.submodule_search_locations or []) if spec else []
-    sources = [f for loc in package_dirs for f in sorted(Path(loc).glob("*.py"))]
-    sources += [p for p in map(method_module_path, cfg.get("method_modules", [])) if p is not None]
+    sources = [f for loc in package_dirs for f in sorted(Path(loc).rglob("*.py"))]
+    sources += [p for spec in cfg.get("method_modules", []) if (p := method_module_path(spec, root)) is not None]
     for f in sources:
         st = f.stat()
         h.update(f"{f}:{st.st_size}:{st.st_mtime_ns};".encode())
     return h.hexdigest()[:32]
 
 
-def method_module_path(spec: str) -> Path | None:
-    """The file of a ``method_modules`` entry, for the fingerprint: a .py path (relative to the repository root) or a
-    module ``name.py`` at the repository root; None for other module names (a change there is not noticed: run
-    ``snakemake`` after removing .snakemake/bandpo-config-checked, or give a path)."""
+def method_module_path(spec: str, root: str | os.PathLike = ".") -> Path | None:
+    """The file of a ``method_modules`` entry: a .py path (relative to ``root``, the workflow's folder) or a module
+    ``pkg/name.py`` under ``root``; None for other module names (a change there is not noticed by the config cache:
+    run ``snakemake`` after removing .snakemake/bandpo-config-checked, or give a path)."""
     path = Path(spec) if spec.endswith(".py") else Path(*spec.split(".")).with_suffix(".py")
-    path = path if path.is_absolute() else REPO_ROOT / path
+    path = Path(root, path).resolve()  # an absolute path stays itself
     return path if path.is_file() else None
 
 
-def method_modules_env(cfg: Mapping[str, Any]) -> str:
-    """The value of BANDPO_METHOD_MODULES for the jobs, whatever their working directory: .py paths and modules
-    found as files under the repository root become absolute file paths; other module names stay names (they must
-    be importable in the jobs: installed or on PYTHONPATH)."""
-    specs = []
-    for m in cfg["method_modules"]:
-        path = method_module_path(m)
-        specs.append(str(path) if path is not None else m)
-    return os.pathsep.join(specs)
+def method_module_specs(cfg: Mapping[str, Any], root: str | os.PathLike = ".") -> list[str]:
+    """The ``method_modules`` as the jobs and the validation import them, whatever their working directory: .py
+    paths and modules found as files under ``root`` become absolute file paths; other module names stay names (they
+    must be importable: installed or on PYTHONPATH)."""
+    return [str(path) if (path := method_module_path(m, root)) is not None else m for m in cfg["method_modules"]]
 
 
-def check_registries(cfg: Mapping[str, Any]) -> None:
+def check_registries(cfg: Mapping[str, Any], root: str | os.PathLike = ".") -> None:
     """Model sizes and method entries against the bandpo registries (imports torch: a few seconds)."""
-
-    def fail(path: Sequence[Any], message: str, label: str = "") -> None:
-        raise ConfigError(f"config error at {_path_str(path)}{label}: {message}")
 
     # tiny model sizes
     from bandpo.models import SIZES
@@ -280,8 +283,8 @@ def check_registries(cfg: Mapping[str, Any]) -> None:
             fail(["models", i, "size"], f"unknown tiny model size {m['size']!r}; known: {', '.join(sorted(SIZES))}",
                  _entry_label(cfg, "models", i))  # fmt: skip
 
-    # the probe's data design (bandpo.probe.ProbeSpec checks kinds, levels, last digit, decoy share)
-    from bandpo.probe import ProbeSpec
+    # the probe's data design (bandpo.tasks.ProbeSpec checks kinds, levels, last digit, decoy share)
+    from bandpo.tasks import ProbeSpec
 
     for i, d in enumerate(cfg["data"]):
         if d.get("probe") is not None:
@@ -293,11 +296,9 @@ def check_registries(cfg: Mapping[str, Any]) -> None:
     # methods of the user's own modules, then the method entries: the registry validates names and parameters
     from bandpo import methods
 
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.append(str(REPO_ROOT))  # module names are importable from the repository root, as in the jobs
-    for i, spec in enumerate(cfg.get("method_modules", [])):
+    for i, spec in enumerate(method_module_specs(cfg, root) if cfg.get("method_modules") else []):
         try:
-            methods.load_method_modules([spec], root=REPO_ROOT)
+            methods.load_method_modules([spec], root=root)
         except (ImportError, ValueError) as e:
             fail(["method_modules", i], str(e))
 
@@ -413,10 +414,6 @@ def verl_fields(cfg: Mapping[str, Any], model_id: str, entry_id: str) -> dict[st
     return out
 
 
-MAIN = "main"  # the experiment of the sweep itself (models x methods x seeds)
-SLOT_SEP = "@"  # run folders of other experiments: {entry}@{experiment} (ids cannot hold "@")
-
-
 def model_data(cfg: Mapping[str, Any], model: Mapping[str, Any]) -> str:
     """The data set a model is pretrained on (tiny models): its ``data``, default train_data[0]."""
     return model.get("data") or cfg["train_data"][0]
@@ -424,13 +421,27 @@ def model_data(cfg: Mapping[str, Any], model: Mapping[str, Any]) -> str:
 
 def slot_id(experiment: str, entry: str) -> str:
     """The folder name (and ``entry`` wildcard) of an experiment's method entry: the entry id in ``main``,
-    ``{entry}@{experiment}`` elsewhere (runs of one model in several experiments stay apart)."""
+    ``{entry}@{experiment}`` elsewhere (runs of one model in several experiments stay apart). `split_slot` reverses
+    it."""
     return entry if experiment == MAIN else f"{entry}{SLOT_SEP}{experiment}"
 
 
-def complete_experiments(cfg: dict[str, Any], fail) -> None:
-    """Fill ``cfg["experiments"]`` (``main`` always present, every default filled in), check the references, and
-    apply ``only`` (keep the named experiments; nothing is published then). ``fail(path, message)`` raises."""
+def split_slot(folder_name: str) -> tuple[str, str]:
+    """A run folder's name -> (method entry, experiment): ``grpo@probe`` -> ("grpo", "probe"), ``grpo`` ->
+    ("grpo", "main")."""
+    entry, sep, experiment = folder_name.partition(SLOT_SEP)
+    return (entry, experiment) if sep and entry and experiment else (folder_name, MAIN)
+
+
+def run_folder(model: str, slot: str, seed: int | str) -> str:
+    """A run's folder under ``runs/`` (its training outputs) and ``eval/`` (its scores): ``{model}/{slot}/seed{seed}``
+    (``seed`` may be a wildcard pattern such as ``"{seed}"``)."""
+    return f"{model}/{slot}/seed{seed}"
+
+
+def complete_experiments(cfg: dict[str, Any]) -> None:
+    """Fill ``cfg["experiments"]`` (``main`` always present, every default filled in), check the references
+    (`ConfigError`), and apply ``only`` (keep the named experiments; nothing is published then)."""
     data_ids = by_id(cfg["data"])
     model_ids = by_id(cfg["models"])
     entry_ids = by_id(cfg["methods"])
@@ -541,11 +552,6 @@ def used_data(cfg: Mapping[str, Any]) -> list[str]:
     return [d["id"] for d in cfg["data"] if d["id"] in ids]
 
 
-def used_models(cfg: Mapping[str, Any]) -> list[str]:
-    ids = {m for xp in cfg["experiments"].values() for m in xp["models"]}
-    return [m["id"] for m in cfg["models"] if m["id"] in ids]
-
-
 def base_models(cfg: Mapping[str, Any]) -> list[str]:
     """Every base model folder the DAG builds or downloads (`model_path`): per (model, seed) used by any experiment
     for a model built per seed, else one per model."""
@@ -558,11 +564,6 @@ def eval_rule_name(kind: str, experiment: str) -> str:
     """The evaluation rule of an experiment: ``eval_group`` / ``eval_run`` for main, ``eval_group_<experiment>``
     (non-identifier characters as _) for the others."""
     return kind if experiment == MAIN else f"{kind}_{re.sub(r'[^A-Za-z0-9_]', '_', experiment)}"
-
-
-def builtin_entries(cfg: Mapping[str, Any]) -> list[str]:
-    """Method entries trained by the built-in train rule (all but the ``external`` ones)."""
-    return [e["id"] for e in cfg["methods"] if not e.get("external")]
 
 
 def expected_jobs(cfg: Mapping[str, Any]) -> dict[str, int]:

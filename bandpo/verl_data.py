@@ -3,19 +3,17 @@
 verl's RL data set reads, per row: ``data_source``, ``prompt`` (chat messages; verl applies the model's chat
 template), ``ability``, ``reward_model`` (``ground_truth`` goes to the reward function) and ``extra_info``.
 
-    python verl_data.py --train a/train.jsonl b/train.jsonl --val c/test.jsonl --out-train X.parquet --out-val Y.parquet
+    python -m bandpo.verl_data --train a/train.jsonl b/train.jsonl --val c/test.jsonl \\
+        --out-train X.parquet --out-val Y.parquet
 """
 
 from __future__ import annotations
 
 import argparse
 import io
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's bandpo, not another install's
-
-from bandpo.files import atomic_write_bytes, read_jsonl  # noqa: E402
+from bandpo.files import atomic_write_bytes, read_jsonl
 
 
 def verl_rows(paths: list[str], split: str) -> list[dict]:

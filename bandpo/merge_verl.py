@@ -1,6 +1,6 @@
 """verl run folder -> the run-output contract (model/ as a Hugging Face checkpoint, metrics.jsonl, run.json).
 
-    python merge_verl.py --run-dir results/gpu/runs/M/E/seed0 --base-model resources/models/M [--meta JSON]
+    python -m bandpo.merge_verl --run-dir results/gpu/runs/M/E/seed0 --base-model resources/models/M [--meta JSON]
 
 1. the last saved step N (``checkpoints/latest_checkpointed_iteration.txt``): its Hugging Face weights are verl's
    own export ``checkpoints/global_step_N/actor/huggingface/`` when the run saved one (`bandpo.verl_command` asks
@@ -14,9 +14,9 @@
    ...; verl's other metrics keep their names). verl does not log the reward function's ``acc``: ``accuracy`` is
    derived from the mean score, which `verl_reward.py` makes +1 / -1 (so it does not hold for a reward manager
    that changes the score, such as DAPO's overlong penalty);
-3. ``run.json`` holds the contract's fields (trainer, config = the VerlRun fields given by ``--config``,
-   method_params, steps, train_seconds_total, versions) plus the merge command and the reward's grader (`grader`:
-   name, mode = the config's ``grader_mode``, version, id).
+3. ``run.json`` holds the contract's fields (trainer, config = the VerlRun fields given by ``--config``, method,
+   method_label and method_params = every parameter, defaults included, steps, train_seconds_total, versions) plus
+   the merge command and the reward's grader (`grader`: name, mode = the config's ``grader_mode``, version, id).
 
 The result is checked with `bandpo.run_contract.check_run` before the step succeeds.
 """
@@ -32,10 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's bandpo, not another install's
-
-from bandpo.files import atomic_write_text, read_jsonl, replace_dir  # noqa: E402
-from bandpo.provenance import machine, versions  # noqa: E402
+from bandpo.files import atomic_write_text, read_jsonl, replace_dir
+from bandpo.provenance import machine, versions
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -49,7 +47,7 @@ TOKENIZER_FILES = (
 )
 
 
-# verl's metric names -> the run contract's (workflow/schemas/run.schema.yaml)
+# verl's metric names -> the run contract's (bandpo/schemas/run.schema.yaml)
 VERL_NAMES = {
     "critic/score/mean": "reward_mean",  # the reward function's "score" (+1 / -1) per response
     "actor/entropy": "entropy",
@@ -115,16 +113,18 @@ def reward_grader(config: dict) -> dict | None:
     return {"name": grader.GRADER_NAME, "mode": mode, "version": grader.GRADER_VERSION, "id": grader.grader_id(mode)}
 
 
-def method_label(config: dict) -> dict:
-    """``{"method": ..., "method_label": ...}`` of the run's method as the local trainer records them (the label is
-    `MethodConfig.label`, what the leaderboard's params column shows); {} when the config names no method."""
+def method_record(config: dict) -> dict:
+    """``{"method", "method_label", "method_params"}`` of the run's method as the local trainer records them: the
+    label is `MethodConfig.label` (what the leaderboard's params column shows), the parameters are all spelled out,
+    defaults included (the run contract's method_params; evaluation reads the run's method from run.json).
+    ``{"method_params": config["params"]}`` when the config names no method."""
     if not config.get("method"):
-        return {}
+        return {"method_params": config.get("params", {})}
     from bandpo import methods
 
     methods.load_method_modules(config.get("method_modules") or [])
     params = methods.make_config(config["method"], config.get("params") or {})
-    return {"method": config["method"], "method_label": params.label()}
+    return {"method": config["method"], "method_label": params.label(), "method_params": params.to_dict()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,8 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     info = {
         "trainer": "verl",
         "config": config,
-        "method_params": config.get("params", {}),
-        **method_label(config),
+        **method_record(config),
         "steps": step,
         "train_seconds_total": sum(r.get("step_seconds", 0.0) for r in rows if r["step"] <= step),
         "checkpoint": str(actor),

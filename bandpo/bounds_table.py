@@ -1,6 +1,6 @@
 """The ratio bounds of the built-in methods against the old probability p: the data of the report's bound figure.
 
-    python bounds_table.py --out results/embedded/bounds.csv [--delta 0.1] [--cap 10]
+    python -m bandpo.bounds_table --out results/embedded/bounds.csv [--delta 0.1] [--cap 10]
 
 Columns: method, p, r_lo, r_hi, dq_lo = p (r_lo - 1), dq_hi = p (r_hi - 1), delta. The bounds come from the
 method registry (`bandpo.methods.compute_bounds`, torch), which is why this runs as its own step and the report
@@ -12,16 +12,12 @@ probability q = p r in [0, 1].
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's bandpo, not another install's
-
-from bandpo.files import atomic_write_text  # noqa: E402
+from bandpo.files import atomic_write_text
 
 BOUND_METHODS = (  # (label in the figure, method, parameters)
     ("BandPO-KL", "bandpo", {"divergence": "kl"}),

@@ -1,6 +1,6 @@
 """Run a command that writes a folder, and publish the folder atomically.
 
-    python atomic_dir.py --final results/embedded/runs/tiny-s/grpo/seed0 -- \\
+    python -m bandpo.atomic_dir --final results/embedded/runs/tiny-s/grpo/seed0 -- \\
         python -m bandpo.train ... --out {tmp}
 
 ``{tmp}`` in the command is replaced by a fresh path next to ``--final`` (same file system, not yet created). When
@@ -18,23 +18,21 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's bandpo, not another install's
-
-from bandpo.files import replace_dir  # noqa: E402
+from bandpo.files import replace_dir
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" not in argv:
-        print("usage: atomic_dir.py --final DIR -- COMMAND ... {tmp} ...", file=sys.stderr)
+        print("usage: python -m bandpo.atomic_dir --final DIR -- COMMAND ... {tmp} ...", file=sys.stderr)
         return 2
     split = argv.index("--")
-    ap = argparse.ArgumentParser(prog="atomic_dir.py")
+    ap = argparse.ArgumentParser(prog="python -m bandpo.atomic_dir")
     ap.add_argument("--final", required=True)
     args = ap.parse_args(argv[:split])
     command = argv[split + 1 :]
     if not command or not any("{tmp}" in c for c in command):
-        print("atomic_dir.py: the command must contain {tmp}", file=sys.stderr)
+        print("bandpo.atomic_dir: the command must contain {tmp}", file=sys.stderr)
         return 2
     final = Path(args.final)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -43,10 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rc = subprocess.call([c.replace("{tmp}", str(tmp)) for c in command])
         if rc != 0:
-            print(f"atomic_dir.py: command failed with exit status {rc}; {final} left unchanged", file=sys.stderr)
+            print(f"bandpo.atomic_dir: command failed with exit status {rc}; {final} left unchanged", file=sys.stderr)
             return rc
         if not tmp.is_dir():
-            print(f"atomic_dir.py: the command exited 0 but wrote no folder at {{tmp}} = {tmp}", file=sys.stderr)
+            print(f"bandpo.atomic_dir: the command exited 0 but wrote no folder at {{tmp}} = {tmp}", file=sys.stderr)
             return 1
         replace_dir(tmp, final)
         return 0

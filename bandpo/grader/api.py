@@ -1,0 +1,407 @@
+"""The public grading API: ``grade`` and friends, the verdict cache, time budgets, provenance.
+
+Time budgets, and why a timeout never decides a score
+-----------------------------------------------------
+An item that needs math-verify gets a first budget (``timeout_s``, 0.8 s by default).  Nearly all take a few ms;
+one that overruns is not scored yet: a wall-clock overrun says as much about the machine's load at that moment as
+about the answer (a rerun of the whole benchmark on another machine changed 4 of 504 scores, each where one item
+had timed out).  Such an item is graded again with ``retry_factor`` times the budget (30x: 24 s by default):
+``grade_many`` does it after the batch, one item at a time, when its other items no longer compete for the
+workers; ``grade`` / ``grade_detailed`` at once.  Only an item that overruns the second budget too is scored 0 and
+counted as a timeout (``grader_timeouts``); overruns of the first budget are counted as ``grader_retries``.  An
+answer math-verify decides in under 0.8 s unloaded thus keeps its score unless the machine slows it down 30-fold.
+
+A deterministic bound (counting sympy's operations rather than seconds) would be exact, but math-verify offers no
+such count, and the answers that can run away (towers of powers, huge factorials) spend their time inside single
+C-level big-integer operations that no Python-level counter can interrupt.  So the bound stays wall time, with the
+prechecks (`bandpo.grader.precheck`) refusing the known runaway shapes up front and the pool's kill-on-timeout
+ending anything else: one item costs at most about ``timeout_s * (1 + retry_factor)`` plus a worker restart.  A pair
+that overran the second budget is remembered (with that budget) so that it does not cost it again in this process;
+overruns of the first budget are never remembered.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from bandpo.grader import config, counters, dapo, judge, pool
+from bandpo.grader.extract import MAX_EXTRACTED_CHARS, extract_answer, reference_answer, to_text
+from bandpo.grader.normalise import normalise, structural_verdict
+from bandpo.grader.precheck import precheck
+from bandpo.grader.version import (
+    BANDPO_VERSION,
+    GRADER_NAME,
+    GRADER_VERSION,
+    MATH_VERIFY_VERSION,
+    RULES_REVISION,
+    dist_version,
+)
+
+log = logging.getLogger("bandpo.grader")
+
+_VERDICT_CACHE_SIZE = 8192
+_HARD_TIMEOUT_MEMO_SIZE = 1024
+
+
+@dataclass(frozen=True)
+class GradeResult:
+    """A score with how it was decided.  ``method`` is one of: ``exact``, ``numeric``, ``math_verify``,
+    ``math_dapo`` (mode ``math-dapo``: verl's string comparison, either verdict), ``no_answer``, ``no_reference``,
+    ``rejected:<why>``, ``timeout``, ``unavailable``, ``error``.  The last three are not verdicts (the item scores 0
+    and is counted, see :func:`bandpo.grader.stats`).  ``retried``: the item overran its first budget and was
+    graded again with the larger one.  In mode ``math-dapo``, ``pred`` and ``gold`` are the two strings compared
+    (normalised, or as given for the ``\\boxed{}`` fallback)."""
+
+    score: float
+    method: str
+    pred: str | None
+    gold: str | None
+    seconds: float
+    mode: str = "lenient"
+    retried: bool = False
+
+    def as_record(self) -> dict[str, Any]:
+        """The result plus the grader's name, mode and version, ready to log next to the score."""
+        record = asdict(self)
+        record["grader"] = GRADER_NAME
+        record["grader_version"] = GRADER_VERSION
+        return record
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Verdicts of math-verify: cache, pairs in flight, pairs that overran the second budget
+# ---------------------------------------------------------------------------------------------------------------
+_VERDICTS: OrderedDict[tuple[str, str], bool] = OrderedDict()
+_HARD_TIMEOUTS: OrderedDict[tuple[str, str], float] = OrderedDict()  # pair -> the largest budget it overran
+_INFLIGHT: dict[tuple[str, str], threading.Event] = {}
+_LOCK = threading.Lock()
+
+
+def _cached(key: tuple[str, str]) -> bool | None:
+    with _LOCK:
+        hit = _VERDICTS.get(key)
+        if hit is not None:
+            _VERDICTS.move_to_end(key)
+        return hit
+
+
+def clear_cache() -> None:
+    """Forget every verdict and remembered timeout of this process (e.g. before timing the grader)."""
+    with _LOCK:
+        _VERDICTS.clear()
+        _HARD_TIMEOUTS.clear()
+
+
+def _remember(store: OrderedDict, key: tuple[str, str], value: Any, size: int) -> None:
+    with _LOCK:
+        store[key] = value
+        store.move_to_end(key)
+        if len(store) > size:
+            store.popitem(last=False)
+
+
+def _overran(key: tuple[str, str], budget: float) -> bool:
+    """Whether the pair is remembered to have overrun ``budget`` (or more) as a final attempt."""
+    with _LOCK:
+        return _HARD_TIMEOUTS.get(key, 0.0) >= budget
+
+
+def _attempt(key: tuple[str, str], budget: float, final: bool) -> tuple[bool | None, str]:
+    """One try at math-verify's verdict on a normalised ``(gold, pred)`` pair within ``budget`` seconds.  A pair
+    another thread is verifying is waited for rather than verified twice.  ``final``: a timeout now is the pair's
+    outcome, remembered with its budget."""
+    with _LOCK:
+        hit = _VERDICTS.get(key)
+        overran = _HARD_TIMEOUTS.get(key, 0.0) >= budget
+        running = _INFLIGHT.get(key) if hit is None and not overran else None
+        if hit is None and not overran and running is None:
+            _INFLIGHT[key] = threading.Event()
+    if hit is not None:
+        return hit, "math_verify"
+    if overran:
+        return None, "timeout"
+    if running is not None:  # the same pair is being verified right now: wait for that verdict
+        running.wait(budget)
+        with _LOCK:
+            hit = _VERDICTS.get(key)
+            overran = _HARD_TIMEOUTS.get(key, 0.0) >= budget
+        if hit is not None:
+            return hit, "math_verify"
+        return None, "timeout" if overran else "unavailable"
+    verdict, method = None, "error"
+    try:
+        verdict, method = pool.verify_bounded(key[0], key[1], budget)
+        if verdict is not None:
+            _remember(_VERDICTS, key, verdict, _VERDICT_CACHE_SIZE)
+        elif final and method == "timeout":
+            _remember(_HARD_TIMEOUTS, key, budget, _HARD_TIMEOUT_MEMO_SIZE)
+    finally:
+        with _LOCK:
+            done = _INFLIGHT.pop(key, None)
+        if done is not None:
+            done.set()
+    return verdict, method
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Items
+# ---------------------------------------------------------------------------------------------------------------
+@dataclass
+class _Item:
+    pred: str | None
+    gold: str | None
+    result: tuple[float, str] | None = None  # decided without asking math-verify
+    key: tuple[str, str] | None = None  # normalised (gold, pred) still to verify
+
+
+def _prepare(response: Any, reference: Any, mode: str) -> _Item:
+    """Everything up to (not including) math-verify: extraction, normalisation, fast paths, pre-checks.  The
+    ``math-dapo`` mode is decided here (string work only, `bandpo.grader.dapo`)."""
+    if mode == "math-dapo":
+        return _prepare_dapo(response, reference)
+    pred = extract_answer(response, mode)
+    gold = reference_answer(reference)
+    item = _Item(pred, gold)
+    if gold is None:
+        item.result = (0.0, "no_reference")
+        return item
+    if pred is None:
+        item.result = (0.0, "no_answer")
+        return item
+    if len(pred) > MAX_EXTRACTED_CHARS:
+        item.result = (0.0, "rejected:too_long")
+        return item
+    g = normalise(gold) if len(gold) <= MAX_EXTRACTED_CHARS else gold
+    p = normalise(pred)
+    if not p:
+        item.result = (0.0, "no_answer")
+        return item
+    if g == p:
+        item.result = (1.0, "exact")
+        return item
+    decided = structural_verdict(g, p)
+    if decided is not None:
+        item.result = (1.0 if decided else 0.0, "numeric")
+        return item
+    for answer in (p, g):
+        why = precheck(answer)
+        if why is not None:
+            item.result = (0.0, f"rejected:{why}")
+            return item
+    key = (g, p)
+    hit = _cached(key)
+    if hit is not None:
+        counters.count("cache_hits")
+        item.result = (1.0 if hit else 0.0, "math_verify")
+        return item
+    item.key = key
+    return item
+
+
+def _prepare_dapo(response: Any, reference: Any) -> _Item:
+    """verl's ``math_dapo`` verdict: the reference as given (its text; not extracted from a solution), the
+    response's last 300 characters.  A missing or blank reference scores 0 (``no_reference``)."""
+    gold = to_text(reference)
+    if gold is None or not gold.strip():
+        return _Item(None, None, (0.0, "no_reference"))
+    text = to_text(response) or ""
+    correct, pred, compared = dapo.judge(text, gold)
+    if pred == dapo.INVALID and not correct:
+        return _Item(None, compared, (0.0, "no_answer"))
+    return _Item(pred, compared, (1.0 if correct else 0.0, "math_dapo"))
+
+
+def _budgets(timeout_s: float | None) -> tuple[float, float]:
+    s = config.current()
+    first = timeout_s if timeout_s is not None and timeout_s > 0 else s.timeout_s
+    return first, first * s.retry_factor
+
+
+def _score(verdict: bool | None) -> float:
+    return 1.0 if verdict else 0.0
+
+
+def grade_detailed(
+    response: Any, reference: Any, *, timeout_s: float | None = None, mode: str | None = None
+) -> GradeResult:
+    """Like :func:`grade`, returning a :class:`GradeResult` (score, method, extracted answers, seconds, mode).
+    ``timeout_s``: the first budget of this item (the second is ``retry_factor`` times it)."""
+    t0 = time.monotonic()
+    mode = config.current().mode if mode is None else config.check_mode(mode)
+    first, second = _budgets(timeout_s)
+    item = _Item(None, None)
+    retried = False
+    try:
+        item = _prepare(response, reference, mode)
+        if item.result is not None:
+            score, method = item.result
+        else:
+            assert item.key is not None
+            verdict, method = _attempt(item.key, first, final=False)
+            if method in counters.NOT_DECIDED and not _overran(item.key, second):
+                retried = True
+                counters.count("retried")
+                verdict, method = _attempt(item.key, second, final=True)
+            score = _score(verdict)
+    except judge.Alarm:  # pragma: no cover - an alarm that fired just after the in-process judge returned
+        score, method = 0.0, "timeout"
+    except Exception:
+        log.debug("grader error", exc_info=True)
+        score, method = 0.0, "error"
+    counters.tally(method)
+    return GradeResult(score, method, item.pred, item.gold, time.monotonic() - t0, mode, retried)
+
+
+def grade(response: Any, reference: Any, *, mode: str | None = None) -> float:
+    """1.0 if the final answer of ``response`` is equivalent to ``reference``, else 0.0.  Never raises (except
+    for an unknown ``mode``, a caller's error)."""
+    return grade_detailed(response, reference, mode=mode).score
+
+
+def grade_many(
+    responses: Sequence[Any],
+    references: Sequence[Any],
+    *,
+    timeout_s: float | None = None,
+    mode: str | None = None,
+) -> list[float]:
+    """``[grade(r, g) for r, g in zip(responses, references)]``, faster: identical pairs are verified once and
+    the math-verify work is spread over the worker pool; items that overran their first budget are graded again
+    after the batch, one at a time."""
+    if len(responses) != len(references):
+        raise ValueError("responses and references differ in length")
+    return [r.score for r in grade_many_detailed(responses, references, timeout_s=timeout_s, mode=mode)]
+
+
+def grade_many_detailed(
+    responses: Sequence[Any],
+    references: Sequence[Any],
+    *,
+    timeout_s: float | None = None,
+    mode: str | None = None,
+) -> list[GradeResult]:
+    """:func:`grade_many` returning :class:`GradeResult` records."""
+    mode = config.current().mode if mode is None else config.check_mode(mode)
+    first, second = _budgets(timeout_s)
+    n = min(len(responses), len(references))
+    results: list[GradeResult | None] = [None] * n
+    pending: dict[tuple[str, str], list[tuple[int, _Item, float]]] = {}
+    for i in range(n):
+        t0 = time.monotonic()
+        try:
+            item = _prepare(responses[i], references[i], mode)
+        except Exception:
+            item = _Item(None, None, (0.0, "error"))
+        if item.result is not None:
+            results[i] = GradeResult(item.result[0], item.result[1], item.pred, item.gold, time.monotonic() - t0, mode)
+            counters.tally(item.result[1])
+        else:
+            assert item.key is not None
+            pending.setdefault(item.key, []).append((i, item, time.monotonic() - t0))
+
+    retry: list[list[tuple[int, _Item, float]]] = []
+
+    def run(entries: list[tuple[int, _Item, float]], budget: float, final: bool) -> None:
+        key = entries[0][1].key
+        assert key is not None
+        t0 = time.monotonic()
+        try:
+            verdict, method = _attempt(key, budget, final)
+        except Exception:
+            log.debug("grader error", exc_info=True)
+            verdict, method = None, "error"
+        spent = time.monotonic() - t0
+        if not final and method in counters.NOT_DECIDED and not _overran(key, second):
+            retry.append([(i, item, prep + spent) for i, item, prep in entries])  # list.append is atomic
+            return
+        for i, item, prep in entries:
+            results[i] = GradeResult(_score(verdict), method, item.pred, item.gold, prep + spent, mode, final)
+        counters.tally(method, len(entries))
+
+    groups = list(pending.values())
+    s = config.current()
+    if s.isolation == "process" and s.workers > 1 and len(groups) > 1:
+        with ThreadPoolExecutor(max_workers=s.workers, thread_name_prefix="bandpo-grader") as ex:
+            list(ex.map(lambda entries: run(entries, first, False), groups))
+    else:
+        for entries in groups:
+            run(entries, first, False)
+    # The batch is done: items that overran the first budget get the second, one at a time.
+    for entries in sorted(retry, key=lambda e: e[0][0]):
+        counters.count("retried", len(entries))
+        run(entries, second, True)
+    return [r if r is not None else GradeResult(0.0, "error", None, None, 0.0, mode) for r in results]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Settings, workers, provenance
+# ---------------------------------------------------------------------------------------------------------------
+def configure(
+    *,
+    timeout_s: float | None = None,
+    retry_factor: float | None = None,
+    workers: int | None = None,
+    mode: str | None = None,
+    isolation: str | None = None,
+) -> None:
+    """Change the first per-item budget, the second budget's factor (``retry_factor``: the budget of an item's
+    second attempt is ``retry_factor * timeout_s``), the number of worker processes, the grading mode (one of
+    :data:`bandpo.grader.MODES`) or the isolation (``"process"`` or ``"inprocess"``).  Overrides the environment
+    (`bandpo.grader.config`).
+
+    Changing the workers or the isolation stops the current worker pool; the next grading call starts a new one.
+    """
+    if config.update(timeout_s=timeout_s, retry_factor=retry_factor, workers=workers, mode=mode, isolation=isolation):
+        pool.shutdown()
+
+
+def warmup(timeout_s: float = pool.STARTUP_TIMEOUT_S) -> bool:
+    """Start the math-verify workers now (a one-off cost of a few seconds) so that later items meet the budget.
+
+    Returns ``True`` when math-verify is usable (a worker answered, or the in-process judge loaded).
+    """
+    return pool.warm(timeout_s)
+
+
+def grader_info() -> dict[str, Any]:
+    """Provenance of the scores: record it next to every score (training logs, lm-eval results)."""
+    s = config.current()
+    return {
+        "name": GRADER_NAME,
+        "mode": s.mode,
+        "version": GRADER_VERSION,
+        "id": grader_id(),
+        "bandpo_version": BANDPO_VERSION,
+        "rules_revision": RULES_REVISION,
+        "math_verify_version": MATH_VERIFY_VERSION,
+        "latex2sympy2_extended_version": dist_version("latex2sympy2_extended"),
+        "sympy_version": dist_version("sympy"),
+        "pebble_version": dist_version("pebble"),
+        "isolation": s.isolation,
+        "timeout_s": s.timeout_s,
+        "retry_timeout_s": s.timeout_s * s.retry_factor,
+        "workers": s.workers,
+    }
+
+
+def grader_id(mode: str | None = None) -> str:
+    """One string naming the rule that produced a score: ``name/mode@version``."""
+    return f"{GRADER_NAME}/{config.current().mode if mode is None else config.check_mode(mode)}@{GRADER_VERSION}"
+
+
+def _after_fork_in_child() -> None:
+    global _LOCK
+    _INFLIGHT.clear()  # the parent's threads verifying those pairs are not in this process
+    _LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

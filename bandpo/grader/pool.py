@@ -1,0 +1,237 @@
+"""math-verify worker processes: a ``pebble`` process pool whose workers can be killed mid-computation.
+
+Workers are forks of the caller, made after math-verify was imported and warmed up there, so that a worker (or a
+replacement) is ready at once.  ``fork`` rather than ``spawn`` / ``forkserver``: those run the caller's ``__main__``
+module again in every worker (a training script's imports, or all of an unguarded script; impossible for
+``python - <script``).  A worker runs nothing but math-verify on two strings.  A task that overruns its budget is
+cancelled and pebble ends its worker (which also ends C-level work no signal handler can interrupt, such as a huge
+integer power) and forks a replacement, while the other workers keep answering.  This works the same in the main
+thread, in other threads, in a forked child (which starts its own pool) and inside lm-eval, and leaves the
+caller's ``SIGALRM`` alone.
+
+The task a worker runs is this module's :func:`verify_in_worker`, looked up when each task is scheduled: a test
+replaces it (``monkeypatch.setattr(pool, "verify_in_worker", fn)``, ``fn`` a module-level function the worker can
+import) to make a worker hang or run slowly.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import math
+import os
+import signal
+import sys
+import threading
+import time
+
+from bandpo.grader import config, counters, judge
+
+log = logging.getLogger("bandpo.grader")
+
+STARTUP_TIMEOUT_S = 60.0  # one-off wait for the first worker of a process to import math-verify
+_MAX_POOL_FAILURES = 3  # pools that broke before answering; after that many, math-verify runs in-process
+_CPU_SLACK_S = 5  # CPU seconds a task may use beyond its budget before the kernel ends its worker
+
+
+def _arm_cpu_guard(seconds: int) -> None:
+    """Let the kernel end this worker (SIGXCPU) if one task burns ``seconds`` of CPU: the pool stops it sooner,
+    but if the calling process itself died mid-task nobody else would stop a C-level computation."""
+    try:
+        import resource
+
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        soft = int(usage.ru_utime + usage.ru_stime) + seconds
+        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+        if hard == resource.RLIM_INFINITY or soft < hard:
+            resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    except Exception:
+        pass
+
+
+def _limit_worker_memory() -> None:
+    """At most 4 GiB of address space beyond what the worker inherited from its parent (a fork)."""
+    try:
+        import resource
+
+        with open("/proc/self/statm") as f:
+            inherited = int(f.read().split()[0]) * resource.getpagesize()
+        limit = inherited + (4 << 30)
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard == resource.RLIM_INFINITY or hard > limit:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    except Exception:
+        pass
+
+
+_WORKER_JUDGE: judge.Judge | None = None
+
+
+def _worker_init() -> None:
+    """Initializer of each pool worker (a fork of the caller): quiet output, memory cap, math-verify ready."""
+    global _WORKER_JUDGE
+    # pebble installs a Python-level SIGTERM handler, which cannot run while math-verify is inside a C-level
+    # computation (a huge integer power); the default action ends the process at once when the pool stops it.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # anything a library prints goes nowhere
+    sys.stdout = open(os.devnull, "w")
+    logging.disable(logging.CRITICAL)
+    _limit_worker_memory()
+    _WORKER_JUDGE = judge.inprocess_judge()  # imported and warmed up by the parent before the fork
+
+
+def _worker_ping() -> bool:
+    return _WORKER_JUDGE is not None
+
+
+def verify_in_worker(gold: str, pred: str, cpu_s: int) -> bool:
+    """One math-verify verdict, in a pool worker (pebble runs it in the worker's main thread); the worker is
+    ended by the kernel if the task uses more than ``cpu_s`` seconds of CPU."""
+    _arm_cpu_guard(cpu_s)
+    if _WORKER_JUDGE is None:
+        raise RuntimeError("math-verify is not loaded in this worker")
+    try:
+        return _WORKER_JUDGE(gold, pred)
+    except Exception:  # math-verify failed on this pair: not equivalent
+        return False
+
+
+class _Pool:
+    """This process's workers (see the module's docstring)."""
+
+    def __init__(self, workers: int) -> None:
+        import multiprocessing
+
+        from pebble import ProcessPool
+
+        # shutdown() first at exit, before the handlers pebble and multiprocessing registered on import (atexit runs
+        # last-in first-out): multiprocessing's would otherwise wait for our idle workers forever.
+        atexit.unregister(shutdown)
+        atexit.register(shutdown)
+        if judge.inprocess_judge() is None:
+            raise RuntimeError("math-verify cannot be imported")
+        self.pid = os.getpid()
+        self.ready = False  # a worker has answered
+        self.pool = ProcessPool(
+            max_workers=workers, initializer=_worker_init, context=multiprocessing.get_context("fork")
+        )
+        counters.count("pool_starts")
+
+    @property
+    def broken(self) -> bool:
+        return not self.pool.active
+
+    def verify(self, gold: str, pred: str, budget: float) -> tuple[bool | None, str]:
+        """``(verdict, "math_verify")`` within ``budget`` seconds, or ``(None, why not)``: ``timeout`` (the worker
+        overran the budget and is ended), ``unavailable`` (no worker free in time), ``error`` (the worker died)."""
+        from concurrent.futures import CancelledError
+        from concurrent.futures import TimeoutError as WaitTimeout  # the builtin TimeoutError from Python 3.11
+
+        from pebble import ProcessExpired
+
+        # The first task of a pool also waits for the workers to start (once, beyond the item's budget).
+        wait = budget if self.ready else budget + STARTUP_TIMEOUT_S
+        cpu_s = math.ceil(budget) + _CPU_SLACK_S
+        future = self.pool.schedule(verify_in_worker, (gold, pred, cpu_s), timeout=budget)
+        try:
+            verdict = bool(future.result(timeout=wait))
+        except WaitTimeout:  # pebble's task timeout (the future is done) or the wait above (it is not)
+            started = future.done() or future.running()
+            future.cancel()  # a running task is stopped with its worker, a queued one never starts
+            return None, "timeout" if started else "unavailable"
+        except (ProcessExpired, CancelledError):
+            return None, "error"
+        self.ready = True
+        return verdict, "math_verify"
+
+    def warm(self, timeout_s: float) -> bool:
+        try:
+            self.ready = bool(self.pool.schedule(_worker_ping).result(timeout=timeout_s))
+        except Exception:
+            return False
+        return self.ready
+
+    def close(self) -> None:
+        self.pool.stop()
+        self.pool.join(timeout=5)
+
+
+_POOL: _Pool | None = None
+_LOCK = threading.Lock()
+_FAILURES = 0  # pools that broke before answering
+
+
+def get_pool() -> _Pool | None:
+    """This process's worker pool (started on first use, restarted if it broke), or ``None`` where worker processes
+    cannot be used."""
+    global _POOL, _FAILURES
+    with _LOCK:
+        if _POOL is not None and _POOL.pid == os.getpid() and not _POOL.broken:
+            return _POOL
+        if _POOL is not None and _POOL.pid == os.getpid():
+            _FAILURES += 0 if _POOL.ready else 1
+            _POOL.close()
+        _POOL = None
+        if _FAILURES >= _MAX_POOL_FAILURES:
+            return None
+        try:
+            _POOL = _Pool(config.current().workers)
+        except Exception:  # e.g. pebble missing, processes refused
+            log.debug("grader worker pool failed to start", exc_info=True)
+            _FAILURES = _MAX_POOL_FAILURES
+            return None
+        return _POOL
+
+
+def shutdown() -> None:
+    """Stop the worker processes (they are restarted on demand).  Registered with ``atexit`` when a pool starts."""
+    global _POOL, _FAILURES
+    with _LOCK:
+        pool, _POOL = _POOL, None
+        _FAILURES = 0
+    if pool is not None and pool.pid == os.getpid():
+        try:
+            pool.close()
+        except Exception:
+            log.debug("grader worker pool did not stop cleanly", exc_info=True)
+
+
+def warm(timeout_s: float = STARTUP_TIMEOUT_S) -> bool:
+    """Start the workers now; ``True`` when math-verify is usable (a worker answered, or it runs in-process)."""
+    try:
+        if config.current().isolation == "process":
+            pool = get_pool()
+            if pool is not None and pool.warm(timeout_s):
+                return True
+        return judge.inprocess_judge() is not None
+    except Exception:
+        return False
+
+
+def verify_bounded(gold: str, pred: str, budget: float) -> tuple[bool | None, str]:
+    """math-verify's verdict within ``budget`` seconds: ``(True/False, "math_verify")`` or ``(None, why not)``, in a
+    worker, or in this process where workers cannot be used."""
+    pool = get_pool() if config.current().isolation == "process" else None
+    if pool is not None:
+        try:
+            return pool.verify(gold, pred, budget)
+        except Exception:  # the pool broke (e.g. all workers died): the next call starts a new one
+            log.debug("grader worker pool failed", exc_info=True)
+            return None, "error"
+    return judge.verify_inprocess(gold, pred, time.monotonic() + budget)
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child: forget the parent's pool (its workers and threads belong to the parent) and lock."""
+    global _POOL, _LOCK
+    pebble_pools = sys.modules.get("pebble.pool.process")
+    if _POOL is not None and pebble_pools is not None:
+        # pebble stops every worker of "its" pools at interpreter exit; in a forked child those are the parent's
+        # workers, not the child's to stop (the child's own pool, if it starts one, is stopped by shutdown()).
+        atexit.unregister(getattr(pebble_pools, "interpreter_shutdown", lambda: None))
+    _LOCK = threading.Lock()
+    _POOL = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

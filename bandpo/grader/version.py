@@ -1,0 +1,24 @@
+"""The grader's provenance: its name and version (bandpo version, rules revision and math-verify version)."""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+from bandpo import __version__ as BANDPO_VERSION
+
+# Bump when extraction, normalisation, pre-check or timeout rules change in a way that can change a score.
+RULES_REVISION = 3  # 2: sqrt/pi fast path, strict-answer-line mode; 3: a timed-out item is graded again (30x budget)
+# (the math-dapo mode came with revision 3 unchanged: no verdict of the older modes changed; the mode is in the id)
+
+
+def dist_version(name: str) -> str:
+    """Installed version of a distribution, ``"missing"`` when it is not installed."""
+    try:
+        return metadata.version(name)
+    except Exception:
+        return "missing"
+
+
+MATH_VERIFY_VERSION = dist_version("math-verify")
+GRADER_NAME = "bandpo.grader"
+GRADER_VERSION = f"{BANDPO_VERSION}.r{RULES_REVISION}+math-verify-{MATH_VERIFY_VERSION}"

@@ -1,0 +1,176 @@
+"""Ratio-clipping methods as a registry, and the one PPO surrogate that every bound-based method shares.
+
+A *method* is one of two kinds:
+
+* **bounds** — a function ``(old_log_prob, response_mask, params) -> (lower, upper)`` that returns per-token ratio
+  bounds. Every bounds method is trained by the same `ppo_surrogate`, so methods differ only in their bounds:
+  GRPO, Clip-Higher, DCPO and BandPO are all bounds methods.
+* **loss** — a whole policy loss ``(old_log_prob, log_prob, advantages, response_mask, params, settings, *,
+  rollout_is_weights=None, global_batch_info=None) -> (loss, metrics)`` for methods that are not a clip interval
+  around r (CISPO's stop-gradient weight, GSPO's sequence-level ratio, ...). It uses the same building blocks:
+  `prepare_inputs` (checks, neutral padding), `aggregate_loss`, `clip_diagnostics`.
+
+Every method has one frozen dataclass of parameters (a `MethodConfig`): typed fields whose defaults are the paper's
+settings, with validation that rejects unknown keys, wrong types, non-finite numbers and out-of-range values with a
+message that names the method and the parameter. Shared loss settings (aggregation mode, dual clip c, log-ratio
+clamp) are not per-method: they live in `SurrogateConfig`.
+
+Built in (``list_methods()``)::
+
+    grpo          bounds  [1 - 0.2, 1 + 0.2]
+    clip_higher   bounds  [1 - 0.2, 1 + 0.28]                              (DAPO)
+    dcpo          bounds  dynamic adaptive clipping, eps 0.16 / 0.20, r_hi capped at 10
+    bandpo        bounds  Band operator (bandpo.band), divergence kl | tv | chi2 | any registered one,
+                          delta 0.05, r_hi capped at 10, relaxation off (relax: union with
+                          [1 - 0.2, 1 + 0.28])
+    cispo         loss    -sg(clip(r, 1 - eps_low, 1 + eps_high)) * A * log pi        (token level)
+    gspo          loss    PPO clip on the sequence ratio s = exp(mean_t log r_t)       (sequence level)
+    dppo_tv, dppo_kl, clip_cov, kl_cov, sapo, geo_mean, gpg, dro
+                  verl    verl's own registered policy losses, called through verl's registry
+                          (`bandpo.methods.verl_losses`); in a verl run they are verl's own loss_mode
+
+``python -m bandpo.methods`` lists every registered method with its kind, parameters, defaults and source.
+
+Adding a method = one registered function + one config dataclass, in this package or in a module of your own, then
+one entry in the sweep config (``config/``). A module of your own is named in the config's ``method_modules`` (a
+module name importable from the repository root / ``PYTHONPATH``, or a ``.py`` file path relative to the repository
+root); the workflow checks it at DAG start and passes it to every job in the environment variable
+``BANDPO_METHOD_MODULES`` (``os.pathsep``-separated). Importing this package runs no user code: the modules are
+imported where a run starts (`load_env_method_modules`: the trainer, the evaluation, verl's plugin in its driver and
+Ray workers; see `bandpo.methods.user_modules`). By hand: ``python -m bandpo.train --method-module my_methods.py
+...`` (or ``BANDPO_METHOD_MODULES=my_methods.py python -m bandpo.train ...``)::
+
+    @dataclass(frozen=True)
+    class HalfClipConfig(MethodConfig):
+        \"\"\"eps: half-width of the fixed interval (default 0.1).\"\"\"
+        label_fields = ("eps",)  # leaderboards show eps=... even at its default
+        eps: float = 0.1
+
+        def validate(self) -> None:
+            self.require(0.0 < self.eps < 1.0, "eps", "must be in (0, 1)")
+
+    @register_bounds("half_clip", config=HalfClipConfig)
+    def half_clip_bounds(old_log_prob, response_mask, params):
+        \"\"\"Fixed clip [1 - eps, 1 + eps].\"\"\"  # its first line is the method's description
+        return constant_bounds(old_log_prob, response_mask, 1.0 - params.eps, 1.0 + params.eps)
+
+A per-token bounds rule that needs computing goes through `on_valid_tokens` (see `dcpo_bounds`); a whole loss
+is registered with ``@register_loss(name, config=...)`` (see `cispo_loss`).
+
+A method is resolved once per run: ``resolve(name, params, settings)`` validates the name, the parameters and the
+shared loss settings and returns a `ResolvedMethod` whose ``bounds`` / ``loss`` the trainers call per batch without
+looking anything up again, and whose ``label`` is what leaderboards show (the trainer writes it into run.json as
+``method_label``). `compute_bounds` / `compute_loss` are one-shot shortcuts (resolve, then call) for tests and
+scripts.
+
+The verl integration (`bandpo.verl_plugin`) registers every method of this registry in verl as
+``bandpo.<name>``, including methods registered after it was imported (through `on_register`); verl's Ray workers
+load a method of your own module from ``BANDPO_METHOD_MODULES`` (`bandpo.verl_command.VerlRun.method_modules`).
+
+Where the bounds are computed
+-----------------------------
+Bounds depend on ``old_log_prob`` only, so they are constants of the rollout batch. `ResolvedMethod.bounds`
+evaluates them once per rollout batch and on the valid tokens only (padding gets the neutral interval [1, 1]); the
+local trainer slices the result per micro-batch and passes ``bounds=`` to `ResolvedMethod.loss`, which then skips
+the bounds function.
+verl calls a policy loss per micro-batch with no hook before it, so there the bounds are recomputed inside each
+micro-batch call, still on the valid tokens only (elementwise, hence identical values; cheap next to the forward
+pass).
+
+Shapes: every token tensor is ``(batch, response_length)``; ``response_mask`` is bool or 0/1 of the same shape.
+
+Modules (everything is re-exported here: ``from bandpo.methods import X`` / ``methods.X``)
+------------------------------------------------------------------------------------------
+``config``        `MethodConfig` (typed, validated parameters), `SurrogateConfig`, `AGG_MODES`, `DEFAULT_DUAL_CLIP_C`
+``configs``       the built-in methods' parameter dataclasses (`GRPOConfig`, ..., `GSPOConfig`)
+``registry``      `register_bounds` / `register_loss`, `get_method`, `list_methods`, `make_config`, `resolve`,
+                  `ResolvedMethod`, `compute_bounds` / `compute_loss`
+``user_modules``  `load_method_modules`, `load_env_method_modules`, `loaded_method_modules`
+``bounds``        `on_valid_tokens`, `constant_bounds` and the built-in bounds methods
+``surrogate``     `ppo_surrogate`, `aggregate_loss`, `prepare_inputs`
+``losses``        the built-in whole-loss methods (`cispo_loss`, `gspo_loss`)
+``verl_losses``   verl's own policy losses as methods (`VERL_METHODS`, `VerlLossConfig`, `verl_loss`)
+``diagnostics``   `clip_diagnostics`, `stopped_diagnostics`, `BUCKET_EDGES`, `BUCKET_LABELS`
+"""
+
+from bandpo.methods.bounds import bandpo_bounds, constant_bounds, dcpo_bounds, fixed_clip_bounds, on_valid_tokens
+from bandpo.methods.config import AGG_MODES, DEFAULT_DUAL_CLIP_C, MethodConfig, SurrogateConfig
+from bandpo.methods.configs import BandPOConfig, CISPOConfig, ClipHigherConfig, DCPOConfig, GRPOConfig, GSPOConfig
+from bandpo.methods.diagnostics import (
+    BUCKET_EDGES,
+    BUCKET_LABELS,
+    clip_diagnostics,
+    loss_grad_wrt_log_prob,
+    stopped_diagnostics,
+)
+from bandpo.methods.losses import cispo_loss, gspo_loss
+from bandpo.methods.registry import (
+    Method,
+    ResolvedMethod,
+    compute_bounds,
+    compute_loss,
+    get_method,
+    list_methods,
+    make_config,
+    on_register,
+    register_bounds,
+    register_loss,
+    register_verl_loss,
+    resolve,
+)
+from bandpo.methods.surrogate import aggregate_loss, ppo_surrogate, prepare_inputs
+from bandpo.methods.user_modules import (
+    METHOD_MODULES_ENV,
+    load_env_method_modules,
+    load_method_modules,
+    loaded_method_modules,
+)
+from bandpo.methods.verl_losses import VERL_METHODS, VerlLossConfig, verl_actor_config, verl_loss
+
+__all__ = [
+    "AGG_MODES",
+    "BUCKET_EDGES",
+    "BUCKET_LABELS",
+    "DEFAULT_DUAL_CLIP_C",
+    "BandPOConfig",
+    "CISPOConfig",
+    "ClipHigherConfig",
+    "DCPOConfig",
+    "GRPOConfig",
+    "GSPOConfig",
+    "METHOD_MODULES_ENV",
+    "Method",
+    "MethodConfig",
+    "ResolvedMethod",
+    "SurrogateConfig",
+    "VERL_METHODS",
+    "VerlLossConfig",
+    "aggregate_loss",
+    "bandpo_bounds",
+    "cispo_loss",
+    "clip_diagnostics",
+    "compute_bounds",
+    "compute_loss",
+    "constant_bounds",
+    "dcpo_bounds",
+    "fixed_clip_bounds",
+    "get_method",
+    "gspo_loss",
+    "list_methods",
+    "load_env_method_modules",
+    "load_method_modules",
+    "loaded_method_modules",
+    "loss_grad_wrt_log_prob",
+    "make_config",
+    "on_register",
+    "on_valid_tokens",
+    "ppo_surrogate",
+    "prepare_inputs",
+    "register_bounds",
+    "register_loss",
+    "register_verl_loss",
+    "resolve",
+    "stopped_diagnostics",
+    "verl_actor_config",
+    "verl_loss",
+]

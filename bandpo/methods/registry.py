@@ -1,0 +1,256 @@
+"""The method registry: registration by decorator (`register_bounds`, `register_loss`), look-up (`get_method`,
+`list_methods`, `make_config`), and a method resolved once per run (`resolve` -> `ResolvedMethod`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from bandpo.methods.config import MethodConfig, SurrogateConfig
+from bandpo.methods.surrogate import _check_shapes, ppo_surrogate
+from bandpo.options import unknown_names
+
+
+@dataclass(frozen=True)
+class Method:
+    """A registered method: its name, kind ("bounds", "loss" or "verl": a policy loss that verl ships, called
+    through verl's registry by `bandpo.methods.verl_losses`), function and config class."""
+
+    name: str
+    kind: str
+    fn: Callable[..., Any]
+    config_cls: type[MethodConfig]
+
+    @property
+    def description(self) -> str:
+        doc = (self.fn.__doc__ or "").strip()
+        return doc.splitlines()[0] if doc else ""
+
+    def config(self, params: Mapping[str, Any] | MethodConfig | None = None) -> MethodConfig:
+        """The validated parameters: defaults overridden by ``params`` (a mapping or a ``config_cls`` instance)."""
+        if isinstance(params, MethodConfig) and not isinstance(params, self.config_cls):
+            raise TypeError(
+                f"method {self.name!r} takes {self.config_cls.__name__} or a mapping, got {type(params).__name__}"
+            )
+        try:
+            return self.config_cls.from_params(params)
+        except ValueError as e:
+            raise ValueError(f"method {self.name!r}: {e}") from None
+
+
+_METHODS: dict[str, Method] = {}
+_REGISTRATION_HOOKS: list[Callable[[Method], None]] = []
+
+
+def _register(kind: str, name: str, config: type[MethodConfig]):
+    if not isinstance(name, str) or not name or not all(c.isalnum() or c in "_-" for c in name):
+        raise ValueError(f"method name must be a non-empty string of letters, digits, '_' or '-', got {name!r}")
+    if not (isinstance(config, type) and issubclass(config, MethodConfig)):
+        raise TypeError(f"method {name!r}: config must be a MethodConfig subclass, got {config!r}")
+
+    def decorator(fn):
+        method = Method(name=name, kind=kind, fn=fn, config_cls=config)
+        old = _METHODS.get(name)
+        if old is not None and (old.fn.__module__, old.fn.__qualname__) != (fn.__module__, fn.__qualname__):
+            raise ValueError(
+                f"method {name!r} is already registered (by {old.fn.__module__}.{old.fn.__qualname__}); "
+                "choose another name"
+            )
+        _METHODS[name] = method
+        for hook in _REGISTRATION_HOOKS:
+            hook(method)
+        return fn
+
+    return decorator
+
+
+def on_register(hook: Callable[[Method], None]) -> Callable[[Method], None]:
+    """Call ``hook(method)`` for every method registered from now on (used by `bandpo.verl_plugin`)."""
+    _REGISTRATION_HOOKS.append(hook)
+    return hook
+
+
+def register_bounds(name: str, config: type[MethodConfig]):
+    """Decorator: register ``fn(old_log_prob, response_mask, params) -> (lower, upper)`` as a bounds method."""
+    return _register("bounds", name, config)
+
+
+def register_loss(name: str, config: type[MethodConfig]):
+    """Decorator: register a whole-loss method (its signature: the `bandpo.methods` docstring)."""
+    return _register("loss", name, config)
+
+
+def register_verl_loss(name: str, config: type[MethodConfig]):
+    """Decorator: register an adapter of a policy loss that verl ships (same signature as a whole loss; see
+    `bandpo.methods.verl_losses`)."""
+    return _register("verl", name, config)
+
+
+KINDS = ("bounds", "loss", "verl")
+
+
+def list_methods(kind: str | None = None) -> list[str]:
+    """Registered method names, sorted; ``kind`` = "bounds", "loss" or "verl" filters."""
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)} or None, got {kind!r}")
+    return sorted(n for n, m in _METHODS.items() if kind is None or m.kind == kind)
+
+
+def get_method(name: str) -> Method:
+    """The registered method ``name``; ValueError with the valid choices otherwise."""
+    try:
+        return _METHODS[name]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"unknown method {unknown_names([name], list(_METHODS))}; valid: {', '.join(list_methods())}"
+        ) from None
+
+
+def make_config(method: str, params: Mapping[str, Any] | MethodConfig | None = None) -> MethodConfig:
+    """Validated parameters of ``method``: its defaults overridden by ``params``."""
+    return get_method(method).config(params)
+
+
+@dataclass(frozen=True)
+class ResolvedMethod:
+    """A registered method with its validated parameters and loss settings: resolved once per run by `resolve`,
+    then called per batch (no name lookup or validation on the way).
+
+    Attributes:
+        method: the registry entry (name, kind, function, config class).
+        params: the method's validated parameters.
+        settings: the shared loss settings (aggregation, dual clip, clamp).
+    """
+
+    method: Method
+    params: MethodConfig
+    settings: SurrogateConfig
+
+    @property
+    def name(self) -> str:
+        return self.method.name
+
+    @property
+    def has_bounds(self) -> bool:
+        """True for a bounds method (its loss is `ppo_surrogate` with its bounds), False for a whole loss."""
+        return self.method.kind == "bounds"
+
+    @property
+    def label(self) -> str:
+        """The parameters as leaderboards show them (`MethodConfig.label`), e.g. ``"divergence=kl, delta=0.05"``."""
+        return self.params.label()
+
+    def bounds(self, old_log_prob: Tensor, response_mask: Tensor) -> tuple[Tensor, Tensor]:
+        """Ratio bounds for a whole rollout batch, once, on the valid tokens only.
+
+        Returns (lower, upper) of the shape of ``old_log_prob``, no gradient, [1, 1] on padding. Slice them with
+        the batch and pass ``bounds=`` to `loss` in each micro-batch.
+        """
+        if not self.has_bounds:
+            raise ValueError(f"method {self.name!r} is a whole-loss method: it has no ratio bounds")
+        _check_shapes(response_mask, old_log_prob=old_log_prob)
+        with torch.no_grad():
+            lower, upper = self.method.fn(old_log_prob.detach(), response_mask, self.params)
+        return lower.detach(), upper.detach()
+
+    def loss(
+        self,
+        old_log_prob: Tensor,
+        log_prob: Tensor,
+        advantages: Tensor,
+        response_mask: Tensor,
+        *,
+        bounds: tuple[Tensor, Tensor] | None = None,
+        rollout_is_weights: Tensor | None = None,
+        global_batch_info: Mapping[str, Any] | None = None,
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """The policy loss and its diagnostics.
+
+        Args:
+            old_log_prob, log_prob, advantages, response_mask: (batch, T).
+            bounds: precomputed (lower, upper) from `bounds` (bounds methods only); computed here otherwise.
+            rollout_is_weights, global_batch_info: see `ppo_surrogate`.
+
+        Returns:
+            (loss, metrics): a 0-d tensor and a dict of 0-d tensors (see `clip_diagnostics`).
+        """
+        if not self.has_bounds:
+            if bounds is not None:
+                raise ValueError(f"method {self.name!r} is a whole-loss method: it takes no precomputed bounds")
+            _check_shapes(response_mask, old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages)
+            return self.method.fn(
+                old_log_prob,
+                log_prob,
+                advantages,
+                response_mask,
+                self.params,
+                self.settings,
+                rollout_is_weights=rollout_is_weights,
+                global_batch_info=global_batch_info,
+            )
+        lower, upper = self.bounds(old_log_prob, response_mask) if bounds is None else bounds
+        return ppo_surrogate(
+            old_log_prob,
+            log_prob,
+            advantages,
+            response_mask,
+            lower,
+            upper,
+            self.settings,
+            rollout_is_weights=rollout_is_weights,
+            global_batch_info=global_batch_info,
+        )
+
+
+def resolve(
+    method: str,
+    params: Mapping[str, Any] | MethodConfig | None = None,
+    settings: SurrogateConfig | Mapping[str, Any] | None = None,
+) -> ResolvedMethod:
+    """``method`` with its parameters (None: the paper's defaults) and loss settings, validated: ValueError naming
+    the method and the parameter otherwise."""
+    m = get_method(method)
+    return ResolvedMethod(m, m.config(params), SurrogateConfig.from_params(settings))
+
+
+# One-shot entry points (tests, scripts): resolve, then call
+
+
+def compute_bounds(
+    method: str,
+    old_log_prob: Tensor,
+    response_mask: Tensor,
+    params: Mapping[str, Any] | MethodConfig | None = None,
+) -> tuple[Tensor, Tensor]:
+    """One-shot `ResolvedMethod.bounds` (resolves ``method`` and ``params`` first: not for a training loop)."""
+    return resolve(method, params).bounds(old_log_prob, response_mask)
+
+
+def compute_loss(
+    method: str,
+    old_log_prob: Tensor,
+    log_prob: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    params: Mapping[str, Any] | MethodConfig | None = None,
+    settings: SurrogateConfig | Mapping[str, Any] | None = None,
+    *,
+    bounds: tuple[Tensor, Tensor] | None = None,
+    rollout_is_weights: Tensor | None = None,
+    global_batch_info: Mapping[str, Any] | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """One-shot `ResolvedMethod.loss` (resolves ``method``, ``params`` and ``settings`` first: not for a training
+    loop)."""
+    return resolve(method, params, settings).loss(
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        bounds=bounds,
+        rollout_is_weights=rollout_is_weights,
+        global_batch_info=global_batch_info,
+    )

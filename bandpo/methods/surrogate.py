@@ -1,0 +1,182 @@
+"""The clipped PPO surrogate every bounds method is trained by (`ppo_surrogate`), and its building blocks, which
+whole-loss methods use too: input checks (`prepare_inputs`) and the aggregation of per-token losses
+(`aggregate_loss`, verl's conventions)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from bandpo.methods.config import AGG_MODES, SurrogateConfig
+from bandpo.methods.diagnostics import clip_diagnostics
+
+_GLOBAL_BATCH_KEYS = ("dp_size", "batch_num_tokens", "global_batch_size", "loss_scale_factor")
+
+
+def _check_shapes(response_mask: Tensor, **tensors: Tensor | None) -> None:
+    if not torch.is_tensor(response_mask):
+        raise TypeError(f"response_mask must be a torch.Tensor, got {type(response_mask).__name__}")
+    if response_mask.dim() != 2:
+        raise ValueError(
+            f"tensors must be (batch, response_length); response_mask has shape {tuple(response_mask.shape)}"
+        )
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if not torch.is_tensor(t):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.shape != response_mask.shape:
+            raise ValueError(
+                f"{name} has shape {tuple(t.shape)}, expected {tuple(response_mask.shape)} (response_mask)"
+            )
+
+
+def _check_finite(valid: Tensor, **tensors: Tensor) -> None:
+    """Raise if any tensor is NaN/inf on a valid token (one host sync for all tensors together)."""
+    counts = torch.stack([(~torch.isfinite(t) & valid).sum() for t in tensors.values()]).tolist()
+    bad = {name: n for name, n in zip(tensors, counts, strict=True) if n}
+    if bad:
+        detail = ", ".join(f"{name}: {n}" for name, n in bad.items())
+        raise ValueError(f"non-finite values on valid (unmasked) tokens ({detail}); check the rollout / model outputs")
+
+
+def _global_info(global_batch_info: Mapping[str, Any] | None) -> dict[str, Any]:
+    info = dict(global_batch_info or {})
+    unknown = [k for k in info if k not in _GLOBAL_BATCH_KEYS]
+    if unknown:
+        raise ValueError(f"unknown global_batch_info key(s) {unknown}; valid: {', '.join(_GLOBAL_BATCH_KEYS)}")
+    return info
+
+
+def _masked_sum(values: Tensor, mask: Tensor) -> Tensor:
+    return (torch.where(mask.bool(), values, 0.0) * mask).sum()
+
+
+def aggregate_loss(
+    loss_mat: Tensor,
+    loss_mask: Tensor,
+    loss_agg_mode: str,
+    dp_size: int = 1,
+    batch_num_tokens: int | Tensor | None = None,
+    global_batch_size: int | Tensor | None = None,
+    loss_scale_factor: int | None = None,
+) -> Tensor:
+    """Aggregate a (batch, T) per-token loss into a scalar; same conventions as verl's ``agg_loss``.
+
+    token-mean               sum_valid L / N_tokens
+    token-sum                sum_valid L
+    seq-mean-token-mean      mean_seq( sum_t L / n_t )           (the paper)
+    seq-mean-token-sum       mean_seq( sum_t L )
+    seq-mean-token-sum-norm  mean_seq( sum_t L ) / loss_scale_factor (default T)    (Dr. GRPO)
+
+    Under data parallelism pass the global token / sequence counts and ``dp_size`` so that the gradients averaged
+    over ranks equal the global-batch mean; sequences with no valid token are excluded from the sequence mean.
+    """
+    if loss_agg_mode == "token-mean":
+        if batch_num_tokens is None:
+            if dp_size > 1:
+                raise ValueError("batch_num_tokens (global) is required when dp_size > 1")
+            batch_num_tokens = loss_mask.sum()
+        return _masked_sum(loss_mat, loss_mask) / batch_num_tokens * dp_size
+    if loss_agg_mode == "token-sum":
+        return _masked_sum(loss_mat, loss_mask) * dp_size
+    if loss_agg_mode in ("seq-mean-token-sum", "seq-mean-token-sum-norm", "seq-mean-token-mean"):
+        per_seq_tokens = torch.sum(loss_mask, dim=-1)
+        seq_losses = torch.sum(torch.where(loss_mask.bool(), loss_mat, 0.0) * loss_mask, dim=-1)
+        if loss_agg_mode == "seq-mean-token-mean":
+            seq_losses = seq_losses / (per_seq_tokens + 1e-8)
+        seq_mask = (per_seq_tokens > 0).float()  # fully padded sequences do not count
+        if global_batch_size is None:
+            if dp_size > 1:
+                raise ValueError("global_batch_size is required when dp_size > 1")
+            global_batch_size = seq_mask.sum()
+        loss = _masked_sum(seq_losses, seq_mask) / global_batch_size * dp_size
+        if loss_agg_mode == "seq-mean-token-sum-norm":
+            loss = loss / (loss_scale_factor if loss_scale_factor is not None else loss_mask.shape[-1])
+        return loss
+    raise ValueError(f"unknown loss_agg_mode {loss_agg_mode!r}; valid: {', '.join(AGG_MODES)}")
+
+
+def prepare_inputs(old_log_prob, log_prob, advantages, response_mask, settings, rollout_is_weights=None):
+    """Shape / finiteness checks; returns (old_log_prob, log_prob, advantages, rollout_is_weights) with padding
+    replaced by neutral values (0, 0, 0, 0) so that nothing non-finite reaches the loss or its gradient."""
+    _check_shapes(
+        response_mask,
+        old_log_prob=old_log_prob,
+        log_prob=log_prob,
+        advantages=advantages,
+        rollout_is_weights=rollout_is_weights,
+    )
+    valid = response_mask.bool()
+    if settings.check_finite:
+        tensors = {"log_prob": log_prob.detach(), "old_log_prob": old_log_prob, "advantages": advantages}
+        if rollout_is_weights is not None:
+            tensors["rollout_is_weights"] = rollout_is_weights
+        _check_finite(valid, **tensors)
+    old_log_prob = torch.where(valid, old_log_prob.detach(), 0.0)
+    log_prob = torch.where(valid, log_prob, 0.0)
+    advantages = torch.where(valid, advantages.detach(), 0.0)
+    if rollout_is_weights is not None:
+        rollout_is_weights = torch.where(valid, rollout_is_weights.detach(), 0.0)
+    return old_log_prob, log_prob, advantages, rollout_is_weights
+
+
+def ppo_surrogate(
+    old_log_prob: Tensor,
+    log_prob: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    lower: Tensor,
+    upper: Tensor,
+    settings: SurrogateConfig | Mapping[str, Any] | None = None,
+    *,
+    rollout_is_weights: Tensor | None = None,
+    global_batch_info: Mapping[str, Any] | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The clipped PPO surrogate with per-token bounds, shared by every bounds method.
+
+    Per token, with r = exp(clamp(log_prob - old_log_prob, -x, x)):
+
+        L = max(-A r, -A clip(r, r_lo, r_hi))
+        L = min(L, -A c)            for A < 0, when the dual clip c is set
+
+    then optional rollout importance weights multiply L, and L is aggregated over valid tokens
+    (`aggregate_loss`). With lower = 1 - eps_low, upper = 1 + eps_high and c = verl's clip_ratio_c this is exactly
+    verl's ``vanilla`` policy loss.
+
+    Args:
+        old_log_prob, log_prob, advantages: (batch, T); gradients flow through ``log_prob`` only.
+        response_mask: (batch, T) bool or 0/1.
+        lower, upper: (batch, T) ratio bounds (constants; e.g. from `compute_bounds`).
+        settings: `SurrogateConfig` or a mapping of its fields.
+        rollout_is_weights: optional (batch, T) per-token weights (verl's rollout correction).
+        global_batch_info: optional dp_size / batch_num_tokens / global_batch_size / loss_scale_factor.
+
+    Returns:
+        (loss: 0-d tensor, metrics: dict of 0-d tensors from `clip_diagnostics`).
+    """
+    settings = SurrogateConfig.from_params(settings)
+    _check_shapes(response_mask, lower=lower, upper=upper)
+    old_log_prob, log_prob, advantages, rollout_is_weights = prepare_inputs(
+        old_log_prob, log_prob, advantages, response_mask, settings, rollout_is_weights
+    )
+    lower, upper = lower.detach(), upper.detach()
+    x = settings.log_ratio_clamp
+
+    log_ratio = torch.clamp(log_prob - old_log_prob, min=-x, max=x)  # clamp log r before exp
+    ratio = torch.exp(log_ratio)
+    loss_unclipped = -advantages * ratio  # -A r
+    loss_clipped = -advantages * torch.clamp(ratio, min=lower, max=upper)  # -A clip(r, r_lo, r_hi)
+    token_loss = torch.maximum(loss_unclipped, loss_clipped)  # pessimistic: max of the two losses
+    if settings.dual_clip_c is not None:  # dual clip: for A < 0, L <= -A c
+        loss_dual = -advantages * settings.dual_clip_c
+        token_loss = torch.where(advantages < 0, torch.minimum(loss_dual, token_loss), token_loss)
+    if rollout_is_weights is not None:
+        token_loss = token_loss * rollout_is_weights
+
+    loss = aggregate_loss(token_loss, response_mask, settings.loss_agg_mode, **_global_info(global_batch_info))
+    metrics = clip_diagnostics(old_log_prob, log_ratio, advantages, response_mask, lower, upper, settings.dual_clip_c)
+    return loss, metrics

@@ -1,0 +1,110 @@
+"""The package's import structure: no import cycle among bandpo's modules (every import counts: module level,
+inside functions, and ``import bandpo.x`` of a package), and the lm-eval hooks stay free of the report."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import bandpo
+
+PACKAGE = Path(bandpo.__file__).resolve().parent
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, modules: set[str]) -> set[str]:
+    """The bandpo modules one file imports (``from bandpo.x import y`` counts bandpo.x.y when that is a module,
+    else bandpo.x; a relative import is resolved against the file's package)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in modules:  # bandpo.report.load.x -> bandpo.report.load
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                out.add(t)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = sorted(PACKAGE.rglob("*.py"))
+    modules = {module_name(f) for f in files}
+    return {module_name(f): imported_modules(f, modules) for f in files}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_graph_sees_the_imports():
+    graph = import_graph()
+    assert "bandpo.files" in graph["bandpo.run_contract"]
+    assert "bandpo.lm_eval_results" in graph["bandpo.evaluate"]
+    assert "bandpo.sweep" in graph["bandpo.report.load"]
+    assert {"bandpo.report.load", "bandpo.report.cli"} <= graph["bandpo.report"] | graph["bandpo.report.__main__"]
+
+
+def test_no_import_cycle_among_bandpo_modules():
+    graph = import_graph()
+    two_way = sorted((a, b) for a in graph for b in graph[a] if a < b and a in graph.get(b, ()))
+    assert two_way == [], f"modules importing each other: {two_way}"
+    assert cycles(graph) == [], f"import cycles: {cycles(graph)}"
+
+
+def test_a_cycle_is_found():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_evaluation_does_not_import_the_report():
+    """The lm-eval hooks (bandpo.evaluate, loaded by every task YAML) import neither the report nor pandas/Jinja2."""
+    code = "import sys, bandpo.evaluate; print([m for m in ('pandas', 'jinja2', 'bandpo.report') if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
