@@ -1,8 +1,8 @@
 """One run of the suite's sweep -> the verl command line (Hydra overrides for ``python -m verl.trainer.main_ppo``).
 
 The defaults are the BandPO paper's protocol (arXiv 2603.04918): GRPO outcome advantages, 256 prompts x 16 rollouts
-per step, mini-batches of 64 prompts (4 optimizer updates per step), AdamW lr 1e-6 constant, weight decay 0.01,
-grad clip 1.0, k3 ("low_var_kl") KL loss 0.001, no entropy bonus, dual clip c = 10, seq-mean-token-mean,
+per step, mini-batches of 64 prompts (4 optimizer updates per step), AdamW lr 1e-6 constant (no warmup), weight
+decay 0.01, grad clip 1.0, k3 ("low_var_kl") KL loss 0.001, no entropy bonus, dual clip c = 10, seq-mean-token-mean,
 prompts <= 1024 and responses <= 4096 tokens, temperature 1.0, top_p 1.0, 10 epochs, one node of 8 GPUs, the +1 / -1
 reward of the paper's grader, verl's math_dapo rule (``grader_mode``).
 Every method runs through the same verl entry point and differs only in ``policy_loss.loss_mode=bandpo.<method>``
@@ -65,7 +65,7 @@ PROTOCOL_KEYS: dict[str, tuple[str, ...]] = {
     "dual_clip_c": (f"{_ACTOR}.clip_ratio_c",),
 }
 # Protocol knobs only verl has (the local trainer: one epoch, k3, no entropy bonus, plain softmax sampling, no
-# prompt limit, steps instead of epochs).
+# prompt limit, steps instead of epochs, no lr warmup).
 VERL_ONLY_PROTOCOL: dict[str, tuple[str, ...]] = {
     "ppo_epochs": (f"{_ACTOR}.ppo_epochs",),
     "kl_loss_type": (f"{_ACTOR}.kl_loss_type",),
@@ -73,6 +73,7 @@ VERL_ONLY_PROTOCOL: dict[str, tuple[str, ...]] = {
     "top_p": (f"{_ROLLOUT}.top_p",),
     "max_prompt_length": ("data.max_prompt_length",),
     "total_epochs": ("trainer.total_epochs",),
+    "lr_warmup_steps": (f"{_ACTOR}.optim.lr_warmup_steps",),
 }
 
 PLUGIN_MODULE = "bandpo.verl_plugin"
@@ -122,6 +123,8 @@ class VerlRun:
     lr_end: float | None = None  # None: constant lr (the paper); else a half-cosine decay from lr to lr_end over
     # the run (verl's cosine schedule, min_lr_ratio = lr_end / lr): the nearest verl has to the local trainer's
     # linear lr -> lr_end decay
+    lr_warmup_steps: int = 0  # linear warmup from 0 to lr over this many training steps; 0 = none (the paper). verl:
+    # optim.lr_warmup_steps, where <= 0 hands over to lr_warmup_steps_ratio, which VerlRun sets to 0.0
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     kl_coef: float = 0.001  # k3 KL-to-reference loss coefficient; 0 = off (use_kl_loss false: no reference model)
@@ -159,9 +162,13 @@ class VerlRun:
     # cpu platform and hf rollout of bandpo.verl_cpu
     verl_modules: Sequence[str] = ()
     env_vars: Mapping[str, str] = field(default_factory=dict)  # extra variables for the driver and every worker
-    extra_overrides: Sequence[str] = ()
+    # Hydra overrides appended last; a list inside the list is spliced in (a YAML alias can share a group of them)
+    extra_overrides: Sequence[str | Sequence[str]] = ()
 
     def __post_init__(self) -> None:
+        self.extra_overrides = [
+            o for item in self.extra_overrides for o in ([item] if isinstance(item, str) else list(item))
+        ]
         self.method_modules = [os.path.abspath(m) if m.endswith(".py") else m for m in self.method_modules]
         methods.load_method_modules(self.method_modules)
         self.params = methods.make_config(self.method, self.params).to_dict()  # validates method + parameters
@@ -175,6 +182,8 @@ class VerlRun:
             raise ValueError(f"dual_clip_c must be > 1 (verl's clip_ratio_c), got {self.dual_clip_c}")
         if self.kl_coef < 0:
             raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef}")
+        if self.lr_warmup_steps < 0:
+            raise ValueError(f"lr_warmup_steps must be >= 0 (0: no warmup), got {self.lr_warmup_steps}")
         for name in ("prompts_per_step", "samples_per_prompt", "updates_per_step", "ppo_epochs", "total_epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

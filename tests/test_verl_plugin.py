@@ -558,7 +558,7 @@ CHANGED = {"model": "other-model", "method": "grpo", "seed": 11, "steps": 3, "pr
            "samples_per_prompt": 4, "temperature": 0.7, "max_new_tokens": 512, "updates_per_step": 2, "lr": 2e-6,
            "lr_end": 5e-7, "weight_decay": 0.1, "grad_clip": 0.5, "kl_coef": 0.01, "loss_agg_mode": "token-mean",
            "dual_clip_c": 3.0, "ppo_epochs": 2, "kl_loss_type": "kl", "entropy_coeff": 0.01, "top_p": 0.9,
-           "max_prompt_length": 512, "total_epochs": 2}  # fmt: skip
+           "max_prompt_length": 512, "total_epochs": 2, "lr_warmup_steps": 10}  # fmt: skip
 
 
 def test_protocol_table_is_true():
