@@ -429,6 +429,78 @@ def test_dapo_entry_is_the_dapo_recipe_in_verls_own_config(compose):
     assert kw.max_resp_len - kw.overlong_buffer_cfg.len == 4096 and kw.overlong_buffer_cfg.penalty_factor == 1.0
     assert cfg.reward.custom_reward_function.reward_kwargs.grader_mode == "math-dapo"
     assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.BANDPO_GRADER_MODE == "math-dapo"
+    # the authors' dapo_official.sh: warmup 10 steps, weight decay 0.1, 20 epochs
+    assert (a.optim.lr_warmup_steps, a.optim.weight_decay, cfg.trainer.total_epochs) == (10, 0.1, 20)
+
+
+# config/gpu.yaml's rows in verl's composed config: (lr_warmup_steps, weight_decay, total_epochs, dynamic sampling,
+# loss_agg_mode, kl_loss_coef, max_response_length, reward manager). The dapo row: the authors' dapo_official.sh;
+# bandpo_kl_ds: their bandpo__grpo_plus_ray_bandkl005_filter_groups.sh (24 epochs, filter_groups, else the paper's
+# BandPO); every other row: the paper's protocol, VerlRun's defaults.
+PAPER_ROW = (0, 0.01, 10, False, "seq-mean-token-mean", 0.001, 4096, "naive")
+GPU_ROWS = {
+    "dapo": (10, 0.1, 20, True, "token-mean", 0.0, 4608, "dapo"),
+    "bandpo_kl_ds": (0, 0.01, 24, True, "seq-mean-token-mean", 0.001, 4096, "naive"),
+}
+
+
+def _gpu_entries() -> list[str]:
+    import yaml
+
+    cfg = yaml.safe_load(open(os.path.join(os.path.dirname(__file__), "..", "config", "gpu.yaml"), encoding="utf-8"))
+    return [e["id"] for e in cfg["methods"]]
+
+
+@pytest.mark.parametrize("entry_id", _gpu_entries())
+def test_gpu_rows_carry_their_protocol_in_verls_config(compose, entry_id):
+    """Each row of config/gpu.yaml composed with verl's ppo_trainer config: the values above, and the optimizer and lr
+    schedule that verl's own FSDP engine builds from them (AdamW with that weight decay; a linear warmup from 0 over
+    lr_warmup_steps training steps, then constant)."""
+    import types
+
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.workers.config.optimizer import build_optimizer
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngine
+
+    entry = _gpu_entry(entry_id)
+    run = sweep_run(method=entry["method"], params=entry.get("params", {}), **entry.get("verl", {}))
+    cfg = compose(run.overrides())
+    a = cfg.actor_rollout_ref.actor
+    fg = cfg.algorithm.filter_groups
+    got = (a.optim.lr_warmup_steps, a.optim.weight_decay, cfg.trainer.total_epochs, fg.enable, a.loss_agg_mode,
+           a.kl_loss_coef, cfg.data.max_response_length, cfg.reward.reward_manager.name)  # fmt: skip
+    assert got == GPU_ROWS.get(entry_id, PAPER_ROW)
+    assert a.use_kl_loss == (a.kl_loss_coef > 0) and a.optim.lr_warmup_steps_ratio == 0.0
+    if fg.enable:  # the dapo row's dynamic-sampling overrides, shared by the YAML alias
+        assert (fg.metric, fg.max_num_gen_batches) == ("acc", 100)
+
+    optim = omega_conf_to_dataclass(a.optim)
+    optim.total_training_steps = 100  # verl injects it at the start of a run
+    opt = build_optimizer([torch.nn.Parameter(torch.zeros(1))], optim)  # verl's, as its FSDP engine builds it
+    sched = FSDPEngine._build_lr_scheduler(types.SimpleNamespace(optimizer_config=optim, rank=1), opt)
+    lrs = []
+    for _ in range(12):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    warmup = got[0]
+    assert lrs == pytest.approx([1e-6 * min(1.0, i / warmup) if warmup else 1e-6 for i in range(12)])
+    assert isinstance(opt, torch.optim.AdamW) and opt.param_groups[0]["weight_decay"] == got[1]
+
+
+def test_lr_warmup_steps_is_a_count_of_steps():
+    assert sweep_run(lr_warmup_steps=0).lr_warmup_steps == 0
+    with pytest.raises(ValueError, match="lr_warmup_steps must be >= 0"):
+        sweep_run(lr_warmup_steps=-1)
+
+
+def test_extra_overrides_splice_a_shared_group():
+    """A list inside extra_overrides (a YAML alias, as gpu.yaml shares the dapo row's dynamic sampling) is spliced in
+    order; the run's recorded fields (dataclasses.asdict, run.json) hold the flat list."""
+    group = ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc"]
+    run = sweep_run(extra_overrides=[group, "reward.reward_manager.name=dapo"])
+    assert run.extra_overrides == [*group, "reward.reward_manager.name=dapo"]
+    assert run.overrides()[-3:] == run.extra_overrides == dataclasses.asdict(run)["extra_overrides"]
 
 
 def test_dapo_reward_manager_applies_the_overlong_penalty_past_4096_tokens(compose):
