@@ -254,6 +254,27 @@ def test_gpu_dry_run_lists_the_full_matrix(tmp_path):
     assert counts["model_hub"] == 4 and counts["data_real"] == 6 and counts["verl_data"] == 1
 
 
+def test_gpu_dry_run_dynamic_sampling_rows(tmp_path):
+    """The dapo and bandpo_kl_ds rows: one group of dynamic-sampling overrides (a YAML alias in config/gpu.yaml) in
+    both verl commands; the authors' epochs, warmup and weight decay per row (docs/paper-protocol.md)."""
+    raw = read_config("gpu")
+    rows = {e["id"]: e for e in raw["methods"]}
+    assert rows["dapo"]["verl"]["extra_overrides"][0] is rows["bandpo_kl_ds"]["verl"]["extra_overrides"][0]
+    run = "results/gpu/runs/r1-distill-qwen-7b/{}/seed2/model/config.json"
+    expected = {"dapo": ("token-mean", 10, 0.1, 20), "bandpo_kl_ds": ("seq-mean-token-mean", 0, 0.01, 24)}
+    for entry, (agg, warmup, wd, epochs) in expected.items():
+        proc = snakemake(tmp_path / entry, "-n", "-p", run.format(entry), configfile=CONFIGS["gpu"])
+        assert proc.returncode == 0, proc.output[-3000:]
+        line = next(x for x in proc.output.splitlines() if "verl.trainer.main_ppo" in x)
+        for key in ("enable=true", "metric=acc", "max_num_gen_batches=100"):
+            assert f" algorithm.filter_groups.{key}" in line, (entry, key)
+        assert f"actor_rollout_ref.actor.loss_agg_mode='\"'\"'{agg}'\"'\"'" in line
+        assert f" actor_rollout_ref.actor.optim.lr_warmup_steps={warmup} " in line
+        assert f" actor_rollout_ref.actor.optim.weight_decay={wd} " in line
+        assert f" trainer.total_epochs={epochs} " in line
+        assert ("reward.reward_manager.name=dapo" in line) == (entry == "dapo")
+
+
 def test_gpu_dry_run_commands(tmp_path):
     """The verl command comes from bandpo.verl_command, the merge from verl.model_merger, scoring from lm-eval vllm."""
     targets = [
