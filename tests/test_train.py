@@ -288,6 +288,38 @@ def test_shared_prompt_forward_has_the_full_forwards_gradients(eos_heavy_model):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
+def test_trainer_log_probs_are_the_samplers_at_any_temperature(assets, eos_heavy_model, tmp_path):
+    """At T != 1 the trainer's log-probs and entropy are those of softmax(logits / T), the distribution the
+    rollouts sampled from (as verl's actor): the old log-probs equal the sampler's log-probs of the sampled tokens,
+    and the first update's ratio is exactly 1. (At T = 1 nothing changes: tests/test_train.py's same-seed runs.)"""
+    from bandpo.train import Batch, completion_log_probs_shared
+
+    torch.set_num_threads(1)
+    model, tokenizer = eos_heavy_model
+    eos, n, T = tokenizer.eos_token_id, 4, 0.7
+    ids, mask = _prompts(tokenizer, ["Q: Compute 48-6+5.\nA: ", "Q: 1+1?\nA: ", "Q: Solve for x: 3x+8=32.\nA: "])
+    torch.manual_seed(3)
+    tokens, resp, sampled_ent, sampled_lp = sample_rows(model, ids, mask, n, 16, T, eos, with_entropy=True,
+                                                        with_log_probs=True)  # fmt: skip
+    is_eos = (tokens == eos) & resp
+    batch = Batch(torch.cat([ids.repeat_interleave(n, 0), tokens], 1),
+                  torch.cat([mask.repeat_interleave(n, 0), resp.long()], 1), resp, ids.shape[1], [], ids, mask,
+                  ~is_eos.any(1))  # fmt: skip
+    rows = torch.arange(3 * n)
+    with torch.no_grad():
+        lp, ent = completion_log_probs_shared(model, batch, rows, n, with_entropy=True, temperature=T)
+        lp_t1, _ = completion_log_probs_shared(model, batch, rows, n)
+    assert (sampled_lp[~resp] == 0).all() and (sampled_lp[resp] < 0).all()
+    assert (lp - sampled_lp)[resp].abs().max() < 1e-5 and (ent - sampled_ent)[resp].abs().max() < 1e-5
+    assert (lp_t1 - sampled_lp)[resp].abs().max() > 0.1  # the untempered softmax is another policy
+
+    # a run at T = 0.7: the single update of each step is on-policy, its ratio exactly 1
+    train(small_config(assets, tmp_path / "t07", temperature=T, updates_per_step=1, lr=1e-2, steps=2))
+    metrics = read_metrics(tmp_path / "t07")
+    assert all(m["ratio_min"] == m["ratio_max"] == 1.0 for m in metrics)
+    assert all(m["loss"] == m["loss"] and m["entropy"] > 0 for m in metrics)
+
+
 def test_minibatch_layouts(assets, tmp_path):
     with pytest.raises(ValueError, match="minibatch: must be 'group' or 'random'"):
         TrainConfig(model="m", data="d", out="o", minibatch="seq").validate()
