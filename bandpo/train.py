@@ -23,12 +23,13 @@ Score:
 
 Update:
 
-7. ``updates_per_step`` optimizer updates over disjoint mini-batches (``minibatch``: whole prompt groups, as verl
-   counts mini-batches in prompts, or random sequences; the first one is on-policy, the later ones off-policy,
-   which is what makes clipping act), each prompt of a mini-batch run once with its KV cache shared by its
-   completions and the mini-batch's all-padding columns trimmed: loss = the method's loss (+ optional k3 KL to the
-   reference), AdamW, gradient clipping; ``stopped_frac*``: tokens whose policy-loss gradient is 0 with A != 0,
-   the same measure for every method (`bandpo.methods.stopped_diagnostics`);
+7. ``ppo_epochs`` passes of ``updates_per_step`` optimizer updates over disjoint mini-batches (``minibatch``: whole
+   prompt groups, as verl counts mini-batches in prompts, or random sequences, partitioned afresh each pass; the
+   first update is on-policy, all later ones off-policy, which is what makes clipping act), each prompt of a
+   mini-batch run once with its KV cache shared by its completions and the mini-batch's all-padding columns
+   trimmed: loss = the method's loss (+ optional k3 KL to the reference), AdamW, gradient clipping;
+   ``stopped_frac*``: tokens whose policy-loss gradient is 0 with A != 0, the same measure for every method
+   (`bandpo.methods.stopped_diagnostics`);
 8. one line of metrics.jsonl; a checkpoint every ``checkpoint_every`` steps. On a probe data set (rows with
    ``subset``, bandpo.probe) the line also holds the rollouts' accuracy per subset, and with ``probe_every`` the
    probe's measurement after the step's updates (``probe/p_correct``, ``probe/accuracy``: `probe_metrics`; its
@@ -121,7 +122,7 @@ class TrainConfig:
     seed: int = 0
     """Seeds initialisation-free randomness: prompt draws, sampling, mini-batch order (each step from (seed, step))."""
     steps: int = 64
-    """Rollout batches (= optimizer steps / updates_per_step)."""
+    """Rollout batches (= optimizer steps / (updates_per_step x ppo_epochs))."""
     prompts_per_step: int = 32
     """Prompts drawn per rollout batch (each sampled ``samples_per_prompt`` times)."""
     samples_per_prompt: int = 8
@@ -135,7 +136,11 @@ class TrainConfig:
     """grader: bandpo.grader.grade against the reference (1 or 0). random: Bernoulli(0.5) per completion, seeded by
     (seed, step) - the random-reward control of the protocol, which isolates what clipping alone does to entropy."""
     updates_per_step: int = 4
-    """Mini-batches per rollout batch (paper: 256 prompts / 64 per mini-batch = 4)."""
+    """Mini-batches per pass over a rollout batch (paper: 256 prompts / 64 per mini-batch = 4)."""
+    ppo_epochs: int = 1
+    """Passes over each rollout batch (verl's actor.ppo_epochs; paper: 1). Each pass splits the batch afresh into
+    ``updates_per_step`` mini-batches: ppo_epochs x updates_per_step optimizer updates per step, the first on-policy
+    and every later one off-policy (``offpolicy/*``). Varies staleness at a fixed mini-batch size."""
     minibatch: str = "random"
     """How a rollout batch is split into its ``updates_per_step`` mini-batches. group: a random partition of the
     prompt groups (all ``samples_per_prompt`` completions of a prompt in one mini-batch; verl's layout, whose
@@ -189,7 +194,8 @@ class TrainConfig:
             problems.append("data: required")
         if not self.out:
             problems.append("out: required")
-        for name in ("steps", "prompts_per_step", "samples_per_prompt", "max_new_tokens", "updates_per_step"):
+        for name in ("steps", "prompts_per_step", "samples_per_prompt", "max_new_tokens", "updates_per_step",
+                     "ppo_epochs"):  # fmt: skip
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 problems.append(f"{name}: must be an integer >= 1, got {getattr(self, name)!r}")
         if self.samples_per_prompt < 2:
@@ -580,18 +586,24 @@ def score(run: Run, collected: Collected) -> Scored:
 
 
 def minibatches(cfg: TrainConfig, n_rows: int, seed: int) -> list[torch.Tensor]:
-    """The ``updates_per_step`` disjoint mini-batches (row indices) of a rollout batch of ``n_rows`` rows."""
+    """The mini-batches (row indices) of a rollout batch of ``n_rows`` rows, in update order: ``ppo_epochs`` passes,
+    each a fresh random partition into ``updates_per_step`` disjoint mini-batches (one generator for all passes:
+    the first pass is the same for any ``ppo_epochs``)."""
     gen = torch.Generator().manual_seed(seed)
-    n = cfg.samples_per_prompt
-    if cfg.minibatch == "group":  # a random partition of the prompt groups, each group kept whole
-        groups = torch.randperm(n_rows // n, generator=gen).tensor_split(cfg.updates_per_step)
-        return [(g.unsqueeze(1) * n + torch.arange(n)).reshape(-1) for g in groups]
-    return list(torch.randperm(n_rows, generator=gen).tensor_split(cfg.updates_per_step))  # a partition of the rows
+    n, parts = cfg.samples_per_prompt, []
+    for _ in range(cfg.ppo_epochs):
+        if cfg.minibatch == "group":  # a random partition of the prompt groups, each group kept whole
+            groups = torch.randperm(n_rows // n, generator=gen).tensor_split(cfg.updates_per_step)
+            parts += [(g.unsqueeze(1) * n + torch.arange(n)).reshape(-1) for g in groups]
+        else:  # a random partition of the rows
+            parts += list(torch.randperm(n_rows, generator=gen).tensor_split(cfg.updates_per_step))
+    return parts
 
 
 def update(run: Run, batch: Batch, scored: Scored, seed: int) -> dict[str, list[float]]:
-    """``updates_per_step`` optimizer updates over disjoint mini-batches (the first on-policy, the later ones
-    off-policy); returns each update's diagnostics (``offpolicy/<key>``: the updates after the first)."""
+    """``ppo_epochs`` x ``updates_per_step`` optimizer updates, one per mini-batch (`minibatches`: the first
+    on-policy, all later ones off-policy); returns each update's diagnostics (``offpolicy/<key>``: every update
+    but the very first of the batch)."""
     cfg, model = run.cfg, run.model
     mask, old_log_prob, bounds = batch.response_mask, scored.old_log_prob, scored.bounds
     diag: dict[str, list[float]] = defaultdict(list)

@@ -334,6 +334,43 @@ def test_minibatch_layouts(assets, tmp_path):
     assert random_m[0]["loss"] != group_m[0]["loss"]
 
 
+def test_ppo_epochs_passes_over_each_rollout_batch(assets, tmp_path, monkeypatch):
+    """ppo_epochs = 2 with updates_per_step = 2: 4 optimizer updates per step over mini-batches of half the batch,
+    each pass a fresh partition of the rows; the first update is on-policy (ratio exactly 1), the other three are
+    the off-policy ones (offpolicy/*)."""
+    import bandpo.train as train_module
+
+    with pytest.raises(ValueError, match="ppo_epochs: must be an integer >= 1"):
+        TrainConfig(model="m", data="d", out="o", ppo_epochs=0).validate()
+    assert TrainConfig().ppo_epochs == 1
+    calls, updates = [], []
+    real = train_module.completion_log_probs_shared
+
+    def spy(model, batch, idx, group, with_entropy=False, temperature=1.0):
+        lp, ent = real(model, batch, idx, group, with_entropy=with_entropy, temperature=temperature)
+        calls.append((idx.clone(), lp.detach().clone(), batch.response_mask))
+        return lp, ent
+
+    monkeypatch.setattr(train_module, "completion_log_probs_shared", spy)
+    real_step = torch.optim.AdamW.step
+    monkeypatch.setattr(torch.optim.AdamW, "step", lambda self, *a, **k: updates.append(1) or real_step(self, *a, **k))
+    train(small_config(assets, tmp_path / "e2", ppo_epochs=2, updates_per_step=2, steps=2, lr=1e-2, seed=3))
+    assert len(updates) == 2 * 4  # 2 steps x 2 passes x 2 mini-batches
+    assert len(calls) == 2 * 5  # per step: the old log-probs of all 16 rows, then the 4 updates' 8 rows each
+    for step in range(2):
+        (rows, old, mask), *ups = calls[5 * step : 5 * step + 5]
+        assert len(rows) == 16 and [len(idx) for idx, _, _ in ups] == [8] * 4
+        for e in range(2):  # each pass: a partition of the batch's rows
+            assert sorted(torch.cat([ups[2 * e][0], ups[2 * e + 1][0]]).tolist()) == list(range(16))
+        assert not torch.equal(ups[0][0], ups[2][0])  # a fresh split per pass
+        idx, lp, _ = ups[0]
+        assert torch.equal(torch.exp(lp - old[idx])[mask[idx]], torch.ones(int(mask[idx].sum())))  # ratio 1
+        idx, lp, _ = ups[3]
+        assert (lp - old[idx])[mask[idx]].abs().max() > 0  # the last update is off-policy
+    metrics = read_metrics(tmp_path / "e2")
+    assert all(m["offpolicy/ratio_max"] > 1.0 > m["offpolicy/ratio_min"] for m in metrics)
+
+
 # The identity control: methods differ only through their bounds.
 BOUND_METHODS = {
     "grpo": ("grpo", {}),
