@@ -1,5 +1,6 @@
 """KV-cached ancestral sampling from a causal LM: the one sampler of the suite, used by the trainer's rollouts
-(`bandpo.train`) and by the tiny models' sampled accuracy (`bandpo.models.sample_completions`).
+(`bandpo.train`) and by the tiny models' sampled accuracy (`bandpo.models.sample_completions`); and the trainer's
+log-probs of sampled completions (`completion_log_probs_shared`), under the same softmax(logits / temperature).
 
 Plain sampling from softmax(logits / temperature) (no top-k, no top-p). Each prompt is pre-filled once and its KV
 cache repeated for its ``n`` rows; rows that have emitted EOS stop, and once they are ``COMPACT_FRAC`` of the rows
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["COMPACT_FRAC", "positions", "sample_rows"]
+__all__ = ["COMPACT_FRAC", "completion_log_probs_shared", "positions", "sample_rows", "tempered"]
 
 COMPACT_FRAC = 0.25
 """A rollout drops its finished rows from the batch and the KV cache once they are this fraction of its rows."""
@@ -22,15 +23,23 @@ def positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.cumsum(1) - 1).clamp(min=0)
 
 
+def tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``logits / temperature``: the logits of the sampling distribution; at 1.0 the logits themselves (no division,
+    so that T = 1 runs are bit-for-bit what they were before the trainer took the temperature into account)."""
+    return logits if temperature == 1.0 else logits / temperature
+
+
 @torch.no_grad()
 def sample_rows(model, prompt_ids, prompt_mask, n: int, max_new_tokens: int, temperature: float, eos: int,
-                with_entropy: bool = False):  # fmt: skip
+                with_entropy: bool = False, with_log_probs: bool = False):  # fmt: skip
     """``n`` completions per prompt of the left-padded ``prompt_ids`` / ``prompt_mask`` (G, P); row r of the result
     continues prompt r // n.
 
     Returns the tokens (G n, T) with T the longest completion (pad 0 after EOS), the mask of valid tokens (up to
     and including EOS) and, with ``with_entropy``, the entropy (nats) of the sampling distribution
-    softmax(logits / temperature) at each valid token (zero on padding), else None."""
+    softmax(logits / temperature) at each valid token (zero on padding), else None. With ``with_log_probs`` a
+    fourth item: the log-probability of each sampled token under that distribution (zero on padding): what the
+    trainer's old log-probs (`completion_log_probs_shared` at the same temperature) recompute."""
     G, P = prompt_ids.shape
     B, device = G * n, prompt_ids.device
     out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions(prompt_mask),
@@ -40,18 +49,22 @@ def sample_rows(model, prompt_ids, prompt_mask, n: int, max_new_tokens: int, tem
     logits = out.logits[:, -1].float().repeat_interleave(n, 0)  # (B, V): the distribution of completion token 0
     tokens = torch.zeros(B, max_new_tokens, dtype=torch.long, device=device)
     entropy = torch.zeros(B, max_new_tokens, device=device) if with_entropy else None
+    sampled_lp = torch.zeros(B, max_new_tokens, device=device) if with_log_probs else None
     lengths = torch.full((B,), max_new_tokens, dtype=torch.long, device=device)
     rows = torch.arange(B, device=device)  # the batch row of each cache row
     live = torch.ones(B, dtype=torch.bool, device=device)  # cache rows still generating
     attn = torch.cat([prompt_mask.repeat_interleave(n, 0), prompt_mask.new_ones(B, max_new_tokens)], 1)
     row_positions = prompt_mask.sum(1).repeat_interleave(n)  # position of completion token 0
     for t in range(max_new_tokens):
-        probs = torch.softmax(logits if temperature == 1.0 else logits / temperature, -1)
+        probs = torch.softmax(tempered(logits, temperature), -1)
         tok = torch.multinomial(probs, 1).squeeze(1)
         tokens[rows, t] = tok  # a finished row still in the cache writes after its EOS: masked, then zeroed below
-        if entropy is not None:
-            log_probs = torch.log_softmax(logits if temperature == 1.0 else logits / temperature, -1)
-            entropy[rows, t] = -(probs * log_probs).sum(-1)
+        if entropy is not None or sampled_lp is not None:
+            log_probs = torch.log_softmax(tempered(logits, temperature), -1)
+            if entropy is not None:
+                entropy[rows, t] = -(probs * log_probs).sum(-1)
+            if sampled_lp is not None:
+                sampled_lp[rows, t] = log_probs.gather(1, tok.unsqueeze(1)).squeeze(1)
         done = live & (tok == eos)
         if bool(done.any()):
             lengths[rows[done]] = t + 1
@@ -72,4 +85,47 @@ def sample_rows(model, prompt_ids, prompt_mask, n: int, max_new_tokens: int, tem
     T = int(lengths.max())
     response_mask = torch.arange(T, device=device).unsqueeze(0) < lengths.unsqueeze(1)
     tokens = tokens[:, :T] * response_mask
-    return tokens, response_mask, (entropy[:, :T] * response_mask if entropy is not None else None)
+    entropy = entropy[:, :T] * response_mask if entropy is not None else None
+    if sampled_lp is None:
+        return tokens, response_mask, entropy
+    return tokens, response_mask, entropy, sampled_lp[:, :T] * response_mask
+
+
+def completion_log_probs_shared(model, batch, idx: torch.Tensor, group: int, with_entropy: bool = False,
+                                temperature: float = 1.0):  # fmt: skip
+    """Log-probs of the completion tokens of rows ``idx`` of ``batch`` under ``model`` (each (len(idx), T), zero on
+    padding) and, with ``with_entropy``, the token entropy of its distribution, computed with each distinct prompt
+    among those rows run once and its KV cache shared by its rows: one forward pass over the prompts, then one over
+    the completions. Prompt columns that are padding in every prompt of ``idx`` and
+    completion columns past the longest completion of ``idx`` are not computed. Differentiable (the gradient
+    flows back into the shared prompt pass); equal to a full forward pass of every prompt + completion row up to float
+    rounding. ``temperature``: log-probs and entropy of softmax(logits / temperature), the distribution the rollouts
+    sampled from (`sample_rows`; verl's actor divides its logits by the rollout temperature the same way), so that
+    the ratio of the first, on-policy update is 1 at any temperature. ``batch``: a `bandpo.train.Batch`."""
+    T = batch.response_mask.shape[1]
+    groups = torch.div(idx, group, rounding_mode="floor")
+    uniq, inverse = torch.unique(groups, return_inverse=True)
+    p_mask = batch.prompt_mask[uniq]
+    first = int((p_mask.sum(0) > 0).nonzero()[0])  # leading columns that are padding in every prompt here
+    p_ids, p_mask = batch.prompt_ids[uniq, first:], p_mask[:, first:]
+    out = model(input_ids=p_ids, attention_mask=p_mask, position_ids=positions(p_mask), use_cache=True,
+                logits_to_keep=1)  # fmt: skip
+    cache = out.past_key_values
+    cache.batch_select_indices(inverse)  # differentiable gather: each row gets its prompt's keys and values
+    logits = out.logits[:, -1:][inverse]  # (n, 1, V): predicts completion token 0
+    resp = batch.response_mask[idx]
+    t_max = max(int(resp.sum(1).max()), 1)
+    comp = batch.input_ids[idx, batch.prompt_len : batch.prompt_len + t_max]
+    if t_max > 1:
+        attn = torch.cat([p_mask[inverse], resp[:, : t_max - 1].long()], 1)
+        pos = p_mask.sum(1)[inverse].unsqueeze(1) + torch.arange(t_max - 1, device=idx.device).unsqueeze(0)
+        rest = model(input_ids=comp[:, :-1], attention_mask=attn, position_ids=pos, past_key_values=cache,
+                     use_cache=True).logits  # fmt: skip
+        logits = torch.cat([logits, rest], 1)
+    log_probs = torch.log_softmax(tempered(logits.float(), temperature), -1)
+    token_log_prob = log_probs.gather(-1, comp.unsqueeze(-1)).squeeze(-1) * resp[:, :t_max]
+    token_log_prob = torch.nn.functional.pad(token_log_prob, (0, T - t_max))
+    if not with_entropy:
+        return token_log_prob, None
+    entropy = -(log_probs.exp() * log_probs).sum(-1) * resp[:, :t_max]
+    return token_log_prob, torch.nn.functional.pad(entropy, (0, T - t_max))

@@ -16,18 +16,20 @@ Score:
 4. GRPO advantage per group: A = (R - mean_group) / (std_group + 1e-6), unbiased std, on every completion token;
 5. old log-probs recomputed by a forward pass of the rollout policy (no grad), with its token entropy: each prompt
    is run once and its KV cache shared by its group's completions (`completion_log_probs_shared`, equal to a full
-   forward pass of every prompt + completion row up to float rounding);
+   forward pass of every prompt + completion row up to float rounding); old and new log-probs, the reference's and
+   the entropy are those of softmax(logits / ``temperature``), the distribution that sampled (as verl's actor);
 6. the method's ratio bounds computed ONCE for the whole batch on valid tokens (`ResolvedMethod.bounds`: the
    method is resolved once per run, `bandpo.methods.resolve`), timed inside the step;
 
 Update:
 
-7. ``updates_per_step`` optimizer updates over disjoint mini-batches (``minibatch``: whole prompt groups, as verl
-   counts mini-batches in prompts, or random sequences; the first one is on-policy, the later ones off-policy,
-   which is what makes clipping act), each prompt of a mini-batch run once with its KV cache shared by its
-   completions and the mini-batch's all-padding columns trimmed: loss = the method's loss (+ optional k3 KL to the
-   reference), AdamW, gradient clipping; ``stopped_frac*``: tokens whose policy-loss gradient is 0 with A != 0,
-   the same measure for every method (`bandpo.methods.stopped_diagnostics`);
+7. ``ppo_epochs`` passes of ``updates_per_step`` optimizer updates over disjoint mini-batches (``minibatch``: whole
+   prompt groups, as verl counts mini-batches in prompts, or random sequences, partitioned afresh each pass; the
+   first update is on-policy, all later ones off-policy, which is what makes clipping act), each prompt of a
+   mini-batch run once with its KV cache shared by its completions and the mini-batch's all-padding columns
+   trimmed: loss = the method's loss (+ optional k3 KL to the reference), AdamW, gradient clipping;
+   ``stopped_frac*``: tokens whose policy-loss gradient is 0 with A != 0, the same measure for every method
+   (`bandpo.methods.stopped_diagnostics`);
 8. one line of metrics.jsonl; a checkpoint every ``checkpoint_every`` steps. On a probe data set (rows with
    ``subset``, bandpo.probe) the line also holds the rollouts' accuracy per subset, and with ``probe_every`` the
    probe's measurement after the step's updates (``probe/p_correct``, ``probe/accuracy``: `probe_metrics`; its
@@ -89,7 +91,7 @@ from bandpo.grader import counting, grade_many, grader_info, warmup
 from bandpo.models import lr_schedule
 from bandpo.options import check_fields, parse_assignments
 from bandpo.provenance import machine, versions
-from bandpo.sampling import positions, sample_rows
+from bandpo.sampling import completion_log_probs_shared, sample_rows
 
 PROG = "python -m bandpo.train"
 # Fields that measure wall-clock time: they differ between two runs of the same seed, everything else is identical.
@@ -120,20 +122,25 @@ class TrainConfig:
     seed: int = 0
     """Seeds initialisation-free randomness: prompt draws, sampling, mini-batch order (each step from (seed, step))."""
     steps: int = 64
-    """Rollout batches (= optimizer steps / updates_per_step)."""
+    """Rollout batches (= optimizer steps / (updates_per_step x ppo_epochs))."""
     prompts_per_step: int = 32
     """Prompts drawn per rollout batch (each sampled ``samples_per_prompt`` times)."""
     samples_per_prompt: int = 8
     """Group size n of GRPO."""
     temperature: float = 1.0
-    """Sampling temperature of the rollouts (plain softmax sampling, no top-k / top-p)."""
+    """Sampling temperature of the rollouts (plain softmax sampling, no top-k / top-p). The old and new log-probs,
+    hence the ratio, and the logged entropy are those of the same softmax(logits / temperature), as in verl."""
     max_new_tokens: int = 48
     """Longest completion; a completion without EOS by then is truncated there."""
     reward: str = "grader"
     """grader: bandpo.grader.grade against the reference (1 or 0). random: Bernoulli(0.5) per completion, seeded by
     (seed, step) - the random-reward control of the protocol, which isolates what clipping alone does to entropy."""
     updates_per_step: int = 4
-    """Mini-batches per rollout batch (paper: 256 prompts / 64 per mini-batch = 4)."""
+    """Mini-batches per pass over a rollout batch (paper: 256 prompts / 64 per mini-batch = 4)."""
+    ppo_epochs: int = 1
+    """Passes over each rollout batch (verl's actor.ppo_epochs; paper: 1). Each pass splits the batch afresh into
+    ``updates_per_step`` mini-batches: ppo_epochs x updates_per_step optimizer updates per step, the first on-policy
+    and every later one off-policy (``offpolicy/*``). Varies staleness at a fixed mini-batch size."""
     minibatch: str = "random"
     """How a rollout batch is split into its ``updates_per_step`` mini-batches. group: a random partition of the
     prompt groups (all ``samples_per_prompt`` completions of a prompt in one mini-batch; verl's layout, whose
@@ -187,7 +194,8 @@ class TrainConfig:
             problems.append("data: required")
         if not self.out:
             problems.append("out: required")
-        for name in ("steps", "prompts_per_step", "samples_per_prompt", "max_new_tokens", "updates_per_step"):
+        for name in ("steps", "prompts_per_step", "samples_per_prompt", "max_new_tokens", "updates_per_step",
+                     "ppo_epochs"):  # fmt: skip
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 problems.append(f"{name}: must be an integer >= 1, got {getattr(self, name)!r}")
         if self.samples_per_prompt < 2:
@@ -336,43 +344,6 @@ def rollout(model, tokenizer, prompts: list[str], cfg: TrainConfig, device: torc
     input_ids = torch.cat([prompt_ids.repeat_interleave(n, 0), completion], 1)
     return Batch(input_ids, attention_mask, response_mask, prompt_ids.shape[1], texts, prompt_ids, prompt_mask,
                  truncated)  # fmt: skip
-
-
-def completion_log_probs_shared(model, batch: Batch, idx: torch.Tensor, group: int, with_entropy: bool = False):
-    """Log-probs of the completion tokens of rows ``idx`` of ``batch`` under ``model`` (each (len(idx), T), zero on
-    padding) and, with ``with_entropy``, the token entropy of its distribution, computed with each distinct prompt
-    among those rows run once and its KV cache shared by its rows: one forward pass over the prompts, then one over
-    the completions. Prompt columns that are padding in every prompt of ``idx`` and
-    completion columns past the longest completion of ``idx`` are not computed. Differentiable (the gradient
-    flows back into the shared prompt pass); equal to a full forward pass of every prompt + completion row up to float
-    rounding."""
-    T = batch.response_mask.shape[1]
-    groups = torch.div(idx, group, rounding_mode="floor")
-    uniq, inverse = torch.unique(groups, return_inverse=True)
-    p_mask = batch.prompt_mask[uniq]
-    first = int((p_mask.sum(0) > 0).nonzero()[0])  # leading columns that are padding in every prompt here
-    p_ids, p_mask = batch.prompt_ids[uniq, first:], p_mask[:, first:]
-    out = model(input_ids=p_ids, attention_mask=p_mask, position_ids=positions(p_mask), use_cache=True,
-                logits_to_keep=1)  # fmt: skip
-    cache = out.past_key_values
-    cache.batch_select_indices(inverse)  # differentiable gather: each row gets its prompt's keys and values
-    logits = out.logits[:, -1:][inverse]  # (n, 1, V): predicts completion token 0
-    resp = batch.response_mask[idx]
-    t_max = max(int(resp.sum(1).max()), 1)
-    comp = batch.input_ids[idx, batch.prompt_len : batch.prompt_len + t_max]
-    if t_max > 1:
-        attn = torch.cat([p_mask[inverse], resp[:, : t_max - 1].long()], 1)
-        pos = p_mask.sum(1)[inverse].unsqueeze(1) + torch.arange(t_max - 1, device=idx.device).unsqueeze(0)
-        rest = model(input_ids=comp[:, :-1], attention_mask=attn, position_ids=pos, past_key_values=cache,
-                     use_cache=True).logits  # fmt: skip
-        logits = torch.cat([logits, rest], 1)
-    log_probs = torch.log_softmax(logits.float(), -1)
-    token_log_prob = log_probs.gather(-1, comp.unsqueeze(-1)).squeeze(-1) * resp[:, :t_max]
-    token_log_prob = torch.nn.functional.pad(token_log_prob, (0, T - t_max))
-    if not with_entropy:
-        return token_log_prob, None
-    entropy = -(log_probs.exp() * log_probs).sum(-1) * resp[:, :t_max]
-    return token_log_prob, torch.nn.functional.pad(entropy, (0, T - t_max))
 
 
 def group_advantages(rewards: torch.Tensor, group: int, eps: float) -> torch.Tensor:
@@ -601,10 +572,13 @@ def score(run: Run, collected: Collected) -> Scored:
     n = cfg.samples_per_prompt
     rows_all = torch.arange(mask.shape[0], device=run.device)
     with torch.no_grad():
-        old_log_prob, entropy = completion_log_probs_shared(run.model, batch, rows_all, n, with_entropy=True)
+        old_log_prob, entropy = completion_log_probs_shared(run.model, batch, rows_all, n, with_entropy=True,
+                                                            temperature=cfg.temperature)  # fmt: skip
         ref_log_prob = None
         if run.reference is not None:
-            ref_log_prob, _ = completion_log_probs_shared(run.reference, batch, rows_all, n)
+            ref_log_prob, _ = completion_log_probs_shared(
+                run.reference, batch, rows_all, n, temperature=cfg.temperature
+            )
     t_b = time.perf_counter()
     bounds = run.method.bounds(old_log_prob, mask) if run.method.has_bounds else None
     run.sync()
@@ -612,23 +586,31 @@ def score(run: Run, collected: Collected) -> Scored:
 
 
 def minibatches(cfg: TrainConfig, n_rows: int, seed: int) -> list[torch.Tensor]:
-    """The ``updates_per_step`` disjoint mini-batches (row indices) of a rollout batch of ``n_rows`` rows."""
+    """The mini-batches (row indices) of a rollout batch of ``n_rows`` rows, in update order: ``ppo_epochs`` passes,
+    each a fresh random partition into ``updates_per_step`` disjoint mini-batches (one generator for all passes:
+    the first pass is the same for any ``ppo_epochs``)."""
     gen = torch.Generator().manual_seed(seed)
-    n = cfg.samples_per_prompt
-    if cfg.minibatch == "group":  # a random partition of the prompt groups, each group kept whole
-        groups = torch.randperm(n_rows // n, generator=gen).tensor_split(cfg.updates_per_step)
-        return [(g.unsqueeze(1) * n + torch.arange(n)).reshape(-1) for g in groups]
-    return list(torch.randperm(n_rows, generator=gen).tensor_split(cfg.updates_per_step))  # a partition of the rows
+    n, parts = cfg.samples_per_prompt, []
+    for _ in range(cfg.ppo_epochs):
+        if cfg.minibatch == "group":  # a random partition of the prompt groups, each group kept whole
+            groups = torch.randperm(n_rows // n, generator=gen).tensor_split(cfg.updates_per_step)
+            parts += [(g.unsqueeze(1) * n + torch.arange(n)).reshape(-1) for g in groups]
+        else:  # a random partition of the rows
+            parts += list(torch.randperm(n_rows, generator=gen).tensor_split(cfg.updates_per_step))
+    return parts
 
 
 def update(run: Run, batch: Batch, scored: Scored, seed: int) -> dict[str, list[float]]:
-    """``updates_per_step`` optimizer updates over disjoint mini-batches (the first on-policy, the later ones
-    off-policy); returns each update's diagnostics (``offpolicy/<key>``: the updates after the first)."""
+    """``ppo_epochs`` x ``updates_per_step`` optimizer updates, one per mini-batch (`minibatches`: the first
+    on-policy, all later ones off-policy); returns each update's diagnostics (``offpolicy/<key>``: every update
+    but the very first of the batch)."""
     cfg, model = run.cfg, run.model
     mask, old_log_prob, bounds = batch.response_mask, scored.old_log_prob, scored.bounds
     diag: dict[str, list[float]] = defaultdict(list)
     for u, idx in enumerate(part.to(run.device) for part in minibatches(cfg, mask.shape[0], seed)):
-        log_prob, _ = completion_log_probs_shared(model, batch, idx, cfg.samples_per_prompt)
+        log_prob, _ = completion_log_probs_shared(
+            model, batch, idx, cfg.samples_per_prompt, temperature=cfg.temperature
+        )
         part_bounds = (bounds[0][idx], bounds[1][idx]) if bounds is not None else None
         loss, info = run.method.loss(old_log_prob[idx], log_prob, scored.advantages[idx], mask[idx],
                                      bounds=part_bounds)  # fmt: skip

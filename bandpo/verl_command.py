@@ -56,6 +56,7 @@ PROTOCOL_KEYS: dict[str, tuple[str, ...]] = {
     "temperature": (f"{_ROLLOUT}.temperature",),
     "max_new_tokens": ("data.max_response_length",),
     "updates_per_step": (f"{_ACTOR}.ppo_mini_batch_size",),
+    "ppo_epochs": (f"{_ACTOR}.ppo_epochs",),
     "lr": (f"{_ACTOR}.optim.lr",),
     "lr_end": (f"{_ACTOR}.optim.min_lr_ratio",),
     "weight_decay": (f"{_ACTOR}.optim.weight_decay",),
@@ -64,10 +65,9 @@ PROTOCOL_KEYS: dict[str, tuple[str, ...]] = {
     "loss_agg_mode": (f"{_ACTOR}.loss_agg_mode",),
     "dual_clip_c": (f"{_ACTOR}.clip_ratio_c",),
 }
-# Protocol knobs only verl has (the local trainer: one epoch, k3, no entropy bonus, plain softmax sampling, no
-# prompt limit, steps instead of epochs, no lr warmup).
+# Protocol knobs only verl has (the local trainer: k3, no entropy bonus, plain softmax sampling, no prompt limit,
+# steps instead of epochs, no lr warmup).
 VERL_ONLY_PROTOCOL: dict[str, tuple[str, ...]] = {
-    "ppo_epochs": (f"{_ACTOR}.ppo_epochs",),
     "kl_loss_type": (f"{_ACTOR}.kl_loss_type",),
     "entropy_coeff": (f"{_ACTOR}.entropy_coeff",),
     "top_p": (f"{_ROLLOUT}.top_p",),

@@ -17,7 +17,7 @@ from bandpo.methods import bounds as bounds_module
 
 torch.set_num_threads(1)
 
-BUILT_IN = ["bandpo", "cispo", "clip_higher", "dcpo", "grpo", "gspo"]
+BUILT_IN = ["bandpo", "bandpo_upper", "cispo", "clip_higher", "dcpo", "grpo", "gspo"]
 
 
 def logp(*ps: float) -> torch.Tensor:
@@ -35,7 +35,7 @@ def full_mask(t: torch.Tensor) -> torch.Tensor:
 
 def test_registry_lists_builtins_with_kinds():
     assert set(BUILT_IN) <= set(methods.list_methods())
-    assert set(methods.list_methods("bounds")) >= {"grpo", "clip_higher", "dcpo", "bandpo"}
+    assert set(methods.list_methods("bounds")) >= {"grpo", "clip_higher", "dcpo", "bandpo", "bandpo_upper"}
     assert set(methods.list_methods("loss")) >= {"cispo", "gspo"}
     assert all(methods.get_method(n).description for n in BUILT_IN)
     with pytest.raises(ValueError, match="did you mean 'bandpo'"):
@@ -165,6 +165,30 @@ def test_dcpo_bounds_hand_computed():
     torch.testing.assert_close(hi[0], torch.tensor(expected_hi, dtype=torch.float64))
     _, hi_nocap = compute_bounds("dcpo", old, full_mask(old), {"cap": None})
     assert hi_nocap[0, -1].item() == pytest.approx(0.5 + 0.5 * math.sqrt(801.0))
+
+
+@pytest.mark.parametrize("params", [{}, {"divergence": "tv", "delta": 0.1, "cap": None, "eps_low": 0.3}])
+def test_bandpo_upper_is_bandpos_upper_bound_with_a_fixed_lower(params):
+    """bandpo_upper: Band's r_hi exactly as bandpo computes it (same divergence / delta / cap), and 1 - eps_low below
+    on every valid token (padding: [1, 1])."""
+    assert methods.make_config("bandpo_upper").to_dict() == {"divergence": "kl", "delta": 0.05, "cap": 10.0,
+                                                             "eps_low": 0.2}  # fmt: skip
+    old = logp(1.0, 0.9, 0.5, 0.08, 0.01, 1e-4, 1e-9)
+    mask = torch.tensor([[True, True, True, True, True, True, False]])
+    band = {k: v for k, v in params.items() if k != "eps_low"}
+    band_lo, band_hi = compute_bounds("bandpo", old, mask, band)
+    lo, hi = compute_bounds("bandpo_upper", old, mask, params)
+    assert torch.equal(hi, band_hi)
+    eps_low = params.get("eps_low", 0.2)
+    assert torch.equal(lo[mask], torch.full((6,), 1.0 - eps_low, dtype=lo.dtype)) and lo[0, -1] == hi[0, -1] == 1.0
+    assert (band_lo[mask][3:] < lo[mask][3:]).all()  # rare tokens: Band's lower bound is wider, this one is not
+    assert (
+        methods.make_config("bandpo_upper", params)
+        .label()
+        .startswith(f"divergence={params.get('divergence', 'kl')}, delta={params.get('delta', 0.05)}")
+    )
+    with pytest.raises(ValueError, match="eps_low"):
+        methods.make_config("bandpo_upper", {"eps_low": 0.0})
 
 
 # Reference values of the Band operator, delta = 0.05, before the cap (the roots of g_f(p, r) = delta: bandpo/band.py).

@@ -288,6 +288,38 @@ def test_shared_prompt_forward_has_the_full_forwards_gradients(eos_heavy_model):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
+def test_trainer_log_probs_are_the_samplers_at_any_temperature(assets, eos_heavy_model, tmp_path):
+    """At T != 1 the trainer's log-probs and entropy are those of softmax(logits / T), the distribution the
+    rollouts sampled from (as verl's actor): the old log-probs equal the sampler's log-probs of the sampled tokens,
+    and the first update's ratio is exactly 1. (At T = 1 nothing changes: tests/test_train.py's same-seed runs.)"""
+    from bandpo.train import Batch, completion_log_probs_shared
+
+    torch.set_num_threads(1)
+    model, tokenizer = eos_heavy_model
+    eos, n, T = tokenizer.eos_token_id, 4, 0.7
+    ids, mask = _prompts(tokenizer, ["Q: Compute 48-6+5.\nA: ", "Q: 1+1?\nA: ", "Q: Solve for x: 3x+8=32.\nA: "])
+    torch.manual_seed(3)
+    tokens, resp, sampled_ent, sampled_lp = sample_rows(model, ids, mask, n, 16, T, eos, with_entropy=True,
+                                                        with_log_probs=True)  # fmt: skip
+    is_eos = (tokens == eos) & resp
+    batch = Batch(torch.cat([ids.repeat_interleave(n, 0), tokens], 1),
+                  torch.cat([mask.repeat_interleave(n, 0), resp.long()], 1), resp, ids.shape[1], [], ids, mask,
+                  ~is_eos.any(1))  # fmt: skip
+    rows = torch.arange(3 * n)
+    with torch.no_grad():
+        lp, ent = completion_log_probs_shared(model, batch, rows, n, with_entropy=True, temperature=T)
+        lp_t1, _ = completion_log_probs_shared(model, batch, rows, n)
+    assert (sampled_lp[~resp] == 0).all() and (sampled_lp[resp] < 0).all()
+    assert (lp - sampled_lp)[resp].abs().max() < 1e-5 and (ent - sampled_ent)[resp].abs().max() < 1e-5
+    assert (lp_t1 - sampled_lp)[resp].abs().max() > 0.1  # the untempered softmax is another policy
+
+    # a run at T = 0.7: the single update of each step is on-policy, its ratio exactly 1
+    train(small_config(assets, tmp_path / "t07", temperature=T, updates_per_step=1, lr=1e-2, steps=2))
+    metrics = read_metrics(tmp_path / "t07")
+    assert all(m["ratio_min"] == m["ratio_max"] == 1.0 for m in metrics)
+    assert all(m["loss"] == m["loss"] and m["entropy"] > 0 for m in metrics)
+
+
 def test_minibatch_layouts(assets, tmp_path):
     with pytest.raises(ValueError, match="minibatch: must be 'group' or 'random'"):
         TrainConfig(model="m", data="d", out="o", minibatch="seq").validate()
@@ -300,6 +332,43 @@ def test_minibatch_layouts(assets, tmp_path):
     # same rollouts (the layout only acts after step 1's sampling), different updates
     assert random_m[0]["reward_mean"] == group_m[0]["reward_mean"] and random_m[0]["entropy"] == group_m[0]["entropy"]
     assert random_m[0]["loss"] != group_m[0]["loss"]
+
+
+def test_ppo_epochs_passes_over_each_rollout_batch(assets, tmp_path, monkeypatch):
+    """ppo_epochs = 2 with updates_per_step = 2: 4 optimizer updates per step over mini-batches of half the batch,
+    each pass a fresh partition of the rows; the first update is on-policy (ratio exactly 1), the other three are
+    the off-policy ones (offpolicy/*)."""
+    import bandpo.train as train_module
+
+    with pytest.raises(ValueError, match="ppo_epochs: must be an integer >= 1"):
+        TrainConfig(model="m", data="d", out="o", ppo_epochs=0).validate()
+    assert TrainConfig().ppo_epochs == 1
+    calls, updates = [], []
+    real = train_module.completion_log_probs_shared
+
+    def spy(model, batch, idx, group, with_entropy=False, temperature=1.0):
+        lp, ent = real(model, batch, idx, group, with_entropy=with_entropy, temperature=temperature)
+        calls.append((idx.clone(), lp.detach().clone(), batch.response_mask))
+        return lp, ent
+
+    monkeypatch.setattr(train_module, "completion_log_probs_shared", spy)
+    real_step = torch.optim.AdamW.step
+    monkeypatch.setattr(torch.optim.AdamW, "step", lambda self, *a, **k: updates.append(1) or real_step(self, *a, **k))
+    train(small_config(assets, tmp_path / "e2", ppo_epochs=2, updates_per_step=2, steps=2, lr=1e-2, seed=3))
+    assert len(updates) == 2 * 4  # 2 steps x 2 passes x 2 mini-batches
+    assert len(calls) == 2 * 5  # per step: the old log-probs of all 16 rows, then the 4 updates' 8 rows each
+    for step in range(2):
+        (rows, old, mask), *ups = calls[5 * step : 5 * step + 5]
+        assert len(rows) == 16 and [len(idx) for idx, _, _ in ups] == [8] * 4
+        for e in range(2):  # each pass: a partition of the batch's rows
+            assert sorted(torch.cat([ups[2 * e][0], ups[2 * e + 1][0]]).tolist()) == list(range(16))
+        assert not torch.equal(ups[0][0], ups[2][0])  # a fresh split per pass
+        idx, lp, _ = ups[0]
+        assert torch.equal(torch.exp(lp - old[idx])[mask[idx]], torch.ones(int(mask[idx].sum())))  # ratio 1
+        idx, lp, _ = ups[3]
+        assert (lp - old[idx])[mask[idx]].abs().max() > 0  # the last update is off-policy
+    metrics = read_metrics(tmp_path / "e2")
+    assert all(m["offpolicy/ratio_max"] > 1.0 > m["offpolicy/ratio_min"] for m in metrics)
 
 
 # The identity control: methods differ only through their bounds.

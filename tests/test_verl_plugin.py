@@ -28,13 +28,14 @@ from bandpo.verl_command import VerlRun  # noqa: E402
 
 torch.set_num_threads(1)
 
-BUILT_IN = ["bandpo", "cispo", "clip_higher", "dcpo", "grpo", "gspo"]
+BUILT_IN = ["bandpo", "bandpo_upper", "cispo", "clip_higher", "dcpo", "grpo", "gspo"]
 # Non-default parameters per method, to show they travel through BANDPO_METHOD_CONFIG.
 PARAMS = {
     "grpo": {"eps_low": 0.25, "eps_high": 0.3},
     "clip_higher": {},
     "dcpo": {"cap": 6.0},
     "bandpo": {"divergence": "tv", "delta": 0.08, "relax": True},
+    "bandpo_upper": {"divergence": "chi2", "delta": 0.07, "eps_low": 0.25},
     "cispo": {"eps_high": 0.5},
     "gspo": {"eps_low": 0.01, "eps_high": 0.02},
 }

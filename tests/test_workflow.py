@@ -88,6 +88,32 @@ def test_defaults_are_filled_in():
     assert "trainer" not in raw  # the caller's config is not modified
 
 
+def test_group_size_16_at_the_same_rollout_count_is_a_config_setting():
+    """Group size 16 at the default rollout count (TrainConfig: 32 prompts x 8 = 16 x 16 = 256 completions per
+    step) needs no code: a method entry or an experiment sets train: {samples_per_prompt: 16, prompts_per_step: 16};
+    the config validates and the run's overrides (its --set arguments) carry both."""
+    from bandpo.train import TrainConfig
+
+    default = TrainConfig()
+    assert default.prompts_per_step * default.samples_per_prompt == 16 * 16
+    g16 = {"samples_per_prompt": 16, "prompts_per_step": 16}
+    raw = read_config("config")
+    raw["methods"].append({"id": "grpo_g16", "method": "grpo", "train": dict(g16)})  # an entry of main
+    raw["experiments"]["group16"] = {**raw["experiments"]["random-reward"], "train": {"steps": 8, **g16}}
+    cfg = sweep.validate_config(raw)
+    entry = sweep.train_overrides(cfg, "tiny-s", "grpo_g16")
+    assert entry["samples_per_prompt"] == entry["prompts_per_step"] == 16 and entry["steps"] == 64
+    assert sweep.train_overrides(cfg, "tiny-s", "grpo")["steps"] == 64 and "samples_per_prompt" not in cfg["train"]
+    xp = sweep.train_overrides(cfg, "tiny-s", "bandpo_kl", "group16")
+    assert {k: xp[k] for k in ("samples_per_prompt", "prompts_per_step", "steps")} == {**g16, "steps": 8}
+    args = sweep.set_args(entry)
+    assert "samples_per_prompt=16" in args and "prompts_per_step=16" in args
+    bad = {**raw, "methods": [*raw["methods"][:-1], {"id": "grpo_g16", "method": "grpo",
+                                                     "train": {"samples_per_prompt": 1}}]}  # fmt: skip
+    with pytest.raises(sweep.ConfigError, match="samples_per_prompt"):
+        sweep.validate_config(bad)
+
+
 @pytest.mark.parametrize("name", ["config", "smoke", "gpu"])
 def test_validation_is_idempotent(name):
     """A completed config (experiments filled in) validates to itself: jobs that re-read it see the same DAG."""

@@ -23,6 +23,8 @@ Built in (``list_methods()``)::
     bandpo        bounds  Band operator (bandpo.band), divergence kl | tv | chi2 | any registered one,
                           delta 0.05, r_hi capped at 10, relaxation off (relax: union with
                           [1 - 0.2, 1 + 0.28])
+    bandpo_upper  bounds  [1 - 0.2, BandPO's r_hi]: Band's upper bound only (same divergence, delta, cap),
+                          GRPO's fixed clip-low
     cispo         loss    -sg(clip(r, 1 - eps_low, 1 + eps_high)) * A * log pi        (token level)
     gspo          loss    PPO clip on the sequence ratio s = exp(mean_t log r_t)       (sequence level)
     dppo_tv, dppo_kl, clip_cov, kl_cov, sapo, geo_mean, gpg, dro
@@ -93,9 +95,24 @@ Modules (everything is re-exported here: ``from bandpo.methods import X`` / ``me
 ``diagnostics``   `clip_diagnostics`, `stopped_diagnostics`, `BUCKET_EDGES`, `BUCKET_LABELS`
 """
 
-from bandpo.methods.bounds import bandpo_bounds, constant_bounds, dcpo_bounds, fixed_clip_bounds, on_valid_tokens
+from bandpo.methods.bounds import (
+    bandpo_bounds,
+    bandpo_upper_bounds,
+    constant_bounds,
+    dcpo_bounds,
+    fixed_clip_bounds,
+    on_valid_tokens,
+)
 from bandpo.methods.config import AGG_MODES, DEFAULT_DUAL_CLIP_C, MethodConfig, SurrogateConfig
-from bandpo.methods.configs import BandPOConfig, CISPOConfig, ClipHigherConfig, DCPOConfig, GRPOConfig, GSPOConfig
+from bandpo.methods.configs import (
+    BandPOConfig,
+    BandPOUpperConfig,
+    CISPOConfig,
+    ClipHigherConfig,
+    DCPOConfig,
+    GRPOConfig,
+    GSPOConfig,
+)
 from bandpo.methods.diagnostics import (
     BUCKET_EDGES,
     BUCKET_LABELS,
@@ -133,6 +150,7 @@ __all__ = [
     "BUCKET_LABELS",
     "DEFAULT_DUAL_CLIP_C",
     "BandPOConfig",
+    "BandPOUpperConfig",
     "CISPOConfig",
     "ClipHigherConfig",
     "DCPOConfig",
@@ -147,6 +165,7 @@ __all__ = [
     "VerlLossConfig",
     "aggregate_loss",
     "bandpo_bounds",
+    "bandpo_upper_bounds",
     "cispo_loss",
     "clip_diagnostics",
     "compute_bounds",

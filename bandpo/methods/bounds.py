@@ -1,5 +1,5 @@
 """Ratio-bounds helpers (`on_valid_tokens`, `constant_bounds`) and the built-in bounds methods: GRPO and
-Clip-Higher (fixed clip), DCPO, BandPO."""
+Clip-Higher (fixed clip), DCPO, BandPO and its upper bound alone (bandpo_upper)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from bandpo.band import band_bounds
-from bandpo.methods.configs import BandPOConfig, ClipHigherConfig, DCPOConfig, GRPOConfig
+from bandpo.methods.configs import BandPOConfig, BandPOUpperConfig, ClipHigherConfig, DCPOConfig, GRPOConfig
 from bandpo.methods.registry import register_bounds
 
 
@@ -73,5 +73,18 @@ def bandpo_bounds(old_log_prob: Tensor, response_mask: Tensor, params: BandPOCon
             lower = lower.clamp(max=1.0 - params.relax_eps_low)
             upper = upper.clamp(min=1.0 + params.relax_eps_high)
         return lower, upper
+
+    return on_valid_tokens(solve, old_log_prob, response_mask)
+
+
+@register_bounds("bandpo_upper", config=BandPOUpperConfig)
+def bandpo_upper_bounds(old_log_prob: Tensor, response_mask: Tensor, params: BandPOUpperConfig):
+    """BandPO's upper bound only: r in [1 - eps_low, Band's r_hi] (capped), the fixed clip-low of GRPO."""
+
+    def solve(log_p: Tensor):
+        _, upper = band_bounds(log_p, params.divergence, params.delta)
+        if params.cap is not None:
+            upper = upper.clamp(max=params.cap)  # also maps r_hi = inf (p = 0) to the cap
+        return torch.full_like(upper, 1.0 - params.eps_low), upper
 
     return on_valid_tokens(solve, old_log_prob, response_mask)

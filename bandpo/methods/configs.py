@@ -76,11 +76,38 @@ class BandPOConfig(MethodConfig):
         return () if self.relax else ("relax_eps_low", "relax_eps_high")
 
     def validate(self) -> None:
-        divs = list_divergences()
-        self.require(self.divergence in divs, "divergence", f"is not registered; valid: {', '.join(divs)}")
-        self.require(self.delta > 0.0, "delta", "must be > 0")
-        self.require(self.cap is None or self.cap > 1.0, "cap", "must be > 1 or None")
+        _check_band(self)
         _check_eps(self, "relax_eps_low", "relax_eps_high")
+
+
+def _check_band(cfg: MethodConfig) -> None:
+    """The Band operator's parameters: divergence, delta, cap."""
+    divs = list_divergences()
+    cfg.require(cfg.divergence in divs, "divergence", f"is not registered; valid: {', '.join(divs)}")
+    cfg.require(cfg.delta > 0.0, "delta", "must be > 0")
+    cfg.require(cfg.cap is None or cfg.cap > 1.0, "cap", "must be > 1 or None")
+
+
+@dataclass(frozen=True)
+class BandPOUpperConfig(MethodConfig):
+    """BandPO's upper bound only: Band's r_hi (the same divergence / delta / cap as ``bandpo``) with the fixed lower
+    bound 1 - eps_low. It isolates the room the Band operator gives rare tokens to grow from its wider clip-low.
+
+    Attributes:
+        divergence, delta, cap: as ``bandpo`` (defaults kl, 0.05, 10).
+        eps_low: the fixed lower bound is 1 - eps_low (default 0.2, GRPO's and Clip-Higher's).
+    """
+
+    label_fields = ("divergence", "delta")
+
+    divergence: str = "kl"
+    delta: float = 0.05
+    cap: float | None = 10.0
+    eps_low: float = 0.2
+
+    def validate(self) -> None:
+        _check_band(self)
+        self.require(0.0 < self.eps_low <= 1.0, "eps_low", "must be in (0, 1] (the lower bound 1 - eps_low is >= 0)")
 
 
 @dataclass(frozen=True)
