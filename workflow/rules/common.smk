@@ -100,9 +100,14 @@ _env = {"TOKENIZERS_PARALLELISM": "false", "PYTHONHASHSEED": "0", "OMP_NUM_THREA
         "BANDPO_GRADER_MODE": GRADER_MODE}  # fmt: skip
 if config["offline"]:
     _env.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
-if config["method_modules"]:  # methods of the user's own modules, imported by bandpo.methods in every job
-    _env["BANDPO_METHOD_MODULES"] = os.pathsep.join(method_module_specs(config, workflow.basedir))
 ENV = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(_env.items()))
+# Methods of the user's own modules, imported where a run starts (trainer, verl's workers): handed to the jobs through
+# this process's environment, which the local and SLURM executors pass on, not through the jobs' params (a rerun
+# trigger): adding a module and its entry runs that entry's jobs only (tests/test_workflow.py, marker dag).
+if config["method_modules"]:
+    os.environ["BANDPO_METHOD_MODULES"] = os.pathsep.join(method_module_specs(config, workflow.basedir))
+else:
+    os.environ.pop("BANDPO_METHOD_MODULES", None)  # the config alone says which modules a run imports
 
 
 def data_dir(data_id):
