@@ -104,10 +104,12 @@ ENV = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(_env.items()))
 # Methods of the user's own modules, imported where a run starts (trainer, verl's workers): handed to the jobs through
 # this process's environment, which the local and SLURM executors pass on, not through the jobs' params (a rerun
 # trigger): adding a module and its entry runs that entry's jobs only (tests/test_workflow.py, marker dag).
-if config["method_modules"]:
-    os.environ["BANDPO_METHOD_MODULES"] = os.pathsep.join(method_module_specs(config, workflow.basedir))
-else:
-    os.environ.pop("BANDPO_METHOD_MODULES", None)  # the config alone says which modules a run imports
+# The config alone says which modules a run imports: empty when it names none.
+os.environ["BANDPO_METHOD_MODULES"] = os.pathsep.join(method_module_specs(config, workflow.basedir))
+
+
+envvars:
+    "BANDPO_METHOD_MODULES",
 
 
 def data_dir(data_id):
