@@ -61,14 +61,20 @@ def dcpo_bounds(old_log_prob: Tensor, response_mask: Tensor, params: DCPOConfig)
     return on_valid_tokens(solve, old_log_prob, response_mask)
 
 
+def _capped_band(log_p: Tensor, params: BandPOConfig | BandPOUpperConfig) -> tuple[Tensor, Tensor]:
+    """Band's (r_lo, r_hi) for ``params``' divergence and delta, r_hi capped at ``params.cap`` when set."""
+    lower, upper = band_bounds(log_p, params.divergence, params.delta)
+    if params.cap is not None:
+        upper = upper.clamp(max=params.cap)  # also maps r_hi = inf (p = 0) to the cap
+    return lower, upper
+
+
 @register_bounds("bandpo", config=BandPOConfig)
 def bandpo_bounds(old_log_prob: Tensor, response_mask: Tensor, params: BandPOConfig):
     """BandPO: the f-divergence trust region {g_f(p, r) <= delta} as per-token bounds, r_hi capped, optional relax."""
 
     def solve(log_p: Tensor):
-        lower, upper = band_bounds(log_p, params.divergence, params.delta)
-        if params.cap is not None:
-            upper = upper.clamp(max=params.cap)  # also maps r_hi = inf (p = 0) to the cap
+        lower, upper = _capped_band(log_p, params)
         if params.relax:  # union with the fixed interval: [min(r_lo, 1 - eps_low), max(r_hi, 1 + eps_high)]
             lower = lower.clamp(max=1.0 - params.relax_eps_low)
             upper = upper.clamp(min=1.0 + params.relax_eps_high)
@@ -82,9 +88,7 @@ def bandpo_upper_bounds(old_log_prob: Tensor, response_mask: Tensor, params: Ban
     """BandPO's upper bound only: r in [1 - eps_low, Band's r_hi] (capped), the fixed clip-low of GRPO."""
 
     def solve(log_p: Tensor):
-        _, upper = band_bounds(log_p, params.divergence, params.delta)
-        if params.cap is not None:
-            upper = upper.clamp(max=params.cap)  # also maps r_hi = inf (p = 0) to the cap
+        _, upper = _capped_band(log_p, params)
         return torch.full_like(upper, 1.0 - params.eps_low), upper
 
     return on_valid_tokens(solve, old_log_prob, response_mask)
