@@ -827,3 +827,9 @@ def test_the_environment_is_read_at_first_use_not_at_import(fresh_settings):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "BANDPO_GRADER_MODE": "bogus"}
     out = subprocess.run([sys.executable, "-c", code], text=True, capture_output=True, env=env, timeout=120)
     assert "BANDPO_GRADER_MODE: unknown grader mode 'bogus'" in out.stdout, out.stderr[-2000:]
+
+
+def test_unequal_lengths_are_an_error_not_a_truncation():
+    for fn in (G.grade_many, G.grade_many_detailed):
+        with pytest.raises(ValueError, match="differ in length"):
+            fn(["\\boxed{1}", "\\boxed{2}"], ["1"])

@@ -276,8 +276,6 @@ def grade_many(
     """``[grade(r, g) for r, g in zip(responses, references)]``, faster: identical pairs are verified once and
     the math-verify work is spread over the worker pool; items that overran their first budget are graded again
     after the batch, one at a time."""
-    if len(responses) != len(references):
-        raise ValueError("responses and references differ in length")
     return [r.score for r in grade_many_detailed(responses, references, timeout_s=timeout_s, mode=mode)]
 
 
@@ -289,9 +287,11 @@ def grade_many_detailed(
     mode: str | None = None,
 ) -> list[GradeResult]:
     """:func:`grade_many` returning :class:`GradeResult` records."""
+    if len(responses) != len(references):
+        raise ValueError("responses and references differ in length")
     mode = config.current().mode if mode is None else config.check_mode(mode)
     first, second = _budgets(timeout_s)
-    n = min(len(responses), len(references))
+    n = len(responses)
     results: list[GradeResult | None] = [None] * n
     pending: dict[tuple[str, str], list[tuple[int, _Item, float]]] = {}
     for i in range(n):
