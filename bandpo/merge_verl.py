@@ -54,6 +54,7 @@ VERL_NAMES = {
     "response_length/mean": "response_length",
     "timing_s/step": "step_seconds",
 }
+VERL_CLIPFRAC = "actor/pg_clipfrac"  # verl's own losses: share of tokens whose gradient their clip removed
 PLUGIN_PREFIX = "actor/bandpo/"  # bandpo.verl_plugin's statistics: the same names as the local trainer's
 
 
@@ -70,6 +71,8 @@ def contract_metrics(data: dict) -> dict:
             out[key[len(PLUGIN_PREFIX) :]] = value
         else:
             out[key] = value
+    if "clipfrac" not in out and VERL_CLIPFRAC in data:  # verl's own loss: verl's clip fraction (no direction)
+        out["clipfrac"] = data[VERL_CLIPFRAC]
     return out
 
 
@@ -124,7 +127,10 @@ def method_record(config: dict) -> dict:
 
     methods.load_method_modules(config.get("method_modules") or [])
     params = methods.make_config(config["method"], config.get("params") or {})
-    return {"method": config["method"], "method_label": params.label(), "method_params": params.to_dict()}
+    out = {"method": config["method"], "method_label": params.label(), "method_params": params.to_dict()}
+    if methods.get_method(config["method"]).kind == "verl":  # verl's own loss_mode: no bandpo.verl_plugin statistics
+        out["directional_clipfrac"] = False
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,11 +49,12 @@ def contract() -> dict[str, Any]:
         return yaml.safe_load(f)
 
 
-def required_metric_keys(per_bucket: bool = True) -> list[str]:
-    """Keys a line of metrics.jsonl must hold; with ``per_bucket`` (a method with per-token bounds) also the
-    per-bucket keys (``clipfrac_upper/p0.0-0.2``, ...)."""
+def required_metric_keys(per_bucket: bool = True, directional: bool = True) -> list[str]:
+    """Keys a line of metrics.jsonl must hold; with ``directional`` (all but verl's own losses trained by verl)
+    the clip fraction by direction; with ``per_bucket`` (a method with per-token bounds) also the per-bucket keys
+    (``clipfrac_upper/p0.0-0.2``, ...)."""
     spec = contract()["metrics"]
-    out = list(spec["required"])
+    out = list(spec["required"]) + (list(spec["directional"]) if directional else [])
     if per_bucket:
         out += [f"{k}/{b}" for k in spec["per_bucket"] for b in spec["buckets"]]
     return out
@@ -95,8 +96,9 @@ def check_outputs(run: str | Path, rows: list[dict[str, Any]], info: dict[str, A
     spec = contract()
     if not rows:
         raise RunContractError(f"run {run}: metrics.jsonl has no line")
+    directional = info.get("directional_clipfrac", True) is not False
     for number, row in enumerate(rows, start=1):
-        for key in required_metric_keys(per_bucket=_has_buckets(row)):
+        for key in required_metric_keys(per_bucket=_has_buckets(row), directional=directional):
             if key not in row:
                 raise RunContractError(f"run {run}: metrics.jsonl line {number} lacks the key {key!r}")
             if not _is_number(row[key]):

@@ -492,21 +492,133 @@ def complete_experiments(cfg: dict[str, Any]) -> None:
         for i, e in enumerate((xp.get("primary") or {}).get("compare") or []):
             if e not in xp["methods"]:
                 fail(where + ["primary", "compare", i], f"entry {e!r} is not among the experiment's methods")
+        for i, e in enumerate(xp["methods"]):
+            if not cell_models(cfg, xp, e):
+                fail(where + ["methods", i], f"entry {e!r} runs on none of the experiment's models {xp['models']}"
+                     f" (its models: {entry_ids[e]['models']})")  # fmt: skip
         out[xp_id] = xp
+    _check_axes(cfg, out)
     if cfg.get("only"):
-        wanted = [x.strip() for x in str(cfg["only"]).split(",") if x.strip()]
+        axes = cfg["axes"]
+        named = [x.strip() for x in str(cfg["only"]).split(",") if x.strip()]
+        wanted = [c for x in named for c in (axes[x]["cells"] if x in axes else [x])]  # an axis: all its cells
         unknown = [x for x in wanted if x not in out]
         if unknown or not wanted:
-            fail(["only"], f"unknown experiment(s) {unknown or cfg['only']!r}; defined: {', '.join(out)}")
+            fail(["only"], f"unknown experiment(s) {unknown or cfg['only']!r}; defined: {', '.join([*out, *axes])}")
+        for x in wanted:
+            sel = out[x].get("select")
+            if sel and not set(axes[sel["axis"]]["cells"]) <= set(wanted):
+                fail(["only"], f"{x!r} selects from axis {sel['axis']!r}: name it too (only={sel['axis']},{x})")
         out = {x: out[x] for x in out if x in wanted}
+        cfg["axes"] = {a: v for a, v in axes.items() if set(v["cells"]) <= set(out)}  # axes with all their cells
+        for xp in out.values():
+            if xp.get("axis") is not None and xp["axis"] not in cfg["axes"]:
+                del xp["axis"]
         cfg["publish"] = False  # a part of the DAG never overwrites the published page
     cfg["experiments"] = out
+    for xp_id, xp in out.items():
+        xp["reuse"] = reused_entries(cfg, xp_id)
+
+
+def _check_axes(cfg: dict[str, Any], experiments: Mapping[str, Mapping[str, Any]]) -> None:
+    """Axes name existing cells that set the axis key, in increasing value; each cell knows its axis; a `select`
+    names an axis and one of its entries."""
+    axes = cfg.setdefault("axes", {})
+    for axis_id, axis in axes.items():
+        where = ["axes", axis_id]
+        axis.setdefault("label", axis["key"])
+        values = []
+        for i, cell in enumerate(axis["cells"]):
+            if cell == MAIN or cell not in experiments:
+                fail(where + ["cells", i], f"unknown experiment {cell!r} (a cell is an experiment other than main)")
+            xp = experiments[cell]
+            if axis["key"] not in xp["train"]:
+                fail(["experiments", cell, "train"], f"a cell of axis {axis_id!r} sets {axis['key']} in its train")
+            if xp.get("axis", axis_id) != axis_id:
+                fail(["experiments", cell, "axis"], f"listed as a cell of axis {axis_id!r}, not {xp['axis']!r}")
+            xp["axis"] = axis_id
+            values.append(xp["train"][axis["key"]])
+        if any(not isinstance(v, (int, float)) or isinstance(v, bool) for v in values) or values != sorted(set(values)):
+            fail(where + ["cells"], f"the cells' {axis['key']} values must be numbers in increasing order: {values}")
+        control = (axis.get("primary") or {}).get("control")
+        for cell in axis["cells"]:
+            if control is not None and control not in experiments[cell]["methods"]:
+                fail(where + ["primary", "control"], f"the control {control!r} is not an entry of cell {cell!r}")
+    for xp_id, xp in experiments.items():
+        if xp.get("axis") is not None and xp["axis"] not in axes:
+            fail(["experiments", xp_id, "axis"], f"unknown axis {xp['axis']!r}; defined: {', '.join(axes) or 'none'}")
+        if xp.get("axis") is not None and xp_id not in axes[xp["axis"]]["cells"]:
+            fail(["experiments", xp_id, "axis"], f"not among the cells of axis {xp['axis']!r}")
+        sel = xp.get("select")
+        if sel is None:
+            continue
+        if sel["axis"] not in axes:
+            fail(["experiments", xp_id, "select", "axis"], f"unknown axis {sel['axis']!r}")
+        cells = axes[sel["axis"]]["cells"]
+        missing = [c for c in cells if sel["entry"] not in experiments[c]["methods"]]
+        if missing:
+            fail(["experiments", xp_id, "select", "entry"], f"entry {sel['entry']!r} is not in cell(s) {missing}")
+        if not any(experiments[c]["base"] for c in cells):
+            fail(["experiments", xp_id, "select"], f"the rule compares with the base model: a cell of axis "
+                 f"{sel['axis']!r} needs base: true (main's base row is reused where the settings match)")  # fmt: skip
+        if axes[sel["axis"]]["key"] in xp["train"]:
+            fail(["experiments", xp_id, "train"], f"{axes[sel['axis']]['key']} is chosen by select, not set here")
+
+
+def cell_models(cfg: Mapping[str, Any], xp: Mapping[str, Any], entry: str) -> list[str]:
+    """The models an experiment runs a method entry on: the experiment's, restricted to the entry's ``models``."""
+    allowed = by_id(cfg["methods"])[entry].get("models") if entry != BASE_ENTRY else None
+    return [m for m in xp["models"] if allowed is None or m in allowed]
+
+
+def reused_entries(cfg: Mapping[str, Any], experiment: str) -> list[str]:
+    """The entries of an experiment whose runs are main's: every setting equal (models, data, tasks, seeds among
+    main's, the trainer settings of every model, no selected setting), and ``base`` when both score the base
+    models. Not trained or scored again; the report reads main's runs for them. Empty for main, and when main is not
+    part of the DAG (``only``)."""
+    xps = cfg["experiments"]
+    if experiment == MAIN or MAIN not in xps:
+        return []
+    xp, main = xps[experiment], xps[MAIN]
+    if xp.get("select") or xp["data"] != main["data"] or xp["eval_tasks"] != main["eval_tasks"]:
+        return []
+    if not set(xp["seeds"]) <= set(main["seeds"]):
+        return []
+    out = [BASE_ENTRY] if xp["base"] and main["base"] and set(xp["models"]) <= set(main["models"]) else []
+    for e in xp["methods"]:
+        models = cell_models(cfg, xp, e)
+        if (
+            e in main["methods"]
+            and set(models) <= set(cell_models(cfg, main, e))
+            and all(
+                _same_settings(train_overrides(cfg, m, e, experiment), train_overrides(cfg, m, e, MAIN)) for m in models
+            )
+        ):
+            out.append(e)
+    return out
+
+
+def _same_settings(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two sets of trainer overrides give the same TrainConfig: equal where both set a key, and a key set
+    on one side only holds TrainConfig's default (read only then: importing the trainer costs a torch import)."""
+    if any(a[k] != b[k] for k in a.keys() & b.keys()):
+        return False
+    one_sided = {k: v for k, v in [*a.items(), *b.items()] if (k in a) != (k in b)}
+    if not one_sided:
+        return True
+    from bandpo.train import TrainConfig
+
+    defaults = TrainConfig()
+    return all(hasattr(defaults, k) and getattr(defaults, k) == v for k, v in one_sided.items())
 
 
 def xp_entries(cfg: Mapping[str, Any], experiment: str, builtin: bool = False) -> list[str]:
-    """The method entry ids of an experiment; ``builtin``: only those trained by the built-in train rule."""
+    """The method entry ids an experiment trains (not those it reuses from main); ``builtin``: only those trained
+    by the built-in train rule."""
     external = {e["id"] for e in cfg["methods"] if e.get("external")}
-    return [e for e in cfg["experiments"][experiment]["methods"] if not (builtin and e in external)]
+    xp = cfg["experiments"][experiment]
+    reuse = set(xp.get("reuse") or ())
+    return [e for e in xp["methods"] if e not in reuse and not (builtin and e in external)]
 
 
 def slots(cfg: Mapping[str, Any], builtin: bool = False, base: bool = False) -> dict[str, dict[str, str]]:
@@ -514,7 +626,8 @@ def slots(cfg: Mapping[str, Any], builtin: bool = False, base: bool = False) -> 
     ``builtin``: only entries of the built-in train rule; ``base``: also each experiment's base-model slot."""
     out: dict[str, dict[str, str]] = {}
     for xp_id, xp in cfg["experiments"].items():
-        entries = ([BASE_ENTRY] if base and xp["base"] else []) + xp_entries(cfg, xp_id, builtin)
+        own_base = base and xp["base"] and BASE_ENTRY not in (xp.get("reuse") or ())
+        entries = ([BASE_ENTRY] if own_base else []) + xp_entries(cfg, xp_id, builtin)
         for e in entries:
             out[slot_id(xp_id, e)] = {"experiment": xp_id, "entry": e}
     return out
@@ -526,7 +639,8 @@ def runs(cfg: Mapping[str, Any], builtin: bool = False) -> list[tuple[str, str, 
     for xp_id, xp in cfg["experiments"].items():
         for m in xp["models"]:
             for e in xp_entries(cfg, xp_id, builtin):
-                out += [(m, slot_id(xp_id, e), s) for s in xp["seeds"]]
+                if m in cell_models(cfg, xp, e):
+                    out += [(m, slot_id(xp_id, e), s) for s in xp["seeds"]]
     return out
 
 
@@ -534,9 +648,20 @@ def eval_groups(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(model, slot) of every scored group: each experiment's entries, plus its base models when ``base``."""
     out = []
     for xp_id, xp in cfg["experiments"].items():
+        own_base = xp["base"] and BASE_ENTRY not in (xp.get("reuse") or ())
+        entries = ([BASE_ENTRY] if own_base else []) + xp_entries(cfg, xp_id)
         for m in xp["models"]:
-            out += [(m, slot_id(xp_id, e)) for e in ([BASE_ENTRY] if xp["base"] else []) + xp["methods"]]
+            out += [(m, slot_id(xp_id, e)) for e in entries if m in cell_models(cfg, xp, e)]
     return out
+
+
+def score_groups(cfg: Mapping[str, Any], experiment: str) -> list[tuple[str, str]]:
+    """(model, slot) of every scored group an experiment's results are read from: its own (`eval_groups`) and
+    main's groups of the entries it reuses."""
+    xp = cfg["experiments"][experiment]
+    own = [(m, slot) for m, slot in eval_groups(cfg) if split_slot(slot)[1] == experiment]
+    reused = [(m, slot_id(MAIN, e)) for e in xp.get("reuse") or () for m in cell_models(cfg, xp, e)]
+    return own + reused
 
 
 def used_data(cfg: Mapping[str, Any]) -> list[str]:
@@ -583,11 +708,14 @@ def expected_jobs(cfg: Mapping[str, Any]) -> dict[str, int]:
     else:
         jobs["train"] = n_runs
     for xp_id, xp in cfg["experiments"].items():
-        n_groups = len(xp["models"]) * (len(xp["methods"]) + (1 if xp["base"] else 0))
+        n_groups = sum(1 for _m, slot in eval_groups(cfg) if split_slot(slot)[1] == xp_id)
+        if not n_groups:
+            continue
         if cfg["eval"]["group_seeds"]:
             jobs[eval_rule_name("eval_group", xp_id)] = n_groups
         else:
             jobs[eval_rule_name("eval_run", xp_id)] = n_groups * len(xp["seeds"])
+    jobs["select"] = sum(1 for xp in cfg["experiments"].values() if xp.get("select"))
     jobs["report"] = 1
     jobs["publish"] = 1 if cfg["publish"] else 0
     jobs["all"] = 1

@@ -272,6 +272,17 @@ def apply_overrides(cfg: TrainConfig, assignments: list[str]) -> TrainConfig:
     return cfg
 
 
+def read_set_file(path: str | os.PathLike) -> list[str]:
+    """``--set-file``: a JSON object of field values as ``key=value`` assignments; ValueError naming the file."""
+    try:
+        values = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"--set-file {path}: {e}") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"--set-file {path}: expected a JSON object of field values, got {type(values).__name__}")
+    return [f"{k}={json.dumps(v)}" for k, v in values.items()]
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Data
 PROBE_SPLIT = "validation.jsonl"  # where probe_every measures: never the test split lm-eval scores
@@ -729,6 +740,11 @@ class Command:
     )
     """Set a field by name, the value read as JSON where it parses; applied after the flags. The form the
     workflow's train rule uses, e.g. --set steps=60 --set lr_end=null."""
+    set_file: Annotated[list[str], tyro.conf.UseAppendAction, tyro.conf.arg(metavar="PATH")] = field(
+        default_factory=list
+    )
+    """A JSON object of field values, applied after --set: settings that an earlier job chose (the workflow's
+    selection rule, e.g. {"updates_per_step": 8})."""
     method_module: Annotated[list[str], tyro.conf.UseAppendAction, tyro.conf.arg(metavar="MODULE")] = field(
         default_factory=list
     )
@@ -777,6 +793,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         methods.load_method_modules(cmd.method_module)
         apply_overrides(cfg, cmd.set)
+        for path in cmd.set_file:
+            apply_overrides(cfg, read_set_file(path))
         cfg.validate()
     except (ImportError, ValueError) as e:
         return _usage_error(str(e))

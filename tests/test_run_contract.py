@@ -85,6 +85,27 @@ def test_a_missing_metric_names_the_run_and_the_key(tmp_path, verl_name, key):
         check_run(tmp_path / "run")
 
 
+def test_verls_own_loss_fills_the_contract_without_direction(tmp_path):
+    """A verl run of verl's own loss (dppo_kl as verl's loss_mode: no bandpo.verl_plugin statistics) logs one clip
+    fraction, actor/pg_clipfrac: it becomes the contract's clipfrac, run.json says directional_clipfrac: false, and
+    only then may clipfrac_upper / clipfrac_lower be absent."""
+    record = verl_record(1)
+    record["data"] = {k: v for k, v in record["data"].items() if not k.startswith("actor/bandpo/")}
+    record["data"]["actor/pg_clipfrac"] = 0.04
+    run = tmp_path / "run"
+    write_verl_run(run, [record])
+    with pytest.raises(RunContractError, match="lacks the key 'clipfrac_upper'"):
+        check_run(run)  # a run that does not say so still needs the direction
+    info = json.loads((run / "run.json").read_text())
+    info.update({"config": {"method": "dppo_kl"}, **merge_verl.method_record({"method": "dppo_kl"})})
+    assert info["directional_clipfrac"] is False and "directional_clipfrac" not in merge_verl.method_record(
+        {"method": "bandpo"}
+    )
+    (run / "run.json").write_text(json.dumps(info))
+    check_run(run)
+    assert json.loads((run / "metrics.jsonl").read_text())["clipfrac"] == 0.04
+
+
 def test_missing_files_and_fields_are_named(tmp_path):
     run = tmp_path / "run"
     write_verl_run(run, [verl_record(1)])

@@ -137,7 +137,9 @@ def test_embedded_config_matrix():
     (probe_model,) = probe["models"]
     assert sweep.by_id(cfg["data"])[models[probe_model]["data"]]["probe"] and probe["train"]["probe_every"] > 0
     assert {t["subset"] for t in probe["eval_tasks"]} == {"probe", "rest"}
-    assert all(cfg["experiments"][x]["primary"]["rule"] for x in cfg["experiments"])
+    # rules fixed before any run: each experiment's, or for the cells of a design axis the axis's
+    assert all(v.get("axis") or v["primary"]["rule"] for v in cfg["experiments"].values())
+    assert all(a["primary"]["rules"] for a in cfg["axes"].values())
     entries = {e["id"]: (e["method"], e["params"]) for e in cfg["methods"]}
     assert {m for m, _ in entries.values()} >= {"grpo", "clip_higher", "dcpo", "bandpo"}
     assert {p.get("divergence") for m, p in entries.values() if m == "bandpo"} == {"kl", "tv", "chi2"}
@@ -347,13 +349,17 @@ def test_embedded_dry_run(tmp_path):
     counts = job_counts(proc.output)
     assert counts == sweep.expected_jobs(cfg)
     xps = cfg["experiments"]
-    main = 2 * len(cfg["methods"]) * len(cfg["seeds"])
-    assert counts["train"] == main + sum(len(x["models"]) * len(x["methods"]) * len(x["seeds"]) for x in xps.values()
-                                         if x is not xps[sweep.MAIN])  # fmt: skip
-    # one lm-eval process per (model, entry) group, base models included: the start-up is paid 14 times, not 42
-    assert counts["eval_group"] == 2 * (len(cfg["methods"]) + 1)
+    n_cells = {
+        x: sum(len(sweep.cell_models(cfg, v, e)) for e in v["methods"] if e not in v["reuse"]) for x, v in xps.items()
+    }
+    assert counts["train"] == sum(n_cells[x] * len(v["seeds"]) for x, v in xps.items())
+    # one lm-eval process per (model, entry) group, base models included
+    assert counts["eval_group"] == n_cells[sweep.MAIN] + 2
     assert counts["eval_group_random_reward"] == len(xps["random-reward"]["methods"])  # one group per entry
     assert counts["eval_group_probe"] == 3  # probe: its base, 2 entries
+    # the off-policy cell at main's settings reuses main's runs: no job of its own
+    assert "eval_group_offpolicy_D4" not in counts and counts["eval_group_offpolicy_D8"] == 4
+    assert counts["select"] == 1 and counts["eval_group_separation"] == 6  # its base row and 5 entries
 
 
 def test_rerun_check_is_the_main_tiny_s_slice(tmp_path):
@@ -368,7 +374,8 @@ def test_rerun_check_is_the_main_tiny_s_slice(tmp_path):
     proc = snakemake(tmp_path, "-n", "--quiet", "rules", configfile=ROOT / "config" / "rerun-check.yaml")
     assert proc.returncode == 0, proc.output[-3000:]
     counts = job_counts(proc.output)
-    assert counts["model_tiny"] == 3 and counts["train"] == 18 and counts["eval_group"] == 7
+    n = len(rerun["methods"])
+    assert counts["model_tiny"] == 3 and counts["train"] == 3 * n and counts["eval_group"] == n + 1
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -379,14 +386,17 @@ def run_module(name: str, *args: str, cwd: Path | None = None):
     return subprocess.run([sys.executable, "-m", name, *args], capture_output=True, text=True, cwd=cwd)
 
 
-@pytest.mark.parametrize("only", ["probe", "random-reward", "main,probe"])
+@pytest.mark.parametrize("only", ["probe", "random-reward", "main,probe", "offpolicy,separation"])
 def test_one_experiment_alone_dry_run(tmp_path, only):
     """`--config only=ID[,ID]` schedules exactly those experiments' jobs (their data and models included) and
-    publishes nothing."""
+    publishes nothing; an axis id stands for its cells."""
     proc = snakemake(tmp_path, "-n", "--cores", "2", "--config", f"only={only}", configfile=CONFIGS["config"])
     assert proc.returncode == 0, proc.output[-3000:]
     cfg = sweep.validate_config({**read_config("config"), "only": only})
-    assert set(cfg["experiments"]) == set(only.split(",")) and cfg["publish"] is False
+    axes = cfg["axes"]
+    named = [c for x in only.split(",") for c in (axes[x]["cells"] if x in axes else [x])]
+    only = ",".join(named)
+    assert set(cfg["experiments"]) == set(named) and cfg["publish"] is False
     counts = job_counts(proc.output)
     assert counts == sweep.expected_jobs(cfg) and "publish" not in counts
     slots = set(re.findall(r"wildcards: model=[^,\n]+, entry=([^,\n]+)", proc.output))
@@ -539,7 +549,8 @@ def test_smoke_experiments_end_to_end(smoke_run):
     assert summaries["tiny_math_probe"]["experiment"] == "probe" and summaries["tiny_math_probe"]["entry"] == "grpo"
     # the leaderboard: experiment column; the probe's rows name their subset; entries per experiment
     board = pd.read_csv(results / "leaderboard.csv", keep_default_na=False)
-    assert set(board["experiment"]) == {sweep.MAIN, "random-reward", "probe"}
+    assert set(board["experiment"]) == {sweep.MAIN, "random-reward", "probe", *cfg["axes"]["offpolicy"]["cells"],
+                                        "separation"}  # fmt: skip
     assert set(board.loc[board["experiment"] == "probe", "subset"]) == {"probe", "rest"}
     assert set(board.loc[board["experiment"] != "probe", "subset"]) == {""}
     assert sorted(board.loc[board["experiment"] == "random-reward", "entry"]) == sorted(rr["methods"])
@@ -563,6 +574,36 @@ def test_smoke_experiments_end_to_end(smoke_run):
     assert set(curves["metric"]) == {"probe/p_correct", "probe/accuracy"} and set(curves["entry"]) == set(
         probe["methods"]
     )
+
+
+def test_smoke_axis_and_selection_end_to_end(smoke_run):
+    """The off-policy axis ran in the one DAG: the cell at main's settings reused main's runs (no folder of its
+    own) and the leaderboard shows them in the cell; the select job chose D from the cells' scores; the separation
+    runs trained with that D; axis.csv holds the rules' rows and the page their panels."""
+    wd, _ = smoke_run
+    cfg = sweep.validate_config(read_config("smoke"))
+    results = wd / "results" / "smoke"
+    assert not (results / "runs" / "smoke-tiny" / "grpo@off-D4").exists()  # reused: main's runs
+    board = pd.read_csv(results / "leaderboard.csv", keep_default_na=False)
+    assert sorted(board.loc[board["experiment"] == "off-D4", "entry"]) == ["bandpo_kl", "grpo"]
+    chosen = json.loads((results / "select" / "separation.json").read_text())
+    table = pd.read_csv(results / "select" / "separation.csv")
+    assert set(chosen) == {"updates_per_step"} and sorted(table["value"]) == [1.0, 4.0, 8.0]
+    assert chosen["updates_per_step"] in (1, 4, 8)  # the largest that learns, or the fallback 4
+    for entry in cfg["experiments"]["separation"]["methods"]:
+        info = json.loads((results / "runs" / "smoke-tiny" / f"{entry}@separation" / "seed2" / "run.json").read_text())
+        assert info["config"]["updates_per_step"] == chosen["updates_per_step"]
+    for slot, d in (("grpo@off-D8", 8), ("grpo@off-D1", 1)):
+        info = json.loads((results / "runs" / "smoke-tiny" / slot / "seed0" / "run.json").read_text())
+        assert info["config"]["updates_per_step"] == d
+    axis_rows = pd.read_csv(results / "axis.csv")
+    assert {"a engagement", "b mechanism", "c accuracy"} <= set(axis_rows["rule"])
+    runs = pd.read_csv(results / "axis_runs.csv")
+    assert sorted(runs.groupby("value").size().to_dict().items()) == [(1.0, 2), (4.0, 4), (8.0, 4)]
+    md = (results / "leaderboard.md").read_text()
+    assert "## Axis offpolicy: rules fixed before the runs" in md and "Experiment separation: the regime" in md
+    dose = pd.read_csv(results / "figures" / "offpolicy_dose.csv")
+    assert set(dose["panel"]) == {"clip upper low", "entropy auc diff"}
 
 
 def test_smoke_rerun_is_a_fast_noop(smoke_run):

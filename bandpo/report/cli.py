@@ -24,12 +24,15 @@ from pathlib import Path
 import pandas as pd
 
 from bandpo.files import atomic_write_bytes, atomic_write_text
+from bandpo.report.axis import axis_cells, axis_panels, axis_results, run_outcomes, select_setting, with_reuse
 from bandpo.report.experiments import build_sections, entropy_shift_results, of_experiment, primary_results
 from bandpo.report.figures import (
     EXPERIMENT_FIGURES,
     FIGURE_CAPTIONS,
     FIGURES,
     PROBE_CURVES,
+    axis_dose_figure,
+    axis_entropy_figure,
     bounds_figure,
     clipfrac_figure,
     final_scores_figure,
@@ -56,8 +59,9 @@ from bandpo.report.tables import (
 )
 from bandpo.sweep import MAIN
 
+OFFPOLICY_AXIS = "offpolicy"  # the axis the page's two axis figures show (config axes.offpolicy)
 LEADERBOARD_FILES = ("leaderboard.csv", "leaderboard.md", "leaderboard.html")
-PUBLISHED_TABLES = ("stats.csv", "scores.csv", "runs.csv", "primary.csv")  # published with the leaderboard when present
+PUBLISHED_TABLES = ("stats.csv", "scores.csv", "runs.csv", "primary.csv", "axis.csv", "axis_runs.csv")  # when present
 
 
 def build_report(
@@ -70,13 +74,15 @@ def build_report(
     bounds: str | os.PathLike | None = None,
     embed_figures: bool = True,
     experiments: Mapping[str, Mapping] | None = None,
+    axes: Mapping[str, Mapping] | None = None,
 ) -> dict[str, Path]:
     """Load everything under ``results_dir`` (= ``results/{profile}``), compute the statistics, write the tables
     and figures into ``out_dir`` (default: ``results_dir``). ``bounds`` is the bounds table of the bound figure
     (default ``results_dir/bounds.csv``; without it the figure is a placeholder). ``experiments``: the config's
     experiments ({id: {description, primary}}) whose notes and primary comparisons (primary.csv) the page shows;
-    the sections themselves come from the files (`bandpo.report.experiments`). Returns {name: path} of what was
-    written."""
+    the sections themselves come from the files (`bandpo.report.experiments`); an experiment's ``reuse`` entries
+    are main's runs, copied into it (`bandpo.report.axis.with_reuse`). ``axes``: the config's design axes, whose
+    rules are written to axis.csv (per run: axis_runs.csv). Returns {name: path} of what was written."""
     results_dir = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else results_dir
     if not results_dir.is_dir():
@@ -85,9 +91,10 @@ def build_report(
     if not bounds.is_file() and bounds != results_dir / "bounds.csv":
         raise FileNotFoundError(f"bounds table not found: {bounds}")
     runs = load_runs(results_dir)
-    scores = load_eval_scores(results_dir)
-    metrics = run_metrics(runs, results_dir.name)
-    summaries = run_summaries(runs, results_dir.name)
+    specs = dict(experiments or {})
+    scores = with_reuse(load_eval_scores(results_dir), specs)
+    metrics = with_reuse(run_metrics(runs, results_dir.name), specs)
+    summaries = with_reuse(run_summaries(runs, results_dir.name), specs)
     board, stats, per_run = build_sections(scores, metrics, summaries, baseline, n_resamples, confidence, seed)
     if board.empty:
         raise ValueError(
@@ -100,6 +107,11 @@ def build_report(
     bounds_table = load_bounds(bounds) if bounds.is_file() else pd.DataFrame(columns=BOUNDS_COLUMNS)
     main_metrics, main_stats = of_experiment(metrics, MAIN), of_experiment(stats, MAIN)
     probe_metrics = of_experiment(metrics, "probe")
+    axes = {a: v for a, v in (axes or {}).items() if any(c in specs for c in v["cells"])}
+    outcomes = run_outcomes(metrics, scores, axes, specs)
+    axis_table = axis_results(outcomes, axes)
+    off = axes.get(OFFPOLICY_AXIS) or {"cells": [], "label": "D", "key": ""}
+    off_results = axis_table[axis_table["axis"] == OFFPOLICY_AXIS] if not axis_table.empty else axis_table
     built = {
         "bounds": bounds_figure(bounds_table),
         "training_curves": training_curves_figure(main_metrics, baseline=baseline, seed=seed),
@@ -110,18 +122,25 @@ def build_report(
         ),
         "probe_curves": training_curves_figure(probe_metrics, columns=PROBE_CURVES, baseline=baseline, seed=seed),
         "probe_clipfrac_buckets": clipfrac_figure(probe_metrics, baseline=baseline, seed=seed),
+        "offpolicy_dose": axis_dose_figure(off_results, off["label"], baseline=baseline),
+        "offpolicy_entropy": axis_entropy_figure(
+            metrics, axis_cells(off, specs) if off["cells"] else [], off["label"], baseline=baseline, seed=seed
+        ),  # fmt: skip
     }
     for name, (fig, df) in built.items():
         written[f"figures/{name}.png"] = save_figure(fig, fig_dir / f"{name}.png")
         write_csv(df, fig_dir / f"{name}.csv")
         written[f"figures/{name}.csv"] = fig_dir / f"{name}.csv"
-    specs = dict(experiments or {})
     primary = primary_results(scores, specs, n_resamples, confidence, seed)
     shifts = entropy_shift_results(per_run, specs, n_resamples, confidence, seed)
     if not shifts.empty:
         primary = pd.concat([primary, shifts], ignore_index=True) if not primary.empty else shifts
-    tables = (("scores.csv", scores), ("stats.csv", stats), ("runs.csv", per_run), ("leaderboard.csv", board),
-              ("primary.csv", primary))  # fmt: skip
+    tables = [("scores.csv", scores), ("stats.csv", stats), ("runs.csv", per_run), ("leaderboard.csv", board),
+              ("primary.csv", primary)]  # fmt: skip
+    if axes:
+        tables += [("axis_runs.csv", outcomes), ("axis.csv", axis_table)]
+    selections = {p.stem: pd.read_csv(p) for p in sorted((results_dir / "select").glob("*.csv"))}
+    panels = axis_panels(axis_table, axes, selections)
     for name, df in tables:
         write_csv(df, out / name)
         written[name] = out / name
@@ -130,13 +149,13 @@ def build_report(
     power = power_table(stats)
     present = set(board["experiment"])
     shown = [name for name in FIGURES if EXPERIMENT_FIGURES.get(name, MAIN) in present | {MAIN}]
-    md = leaderboard_markdown(board, shown, per_task=tasks, notes=notes, power=power)
+    md = leaderboard_markdown(board, shown, per_task=tasks, notes=notes, power=power, panels=panels)
     atomic_write_text(out / "leaderboard.md", md)
     written["leaderboard.md"] = out / "leaderboard.md"
     figs = {name: fig_dir / f"{name}.png" for name in shown} if embed_figures else None
     delta = float(bounds_table["delta"].iloc[0]) if not bounds_table.empty else float("nan")
     captions = {name: text.format(delta=delta) for name, text in FIGURE_CAPTIONS.items()}
-    page = leaderboard_html(board, figs, captions, per_task=tasks, notes=notes, power=power)
+    page = leaderboard_html(board, figs, captions, per_task=tasks, notes=notes, power=power, panels=panels)
     atomic_write_text(out / "leaderboard.html", page)
     written["leaderboard.html"] = out / "leaderboard.html"
     return written
@@ -297,6 +316,29 @@ def beside(results: str | os.PathLike, other: str | os.PathLike, metric: str = "
     return [csv_path, md_path]
 
 
+def select(
+    results_dir: str | os.PathLike,
+    experiment: str,
+    experiments: Mapping[str, Mapping],
+    axes: Mapping[str, Mapping],
+    out: str | os.PathLike,
+) -> list[Path]:
+    """Apply an experiment's ``select`` rule to the scores under ``results_dir`` (`bandpo.report.axis.
+    select_setting`): ``out`` gets the chosen ``{key: value}`` (bandpo.train --set-file), ``out`` with .csv the
+    table the rule read. ValueError when the experiment has no rule or no score of the rule's entry exists."""
+    if experiment not in experiments or not (experiments[experiment] or {}).get("select"):
+        raise ValueError(f"experiment {experiment!r} has no select rule")
+    setting, table = select_setting(load_eval_scores(results_dir), experiments, axes, experiment)
+    if table.empty:
+        raise ValueError(f"no scores of {experiments[experiment]['select']['entry']!r} in the cells of the axis under "
+                         f"{results_dir}/eval")  # fmt: skip
+    out = Path(out)
+    csv_path = out.with_suffix(".csv")
+    write_csv(table, csv_path)
+    atomic_write_text(out, json.dumps(setting, sort_keys=True) + "\n")
+    return [out, csv_path]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bandpo.report", description="the report stage of BandPO-Bench")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -311,6 +353,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("--no-embed-figures", action="store_true", help="do not embed the PNGs in the HTML page")
     b.add_argument("--experiments-json", default=None,
                    help="the config's experiments as JSON: notes and primary.csv")  # fmt: skip
+    b.add_argument("--axes-json", default=None, help="the config's design axes as JSON: axis.csv")
+    x = sub.add_parser("select", help="an experiment's selected setting (its config's select rule) from the scores")
+    x.add_argument("--results", required=True, help="results/{profile}: holds eval/")
+    x.add_argument("--experiment", required=True, help="the experiment whose select rule is applied")
+    x.add_argument("--experiments-json", required=True, help="the config's experiments as JSON")
+    x.add_argument("--axes-json", required=True, help="the config's design axes as JSON")
+    x.add_argument("--out", required=True, help="JSON {key: value} for bandpo.train --set-file; beside it OUT.csv")
     p = sub.add_parser("publish", help="copy a profile's leaderboard and figures to the top-level results/")
     p.add_argument("--src", required=True, help="the profile's report folder, e.g. results/embedded")
     p.add_argument("--dest", default="results")
@@ -352,8 +401,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.bounds,
                 not args.no_embed_figures,
                 json.loads(args.experiments_json) if args.experiments_json else None,
+                json.loads(args.axes_json) if args.axes_json else None,
             )
             print(json.dumps({k: str(v) for k, v in written.items()}, indent=1))
+        elif args.command == "select":
+            for path in select(args.results, args.experiment, json.loads(args.experiments_json),
+                               json.loads(args.axes_json), args.out):  # fmt: skip
+                print(path)
         elif args.command == "beside":
             for path in beside(args.results, args.other, args.metric):
                 print(path)

@@ -26,7 +26,7 @@ from bandpo.report.tables import entry_order
 from bandpo.sweep import BASE_ENTRY
 
 FIGURES = ("bounds", "training_curves", "clipfrac_buckets", "final_scores", "random_reward_entropy", "probe_curves",
-           "probe_clipfrac_buckets")  # fmt: skip
+           "probe_clipfrac_buckets", "offpolicy_dose", "offpolicy_entropy")  # fmt: skip
 FIGURE_CAPTIONS = {
     "bounds": "Ratio bounds (a) and allowed probability change p(r - 1) (b) against the old probability p, "
     "BandPO KL / TV / chi2 at delta = {delta:g} (uncapped), GRPO, Clip-Higher and DCPO; dashed: the simplex limits.",
@@ -40,11 +40,17 @@ FIGURE_CAPTIONS = {
     "validation split) and sampled accuracy on them against step, mean over seeds with a 95% bootstrap band.",
     "probe_clipfrac_buckets": "Mechanism probe: fraction of tokens clipped by old-probability bucket and direction "
     "(the lowest bucket holds the rare correct tokens), mean over steps and seeds with 95% CI.",
+    "offpolicy_dose": "Off-policy axis: (a) the upper clip fraction among lowest-bucket tokens (old probability < "
+    "0.2) per arm and (b) the paired difference of the mean per-step entropy, arm - GRPO (same base model and seed), "
+    "against D, the mini-batch updates per rollout batch; mean over seeds with a 95% t interval.",
+    "offpolicy_entropy": "Off-policy axis: token entropy against step per arm, one row of panels per D, mean over "
+    "seeds with a 95% bootstrap band.",
 }
 PROBE_CURVES = ("probe/p_correct", "probe/accuracy")  # logged by bandpo.train with probe_every
 # The figures of one experiment: always written (a placeholder without its runs), shown only when it has runs.
 EXPERIMENT_FIGURES = {"random_reward_entropy": "random-reward", "probe_curves": "probe",
-                      "probe_clipfrac_buckets": "probe"}  # fmt: skip
+                      "probe_clipfrac_buckets": "probe", "offpolicy_dose": "offpolicy-D8",
+                      "offpolicy_entropy": "offpolicy-D8"}  # fmt: skip
 
 
 def _pyplot():
@@ -374,3 +380,65 @@ def final_scores_figure(
                     ax.set_yticklabels([])
         fig.tight_layout()
     return fig, data
+
+
+AXIS_DOSE_COLUMNS = ["panel", "model", "arm", "value", "estimate", "ci_low", "ci_high", "n"]
+
+
+def axis_dose_figure(results: pd.DataFrame, label: str = "D", baseline: str | None = DEFAULT_BASELINE):
+    """Dose-response of an axis (`bandpo.report.axis.axis_results`): per arm, the upper clip fraction in the lowest
+    bucket and the paired entropy difference from the control against the axis value, mean over seeds with its t
+    interval. Returns the plotted rows (`AXIS_DOSE_COLUMNS`)."""
+    panels = {"clip upper low": "upper clip fraction, p < 0.2 (%)", "entropy auc diff": "entropy - GRPO's (nats)"}
+    if results.empty:
+        return placeholder_figure("off-policy axis", "no runs of an axis"), pd.DataFrame(columns=AXIS_DOSE_COLUMNS)
+    data = results[results["rule"].isin(panels)].rename(columns={"rule": "panel"})[AXIS_DOSE_COLUMNS]
+    data = data.dropna(subset=["estimate"]).reset_index(drop=True)
+    if data.empty:
+        return placeholder_figure("off-policy axis", "no runs of an axis"), pd.DataFrame(columns=AXIS_DOSE_COLUMNS)
+    models = sorted(data["model"].unique())
+    order = entry_order(data["arm"], baseline)
+    palette = entry_palette(order, baseline)
+    plt = _pyplot()
+    with _style():
+        fig, axes = plt.subplots(len(models), 2, figsize=(11, 3.8 * len(models)), squeeze=False)
+        for i, model in enumerate(models):
+            for j, (panel, ylabel) in enumerate(panels.items()):
+                ax = axes[i, j]
+                d = data[(data["model"] == model) & (data["panel"] == panel)]
+                scale = 100.0 if panel == "clip upper low" else 1.0
+                for k, arm in enumerate(a for a in order if a in set(d["arm"])):
+                    e = d[d["arm"] == arm].sort_values("value")
+                    x = e["value"].to_numpy(float) * (1 + 0.03 * (k - 1.5))  # a small dodge on the log axis
+                    y = e["estimate"].to_numpy(float) * scale
+                    err = np.vstack([y - e["ci_low"].to_numpy(float) * scale, e["ci_high"].to_numpy(float) * scale - y])
+                    ax.errorbar(x, y, yerr=np.nan_to_num(err), marker="o", ms=4, lw=1.3, capsize=3,
+                                color=palette[arm], label=arm)  # fmt: skip
+                if panel == "entropy auc diff":
+                    ax.axhline(0.0, color="0.4", lw=0.8, ls="--")
+                ax.set_xscale("log", base=2)
+                ax.set_xticks(sorted(data["value"].unique()))
+                ax.set_xticklabels([f"{v:g}" for v in sorted(data["value"].unique())])
+                ax.set_xlabel(label)
+                ax.set_ylabel(ylabel)
+                ax.set_title(f"{model}: {'(a) engagement' if j == 0 else '(b) mechanism'}")
+        handles, labels = axes[0, 0].get_legend_handles_labels()
+        fig.tight_layout(rect=(0, 0.08, 1, 1))
+        if handles:
+            fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
+    return fig, data
+
+
+def axis_entropy_figure(metrics: pd.DataFrame, cells: Sequence[tuple[str, float]], label: str = "D",
+                        baseline: str | None = DEFAULT_BASELINE, seed: int = 0):  # fmt: skip
+    """Entropy against step per arm, one row of panels per axis cell (``cells``: (experiment, value)); the bands
+    of `training_curves_figure`, whose ``model`` column here names the cell ("D = 8, tiny-s")."""
+    keep = {xp: f"{label} = {v:3g}" for xp, v in cells}  # padded: the rows sort by value
+    m = (
+        metrics[metrics["experiment"].isin(keep)]
+        if not metrics.empty and "experiment" in metrics
+        else metrics.iloc[0:0]
+    )
+    if not m.empty:
+        m = m.assign(model=m["experiment"].map(keep) + ", " + m["model"].astype(str))
+    return training_curves_figure(m, columns=("entropy",), baseline=baseline, seed=seed)

@@ -27,6 +27,7 @@ from bandpo.report.tables import (
     SEEDS_NOTE,
     STATS_NOTE,
     Column,
+    Panel,
     baseline_of,
     by_model,
     display_columns,
@@ -109,12 +110,13 @@ def leaderboard_html(
     per_task: pd.DataFrame | None = None,
     notes: Sequence[tuple[str, str]] = (),
     power: pd.DataFrame | None = None,
+    panels: Sequence[Panel] = (),
 ) -> str:
     """A standalone HTML page of the leaderboard: one sortable table per (experiment, subset, model size) (and per
     task when there are several), filters by experiment and model size, the experiments' ``notes`` (experiment,
     text), notes on how to read the numbers and on power (``power``: `bandpo.report.stats.power_table`), and
-    ``figures`` (name -> PNG file) embedded as data URIs with their
-    ``captions``."""
+    ``figures`` (name -> PNG file) embedded as data URIs with their ``captions``, and ``panels`` (`Panel`: heading,
+    sentences, a table of text) after the tables."""
     script = _static("leaderboard.js")
     script_hash = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
     csp = (
@@ -160,5 +162,16 @@ def leaderboard_html(
             experiment_notes=[{"name": xp, "text": text} for xp, text in notes],
             notes=reading,
             figures=figs,
+            panels=[
+                {
+                    "heading": pn.heading,
+                    "lines": list(pn.lines),
+                    "heads": [str(c) for c in pn.table.columns] if pn.table is not None else [],
+                    "rows": [[str(v) for v in r] for r in pn.table.itertuples(index=False)]
+                    if pn.table is not None
+                    else [],
+                }
+                for pn in panels
+            ],  # fmt: skip
         )
     )

@@ -457,6 +457,27 @@ def page_title(board: pd.DataFrame, title: str | None) -> str:
     return title or f"BandPO-Bench leaderboard: {profile or 'results'}"
 
 
+@dataclass(frozen=True)
+class Panel:
+    """A section of the page beside the leaderboard tables: a heading, sentences, and a table whose cells are
+    text already (e.g. the off-policy axis's rules, `bandpo.report.axis.axis_panels`)."""
+
+    heading: str
+    lines: tuple[str, ...] = ()
+    table: pd.DataFrame | None = None
+
+
+def panel_markdown(panel: Panel) -> list[str]:
+    lines = [f"## {_md_cell(panel.heading)}", ""]
+    lines += [f"- {_md_cell(line)}" for line in panel.lines] + ([""] if panel.lines else [])
+    if panel.table is not None and not panel.table.empty:
+        t = panel.table
+        lines += ["| " + " | ".join(_md_cell(str(c)) for c in t.columns) + " |", "|" + "---|" * len(t.columns)]
+        lines += ["| " + " | ".join(_md_cell(str(v)) for v in row) + " |" for row in t.itertuples(index=False)]
+        lines.append("")
+    return lines
+
+
 def leaderboard_markdown(
     board: pd.DataFrame,
     figures: Sequence[str] = (),
@@ -464,6 +485,7 @@ def leaderboard_markdown(
     per_task: pd.DataFrame | None = None,
     notes: Sequence[tuple[str, str]] = (),
     power: pd.DataFrame | None = None,
+    panels: Sequence[Panel] = (),
 ) -> str:
     """The leaderboard as Markdown: one table per (experiment, subset, model size) (and per-task tables when there
     are several tasks), the experiments' notes (`experiment_notes`), the notes on the statistics and on power
@@ -482,6 +504,8 @@ def leaderboard_markdown(
         tcols = task_columns(per_task)
         for model, g in by_model(per_task):
             lines += [f"## {_md_cell(str(model))}: per task", "", *_md_table(g, tcols), ""]
+    for panel in panels:
+        lines += panel_markdown(panel)
     lines += ["## How to read these numbers", "", STATS_NOTE.format(baseline=_md_cell(baseline_of(board))), ""]
     lines += [SEEDS_NOTE.format(n=max_seeds(board)), ""]
     if power is not None and not power.empty:

@@ -18,6 +18,7 @@ from bandpo.sweep import (
     pretrain_seed,
     run_folder,
     runs,
+    score_groups,
     set_args,
     slots,
     train_overrides,
@@ -157,6 +158,18 @@ def all_eval_summaries():
     ]
 
 
+def select_file(experiment):
+    """The setting an experiment's select rule chose (rule select; bandpo.train --set-file)."""
+    return f"{RESULTS}/select/{experiment}.json"
+
+
+def select_inputs(wildcards):
+    """The evaluation summaries of the cells of the axis an experiment selects from (main's where a cell reuses)."""
+    axis = config["axes"][EXPERIMENTS[wildcards.experiment]["select"]["axis"]]
+    groups = [g for cell in axis["cells"] for g in score_groups(config, cell)]
+    return [f"{eval_dir(m, e, s)}/{t['task']}.json" for m, e in groups for s in seeds_of(e) for t in tasks_of(e)]
+
+
 def all_eval_outputs():
     return [f for m, e in EVAL_GROUPS for f in eval_outputs(m, e, seeds_of(e))]
 
@@ -251,7 +264,14 @@ def _local_train_args(wildcards):
     ]  # fmt: skip
     slot = SLOTS[wildcards.entry]
     args += set_args(train_overrides(config, wildcards.model, slot["entry"], slot["experiment"]))
+    if EXPERIMENTS[slot["experiment"]].get("select"):  # the axis setting chosen by rule select
+        args += ["--set-file", select_file(slot["experiment"])]
     return shlex.join(args)
+
+
+def _train_select_input(wildcards):
+    experiment = SLOTS[wildcards.entry]["experiment"]
+    return [select_file(experiment)] if EXPERIMENTS[experiment].get("select") else []
 
 
 def _verl_run(wildcards):

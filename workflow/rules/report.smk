@@ -6,17 +6,50 @@
 # machine, and the CPU model / torch CPU capability / thread counts the training and evaluation jobs ran with).
 
 REPORT_FIGURES = ["bounds", "training_curves", "clipfrac_buckets", "final_scores", "random_reward_entropy",
-                  "probe_curves", "probe_clipfrac_buckets"]  # fmt: skip
+                  "probe_curves", "probe_clipfrac_buckets", "offpolicy_dose", "offpolicy_entropy"]  # fmt: skip
 REPORT_TABLES = ["leaderboard.csv", "leaderboard.md", "leaderboard.html", "stats.csv", "scores.csv", "runs.csv",
                  "primary.csv"]  # fmt: skip
-# What the page says of each experiment (description, primary metric and decision rule), from the config.
-REPORT_EXPERIMENTS = {x: {"description": v["description"], "primary": v.get("primary")} for x, v in EXPERIMENTS.items()}
+# What the report reads of each experiment (description, primary metric and decision rule; the runs it reuses from
+# main; its axis and selection), from the config, and the design axes whose cells are in this DAG.
+REPORT_EXPERIMENTS = {
+    x: {k: v.get(k) for k in ("description", "primary", "models", "seeds", "train", "reuse", "axis", "select")}
+    for x, v in EXPERIMENTS.items()
+}
+REPORT_AXES = {a: v for a, v in config["axes"].items() if all(c in EXPERIMENTS for c in v["cells"])}
+REPORT_TABLES += ["axis.csv", "axis_runs.csv"] if REPORT_AXES else []
+SELECTING = [x for x, v in EXPERIMENTS.items() if v.get("select")]
+
+
+# The setting an experiment's select rule chooses from its axis's scores (bandpo.report.axis.select_setting), read by
+# that experiment's training jobs (bandpo.train --set-file); the table beside it says why.
+rule select:
+    input:
+        select_inputs,
+    output:
+        setting=f"{RESULTS}/select/{{experiment}}.json",
+        table=f"{RESULTS}/select/{{experiment}}.csv",
+    wildcard_constraints:
+        experiment=_alternatives(SELECTING),
+    params:
+        results=RESULTS,
+        experiments=json.dumps(REPORT_EXPERIMENTS, sort_keys=True),
+        axes=json.dumps(REPORT_AXES, sort_keys=True),
+    resources:
+        **res("report"),
+    log:
+        f"{LOGS}/select/{{experiment}}.log",
+    benchmark:
+        f"{BENCH}/select/{{experiment}}.tsv"
+    shell:
+        "python -m bandpo.report select --results {params.results} --experiment {wildcards.experiment} "
+        "--experiments-json {params.experiments:q} --axes-json {params.axes:q} --out {output.setting} > {log} 2>&1"
 
 
 rule report:
     input:
         runs=[f"{run_dir(m, e, s)}/metrics.jsonl" for m, e, s in RUNS_ALL],
         evals=all_eval_summaries(),
+        selected=[select_file(x) for x in SELECTING],
     output:
         csv=report(f"{RESULTS}/leaderboard.csv", caption="../report/leaderboard.rst", category="Leaderboard"),
         md=f"{RESULTS}/leaderboard.md",
@@ -26,6 +59,7 @@ rule report:
         scores=f"{RESULTS}/scores.csv",
         runs=f"{RESULTS}/runs.csv",
         primary=f"{RESULTS}/primary.csv",
+        axis=[f"{RESULTS}/{name}" for name in ("axis.csv", "axis_runs.csv") if REPORT_AXES],
         figures=[
             report(f"{RESULTS}/figures/{name}.png", caption=f"../report/{name}.rst", category="Figures")
             for name in REPORT_FIGURES
@@ -34,6 +68,7 @@ rule report:
     params:
         results=lambda w, output: os.path.dirname(output.csv),  # RESULTS
         experiments=json.dumps(REPORT_EXPERIMENTS, sort_keys=True),
+        axes=json.dumps(REPORT_AXES, sort_keys=True),
     resources:
         **res("report"),
     log:
@@ -43,7 +78,7 @@ rule report:
     shell:
         "(python -m bandpo.bounds_table --out {output.bounds} && "
         "python -m bandpo.report build --results {params.results} --bounds {output.bounds} "
-        "--experiments-json {params.experiments:q}) > {log} 2>&1"
+        "--experiments-json {params.experiments:q} --axes-json {params.axes:q}) > {log} 2>&1"
 
 
 rule publish:

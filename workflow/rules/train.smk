@@ -63,6 +63,7 @@ else:
         input:
             model=base_model,
             train=lambda w: data_file(xp_of(w.entry)["data"], "train"),
+            select=_train_select_input,
         output:
             metrics=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/metrics.jsonl",
             model=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/model/config.json",

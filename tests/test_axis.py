@@ -1,0 +1,234 @@
+"""Design axes (config ``axes``; bandpo.report.axis): reuse of main's runs, the pre-registered rules (a)-(c) on
+synthetic runs whose answer is known, the selection rule, and the trainer's --set-file."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from bandpo import sweep
+from bandpo.report import axis
+from bandpo.report.cli import main as report_main
+
+AXES = {"off": {"key": "updates_per_step", "label": "D", "cells": ["off-1", "off-4", "off-8"],
+                "primary": {"task": "t", "control": "grpo", "rules": {}}}}  # fmt: skip
+CONFIGS = {"config": Path(__file__).resolve().parent.parent / "config" / "config.yaml"}
+
+
+def read_config(name: str) -> dict:
+    return yaml.safe_load(CONFIGS[name].read_text())
+
+
+EXPERIMENTS = {
+    "main": {"reuse": []},
+    "off-1": {"train": {"updates_per_step": 1}, "reuse": ["base"], "models": ["m"], "seeds": [0, 1, 2]},
+    "off-4": {"train": {"updates_per_step": 4}, "reuse": ["grpo", "arm"], "models": ["m"], "seeds": [0, 1, 2]},
+    "off-8": {"train": {"updates_per_step": 8}, "reuse": [], "models": ["m"], "seeds": [0, 1, 2]},
+    "sep": {"select": {"axis": "off", "rule": "largest-learning", "entry": "grpo", "fallback": 4}},
+}
+
+
+def _metrics(rows):
+    """Per-step metric rows (5 steps per run) from {(experiment, entry, seed): (clip_upper_low, entropy)}."""
+    out = []
+    for (xp, entry, seed), (clip, ent) in rows.items():
+        for step in range(1, 6):
+            out.append({"experiment": xp, "model": "m", "entry": entry, "seed": seed, "step": step,
+                        "entropy": ent, "clipfrac_upper/p0.0-0.2": clip, "reward_mean": 0.5})  # fmt: skip
+    return pd.DataFrame(out)
+
+
+def _scores(values):
+    return pd.DataFrame([{"experiment": xp, "model": "m", "entry": e, "seed": s, "task": "t", "metric": "mean",
+                          "k": 8.0, "value": v} for (xp, e, s), v in values.items()])  # fmt: skip
+
+
+def test_with_reuse_copies_mains_rows_into_the_cell():
+    frame = pd.DataFrame([{"experiment": "main", "model": "m", "entry": e, "seed": s, "v": i}
+                          for i, (e, s) in enumerate([("grpo", 0), ("arm", 1), ("dcpo", 0), ("grpo", 5)])])  # fmt: skip
+    out = axis.with_reuse(frame, EXPERIMENTS)
+    cell = out[out["experiment"] == "off-4"]
+    assert sorted(zip(cell["entry"], cell["seed"], strict=True)) == [
+        ("arm", 1),
+        ("grpo", 0),
+    ]  # seed 5 is not the cell's
+    assert len(out[out["experiment"] == "main"]) == 4
+
+
+def _outcomes(slope_clip: float, slope_ent: float, noise: float = 0.002):
+    rng = np.random.default_rng(0)
+    rows = {}
+    for seed in range(3):
+        for xp, d in (("off-1", 1), ("off-4", 4), ("off-8", 8)):
+            rows[(xp, "grpo", seed)] = (slope_clip * d + rng.normal(0, noise), 0.3)
+            if d > 1:
+                rows[(xp, "arm", seed)] = (0.0, 0.3 + slope_ent * d + rng.normal(0, noise))
+    return axis.run_outcomes(_metrics(rows), _scores({}), AXES, EXPERIMENTS)
+
+
+def test_rules_find_an_engaged_axis_and_a_mechanism():
+    res = axis.axis_results(_outcomes(0.01, 0.01), AXES)
+    a = res[res["rule"] == "a engagement"].iloc[0]
+    assert a["holds"] is True and a["estimate"] == pytest.approx(0.01, abs=1e-3) and a["ci_low"] > 0
+    b = res[res["rule"] == "b mechanism"].iloc[0]
+    assert b["arm"] == "arm" and b["holds"] is True and b["estimate"] == pytest.approx(0.01, abs=1e-3)
+    top = res[(res["rule"] == "entropy auc diff") & (res["value"] == 8)].iloc[0]
+    assert top["estimate"] == pytest.approx(0.08, abs=5e-3) and top["n"] == 3 and top["mde"] > 0
+    assert axis.axis_verdicts(res) == ["off, m: (a) holds and (b) holds for arm"]
+
+
+def test_rules_report_engagement_without_mechanism_and_no_engagement():
+    res = axis.axis_results(_outcomes(0.01, 0.0), AXES)
+    assert res[res["rule"] == "b mechanism"]["holds"].iloc[0] is False
+    assert "still shows no mechanism" in axis.axis_verdicts(res)[0]
+    res = axis.axis_results(_outcomes(0.0, 0.01), AXES)
+    assert res[res["rule"] == "a engagement"]["holds"].iloc[0] is False
+    assert "does not engage clipping" in axis.axis_verdicts(res)[0]
+
+
+def _select_scores(gains):
+    """Base scores 0.2 per seed (main's base row, reused by off-1) and grpo's per cell: base + gain + seed noise."""
+    values = {("main", "base", s): 0.2 for s in range(3)}
+    for xp, gain in gains.items():
+        for s in range(3):
+            src = "main" if xp == "off-4" else xp  # off-4 reuses main's grpo
+            values[(src, "grpo", s)] = 0.2 + gain + 0.01 * (s - 1)
+    return _scores(values)
+
+
+def test_selection_takes_the_largest_value_that_still_learns():
+    setting, table = axis.select_setting(_select_scores({"off-1": 0.1, "off-4": 0.1, "off-8": 0.0}),
+                                         EXPERIMENTS, AXES, "sep")  # fmt: skip
+    assert setting == {"updates_per_step": 4}
+    assert table.set_index("value")["qualifies"].to_dict() == {1.0: True, 4.0: True, 8.0: False}
+    assert table[table["selected"]]["value"].tolist() == [4.0]
+    setting, _ = axis.select_setting(_select_scores({"off-1": 0.1, "off-4": 0.1, "off-8": 0.1}), EXPERIMENTS, AXES,
+                                     "sep")  # fmt: skip
+    assert setting == {"updates_per_step": 8}
+
+
+def test_selection_falls_back_when_nothing_learns(tmp_path):
+    setting, table = axis.select_setting(_select_scores({"off-1": -0.05, "off-4": 0.0, "off-8": 0.0}),
+                                         EXPERIMENTS, AXES, "sep")  # fmt: skip
+    assert setting == {"updates_per_step": 4} and not table["selected"].any()
+
+
+def test_select_command_needs_scores(tmp_path):
+    (tmp_path / "eval").mkdir()
+    code = report_main(
+        [
+            "select",
+            "--results",
+            str(tmp_path),
+            "--experiment",
+            "sep",
+            "--experiments-json",
+            json.dumps(EXPERIMENTS),
+            "--axes-json",
+            json.dumps(AXES),
+            "--out",
+            str(tmp_path / "s.json"),
+        ]
+    )
+    assert code == 2 and not (tmp_path / "s.json").exists()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the config
+
+
+def test_offpolicy_axis_of_the_embedded_config():
+    cfg = sweep.validate_config(read_config("config"))
+    ax, xps = cfg["axes"]["offpolicy"], cfg["experiments"]
+    assert [xps[c]["train"]["updates_per_step"] for c in ax["cells"]] == [1, 4, 8, 16]
+    assert xps["offpolicy-D1"]["methods"] == ["grpo"]  # D = 1: on-policy, every bound method gives GRPO's run
+    arms = {"grpo", "clip_higher", "bandpo_kl", "bandpo_upper"}
+    assert all(set(xps[c]["methods"]) == arms and len(xps[c]["seeds"]) >= 3 for c in ax["cells"][1:])
+    assert set(xps["offpolicy-D4"]["reuse"]) == arms  # main's setting: main's runs
+    assert xps["offpolicy-D1"]["reuse"] == ["base"] and xps["offpolicy-D8"]["reuse"] == []
+    sep = xps["separation"]
+    assert len(sep["seeds"]) >= 5 and not set(sep["seeds"]) & set(xps["offpolicy-D8"]["seeds"])
+    assert {"grpo", "clip_higher", "dcpo", "bandpo_kl", "bandpo_upper"} <= set(sep["methods"])
+    assert set(ax["primary"]["rules"]) == {"engagement", "mechanism", "accuracy", "verdicts"}
+    runs = sweep.runs(cfg)
+    assert not [r for r in runs if r[1].endswith("@offpolicy-D4")]
+    assert ("tiny-m", "dppo_kl", 0) not in runs and ("tiny-s", "dppo_kl", 0) in runs  # entry models: tiny-s only
+
+
+def _cfg():
+    return copy.deepcopy(read_config("config"))
+
+
+def test_reuse_needs_every_setting_equal():
+    raw = _cfg()
+    raw["experiments"]["offpolicy-D4"]["train"]["lr"] = 1e-3
+    assert sweep.validate_config(raw)["experiments"]["offpolicy-D4"]["reuse"] == []
+    raw = _cfg()
+    raw["experiments"]["offpolicy-D4"]["seeds"] = [0, 1, 2, 9]
+    assert sweep.validate_config(raw)["experiments"]["offpolicy-D4"]["reuse"] == []
+    only = sweep.validate_config({**_cfg(), "only": "offpolicy"})  # an axis id names its cells; main is not run
+    assert set(only["experiments"]) == set(only["axes"]["offpolicy"]["cells"])
+    assert only["experiments"]["offpolicy-D4"]["reuse"] == []
+
+
+AXIS_CASES = {
+    "cell_without_key": (lambda c: c["experiments"]["offpolicy-D8"]["train"].pop("updates_per_step"),
+                         r"experiments\.offpolicy-D8\.train: a cell of axis 'offpolicy' sets updates_per_step"),
+    "decreasing": (lambda c: c["axes"]["offpolicy"].update(cells=["offpolicy-D1", "offpolicy-D8", "offpolicy-D4",
+                                                                    "offpolicy-D16"]),
+                   r"axes\.offpolicy\.cells: .*increasing order"),
+    "unknown_cell": (lambda c: c["axes"]["offpolicy"]["cells"].append("nope"), r"axes\.offpolicy\.cells\[4\]"),
+    "select_entry": (lambda c: c["experiments"]["separation"]["select"].update(entry="dcpo"),
+                     r"separation\.select\.entry: entry 'dcpo' is not in cell"),
+    "select_sets_key": (lambda c: c["experiments"]["separation"].setdefault("train", {}).update(updates_per_step=2),
+                        r"separation\.train: updates_per_step is chosen by select"),
+    "entry_models": (lambda c: c["methods"][7].update(models=["tiny-s-probe"]),
+                     r"experiments\.main\.methods\[7\]: entry 'dppo_kl' runs on none"),
+    "only_select_alone": (lambda c: c.update(only="separation"), r"only: 'separation' selects from axis 'offpolicy'"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(AXIS_CASES))
+def test_bad_axis_config_is_rejected_naming_the_field(case):
+    raw = _cfg()
+    mutate, pattern = AXIS_CASES[case]
+    mutate(raw)
+    with pytest.raises(sweep.ConfigError, match=pattern):
+        sweep.validate_config(raw)
+
+
+def test_set_file_overrides_the_trainer(tmp_path):
+    from bandpo.train import TrainConfig, apply_overrides, read_set_file
+
+    path = tmp_path / "s.json"
+    path.write_text('{"updates_per_step": 8}')
+    cfg = apply_overrides(TrainConfig(), read_set_file(path))
+    assert cfg.updates_per_step == 8
+    path.write_text("[8]")
+    with pytest.raises(ValueError, match=re.escape(f"--set-file {path}: expected a JSON object")):
+        read_set_file(path)
+    path.write_text('{"updates_per_stp": 8}')
+    with pytest.raises(ValueError, match="did you mean 'updates_per_step'"):
+        apply_overrides(TrainConfig(), read_set_file(path))
+    assert yaml.safe_load(CONFIGS["config"].read_text())["axes"]["offpolicy"]["key"] == "updates_per_step"
+
+
+def test_panels_show_the_rules_the_per_value_table_and_the_selection():
+    res = axis.axis_results(_outcomes(0.01, 0.01), AXES)
+    _, sel = axis.select_setting(_select_scores({"off-1": 0.1, "off-4": 0.1, "off-8": 0.0}), EXPERIMENTS, AXES, "sep")
+    rules, per_value, chosen = axis.axis_panels(res, AXES, {"sep": sel})
+    assert "Verdict: off, m: (a) holds and (b) holds for arm" in rules.lines
+    assert list(rules.table["holds"]) == ["yes", "yes"]
+    assert list(per_value.table["D"]) == ["4", "8"] and set(per_value.table["arm"]) == {"arm"}
+    top = per_value.table["entropy diff, mean over steps (nats)"].iloc[1]
+    assert float(top.split()[0]) == pytest.approx(0.08, abs=5e-3) and top.count("[") == 1
+    assert set(per_value.table["mean@k diff (points)"]) == {"not scored"}  # no lm-eval scores in this frame
+    assert chosen.heading == "Experiment sep: the regime the axis selected (D = 4)"
+    assert list(chosen.table["interval above 0"]) == ["yes", "yes", "no"]
