@@ -86,7 +86,9 @@ class DPPOTVConfig(VerlLossConfig):
     Attributes:
         clip_ratio_low, clip_ratio_high: the TV thresholds (verl reads ``actor.clip_ratio_low/high``). Default 0.2:
             verl 0.9.1's ActorConfig default, which is what a verl run of ``dppo_tv`` gets unless it sets them. The
-            DPPO paper's own thresholds are not checked here: set them in the sweep entry.
+            DPPO authors' recipe in verl's repository (examples/dppo_trainer/run_qwen30b_dppo.sh) sets 0.15 for TV
+            and 0.05 for KL, with the dual clip off (clip_ratio_c 10000); the embedded sweep's entries use those
+            thresholds (config/config.yaml).
         clip_ratio_c: the truncated-IS cap (verl reads ``actor.clip_ratio_c``). None (default): the shared dual clip
             c (`SurrogateConfig.dual_clip_c`, the protocol's 10, which is what verl gets as clip_ratio_c in a
             `bandpo.verl_command.VerlRun`), or verl's fallback 20.0 (the DPPO paper recommends a large cap, Sec. 5.4)
