@@ -488,7 +488,8 @@ def test_minimum_detectable_difference_is_exact():
     assert all(a > b for a, b in zip(mdes, mdes[1:], strict=False))
     # large n: the normal approximation (z_0.975 + z_0.8) sd / sqrt(n)
     assert report.minimum_detectable_difference(1.0, 5000) * math.sqrt(5000) == pytest.approx(2.8016, abs=2e-3)
-    assert math.isnan(report.minimum_detectable_difference(1.0, 1)) and report.minimum_detectable_difference(0.0, 3) == 0
+    assert math.isnan(report.minimum_detectable_difference(1.0, 1))
+    assert report.minimum_detectable_difference(0.0, 3) == 0
     assert math.isnan(report.minimum_detectable_difference(float("nan"), 3))
     for sd in (0.005, 0.01, 0.03):
         n = int(report.seeds_needed(sd, 0.02))
@@ -1212,8 +1213,12 @@ def test_sections_and_primary_comparison():
     primary = report.primary_results(scores, specs, n_resamples=500)
     (row,) = primary.itertuples()
     assert (row.experiment, row.treatment, row.control, row.metric) == ("probe", "bandpo_kl", "grpo", "mean@8")
-    assert row.difference == pytest.approx(0.10) and row.n_treatment == row.n_control == 5
-    assert row.ci_low < 0.10 < row.ci_high and row.ci_low > 0 and row.verdict == "bandpo_kl better"
+    assert row.difference == pytest.approx(0.10) and row.n_treatment == row.n_control == row.n_pairs == 5
+    # every seed's difference is exactly 0.10: the paired interval has no width; the unpaired bootstrap sees the
+    # seeds' spread (0.01 per seed)
+    assert (row.ci_low, row.ci_high) == pytest.approx((0.10, 0.10)) and row.verdict == "bandpo_kl better"
+    assert row.bootstrap_ci_low < 0.10 < row.bootstrap_ci_high and row.bootstrap_ci_low > 0
+    assert row.bootstrap_verdict == "bandpo_kl better"
     # the reversed comparison: the control better; on the rest subset: no difference, unresolved
     specs["probe"]["primary"]["compare"] = ["grpo", "bandpo_kl"]
     assert report.primary_results(scores, specs, n_resamples=500)["verdict"].tolist() == ["bandpo_kl better"]
@@ -1221,6 +1226,39 @@ def test_sections_and_primary_comparison():
     assert report.primary_results(scores, specs, n_resamples=500)["verdict"].tolist() == ["unresolved"]
     md = report.leaderboard_markdown(board, notes=report.tables.experiment_notes(specs, primary))
     assert "## probe: tiny-s, subset probe" in md and "## tiny-s\n" in md and "Decision rule: r" in md
+
+
+def test_primary_rule_is_paired():
+    """The primary rule pairs seed s of the treatment with seed s of the control (same base model and seed): a
+    difference that is small against the seeds' spread but the same on every seed is resolved by the paired t
+    interval (mean of the per-seed differences +- t(0.975, n-1) SD / sqrt(n)), where the unpaired bootstrap of the
+    difference of seed means (the secondary column) is not; a seed only one side has is left out."""
+    from scipy import stats as st
+
+    base = np.array([0.20, 0.35, 0.28, 0.41, 0.25])  # the base models of 5 seeds: a wide spread
+    d = np.array([0.021, 0.018, 0.025, 0.015, 0.022])  # the treatment's gain on each: small and steady
+    rows = []
+    for entry, values in (("grpo", base), ("bandpo_kl", base + d)):
+        for seed, v in enumerate(values):
+            rows.append({"experiment": "main", "subset": "", "model": "tiny-s", "entry": entry, "seed": seed,
+                         "task": "tiny_math", "k": 8.0, "metric": "mean", "value": v})  # fmt: skip
+    rows.append({**rows[-1], "seed": 7, "value": 0.9})  # a seed the control lacks: left out of the pairs
+    scores = pd.DataFrame(rows)
+    specs = {"main": {"primary": {"metric": "m", "rule": "r", "compare": ["bandpo_kl", "grpo"]}}}
+    (row,) = report.primary_results(scores, specs, n_resamples=2000).itertuples()
+    assert (row.n_treatment, row.n_control, row.n_pairs) == (6, 5, 5)
+    assert row.difference == pytest.approx(d.mean(), abs=1e-12)
+    assert row.treatment_mean - row.control_mean == pytest.approx(row.difference, abs=1e-12)
+    lo, hi = st.t.interval(0.95, 4, loc=d.mean(), scale=st.sem(d))
+    assert (row.ci_low, row.ci_high) == pytest.approx((lo, hi), abs=1e-12)
+    assert row.verdict == "bandpo_kl better"
+    assert row.bootstrap_ci_low < 0 < row.bootstrap_ci_high and row.bootstrap_verdict == "unresolved"
+    # the reverse: the control better; one pair: no interval, no verdict
+    specs["main"]["primary"]["compare"] = ["grpo", "bandpo_kl"]
+    assert report.primary_results(scores, specs, n_resamples=200)["verdict"].tolist() == ["bandpo_kl better"]
+    one = scores[scores["seed"].isin([0, 7])]
+    (row,) = report.primary_results(one, specs, n_resamples=200).itertuples()
+    assert row.n_pairs == 1 and math.isnan(row.ci_low) and row.verdict == "no interval (fewer than 2 pairs)"
 
 
 def _entropy_metrics(rise: dict[str, float], seeds: int = 3, steps: int = 20) -> pd.DataFrame:
@@ -1238,8 +1276,8 @@ def _entropy_metrics(rise: dict[str, float], seeds: int = 3, steps: int = 20) ->
 
 
 def test_entropy_rule_of_the_random_reward_control():
-    """`score: entropy`: each entry's final entropy (last 10% of steps) with a bootstrap CI over seeds, against the
-    mean entropy at step 1; rises / falls / unmoved follow the CI, and the note states it."""
+    """`score: entropy`: each run's final entropy (last 10% of steps) minus its own entropy at step 1, the mean over
+    seeds with its paired t interval; rises / falls / unmoved follow the interval, and the note states it."""
     specs = {"random-reward": {"primary": {"metric": "final entropy", "score": "entropy", "rule": "r"}}}
 
     def shifts(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -1250,22 +1288,46 @@ def test_entropy_rule_of_the_random_reward_control():
         assert (per_run["entropy_first"] == 0.45 + 0.001 * per_run["seed"]).all()  # runs.csv keeps step 1's entropy
         return report.entropy_shift_results(per_run, specs, n_resamples=500)
 
+    from scipy import stats as st
+
     res = shifts(_entropy_metrics({"grpo": 0.08, "dcpo": -0.06, "bandpo_kl": 0.0})).set_index("treatment")
     assert set(res.index) == {"grpo", "dcpo", "bandpo_kl"} and (res["control"] == "step 1").all()
-    assert res["control_mean"].iloc[0] == pytest.approx(0.451) and (res["n_control"] == 9).all()
+    assert res["control_mean"].iloc[0] == pytest.approx(0.451) and (res["n_pairs"] == 3).all()
     assert res.loc["grpo", "verdict"] == "entropy rises" and res.loc["dcpo", "verdict"] == "entropy falls"
     assert res.loc["bandpo_kl", "verdict"] == "unmoved"
-    # final = mean of the last 2 of 20 steps: 0.45 + 0.001 s + 0.08 (1 + 18/19) / 2 +- noise, seeds averaged
-    grpo_final = 0.451 + 0.08 * (1 + 18 / 19) / 2 + 0.005 / 3
-    assert res.loc["grpo", "treatment_mean"] == pytest.approx(grpo_final)
-    assert res.loc["grpo", "difference"] == pytest.approx(grpo_final - 0.451)
-    assert res.loc["grpo", "ci_low"] <= res.loc["grpo", "difference"] <= res.loc["grpo", "ci_high"]
+    # final = mean of the last 2 of 20 steps: 0.45 + 0.001 s + 0.08 (1 + 18/19) / 2 +- noise; paired with step 1
+    change = np.array([0.08 * (1 + 18 / 19) / 2 + 0.005 * (-1) ** s for s in range(3)])
+    assert res.loc["grpo", "treatment_mean"] == pytest.approx(0.451 + change.mean())
+    assert res.loc["grpo", "difference"] == pytest.approx(change.mean())
+    lo, hi = st.t.interval(0.95, 2, loc=change.mean(), scale=st.sem(change))
+    assert (res.loc["grpo", "ci_low"], res.loc["grpo", "ci_high"]) == pytest.approx((lo, hi), abs=1e-9)
     # primary_results leaves such an experiment alone; one seed gives no interval, not a verdict
     assert report.primary_results(_experiment_scores(), specs).empty
     one = shifts(_entropy_metrics({"grpo": 0.08}, seeds=1))
-    assert one["verdict"].tolist() == ["no interval (fewer than 2 seeds)"]
+    assert one["verdict"].tolist() == ["no interval (fewer than 2 pairs)"]
     ((_, note),) = report.tables.experiment_notes(specs, res.reset_index())
-    assert "Result on tiny-s, grpo: final entropy" in note and "against 0.451 at step 1: entropy rises" in note
+    assert "Result on tiny-s, grpo: final entropy" in note and "against 0.451 at step 1, paired difference" in note
+    assert "(95% paired t, 3 runs): entropy rises" in note
+
+
+def test_entropy_rule_is_paired_within_runs():
+    """Runs whose step-1 entropies differ (one base model per seed) but whose entropy rises by the same amount in
+    each: the paired rule resolves the rise, the secondary bootstrap of the final entropies against the pooled
+    step-1 mean does not (the base models' spread swamps it)."""
+    rows = []
+    for seed, start in enumerate((0.30, 0.55, 0.42)):
+        for step in range(1, 11):
+            rows.append({"profile": PROFILE, "experiment": "random-reward", "model": "tiny-s", "entry": "grpo",
+                         "seed": seed, "step": step,
+                         "entropy": start + (0.03 + 0.001 * seed if step > 1 else 0.0)})  # fmt: skip
+    _, _, per_run = report.build_sections(
+        pd.DataFrame(columns=["experiment", "model", "entry", "seed"]), pd.DataFrame(rows),
+        pd.DataFrame(columns=report.load.SUMMARY_COLUMNS), "grpo", 0, 0.95, 0,
+    )  # fmt: skip
+    specs = {"random-reward": {"primary": {"metric": "final entropy", "score": "entropy", "rule": "r"}}}
+    (row,) = report.entropy_shift_results(per_run, specs, n_resamples=2000).itertuples()
+    assert row.difference == pytest.approx(0.031) and row.ci_low > 0.02 and row.verdict == "entropy rises"
+    assert row.bootstrap_ci_low < 0 < row.bootstrap_ci_high and row.bootstrap_verdict == "unmoved"
 
 
 def _report_folder(path: Path, profile: str, scores: dict, runs: dict) -> Path:

@@ -39,7 +39,8 @@ Outputs of `build_report` (``--out``, default: the results folder itself; every 
     figures/probe_clipfrac_buckets.png  experiment probe: clip fraction by old-probability bucket
     figures/{name}.csv             the data each figure plotted (an experiment's figures are placeholders, left off
                                    the page, when it has no runs)
-    primary.csv            each experiment's primary comparison (treatment - control, 95% bootstrap CI, verdict)
+    primary.csv            each experiment's primary comparison (paired treatment - control, 95% paired t
+                           interval, verdict; the earlier bootstrap rule beside it)
 
 The entry ``base`` is the untrained base model (the step-0 row); it has scores but no training run. An entry's
 parameter label is its runs' ``method_label`` (run.json), else ``k=v, ...`` of their parameters.
