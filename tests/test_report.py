@@ -1020,12 +1020,63 @@ def test_publish(built, tmp_path):
     assert (tmp_path / "top" / "leaderboard.html").read_bytes() == (results / "leaderboard.html").read_bytes()
     prov = json.loads((tmp_path / "top" / "provenance.json").read_text())
     head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    assert prov["git_commit"] == head and isinstance(prov["git_dirty"], bool)
+    assert prov["git_commit"] == head and isinstance(prov["code_dirty"], bool) and "git_dirty" not in prov
+    assert prov["code_dirty"] == bool(prov["code_changes"])
     assert prov["packages"]["pandas"] == pd.__version__
     assert prov["config"] == {"profile": "embedded", "seeds": [0, 1, 2]}
     assert prov["base_models"] == [] and {n["stage"] for n in prov["numerics"]} == {"train", "eval"}
     with pytest.raises(FileNotFoundError, match="missing"):
         report.publish(tmp_path / "nothing", tmp_path / "top")
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True, env=env).stdout
+
+
+def test_provenance_records_code_changes_not_outputs(tmp_path):
+    """A fresh clone that ran the DAG (outputs rewritten under results/, new files under resources/, logs/,
+    .snakemake/) is not dirty; a changed .py, a changed config and a new untracked module are, each named with a
+    hash of its diff that is the same for the same change."""
+    from bandpo.provenance import code_changes
+
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "config").mkdir()
+    (repo / "results").mkdir()
+    (repo / "pkg" / "mod.py").write_text("X = 1\n")
+    (repo / "config" / "config.yaml").write_text("seeds: [0, 1, 2]\n")
+    (repo / "results" / "leaderboard.csv").write_text("a\n1\n")
+    (repo / ".gitignore").write_text("/resources/\n/logs/\n.snakemake/\n/results/*/\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "init")
+    outputs = ("results/leaderboard.csv", "results/steps.csv", "results/embedded/runs/m/e/seed0/metrics.jsonl",
+               "resources/models/m/seed0/config.json", "logs/embedded/report.log", ".snakemake/log/x.log")  # fmt: skip
+    for path in outputs:
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text("output\n")
+    assert code_changes(repo) == {"code_dirty": False, "code_changes": []}
+    prov = report.provenance(repo=repo)
+    assert prov["git_commit"] == _git(repo, "rev-parse", "HEAD").strip() and prov["code_dirty"] is False
+
+    (repo / "pkg" / "mod.py").write_text("X = 2\n")
+    (repo / "config" / "config.yaml").write_text("seeds: [0]\n")
+    (repo / "pkg" / "new.py").write_text("Y = 1\n")
+    got = code_changes(repo / "pkg")  # any folder of the checkout
+    assert got["code_dirty"] is True
+    assert [(c["path"], c["status"]) for c in got["code_changes"]] == [
+        ("config/config.yaml", "modified"), ("pkg/mod.py", "modified"), ("pkg/new.py", "untracked")]  # fmt: skip
+    assert all(re.fullmatch(r"[0-9a-f]{12}", c["sha256"]) for c in got["code_changes"])
+    first = {c["path"]: c["sha256"] for c in got["code_changes"]}
+    _git(repo, "add", "pkg/mod.py")  # staged or not: the same difference from HEAD, the same hash
+    (repo / "pkg" / "new.py").write_text("Y = 2\n")
+    again = {c["path"]: c["sha256"] for c in code_changes(repo)["code_changes"]}
+    assert again["pkg/mod.py"] == first["pkg/mod.py"] and again["pkg/new.py"] != first["pkg/new.py"]
+    (repo / "pkg" / "mod.py").unlink()  # staged change, then deleted: what runs has no such file
+    assert {c["path"]: c["status"] for c in code_changes(repo)["code_changes"]}["pkg/mod.py"] == "deleted"
+    assert code_changes(tmp_path) == {"code_dirty": None, "code_changes": None}  # not a git checkout
 
 
 def test_provenance_records_base_model_checksums_and_numerics(tmp_path):

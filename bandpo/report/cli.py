@@ -199,30 +199,31 @@ def provenance(
     config: Mapping | None = None,
     models: Sequence[str | os.PathLike] = (),
     results_dir: str | os.PathLike | None = None,
+    repo: str | os.PathLike | None = None,
 ) -> dict:
-    """Where published numbers come from: git commit (and whether the tree had uncommitted changes), Python and
+    """Where published numbers come from: the git commit of the checkout ``repo`` (default: the suite's own) and
+    whether its code and config differ from that commit, and how (`bandpo.provenance.code_changes`: ``code_dirty``,
+    ``code_changes``; the DAG's outputs under results/, resources/, logs/ and .snakemake/ do not count), Python and
     package versions, the machine (`bandpo.provenance.machine`), the resolved run config when given, each base
     model's weights checksum and build machine (`base_models`), and the numerics of the jobs behind
     ``results_dir`` (`numerics`)."""
     import subprocess
 
-    from bandpo.provenance import machine, versions
+    from bandpo.provenance import code_changes, machine, versions
 
-    def git(*args: str) -> str | None:
-        try:
-            proc = subprocess.run(["git", *args], capture_output=True, text=True, timeout=30, check=True,
-                                  cwd=Path(__file__).resolve().parent)  # the suite's checkout  # fmt: skip
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return proc.stdout.strip()
-
+    repo = Path(repo) if repo is not None else Path(__file__).resolve().parent  # the suite's checkout
+    try:
+        proc = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=30, check=True)  # fmt: skip
+        commit = proc.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = None
     packages = versions(*PROVENANCE_PACKAGES)
     python = packages.pop("python")
     host = machine()
-    status = git("status", "--porcelain", "--untracked-files=no")
     return {
-        "git_commit": git("rev-parse", "HEAD"),
-        "git_dirty": bool(status) if status is not None else None,
+        "git_commit": commit,
+        **code_changes(repo),
         "python": python,
         "platform": host["platform"],
         "cpu_count": host["cpu_count"],
