@@ -1007,6 +1007,124 @@ def test_page_layout_in_chromium(which, built, tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# steps.csv: the per-step metrics behind runs.csv and the training figures
+
+RUN_STEP_COLUMNS = ["steps", "entropy_first", "entropy_final", "reward_final", "accuracy_final", "clipfrac"]
+
+
+def _random_metrics(seed: int = 0) -> pd.DataFrame:
+    """Per-step metrics of a small run set with full-precision random values: two experiments, runs with and
+    without off-policy updates, a step count not a multiple of 10, the probe's keys every 4th step, a key only
+    some runs log."""
+    from bandpo.report.steps import lowest_bucket
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for xp, entries, steps, offpolicy in (("main", ("grpo", "bandpo_kl"), 23, True),
+                                          ("probe", ("grpo", "bandpo_kl"), 17, True),
+                                          ("onpolicy", ("grpo",), 12, False)):  # fmt: skip
+        for entry in entries:
+            for seed_ in range(3):
+                for step in range(1, steps + 1):
+                    m = {"profile": PROFILE, "experiment": xp, "model": "tiny-s", "entry": entry, "seed": seed_,
+                         "step": step, "entropy": rng.uniform(0.05, 0.6), "reward_mean": rng.uniform(-1, 1),
+                         "accuracy": rng.uniform(0, 1), "response_length": 20.0}  # fmt: skip
+                    keys = ["approx_kl_k3", "clipfrac", "clipfrac_upper", "clipfrac_lower", "stopped_frac_pos",
+                            "stopped_frac_neg", f"token_frac/{lowest_bucket()}", f"stopped_frac_pos/{lowest_bucket()}",
+                            f"stopped_frac_neg/{lowest_bucket()}",
+                            *(f"clipfrac_{d}/{b}" for d in ("upper", "lower") for b in BUCKET_LABELS)]  # fmt: skip
+                    for k in keys:
+                        m[k] = 10 ** rng.uniform(-5, -1)
+                        if offpolicy:
+                            m[f"offpolicy/{k}"] = 10 ** rng.uniform(-5, -1)
+                    if xp == "probe" and step % 4 == 0:
+                        m["probe/p_correct"], m["probe/accuracy"] = rng.uniform(0, 0.2), rng.uniform(0, 1)
+                    rows.append(m)
+    return pd.DataFrame(rows)
+
+
+def _summaries_of(metrics: pd.DataFrame) -> pd.DataFrame:
+    """runs.csv's training columns of each experiment, as the report computes them (`run_stats` per experiment)."""
+    frames = []
+    for xp, g in metrics.groupby("experiment", sort=True):
+        per_run, _ = report.run_stats(g, pd.DataFrame(columns=report.load.SUMMARY_COLUMNS))
+        frames.append(per_run.assign(experiment=xp))
+    return pd.concat(frames, ignore_index=True).set_index(["experiment", "model", "entry", "seed"]).sort_index()
+
+
+def _assert_recomputed(ours: pd.DataFrame, published: pd.DataFrame) -> None:
+    """Training columns recomputed from steps.csv equal the report's to steps.csv's 5 significant digits (and the
+    published 6)."""
+    assert list(ours.index) == list(published.index)
+    for col in RUN_STEP_COLUMNS:
+        a, b = ours[col].to_numpy(np.float64), published[col].to_numpy(np.float64)
+        assert (np.isnan(a) == np.isnan(b)).all(), col
+        np.testing.assert_allclose(a[~np.isnan(a)], b[~np.isnan(b)], rtol=6e-5, atol=1e-9, err_msg=col)
+
+
+def test_steps_csv_recomputes_the_run_statistics_and_figure_data(tmp_path):
+    """steps.csv of a random run set: one row per (run, step); runs.csv's training columns (entropy at step 1 and
+    final = mean over the last 10% of steps, final reward and accuracy, clip fraction) and the clip-fraction
+    figure's data recompute from the file alone, within its rounding; runs without off-policy updates keep their
+    all-updates statistics (flag offpolicy = 0)."""
+    from bandpo.report.figures import clipfrac_data
+    from bandpo.report.steps import read_steps, write_steps
+
+    metrics = _random_metrics()
+    path = write_steps(metrics, tmp_path / "steps.csv")
+    raw = pd.read_csv(path)
+    assert len(raw) == len(metrics) and not raw.duplicated(["experiment", "model", "entry", "seed", "step"]).any()
+    assert list(raw.columns[:6]) == ["experiment", "model", "entry", "seed", "step", "offpolicy"]
+    assert {"clipfrac_upper/p0.0-0.2", "stopped_frac_neg/p0.0-0.2", "approx_kl_k3", "probe/p_correct"} <= set(raw)
+    assert "response_length" not in raw and not any(c.startswith("offpolicy/") for c in raw)
+    assert set(raw.loc[raw.experiment == "onpolicy", "offpolicy"]) == {0} and raw.loc[raw.experiment == "main",
+                                                                                       "offpolicy"].all()  # fmt: skip
+    # 5 significant digits: every number's text has at most 5 of them
+    body = path.read_text().splitlines()[1:]
+    digits = [len(re.sub(r"^0\.0*", "", f.split("e")[0].lstrip("-")).replace(".", "")) for line in body
+              for f in line.split(",")[6:] if f]  # fmt: skip
+    assert max(digits) <= 5
+    steps = read_steps(path)
+    for xp in ("main", "onpolicy"):  # each experiment as the report reads it: off-policy statistics where logged
+        ours = _summaries_of(steps[steps.experiment == xp])
+        _assert_recomputed(ours, _summaries_of(metrics[metrics.experiment == xp]))
+    assert _summaries_of(steps[steps.experiment == "onpolicy"])["clipfrac"].notna().all()
+    main = metrics[metrics.experiment == "main"]
+    fig_ours, which = clipfrac_data(steps[steps.experiment == "main"])
+    fig_theirs, which_theirs = clipfrac_data(main)
+    assert which == which_theirs == "off-policy updates" and len(fig_ours) == len(fig_theirs) == 2 * 3 * 5 * 2
+    np.testing.assert_allclose(fig_ours["value"], fig_theirs["value"], rtol=6e-5)
+    probe = steps[(steps.experiment == "probe") & steps["probe/p_correct"].notna()]
+    assert len(probe) == 2 * 3 * 4 and (probe["step"] % 4 == 0).all()
+
+
+def test_report_writes_steps_csv_that_recomputes_runs_csv(built):
+    """The report's own steps.csv (build_report) and runs.csv agree."""
+    from bandpo.report.steps import read_steps
+
+    results, _ = built
+    steps = read_steps(results / "steps.csv")
+    runs = pd.read_csv(results / "runs.csv").set_index(["experiment", "model", "entry", "seed"]).sort_index()
+    _assert_recomputed(_summaries_of(steps), runs)
+    assert len(steps) == int(runs["steps"].sum())
+
+
+def test_published_steps_csv_recomputes_the_published_runs_csv():
+    """results/steps.csv, where published, gives results/runs.csv's training columns; until a publication run
+    writes it (the run folders of the published run are not committed), the report and the DAG must publish it."""
+    from bandpo.report.steps import read_steps
+
+    published = ROOT / "results"
+    assert "steps.csv" in report.PUBLISHED_TABLES and '"steps.csv"' in REPORT_RULE
+    assert 'steps=f"{RESULTS}/steps.csv"' in REPORT_RULE
+    if (published / "steps.csv").is_file():
+        runs = pd.read_csv(published / "runs.csv", keep_default_na=False, na_values=[""])
+        runs = runs.set_index(["experiment", "model", "entry", "seed"]).sort_index()
+        _assert_recomputed(_summaries_of(read_steps(published / "steps.csv")), runs)
+        assert (published / "steps.csv").stat().st_size < 3_000_000
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # Publishing, CLI, Snakemake report
 
 

@@ -46,6 +46,7 @@ from bandpo.report.load import (
 )
 from bandpo.report.page import leaderboard_html
 from bandpo.report.stats import DEFAULT_BASELINE, power_table, rerun_agreement
+from bandpo.report.steps import write_steps
 from bandpo.report.tables import (
     beside_markdown,
     beside_table,
@@ -57,7 +58,8 @@ from bandpo.report.tables import (
 from bandpo.sweep import MAIN
 
 LEADERBOARD_FILES = ("leaderboard.csv", "leaderboard.md", "leaderboard.html")
-PUBLISHED_TABLES = ("stats.csv", "scores.csv", "runs.csv", "primary.csv")  # published with the leaderboard when present
+# published with the leaderboard when present
+PUBLISHED_TABLES = ("stats.csv", "scores.csv", "runs.csv", "primary.csv", "steps.csv")
 
 
 def build_report(
@@ -125,6 +127,7 @@ def build_report(
     for name, df in tables:
         write_csv(df, out / name)
         written[name] = out / name
+    written["steps.csv"] = write_steps(metrics, out / "steps.csv")  # the per-step metrics behind runs.csv and figures
     tasks = per_task_table(main_stats, of_experiment(board, MAIN))
     notes = experiment_notes(specs, primary)
     power = power_table(stats)
@@ -241,10 +244,11 @@ def publish(
     config: Mapping | None = None,
     models: Sequence[str | os.PathLike] = (),
 ) -> list[Path]:
-    """Copy a profile's leaderboard (``src/leaderboard.{csv,md,html}``), tables (``stats.csv``, ``scores.csv``,
-    ``runs.csv``) and figures (``src/figures/*.png``) to ``dest`` (same names), each file atomically, and write
-    ``dest/provenance.json`` (`provenance`: git commit, package versions, the run config, the checksums of the
-    base models ``models`` and the numerics of the jobs under ``src``). Returns the written paths."""
+    """Copy a profile's leaderboard (``src/leaderboard.{csv,md,html}``), tables (`PUBLISHED_TABLES`: stats, scores,
+    runs, primary comparisons, per-step metrics) and figures (``src/figures/*.png``) to ``dest`` (same names), each
+    file atomically, and write ``dest/provenance.json`` (`provenance`: git commit and code changes, package
+    versions, the run config, the checksums of the base models ``models`` and the numerics of the jobs under
+    ``src``). Returns the written paths."""
     src, dest = Path(src), Path(dest)
     missing = [n for n in LEADERBOARD_FILES if not (src / n).is_file()]
     if missing:

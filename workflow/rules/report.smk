@@ -8,7 +8,7 @@
 REPORT_FIGURES = ["bounds", "training_curves", "clipfrac_buckets", "final_scores", "random_reward_entropy",
                   "probe_curves", "probe_clipfrac_buckets"]  # fmt: skip
 REPORT_TABLES = ["leaderboard.csv", "leaderboard.md", "leaderboard.html", "stats.csv", "scores.csv", "runs.csv",
-                 "primary.csv"]  # fmt: skip
+                 "primary.csv", "steps.csv"]  # fmt: skip
 # What the page says of each experiment (description, primary metric and decision rule), from the config.
 REPORT_EXPERIMENTS = {x: {"description": v["description"], "primary": v.get("primary")} for x, v in EXPERIMENTS.items()}
 
@@ -26,6 +26,7 @@ rule report:
         scores=f"{RESULTS}/scores.csv",
         runs=f"{RESULTS}/runs.csv",
         primary=f"{RESULTS}/primary.csv",
+        steps=f"{RESULTS}/steps.csv",
         figures=[
             report(f"{RESULTS}/figures/{name}.png", caption=f"../report/{name}.rst", category="Figures")
             for name in REPORT_FIGURES
