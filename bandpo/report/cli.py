@@ -72,13 +72,15 @@ def build_report(
     bounds: str | os.PathLike | None = None,
     embed_figures: bool = True,
     experiments: Mapping[str, Mapping] | None = None,
+    page_figures: str | os.PathLike | None = None,
 ) -> dict[str, Path]:
     """Load everything under ``results_dir`` (= ``results/{profile}``), compute the statistics, write the tables
     and figures into ``out_dir`` (default: ``results_dir``). ``bounds`` is the bounds table of the bound figure
     (default ``results_dir/bounds.csv``; without it the figure is a placeholder). ``experiments``: the config's
     experiments ({id: {description, primary}}) whose notes and primary comparisons (primary.csv) the page shows;
-    the sections themselves come from the files (`bandpo.report.experiments`). Returns {name: path} of what was
-    written."""
+    the sections themselves come from the files (`bandpo.report.experiments`). ``page_figures``: the folder whose
+    PNGs the HTML page embeds (default: the figures written here; a rebuild from the published tables, whose runs
+    hold no per-step curves, embeds the published ones). Returns {name: path} of what was written."""
     results_dir = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else results_dir
     if not results_dir.is_dir():
@@ -136,7 +138,8 @@ def build_report(
     md = leaderboard_markdown(board, shown, per_task=tasks, notes=notes, power=power)
     atomic_write_text(out / "leaderboard.md", md)
     written["leaderboard.md"] = out / "leaderboard.md"
-    figs = {name: fig_dir / f"{name}.png" for name in shown} if embed_figures else None
+    page_dir = Path(page_figures) if page_figures is not None else fig_dir
+    figs = {name: page_dir / f"{name}.png" for name in shown} if embed_figures else None
     delta = float(bounds_table["delta"].iloc[0]) if not bounds_table.empty else float("nan")
     captions = {name: text.format(delta=delta) for name, text in FIGURE_CAPTIONS.items()}
     page = leaderboard_html(board, figs, captions, per_task=tasks, notes=notes, power=power)
