@@ -242,6 +242,15 @@ def power(res: Results) -> str:
     return md_table(head, rows, right=3)
 
 
+def mde_main(res: Results) -> str:
+    """The main experiment's minimum detectable difference of mean@8 per model size, in reverse name order
+    (tiny-s, then tiny-m): "5.8 points on tiny-s, 4.9 on tiny-m"."""
+    p = power_table(res.stats)
+    p = p[(p["experiment"] == "main") & (p["label"] == METRIC)].sort_values("model", ascending=False)
+    parts = [f"{num(r['mde'])}{' points' if i == 0 else ''} on {r['model']}" for i, r in enumerate(_row_series(p))]
+    return ", ".join(parts)
+
+
 def cost(res: Results) -> str:
     """Training time of the published runs (runs.csv), per experiment and model."""
     rows = []
@@ -260,6 +269,7 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "gains": gains,
     "spread": spread,
     "power": power,
+    "mde-main": mde_main,
     "cost": cost,
     "entropy-shift": entropy_shift,
     "entropy-pool": entropy_pool,
