@@ -102,10 +102,11 @@ def _diff_of_means(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.mean(a, axis=axis) - np.mean(b, axis=axis)
 
 
-def _verdict(lo: float, hi: float, above: str, below: str, neither: str) -> str:
-    """The rule's verdict from an interval: ``above`` if it lies above 0, ``below`` if below, else ``neither``."""
+def _verdict(lo: float, hi: float, above: str, below: str, neither: str, missing: str = NO_INTERVAL) -> str:
+    """The rule's verdict from an interval: ``above`` if it lies above 0, ``below`` if below, else ``neither``;
+    ``missing`` without an interval."""
     if np.isnan(lo) or np.isnan(hi):
-        return NO_INTERVAL
+        return missing
     return above if lo > 0 else (below if hi < 0 else neither)
 
 
@@ -171,12 +172,12 @@ def primary_results(
             if any(a.empty for a in arms):
                 continue
             rule = paired_rule(arms[0], arms[1], confidence)
-            verdict = _verdict(rule["ci_low"], rule["ci_high"], f"{compare[0]} better", f"{compare[1]} better",
-                               "unresolved")  # fmt: skip
+            better = (f"{compare[0]} better", f"{compare[1]} better", "unresolved")
+            verdict = _verdict(rule["ci_low"], rule["ci_high"], *better)
             values = [a.to_numpy(np.float64) for a in arms]
             rng = seeded_rng(seed, "primary", xp, model)
             b_lo, b_hi = bootstrap_ci(values, _diff_of_means, n_resamples, rng, confidence)
-            b_verdict = _verdict(b_lo, b_hi, f"{compare[0]} better", f"{compare[1]} better", "unresolved")
+            b_verdict = _verdict(b_lo, b_hi, *better, missing="no interval")
             k = g["k"].max()
             metric = f"{family}@{int(k)}" if k == k else family
             rows.append({"experiment": xp, "model": model, "task": primary.get("task") or ",".join(tasks),
@@ -225,7 +226,8 @@ def entropy_shift_results(
                 final = runs["entropy_final"].to_numpy(np.float64)
                 rng = seeded_rng(seed, "entropy", xp, model, entry)
                 lo, hi = bootstrap_ci([final], mean_of_means, n_resamples, rng, confidence)
-                b_verdict = _verdict(lo - reference, hi - reference, "entropy rises", "entropy falls", "unmoved")
+                b_verdict = _verdict(lo - reference, hi - reference, "entropy rises", "entropy falls", "unmoved",
+                                     "no interval")  # fmt: skip
                 rows.append({"experiment": xp, "model": model, "task": "", "metric": "entropy_final",
                              "treatment": entry, "control": "step 1", "n_treatment": len(runs),
                              "n_control": len(runs), **rule, "verdict": verdict,
