@@ -5,8 +5,9 @@ that has imported torch, the settings that decide its floating-point results on 
 dispatches to (``torch.backends.cpu.get_cpu_capability()``: the same seed can give different bits under AVX2 and
 AVX512) and its intra- and inter-op thread counts (a reduction split over more threads sums in another order).
 `weights_sha256` names the weights themselves: the checksum of each weights file of a model folder (the base models
-record theirs in info.json, the published provenance recomputes them). None of these imports torch: a process that
-never computed with it (the report) does not pay for it.
+record theirs in info.json, the published provenance recomputes them). `code_changes` names the code: whether the
+checkout's code and config differ from its git commit, and how (the DAG's own outputs do not count). None of these
+imports torch: a process that never computed with it (the report) does not pay for it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -72,3 +74,66 @@ def weights_sha256(folder: str | os.PathLike) -> dict[str, str]:
                 h.update(block)
         out[path.relative_to(folder).as_posix()] = h.hexdigest()
     return out
+
+
+# Folders the DAG writes into (its outputs, not its code): the published and per-profile results, the built data
+# and models, logs and rule benchmarks, Snakemake's state. `code_changes` ignores what differs under them.
+OUTPUT_DIRS = ("results", "resources", "logs", ".snakemake")
+
+
+def _git(repo: Path, *args: str) -> bytes | None:
+    try:
+        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, timeout=60, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout
+
+
+def _sha12(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:12]
+
+
+def code_changes(repo: str | os.PathLike, output_dirs: tuple[str, ...] = OUTPUT_DIRS) -> dict[str, object]:
+    """How the code and config of the git checkout holding ``repo`` differ from its commit (HEAD): every tracked
+    file that differs (staged or not) and every untracked file git does not ignore, outside the output folders
+    ``output_dirs`` (top-level folders the DAG writes: a run's own outputs are not a change of what ran).
+
+    Returns ``{"code_dirty": bool, "code_changes": [{"path", "status", "sha256"}, ...]}``: ``status`` one of
+    modified, added, deleted, renamed, copied, unmerged, untracked; ``sha256`` the first 12 hex digits of the
+    SHA-256 of the file's ``git diff --binary HEAD`` (of its content for an untracked file), so two runs with the
+    same change show the same hash. Both values are None when ``repo`` is not in a git checkout or git is missing."""
+    top = _git(Path(repo), "rev-parse", "--show-toplevel")
+    status = _git(Path(repo), "status", "--porcelain=v1", "-z", "--untracked-files=all") if top else None
+    if top is None or status is None:
+        return {"code_dirty": None, "code_changes": None}
+    root = Path(top.decode().strip())
+    entries = status.decode("utf-8", "surrogateescape").split("\0")
+    changes = []
+    i = 0
+    while i < len(entries):
+        entry = entries[i]
+        i += 1
+        if len(entry) < 4:
+            continue
+        xy, path = entry[:2], entry[3:]
+        if "R" in xy or "C" in xy:
+            i += 1  # -z: the source path of a rename or copy follows as its own field
+        if path.split("/", 1)[0] in output_dirs:
+            continue
+        if xy == "??":
+            kind = "untracked"
+        elif xy[1] == "D" or xy == "D ":
+            kind = "deleted"  # the working tree, which is what ran, lacks the file
+        elif "U" in xy or xy in ("AA", "DD"):
+            kind = "unmerged"
+        else:
+            kind = {"A": "added", "R": "renamed", "C": "copied"}.get(xy[0], "modified")
+        if xy == "??":
+            file = root / path
+            digest = _sha12(file.read_bytes()) if file.is_file() else ""
+        else:
+            diff = _git(root, "diff", "--binary", "HEAD", "--", path)
+            digest = _sha12(diff) if diff is not None else ""
+        changes.append({"path": path, "status": kind, "sha256": digest})
+    changes.sort(key=lambda c: c["path"])
+    return {"code_dirty": bool(changes), "code_changes": changes}

@@ -11,11 +11,21 @@ method label is the published leaderboard's params column (what the trainer writ
 split, step time, ``model/config.json``, versions), which the leaderboard does not read, are written as zeros or
 empty so that the rebuilt runs load. The tables hold 6 significant digits, so statistics recomputed from them can
 differ from the published ones in the 6th digit; the Markdown table (1 decimal in percent) does not.
+
+The published pages are rebuilt with a newer report (new statistics, no new runs) by::
+
+    python tests/published_runs.py --out /tmp/rebuilt    # then copy the tables and pages named below to results/
+
+which writes the report's tables and pages from the rebuilt run outputs, the HTML page embedding the published
+figures (the rebuilt runs have no per-step curves, so their figures, and their steps.csv, are not the published
+run's and are not to be copied).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -115,3 +125,36 @@ def rebuild_run_outputs(published: Path, dest: Path, with_labels: bool = True) -
             info["method_label"] = labels[(r.experiment, r.model, r.entry)]
         _write_json(folder / "run.json", info)
     return root
+
+
+# What a rebuild from the published tables may replace in results/ (figures and steps.csv need the real runs)
+REBUILT_FILES = ("leaderboard.csv", "leaderboard.md", "leaderboard.html", "stats.csv", "primary.csv", "runs.csv",
+                 "scores.csv")  # fmt: skip
+
+
+def rebuild_published(published: Path, out: Path, work: Path) -> list[Path]:
+    """The report of today's code on the inputs behind the published tables: run outputs rebuilt under ``work``
+    (`rebuild_run_outputs`), the report built into ``out`` with the published experiments (`published_experiments`)
+    and the published figures embedded in the page. Returns the paths of `REBUILT_FILES` under ``out``."""
+    from bandpo import bounds_table
+    from bandpo.report import build_report
+
+    results = rebuild_run_outputs(published, work)
+    bounds_table.main(["--out", str(results / "bounds.csv")])
+    build_report(results, out, experiments=published_experiments(published), page_figures=published / "figures")
+    return [out / name for name in REBUILT_FILES]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="rebuild the published report from the published tables")
+    ap.add_argument("--published", default=str(Path(__file__).resolve().parents[1] / "results"))
+    ap.add_argument("--out", required=True, help="where the rebuilt tables and pages go")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    for path in rebuild_published(Path(args.published), out, out / "_runs"):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

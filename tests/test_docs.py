@@ -110,6 +110,10 @@ def test_readme_claims():
     trained = b[(b.entry != "base") & (b.entry != b.baseline) & (b.experiment.isin(["main", "probe"]))]
     assert len(trained) and (trained["mean@8_diff_t_ci_low"] < 0).all() and (trained["mean@8_diff_t_ci_high"] > 0).all()
     assert "every method's paired interval includes 0" in text
+    # the primary rule, as the README states it, is the paired one, and every primary verdict is unresolved
+    assert "paired: per seed the difference" in text and "95% paired t interval" in text
+    assert set(RESULTS.primary.query("metric == 'mean@8'")["verdict"]) == {"unresolved"}
+    assert "itself an estimate from those 3 seeds" in text
 
 
 def test_readme_commands_are_those_of_ci():
@@ -173,7 +177,32 @@ def test_results_claims():
     assert t_interval(changes["change"])[0] > 0 and len(changes) == 12 and "Pooling the 12 runs" in text
     lo, hi = t_interval(changes.groupby("seed")["change"].mean())
     assert lo < 0 < hi and (changes.groupby("seed")["first"].nunique() == 1).all()
-    assert set(RESULTS.primary.query("experiment == 'random-reward'")["verdict"]) == {"entropy rises"}
+    # the paired primary rule leaves every rule's entropy unmoved; the bootstrap rule the run was fixed with said rises
+    rr_primary = RESULTS.primary.query("experiment == 'random-reward'")
+    assert set(rr_primary["verdict"]) == {"unmoved"} and set(rr_primary["bootstrap_verdict"]) == {"entropy rises"}
+    assert "the paired rule leaves every\nmethod's entropy unmoved" in text and "said it rises for all four" in text
+    assert set(scored.bootstrap_verdict) == {"unresolved"} and "unresolved, under either rule" in text
+
+
+def test_primary_rules_are_the_paired_comparisons_of_the_leaderboard():
+    """primary.csv's score rows are the leaderboard's paired difference from GRPO with its paired t interval (the
+    same computation: seed s of BandPO-KL minus seed s of GRPO), and its entropy rows the paired t interval of each
+    run's final minus step-1 entropy (runs.csv)."""
+    p = RESULTS.primary
+    for r in p[p.metric == "mean@8"].itertuples():
+        subset = RESULTS.scores.loc[RESULTS.scores.task == r.task, "subset"].iloc[0]
+        row = RESULTS.row(r.experiment, r.model, r.treatment, subset)
+        assert row["baseline"] == r.control and row["mean@8_n_pairs"] == r.n_pairs
+        for ours, theirs in ((r.difference, "mean@8_diff"), (r.ci_low, "mean@8_diff_t_ci_low"),
+                             (r.ci_high, "mean@8_diff_t_ci_high")):  # fmt: skip
+            assert ours == pytest.approx(row[theirs], abs=2e-6)
+        winner = r.treatment if r.ci_low > 0 else (r.control if r.ci_high < 0 else None)
+        expected = f"{winner} better" if winner else "unresolved"
+        assert r.verdict == expected
+    changes = docs.entropy_changes(RESULTS)
+    for r in p[p.metric == "entropy_final"].itertuples():
+        lo, hi = t_interval(changes.loc[changes.entry == r.treatment, "change"])
+        assert (r.ci_low, r.ci_high) == pytest.approx((lo, hi), abs=2e-6)
 
 
 def test_statistics_claims():

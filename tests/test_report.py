@@ -468,15 +468,53 @@ def test_t_intervals_of_the_mean_and_of_the_paired_differences():
     assert shown in md  # the tables show the t interval
 
 
-def test_minimum_detectable_difference_matches_the_t_table():
-    # t(0.975, 2) = 4.303, t(0.80, 2) = 1.061; t(0.975, 9) = 2.262, t(0.80, 9) = 0.883 (printed t tables)
-    assert report.minimum_detectable_difference(1.0, 3) == pytest.approx((4.303 + 1.061) / math.sqrt(3), abs=2e-3)
-    assert report.minimum_detectable_difference(2.0, 10) == pytest.approx(2 * (2.262 + 0.883) / math.sqrt(10), 2e-3)
+def test_minimum_detectable_difference_is_exact():
+    """The MDE solves the exact power equation of the two-sided paired t-test (noncentral t): the power at the
+    returned difference is 80% to 1e-6; at few seeds it lies above the usual t-quantile approximation, which gives
+    less than 80% power there; and it falls with the seed count."""
+    from scipy import stats as st
+
+    for sd, n in ((1.0, 2), (1.0, 3), (0.0177, 3), (2.0, 5), (0.03, 10), (0.01, 200)):
+        mde = report.minimum_detectable_difference(sd, n)
+        assert report.stats.paired_t_power(mde, sd, n) == pytest.approx(0.8, abs=1e-6)
+        approx = (st.t.ppf(0.975, n - 1) + st.t.ppf(0.8, n - 1)) * sd / math.sqrt(n)
+        if n <= 10:  # few seeds: the approximation is too small (at 200 both agree to 1e-4)
+            assert mde > approx and report.stats.paired_t_power(approx, sd, n) < 0.8
+        assert mde == pytest.approx(approx, rel=0.2 if n <= 3 else 0.02)
+    # at 3 seeds: 5.653 SDs / sqrt(3) (the approximation: (4.303 + 1.061) / sqrt(3), 77% power)
+    assert report.minimum_detectable_difference(1.0, 3) * math.sqrt(3) == pytest.approx(5.6535, abs=1e-3)
+    assert report.stats.paired_t_power((4.303 + 1.061) / math.sqrt(3), 1.0, 3) == pytest.approx(0.766, abs=1e-3)
+    mdes = [report.minimum_detectable_difference(1.0, n) for n in range(2, 60)]
+    assert all(a > b for a, b in zip(mdes, mdes[1:], strict=False))
+    # large n: the normal approximation (z_0.975 + z_0.8) sd / sqrt(n)
+    assert report.minimum_detectable_difference(1.0, 5000) * math.sqrt(5000) == pytest.approx(2.8016, abs=2e-3)
     assert math.isnan(report.minimum_detectable_difference(1.0, 1))
+    assert report.minimum_detectable_difference(0.0, 3) == 0
+    assert math.isnan(report.minimum_detectable_difference(float("nan"), 3))
     for sd in (0.005, 0.01, 0.03):
         n = int(report.seeds_needed(sd, 0.02))
         assert report.minimum_detectable_difference(sd, n) <= 0.02 < report.minimum_detectable_difference(sd, n - 1)
     assert report.seeds_needed(0.0) == 2 and math.isinf(report.seeds_needed(10.0, 0.02))
+
+
+def test_paired_t_power_matches_monte_carlo():
+    """The exact power against a brute-force simulation of the paired t-test (normal differences, n pairs): at the
+    MDE about 80% of the simulated tests reject, and the approximation's smaller difference rejects less often."""
+    from scipy import stats as st
+
+    rng = np.random.default_rng(20260301)
+    reps = 200_000
+    for sd, n in ((0.0177, 3), (1.0, 5)):
+        mde = report.minimum_detectable_difference(sd, n)
+        approx = (st.t.ppf(0.975, n - 1) + st.t.ppf(0.8, n - 1)) * sd / math.sqrt(n)
+        crit = st.t.ppf(0.975, n - 1)
+        for d in (mde, approx, 0.0):
+            x = rng.normal(d, sd, size=(reps, n))
+            tstat = x.mean(axis=1) / (x.std(axis=1, ddof=1) / math.sqrt(n))
+            rate = float((np.abs(tstat) > crit).mean())
+            exact = report.stats.paired_t_power(d, sd, n) if d else 0.05
+            assert rate == pytest.approx(exact, abs=0.005), (sd, n, d)
+        assert report.stats.paired_t_power(mde, sd, n) - report.stats.paired_t_power(approx, sd, n) > 0.005
 
 
 def test_unmatched_seeds_are_left_out_and_named(tmp_path):
@@ -972,6 +1010,124 @@ def test_page_layout_in_chromium(which, built, tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# steps.csv: the per-step metrics behind runs.csv and the training figures
+
+RUN_STEP_COLUMNS = ["steps", "entropy_first", "entropy_final", "reward_final", "accuracy_final", "clipfrac"]
+
+
+def _random_metrics(seed: int = 0) -> pd.DataFrame:
+    """Per-step metrics of a small run set with full-precision random values: two experiments, runs with and
+    without off-policy updates, a step count not a multiple of 10, the probe's keys every 4th step, a key only
+    some runs log."""
+    from bandpo.report.steps import lowest_bucket
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for xp, entries, steps, offpolicy in (("main", ("grpo", "bandpo_kl"), 23, True),
+                                          ("probe", ("grpo", "bandpo_kl"), 17, True),
+                                          ("onpolicy", ("grpo",), 12, False)):  # fmt: skip
+        for entry in entries:
+            for seed_ in range(3):
+                for step in range(1, steps + 1):
+                    m = {"profile": PROFILE, "experiment": xp, "model": "tiny-s", "entry": entry, "seed": seed_,
+                         "step": step, "entropy": rng.uniform(0.05, 0.6), "reward_mean": rng.uniform(-1, 1),
+                         "accuracy": rng.uniform(0, 1), "response_length": 20.0}  # fmt: skip
+                    keys = ["approx_kl_k3", "clipfrac", "clipfrac_upper", "clipfrac_lower", "stopped_frac_pos",
+                            "stopped_frac_neg", f"token_frac/{lowest_bucket()}", f"stopped_frac_pos/{lowest_bucket()}",
+                            f"stopped_frac_neg/{lowest_bucket()}",
+                            *(f"clipfrac_{d}/{b}" for d in ("upper", "lower") for b in BUCKET_LABELS)]  # fmt: skip
+                    for k in keys:
+                        m[k] = 10 ** rng.uniform(-5, -1)
+                        if offpolicy:
+                            m[f"offpolicy/{k}"] = 10 ** rng.uniform(-5, -1)
+                    if xp == "probe" and step % 4 == 0:
+                        m["probe/p_correct"], m["probe/accuracy"] = rng.uniform(0, 0.2), rng.uniform(0, 1)
+                    rows.append(m)
+    return pd.DataFrame(rows)
+
+
+def _summaries_of(metrics: pd.DataFrame) -> pd.DataFrame:
+    """runs.csv's training columns of each experiment, as the report computes them (`run_stats` per experiment)."""
+    frames = []
+    for xp, g in metrics.groupby("experiment", sort=True):
+        per_run, _ = report.run_stats(g, pd.DataFrame(columns=report.load.SUMMARY_COLUMNS))
+        frames.append(per_run.assign(experiment=xp))
+    return pd.concat(frames, ignore_index=True).set_index(["experiment", "model", "entry", "seed"]).sort_index()
+
+
+def _assert_recomputed(ours: pd.DataFrame, published: pd.DataFrame) -> None:
+    """Training columns recomputed from steps.csv equal the report's to steps.csv's 5 significant digits (and the
+    published 6)."""
+    assert list(ours.index) == list(published.index)
+    for col in RUN_STEP_COLUMNS:
+        a, b = ours[col].to_numpy(np.float64), published[col].to_numpy(np.float64)
+        assert (np.isnan(a) == np.isnan(b)).all(), col
+        np.testing.assert_allclose(a[~np.isnan(a)], b[~np.isnan(b)], rtol=6e-5, atol=1e-9, err_msg=col)
+
+
+def test_steps_csv_recomputes_the_run_statistics_and_figure_data(tmp_path):
+    """steps.csv of a random run set: one row per (run, step); runs.csv's training columns (entropy at step 1 and
+    final = mean over the last 10% of steps, final reward and accuracy, clip fraction) and the clip-fraction
+    figure's data recompute from the file alone, within its rounding; runs without off-policy updates keep their
+    all-updates statistics (flag offpolicy = 0)."""
+    from bandpo.report.figures import clipfrac_data
+    from bandpo.report.steps import read_steps, write_steps
+
+    metrics = _random_metrics()
+    path = write_steps(metrics, tmp_path / "steps.csv")
+    raw = pd.read_csv(path)
+    assert len(raw) == len(metrics) and not raw.duplicated(["experiment", "model", "entry", "seed", "step"]).any()
+    assert list(raw.columns[:6]) == ["experiment", "model", "entry", "seed", "step", "offpolicy"]
+    assert {"clipfrac_upper/p0.0-0.2", "stopped_frac_neg/p0.0-0.2", "approx_kl_k3", "probe/p_correct"} <= set(raw)
+    assert "response_length" not in raw and not any(c.startswith("offpolicy/") for c in raw)
+    assert set(raw.loc[raw.experiment == "onpolicy", "offpolicy"]) == {0} and raw.loc[raw.experiment == "main",
+                                                                                       "offpolicy"].all()  # fmt: skip
+    # 5 significant digits: every number's text has at most 5 of them
+    body = path.read_text().splitlines()[1:]
+    digits = [len(re.sub(r"^0\.0*", "", f.split("e")[0].lstrip("-")).replace(".", "")) for line in body
+              for f in line.split(",")[6:] if f]  # fmt: skip
+    assert max(digits) <= 5
+    steps = read_steps(path)
+    for xp in ("main", "onpolicy"):  # each experiment as the report reads it: off-policy statistics where logged
+        ours = _summaries_of(steps[steps.experiment == xp])
+        _assert_recomputed(ours, _summaries_of(metrics[metrics.experiment == xp]))
+    assert _summaries_of(steps[steps.experiment == "onpolicy"])["clipfrac"].notna().all()
+    main = metrics[metrics.experiment == "main"]
+    fig_ours, which = clipfrac_data(steps[steps.experiment == "main"])
+    fig_theirs, which_theirs = clipfrac_data(main)
+    assert which == which_theirs == "off-policy updates" and len(fig_ours) == len(fig_theirs) == 2 * 3 * 5 * 2
+    np.testing.assert_allclose(fig_ours["value"], fig_theirs["value"], rtol=6e-5)
+    probe = steps[(steps.experiment == "probe") & steps["probe/p_correct"].notna()]
+    assert len(probe) == 2 * 3 * 4 and (probe["step"] % 4 == 0).all()
+
+
+def test_report_writes_steps_csv_that_recomputes_runs_csv(built):
+    """The report's own steps.csv (build_report) and runs.csv agree."""
+    from bandpo.report.steps import read_steps
+
+    results, _ = built
+    steps = read_steps(results / "steps.csv")
+    runs = pd.read_csv(results / "runs.csv").set_index(["experiment", "model", "entry", "seed"]).sort_index()
+    _assert_recomputed(_summaries_of(steps), runs)
+    assert len(steps) == int(runs["steps"].sum())
+
+
+def test_published_steps_csv_recomputes_the_published_runs_csv():
+    """results/steps.csv, where published, gives results/runs.csv's training columns; until a publication run
+    writes it (the run folders of the published run are not committed), the report and the DAG must publish it."""
+    from bandpo.report.steps import read_steps
+
+    published = ROOT / "results"
+    assert "steps.csv" in report.PUBLISHED_TABLES and '"steps.csv"' in REPORT_RULE
+    assert 'steps=f"{RESULTS}/steps.csv"' in REPORT_RULE
+    if (published / "steps.csv").is_file():
+        runs = pd.read_csv(published / "runs.csv", keep_default_na=False, na_values=[""])
+        runs = runs.set_index(["experiment", "model", "entry", "seed"]).sort_index()
+        _assert_recomputed(_summaries_of(read_steps(published / "steps.csv")), runs)
+        assert (published / "steps.csv").stat().st_size < 3_000_000
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # Publishing, CLI, Snakemake report
 
 
@@ -987,12 +1143,63 @@ def test_publish(built, tmp_path):
     assert (tmp_path / "top" / "leaderboard.html").read_bytes() == (results / "leaderboard.html").read_bytes()
     prov = json.loads((tmp_path / "top" / "provenance.json").read_text())
     head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    assert prov["git_commit"] == head and isinstance(prov["git_dirty"], bool)
+    assert prov["git_commit"] == head and isinstance(prov["code_dirty"], bool) and "git_dirty" not in prov
+    assert prov["code_dirty"] == bool(prov["code_changes"])
     assert prov["packages"]["pandas"] == pd.__version__
     assert prov["config"] == {"profile": "embedded", "seeds": [0, 1, 2]}
     assert prov["base_models"] == [] and {n["stage"] for n in prov["numerics"]} == {"train", "eval"}
     with pytest.raises(FileNotFoundError, match="missing"):
         report.publish(tmp_path / "nothing", tmp_path / "top")
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True, env=env).stdout
+
+
+def test_provenance_records_code_changes_not_outputs(tmp_path):
+    """A fresh clone that ran the DAG (outputs rewritten under results/, new files under resources/, logs/,
+    .snakemake/) is not dirty; a changed .py, a changed config and a new untracked module are, each named with a
+    hash of its diff that is the same for the same change."""
+    from bandpo.provenance import code_changes
+
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "config").mkdir()
+    (repo / "results").mkdir()
+    (repo / "pkg" / "mod.py").write_text("X = 1\n")
+    (repo / "config" / "config.yaml").write_text("seeds: [0, 1, 2]\n")
+    (repo / "results" / "leaderboard.csv").write_text("a\n1\n")
+    (repo / ".gitignore").write_text("/resources/\n/logs/\n.snakemake/\n/results/*/\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "init")
+    outputs = ("results/leaderboard.csv", "results/steps.csv", "results/embedded/runs/m/e/seed0/metrics.jsonl",
+               "resources/models/m/seed0/config.json", "logs/embedded/report.log", ".snakemake/log/x.log")  # fmt: skip
+    for path in outputs:
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text("output\n")
+    assert code_changes(repo) == {"code_dirty": False, "code_changes": []}
+    prov = report.provenance(repo=repo)
+    assert prov["git_commit"] == _git(repo, "rev-parse", "HEAD").strip() and prov["code_dirty"] is False
+
+    (repo / "pkg" / "mod.py").write_text("X = 2\n")
+    (repo / "config" / "config.yaml").write_text("seeds: [0]\n")
+    (repo / "pkg" / "new.py").write_text("Y = 1\n")
+    got = code_changes(repo / "pkg")  # any folder of the checkout
+    assert got["code_dirty"] is True
+    assert [(c["path"], c["status"]) for c in got["code_changes"]] == [
+        ("config/config.yaml", "modified"), ("pkg/mod.py", "modified"), ("pkg/new.py", "untracked")]  # fmt: skip
+    assert all(re.fullmatch(r"[0-9a-f]{12}", c["sha256"]) for c in got["code_changes"])
+    first = {c["path"]: c["sha256"] for c in got["code_changes"]}
+    _git(repo, "add", "pkg/mod.py")  # staged or not: the same difference from HEAD, the same hash
+    (repo / "pkg" / "new.py").write_text("Y = 2\n")
+    again = {c["path"]: c["sha256"] for c in code_changes(repo)["code_changes"]}
+    assert again["pkg/mod.py"] == first["pkg/mod.py"] and again["pkg/new.py"] != first["pkg/new.py"]
+    (repo / "pkg" / "mod.py").unlink()  # staged change, then deleted: what runs has no such file
+    assert {c["path"]: c["status"] for c in code_changes(repo)["code_changes"]}["pkg/mod.py"] == "deleted"
+    assert code_changes(tmp_path) == {"code_dirty": None, "code_changes": None}  # not a git checkout
 
 
 def test_provenance_records_base_model_checksums_and_numerics(tmp_path):
@@ -1180,8 +1387,12 @@ def test_sections_and_primary_comparison():
     primary = report.primary_results(scores, specs, n_resamples=500)
     (row,) = primary.itertuples()
     assert (row.experiment, row.treatment, row.control, row.metric) == ("probe", "bandpo_kl", "grpo", "mean@8")
-    assert row.difference == pytest.approx(0.10) and row.n_treatment == row.n_control == 5
-    assert row.ci_low < 0.10 < row.ci_high and row.ci_low > 0 and row.verdict == "bandpo_kl better"
+    assert row.difference == pytest.approx(0.10) and row.n_treatment == row.n_control == row.n_pairs == 5
+    # every seed's difference is exactly 0.10: the paired interval has no width; the unpaired bootstrap sees the
+    # seeds' spread (0.01 per seed)
+    assert (row.ci_low, row.ci_high) == pytest.approx((0.10, 0.10)) and row.verdict == "bandpo_kl better"
+    assert row.bootstrap_ci_low < 0.10 < row.bootstrap_ci_high and row.bootstrap_ci_low > 0
+    assert row.bootstrap_verdict == "bandpo_kl better"
     # the reversed comparison: the control better; on the rest subset: no difference, unresolved
     specs["probe"]["primary"]["compare"] = ["grpo", "bandpo_kl"]
     assert report.primary_results(scores, specs, n_resamples=500)["verdict"].tolist() == ["bandpo_kl better"]
@@ -1189,6 +1400,39 @@ def test_sections_and_primary_comparison():
     assert report.primary_results(scores, specs, n_resamples=500)["verdict"].tolist() == ["unresolved"]
     md = report.leaderboard_markdown(board, notes=report.tables.experiment_notes(specs, primary))
     assert "## probe: tiny-s, subset probe" in md and "## tiny-s\n" in md and "Decision rule: r" in md
+
+
+def test_primary_rule_is_paired():
+    """The primary rule pairs seed s of the treatment with seed s of the control (same base model and seed): a
+    difference that is small against the seeds' spread but the same on every seed is resolved by the paired t
+    interval (mean of the per-seed differences +- t(0.975, n-1) SD / sqrt(n)), where the unpaired bootstrap of the
+    difference of seed means (the secondary column) is not; a seed only one side has is left out."""
+    from scipy import stats as st
+
+    base = np.array([0.20, 0.35, 0.28, 0.41, 0.25])  # the base models of 5 seeds: a wide spread
+    d = np.array([0.021, 0.018, 0.025, 0.015, 0.022])  # the treatment's gain on each: small and steady
+    rows = []
+    for entry, values in (("grpo", base), ("bandpo_kl", base + d)):
+        for seed, v in enumerate(values):
+            rows.append({"experiment": "main", "subset": "", "model": "tiny-s", "entry": entry, "seed": seed,
+                         "task": "tiny_math", "k": 8.0, "metric": "mean", "value": v})  # fmt: skip
+    rows.append({**rows[-1], "seed": 7, "value": 0.9})  # a seed the control lacks: left out of the pairs
+    scores = pd.DataFrame(rows)
+    specs = {"main": {"primary": {"metric": "m", "rule": "r", "compare": ["bandpo_kl", "grpo"]}}}
+    (row,) = report.primary_results(scores, specs, n_resamples=2000).itertuples()
+    assert (row.n_treatment, row.n_control, row.n_pairs) == (6, 5, 5)
+    assert row.difference == pytest.approx(d.mean(), abs=1e-12)
+    assert row.treatment_mean - row.control_mean == pytest.approx(row.difference, abs=1e-12)
+    lo, hi = st.t.interval(0.95, 4, loc=d.mean(), scale=st.sem(d))
+    assert (row.ci_low, row.ci_high) == pytest.approx((lo, hi), abs=1e-12)
+    assert row.verdict == "bandpo_kl better"
+    assert row.bootstrap_ci_low < 0 < row.bootstrap_ci_high and row.bootstrap_verdict == "unresolved"
+    # the reverse: the control better; one pair: no interval, no verdict
+    specs["main"]["primary"]["compare"] = ["grpo", "bandpo_kl"]
+    assert report.primary_results(scores, specs, n_resamples=200)["verdict"].tolist() == ["bandpo_kl better"]
+    one = scores[scores["seed"].isin([0, 7])]
+    (row,) = report.primary_results(one, specs, n_resamples=200).itertuples()
+    assert row.n_pairs == 1 and math.isnan(row.ci_low) and row.verdict == "no interval (fewer than 2 pairs)"
 
 
 def _entropy_metrics(rise: dict[str, float], seeds: int = 3, steps: int = 20) -> pd.DataFrame:
@@ -1206,8 +1450,8 @@ def _entropy_metrics(rise: dict[str, float], seeds: int = 3, steps: int = 20) ->
 
 
 def test_entropy_rule_of_the_random_reward_control():
-    """`score: entropy`: each entry's final entropy (last 10% of steps) with a bootstrap CI over seeds, against the
-    mean entropy at step 1; rises / falls / unmoved follow the CI, and the note states it."""
+    """`score: entropy`: each run's final entropy (last 10% of steps) minus its own entropy at step 1, the mean over
+    seeds with its paired t interval; rises / falls / unmoved follow the interval, and the note states it."""
     specs = {"random-reward": {"primary": {"metric": "final entropy", "score": "entropy", "rule": "r"}}}
 
     def shifts(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -1218,22 +1462,46 @@ def test_entropy_rule_of_the_random_reward_control():
         assert (per_run["entropy_first"] == 0.45 + 0.001 * per_run["seed"]).all()  # runs.csv keeps step 1's entropy
         return report.entropy_shift_results(per_run, specs, n_resamples=500)
 
+    from scipy import stats as st
+
     res = shifts(_entropy_metrics({"grpo": 0.08, "dcpo": -0.06, "bandpo_kl": 0.0})).set_index("treatment")
     assert set(res.index) == {"grpo", "dcpo", "bandpo_kl"} and (res["control"] == "step 1").all()
-    assert res["control_mean"].iloc[0] == pytest.approx(0.451) and (res["n_control"] == 9).all()
+    assert res["control_mean"].iloc[0] == pytest.approx(0.451) and (res["n_pairs"] == 3).all()
     assert res.loc["grpo", "verdict"] == "entropy rises" and res.loc["dcpo", "verdict"] == "entropy falls"
     assert res.loc["bandpo_kl", "verdict"] == "unmoved"
-    # final = mean of the last 2 of 20 steps: 0.45 + 0.001 s + 0.08 (1 + 18/19) / 2 +- noise, seeds averaged
-    grpo_final = 0.451 + 0.08 * (1 + 18 / 19) / 2 + 0.005 / 3
-    assert res.loc["grpo", "treatment_mean"] == pytest.approx(grpo_final)
-    assert res.loc["grpo", "difference"] == pytest.approx(grpo_final - 0.451)
-    assert res.loc["grpo", "ci_low"] <= res.loc["grpo", "difference"] <= res.loc["grpo", "ci_high"]
+    # final = mean of the last 2 of 20 steps: 0.45 + 0.001 s + 0.08 (1 + 18/19) / 2 +- noise; paired with step 1
+    change = np.array([0.08 * (1 + 18 / 19) / 2 + 0.005 * (-1) ** s for s in range(3)])
+    assert res.loc["grpo", "treatment_mean"] == pytest.approx(0.451 + change.mean())
+    assert res.loc["grpo", "difference"] == pytest.approx(change.mean())
+    lo, hi = st.t.interval(0.95, 2, loc=change.mean(), scale=st.sem(change))
+    assert (res.loc["grpo", "ci_low"], res.loc["grpo", "ci_high"]) == pytest.approx((lo, hi), abs=1e-9)
     # primary_results leaves such an experiment alone; one seed gives no interval, not a verdict
     assert report.primary_results(_experiment_scores(), specs).empty
     one = shifts(_entropy_metrics({"grpo": 0.08}, seeds=1))
-    assert one["verdict"].tolist() == ["no interval (fewer than 2 seeds)"]
+    assert one["verdict"].tolist() == ["no interval (fewer than 2 pairs)"]
     ((_, note),) = report.tables.experiment_notes(specs, res.reset_index())
-    assert "Result on tiny-s, grpo: final entropy" in note and "against 0.451 at step 1: entropy rises" in note
+    assert "Result on tiny-s, grpo: final entropy" in note and "against 0.451 at step 1, paired difference" in note
+    assert "(95% paired t, 3 runs): entropy rises" in note
+
+
+def test_entropy_rule_is_paired_within_runs():
+    """Runs whose step-1 entropies differ (one base model per seed) but whose entropy rises by the same amount in
+    each: the paired rule resolves the rise, the secondary bootstrap of the final entropies against the pooled
+    step-1 mean does not (the base models' spread swamps it)."""
+    rows = []
+    for seed, start in enumerate((0.30, 0.55, 0.42)):
+        for step in range(1, 11):
+            rows.append({"profile": PROFILE, "experiment": "random-reward", "model": "tiny-s", "entry": "grpo",
+                         "seed": seed, "step": step,
+                         "entropy": start + (0.03 + 0.001 * seed if step > 1 else 0.0)})  # fmt: skip
+    _, _, per_run = report.build_sections(
+        pd.DataFrame(columns=["experiment", "model", "entry", "seed"]), pd.DataFrame(rows),
+        pd.DataFrame(columns=report.load.SUMMARY_COLUMNS), "grpo", 0, 0.95, 0,
+    )  # fmt: skip
+    specs = {"random-reward": {"primary": {"metric": "final entropy", "score": "entropy", "rule": "r"}}}
+    (row,) = report.entropy_shift_results(per_run, specs, n_resamples=2000).itertuples()
+    assert row.difference == pytest.approx(0.031) and row.ci_low > 0.02 and row.verdict == "entropy rises"
+    assert row.bootstrap_ci_low < 0 < row.bootstrap_ci_high and row.bootstrap_verdict == "unmoved"
 
 
 def _report_folder(path: Path, profile: str, scores: dict, runs: dict) -> Path:

@@ -11,6 +11,7 @@ and no torch. Modules:
     experiments  one section per (experiment, subset); each experiment's primary comparison
     page       the self-contained HTML page (Jinja2 template, CSS and JS in templates/ and static/)
     figures    the figures, each built from data with the data it plotted
+    steps      steps.csv: the per-step training metrics, compact (`steps_table`, `write_steps`, `read_steps`)
     cli        build_report, publish, provenance and ``python -m bandpo.report build|publish``
 
 Outputs of `build_report` (``--out``, default: the results folder itself; every file written atomically)::
@@ -29,6 +30,10 @@ Outputs of `build_report` (``--out``, default: the results folder itself; every 
     stats.csv              long table: every (model, entry, task or "all", metric@k) with its statistics
     scores.csv             the per-seed scores exactly as read from lm-eval's files (`load_eval_scores`)
     runs.csv               one row per training run: final entropy / reward, clip fraction, training time
+    steps.csv              one row per (run, step): entropy, reward, accuracy, KL, clip fractions overall / by
+                           direction / by old-probability bucket, stopped fractions by advantage sign, the probe's
+                           measurement (bandpo.report.steps): runs.csv's training columns and the training figures
+                           recompute from it
     figures/bounds.png             (a) ratio bounds, (b) probability-change bounds against old probability, from
                                    the bounds table (bandpo.bounds_table)
     figures/training_curves.png    token entropy and reward against step, mean over seeds with a 95% CI band
@@ -39,7 +44,8 @@ Outputs of `build_report` (``--out``, default: the results folder itself; every 
     figures/probe_clipfrac_buckets.png  experiment probe: clip fraction by old-probability bucket
     figures/{name}.csv             the data each figure plotted (an experiment's figures are placeholders, left off
                                    the page, when it has no runs)
-    primary.csv            each experiment's primary comparison (treatment - control, 95% bootstrap CI, verdict)
+    primary.csv            each experiment's primary comparison (paired treatment - control, 95% paired t
+                           interval, verdict; the earlier bootstrap rule beside it)
 
 The entry ``base`` is the untrained base model (the step-0 row); it has scores but no training run. An entry's
 parameter label is its runs' ``method_label`` (run.json), else ``k=v, ...`` of their parameters.
@@ -84,6 +90,7 @@ from bandpo.report.stats import (
     metric_label,
     minimum_detectable_difference,
     paired_comparison,
+    paired_t_power,
     power_table,
     probability_of_improvement,
     rerun_agreement,
@@ -93,6 +100,7 @@ from bandpo.report.stats import (
     seeds_needed,
     t_interval,
 )
+from bandpo.report.steps import read_steps, steps_table, write_steps
 from bandpo.report.tables import entry_labels, entry_order, leaderboard, leaderboard_markdown, per_task_table
 from bandpo.sweep import BASE_ENTRY
 
@@ -133,6 +141,7 @@ __all__ = [
     "t_interval",
     "of_experiment",
     "paired_comparison",
+    "paired_t_power",
     "params_label",
     "per_task_table",
     "placeholder_figure",
@@ -148,5 +157,8 @@ __all__ = [
     "score_stats",
     "seed_bands",
     "seeds_needed",
+    "read_steps",
+    "steps_table",
+    "write_steps",
     "training_curves_figure",
 ]

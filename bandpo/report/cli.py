@@ -49,6 +49,7 @@ from bandpo.report.load import (
 )
 from bandpo.report.page import leaderboard_html
 from bandpo.report.stats import DEFAULT_BASELINE, power_table, rerun_agreement
+from bandpo.report.steps import write_steps
 from bandpo.report.tables import (
     beside_markdown,
     beside_table,
@@ -61,7 +62,8 @@ from bandpo.sweep import MAIN
 
 OFFPOLICY_AXIS = "offpolicy"  # the axis the page's two axis figures show (config axes.offpolicy)
 LEADERBOARD_FILES = ("leaderboard.csv", "leaderboard.md", "leaderboard.html")
-PUBLISHED_TABLES = ("stats.csv", "scores.csv", "runs.csv", "primary.csv", "axis.csv", "axis_runs.csv")  # when present
+# published with the leaderboard when present
+PUBLISHED_TABLES = ("stats.csv", "scores.csv", "runs.csv", "primary.csv", "steps.csv", "axis.csv", "axis_runs.csv")
 
 
 def build_report(
@@ -75,6 +77,7 @@ def build_report(
     embed_figures: bool = True,
     experiments: Mapping[str, Mapping] | None = None,
     axes: Mapping[str, Mapping] | None = None,
+    page_figures: str | os.PathLike | None = None,
 ) -> dict[str, Path]:
     """Load everything under ``results_dir`` (= ``results/{profile}``), compute the statistics, write the tables
     and figures into ``out_dir`` (default: ``results_dir``). ``bounds`` is the bounds table of the bound figure
@@ -82,7 +85,9 @@ def build_report(
     experiments ({id: {description, primary}}) whose notes and primary comparisons (primary.csv) the page shows;
     the sections themselves come from the files (`bandpo.report.experiments`); an experiment's ``reuse`` entries
     are main's runs, copied into it (`bandpo.report.axis.with_reuse`). ``axes``: the config's design axes, whose
-    rules are written to axis.csv (per run: axis_runs.csv). Returns {name: path} of what was written."""
+    rules are written to axis.csv (per run: axis_runs.csv). ``page_figures``: the folder whose PNGs the HTML page
+    embeds (default: the figures written here; a rebuild from the published tables, whose runs hold no per-step
+    curves, embeds the published ones). Returns {name: path} of what was written."""
     results_dir = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else results_dir
     if not results_dir.is_dir():
@@ -144,6 +149,7 @@ def build_report(
     for name, df in tables:
         write_csv(df, out / name)
         written[name] = out / name
+    written["steps.csv"] = write_steps(metrics, out / "steps.csv")  # the per-step metrics behind runs.csv and figures
     tasks = per_task_table(main_stats, of_experiment(board, MAIN))
     notes = experiment_notes(specs, primary)
     power = power_table(stats)
@@ -152,7 +158,8 @@ def build_report(
     md = leaderboard_markdown(board, shown, per_task=tasks, notes=notes, power=power, panels=panels)
     atomic_write_text(out / "leaderboard.md", md)
     written["leaderboard.md"] = out / "leaderboard.md"
-    figs = {name: fig_dir / f"{name}.png" for name in shown} if embed_figures else None
+    page_dir = Path(page_figures) if page_figures is not None else fig_dir
+    figs = {name: page_dir / f"{name}.png" for name in shown} if embed_figures else None
     delta = float(bounds_table["delta"].iloc[0]) if not bounds_table.empty else float("nan")
     captions = {name: text.format(delta=delta) for name, text in FIGURE_CAPTIONS.items()}
     page = leaderboard_html(board, figs, captions, per_task=tasks, notes=notes, power=power, panels=panels)
@@ -218,30 +225,31 @@ def provenance(
     config: Mapping | None = None,
     models: Sequence[str | os.PathLike] = (),
     results_dir: str | os.PathLike | None = None,
+    repo: str | os.PathLike | None = None,
 ) -> dict:
-    """Where published numbers come from: git commit (and whether the tree had uncommitted changes), Python and
+    """Where published numbers come from: the git commit of the checkout ``repo`` (default: the suite's own) and
+    whether its code and config differ from that commit, and how (`bandpo.provenance.code_changes`: ``code_dirty``,
+    ``code_changes``; the DAG's outputs under results/, resources/, logs/ and .snakemake/ do not count), Python and
     package versions, the machine (`bandpo.provenance.machine`), the resolved run config when given, each base
     model's weights checksum and build machine (`base_models`), and the numerics of the jobs behind
     ``results_dir`` (`numerics`)."""
     import subprocess
 
-    from bandpo.provenance import machine, versions
+    from bandpo.provenance import code_changes, machine, versions
 
-    def git(*args: str) -> str | None:
-        try:
-            proc = subprocess.run(["git", *args], capture_output=True, text=True, timeout=30, check=True,
-                                  cwd=Path(__file__).resolve().parent)  # the suite's checkout  # fmt: skip
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return proc.stdout.strip()
-
+    repo = Path(repo) if repo is not None else Path(__file__).resolve().parent  # the suite's checkout
+    try:
+        proc = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=30, check=True)  # fmt: skip
+        commit = proc.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = None
     packages = versions(*PROVENANCE_PACKAGES)
     python = packages.pop("python")
     host = machine()
-    status = git("status", "--porcelain", "--untracked-files=no")
     return {
-        "git_commit": git("rev-parse", "HEAD"),
-        "git_dirty": bool(status) if status is not None else None,
+        "git_commit": commit,
+        **code_changes(repo),
         "python": python,
         "platform": host["platform"],
         "cpu_count": host["cpu_count"],
@@ -259,10 +267,11 @@ def publish(
     config: Mapping | None = None,
     models: Sequence[str | os.PathLike] = (),
 ) -> list[Path]:
-    """Copy a profile's leaderboard (``src/leaderboard.{csv,md,html}``), tables (``stats.csv``, ``scores.csv``,
-    ``runs.csv``) and figures (``src/figures/*.png``) to ``dest`` (same names), each file atomically, and write
-    ``dest/provenance.json`` (`provenance`: git commit, package versions, the run config, the checksums of the
-    base models ``models`` and the numerics of the jobs under ``src``). Returns the written paths."""
+    """Copy a profile's leaderboard (``src/leaderboard.{csv,md,html}``), tables (`PUBLISHED_TABLES`: stats, scores,
+    runs, primary comparisons, per-step metrics) and figures (``src/figures/*.png``) to ``dest`` (same names), each
+    file atomically, and write ``dest/provenance.json`` (`provenance`: git commit and code changes, package
+    versions, the run config, the checksums of the base models ``models`` and the numerics of the jobs under
+    ``src``). Returns the written paths."""
     src, dest = Path(src), Path(dest)
     missing = [n for n in LEADERBOARD_FILES if not (src / n).is_file()]
     if missing:

@@ -120,7 +120,8 @@ def _row_series(frame: pd.DataFrame) -> list[pd.Series]:
 
 
 def headline(res: Results) -> str:
-    """BandPO-KL against GRPO where the config fixed a primary comparison of scores, with the base model."""
+    """BandPO-KL against GRPO where the config fixed a primary comparison of scores, with the base model: the
+    primary rule's paired difference, its 95% paired t interval and verdict (primary.csv)."""
     rows = []
     for p in _row_series(res.primary[res.primary.metric == METRIC]):
         subset = res.scores.loc[res.scores.task == p["task"], "subset"].iloc[0]  # the task's part of the data
@@ -129,25 +130,28 @@ def headline(res: Results) -> str:
                                     for e in ("base", p["control"], p["treatment"]))  # fmt: skip
         rows.append([
             p["experiment"], where, num(base[METRIC]), num(control[METRIC]), num(treatment[METRIC]),
-            paired(treatment), f"{ci(p['difference'], p['ci_low'], p['ci_high'], sign=True)} {p['verdict']}",
+            ci(p["difference"], p["ci_low"], p["ci_high"], sign=True), p["verdict"],
         ])  # fmt: skip
-    head = ["experiment", "model", "base", "GRPO", "BandPO-KL", "BandPO-KL − GRPO, paired t",
-            "primary: bootstrap CI, verdict"]  # fmt: skip
+    head = ["experiment", "model", "base", "GRPO", "BandPO-KL", "BandPO-KL − GRPO, paired t", "primary verdict"]
     return md_table(head, rows, right=2)
 
 
 def primary(res: Results) -> str:
-    """primary.csv as it stands: scores in points, entropies in nats."""
+    """primary.csv as it stands: scores in points, entropies in nats; the paired rule, then the bootstrap rule the
+    published run was fixed with before issue #21 (secondary)."""
     rows = []
     for p in _row_series(res.primary):
         entropy = p["metric"].startswith("entropy")
         digits, scale = (3, 1.0) if entropy else (1, 100.0)
         rows.append([
             p["experiment"], p["model"], p["metric"] + ("" if entropy else f" ({p['task']})"),
-            f"{p['treatment']} − {p['control']}", f"{p['n_treatment']} / {p['n_control']}",
+            f"{p['treatment']} − {p['control']}", str(p["n_pairs"]),
             ci(p["difference"], p["ci_low"], p["ci_high"], digits, scale, sign=True), p["verdict"],
+            f"[{num(p['bootstrap_ci_low'], digits, scale, True)}, {num(p['bootstrap_ci_high'], digits, scale, True)}]"
+            f" {p['bootstrap_verdict']}",
         ])  # fmt: skip
-    head = ["experiment", "model", "metric", "comparison", "n", "difference [95% bootstrap CI]", "verdict"]
+    head = ["experiment", "model", "metric", "comparison", "pairs", "difference [95% paired t]", "verdict",
+            "before #21: bootstrap CI, verdict"]  # fmt: skip
     return md_table(head, rows, right=4)
 
 
@@ -184,23 +188,24 @@ def entropy_changes(res: Results) -> pd.DataFrame:
 
 
 def entropy_shift(res: Results) -> str:
-    """Per rule and pooled: step-1 and final entropy, the paired t interval of final - step 1, and the verdict of
-    the pre-registered bootstrap rule (primary.csv)."""
+    """Per rule and pooled: step-1 and final entropy, the paired t interval of final - step 1, the primary verdict
+    (primary.csv: the paired rule) and the verdict of the bootstrap rule fixed before issue #21."""
     changes = entropy_changes(res)
-    verdicts = res.primary[res.primary.experiment == "random-reward"].set_index("treatment")["verdict"]
+    verdicts = res.primary[res.primary.experiment == "random-reward"].set_index("treatment")
     by_seed = changes.groupby("seed", as_index=False)[["first", "final", "change"]].mean()
     groups = [*changes.groupby("entry", sort=True), (f"pool of all {len(changes)} runs", changes),
               (f"per base model: mean over the rules, {len(by_seed)} seeds", by_seed)]  # fmt: skip
     rows = []
     for entry, g in groups:
         lo, hi = t_interval(g["change"])
+        v = verdicts.loc[entry] if entry in verdicts.index else None
         rows.append([
             entry, len(g), num(g["first"].mean(), 3, 1.0), num(g["final"].mean(), 3, 1.0),
             ci(g["change"].mean(), lo, hi, 3, 1.0, sign=True), "yes" if lo > 0 or hi < 0 else "no",
-            verdicts.get(entry, ""),
+            "" if v is None else v["verdict"], "" if v is None else v["bootstrap_verdict"],
         ])  # fmt: skip
     head = ["rule", "n", "entropy, step 1", "entropy, final", "final − step 1, paired t", "t interval excludes 0",
-            "bootstrap rule (primary.csv)"]  # fmt: skip
+            "primary verdict", "before #21: bootstrap rule"]  # fmt: skip
     return md_table(head, rows, right=1)
 
 
@@ -237,6 +242,15 @@ def power(res: Results) -> str:
     return md_table(head, rows, right=3)
 
 
+def mde_main(res: Results) -> str:
+    """The main experiment's minimum detectable difference of mean@8 per model size, in reverse name order
+    (tiny-s, then tiny-m): "5.8 points on tiny-s, 4.9 on tiny-m"."""
+    p = power_table(res.stats)
+    p = p[(p["experiment"] == "main") & (p["label"] == METRIC)].sort_values("model", ascending=False)
+    parts = [f"{num(r['mde'])}{' points' if i == 0 else ''} on {r['model']}" for i, r in enumerate(_row_series(p))]
+    return ", ".join(parts)
+
+
 def cost(res: Results) -> str:
     """Training time of the published runs (runs.csv), per experiment and model."""
     rows = []
@@ -255,6 +269,7 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "gains": gains,
     "spread": spread,
     "power": power,
+    "mde-main": mde_main,
     "cost": cost,
     "entropy-shift": entropy_shift,
     "entropy-pool": entropy_pool,

@@ -6,10 +6,16 @@ own (statistics, baseline, P(improvement) within the experiment), once per ``sub
 the data (the probe's ``probe`` and ``rest``), so a row of the leaderboard is (experiment, subset, model, entry).
 
 The primary comparison of an experiment (its config's ``primary``: ``compare: [treatment, control]``, the task and
-score family) is the difference of the two entries' means over seeds of the final score, with a 95% percentile-
-bootstrap interval that resamples each entry's seeds independently (`primary_results`). A descriptive experiment
-whose ``primary`` reads ``score: entropy`` (the random-reward control) has no treatment and control: each entry's
-final token entropy is set against the base model's entropy at step 1 (`entropy_shift_results`).
+score family) is paired, as the design is: seed s of both entries trains from base model s with seed s, so the
+unit is the per-seed difference treatment - control; its mean with the 95% paired t interval decides
+(`primary_results`). A descriptive experiment whose ``primary`` reads ``score: entropy`` (the random-reward
+control) has no treatment and control: each run's final token entropy is paired with its own entropy at step 1
+(the base model's: the rollout policy of step 1), the same way (`entropy_shift_results`).
+
+Both also give, as a secondary and descriptive column, the rule the first published run was fixed with (before
+issue #21): the difference of the seed means with a 95% percentile-bootstrap interval that resamples each side's
+seeds independently (``bootstrap_ci_low``, ``bootstrap_ci_high``, ``bootstrap_verdict``); it ignores the pairing and
+is too narrow at 3-5 seeds (docs/statistics.md).
 """
 
 from __future__ import annotations
@@ -20,13 +26,23 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bandpo.report.stats import bootstrap_ci, mean_of_means, run_stats, score_stats, seeded_rng
+from bandpo.report.stats import (
+    SCORE_DIFF_RANGE,
+    bootstrap_ci,
+    mean_of_means,
+    run_stats,
+    score_stats,
+    seeded_rng,
+    t_interval,
+)
 from bandpo.report.tables import entry_graders, entry_labels, leaderboard
 from bandpo.sweep import MAIN
 
 SECTION_KEYS = ["experiment", "subset"]
 PRIMARY_COLUMNS = ["experiment", "model", "task", "metric", "treatment", "control", "n_treatment", "n_control",
-                   "treatment_mean", "control_mean", "difference", "ci_low", "ci_high", "verdict"]  # fmt: skip
+                   "n_pairs", "treatment_mean", "control_mean", "difference", "ci_low", "ci_high", "verdict",
+                   "bootstrap_ci_low", "bootstrap_ci_high", "bootstrap_verdict"]  # fmt: skip
+NO_INTERVAL = "no interval (fewer than 2 pairs)"
 
 
 def experiment_order(*frames: pd.DataFrame) -> list[str]:
@@ -86,6 +102,37 @@ def _diff_of_means(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.mean(a, axis=axis) - np.mean(b, axis=axis)
 
 
+def _verdict(lo: float, hi: float, above: str, below: str, neither: str, missing: str = NO_INTERVAL) -> str:
+    """The rule's verdict from an interval: ``above`` if it lies above 0, ``below`` if below, else ``neither``;
+    ``missing`` without an interval."""
+    if np.isnan(lo) or np.isnan(hi):
+        return missing
+    return above if lo > 0 else (below if hi < 0 else neither)
+
+
+def paired_rule(
+    treatment: pd.Series, control: pd.Series, confidence: float = 0.95, bounds: tuple[float, float] = SCORE_DIFF_RANGE
+) -> dict[str, Any]:
+    """The paired primary rule on per-seed values (indexed by seed; seed s of both sides trained from base model s
+    with seed s): the differences treatment_s - control_s over the seeds both have, their mean and its 95% paired t
+    interval (`t_interval`, cut to ``bounds``). Returns n_pairs, treatment_mean and control_mean (over the paired
+    seeds, so that difference = treatment_mean - control_mean), difference, ci_low, ci_high."""
+    seeds = sorted(set(treatment.index) & set(control.index))
+    x = treatment.loc[seeds].to_numpy(np.float64)
+    y = control.loc[seeds].to_numpy(np.float64)
+    d = x - y
+    lo, hi = t_interval(d, confidence, bounds)
+    nan = float("nan")
+    return {
+        "n_pairs": len(seeds),
+        "treatment_mean": float(x.mean()) if seeds else nan,
+        "control_mean": float(y.mean()) if seeds else nan,
+        "difference": float(d.mean()) if seeds else nan,
+        "ci_low": lo,
+        "ci_high": hi,
+    }
+
+
 def primary_results(
     scores: pd.DataFrame,
     specs: Mapping[str, Mapping[str, Any]],
@@ -95,9 +142,12 @@ def primary_results(
 ) -> pd.DataFrame:
     """Each experiment's primary comparison, per model: ``specs`` maps an experiment to its config (``primary``:
     ``compare: [treatment, control]``, ``task`` (default: every task of the experiment, averaged per seed),
-    ``score`` (a metric family, default ``mean``: mean@k at the largest k)). Difference treatment - control of
-    the means over seeds, its bootstrap CI (seeds resampled within each entry), and the verdict the rule fixes:
-    ``treatment better`` (CI above 0), ``control better`` (CI below 0), else ``unresolved``."""
+    ``score`` (a metric family, default ``mean``: mean@k at the largest k)). The rule is paired (`paired_rule`):
+    the mean over seeds of treatment_s - control_s with its 95% paired t interval, and the verdict it fixes:
+    ``treatment better`` (interval above 0), ``control better`` (below 0), else ``unresolved``; seeds only one
+    side has are left out (n_treatment, n_control and n_pairs show them). Secondary: the difference of the two
+    sides' seed means with a percentile-bootstrap interval resampling each side's seeds on their own
+    (``bootstrap_*``, the rule before issue #21)."""
     rows = []
     for xp, spec in specs.items():
         primary = (spec or {}).get("primary") or {}
@@ -113,22 +163,28 @@ def primary_results(
             continue
         xs = xs[xs["k"] == xs.groupby("task")["k"].transform("max")]
         for model, g in xs.groupby("model", sort=True):
-            per_seed = g.groupby(["entry", "seed"])["value"].mean()
-            arms = [per_seed.get(e, pd.Series(dtype=float)).to_numpy(np.float64) for e in compare]
-            if any(a.size == 0 for a in arms):
+            tasks = sorted(g["task"].unique())
+            # a seed's score: its mean over the tasks, for the seeds that have every one of them
+            wide = g.pivot_table(index=["entry", "seed"], columns="task", values="value", aggfunc="mean")
+            per_seed = wide.reindex(columns=tasks).dropna().mean(axis=1)
+            arms = [per_seed.xs(e, level="entry") if e in per_seed.index.get_level_values("entry")
+                    else pd.Series(dtype=float) for e in compare]  # fmt: skip
+            if any(a.empty for a in arms):
                 continue
-            diff = float(arms[0].mean() - arms[1].mean())
-            lo, hi = bootstrap_ci(arms, _diff_of_means, n_resamples, seeded_rng(seed, "primary", xp, model), confidence)
-            verdict = "unresolved"
-            if lo > 0:
-                verdict = f"{compare[0]} better"
-            elif hi < 0:
-                verdict = f"{compare[1]} better"
+            rule = paired_rule(arms[0], arms[1], confidence)
+            better = (f"{compare[0]} better", f"{compare[1]} better", "unresolved")
+            verdict = _verdict(rule["ci_low"], rule["ci_high"], *better)
+            values = [a.to_numpy(np.float64) for a in arms]
+            rng = seeded_rng(seed, "primary", xp, model)
+            b_lo, b_hi = bootstrap_ci(values, _diff_of_means, n_resamples, rng, confidence)
+            b_verdict = _verdict(b_lo, b_hi, *better, missing="no interval")
             k = g["k"].max()
-            task = primary.get("task") or ",".join(sorted(g["task"].unique()))
             metric = f"{family}@{int(k)}" if k == k else family
-            rows.append([xp, model, task, metric, compare[0], compare[1], arms[0].size, arms[1].size,
-                         float(arms[0].mean()), float(arms[1].mean()), diff, lo, hi, verdict])  # fmt: skip
+            rows.append({"experiment": xp, "model": model, "task": primary.get("task") or ",".join(tasks),
+                         "metric": metric, "treatment": compare[0], "control": compare[1],
+                         "n_treatment": len(values[0]), "n_control": len(values[1]), **rule, "verdict": verdict,
+                         "bootstrap_ci_low": b_lo, "bootstrap_ci_high": b_hi,
+                         "bootstrap_verdict": b_verdict})  # fmt: skip
     return pd.DataFrame(rows, columns=PRIMARY_COLUMNS)
 
 
@@ -143,13 +199,15 @@ def entropy_shift_results(
     seed: int = 0,
 ) -> pd.DataFrame:
     """The rule of an experiment whose ``primary`` has ``score: entropy``, read from the per-run statistics
-    (`build_sections`' third frame, ``runs.csv``): per (model, entry), the final token entropy of each seed's run
-    (``entropy_final``: mean over the last 10% of its steps) and the 95% percentile-bootstrap CI of their mean,
-    against the reference: the base model's entropy at step 1 (``entropy_first``: the rollout policy of step 1 is
-    the base model), averaged over every run of the experiment on that model. ``entropy rises`` if the CI lies above
-    the reference, ``entropy falls`` if below, else ``unmoved``. Rows have `PRIMARY_COLUMNS`: treatment = the entry,
-    control = ``step 1``, difference and CI = final entropy minus the reference (nats), n_control = runs averaged
-    into the reference."""
+    (`build_sections`' third frame, ``runs.csv``), paired within each run: per (model, entry), each seed's final
+    token entropy (``entropy_final``: mean over the last 10% of its steps) minus its own entropy at step 1
+    (``entropy_first``: the base model's, since the rollout policy of step 1 is the base model), the mean of these
+    differences with its 95% paired t interval (`paired_rule`). ``entropy rises`` if the interval lies above 0,
+    ``entropy falls`` if below, else ``unmoved``. Rows have `PRIMARY_COLUMNS`: treatment = the entry, control =
+    ``step 1``, treatment_mean / control_mean = mean final / step-1 entropy of its runs, difference and interval in
+    nats. Secondary (``bootstrap_*``, the rule before issue #21): the percentile-bootstrap interval of the mean
+    final entropy against the step-1 entropy averaged over every run of the experiment on that model, as a
+    difference."""
     rows = []
     for xp, spec in specs.items():
         primary = (spec or {}).get("primary") or {}
@@ -162,17 +220,17 @@ def entropy_shift_results(
         for model, gm in xr.groupby("model", sort=True):
             reference = float(gm["entropy_first"].mean())
             for entry, ge in gm.groupby("entry", sort=True):
-                final = ge.sort_values("seed")["entropy_final"].to_numpy(np.float64)
+                runs = ge.set_index("seed").sort_index()
+                rule = paired_rule(runs["entropy_final"], runs["entropy_first"], confidence, (-np.inf, np.inf))
+                verdict = _verdict(rule["ci_low"], rule["ci_high"], "entropy rises", "entropy falls", "unmoved")
+                final = runs["entropy_final"].to_numpy(np.float64)
                 rng = seeded_rng(seed, "entropy", xp, model, entry)
                 lo, hi = bootstrap_ci([final], mean_of_means, n_resamples, rng, confidence)
-                verdict = "unmoved"
-                if np.isnan(lo):
-                    verdict = "no interval (fewer than 2 seeds)"
-                elif lo > reference:
-                    verdict = "entropy rises"
-                elif hi < reference:
-                    verdict = "entropy falls"
-                rows.append([xp, model, "", "entropy_final", entry, "step 1", final.size, len(gm),
-                             float(final.mean()), reference, float(final.mean()) - reference, lo - reference,
-                             hi - reference, verdict])  # fmt: skip
+                b_verdict = _verdict(lo - reference, hi - reference, "entropy rises", "entropy falls", "unmoved",
+                                     "no interval")  # fmt: skip
+                rows.append({"experiment": xp, "model": model, "task": "", "metric": "entropy_final",
+                             "treatment": entry, "control": "step 1", "n_treatment": len(runs),
+                             "n_control": len(runs), **rule, "verdict": verdict,
+                             "bootstrap_ci_low": lo - reference, "bootstrap_ci_high": hi - reference,
+                             "bootstrap_verdict": b_verdict})  # fmt: skip
     return pd.DataFrame(rows, columns=PRIMARY_COLUMNS)

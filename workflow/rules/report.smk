@@ -8,7 +8,7 @@
 REPORT_FIGURES = ["bounds", "training_curves", "clipfrac_buckets", "final_scores", "random_reward_entropy",
                   "probe_curves", "probe_clipfrac_buckets", "offpolicy_dose", "offpolicy_entropy"]  # fmt: skip
 REPORT_TABLES = ["leaderboard.csv", "leaderboard.md", "leaderboard.html", "stats.csv", "scores.csv", "runs.csv",
-                 "primary.csv"]  # fmt: skip
+                 "primary.csv", "steps.csv"]  # fmt: skip
 # What the report reads of each experiment (description, primary metric and decision rule; the runs it reuses from
 # main; its axis and selection), from the config, and the design axes whose cells are in this DAG.
 REPORT_EXPERIMENTS = {
@@ -60,6 +60,7 @@ rule report:
         runs=f"{RESULTS}/runs.csv",
         primary=f"{RESULTS}/primary.csv",
         axis=[f"{RESULTS}/{name}" for name in ("axis.csv", "axis_runs.csv") if REPORT_AXES],
+        steps=f"{RESULTS}/steps.csv",
         figures=[
             report(f"{RESULTS}/figures/{name}.png", caption=f"../report/{name}.rst", category="Figures")
             for name in REPORT_FIGURES
