@@ -489,9 +489,10 @@ def complete_experiments(cfg: dict[str, Any]) -> None:
         tasks = [t["task"] for t in xp["eval_tasks"]]
         if len(set(tasks)) != len(tasks):
             fail(where + ["eval_tasks"], f"a task is listed twice: {tasks}")
-        for i, e in enumerate((xp.get("primary") or {}).get("compare") or []):
-            if e not in xp["methods"]:
-                fail(where + ["primary", "compare", i], f"entry {e!r} is not among the experiment's methods")
+        for key in ("compare", "entropy_compare"):
+            for i, e in enumerate((xp.get("primary") or {}).get(key) or []):
+                if e not in xp["methods"]:
+                    fail(where + ["primary", key, i], f"entry {e!r} is not among the experiment's methods")
         for i, e in enumerate(xp["methods"]):
             if not cell_models(cfg, xp, e):
                 fail(where + ["methods", i], f"entry {e!r} runs on none of the experiment's models {xp['models']}"

@@ -232,3 +232,15 @@ def test_panels_show_the_rules_the_per_value_table_and_the_selection():
     assert set(per_value.table["mean@k diff (points)"]) == {"not scored"}  # no lm-eval scores in this frame
     assert chosen.heading == "Experiment sep: the regime the axis selected (D = 4)"
     assert list(chosen.table["interval above 0"]) == ["yes", "yes", "no"]
+
+
+def test_secondary_entropy_pairs_by_seed():
+    from bandpo.report.experiments import entropy_pair_results
+
+    per_run = pd.DataFrame([{"experiment": "sep", "model": "m", "entry": e, "seed": s, "entropy_final": v + 0.01 * s}
+                            for e, v in (("grpo", 0.1), ("arm", 0.2), ("other", 0.1)) for s in range(4)])  # fmt: skip
+    specs = {"sep": {"primary": {"compare": ["arm", "grpo"], "entropy_compare": ["arm", "other"]}}}
+    rows = entropy_pair_results(per_run, specs).set_index("treatment")
+    assert rows.loc["arm", "difference"] == pytest.approx(0.1) and rows.loc["arm", "verdict"] == "higher entropy"
+    assert rows.loc["arm", "n_pairs"] == 4 and rows.loc["other", "difference"] == pytest.approx(0.0)
+    assert rows.loc["other", "verdict"] == "unresolved" and set(rows["control"]) == {"grpo"}

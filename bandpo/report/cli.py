@@ -25,7 +25,13 @@ import pandas as pd
 
 from bandpo.files import atomic_write_bytes, atomic_write_text
 from bandpo.report.axis import axis_cells, axis_panels, axis_results, run_outcomes, select_setting, with_reuse
-from bandpo.report.experiments import build_sections, entropy_shift_results, of_experiment, primary_results
+from bandpo.report.experiments import (
+    build_sections,
+    entropy_pair_results,
+    entropy_shift_results,
+    of_experiment,
+    primary_results,
+)
 from bandpo.report.figures import (
     EXPERIMENT_FIGURES,
     FIGURE_CAPTIONS,
@@ -140,6 +146,9 @@ def build_report(
     shifts = entropy_shift_results(per_run, specs, n_resamples, confidence, seed)
     if not shifts.empty:
         primary = pd.concat([primary, shifts], ignore_index=True) if not primary.empty else shifts
+    pairs = entropy_pair_results(per_run, specs, confidence)
+    if not pairs.empty:
+        primary = pd.concat([primary, pairs], ignore_index=True) if not primary.empty else pairs
     tables = [("scores.csv", scores), ("stats.csv", stats), ("runs.csv", per_run), ("leaderboard.csv", board),
               ("primary.csv", primary)]  # fmt: skip
     if axes:

@@ -30,6 +30,7 @@ from bandpo.report.stats import (
     SCORE_DIFF_RANGE,
     bootstrap_ci,
     mean_of_means,
+    minimum_detectable_difference,
     run_stats,
     score_stats,
     seeded_rng,
@@ -40,7 +41,7 @@ from bandpo.sweep import MAIN
 
 SECTION_KEYS = ["experiment", "subset"]
 PRIMARY_COLUMNS = ["experiment", "model", "task", "metric", "treatment", "control", "n_treatment", "n_control",
-                   "n_pairs", "treatment_mean", "control_mean", "difference", "ci_low", "ci_high", "verdict",
+                   "n_pairs", "treatment_mean", "control_mean", "difference", "ci_low", "ci_high", "mde", "verdict",
                    "bootstrap_ci_low", "bootstrap_ci_high", "bootstrap_verdict"]  # fmt: skip
 NO_INTERVAL = "no interval (fewer than 2 pairs)"
 
@@ -116,7 +117,9 @@ def paired_rule(
     """The paired primary rule on per-seed values (indexed by seed; seed s of both sides trained from base model s
     with seed s): the differences treatment_s - control_s over the seeds both have, their mean and its 95% paired t
     interval (`t_interval`, cut to ``bounds``). Returns n_pairs, treatment_mean and control_mean (over the paired
-    seeds, so that difference = treatment_mean - control_mean), difference, ci_low, ci_high."""
+    seeds, so that difference = treatment_mean - control_mean), difference, ci_low, ci_high, and mde: the
+    minimum detectable difference of this paired t test at 80% power (`minimum_detectable_difference`, exact
+    noncentral t), with the SD of these few differences standing in for the true one."""
     seeds = sorted(set(treatment.index) & set(control.index))
     x = treatment.loc[seeds].to_numpy(np.float64)
     y = control.loc[seeds].to_numpy(np.float64)
@@ -130,6 +133,7 @@ def paired_rule(
         "difference": float(d.mean()) if seeds else nan,
         "ci_low": lo,
         "ci_high": hi,
+        "mde": minimum_detectable_difference(float(np.std(d, ddof=1)), len(seeds)) if len(seeds) >= 2 else nan,
     }
 
 
@@ -189,6 +193,37 @@ def primary_results(
 
 
 ENTROPY = "entropy"  # primary ``score`` of a descriptive experiment read from training, not from lm-eval
+
+
+def entropy_pair_results(
+    per_run: pd.DataFrame, specs: Mapping[str, Mapping[str, Any]], confidence: float = 0.95
+) -> pd.DataFrame:
+    """The secondary rows of an experiment whose ``primary`` names ``entropy_compare: [entry, ...]``: per model and
+    entry, the paired difference of final token entropy (``entropy_final``, mean over the last 10% of steps) from
+    the primary's control (same base model and seed), with its 95% paired t interval and MDE (`paired_rule`), in
+    nats. Rows have `PRIMARY_COLUMNS`, metric ``entropy_final``; verdict ``higher entropy`` / ``lower entropy`` /
+    ``unresolved``."""
+    rows = []
+    for xp, spec in specs.items():
+        primary = (spec or {}).get("primary") or {}
+        arms, compare = primary.get("entropy_compare") or [], primary.get("compare") or []
+        xr = of_experiment(per_run, xp)
+        if not arms or len(compare) < 2 or xr.empty:
+            continue
+        control = compare[1]
+        for model, gm in xr.dropna(subset=["entropy_final"]).groupby("model", sort=True):
+            ctrl = gm[gm["entry"] == control].set_index("seed")["entropy_final"]
+            for arm in arms:
+                runs = gm[gm["entry"] == arm].set_index("seed")["entropy_final"]
+                if runs.empty or ctrl.empty:
+                    continue
+                rule = paired_rule(runs, ctrl, confidence, (-np.inf, np.inf))
+                verdict = _verdict(rule["ci_low"], rule["ci_high"], "higher entropy", "lower entropy", "unresolved")
+                rows.append({"experiment": xp, "model": model, "task": "", "metric": "entropy_final",
+                             "treatment": arm, "control": control, "n_treatment": len(runs), "n_control": len(ctrl),
+                             **rule, "verdict": verdict, "bootstrap_ci_low": np.nan, "bootstrap_ci_high": np.nan,
+                             "bootstrap_verdict": ""})  # fmt: skip
+    return pd.DataFrame(rows, columns=PRIMARY_COLUMNS)
 
 
 def entropy_shift_results(
