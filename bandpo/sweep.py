@@ -30,6 +30,7 @@ from bandpo.files import package_data
 
 BASE_ENTRY = "base"  # the reserved method-entry id of the untrained base model (the step-0 row)
 MAIN = "main"  # the experiment of the sweep itself (models x methods x seeds); runs without one belong to it
+ATLAS_STEPS = 6  # training steps whose mini-batches the equivalence atlas measures (bandpo.atlas's default)
 SLOT_SEP = "@"  # run folders of other experiments: {entry}@{experiment} (ids cannot hold "@")
 
 
