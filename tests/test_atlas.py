@@ -1,6 +1,6 @@
 """The equivalence atlas (bandpo.atlas): the derivation's identities on the synthetic grid, checked against the
 tensors directly (not through the atlas's own region functions); stop masks against the clip diagnostics; the
-real-rollout path on a tiny model built here; input errors; the table's Markdown."""
+real-rollout path on a tiny model built here; input errors; the report's atlas section and its publication."""
 
 from __future__ import annotations
 
@@ -233,7 +233,7 @@ def test_cli(assets, tmp_path, capsys):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# The atlas table's Markdown
+# The report: the atlas section of the leaderboard and its publication
 
 
 def test_markdown_escapes_and_counts(tmp_path):
@@ -247,3 +247,26 @@ def test_markdown_escapes_and_counts(tmp_path):
     with pytest.raises(ValueError, match="not an atlas table, missing column"):
         load_atlas(tmp_path / "other.csv")
     assert load_atlas(ROOT / "no-such-atlas.csv") is None
+
+
+def test_report_shows_and_publishes_the_atlas(tmp_path):
+    """`build_report` puts a results folder's atlas.csv on the page and in the Markdown; `publish` copies it."""
+    from published_runs import published_experiments, rebuild_run_outputs
+
+    from bandpo import report
+
+    results = rebuild_run_outputs(ROOT / "results", tmp_path)
+    table = atlas.atlas_table({"synthetic": atlas.evaluate(*atlas.synthetic_grid())})
+    table.to_csv(results / "atlas.csv", index=False)
+    report.build_report(results, n_resamples=20, experiments=published_experiments(ROOT / "results"))
+    md = (results / "leaderboard.md").read_text()
+    assert "## Equivalence atlas" in md and atlas_markdown(table) in md
+    page = (results / "leaderboard.html").read_text()
+    assert '<section id="atlas">' in page and 'href="#atlas"' in page and "bandpo_kl~dppo_kl" in page
+    assert "adv&gt;0" in page and "adv>0" not in page  # escaped
+    written = report.publish(results, tmp_path / "top")
+    assert tmp_path / "top" / "atlas.csv" in written
+    assert (tmp_path / "top" / "atlas.csv").read_bytes() == (results / "atlas.csv").read_bytes()
+    # without an atlas, no section (the page rebuilt from the published tables: tests/test_report.py)
+    board = pd.read_csv(results / "leaderboard.csv", keep_default_na=False, na_values=[""])
+    assert "Equivalence atlas" not in report.leaderboard_markdown(board) + report.leaderboard_html(board)

@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from bandpo.files import atomic_write_bytes, atomic_write_text
+from bandpo.report.atlas import load_atlas
 from bandpo.report.experiments import build_sections, entropy_shift_results, of_experiment, primary_results
 from bandpo.report.figures import (
     EXPERIMENT_FIGURES,
@@ -58,6 +59,7 @@ from bandpo.sweep import MAIN
 
 LEADERBOARD_FILES = ("leaderboard.csv", "leaderboard.md", "leaderboard.html")
 PUBLISHED_TABLES = ("stats.csv", "scores.csv", "runs.csv", "primary.csv")  # published with the leaderboard when present
+ATLAS_TABLE = "atlas.csv"  # the equivalence atlas (bandpo.atlas, rule atlas): shown and published when present
 
 
 def build_report(
@@ -75,8 +77,9 @@ def build_report(
     and figures into ``out_dir`` (default: ``results_dir``). ``bounds`` is the bounds table of the bound figure
     (default ``results_dir/bounds.csv``; without it the figure is a placeholder). ``experiments``: the config's
     experiments ({id: {description, primary}}) whose notes and primary comparisons (primary.csv) the page shows;
-    the sections themselves come from the files (`bandpo.report.experiments`). Returns {name: path} of what was
-    written."""
+    the sections themselves come from the files (`bandpo.report.experiments`). ``results_dir/atlas.csv`` (the
+    equivalence atlas, `bandpo.atlas`), when present, becomes a section of the page and the Markdown. Returns
+    {name: path} of what was written."""
     results_dir = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else results_dir
     if not results_dir.is_dir():
@@ -130,13 +133,14 @@ def build_report(
     power = power_table(stats)
     present = set(board["experiment"])
     shown = [name for name in FIGURES if EXPERIMENT_FIGURES.get(name, MAIN) in present | {MAIN}]
-    md = leaderboard_markdown(board, shown, per_task=tasks, notes=notes, power=power)
+    atlas = load_atlas(results_dir / ATLAS_TABLE)
+    md = leaderboard_markdown(board, shown, per_task=tasks, notes=notes, power=power, atlas=atlas)
     atomic_write_text(out / "leaderboard.md", md)
     written["leaderboard.md"] = out / "leaderboard.md"
     figs = {name: fig_dir / f"{name}.png" for name in shown} if embed_figures else None
     delta = float(bounds_table["delta"].iloc[0]) if not bounds_table.empty else float("nan")
     captions = {name: text.format(delta=delta) for name, text in FIGURE_CAPTIONS.items()}
-    page = leaderboard_html(board, figs, captions, per_task=tasks, notes=notes, power=power)
+    page = leaderboard_html(board, figs, captions, per_task=tasks, notes=notes, power=power, atlas=atlas)
     atomic_write_text(out / "leaderboard.html", page)
     written["leaderboard.html"] = out / "leaderboard.html"
     return written
@@ -241,16 +245,17 @@ def publish(
     models: Sequence[str | os.PathLike] = (),
 ) -> list[Path]:
     """Copy a profile's leaderboard (``src/leaderboard.{csv,md,html}``), tables (``stats.csv``, ``scores.csv``,
-    ``runs.csv``) and figures (``src/figures/*.png``) to ``dest`` (same names), each file atomically, and write
-    ``dest/provenance.json`` (`provenance`: git commit, package versions, the run config, the checksums of the
-    base models ``models`` and the numerics of the jobs under ``src``). Returns the written paths."""
+    ``runs.csv``, ``primary.csv``, and ``atlas.csv`` when present) and figures (``src/figures/*.png``) to ``dest``
+    (same names), each file atomically, and write ``dest/provenance.json`` (`provenance`: git commit, package
+    versions, the run config, the checksums of the base models ``models`` and the numerics of the jobs under
+    ``src``). Returns the written paths."""
     src, dest = Path(src), Path(dest)
     missing = [n for n in LEADERBOARD_FILES if not (src / n).is_file()]
     if missing:
         raise FileNotFoundError(f"{src}: missing {', '.join(missing)} (run `python -m bandpo.report build` first)")
     written = []
     pairs = [(src / n, dest / n) for n in LEADERBOARD_FILES]
-    pairs += [(src / n, dest / n) for n in PUBLISHED_TABLES if (src / n).is_file()]
+    pairs += [(src / n, dest / n) for n in (*PUBLISHED_TABLES, ATLAS_TABLE) if (src / n).is_file()]
     pairs += [(p, dest / "figures" / p.name) for p in sorted((src / "figures").glob("*.png"))]
     for s, d in pairs:
         if s.resolve() == d.resolve():
