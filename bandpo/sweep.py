@@ -30,6 +30,7 @@ from bandpo.files import package_data
 
 BASE_ENTRY = "base"  # the reserved method-entry id of the untrained base model (the step-0 row)
 MAIN = "main"  # the experiment of the sweep itself (models x methods x seeds); runs without one belong to it
+ATLAS_STEPS = 6  # training steps whose mini-batches the equivalence atlas measures (bandpo.atlas's default)
 SLOT_SEP = "@"  # run folders of other experiments: {entry}@{experiment} (ids cannot hold "@")
 
 
@@ -686,6 +687,26 @@ def base_models(cfg: Mapping[str, Any]) -> list[str]:
     )
 
 
+def atlas_spec(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What the equivalence atlas (`bandpo.atlas`, rule ``atlas``) measures on: the first tiny model of the main
+    experiment with its first seed (its base model folder), main's data, and the training settings main's runs of
+    that model get (global ``train`` < the model's ``train`` < main's ``train``), so that its real rollouts are
+    the first steps of a GRPO run of the sweep. None when main has no tiny model (hub models: the GPU profile) or
+    is not run (``only``)."""
+    xp = (cfg.get("experiments") or {}).get(MAIN)
+    models = by_id(cfg["models"])
+    tiny = [m for m in (xp or {}).get("models", []) if models[m]["source"] == "tiny"]
+    if not tiny:
+        return None
+    model, seed = tiny[0], int(xp["seeds"][0])
+    train = dict(cfg.get("train") or {})
+    train.update(models[model].get("train") or {})
+    train.update(xp.get("train") or {})
+    steps = min(ATLAS_STEPS, int(train.get("steps", ATLAS_STEPS)))  # the run's own steps may be fewer (smoke: 3)
+    return {"model": model, "seed": seed, "model_dir": model_path(cfg, model, seed), "data": xp["data"],
+            "train": train, "steps": steps}  # fmt: skip
+
+
 def eval_rule_name(kind: str, experiment: str) -> str:
     """The evaluation rule of an experiment: ``eval_group`` / ``eval_run`` for main, ``eval_group_<experiment>``
     (non-identifier characters as _) for the others."""
@@ -717,6 +738,7 @@ def expected_jobs(cfg: Mapping[str, Any]) -> dict[str, int]:
         else:
             jobs[eval_rule_name("eval_run", xp_id)] = n_groups * len(xp["seeds"])
     jobs["select"] = sum(1 for xp in cfg["experiments"].values() if xp.get("select"))
+    jobs["atlas"] = 1 if atlas_spec(cfg) is not None else 0
     jobs["report"] = 1
     jobs["publish"] = 1 if cfg["publish"] else 0
     jobs["all"] = 1

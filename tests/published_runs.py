@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -50,7 +51,8 @@ def published_experiments(published: Path) -> dict | None:
 
 def rebuild_run_outputs(published: Path, dest: Path, with_labels: bool = True) -> Path:
     """Write ``dest/{profile}/eval/...`` and ``dest/{profile}/runs/...`` from the tables under ``published``;
-    returns the profile's results folder. ``with_labels=False`` leaves ``method_label`` out of run.json (runs
+    returns the profile's results folder, with ``atlas.csv`` when the published page shows the atlas.
+    ``with_labels=False`` leaves ``method_label`` out of run.json (runs
     written before the trainer recorded it)."""
     scores = pd.read_csv(published / "scores.csv", keep_default_na=False, na_values=[""])
     runs = pd.read_csv(published / "runs.csv", keep_default_na=False, na_values=[""])
@@ -124,6 +126,12 @@ def rebuild_run_outputs(published: Path, dest: Path, with_labels: bool = True) -
         if with_labels:
             info["method_label"] = labels[(r.experiment, r.model, r.entry)]
         _write_json(folder / "run.json", info)
+    # the equivalence atlas is an input of the page built after it existed (its section shows it): published
+    # results/atlas.csv beside a page built before the atlas (no section) was not part of that build
+    atlas = published / "atlas.csv"
+    page = published / "leaderboard.md"
+    if atlas.is_file() and page.is_file() and "## Equivalence atlas" in page.read_text(encoding="utf-8"):
+        shutil.copyfile(atlas, root / "atlas.csv")
     return root
 
 

@@ -1281,6 +1281,7 @@ report: "workflow/report/workflow.rst"
 config["profile"] = "{PROFILE}"
 config["publish"] = False
 RESULTS, LOGS, BENCH = "results/{PROFILE}", "logs/{PROFILE}", "logs/{PROFILE}/benchmarks"
+ATLAS, ATLAS_CSV = None, []  # no equivalence atlas (its rule, in report.smk, needs a tiny base model)
 MODELS, ENTRIES, SEEDS, EVAL_TASKS = ["tiny-s"], {sorted(e for e in ENTRIES if e != XSS_ENTRY)!r}, [0, 1, 2], ["{TASK}"]
 EVAL_ENTRIES = ["base", *ENTRIES]
 

@@ -360,6 +360,30 @@ def test_embedded_dry_run(tmp_path):
     # the off-policy cell at main's settings reuses main's runs: no job of its own
     assert "eval_group_offpolicy_D4" not in counts and counts["eval_group_offpolicy_D8"] == 4
     assert counts["select"] == 1 and counts["eval_group_separation"] == 6  # its base row and 5 entries
+    assert counts["atlas"] == 1  # the equivalence atlas, before the report
+
+
+def test_atlas_measures_mains_first_tiny_base_model(tmp_path):
+    """The rule atlas (bandpo.atlas) runs on main's first tiny model and seed with main's data and the training
+    settings of main's GRPO run of that model, before the report; no atlas without a tiny model in main."""
+    cfg = sweep.validate_config(read_config("config"))
+    spec = sweep.atlas_spec(cfg)
+    assert (spec["model_dir"], spec["data"], spec["seed"], spec["steps"]) == (
+        "resources/models/tiny-s/seed0",
+        "tiny-math",
+        0,
+        sweep.ATLAS_STEPS,
+    )
+    assert spec["train"] == sweep.train_overrides(cfg, "tiny-s", "grpo")
+    proc = snakemake(tmp_path, "-n", "-p", "--cores", "1", "results/embedded/leaderboard.html")
+    assert proc.returncode == 0, proc.output[-3000:]
+    assert ("python -m bandpo.atlas --model resources/models/tiny-s/seed0 --data resources/data/tiny-math --seed 0 "
+            f"--steps {sweep.ATLAS_STEPS} --set steps=64 --threads 1 --no-progress --out results/embedded/atlas.csv"
+            in proc.output)  # fmt: skip
+    assert job_counts(proc.output)["atlas"] == 1
+    assert sweep.atlas_spec(sweep.validate_config(read_config("smoke")))["steps"] == 3  # smoke runs 3 steps
+    assert sweep.atlas_spec(sweep.validate_config(read_config("gpu"))) is None  # hub models only
+    assert sweep.atlas_spec(sweep.validate_config({**read_config("config"), "only": "probe"})) is None
 
 
 def test_rerun_check_is_the_main_tiny_s_slice(tmp_path):

@@ -10,6 +10,7 @@ and no torch. Modules:
     tables     the leaderboard frame, the per-task frame, their columns, the Markdown
     experiments  one section per (experiment, subset); each experiment's primary comparison
     page       the self-contained HTML page (Jinja2 template, CSS and JS in templates/ and static/)
+    atlas      the equivalence atlas's table (atlas.csv, computed by bandpo.atlas): columns, reader, Markdown
     figures    the figures, each built from data with the data it plotted
     steps      steps.csv: the per-step training metrics, compact (`steps_table`, `write_steps`, `read_steps`)
     cli        build_report, publish, provenance and ``python -m bandpo.report build|publish``
@@ -46,6 +47,9 @@ Outputs of `build_report` (``--out``, default: the results folder itself; every 
                                    the page, when it has no runs)
     primary.csv            each experiment's primary comparison (paired treatment - control, 95% paired t
                            interval, verdict; the earlier bootstrap rule beside it)
+
+With ``atlas.csv`` in the results folder (the equivalence atlas, rule ``atlas``: `bandpo.atlas`) the Markdown and
+the page get an "Equivalence atlas" section, and `publish` copies the table.
 
 The entry ``base`` is the untrained base model (the step-0 row); it has scores but no training run. An entry's
 parameter label is its runs' ``method_label`` (run.json), else ``k=v, ...`` of their parameters.

@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from bandpo.files import atomic_write_bytes, atomic_write_text
+from bandpo.report.atlas import load_atlas
 from bandpo.report.axis import axis_cells, axis_panels, axis_results, run_outcomes, select_setting, with_reuse
 from bandpo.report.experiments import (
     build_sections,
@@ -70,6 +71,7 @@ OFFPOLICY_AXIS = "offpolicy"  # the axis the page's two axis figures show (confi
 LEADERBOARD_FILES = ("leaderboard.csv", "leaderboard.md", "leaderboard.html")
 # published with the leaderboard when present
 PUBLISHED_TABLES = ("stats.csv", "scores.csv", "runs.csv", "primary.csv", "steps.csv", "axis.csv", "axis_runs.csv")
+ATLAS_TABLE = "atlas.csv"  # the equivalence atlas (bandpo.atlas, rule atlas): shown and published when present
 
 
 def build_report(
@@ -93,7 +95,9 @@ def build_report(
     are main's runs, copied into it (`bandpo.report.axis.with_reuse`). ``axes``: the config's design axes, whose
     rules are written to axis.csv (per run: axis_runs.csv). ``page_figures``: the folder whose PNGs the HTML page
     embeds (default: the figures written here; a rebuild from the published tables, whose runs hold no per-step
-    curves, embeds the published ones). Returns {name: path} of what was written."""
+    curves, embeds the published ones). ``results_dir/atlas.csv`` (the equivalence atlas,
+    `bandpo.atlas`), when present, becomes a section of the page and the Markdown. Returns {name: path} of what
+    was written."""
     results_dir = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else results_dir
     if not results_dir.is_dir():
@@ -164,14 +168,15 @@ def build_report(
     power = power_table(stats)
     present = set(board["experiment"])
     shown = [name for name in FIGURES if EXPERIMENT_FIGURES.get(name, MAIN) in present | {MAIN}]
-    md = leaderboard_markdown(board, shown, per_task=tasks, notes=notes, power=power, panels=panels)
+    atlas = load_atlas(results_dir / ATLAS_TABLE)
+    md = leaderboard_markdown(board, shown, per_task=tasks, notes=notes, power=power, panels=panels, atlas=atlas)
     atomic_write_text(out / "leaderboard.md", md)
     written["leaderboard.md"] = out / "leaderboard.md"
     page_dir = Path(page_figures) if page_figures is not None else fig_dir
     figs = {name: page_dir / f"{name}.png" for name in shown} if embed_figures else None
     delta = float(bounds_table["delta"].iloc[0]) if not bounds_table.empty else float("nan")
     captions = {name: text.format(delta=delta) for name, text in FIGURE_CAPTIONS.items()}
-    page = leaderboard_html(board, figs, captions, per_task=tasks, notes=notes, power=power, panels=panels)
+    page = leaderboard_html(board, figs, captions, per_task=tasks, notes=notes, power=power, panels=panels, atlas=atlas)
     atomic_write_text(out / "leaderboard.html", page)
     written["leaderboard.html"] = out / "leaderboard.html"
     return written
@@ -277,8 +282,8 @@ def publish(
     models: Sequence[str | os.PathLike] = (),
 ) -> list[Path]:
     """Copy a profile's leaderboard (``src/leaderboard.{csv,md,html}``), tables (`PUBLISHED_TABLES`: stats, scores,
-    runs, primary comparisons, per-step metrics) and figures (``src/figures/*.png``) to ``dest`` (same names), each
-    file atomically, and write ``dest/provenance.json`` (`provenance`: git commit and code changes, package
+    runs, primary comparisons, per-step metrics, axes; ``atlas.csv`` when present) and figures
+    (``src/figures/*.png``) to ``dest`` (same names), each file atomically, and write ``dest/provenance.json`` (`provenance`: git commit and code changes, package
     versions, the run config, the checksums of the base models ``models`` and the numerics of the jobs under
     ``src``). Returns the written paths."""
     src, dest = Path(src), Path(dest)
@@ -287,7 +292,7 @@ def publish(
         raise FileNotFoundError(f"{src}: missing {', '.join(missing)} (run `python -m bandpo.report build` first)")
     written = []
     pairs = [(src / n, dest / n) for n in LEADERBOARD_FILES]
-    pairs += [(src / n, dest / n) for n in PUBLISHED_TABLES if (src / n).is_file()]
+    pairs += [(src / n, dest / n) for n in (*PUBLISHED_TABLES, ATLAS_TABLE) if (src / n).is_file()]
     pairs += [(p, dest / "figures" / p.name) for p in sorted((src / "figures").glob("*.png"))]
     for s, d in pairs:
         if s.resolve() == d.resolve():

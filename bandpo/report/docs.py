@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bandpo.report.atlas import atlas_markdown, load_atlas
 from bandpo.report.stats import power_table, t_interval
 
 DOC_FILES = ("README.md", "docs/*.md")
@@ -28,7 +29,7 @@ METRIC = "mean@8"
 
 class Results:
     """The published tables of one results folder, each read once: ``board`` (leaderboard.csv), ``primary``,
-    ``runs``, ``scores``, ``stats`` and ``provenance`` (provenance.json)."""
+    ``runs``, ``scores``, ``stats``, ``atlas`` (None without atlas.csv) and ``provenance`` (provenance.json)."""
 
     FILES = {"board": "leaderboard.csv", "primary": "primary.csv", "runs": "runs.csv", "scores": "scores.csv",
              "stats": "stats.csv"}  # fmt: skip
@@ -46,6 +47,11 @@ class Results:
                     frame[col] = frame[col].fillna("")
             self._tables[name] = frame
         return self._tables[name]
+
+    @cached_property
+    def atlas(self) -> pd.DataFrame | None:
+        """atlas.csv (the equivalence atlas, `bandpo.atlas`), or None before one is published."""
+        return load_atlas(self.folder / "atlas.csv")
 
     @cached_property
     def provenance(self) -> dict:
@@ -263,6 +269,14 @@ def cost(res: Results) -> str:
     return md_table(["experiment", "model", "runs", "steps", "s per run", "minutes, sum"], rows, right=2)
 
 
+def atlas(res: Results) -> str:
+    """The equivalence atlas (atlas.csv: `bandpo.report.atlas.atlas_markdown`); a line saying how to make it
+    before it is published."""
+    if res.atlas is None:
+        return "(not published yet: `snakemake --cores all` writes results/atlas.csv, rule atlas)"
+    return atlas_markdown(res.atlas)
+
+
 BLOCKS: dict[str, Callable[[Results], str]] = {
     "headline": headline,
     "primary": primary,
@@ -277,6 +291,7 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "table-random-reward": leaderboard_block("random-reward"),
     "table-probe-probe": leaderboard_block("probe", "probe"),
     "table-probe-rest": leaderboard_block("probe", "rest"),
+    "atlas": atlas,
     "n-runs": lambda res: str(len(res.runs)),
     "commit": lambda res: f"`{res.provenance['git_commit'][:7]}`",
 }

@@ -22,6 +22,9 @@ from typing import Any
 
 import pandas as pd
 
+from bandpo.report.atlas import HEAD as ATLAS_HEAD
+from bandpo.report.atlas import NOTE as ATLAS_NOTE
+from bandpo.report.atlas import atlas_cells, atlas_pairs
 from bandpo.report.tables import (
     POWER_NOTE,
     SEEDS_NOTE,
@@ -102,6 +105,13 @@ def _table(
     return {"model": model, "heading": heading or model, "kind": kind, "heads": heads, "rows": body}
 
 
+def _atlas(atlas: pd.DataFrame | None) -> dict[str, Any] | None:
+    """The atlas section for the template: its note, the pairs' legend, the header and the rows' cells."""
+    if atlas is None or atlas.empty:
+        return None
+    return {"note": ATLAS_NOTE, "pairs": atlas_pairs(atlas), "head": ATLAS_HEAD, "rows": atlas_cells(atlas)}
+
+
 def leaderboard_html(
     board: pd.DataFrame,
     figures: Mapping[str, str | os.PathLike] | None = None,
@@ -111,12 +121,14 @@ def leaderboard_html(
     notes: Sequence[tuple[str, str]] = (),
     power: pd.DataFrame | None = None,
     panels: Sequence[Panel] = (),
+    atlas: pd.DataFrame | None = None,
 ) -> str:
     """A standalone HTML page of the leaderboard: one sortable table per (experiment, subset, model size) (and per
     task when there are several), filters by experiment and model size, the experiments' ``notes`` (experiment,
     text), notes on how to read the numbers and on power (``power``: `bandpo.report.stats.power_table`), and
-    ``figures`` (name -> PNG file) embedded as data URIs with their ``captions``, and ``panels`` (`Panel`: heading,
-    sentences, a table of text) after the tables."""
+    ``figures`` (name -> PNG file) embedded as data URIs with their ``captions``, ``panels`` (`Panel`: heading,
+    sentences, a table of text) after the tables, and the equivalence atlas (``atlas``: atlas.csv,
+    `bandpo.report.atlas`) when given."""
     script = _static("leaderboard.js")
     script_hash = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
     csp = (
@@ -161,6 +173,7 @@ def leaderboard_html(
             task_tables=task_tables,
             experiment_notes=[{"name": xp, "text": text} for xp, text in notes],
             notes=reading,
+            atlas=_atlas(atlas),
             figures=figs,
             panels=[
                 {

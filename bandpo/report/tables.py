@@ -16,6 +16,8 @@ from typing import Any
 import pandas as pd
 
 from bandpo.files import atomic_write_text
+from bandpo.report.atlas import NOTE as ATLAS_NOTE
+from bandpo.report.atlas import atlas_markdown
 from bandpo.report.load import params_label, parse_metric
 from bandpo.report.stats import ALL_TASKS, DEFAULT_BASELINE, HEADLINE, PAIRED_COLUMNS
 from bandpo.sweep import BASE_ENTRY
@@ -490,11 +492,12 @@ def leaderboard_markdown(
     notes: Sequence[tuple[str, str]] = (),
     power: pd.DataFrame | None = None,
     panels: Sequence[Panel] = (),
+    atlas: pd.DataFrame | None = None,
 ) -> str:
     """The leaderboard as Markdown: one table per (experiment, subset, model size) (and per-task tables when there
     are several tasks), the experiments' notes (`experiment_notes`), the notes on the statistics and on power
-    (``power``: `bandpo.report.stats.power_table`), links to the figures (``figures/<name>.png``). Every cell is
-    escaped."""
+    (``power``: `bandpo.report.stats.power_table`), the equivalence atlas (``atlas``: atlas.csv,
+    `bandpo.report.atlas`), links to the figures (``figures/<name>.png``). Every cell is escaped."""
     lines = [f"# {_md_cell(page_title(board, title))}", ""]
     if board.empty:
         lines += ["No finished runs or evaluation scores were found.", ""]
@@ -520,6 +523,8 @@ def leaderboard_markdown(
         lines += ["## Unpaired seeds", "", *(f"- {_md_cell(line)}" for line in unpaired), ""]
     if grader_note(board):
         lines += [_md_cell(grader_note(board)), ""]
+    if atlas is not None and not atlas.empty:
+        lines += ["## Equivalence atlas", "", _md_cell(ATLAS_NOTE), "", atlas_markdown(atlas), ""]
     if figures:
         lines += ["## Figures", ""]
         for name in figures:

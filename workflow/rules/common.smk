@@ -7,6 +7,7 @@ import shlex
 from bandpo.files import package_data
 from bandpo.sweep import (
     BASE_ENTRY,
+    atlas_spec,
     base_models,
     by_id,
     eval_groups,
@@ -341,6 +342,17 @@ def _eval_args(model_id, slot, seeds):
     return shlex.join(args)
 
 # the report (report.smk)
+
+# The equivalence atlas's model, seed, data and training settings (bandpo.sweep.atlas_spec); None: no atlas job.
+ATLAS = atlas_spec(config)
+ATLAS_CSV = [f"{RESULTS}/atlas.csv"] if ATLAS else []  # an input of the report and of the publication
+
+
+def _atlas_args():
+    a = ATLAS
+    args = ["--model", a["model_dir"], "--data", data_dir(a["data"]), "--seed", str(a["seed"]),
+            "--steps", str(a["steps"]), *set_args(a["train"])]  # fmt: skip
+    return shlex.join(args)
 
 
 def all_base_models():

@@ -45,11 +45,39 @@ rule select:
         "--experiments-json {params.experiments:q} --axes-json {params.axes:q} --out {output.setting} > {log} 2>&1"
 
 
+if ATLAS:
+
+    # The equivalence atlas (bandpo.atlas): where clipping rules that look different act the same, on a synthetic
+    # grid and on every mini-batch of the first GRPO steps from main's first tiny model and seed (the sweep's own
+    # training settings, bandpo.sweep.atlas_spec); a section of the leaderboard page, published as
+    # results/atlas.csv and shown in docs/methods.md. tiny-s: 23 s CPU (37 s wall on a loaded 2-core machine).
+    rule atlas:
+        input:
+            model=f"{ATLAS['model_dir']}/config.json",
+            train=data_file(ATLAS["data"], "train"),
+        output:
+            ATLAS_CSV,
+        params:
+            args=_atlas_args(),
+            env=ENV,
+        threads: THREADS
+        resources:
+            **res("atlas"),
+        log:
+            f"{LOGS}/atlas.log",
+        benchmark:
+            f"{BENCH}/atlas.tsv"
+        shell:
+            "{params.env} python -m bandpo.atlas {params.args} --threads {threads} --no-progress --out {output} "
+            "> {log} 2>&1"
+
+
 rule report:
     input:
         runs=[f"{run_dir(m, e, s)}/metrics.jsonl" for m, e, s in RUNS_ALL],
         evals=all_eval_summaries(),
         selected=[select_file(x) for x in SELECTING],
+        atlas=ATLAS_CSV,
     output:
         csv=report(f"{RESULTS}/leaderboard.csv", caption="../report/leaderboard.rst", category="Leaderboard"),
         md=f"{RESULTS}/leaderboard.md",
@@ -85,10 +113,11 @@ rule report:
 rule publish:
     input:
         rules.report.output,
+        atlas=ATLAS_CSV,
         scores=rules.report.output.scores,
         models=lambda w: [f"{d}/config.json" for d in all_base_models()],
     output:
-        tables=[f"results/{name}" for name in REPORT_TABLES],
+        tables=[f"results/{name}" for name in REPORT_TABLES] + (["results/atlas.csv"] if ATLAS else []),
         figures=[f"results/figures/{name}.png" for name in REPORT_FIGURES],
         provenance="results/provenance.json",
     params:
