@@ -283,9 +283,9 @@ def publish(
 ) -> list[Path]:
     """Copy a profile's leaderboard (``src/leaderboard.{csv,md,html}``), tables (`PUBLISHED_TABLES`: stats, scores,
     runs, primary comparisons, per-step metrics, axes; ``atlas.csv`` when present) and figures
-    (``src/figures/*.png``) to ``dest`` (same names), each file atomically, and write ``dest/provenance.json`` (`provenance`: git commit and code changes, package
-    versions, the run config, the checksums of the base models ``models`` and the numerics of the jobs under
-    ``src``). Returns the written paths."""
+    (``src/figures/*.png``) to ``dest`` (same names), each file atomically, and write ``dest/provenance.json``
+    (`provenance`: git commit and code changes, package versions, the run config, the checksums of the base models
+    ``models`` and the numerics of the jobs under ``src``). Returns the written paths."""
     src, dest = Path(src), Path(dest)
     missing = [n for n in LEADERBOARD_FILES if not (src / n).is_file()]
     if missing:
