@@ -131,20 +131,30 @@ class FastLlama:
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(F.rms_norm(x, (self.hidden,), self.final_norm, self.eps), self.head)
 
-    def forward(self, ids, pos, bias, past=None, weights=None, want_kv=False, last_only=False):
+    def forward(self, ids, pos, bias, past=None, weights=None, want_kv=False, last_only=False, sel=None):
         """Logits of ``ids`` (B, L) at positions ``pos`` (B, L) with the additive attention mask ``bias``
         (B, 1, L, Lpast + L); ``past``: per layer (k, v) of Lpast earlier tokens (B, H, Lpast, D), attended first.
-        ``want_kv``: also return this call's per-layer (k, v). ``last_only``: logits of the last column only."""
+        ``want_kv``: also return this call's per-layer (k, v). ``last_only``: logits of the last column only.
+
+        ``sel``: the flat indices (into B x L, ascending) of the positions that matter; the others (padding) are
+        left out of every per-token product (norms, projections, MLP: most of the arithmetic) and only take part,
+        as zeros hidden by ``bias``, in attention. Then the logits are those of the ``sel`` positions, (len(sel),
+        V), or with ``last_only`` of the last ``sel`` position of each row (which must be the row's last column).
+        A position outside ``sel`` must not be attended to by one inside it."""
         W = self.weights() if weights is None else weights
         B, L = ids.shape
         H, D = self.n_heads, self.head_dim
         cos_t, sin_t = self._tables(ids.device)
         cos, sin = cos_t[pos].unsqueeze(1), sin_t[pos].unsqueeze(1)  # (B, 1, L, D)
-        x = F.embedding(ids, self.embed)
+        flat = ids.reshape(-1) if sel is None else ids.reshape(-1)[sel]
+        x = F.embedding(flat, self.embed)  # (N, hidden): N = B L or len(sel)
         kvs = []
         for i, (n1, qkv_w, o, n2, gu, d) in enumerate(W):
             h = F.rms_norm(x, (self.hidden,), n1, self.eps)
-            qkv = F.linear(h, qkv_w).view(B, L, 3, H, D).permute(2, 0, 3, 1, 4)  # (3, B, H, L, D)
+            qkv = F.linear(h, qkv_w)
+            if sel is not None:
+                qkv = qkv.new_zeros(B * L, 3 * H * D).index_copy(0, sel, qkv)
+            qkv = qkv.view(B, L, 3, H, D).permute(2, 0, 3, 1, 4)  # (3, B, H, L, D)
             qk = self._rope(qkv[:2], cos, sin)
             q, k, v = qk[0], qk[1], qkv[2]
             if want_kv:
@@ -152,12 +162,22 @@ class FastLlama:
             if past is not None:
                 k = torch.cat([past[i][0], k], 2)
                 v = torch.cat([past[i][1], v], 2)
-            a = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
-            x = x + F.linear(a.transpose(1, 2).reshape(B, L, H * D), o)
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=bias).transpose(1, 2).reshape(B * L, H * D)
+            if sel is not None:
+                a = a.index_select(0, sel)
+            x = x + F.linear(a, o)
             x = self._mlp(x, n2, gu, d)
         if last_only:
-            x = x[:, -1:]
+            if sel is None:
+                x = x.view(B, L, -1)[:, -1]
+            else:
+                ends = torch.ones_like(sel, dtype=torch.bool)
+                row = torch.div(sel, L, rounding_mode="floor")
+                ends[:-1] = row[1:] != row[:-1]
+                x = x[ends]
         logits = self._logits(x)
+        if sel is None and not last_only:
+            logits = logits.view(B, L, -1)
         return (logits, kvs) if want_kv else logits
 
     # ------------------------------------------------------------------------------------------------------------
@@ -166,8 +186,10 @@ class FastLlama:
         """Run the left-padded prompts ``ids`` / ``mask`` (G, P); return the last column's logits (G, V) and the
         prompts' keys and values, one tensor (layers, 2, G, H, P, D)."""
         pos = (mask.cumsum(1) - 1).clamp(min=0)
-        logits, kvs = self.forward(ids, pos, prompt_bias(mask), weights=weights, want_kv=True, last_only=True)
-        return logits[:, -1], torch.stack([torch.stack(kv) for kv in kvs])
+        sel = mask.reshape(-1).nonzero().squeeze(1)  # the prompts' real tokens
+        logits, kvs = self.forward(ids, pos, prompt_bias(mask), weights=weights, want_kv=True, last_only=True,
+                                   sel=sel)  # fmt: skip
+        return logits, torch.stack([torch.stack(kv) for kv in kvs])
 
     def decode(self, tok, pos, prompt_kv, prompt_bias_rows, slots, n, comp_kv, col: int, weights):
         """One token per cache row: ``tok`` (b,) at positions ``pos`` (b,). Row r continues prompt ``group[r]``

@@ -195,7 +195,8 @@ def completion_log_probs_shared(model, batch, idx: torch.Tensor, group: int, wit
 
 
 def _completion_log_probs_fast(fast: FastLlama, batch, idx, group, with_entropy, temperature):
-    """`completion_log_probs_shared` on `bandpo.fastlm.FastLlama` (the same two passes, the same trimming)."""
+    """`completion_log_probs_shared` on `bandpo.fastlm.FastLlama`: the same two passes, each over its real tokens
+    only (the prompts' padding and the completions' columns past EOS are left out of the per-token products)."""
     T = batch.response_mask.shape[1]
     groups = torch.div(idx, group, rounding_mode="floor")
     uniq, inverse = torch.unique(groups, return_inverse=True)
@@ -203,26 +204,37 @@ def _completion_log_probs_fast(fast: FastLlama, batch, idx, group, with_entropy,
     first = int((p_mask.sum(0) > 0).nonzero()[0])  # leading columns that are padding in every prompt here
     p_ids, p_mask = batch.prompt_ids[uniq, first:], p_mask[:, first:]
     weights = fast.weights()
-    logits, kvs = fast.forward(p_ids, positions(p_mask), prompt_bias(p_mask), weights=weights, want_kv=True,
-                               last_only=True)  # fmt: skip
-    logits = logits[inverse]  # (n, 1, V): predicts completion token 0
+    p_sel = p_mask.reshape(-1).nonzero().squeeze(1)
+    logits0, kvs = fast.forward(p_ids, positions(p_mask), prompt_bias(p_mask), weights=weights, want_kv=True,
+                                last_only=True, sel=p_sel)  # fmt: skip
     resp = batch.response_mask[idx]
+    n = len(idx)
     t_max = max(int(resp.sum(1).max()), 1)
     comp = batch.input_ids[idx, batch.prompt_len : batch.prompt_len + t_max]
+    logits = logits0[inverse]  # (n, V): predicts completion token 0
+    targets = comp[:, 0]
+    where = torch.arange(n, device=idx.device) * t_max  # flat (n, t_max) index of each logits row's token
     if t_max > 1:
-        # the completion columns attend to their prompt's real tokens and causally to each other
+        # completion column j predicts token j + 1: needed where that token is real (a prefix of each row); the
+        # columns attend to their prompt's real tokens and causally to each other
         L = t_max - 1
+        need = resp[:, 1:t_max]
+        sel = need.reshape(-1).nonzero().squeeze(1)
         keys = torch.cat([p_mask[inverse].bool().unsqueeze(1).expand(-1, L, -1),
-                          torch.ones(L, L, dtype=torch.bool, device=idx.device).tril().expand(len(idx), -1, -1)], 2)
+                          torch.ones(L, L, dtype=torch.bool, device=idx.device).tril().expand(n, -1, -1)], 2)
         bias = torch.zeros(keys.shape, device=idx.device).masked_fill_(~keys, float("-inf")).unsqueeze(1)
         pos = p_mask.sum(1)[inverse].unsqueeze(1) + torch.arange(L, device=idx.device).unsqueeze(0)
         past = [(k.index_select(0, inverse), v.index_select(0, inverse)) for k, v in kvs]
-        rest = fast.forward(comp[:, :-1], pos, bias, past=past, weights=weights)
-        logits = torch.cat([logits, rest], 1)
-    log_probs = torch.log_softmax(tempered(logits.float(), temperature), -1)
-    token_log_prob = log_probs.gather(-1, comp.unsqueeze(-1)).squeeze(-1) * resp[:, :t_max]
+        rest = fast.forward(comp[:, :-1], pos, bias, past=past, weights=weights, sel=sel)
+        logits = torch.cat([logits, rest])
+        targets = torch.cat([targets, comp[:, 1:].reshape(-1)[sel]])
+        where = torch.cat([where, sel + torch.div(sel, L, rounding_mode="floor") + 1])  # (r, j) -> r t_max + j + 1
+    log_probs = torch.log_softmax(tempered(logits.float(), temperature), -1)  # (tokens, V)
+    picked = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    token_log_prob = picked.new_zeros(n * t_max).index_copy(0, where, picked).view(n, t_max) * resp[:, :t_max]
     token_log_prob = torch.nn.functional.pad(token_log_prob, (0, T - t_max))
     if not with_entropy:
         return token_log_prob, None
-    entropy = -(log_probs.exp() * log_probs).sum(-1) * resp[:, :t_max]
+    ent = -(log_probs.exp() * log_probs).sum(-1)
+    entropy = ent.new_zeros(n * t_max).index_copy(0, where, ent).view(n, t_max) * resp[:, :t_max]
     return token_log_prob, torch.nn.functional.pad(entropy, (0, T - t_max))
