@@ -20,10 +20,14 @@ module), and the callers then use the HF module as before.
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 
-__all__ = ["FastLlama"]
+__all__ = ["CharTokenizer", "FastLlama", "TinyLlama", "light_loadable", "load_light"]
 
 _ATTR = "_bandpo_fastllama"
 
@@ -76,6 +80,8 @@ class FastLlama:
 
     @staticmethod
     def supports(model) -> bool:
+        if type(model) is TinyLlama:
+            return not _has_hooks(model) and all(p.dtype == torch.float32 for p in model.parameters())
         try:
             from transformers import LlamaForCausalLM
         except ImportError:  # pragma: no cover
@@ -102,12 +108,14 @@ class FastLlama:
     def _tables(self, device) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin (with rotate_half's sign folded in) per position, from the model's own rotary module."""
         if self._table_device != device:
-            rotary = self.model.model.rotary_emb
-            pos = torch.arange(self.max_pos, device=device).unsqueeze(0)
             with torch.no_grad():
-                probe = torch.zeros(1, device=device, dtype=torch.float32)
-                cos, sin = rotary(probe, pos)
-            cos, sin = cos[0].float(), sin[0].float()
+                if isinstance(self.model, TinyLlama):
+                    cos, sin = self.model.rope_tables(device)
+                else:
+                    pos = torch.arange(self.max_pos, device=device).unsqueeze(0)
+                    probe = torch.zeros(1, device=device, dtype=torch.float32)
+                    cos, sin = self.model.model.rotary_emb(probe, pos)
+                    cos, sin = cos[0].float(), sin[0].float()
             half = self.head_dim // 2
             sin = torch.cat([-sin[:, :half], sin[:, half:]], -1)  # rotate_half(x) * sin == roll(x, half) * this
             self._cos, self._sin, self._table_device = cos.contiguous(), sin.contiguous(), device
@@ -243,3 +251,214 @@ def prompt_bias(mask: torch.Tensor) -> torch.Tensor:
     allowed = causal & mask.bool().unsqueeze(1)
     allowed = allowed | torch.eye(P, dtype=torch.bool, device=mask.device)
     return torch.zeros(allowed.shape, device=mask.device).masked_fill_(~allowed, float("-inf")).unsqueeze(1)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Loading a tiny model without transformers (the trainer's start-up: importing transformers' model classes costs
+# about 4 CPU-seconds on the testbed, more than the rest of a job's start-up together)
+
+
+class _Norm(torch.nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(dim))
+
+
+class _Attention(torch.nn.Module):
+    def __init__(self, d: int, inner: int) -> None:
+        super().__init__()
+        self.q_proj = torch.nn.Linear(d, inner, bias=False)
+        self.k_proj = torch.nn.Linear(d, inner, bias=False)
+        self.v_proj = torch.nn.Linear(d, inner, bias=False)
+        self.o_proj = torch.nn.Linear(inner, d, bias=False)
+
+
+class _MLP(torch.nn.Module):
+    def __init__(self, d: int, ff: int) -> None:
+        super().__init__()
+        self.gate_proj = torch.nn.Linear(d, ff, bias=False)
+        self.up_proj = torch.nn.Linear(d, ff, bias=False)
+        self.down_proj = torch.nn.Linear(ff, d, bias=False)
+
+
+class _Layer(torch.nn.Module):
+    def __init__(self, d: int, inner: int, ff: int) -> None:
+        super().__init__()
+        self.self_attn = _Attention(d, inner)
+        self.mlp = _MLP(d, ff)
+        self.input_layernorm = _Norm(d)
+        self.post_attention_layernorm = _Norm(d)
+
+
+class _Body(torch.nn.Module):
+    def __init__(self, cfg) -> None:
+        super().__init__()
+        d, inner = cfg.hidden_size, cfg.num_attention_heads * cfg.head_dim
+        self.embed_tokens = torch.nn.Embedding(cfg.vocab_size, d)
+        self.layers = torch.nn.ModuleList(_Layer(d, inner, cfg.intermediate_size) for _ in range(cfg.num_hidden_layers))
+        self.norm = _Norm(d)
+
+
+class TinyLlama(torch.nn.Module):
+    """The parameters of a Hugging Face ``LlamaForCausalLM`` with tied embeddings, under the same names and in the
+    same order (so ``state_dict``, the optimizer's parameter order and the saved file are HF's), computed by
+    `FastLlama`; ``save_pretrained`` writes the HF layout (``model.safetensors`` as HF writes it, the config files
+    of the source folder copied), which ``from_pretrained`` loads back. Made by `load_light` only."""
+
+    def __init__(self, cfg, source: Path) -> None:
+        super().__init__()
+        self.config = cfg
+        self.source = source
+        self.model = _Body(cfg)
+        self.lm_head = torch.nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.lm_head.weight = self.model.embed_tokens.weight
+
+    def rope_tables(self, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin per position (max_position_embeddings, head_dim), computed as HF's default rotary embedding."""
+        D, theta = self.config.head_dim, float(self.config.rope_parameters["rope_theta"])
+        inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.int64).to(device=device, dtype=torch.float) / D))
+        pos = torch.arange(self.config.max_position_embeddings, device=device).float()
+        freqs = inv_freq[:, None].float() @ pos[None, :]  # as HF: an outer product in float32
+        emb = torch.cat([freqs.T, freqs.T], -1)
+        return emb.cos(), emb.sin()
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=False, **_ignored):
+        """HF-style full forward (no cache): ``.logits`` (B, L, V); padding keys hidden by ``attention_mask``."""
+        from types import SimpleNamespace
+
+        B, L = input_ids.shape
+        if position_ids is None:
+            position_ids = torch.arange(L, device=input_ids.device).expand(B, L)
+        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+        causal = torch.ones(L, L, dtype=torch.bool, device=input_ids.device).tril()
+        allowed = (causal & mask.bool().unsqueeze(1)) | torch.eye(L, dtype=torch.bool, device=input_ids.device)
+        bias = torch.zeros(allowed.shape, device=input_ids.device).masked_fill_(~allowed, float("-inf")).unsqueeze(1)
+        fast = FastLlama.for_model(self)
+        assert fast is not None, "TinyLlama with hooks is not supported"
+        return SimpleNamespace(logits=fast.forward(input_ids, position_ids, bias))
+
+    def save_pretrained(self, out_dir) -> None:
+        from safetensors.torch import save_file
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        for name in ("config.json", "generation_config.json"):
+            if (self.source / name).is_file():
+                shutil.copyfile(self.source / name, out / name)
+        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items() if k != "lm_head.weight"}
+        save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+
+
+class CharTokenizer:
+    """The suite's character tokenizer (`bandpo.models.build_tokenizer`) read from its ``tokenizer.json`` with the
+    ``tokenizers`` library alone: what the trainer and the sampler call of ``PreTrainedTokenizerFast`` (encode
+    without special tokens, with left or right padding; decode skipping special tokens; save)."""
+
+    def __init__(self, source: Path) -> None:
+        from tokenizers import Tokenizer
+
+        self.source = source
+        self._tk = Tokenizer.from_file(str(source / "tokenizer.json"))
+        self._tk.no_padding()
+        self._tk.no_truncation()
+        conf = json.loads((source / "tokenizer_config.json").read_text())
+        self.pad_token_id = self._tk.token_to_id(conf["pad_token"])
+        self.eos_token_id = self._tk.token_to_id(conf["eos_token"])
+        self.padding_side = conf.get("padding_side", "left")
+
+    def __len__(self) -> int:
+        return self._tk.get_vocab_size(with_added_tokens=True)
+
+    def __call__(self, texts, return_tensors=None, padding=False, add_special_tokens=False, **_ignored):
+        single = isinstance(texts, str)
+        ids = [e.ids for e in self._tk.encode_batch([texts] if single else list(texts), add_special_tokens=add_special_tokens)]
+        if return_tensors is None and not padding:
+            return _Encoding(input_ids=ids[0] if single else ids)
+        width = max(len(x) for x in ids)
+        input_ids = torch.full((len(ids), width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(ids), width), dtype=torch.long)
+        for r, x in enumerate(ids):
+            if not x:
+                continue
+            cols = slice(width - len(x), width) if self.padding_side == "left" else slice(0, len(x))
+            input_ids[r, cols] = torch.tensor(x)
+            attention_mask[r, cols] = 1
+        return _Encoding(input_ids=input_ids, attention_mask=attention_mask)
+
+    def batch_decode(self, ids, skip_special_tokens=True, **_ignored):
+        rows = ids.tolist() if isinstance(ids, torch.Tensor) else [list(r) for r in ids]
+        return self._tk.decode_batch(rows, skip_special_tokens=skip_special_tokens)
+
+    def decode(self, ids, skip_special_tokens=True, **_ignored):
+        row = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+        return self._tk.decode(row, skip_special_tokens=skip_special_tokens)
+
+    def save_pretrained(self, out_dir) -> None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+            if (self.source / name).is_file():
+                shutil.copyfile(self.source / name, out / name)
+
+
+class _Encoding(dict):
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def to(self, device):
+        return _Encoding({k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in self.items()})
+
+
+def light_loadable(model_dir) -> bool:
+    """Whether `load_light` can load this folder: a tiny Llama of the kind `FastLlama` covers (tied embeddings,
+    float32 weights in one ``model.safetensors``) with the suite's character tokenizer."""
+    src = Path(model_dir)
+    try:
+        cfg = json.loads((src / "config.json").read_text())
+        tok = json.loads((src / "tokenizer.json").read_text())
+        tok_conf = json.loads((src / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    rope = cfg.get("rope_parameters") or {}
+    checks = [
+        cfg.get("model_type") == "llama",
+        cfg.get("architectures") == ["LlamaForCausalLM"],
+        cfg.get("tie_word_embeddings") is True,
+        not cfg.get("attention_bias") and not cfg.get("mlp_bias"),
+        cfg.get("hidden_act") == "silu",
+        cfg.get("num_key_value_heads") == cfg.get("num_attention_heads"),
+        cfg.get("pretraining_tp", 1) == 1 and not cfg.get("attention_dropout"),
+        rope.get("rope_type") == "default" and "rope_theta" in rope and not cfg.get("rope_scaling"),
+        cfg.get("dtype", "float32") == "float32",
+        (cfg.get("head_dim") or 0) * (cfg.get("num_attention_heads") or 0) == cfg.get("hidden_size"),
+        (src / "model.safetensors").is_file(),
+        (tok.get("model") or {}).get("type") == "WordLevel",
+        (tok.get("decoder") or {}).get("type") == "Fuse",
+        (tok.get("pre_tokenizer") or {}).get("type") == "Split",
+        tok.get("normalizer") is None,
+        not tok_conf.get("chat_template"),
+        "pad_token" in tok_conf and "eos_token" in tok_conf,
+    ]
+    return all(checks)
+
+
+def load_light(model_dir):
+    """(model, tokenizer) of a `light_loadable` folder without importing transformers: a `TinyLlama` in eval
+    mode holding the saved float32 weights, and a `CharTokenizer`."""
+    from types import SimpleNamespace
+
+    from safetensors.torch import load_file
+
+    src = Path(model_dir)
+    cfg = SimpleNamespace(**json.loads((src / "config.json").read_text()))
+    with torch.device("meta"):
+        model = TinyLlama(cfg, src)
+    state = load_file(str(src / "model.safetensors"))
+    state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    model.load_state_dict(state, strict=True, assign=True)
+    model.lm_head.weight = model.model.embed_tokens.weight  # tied again after assign
+    model.eval()
+    return model, CharTokenizer(src)

@@ -415,8 +415,6 @@ def train(cfg: TrainConfig) -> dict:
     """Run (or resume) one training run; returns the run summary also written to run.json."""
     methods.load_env_method_modules()  # the start of a run: methods of the user's own modules ($BANDPO_METHOD_MODULES)
     cfg.validate()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     torch.set_num_threads(cfg.threads)
     if cfg.device == "auto":
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -436,12 +434,11 @@ def train(cfg: TrainConfig) -> dict:
 
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
-    tokenizer = AutoTokenizer.from_pretrained(cfg.model)
-    model = AutoModelForCausalLM.from_pretrained(cfg.model, torch_dtype=torch.float32).to(device)
+    model, tokenizer = load_policy(cfg.model, device)
     model.eval()  # no dropout anywhere: rollout, old log-probs and updates see the same function
     reference = None
     if cfg.kl_coef > 0:
-        reference = AutoModelForCausalLM.from_pretrained(cfg.model, torch_dtype=torch.float32).to(device).eval()
+        reference = load_policy(cfg.model, device)[0].eval()
         reference.requires_grad_(False)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     run = Run(cfg, method, model, reference, tokenizer, optimizer, rows, device, load_probe_rows(cfg))
@@ -511,6 +508,22 @@ def train(cfg: TrainConfig) -> dict:
     if not cfg.keep_checkpoint:
         shutil.rmtree(out / "checkpoint", ignore_errors=True)
     return summary
+
+
+def load_policy(model_dir: str, device: torch.device):
+    """(model, tokenizer) in float32 on ``device``. The suite's tiny models (`bandpo.fastlm.light_loadable`) load
+    without transformers (`bandpo.fastlm.load_light`: the same weights, layout and saved files, computed by
+    `bandpo.fastlm.FastLlama`), which saves a job about 4 CPU-seconds of imports; any other model through
+    transformers' Auto classes."""
+    from bandpo.fastlm import light_loadable, load_light
+
+    if light_loadable(model_dir):
+        model, tokenizer = load_light(model_dir)
+        return model.to(device), tokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    return AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).to(device), tokenizer
 
 
 def lr_at(cfg: TrainConfig, step: int) -> float:
