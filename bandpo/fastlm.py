@@ -72,8 +72,13 @@ class FastLlama:
     def for_model(cls, model) -> FastLlama | None:
         """The model's `FastLlama` (made once and kept on the model), or None where it does not apply."""
         fast = model.__dict__.get(_ATTR)
-        if fast is not None:
-            return fast if fast is not False and not _has_hooks(model) else None
+        if fast is False or (fast is not None and _has_hooks(model)):
+            return None
+        if fast is not None and fast.embed is model.model.embed_tokens.weight and fast.layers[0][1] is (
+            model.model.layers[0].self_attn.q_proj.weight
+        ):
+            return fast
+        # first use, or the parameters were replaced (e.g. a move to another device): (re)made
         ok = cls.supports(model)
         model.__dict__[_ATTR] = cls(model) if ok else False
         return model.__dict__[_ATTR] or None
@@ -312,6 +317,12 @@ class TinyLlama(torch.nn.Module):
         self.model = _Body(cfg)
         self.lm_head = torch.nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.model.embed_tokens.weight
+
+    def _apply(self, fn, *args, **kwargs):
+        """A move to another device may make new parameter objects, one per module: tie the head again."""
+        super()._apply(fn, *args, **kwargs)
+        self.lm_head.weight = self.model.embed_tokens.weight
+        return self
 
     def rope_tables(self, device) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin per position (max_position_embeddings, head_dim), computed as HF's default rotary embedding."""
