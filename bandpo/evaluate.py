@@ -474,10 +474,13 @@ def suite_sampler_hflm():
             # lm-eval's repeats of a prompt are adjacent rows (its batches are sorted by context): with equal runs
             # of identical rows, each prompt is pre-filled once for its n rows, as in training
             same = (context[1:] == context[:-1]).all(1) & (mask[1:] == mask[:-1]).all(1)
-            starts = torch.cat([torch.ones(1, dtype=torch.bool), ~same]).nonzero().squeeze(1)
+            dev = context.device
+            starts = torch.cat([torch.ones(1, dtype=torch.bool, device=dev), ~same]).nonzero().squeeze(1)
             n = context.shape[0] // len(starts)
-            if n * len(starts) != context.shape[0] or not bool((starts == torch.arange(len(starts)) * n).all()):
-                starts, n = torch.arange(context.shape[0]), 1
+            if n * len(starts) != context.shape[0] or not bool(
+                (starts == torch.arange(len(starts), device=dev) * n).all()
+            ):
+                starts, n = torch.arange(context.shape[0], device=dev), 1
             tokens, resp, _ = sample_rows(self.model, context[starts], mask[starts], n, new, float(kw["temperature"]),
                                           eos)  # fmt: skip
             pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos

@@ -74,8 +74,10 @@ class FastLlama:
         fast = model.__dict__.get(_ATTR)
         if fast is False or (fast is not None and _has_hooks(model)):
             return None
-        if fast is not None and fast.embed is model.model.embed_tokens.weight and fast.layers[0][1] is (
-            model.model.layers[0].self_attn.q_proj.weight
+        if (
+            fast is not None
+            and fast.embed is model.model.embed_tokens.weight
+            and fast.layers[0][1] is (model.model.layers[0].self_attn.q_proj.weight)
         ):
             return fast
         # first use, or the parameters were replaced (e.g. a move to another device): (re)made
@@ -128,9 +130,7 @@ class FastLlama:
 
     def weights(self) -> list[tuple[torch.Tensor, ...]]:
         """Per layer (norm 1, fused q|k|v, o, norm 2, fused gate|up, down); differentiable concatenations."""
-        return [
-            (n1, torch.cat([q, k, v]), o, n2, torch.cat([g, u]), d) for n1, q, k, v, o, n2, g, u, d in self.layers
-        ]
+        return [(n1, torch.cat([q, k, v]), o, n2, torch.cat([g, u]), d) for n1, q, k, v, o, n2, g, u, d in self.layers]
 
     # ------------------------------------------------------------------------------------------------------------
     def _rope(self, qk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -205,12 +205,12 @@ class FastLlama:
         return logits, torch.stack([torch.stack(kv) for kv in kvs])
 
     def decode(self, tok, pos, prompt_kv, prompt_bias_rows, slots, n, comp_kv, col: int, weights):
-        """One token per cache row: ``tok`` (b,) at positions ``pos`` (b,). Row r continues prompt ``group[r]``
-        is slot ``slots[r]`` of the (G n) layout (prompt ``slots[r] // n``). Attention is split: the prompt part attends to the prompt's
-        keys held ONCE per prompt (``prompt_kv`` (layers, 2, G, H, P, D), masked by ``prompt_bias_rows`` (b, 1, 1,
-        P)), computed as one (n x P) product per prompt; the completion part to the row's own keys in ``comp_kv``
-        (layers, 2, b, H, T, D), into whose column ``col`` this token's keys and values are written. One softmax
-        over both parts: the attention of the full sequence. Returns the logits (b, V)."""
+        """One token per cache row: ``tok`` (b,) at positions ``pos`` (b,); row r is slot ``slots[r]`` of the
+        (G n) layout, i.e. continues prompt ``slots[r] // n``. Attention is split: the prompt part attends to the
+        prompt's keys held ONCE per prompt (``prompt_kv`` (layers, 2, G, H, P, D), masked by ``prompt_bias_rows``
+        (b, 1, P)), computed as one (n x P) product per prompt; the completion part to the row's own keys in
+        ``comp_kv`` (layers, 2, b, H, T, D), into whose column ``col`` this token's keys and values are written.
+        One softmax over both parts: the attention of the full sequence. Returns the logits (b, V)."""
         b = tok.shape[0]
         H, D = self.n_heads, self.head_dim
         G = prompt_kv.shape[2]
@@ -382,7 +382,10 @@ class CharTokenizer:
 
     def __call__(self, texts, return_tensors=None, padding=False, add_special_tokens=False, **_ignored):
         single = isinstance(texts, str)
-        ids = [e.ids for e in self._tk.encode_batch([texts] if single else list(texts), add_special_tokens=add_special_tokens)]
+        ids = [
+            e.ids
+            for e in self._tk.encode_batch([texts] if single else list(texts), add_special_tokens=add_special_tokens)
+        ]
         if return_tensors is None and not padding:
             return _Encoding(input_ids=ids[0] if single else ids)
         width = max(len(x) for x in ids)

@@ -220,8 +220,13 @@ def _completion_log_probs_fast(fast: FastLlama, batch, idx, group, with_entropy,
         L = t_max - 1
         need = resp[:, 1:t_max]
         sel = need.reshape(-1).nonzero().squeeze(1)
-        keys = torch.cat([p_mask[inverse].bool().unsqueeze(1).expand(-1, L, -1),
-                          torch.ones(L, L, dtype=torch.bool, device=idx.device).tril().expand(n, -1, -1)], 2)
+        keys = torch.cat(
+            [
+                p_mask[inverse].bool().unsqueeze(1).expand(-1, L, -1),
+                torch.ones(L, L, dtype=torch.bool, device=idx.device).tril().expand(n, -1, -1),
+            ],
+            2,
+        )
         bias = torch.zeros(keys.shape, device=idx.device).masked_fill_(~keys, float("-inf")).unsqueeze(1)
         pos = p_mask.sum(1)[inverse].unsqueeze(1) + torch.arange(L, device=idx.device).unsqueeze(0)
         past = [(k.index_select(0, inverse), v.index_select(0, inverse)) for k, v in kvs]

@@ -334,7 +334,7 @@ class Batch:
     prompt_ids: torch.Tensor  # (G, P)
     prompt_mask: torch.Tensor  # (G, P)
     truncated: torch.Tensor  # (B,) bool: no EOS within max_new_tokens
-    sampled_log_prob: torch.Tensor | None = None  # (B, T): the sampler's log-prob of each token (old_log_probs: sampler)
+    sampled_log_prob: torch.Tensor | None = None  # (B, T): the sampler's log-prob of each token
     sampled_entropy: torch.Tensor | None = None  # (B, T): the sampling distribution's entropy at each token
 
 
@@ -348,7 +348,7 @@ def rollout(model, tokenizer, prompts: list[str], cfg: TrainConfig, device: torc
     completion, response_mask, entropy, *log_prob = sample_rows(
         model, prompt_ids, prompt_mask, n, cfg.max_new_tokens, cfg.temperature, tokenizer.eos_token_id,
         with_entropy=own, with_log_probs=own,
-    )
+    )  # fmt: skip
     is_eos = (completion == tokenizer.eos_token_id) & response_mask
     truncated = ~is_eos.any(1)
     completion = torch.where(response_mask, completion, tokenizer.pad_token_id)

@@ -27,8 +27,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _timed(cmd: list[str], tree: Path) -> tuple[float, float]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONHASHSEED": "0",
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(tree)}  # fmt: skip
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONHASHSEED": "0",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONPATH": str(tree),
+    }
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
@@ -51,26 +58,49 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     rows: dict[str, dict[str, list[float]]] = {t: {} for t in trees}
     for repeat in range(args.repeats):
-        for name in (["base", "this"] if repeat % 2 == 0 else ["this", "base"]):
+        for name in ["base", "this"] if repeat % 2 == 0 else ["this", "base"]:
             tree, r = trees[name], rows[name]
             w, c = _timed([sys.executable, "-m", "bandpo.train", "--help"], tree)
             r.setdefault("help_wall", []).append(w)
             r.setdefault("help_cpu", []).append(c)
             with tempfile.TemporaryDirectory(prefix="bandpo-startup-") as tmp:
-                cmd = [sys.executable, "-m", "bandpo.train", "--model", model, "--data", data, "--out", tmp + "/run",
-                       "--seed", "0", "--threads", "1", "--no-progress", "--set", "steps=1"]  # fmt: skip
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "bandpo.train",
+                    "--model",
+                    model,
+                    "--data",
+                    data,
+                    "--out",
+                    tmp + "/run",
+                    "--seed",
+                    "0",
+                    "--threads",
+                    "1",
+                    "--no-progress",
+                    "--set",
+                    "steps=1",
+                ]
                 w, c = _timed(cmd, tree)
                 step = json.loads(Path(tmp, "run", "run.json").read_text())["train_seconds_total"]
             r.setdefault("run_wall", []).append(w)
             r.setdefault("run_cpu", []).append(c)
             r.setdefault("other_wall", []).append(w - step)
-            print(f"repeat {repeat} {name}: --help wall {r['help_wall'][-1]:.2f} s CPU {r['help_cpu'][-1]:.2f} s | "
-                  f"1-step run wall {w:.2f} s CPU {c:.2f} s, other (wall - step) {w - step:.2f} s", flush=True)  # fmt: skip
+            print(
+                f"repeat {repeat} {name}: --help wall {r['help_wall'][-1]:.2f} s CPU {r['help_cpu'][-1]:.2f} s | "
+                f"1-step run wall {w:.2f} s CPU {c:.2f} s, other (wall - step) {w - step:.2f} s",
+                flush=True,
+            )
     print("medians:")
     for name, r in rows.items():
         print(f"  {name}: " + ", ".join(f"{k} {statistics.median(v):.2f} s" for k, v in r.items()))
-    print("ratios base / this (medians): " + ", ".join(
-        f"{k} {statistics.median(rows['base'][k]) / statistics.median(rows['this'][k]):.2f}x" for k in rows["this"]))  # fmt: skip
+    print(
+        "ratios base / this (medians): "
+        + ", ".join(
+            f"{k} {statistics.median(rows['base'][k]) / statistics.median(rows['this'][k]):.2f}x" for k in rows["this"]
+        )
+    )
     return 0
 
 

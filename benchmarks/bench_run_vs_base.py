@@ -36,8 +36,16 @@ from bandpo import sweep  # noqa: E402
 
 
 def _env(tree: Path) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONHASHSEED": "0",
-           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(tree)}  # fmt: skip
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONHASHSEED": "0",
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONPATH": str(tree),
+    }
     return env
 
 
@@ -77,8 +85,11 @@ def main(argv: list[str] | None = None) -> int:
         load = os.getloadavg()
     except OSError:
         load = (float("nan"),) * 3
-    print(f"{args.model_id} {args.entry} seed {args.seed}, one thread, load average {load[0]:.2f} {load[1]:.2f} "
-          f"{load[2]:.2f}; base = {trees['base']}, this = {ROOT}", flush=True)  # fmt: skip
+    print(
+        f"{args.model_id} {args.entry} seed {args.seed}, one thread, load average {load[0]:.2f} {load[1]:.2f} "
+        f"{load[2]:.2f}; base = {trees['base']}, this = {ROOT}",
+        flush=True,
+    )
     rows = []
     for repeat in range(args.repeats):
         order = ["base", "this"] if repeat % 2 == 0 else ["this", "base"]
@@ -86,23 +97,57 @@ def main(argv: list[str] | None = None) -> int:
             tree = trees[name]
             with tempfile.TemporaryDirectory(prefix="bandpo-runcost-") as tmp:
                 out = Path(tmp) / "run"
-                cmd = [sys.executable, "-m", "bandpo.train", "--model", str(model_dir), "--data", str(data_dir),
-                       "--method", entry["method"], "--params", json.dumps(entry.get("params") or {}, sort_keys=True),
-                       "--seed", str(args.seed)]  # fmt: skip
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "bandpo.train",
+                    "--model",
+                    str(model_dir),
+                    "--data",
+                    str(data_dir),
+                    "--method",
+                    entry["method"],
+                    "--params",
+                    json.dumps(entry.get("params") or {}, sort_keys=True),
+                    "--seed",
+                    str(args.seed),
+                ]
                 cmd += sweep.set_args(sweep.train_overrides(cfg, args.model_id, args.entry))
                 cmd += [a for s in args.set for a in ("--set", s)]
                 cmd += ["--out", str(out), "--threads", "1", "--no-progress"]
                 train_wall, train_cpu = _timed(cmd, tree)
                 summary = json.loads((out / "run.json").read_text())
                 metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-                r = {"tree": name, "repeat": repeat, "train_wall": train_wall, "train_cpu": train_cpu,
-                     "steps_s": summary["train_seconds_total"], "final": summary["final"],
-                     "reward_per_step": [m["reward_mean"] for m in metrics]}  # fmt: skip
+                r = {
+                    "tree": name,
+                    "repeat": repeat,
+                    "train_wall": train_wall,
+                    "train_cpu": train_cpu,
+                    "steps_s": summary["train_seconds_total"],
+                    "final": summary["final"],
+                    "reward_per_step": [m["reward_mean"] for m in metrics],
+                }
                 if not args.no_eval:
                     model_args = json.dumps(ev["model_args"], sort_keys=True)
-                    ecmd = [sys.executable, "-m", "bandpo.evaluate", "--include-path", "bandpo/lm_eval_tasks",
-                            "--backend", ev["backend"], "--model-args", model_args, "--batch-size", str(ev["batch_size"]),
-                            "--threads", "1", "--run", str(out / "model"), str(Path(tmp) / "eval"), str(args.seed)]  # fmt: skip
+                    ecmd = [
+                        sys.executable,
+                        "-m",
+                        "bandpo.evaluate",
+                        "--include-path",
+                        "bandpo/lm_eval_tasks",
+                        "--backend",
+                        ev["backend"],
+                        "--model-args",
+                        model_args,
+                        "--batch-size",
+                        str(ev["batch_size"]),
+                        "--threads",
+                        "1",
+                        "--run",
+                        str(out / "model"),
+                        str(Path(tmp) / "eval"),
+                        str(args.seed),
+                    ]
                     for t in cfg["experiments"]["main"]["eval_tasks"]:
                         ecmd += ["--task", f"{t['task']}={root / 'data' / t['data'] / 'test.jsonl'}"]
                     r["eval_wall"], r["eval_cpu"] = _timed(ecmd, tree)
@@ -113,9 +158,12 @@ def main(argv: list[str] | None = None) -> int:
                 r["wall"] = r["train_wall"] + r["eval_wall"]
                 r["cpu"] = r["train_cpu"] + r["eval_cpu"]
             rows.append(r)
-            print(f"repeat {repeat} {name:4}: train wall {r['train_wall']:6.1f} s CPU {r['train_cpu']:6.1f} s "
-                  f"(steps {r['steps_s']:5.1f} s) | eval wall {r['eval_wall']:5.1f} s CPU {r['eval_cpu']:5.1f} s | "
-                  f"total wall {r['wall']:6.1f} s CPU {r['cpu']:6.1f} s | final {r['final']}", flush=True)  # fmt: skip
+            print(
+                f"repeat {repeat} {name:4}: train wall {r['train_wall']:6.1f} s CPU {r['train_cpu']:6.1f} s "
+                f"(steps {r['steps_s']:5.1f} s) | eval wall {r['eval_wall']:5.1f} s CPU {r['eval_cpu']:5.1f} s | "
+                f"total wall {r['wall']:6.1f} s CPU {r['cpu']:6.1f} s | final {r['final']}",
+                flush=True,
+            )
     print("ratios base / this (per repeat):")
     ratios = {k: [] for k in ("wall", "cpu", "train_wall", "train_cpu", "eval_wall", "eval_cpu")}
     for repeat in range(args.repeats):

@@ -202,8 +202,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=1, help="alternating runs of both trainers")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--suite-set", action="append", default=[], metavar="KEY=VALUE",
-                    help="extra setting of the suite's trainer, e.g. old_log_probs=\"recompute\" (TRL's extra pass)")
+    ap.add_argument(
+        "--suite-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra setting of the suite's trainer, e.g. old_log_probs=\"recompute\" (TRL's extra pass)",
+    )
     ap.add_argument("--json", default=None, help="also write all results here")
     ap.add_argument("--keep", default=None, help="keep the run directories and logs in this folder")
     args = ap.parse_args(argv)

@@ -46,9 +46,16 @@ def _batch(model, tokenizer, n=4, max_new=12, seed=2):
     torch.manual_seed(seed)
     tokens, resp, _ = sampling.sample_rows(model, ids, mask, n, max_new, 1.0, tokenizer.eos_token_id)
     is_eos = (tokens == tokenizer.eos_token_id) & resp
-    return Batch(torch.cat([ids.repeat_interleave(n, 0), tokens], 1),
-                 torch.cat([mask.repeat_interleave(n, 0), resp.long()], 1), resp, ids.shape[1], [], ids, mask,
-                 ~is_eos.any(1))  # fmt: skip
+    return Batch(
+        torch.cat([ids.repeat_interleave(n, 0), tokens], 1),
+        torch.cat([mask.repeat_interleave(n, 0), resp.long()], 1),
+        resp,
+        ids.shape[1],
+        [],
+        ids,
+        mask,
+        ~is_eos.any(1),
+    )
 
 
 def test_fast_path_applies_only_where_it_is_exact(tiny):
@@ -90,16 +97,33 @@ def test_sampler_log_probs_are_the_recomputed_ones(tiny):
     tokenizer.padding_side = "left"
     enc = tokenizer(PROMPTS, return_tensors="pt", padding=True, add_special_tokens=False)
     torch.manual_seed(5)
-    tokens, resp, ent, lp = sampling.sample_rows(model, enc["input_ids"], enc["attention_mask"], 8, 24, 0.8,
-                                                 tokenizer.eos_token_id, with_entropy=True, with_log_probs=True)  # fmt: skip
+    tokens, resp, ent, lp = sampling.sample_rows(
+        model,
+        enc["input_ids"],
+        enc["attention_mask"],
+        8,
+        24,
+        0.8,
+        tokenizer.eos_token_id,
+        with_entropy=True,
+        with_log_probs=True,
+    )
     is_eos = (tokens == tokenizer.eos_token_id) & resp
     n, ids, mask = 8, enc["input_ids"], enc["attention_mask"]
-    batch = Batch(torch.cat([ids.repeat_interleave(n, 0), tokens], 1),
-                  torch.cat([mask.repeat_interleave(n, 0), resp.long()], 1), resp, ids.shape[1], [], ids, mask,
-                  ~is_eos.any(1))  # fmt: skip
+    batch = Batch(
+        torch.cat([ids.repeat_interleave(n, 0), tokens], 1),
+        torch.cat([mask.repeat_interleave(n, 0), resp.long()], 1),
+        resp,
+        ids.shape[1],
+        [],
+        ids,
+        mask,
+        ~is_eos.any(1),
+    )
     with torch.no_grad():
-        rec_lp, rec_ent = sampling.completion_log_probs_shared(model, batch, torch.arange(3 * n), n, with_entropy=True,
-                                                               temperature=0.8)  # fmt: skip
+        rec_lp, rec_ent = sampling.completion_log_probs_shared(
+            model, batch, torch.arange(3 * n), n, with_entropy=True, temperature=0.8
+        )
     assert (rec_lp - lp)[resp].abs().max() < 1e-5 and (rec_ent - ent)[resp].abs().max() < 1e-5
 
 
@@ -111,8 +135,9 @@ def test_fast_sampler_first_token_follows_the_softmax(tiny):
         logits = model(**enc).logits[0, -1]
     torch.manual_seed(0)
     draws = 20000
-    tokens, _, _ = sampling.sample_rows(model, enc["input_ids"], enc["attention_mask"], draws, 1, 1.0,
-                                        tokenizer.eos_token_id)  # fmt: skip
+    tokens, _, _ = sampling.sample_rows(
+        model, enc["input_ids"], enc["attention_mask"], draws, 1, 1.0, tokenizer.eos_token_id
+    )
     freq = torch.bincount(tokens[:, 0], minlength=logits.numel()).double() / draws
     p = torch.softmax(logits.double(), -1)
     assert ((freq - p).abs() <= 5 * (p * (1 - p) / draws).sqrt() + 1e-4).all()
@@ -151,7 +176,7 @@ def test_light_loader_is_the_hf_model_and_tokenizer(tiny, tmp_path):
     mask = torch.ones_like(x)
     mask[0, 6:] = 0  # right padding, as bandpo.probe uses it
     with torch.no_grad():
-        diff = (model(input_ids=x, attention_mask=mask).logits - hf(input_ids=x, attention_mask=mask).logits)
+        diff = model(input_ids=x, attention_mask=mask).logits - hf(input_ids=x, attention_mask=mask).logits
     assert diff[mask.bool()].abs().max() < 1e-5
 
     with torch.no_grad():
@@ -167,8 +192,12 @@ def test_light_loader_is_the_hf_model_and_tokenizer(tiny, tmp_path):
 def test_other_models_are_not_light_loadable(tiny, tmp_path):
     _, _, path = tiny
     cfg = json.loads((path / "config.json").read_text())
-    for change in ({"attention_bias": True}, {"tie_word_embeddings": False}, {"model_type": "qwen2"},
-                   {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}}):  # fmt: skip
+    for change in (
+        {"attention_bias": True},
+        {"tie_word_embeddings": False},
+        {"model_type": "qwen2"},
+        {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}},
+    ):
         other = tmp_path / str(len(list(tmp_path.iterdir())))
         other.mkdir()
         for f in path.iterdir():
