@@ -354,8 +354,11 @@ def evaluate_runs(
         with tempfile.TemporaryDirectory(prefix=".lm_eval-", dir=out_dir) as tmp:
             tracker = EvaluationTracker(output_path=tmp)
             graded = Counts()  # the grading done by process_results, all tasks of this run
+            model: Any = backend
+            if backend == "hf":  # lm-eval's HF model, sampling with the suite's sampler where it applies
+                model = suite_sampler_hflm().create_from_arg_obj(args, {"batch_size": batch_size})
             results = lm_eval.simple_evaluate(
-                model=backend,
+                model=model,
                 model_args=args,
                 tasks=[dict(c) for c in configs.values()],
                 task_manager=tm,
@@ -425,6 +428,66 @@ def evaluate_runs(
                 + f" ({eval_seconds:.1f} s)")  # fmt: skip
     log(f"[bandpo.evaluate] done in {time.time() - t_start:.1f} s (start-up {startup_s:.1f} s)")
     return summaries
+
+
+_SUITE_HFLM = None
+_PLAIN_SAMPLING_KEYS = {"attention_mask", "do_sample", "temperature", "top_k", "top_p"}
+
+
+def suite_sampler_hflm():
+    """lm-eval's ``HFLM`` (the ``hf`` backend) with one change: where a request is plain sampling (``do_sample``,
+    temperature > 0, no top-k / top-p, stopping at EOS only) from a model `bandpo.fastlm.FastLlama` covers (the
+    tiny Llamas), its completions are drawn by the suite's sampler (`bandpo.sampling.sample_rows`, the trainer's),
+    not by HF ``generate``: the same distribution (softmax(logits / T), EOS ends a completion, at most
+    ``max_gen_toks`` tokens), several times faster; other requests and models go to ``generate`` as before. Draws
+    come from torch's generator, which lm-eval seeds per run (``torch_random_seed``): reproducible, but other
+    draws than ``generate``'s."""
+    global _SUITE_HFLM
+    if _SUITE_HFLM is not None:
+        return _SUITE_HFLM
+    import torch
+    from lm_eval.models.huggingface import HFLM
+
+    from bandpo.fastlm import FastLlama
+    from bandpo.sampling import sample_rows
+
+    class SuiteSamplerHFLM(HFLM):
+        def _model_generate(self, context, max_length, stop, **generation_kwargs):
+            kw = generation_kwargs
+            mask = kw.get("attention_mask")
+            eos = self.eot_token_id
+            eos_text = self.tok_decode(eos, skip_special_tokens=False)
+            plain = (
+                set(kw) <= _PLAIN_SAMPLING_KEYS
+                and kw.get("do_sample") is True
+                and float(kw.get("temperature") or 0.0) > 0.0
+                and kw.get("top_k") in (None, 0)
+                and kw.get("top_p") in (None, 1.0)
+                and mask is not None
+                and all(s == eos_text for s in stop)
+                and getattr(self, "backend", "causal") == "causal"
+                and FastLlama.for_model(self.model) is not None
+            )
+            if not plain:
+                return super()._model_generate(context, max_length, stop, **generation_kwargs)
+            new = max_length - context.shape[1]
+            # lm-eval's repeats of a prompt are adjacent rows (its batches are sorted by context): with equal runs
+            # of identical rows, each prompt is pre-filled once for its n rows, as in training
+            same = (context[1:] == context[:-1]).all(1) & (mask[1:] == mask[:-1]).all(1)
+            dev = context.device
+            starts = torch.cat([torch.ones(1, dtype=torch.bool, device=dev), ~same]).nonzero().squeeze(1)
+            n = context.shape[0] // len(starts)
+            if n * len(starts) != context.shape[0] or not bool(
+                (starts == torch.arange(len(starts), device=dev) * n).all()
+            ):
+                starts, n = torch.arange(context.shape[0], device=dev), 1
+            tokens, resp, _ = sample_rows(self.model, context[starts], mask[starts], n, new, float(kw["temperature"]),
+                                          eos)  # fmt: skip
+            pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
+            return torch.cat([context, torch.where(resp, tokens, pad)], 1)
+
+    _SUITE_HFLM = SuiteSamplerHFLM
+    return _SUITE_HFLM
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from bandpo.fastlm import FastLlama, prompt_bias
+
 __all__ = ["COMPACT_FRAC", "completion_log_probs_shared", "positions", "sample_rows", "tempered"]
 
 COMPACT_FRAC = 0.25
@@ -40,6 +42,10 @@ def sample_rows(model, prompt_ids, prompt_mask, n: int, max_new_tokens: int, tem
     softmax(logits / temperature) at each valid token (zero on padding), else None. With ``with_log_probs`` a
     fourth item: the log-probability of each sampled token under that distribution (zero on padding): what the
     trainer's old log-probs (`completion_log_probs_shared` at the same temperature) recompute."""
+    fast = FastLlama.for_model(model)
+    if fast is not None:
+        return _sample_rows_fast(fast, prompt_ids, prompt_mask, n, max_new_tokens, temperature, eos, with_entropy,
+                                 with_log_probs)  # fmt: skip
     G, P = prompt_ids.shape
     B, device = G * n, prompt_ids.device
     out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions(prompt_mask),
@@ -91,6 +97,60 @@ def sample_rows(model, prompt_ids, prompt_mask, n: int, max_new_tokens: int, tem
     return tokens, response_mask, entropy, sampled_lp[:, :T] * response_mask
 
 
+def _sample_rows_fast(fast: FastLlama, prompt_ids, prompt_mask, n, max_new_tokens, temperature, eos, with_entropy,
+                      with_log_probs):  # fmt: skip
+    """`sample_rows` on `bandpo.fastlm.FastLlama`: the same loop (same draws from torch's generator, same row
+    dropping) on a preallocated KV cache."""
+    G, P = prompt_ids.shape
+    B, device = G * n, prompt_ids.device
+    weights = fast.weights()
+    logits, prompt_kv = fast.prefill(prompt_ids, prompt_mask, weights)
+    logits = logits.float().repeat_interleave(n, 0)  # (B, V): the distribution of completion token 0
+    L = prompt_kv.shape[0]
+    comp_kv = prompt_kv.new_zeros(L, 2, B, fast.n_heads, max_new_tokens, fast.head_dim)
+    tokens = torch.zeros(B, max_new_tokens, dtype=torch.long, device=device)
+    entropy = torch.zeros(B, max_new_tokens, device=device) if with_entropy else None
+    sampled_lp = torch.zeros(B, max_new_tokens, device=device) if with_log_probs else None
+    lengths = torch.full((B,), max_new_tokens, dtype=torch.long, device=device)
+    rows = torch.arange(B, device=device)  # the batch row of each cache row
+    live = torch.ones(B, dtype=torch.bool, device=device)  # cache rows still generating
+    p_bias = torch.zeros(G, 1, P, device=device).masked_fill_(prompt_mask.unsqueeze(1) == 0, float("-inf"))
+    p_bias = p_bias.repeat_interleave(n, 0)  # (B, 1, P): the prompt's padding, per cache row
+    row_pos = prompt_mask.sum(1).repeat_interleave(n)  # position of completion token 0
+    for t in range(max_new_tokens):
+        scaled = tempered(logits, temperature)
+        probs = torch.softmax(scaled, -1)
+        tok = torch.multinomial(probs, 1).squeeze(1)
+        tokens[rows, t] = tok  # a finished row still in the cache writes after its EOS: masked, then zeroed below
+        if entropy is not None or sampled_lp is not None:
+            log_probs = torch.log_softmax(scaled, -1)
+            if entropy is not None:
+                entropy[rows, t] = -(probs * log_probs).sum(-1)
+            if sampled_lp is not None:
+                sampled_lp[rows, t] = log_probs.gather(1, tok.unsqueeze(1)).squeeze(1)
+        done = live & (tok == eos)
+        if bool(done.any()):
+            lengths[rows[done]] = t + 1
+            live = live & ~done
+            n_live = int(live.sum())
+            if n_live == 0:
+                break
+            if live.numel() - n_live >= COMPACT_FRAC * live.numel():
+                keep = live.nonzero().squeeze(1)
+                comp_kv = comp_kv.index_select(2, keep)
+                rows, tok, live, p_bias, row_pos = rows[keep], tok[keep], live[keep], p_bias[keep], row_pos[keep]
+        if t + 1 == max_new_tokens:
+            break
+        logits = fast.decode(tok, row_pos + t, prompt_kv, p_bias, rows, n, comp_kv, t, weights)
+    T = int(lengths.max())
+    response_mask = torch.arange(T, device=device).unsqueeze(0) < lengths.unsqueeze(1)
+    tokens = tokens[:, :T] * response_mask
+    entropy = entropy[:, :T] * response_mask if entropy is not None else None
+    if sampled_lp is None:
+        return tokens, response_mask, entropy
+    return tokens, response_mask, entropy, sampled_lp[:, :T] * response_mask
+
+
 def completion_log_probs_shared(model, batch, idx: torch.Tensor, group: int, with_entropy: bool = False,
                                 temperature: float = 1.0):  # fmt: skip
     """Log-probs of the completion tokens of rows ``idx`` of ``batch`` under ``model`` (each (len(idx), T), zero on
@@ -102,6 +162,9 @@ def completion_log_probs_shared(model, batch, idx: torch.Tensor, group: int, wit
     rounding. ``temperature``: log-probs and entropy of softmax(logits / temperature), the distribution the rollouts
     sampled from (`sample_rows`; verl's actor divides its logits by the rollout temperature the same way), so that
     the ratio of the first, on-policy update is 1 at any temperature. ``batch``: a `bandpo.train.Batch`."""
+    fast = FastLlama.for_model(model)
+    if fast is not None:
+        return _completion_log_probs_fast(fast, batch, idx, group, with_entropy, temperature)
     T = batch.response_mask.shape[1]
     groups = torch.div(idx, group, rounding_mode="floor")
     uniq, inverse = torch.unique(groups, return_inverse=True)
@@ -128,4 +191,55 @@ def completion_log_probs_shared(model, batch, idx: torch.Tensor, group: int, wit
     if not with_entropy:
         return token_log_prob, None
     entropy = -(log_probs.exp() * log_probs).sum(-1) * resp[:, :t_max]
+    return token_log_prob, torch.nn.functional.pad(entropy, (0, T - t_max))
+
+
+def _completion_log_probs_fast(fast: FastLlama, batch, idx, group, with_entropy, temperature):
+    """`completion_log_probs_shared` on `bandpo.fastlm.FastLlama`: the same two passes, each over its real tokens
+    only (the prompts' padding and the completions' columns past EOS are left out of the per-token products)."""
+    T = batch.response_mask.shape[1]
+    groups = torch.div(idx, group, rounding_mode="floor")
+    uniq, inverse = torch.unique(groups, return_inverse=True)
+    p_mask = batch.prompt_mask[uniq]
+    first = int((p_mask.sum(0) > 0).nonzero()[0])  # leading columns that are padding in every prompt here
+    p_ids, p_mask = batch.prompt_ids[uniq, first:], p_mask[:, first:]
+    weights = fast.weights()
+    p_sel = p_mask.reshape(-1).nonzero().squeeze(1)
+    logits0, kvs = fast.forward(p_ids, positions(p_mask), prompt_bias(p_mask), weights=weights, want_kv=True,
+                                last_only=True, sel=p_sel)  # fmt: skip
+    resp = batch.response_mask[idx]
+    n = len(idx)
+    t_max = max(int(resp.sum(1).max()), 1)
+    comp = batch.input_ids[idx, batch.prompt_len : batch.prompt_len + t_max]
+    logits = logits0[inverse]  # (n, V): predicts completion token 0
+    targets = comp[:, 0]
+    where = torch.arange(n, device=idx.device) * t_max  # flat (n, t_max) index of each logits row's token
+    if t_max > 1:
+        # completion column j predicts token j + 1: needed where that token is real (a prefix of each row); the
+        # columns attend to their prompt's real tokens and causally to each other
+        L = t_max - 1
+        need = resp[:, 1:t_max]
+        sel = need.reshape(-1).nonzero().squeeze(1)
+        keys = torch.cat(
+            [
+                p_mask[inverse].bool().unsqueeze(1).expand(-1, L, -1),
+                torch.ones(L, L, dtype=torch.bool, device=idx.device).tril().expand(n, -1, -1),
+            ],
+            2,
+        )
+        bias = torch.zeros(keys.shape, device=idx.device).masked_fill_(~keys, float("-inf")).unsqueeze(1)
+        pos = p_mask.sum(1)[inverse].unsqueeze(1) + torch.arange(L, device=idx.device).unsqueeze(0)
+        past = [(k.index_select(0, inverse), v.index_select(0, inverse)) for k, v in kvs]
+        rest = fast.forward(comp[:, :-1], pos, bias, past=past, weights=weights, sel=sel)
+        logits = torch.cat([logits, rest])
+        targets = torch.cat([targets, comp[:, 1:].reshape(-1)[sel]])
+        where = torch.cat([where, sel + torch.div(sel, L, rounding_mode="floor") + 1])  # (r, j) -> r t_max + j + 1
+    log_probs = torch.log_softmax(tempered(logits.float(), temperature), -1)  # (tokens, V)
+    picked = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    token_log_prob = picked.new_zeros(n * t_max).index_copy(0, where, picked).view(n, t_max) * resp[:, :t_max]
+    token_log_prob = torch.nn.functional.pad(token_log_prob, (0, T - t_max))
+    if not with_entropy:
+        return token_log_prob, None
+    ent = -(log_probs.exp() * log_probs).sum(-1)
+    entropy = ent.new_zeros(n * t_max).index_copy(0, where, ent).view(n, t_max) * resp[:, :t_max]
     return token_log_prob, torch.nn.functional.pad(entropy, (0, T - t_max))

@@ -14,7 +14,8 @@ Collect:
 Score:
 
 4. GRPO advantage per group: A = (R - mean_group) / (std_group + 1e-6), unbiased std, on every completion token;
-5. old log-probs recomputed by a forward pass of the rollout policy (no grad), with its token entropy: each prompt
+5. old log-probs and token entropy: the sampler's own (``old_log_probs: sampler``, the default), or recomputed by a
+   forward pass of the rollout policy (no grad; ``old_log_probs: recompute``): each prompt
    is run once and its KV cache shared by its group's completions (`completion_log_probs_shared`, equal to a full
    forward pass of every prompt + completion row up to float rounding); old and new log-probs, the reference's and
    the entropy are those of softmax(logits / ``temperature``), the distribution that sampled (as verl's actor);
@@ -149,6 +150,12 @@ class TrainConfig:
     over the updates, whose advantages then do not cancel within a mini-batch, so the policy drifts further between
     updates and clipping acts more (tiny-s, lr 5e-4: 0.68% of off-policy tokens outside the bounds against 0.44%
     with group)."""
+    old_log_probs: str = "sampler"
+    """Where the old (rollout-policy) log-probs and the logged entropy come from. sampler (default): the sampler's
+    own, computed while drawing from the same weights and distribution, with no extra pass; they equal the
+    recomputed ones up to float rounding (within ~1e-6 in log-prob on tiny-s), so the first, on-policy update's ratio
+    is 1 within that, not exactly. recompute: a no-grad forward pass of the rollout policy over the batch (as verl's
+    actor), the first ratio exactly 1, about 15% more time per step."""
     lr: float = 5e-4
     """AdamW learning rate (of the first step)."""
     lr_end: float | None = 1e-4
@@ -214,6 +221,8 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 problems.append(f"{name}: must be a finite number >= 0, got {value!r}")
+        if self.old_log_probs not in ("sampler", "recompute"):
+            problems.append(f"old_log_probs: must be 'sampler' or 'recompute', got {self.old_log_probs!r}")
         if self.minibatch not in ("group", "random"):
             problems.append(f"minibatch: must be 'group' or 'random', got {self.minibatch!r}")
         elif self.minibatch == "group" and self.prompts_per_step < self.updates_per_step:
@@ -336,6 +345,8 @@ class Batch:
     prompt_ids: torch.Tensor  # (G, P)
     prompt_mask: torch.Tensor  # (G, P)
     truncated: torch.Tensor  # (B,) bool: no EOS within max_new_tokens
+    sampled_log_prob: torch.Tensor | None = None  # (B, T): the sampler's log-prob of each token
+    sampled_entropy: torch.Tensor | None = None  # (B, T): the sampling distribution's entropy at each token
 
 
 def rollout(model, tokenizer, prompts: list[str], cfg: TrainConfig, device: torch.device) -> Batch:
@@ -344,9 +355,11 @@ def rollout(model, tokenizer, prompts: list[str], cfg: TrainConfig, device: torc
     tokenizer.padding_side = "left"
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
     prompt_ids, prompt_mask = enc["input_ids"], enc["attention_mask"]
-    completion, response_mask, _ = sample_rows(
-        model, prompt_ids, prompt_mask, n, cfg.max_new_tokens, cfg.temperature, tokenizer.eos_token_id
-    )
+    own = cfg.old_log_probs == "sampler"
+    completion, response_mask, entropy, *log_prob = sample_rows(
+        model, prompt_ids, prompt_mask, n, cfg.max_new_tokens, cfg.temperature, tokenizer.eos_token_id,
+        with_entropy=own, with_log_probs=own,
+    )  # fmt: skip
     is_eos = (completion == tokenizer.eos_token_id) & response_mask
     truncated = ~is_eos.any(1)
     completion = torch.where(response_mask, completion, tokenizer.pad_token_id)
@@ -354,7 +367,7 @@ def rollout(model, tokenizer, prompts: list[str], cfg: TrainConfig, device: torc
     attention_mask = torch.cat([prompt_mask.repeat_interleave(n, 0), response_mask.long()], dim=1)
     input_ids = torch.cat([prompt_ids.repeat_interleave(n, 0), completion], 1)
     return Batch(input_ids, attention_mask, response_mask, prompt_ids.shape[1], texts, prompt_ids, prompt_mask,
-                 truncated)  # fmt: skip
+                 truncated, log_prob[0] if own else None, entropy)  # fmt: skip
 
 
 def group_advantages(rewards: torch.Tensor, group: int, eps: float) -> torch.Tensor:
@@ -426,8 +439,6 @@ def train(cfg: TrainConfig) -> dict:
     """Run (or resume) one training run; returns the run summary also written to run.json."""
     methods.load_env_method_modules()  # the start of a run: methods of the user's own modules ($BANDPO_METHOD_MODULES)
     cfg.validate()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     torch.set_num_threads(cfg.threads)
     if cfg.device == "auto":
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -447,12 +458,11 @@ def train(cfg: TrainConfig) -> dict:
 
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
-    tokenizer = AutoTokenizer.from_pretrained(cfg.model)
-    model = AutoModelForCausalLM.from_pretrained(cfg.model, torch_dtype=torch.float32).to(device)
+    model, tokenizer = load_policy(cfg.model, device)
     model.eval()  # no dropout anywhere: rollout, old log-probs and updates see the same function
     reference = None
     if cfg.kl_coef > 0:
-        reference = AutoModelForCausalLM.from_pretrained(cfg.model, torch_dtype=torch.float32).to(device).eval()
+        reference = load_policy(cfg.model, device)[0].eval()
         reference.requires_grad_(False)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     run = Run(cfg, method, model, reference, tokenizer, optimizer, rows, device, load_probe_rows(cfg))
@@ -524,6 +534,22 @@ def train(cfg: TrainConfig) -> dict:
     return summary
 
 
+def load_policy(model_dir: str, device: torch.device):
+    """(model, tokenizer) in float32 on ``device``. The suite's tiny models (`bandpo.fastlm.light_loadable`) load
+    without transformers (`bandpo.fastlm.load_light`: the same weights, layout and saved files, computed by
+    `bandpo.fastlm.FastLlama`), which saves a job about 4 CPU-seconds of imports; any other model through
+    transformers' Auto classes."""
+    from bandpo.fastlm import light_loadable, load_light
+
+    if light_loadable(model_dir):
+        model, tokenizer = load_light(model_dir)
+        return model.to(device), tokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    return AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).to(device), tokenizer
+
+
 def lr_at(cfg: TrainConfig, step: int) -> float:
     """The learning rate of step ``step`` (0-based): ``lr``, or linear from ``lr`` to ``lr_end`` over the run
     (`bandpo.models.lr_schedule`: no warmup, decay from the first step to the last)."""
@@ -583,8 +609,11 @@ def score(run: Run, collected: Collected) -> Scored:
     n = cfg.samples_per_prompt
     rows_all = torch.arange(mask.shape[0], device=run.device)
     with torch.no_grad():
-        old_log_prob, entropy = completion_log_probs_shared(run.model, batch, rows_all, n, with_entropy=True,
-                                                            temperature=cfg.temperature)  # fmt: skip
+        if batch.sampled_log_prob is not None:  # old_log_probs: sampler
+            old_log_prob, entropy = batch.sampled_log_prob, batch.sampled_entropy
+        else:
+            old_log_prob, entropy = completion_log_probs_shared(run.model, batch, rows_all, n, with_entropy=True,
+                                                                temperature=cfg.temperature)  # fmt: skip
         ref_log_prob = None
         if run.reference is not None:
             ref_log_prob, _ = completion_log_probs_shared(

@@ -145,6 +145,7 @@ def run_suite(args, work: Path, tag: str) -> dict:
         "--set", "lr=2e-4", "--set", "weight_decay=0.01", "--set", "grad_clip=1.0", "--set", "kl_coef=0",
         "--set", "lr_end=null", "--set", 'minibatch="group"',
     ]  # fmt: skip
+    cmd += [a for kv in args.suite_set for a in ("--set", kv)]
     run_child(cmd, work / f"suite-{tag}.log", child_env(args.threads))
     result = json.loads(timings.read_text(encoding="utf-8"))
     result["command"] = cmd
@@ -201,6 +202,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=1, help="alternating runs of both trainers")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--suite-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra setting of the suite's trainer, e.g. old_log_probs=\"recompute\" (TRL's extra pass)",
+    )
     ap.add_argument("--json", default=None, help="also write all results here")
     ap.add_argument("--keep", default=None, help="keep the run directories and logs in this folder")
     args = ap.parse_args(argv)

@@ -314,9 +314,15 @@ def test_trainer_log_probs_are_the_samplers_at_any_temperature(assets, eos_heavy
     assert (lp_t1 - sampled_lp)[resp].abs().max() > 0.1  # the untempered softmax is another policy
 
     # a run at T = 0.7: the single update of each step is on-policy, its ratio exactly 1
-    train(small_config(assets, tmp_path / "t07", temperature=T, updates_per_step=1, lr=1e-2, steps=2))
+    train(small_config(assets, tmp_path / "t07", temperature=T, updates_per_step=1, lr=1e-2, steps=2,
+                       old_log_probs="recompute"))  # fmt: skip
     metrics = read_metrics(tmp_path / "t07")
     assert all(m["ratio_min"] == m["ratio_max"] == 1.0 for m in metrics)
+    assert all(m["loss"] == m["loss"] and m["entropy"] > 0 for m in metrics)
+    # the sampler's own log-probs (the default): the same policy, the first ratio 1 up to float rounding
+    train(small_config(assets, tmp_path / "t07s", temperature=T, updates_per_step=1, lr=1e-2, steps=2))
+    metrics = read_metrics(tmp_path / "t07s")
+    assert all(1 - 1e-5 < m["ratio_min"] <= m["ratio_max"] < 1 + 1e-5 for m in metrics)
     assert all(m["loss"] == m["loss"] and m["entropy"] > 0 for m in metrics)
 
 
@@ -354,7 +360,8 @@ def test_ppo_epochs_passes_over_each_rollout_batch(assets, tmp_path, monkeypatch
     monkeypatch.setattr(train_module, "completion_log_probs_shared", spy)
     real_step = torch.optim.AdamW.step
     monkeypatch.setattr(torch.optim.AdamW, "step", lambda self, *a, **k: updates.append(1) or real_step(self, *a, **k))
-    train(small_config(assets, tmp_path / "e2", ppo_epochs=2, updates_per_step=2, steps=2, lr=1e-2, seed=3))
+    train(small_config(assets, tmp_path / "e2", ppo_epochs=2, updates_per_step=2, steps=2, lr=1e-2, seed=3,
+                       old_log_probs="recompute"))  # fmt: skip
     assert len(updates) == 2 * 4  # 2 steps x 2 passes x 2 mini-batches
     assert len(calls) == 2 * 5  # per step: the old log-probs of all 16 rows, then the 4 updates' 8 rows each
     for step in range(2):
@@ -399,7 +406,7 @@ def test_on_policy_updates_make_every_bound_method_the_same_run(assets, tmp_path
     """updates_per_step = 1: every update is on-policy, the ratio is exactly 1, inside every method's bounds, so
     grpo, clip_higher, dcpo and bandpo kl / tv / chi2 give the same run for a seed (metrics other than timings and
     the bounds' own diagnostics, and the final weights); with 4 off-policy updates they do not."""
-    runs = _control_runs(assets, tmp_path / "on", updates_per_step=1, lr=1e-2, steps=3)
+    runs = _control_runs(assets, tmp_path / "on", updates_per_step=1, lr=1e-2, steps=3, old_log_probs="recompute")
     ref_metrics, ref_weights = runs["grpo"]
     assert all(m["ratio_min"] == m["ratio_max"] == 1.0 for m in ref_metrics)  # exactly on-policy
     assert any(m["loss"] != 0 for m in ref_metrics)  # the updates did something

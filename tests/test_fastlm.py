@@ -1,0 +1,206 @@
+"""bandpo.fastlm: the lean Llama forward computes the HF model's function (logits, log-probs, gradients) up to float
+rounding; the sampler on it draws from the model's softmax; the transformers-free loader holds the same weights,
+tokenizes and decodes as the HF tokenizer and saves what HF loads back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from bandpo import sampling
+from bandpo.fastlm import FastLlama, TinyLlama, light_loadable, load_light
+from bandpo.models import build_tokenizer, get_size, init_model
+from bandpo.train import Batch
+
+PROMPTS = ["Q: Compute 48-6+5.\nA: ", "Q: 1+1?\nA: ", "Q: Solve for x: 3x+8=32.\nA: "]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A small random Llama of the suite's layout (wider than tiny-test so that rounding shows), saved."""
+    torch.manual_seed(0)
+    tokenizer = build_tokenizer()
+    spec = get_size("tiny-test", hidden_size=32, num_layers=2, num_heads=4, intermediate_size=48)
+    model = init_model(spec, tokenizer, seed=0).eval()
+    path = tmp_path_factory.mktemp("tiny") / "model"
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return model, tokenizer, path
+
+
+def _hf_only(model):
+    """The HF path: FastLlama switched off for this model (as for a model it does not cover)."""
+    model.__dict__["_bandpo_fastllama"] = False
+
+
+def _fast_again(model):
+    model.__dict__.pop("_bandpo_fastllama", None)
+
+
+def _batch(model, tokenizer, n=4, max_new=12, seed=2):
+    tokenizer.padding_side = "left"
+    enc = tokenizer(PROMPTS, return_tensors="pt", padding=True, add_special_tokens=False)
+    ids, mask = enc["input_ids"], enc["attention_mask"]
+    torch.manual_seed(seed)
+    tokens, resp, _ = sampling.sample_rows(model, ids, mask, n, max_new, 1.0, tokenizer.eos_token_id)
+    is_eos = (tokens == tokenizer.eos_token_id) & resp
+    return Batch(
+        torch.cat([ids.repeat_interleave(n, 0), tokens], 1),
+        torch.cat([mask.repeat_interleave(n, 0), resp.long()], 1),
+        resp,
+        ids.shape[1],
+        [],
+        ids,
+        mask,
+        ~is_eos.any(1),
+    )
+
+
+def test_fast_path_applies_only_where_it_is_exact(tiny):
+    model, _, _ = tiny
+    assert FastLlama.for_model(model) is not None
+    handle = model.lm_head.register_forward_hook(lambda m, a, out: out)
+    try:
+        assert FastLlama.for_model(model) is None  # a hooked module: the HF path, which runs the hook
+    finally:
+        handle.remove()
+    assert FastLlama.for_model(model) is not None
+
+
+def test_log_probs_and_gradients_equal_the_hf_forward(tiny):
+    model, tokenizer, _ = tiny
+    batch = _batch(model, tokenizer)
+    idx = torch.tensor([9, 0, 3, 2, 10, 11])
+    resp = batch.response_mask[idx]
+    out = []
+    for fast in (True, False):
+        if not fast:
+            _hf_only(model)
+        try:
+            model.zero_grad()
+            lp, ent = sampling.completion_log_probs_shared(model, batch, idx, 4, with_entropy=True, temperature=0.7)
+            (lp * resp * torch.linspace(-1, 1, resp.shape[1])).sum().backward()
+            out.append((lp.detach(), ent.detach(), [p.grad.clone() for p in model.parameters()]))
+        finally:
+            _fast_again(model)
+    (lp_f, ent_f, g_f), (lp_h, ent_h, g_h) = out
+    assert (lp_f[~resp] == 0).all() and (ent_f[~resp] == 0).all()
+    assert (lp_f - lp_h)[resp].abs().max() < 1e-5 and (ent_f - ent_h)[resp].abs().max() < 1e-5
+    for a, b in zip(g_f, g_h, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_sampler_log_probs_are_the_recomputed_ones(tiny):
+    model, tokenizer, _ = tiny
+    tokenizer.padding_side = "left"
+    enc = tokenizer(PROMPTS, return_tensors="pt", padding=True, add_special_tokens=False)
+    torch.manual_seed(5)
+    tokens, resp, ent, lp = sampling.sample_rows(
+        model,
+        enc["input_ids"],
+        enc["attention_mask"],
+        8,
+        24,
+        0.8,
+        tokenizer.eos_token_id,
+        with_entropy=True,
+        with_log_probs=True,
+    )
+    is_eos = (tokens == tokenizer.eos_token_id) & resp
+    n, ids, mask = 8, enc["input_ids"], enc["attention_mask"]
+    batch = Batch(
+        torch.cat([ids.repeat_interleave(n, 0), tokens], 1),
+        torch.cat([mask.repeat_interleave(n, 0), resp.long()], 1),
+        resp,
+        ids.shape[1],
+        [],
+        ids,
+        mask,
+        ~is_eos.any(1),
+    )
+    with torch.no_grad():
+        rec_lp, rec_ent = sampling.completion_log_probs_shared(
+            model, batch, torch.arange(3 * n), n, with_entropy=True, temperature=0.8
+        )
+    assert (rec_lp - lp)[resp].abs().max() < 1e-5 and (rec_ent - ent)[resp].abs().max() < 1e-5
+
+
+def test_fast_sampler_first_token_follows_the_softmax(tiny):
+    model, tokenizer, _ = tiny
+    tokenizer.padding_side = "left"
+    enc = tokenizer(PROMPTS[:1], return_tensors="pt", padding=True, add_special_tokens=False)
+    with torch.no_grad():
+        logits = model(**enc).logits[0, -1]
+    torch.manual_seed(0)
+    draws = 20000
+    tokens, _, _ = sampling.sample_rows(
+        model, enc["input_ids"], enc["attention_mask"], draws, 1, 1.0, tokenizer.eos_token_id
+    )
+    freq = torch.bincount(tokens[:, 0], minlength=logits.numel()).double() / draws
+    p = torch.softmax(logits.double(), -1)
+    assert ((freq - p).abs() <= 5 * (p * (1 - p) / draws).sqrt() + 1e-4).all()
+
+
+def test_same_seed_same_sample(tiny):
+    model, tokenizer, _ = tiny
+    a, b = (_batch(model, tokenizer, n=8, max_new=24, seed=11) for _ in range(2))
+    assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.response_mask, b.response_mask)
+
+
+def test_light_loader_is_the_hf_model_and_tokenizer(tiny, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _, _, path = tiny
+    assert light_loadable(path)
+    model, tok = load_light(path)
+    assert type(model) is TinyLlama
+    hf = AutoModelForCausalLM.from_pretrained(path).eval()
+    hf_tok = AutoTokenizer.from_pretrained(path)
+    assert [n for n, _ in model.named_parameters()] == [n for n, _ in hf.named_parameters()]
+    assert list(model.state_dict()) == list(hf.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), hf.state_dict().values(), strict=True))
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    texts = PROMPTS + ["héllo\tworld", ""]
+    for side in ("left", "right"):
+        tok.padding_side = hf_tok.padding_side = side
+        a = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        b = hf_tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        assert torch.equal(a["input_ids"], b["input_ids"]) and torch.equal(a["attention_mask"], b["attention_mask"])
+    assert tok(texts, add_special_tokens=False)["input_ids"] == hf_tok(texts, add_special_tokens=False)["input_ids"]
+    ids = torch.randint(0, len(hf_tok), (16, 20), generator=torch.Generator().manual_seed(0))
+    assert tok.batch_decode(ids, skip_special_tokens=True) == hf_tok.batch_decode(ids, skip_special_tokens=True)
+    assert (tok.pad_token_id, tok.eos_token_id, len(tok)) == (hf_tok.pad_token_id, hf_tok.eos_token_id, len(hf_tok))
+    x = torch.randint(3, len(hf_tok), (3, 10), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(x)
+    mask[0, 6:] = 0  # right padding, as bandpo.probe uses it
+    with torch.no_grad():
+        diff = model(input_ids=x, attention_mask=mask).logits - hf(input_ids=x, attention_mask=mask).logits
+    assert diff[mask.bool()].abs().max() < 1e-5
+
+    with torch.no_grad():
+        next(model.parameters()).add_(0.5)  # a "trained" model: saved, then loaded back by HF
+    model.save_pretrained(tmp_path / "out")
+    tok.save_pretrained(tmp_path / "out")
+    back = AutoModelForCausalLM.from_pretrained(tmp_path / "out")
+    assert all(torch.equal(a, b) for a, b in zip(back.state_dict().values(), model.state_dict().values(), strict=True))
+    assert AutoTokenizer.from_pretrained(tmp_path / "out")(texts[0])["input_ids"] == hf_tok(texts[0])["input_ids"]
+    assert json.loads((tmp_path / "out" / "config.json").read_text()) == json.loads((path / "config.json").read_text())
+
+
+def test_other_models_are_not_light_loadable(tiny, tmp_path):
+    _, _, path = tiny
+    cfg = json.loads((path / "config.json").read_text())
+    for change in (
+        {"attention_bias": True},
+        {"tie_word_embeddings": False},
+        {"model_type": "qwen2"},
+        {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}},
+    ):
+        other = tmp_path / str(len(list(tmp_path.iterdir())))
+        other.mkdir()
+        for f in path.iterdir():
+            (other / f.name).write_bytes(f.read_bytes())
+        (other / "config.json").write_text(json.dumps({**cfg, **change}))
+        assert not light_loadable(other), change
