@@ -14,8 +14,8 @@ Collect:
 Score:
 
 4. GRPO advantage per group: A = (R - mean_group) / (std_group + 1e-6), unbiased std, on every completion token;
-5. old log-probs and token entropy: the sampler's own (``old_log_probs: sampler``, the default), or recomputed by a
-   forward pass of the rollout policy (no grad; ``old_log_probs: recompute``): each prompt
+5. old log-probs and token entropy: recomputed by a forward pass of the rollout policy (no grad; ``old_log_probs:
+   recompute``, the default, as verl's actor), or the sampler's own (``old_log_probs: sampler``): each prompt
    is run once and its KV cache shared by its group's completions (`completion_log_probs_shared`, equal to a full
    forward pass of every prompt + completion row up to float rounding); old and new log-probs, the reference's and
    the entropy are those of softmax(logits / ``temperature``), the distribution that sampled (as verl's actor);
@@ -150,12 +150,13 @@ class TrainConfig:
     over the updates, whose advantages then do not cancel within a mini-batch, so the policy drifts further between
     updates and clipping acts more (tiny-s, lr 5e-4: 0.68% of off-policy tokens outside the bounds against 0.44%
     with group)."""
-    old_log_probs: str = "sampler"
-    """Where the old (rollout-policy) log-probs and the logged entropy come from. sampler (default): the sampler's
-    own, computed while drawing from the same weights and distribution, with no extra pass; they equal the
-    recomputed ones up to float rounding (within ~1e-6 in log-prob on tiny-s), so the first, on-policy update's ratio
-    is 1 within that, not exactly. recompute: a no-grad forward pass of the rollout policy over the batch (as verl's
-    actor), the first ratio exactly 1, about 15% more time per step."""
+    old_log_probs: str = "recompute"
+    """Where the old (rollout-policy) log-probs and the logged entropy come from. recompute (default): a no-grad
+    forward pass of the rollout policy over the batch (as verl's actor): the first, on-policy update's ratio is
+    exactly 1, so with updates_per_step 1 every bound method gives the same run (the off-policy axis's exact null).
+    sampler: the sampler's own, computed while drawing from the same weights and distribution, with no extra pass
+    (about 15% less time per step); they equal the recomputed ones up to float rounding (within ~1e-6 in log-prob on
+    tiny-s), so the first ratio is 1 within that, not exactly."""
     lr: float = 5e-4
     """AdamW learning rate (of the first step)."""
     lr_end: float | None = 1e-4

@@ -204,3 +204,39 @@ def test_other_models_are_not_light_loadable(tiny, tmp_path):
             (other / f.name).write_bytes(f.read_bytes())
         (other / "config.json").write_text(json.dumps({**cfg, **change}))
         assert not light_loadable(other), change
+
+
+def test_lm_eval_plain_sampling_takes_the_suite_sampler(tiny, monkeypatch):
+    """bandpo.evaluate's hf backend: a plain-sampling request of a covered model is drawn by the suite's sampler
+    (each repeated prompt pre-filled once; completions end at EOS, padded after), from the model's softmax; a
+    request with top-k goes to HF ``generate``."""
+    from bandpo.evaluate import suite_sampler_hflm
+
+    _fast_again(tiny[0])
+    model, tokenizer, path = tiny
+    lm = suite_sampler_hflm()(pretrained=str(path), dtype="float32", device="cpu", batch_size=64)
+    enc = tokenizer([PROMPTS[0]] * 400 + [PROMPTS[1]] * 400, return_tensors="pt", padding=True)
+    eos = tokenizer.decode(lm.eot_token_id, skip_special_tokens=False)
+    from lm_eval.models.huggingface import HFLM
+
+    generate_calls = []
+    parent = HFLM._model_generate
+    monkeypatch.setattr(
+        HFLM, "_model_generate", lambda self, *a, **k: generate_calls.append(k) or parent(self, *a, **k)
+    )
+    torch.manual_seed(0)
+    ctx, mask = enc["input_ids"], enc["attention_mask"]
+    out = lm._model_generate(ctx, ctx.shape[1] + 1, [eos], do_sample=True, temperature=1.0, attention_mask=mask)
+    assert not generate_calls  # plain sampling: the suite's sampler
+    assert out.shape == (800, ctx.shape[1] + 1) and torch.equal(out[:, : ctx.shape[1]], ctx)
+    with torch.no_grad():  # first-token frequencies against the model's softmax, per prompt
+        logits = model(input_ids=ctx[[0, 400]], attention_mask=mask[[0, 400]]).logits[:, -1].float()
+    probs = torch.softmax(logits, -1)
+    for row, start in ((0, 0), (1, 400)):
+        freq = torch.bincount(out[start : start + 400, -1], minlength=probs.shape[1]).float() / 400
+        top = probs[row].topk(3).indices
+        assert (freq[top] - probs[row, top]).abs().max() < 0.08, (freq[top], probs[row, top])
+    torch.manual_seed(0)
+    ref = lm._model_generate(ctx[:4], ctx.shape[1] + 1, [eos], do_sample=True, temperature=1.0, top_k=5,
+                             attention_mask=mask[:4])  # fmt: skip
+    assert ref.shape[0] == 4 and len(generate_calls) == 1  # top-k: HF generate, not the suite sampler
