@@ -31,7 +31,7 @@ rule select:
     wildcard_constraints:
         experiment=_alternatives(SELECTING),
     params:
-        results=RESULTS,
+        results=lambda w, output: os.path.dirname(os.path.dirname(output.setting)),  # RESULTS
         experiments=json.dumps(REPORT_EXPERIMENTS, sort_keys=True),
         axes=json.dumps(REPORT_AXES, sort_keys=True),
     resources:
