@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bandpo.sweep import ConfigError, job_resources, validate_config
+from bandpo.sweep import ConfigError, job_resources, score_groups, validate_config
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAKEFILE = ROOT / "Snakefile"
@@ -226,17 +226,31 @@ def test_smoke_dag_on_a_slurm_cluster(cluster, tmp_path):
     assert {j["JobIDRaw"]: j["State"] for j in first_jobs}[cancelled[0]] == "CANCELLED by 0"
     assert not (wd / "results" / "smoke" / "leaderboard.csv").exists()
 
-    # 3. the rerun submits only what is missing: the cancelled run, its scoring, the report
+    # 3. the rerun submits only what is missing: the cancelled run, its scoring, the report, and (for a run of an
+    # axis cell) what hangs on that cell's scores: the select job and the selecting experiment's runs and scoring
     rerun = snakemake(wd, *profile_args, configfile=SMOKE, env=env)
     assert rerun.returncode == 0, rerun.output[-3000:]
     jobs = sacct(env, "JobIDRaw", "JobName", "Comment", "State", "Submit", "Start", "End")
     before = {j["JobIDRaw"] for j in first_jobs}
-    redone = sorted(rule_of(j["Comment"]) for j in jobs if j["JobIDRaw"] not in before)
+    again = [j for j in jobs if j["JobIDRaw"] not in before]
+    redone = sorted(rule_of(j["Comment"]) for j in again)
+    finished_before = {j["Comment"] for j in first_jobs if j["State"] == "COMPLETED"}
+    assert not finished_before & {j["Comment"] for j in again}, "a job that had finished was submitted again"
     # the scoring rule of the cancelled run's experiment: eval_group for main, eval_group_<experiment> for the
     # others (the smoke config holds the probe and random-reward experiments too; a slot is {entry}@{experiment})
     xp = re.search(r"@([^_@]+)", cancelled[1])
     scoring = "eval_group" + (f"_{re.sub(r'[^A-Za-z0-9_]', '_', xp.group(1))}" if xp else "")
-    assert redone == sorted([scoring, "report", "train"]), (redone, cancelled[1])
+    cfg = validate_config(yaml.safe_load(SMOKE.read_text()))
+    feeds_select = {g for a in cfg["axes"].values() for c in a["cells"] for g in score_groups(cfg, c)}
+    if not any(f"_{m}_{slot}_" in cancelled[1] for m, slot in feeds_select):
+        assert redone == sorted([scoring, "report", "train"]), (redone, cancelled[1])
+    else:  # the select job read the cell's scores: it, the separation runs and their scoring wait on them
+        selecting = [x for x, v in cfg["experiments"].items() if v.get("select")]
+        n_sep = sum(len(cfg["experiments"][x]["methods"]) * len(cfg["experiments"][x]["seeds"]) for x in selecting)
+        n_sep_groups = sum(len(cfg["experiments"][x]["methods"]) for x in selecting)
+        expected = [scoring, "report", "select", *["train"] * (1 + n_sep)]
+        expected += [f"eval_group_{re.sub(r'[^A-Za-z0-9_]', '_', x)}" for x in selecting] * n_sep_groups
+        assert redone == sorted(expected), (redone, cancelled[1])
     retrained = next(j for j in jobs if j["JobIDRaw"] not in before and rule_of(j["Comment"]) == "train")
     assert retrained["Comment"] == cancelled[1]
 
