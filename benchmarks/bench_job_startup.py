@@ -1,7 +1,7 @@
 """Fixed cost of a training job (process start, imports, grader start, model load, saving) in this tree against
 another checkout, side by side.
 
-    python benchmarks/bench_job_startup.py --base-tree /work/wt-speed-base [--model DIR] [--data DIR] [--repeats 3]
+    python benchmarks/bench_job_startup.py --base-tree ../base-5bd8c05 [--model DIR] [--data DIR] [--repeats 3]
 
 Per tree, alternately (base first on even repeats): ``python -m bandpo.train --help`` (interpreter + the trainer's
 module imports) and a one-step run of the default trainer (``--set steps=1``, one thread) whose "other" is its

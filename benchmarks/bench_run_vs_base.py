@@ -1,6 +1,6 @@
 """Cost of one default run (training + its scoring) in this tree against another checkout, side by side.
 
-    python benchmarks/bench_run_vs_base.py --base-tree /work/wt-speed-base [--model-id tiny-s] [--entry grpo]
+    python benchmarks/bench_run_vs_base.py --base-tree ../base-5bd8c05 [--model-id tiny-s] [--entry grpo]
         [--seed 0] [--repeats 2] [--no-eval] [--models-root resources] [--json out.json]
 
 Runs, alternately (base first on even repeats, this tree first on odd ones) and never at the same time, the
