@@ -1,12 +1,15 @@
 """Per-rule cost of a DAG run, from the benchmark files Snakemake wrote (logs/{profile}/benchmarks/**/*.tsv).
 
-    python benchmarks/dag_rule_times.py logs/embedded/benchmarks [--cores 2]
+    python benchmarks/dag_rule_times.py logs/embedded/benchmarks [--cores 2] [--log .snakemake/log/X.snakemake.log]
+                                        [--csv results/dag_rules.csv]
 
 Prints a Markdown table, one row per rule kind (model builds per model, training runs per model and experiment,
 lm-eval groups per model, data, report): jobs, mean and summed wall seconds, summed CPU seconds, and the summed
 wall time divided by the cores (what the rule kind costs the DAG when the cores are kept busy). The wall time of
-the whole run is snakemake's own "Elapsed time"; the gap between it and the sum / cores is scheduling (a core idle
-while a job waits for its inputs).
+the whole run (``--log``: from the first to the last time stamp of snakemake's log of the run) against the sum /
+cores shows the scheduling gaps (a core idle while a job waits for its inputs). ``--csv`` also writes the table
+(columns rule, jobs, wall_s_mean, wall_s_sum, cpu_s_sum, minutes_per_core, elapsed_min), as the publication run's
+results/dag_rules.csv, from which docs/results.md's per-rule table is generated.
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import re
 from collections import defaultdict
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 
 from bandpo.sweep import split_slot
@@ -57,27 +62,60 @@ def summarize(folder: Path) -> dict[str, list[tuple[float, float]]]:
     return dict(kinds)
 
 
+STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]", re.M)
+
+
+def elapsed_minutes(log: Path) -> float:
+    """Minutes from the first to the last time stamp (``[Tue Dec  1 21:20:40 2026]``) of a snakemake log."""
+    stamps = [datetime.strptime(" ".join(m.split()), "%a %b %d %H:%M:%S %Y") for m in STAMP.findall(log.read_text())]
+    if len(stamps) < 2:
+        raise ValueError(f"{log}: fewer than two time stamps")
+    return (max(stamps) - min(stamps)).total_seconds() / 60
+
+
+def table(kinds: dict[str, list[tuple[float, float]]], cores: int, elapsed: float = math.nan) -> list[dict]:
+    """One row per rule kind and a last row ``all`` (carrying ``elapsed_min``)."""
+    rows = []
+    for kind in sorted(kinds):
+        values = kinds[kind]
+        wall = sum(w for w, _ in values if not math.isnan(w))
+        cpu = sum(c for _, c in values if not math.isnan(c))
+        rows.append({"rule": kind, "jobs": len(values), "wall_s_mean": wall / len(values), "wall_s_sum": wall,
+                     "cpu_s_sum": cpu, "minutes_per_core": wall / cores / 60, "elapsed_min": math.nan})  # fmt: skip
+    wall, cpu = sum(r["wall_s_sum"] for r in rows), sum(r["cpu_s_sum"] for r in rows)
+    rows.append({"rule": "all", "jobs": sum(r["jobs"] for r in rows), "wall_s_mean": math.nan, "wall_s_sum": wall,
+                 "cpu_s_sum": cpu, "minutes_per_core": wall / cores / 60, "elapsed_min": elapsed})  # fmt: skip
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("folder", type=Path, help="logs/{profile}/benchmarks of a finished run")
     ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--log", type=Path, default=None, help="snakemake's log of the run (.snakemake/log/*.log)")
+    ap.add_argument("--csv", type=Path, default=None, help="also write the table here")
     args = ap.parse_args(argv)
     if not args.folder.is_dir():
         ap.error(f"not a folder: {args.folder}")
     kinds = summarize(args.folder)
     if not kinds:
         ap.error(f"no benchmark files under {args.folder}")
+    rows = table(kinds, args.cores, elapsed_minutes(args.log) if args.log else math.nan)
     print(f"| rule | jobs | wall s / job | wall s, sum | CPU s, sum | sum / {args.cores} cores, min |")
     print("|---|---:|---:|---:|---:|---:|")
-    total = 0.0
-    for kind in sorted(kinds):
-        values = kinds[kind]
-        wall = sum(w for w, _ in values if not math.isnan(w))
-        cpu = sum(c for _, c in values if not math.isnan(c))
-        total += wall
-        print(f"| {kind} | {len(values)} | {wall / len(values):.0f} | {wall:.0f} | {cpu:.0f} | "
-              f"{wall / args.cores / 60:.1f} |")  # fmt: skip
-    print(f"| all | {sum(map(len, kinds.values()))} | | {total:.0f} | | {total / args.cores / 60:.1f} |")
+    for r in rows:
+        mean = "" if r["rule"] == "all" else f"{r['wall_s_mean']:.0f}"
+        print(f"| {r['rule']} | {r['jobs']} | {mean} | {r['wall_s_sum']:.0f} | {r['cpu_s_sum']:.0f} | "
+              f"{r['minutes_per_core']:.1f} |")  # fmt: skip
+    if args.log:
+        print(f"\nelapsed, first to last job: {rows[-1]['elapsed_min']:.1f} min")
+    if args.csv:
+        args.csv.parent.mkdir(parents=True, exist_ok=True)
+        with args.csv.open("w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
+            w.writeheader()
+            for r in rows:
+                w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
     return 0
 
 

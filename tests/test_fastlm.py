@@ -39,13 +39,9 @@ def _fast_again(model):
     model.__dict__.pop("_bandpo_fastllama", None)
 
 
-def _batch(model, tokenizer, n=4, max_new=12, seed=2):
-    tokenizer.padding_side = "left"
-    enc = tokenizer(PROMPTS, return_tensors="pt", padding=True, add_special_tokens=False)
-    ids, mask = enc["input_ids"], enc["attention_mask"]
-    torch.manual_seed(seed)
-    tokens, resp, _ = sampling.sample_rows(model, ids, mask, n, max_new, 1.0, tokenizer.eos_token_id)
-    is_eos = (tokens == tokenizer.eos_token_id) & resp
+def _as_batch(ids, mask, tokens, resp, n, eos_id):
+    """The trainer's Batch of ``n`` sampled completions per prompt (``tokens`` / ``resp`` from sample_rows)."""
+    is_eos = (tokens == eos_id) & resp
     return Batch(
         torch.cat([ids.repeat_interleave(n, 0), tokens], 1),
         torch.cat([mask.repeat_interleave(n, 0), resp.long()], 1),
@@ -56,6 +52,15 @@ def _batch(model, tokenizer, n=4, max_new=12, seed=2):
         mask,
         ~is_eos.any(1),
     )
+
+
+def _batch(model, tokenizer, n=4, max_new=12, seed=2):
+    tokenizer.padding_side = "left"
+    enc = tokenizer(PROMPTS, return_tensors="pt", padding=True, add_special_tokens=False)
+    ids, mask = enc["input_ids"], enc["attention_mask"]
+    torch.manual_seed(seed)
+    tokens, resp, _ = sampling.sample_rows(model, ids, mask, n, max_new, 1.0, tokenizer.eos_token_id)
+    return _as_batch(ids, mask, tokens, resp, n, tokenizer.eos_token_id)
 
 
 def test_fast_path_applies_only_where_it_is_exact(tiny):
@@ -108,18 +113,8 @@ def test_sampler_log_probs_are_the_recomputed_ones(tiny):
         with_entropy=True,
         with_log_probs=True,
     )
-    is_eos = (tokens == tokenizer.eos_token_id) & resp
-    n, ids, mask = 8, enc["input_ids"], enc["attention_mask"]
-    batch = Batch(
-        torch.cat([ids.repeat_interleave(n, 0), tokens], 1),
-        torch.cat([mask.repeat_interleave(n, 0), resp.long()], 1),
-        resp,
-        ids.shape[1],
-        [],
-        ids,
-        mask,
-        ~is_eos.any(1),
-    )
+    n = 8
+    batch = _as_batch(enc["input_ids"], enc["attention_mask"], tokens, resp, n, tokenizer.eos_token_id)
     with torch.no_grad():
         rec_lp, rec_ent = sampling.completion_log_probs_shared(
             model, batch, torch.arange(3 * n), n, with_entropy=True, temperature=0.8

@@ -529,10 +529,16 @@ def test_smoke_dag_end_to_end(smoke_run):
     # every rule logs and records a benchmark; benchmarks/dag_rule_times.py sums them per rule kind
     tsv = list((wd / "logs" / "smoke" / "benchmarks").rglob("*.tsv"))
     assert tsv
+    log = sorted((wd / ".snakemake" / "log").glob("*.snakemake.log"))[0]  # the smoke run's log: its time stamps
     table = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "dag_rule_times.py"),
-                            str(wd / "logs" / "smoke" / "benchmarks")], capture_output=True, text=True)  # fmt: skip
+                            str(wd / "logs" / "smoke" / "benchmarks"), "--log", str(log),
+                            "--csv", str(wd / "dag_rules.csv")], capture_output=True, text=True)  # fmt: skip
     assert table.returncode == 0, table.stderr
-    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in table.stdout.splitlines()[2:]}
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in table.stdout.splitlines()[2:]
+            if line.startswith("|")}  # fmt: skip
+    dag = pd.read_csv(wd / "dag_rules.csv")  # the same table (results/dag_rules.csv of a publication run)
+    assert list(dag["rule"]) == list(rows) and dag["jobs"].iloc[-1] == len(tsv)
+    assert 0 < dag["minutes_per_core"].iloc[-1] and 0 < dag["elapsed_min"].iloc[-1] < 60
     assert {f"train {model} (main)", f"model build {model}", f"lm-eval group {model}", "report"} <= set(rows)
     assert int(rows["all"][1]) == len(tsv) and int(rows[f"train {model} (main)"][1]) == len(cfg["seeds"]) * (
         len(entries) - 1

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from bandpo.report.atlas import atlas_markdown, load_atlas
+from bandpo.report.axis import axis_verdicts, select_setting
 from bandpo.report.stats import power_table, t_interval
 
 DOC_FILES = ("README.md", "docs/*.md")
@@ -29,10 +30,12 @@ METRIC = "mean@8"
 
 class Results:
     """The published tables of one results folder, each read once: ``board`` (leaderboard.csv), ``primary``,
-    ``runs``, ``scores``, ``stats``, ``atlas`` (None without atlas.csv) and ``provenance`` (provenance.json)."""
+    ``runs``, ``scores``, ``stats``, ``axis`` (axis.csv: the design axes' rules), ``dag`` (dag_rules.csv: the
+    per-rule cost of the publication run), ``atlas`` (None without atlas.csv) and ``provenance``
+    (provenance.json)."""
 
     FILES = {"board": "leaderboard.csv", "primary": "primary.csv", "runs": "runs.csv", "scores": "scores.csv",
-             "stats": "stats.csv"}  # fmt: skip
+             "stats": "stats.csv", "axis": "axis.csv", "dag": "dag_rules.csv"}  # fmt: skip
 
     def __init__(self, folder: str | Path = "results"):
         self.folder, self._tables = Path(folder), {}
@@ -277,6 +280,147 @@ def atlas(res: Results) -> str:
     return atlas_markdown(res.atlas)
 
 
+# --------------------------------------------------------------------------------------------------------------
+# the off-policy axis and the separation run (issue #21)
+def _holds(v) -> bool | None:
+    """axis.csv's ``holds`` as read back (True / False / empty for a statistic without a verdict)."""
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    return {"true": True, "false": False}.get(str(v).strip().lower())
+
+
+def _axis(res: Results) -> pd.DataFrame:
+    a = res.axis.copy()
+    a["holds"] = a["holds"].map(_holds).astype(object)
+    return a
+
+
+def axis_verdict(res: Results) -> str:
+    """The verdict sentence of each design axis and model, as the config's ``verdicts`` rule fixes it."""
+    return "; ".join(axis_verdicts(_axis(res))) + "."
+
+
+def _yes(v) -> str:
+    return {True: "yes", False: "no"}.get(_holds(v), "")
+
+
+def axis_rules(res: Results) -> str:
+    """Rules (a) and (b) of each axis: the per-seed slope over the axis value (mean, 95% t interval over seeds) and
+    the statistic at the largest value; clip fractions in percent, entropy differences in nats."""
+    a = _axis(res)
+    rows = []
+    for (axis_id, model), g in a.groupby(["axis", "model"], sort=True):
+        top = g["value"].max()
+        label = f"{axis_id}, {model}"
+        for r in _row_series(g[g["rule"] == "a engagement"]):
+            at = g[(g["rule"] == "clip upper low") & (g["arm"] == r["arm"]) & (g["value"] == top)]
+            at_top = ci(*at[["estimate", "ci_low", "ci_high"]].iloc[0], 2) + "%" if len(at) else ""
+            rows.append([label, "(a) engagement: upper clip fraction, old p < 0.2", r["arm"], int(r["n"]),
+                         ci(r["estimate"], r["ci_low"], r["ci_high"], 3, 100.0, sign=True) + " pp",
+                         at_top, _yes(r["holds"])])  # fmt: skip
+        for r in _row_series(g[g["rule"] == "b mechanism"]):
+            at = g[(g["rule"] == "entropy auc diff") & (g["arm"] == r["arm"]) & (g["value"] == top)]
+            at_top = ci(*at[["estimate", "ci_low", "ci_high"]].iloc[0], 3, 1.0, sign=True) if len(at) else ""
+            rows.append([label, f"(b) mechanism: entropy, {r['arm']} − {r['control']}", r["arm"], int(r["n"]),
+                         ci(r["estimate"], r["ci_low"], r["ci_high"], 4, 1.0, sign=True), at_top,
+                         _yes(r["holds"])])  # fmt: skip
+    top_label = "largest D" if a.empty else f"at D = {a['value'].max():g}"
+    head = ["axis", "rule", "arm", "seeds", "slope per unit D [95% t]", f"{top_label} [95% t]", "holds"]
+    return md_table(head, rows, right=3)
+
+
+def axis_accuracy(res: Results) -> str:
+    """Rule (c): per arm and axis value, the paired mean@8 difference from the control (points, 95% paired t
+    interval, and its minimum detectable difference at 80% power)."""
+    a = _axis(res)
+    c = a[a["rule"] == "c accuracy"]
+    values = sorted(c["value"].dropna().unique())
+    rows = []
+    for (model, arm), g in c.groupby(["model", "arm"], sort=False):
+        by = g.set_index("value")
+        cells = []
+        for v in values:
+            if v in by.index:
+                r = by.loc[v]
+                cells.append(f"{ci(r['estimate'], r['ci_low'], r['ci_high'], sign=True)} (MDE {num(r['mde'])})")
+            else:
+                cells.append("—")
+        rows.append([model, f"{arm} − {g['control'].iloc[0]}", *cells])
+    return md_table(["model", "paired mean@8 difference", *[f"D = {v:g}" for v in values]], rows, right=2)
+
+
+def axis_table(res: Results) -> str:
+    """Per axis value and arm (mean over seeds): upper and lower clip fractions among tokens of old probability
+    < 0.2 and overall, mean rollout entropy (area under the curve per step), final entropy, approx KL and mean@8
+    (axis_runs.csv)."""
+    r = pd.read_csv(res.folder / "axis_runs.csv")
+    cols = ["clip_upper_low", "clip_lower_low", "clip_upper", "clip_lower", "entropy_auc", "entropy_final",
+            "approx_kl", "score"]  # fmt: skip
+    g = r.groupby(["model", "value", "entry"], sort=True)
+    m = g[cols].mean()
+    n = g.size()
+    rows = []
+    for (model, value, entry), x in m.iterrows():
+        rows.append([model, f"{value:g}", entry, int(n[(model, value, entry)]),
+                     *(num(x[c], 2) + "%" for c in cols[:4]), num(x["entropy_auc"], 3, 1.0),
+                     num(x["entropy_final"], 3, 1.0), num(x["approx_kl"], 4, 1.0), num(x["score"])])  # fmt: skip
+    head = ["model", "D", "entry", "seeds", "upper clip, p < 0.2", "lower clip, p < 0.2", "upper clip", "lower clip",
+            "entropy (mean)", "entropy (final)", "approx KL", "mean@8"]  # fmt: skip
+    return md_table(head, rows, right=3)
+
+
+def selection(res: Results) -> tuple[str, dict, pd.DataFrame]:
+    """The separation run's setting and the table behind it, recomputed from scores.csv with the published config's
+    select rule (`bandpo.report.axis.select_setting`)."""
+    cfg = res.provenance["config"]
+    (name,) = [x for x, v in cfg["experiments"].items() if v.get("select")]
+    setting, table = select_setting(res.scores, cfg["experiments"], cfg["axes"], name)
+    return name, setting, table
+
+
+def selection_table(res: Results) -> str:
+    _name, _setting, t = selection(res)
+    rows = [[r["model"], f"{r['value']:g}", r["entry"], int(r["n"]),
+             ci(r["gain"], r["ci_low"], r["ci_high"], sign=True), _yes(r["qualifies"]), "yes" if r["selected"] else ""]
+            for r in _row_series(t)]  # fmt: skip
+    head = ["model", "D", "entry", "seeds", "gain over the base model, paired t", "interval above 0", "selected"]
+    return md_table(head, rows, right=3)
+
+
+def separation(res: Results) -> str:
+    """One sentence: the selected setting, the primary paired difference with its interval, verdict and MDE, and
+    the secondary paired final-entropy differences (primary.csv rows of the selecting experiment)."""
+    name, setting, table = selection(res)
+    ((key, value),) = setting.items()
+    how = "selected" if table["selected"].any() else "the fallback: no D qualified"
+    p = res.primary[res.primary.experiment == name]
+    score = p[p.metric == METRIC].iloc[0]
+    parts = [
+        f"at {key} = {value:g} ({how}), {score['treatment']} − {score['control']} {METRIC} "
+        f"{ci(score['difference'], score['ci_low'], score['ci_high'], sign=True)} points over "
+        f"{int(score['n_pairs'])} paired seeds, {score['verdict']} (MDE {num(score['mde'])} points)"
+    ]
+    for e in _row_series(p[p.metric == "entropy_final"]):
+        parts.append(f"final entropy {e['treatment']} − {e['control']} "
+                     f"{ci(e['difference'], e['ci_low'], e['ci_high'], 3, 1.0, sign=True)} nats ({e['verdict']}, "
+                     f"MDE {num(e['mde'], 3, 1.0)})")  # fmt: skip
+    return "; ".join(parts)
+
+
+def dag_cost(res: Results) -> str:
+    """The per-rule cost of the publication run (dag_rules.csv, `benchmarks/dag_rule_times.py --csv`)."""
+    rows = [[r["rule"], int(r["jobs"]), "" if r["rule"] == "all" else f"{r['wall_s_mean']:.0f}",
+             f"{r['wall_s_sum']:.0f}", f"{r['cpu_s_sum']:.0f}", f"{r['minutes_per_core']:.1f}"]
+            for r in _row_series(res.dag)]  # fmt: skip
+    head = ["rule", "jobs", "wall s / job", "wall s, sum", "CPU s, sum", "sum / cores, min"]
+    return md_table(head, rows, right=1)
+
+
+def dag_elapsed(res: Results) -> str:
+    """The publication run's wall time in minutes, first to last job (dag_rules.csv, row ``all``)."""
+    return f"{res.dag.loc[res.dag['rule'] == 'all', 'elapsed_min'].iloc[0]:.1f}"
+
+
 BLOCKS: dict[str, Callable[[Results], str]] = {
     "headline": headline,
     "primary": primary,
@@ -292,6 +436,15 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "table-probe-probe": leaderboard_block("probe", "probe"),
     "table-probe-rest": leaderboard_block("probe", "rest"),
     "atlas": atlas,
+    "axis-verdict": axis_verdict,
+    "axis-rules": axis_rules,
+    "axis-accuracy": axis_accuracy,
+    "axis-table": axis_table,
+    "selection": selection_table,
+    "separation": separation,
+    "table-separation": leaderboard_block("separation"),
+    "dag-cost": dag_cost,
+    "dag-elapsed": dag_elapsed,
     "n-runs": lambda res: str(len(res.runs)),
     "commit": lambda res: f"`{res.provenance['git_commit'][:7]}`",
 }
