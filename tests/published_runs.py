@@ -32,6 +32,9 @@ from pathlib import Path
 import pandas as pd
 
 from bandpo.lm_eval_results import FILTER_NAME
+from bandpo.report.axis import select_setting
+from bandpo.report.steps import OFFPOLICY, read_steps
+from bandpo.report.tables import write_csv
 from bandpo.sweep import BASE_ENTRY, MAIN, run_folder, slot_id
 
 
@@ -40,13 +43,27 @@ def _write_json(path: Path, obj) -> None:
     path.write_text(json.dumps(obj, indent=1) + "\n", encoding="utf-8")
 
 
-def published_experiments(published: Path) -> dict | None:
-    """The experiments the published page was built with ({id: {description, primary}}, as the report rule passes
-    them): from the resolved config in provenance.json; None when it has none."""
+EXPERIMENT_KEYS = ("description", "primary", "models", "seeds", "train", "reuse", "axis", "select")  # as the report
+# rule passes them (workflow/rules/report.smk, REPORT_EXPERIMENTS)
+
+
+def _published_config(published: Path) -> dict:
     path = published / "provenance.json"
-    config = json.loads(path.read_text(encoding="utf-8")).get("config") or {} if path.is_file() else {}
-    xps = config.get("experiments")
-    return {x: {"description": v["description"], "primary": v.get("primary")} for x, v in xps.items()} if xps else None
+    return json.loads(path.read_text(encoding="utf-8")).get("config") or {} if path.is_file() else {}
+
+
+def published_experiments(published: Path) -> dict | None:
+    """The experiments the published page was built with ({id: {description, primary, ...}}, as the report rule
+    passes them): from the resolved config in provenance.json; None when it has none."""
+    xps = _published_config(published).get("experiments")
+    return {x: {k: v.get(k) for k in EXPERIMENT_KEYS} for x, v in xps.items()} if xps else None
+
+
+def published_axes(published: Path) -> dict | None:
+    """The design axes of the published config whose cells all ran (as the report rule passes them), or None."""
+    config = _published_config(published)
+    xps, axes = config.get("experiments") or {}, config.get("axes") or {}
+    return {a: v for a, v in axes.items() if all(c in xps for c in v["cells"])} or None
 
 
 def rebuild_run_outputs(published: Path, dest: Path, with_labels: bool = True) -> Path:
@@ -63,6 +80,13 @@ def rebuild_run_outputs(published: Path, dest: Path, with_labels: bool = True) -
         if "experiment" not in frame:
             frame["experiment"] = MAIN
         frame["experiment"] = frame["experiment"].fillna(MAIN)
+    # the tables hold a reusing cell's copies of main's rows (bandpo.report.axis.with_reuse); the report makes them
+    # again from main's runs, so they are not rebuilt as runs of their own
+    experiments = published_experiments(published) or {}
+    copies = {(x, e) for x, v in experiments.items() for e in v.get("reuse") or []}
+    scores, runs = (f[[(x, e) not in copies for x, e in zip(f["experiment"], f["entry"], strict=True)]]
+                    for f in (scores, runs))  # fmt: skip
+    per_step = _steps_by_run(published / "steps.csv")
     labels = {(r.experiment, r.model, r.entry): r.params for r in board.itertuples()}
     for (experiment, model, entry, seed), g in scores.groupby(["experiment", "model", "entry", "seed"], sort=True):
         folder = root / "eval" / run_folder(model, slot_id(experiment, entry), seed)
@@ -104,15 +128,19 @@ def rebuild_run_outputs(published: Path, dest: Path, with_labels: bool = True) -
         steps = int(r.steps)
         unread = dict.fromkeys(("response_length", "clipfrac", "clipfrac_upper", "clipfrac_lower"), 0.0)
         accuracy = getattr(r, "accuracy_final", float("nan"))  # runs.csv before it held the accuracy: 0
-        rows = [
-            {"step": s, "entropy": r.entropy_final, "reward_mean": r.reward_final, "offpolicy/clipfrac": r.clipfrac,
-             "accuracy": float(accuracy) if pd.notna(accuracy) else 0.0,
-             "step_seconds": float(r.train_seconds) / steps, **unread}
-            for s in range(1, steps + 1)
-        ]  # fmt: skip
-        first = getattr(r, "entropy_first", float("nan"))  # runs.csv before it held the first step's entropy: none
-        if pd.notna(first) and steps > 1:  # step 1's entropy; the final 10% window keeps entropy_final
-            rows[0]["entropy"] = float(first)
+        logged = per_step.get((r.experiment, r.model, r.entry, int(r.seed)))
+        if logged is not None:  # the run's own per-step metrics, as steps.csv keeps them
+            rows = [{**unread, **m, "step_seconds": float(r.train_seconds) / steps} for m in logged]
+        else:  # published before steps.csv: the run's summary statistics at every step
+            rows = [
+                {"step": s, "entropy": r.entropy_final, "reward_mean": r.reward_final, "offpolicy/clipfrac": r.clipfrac,
+                 "accuracy": float(accuracy) if pd.notna(accuracy) else 0.0,
+                 "step_seconds": float(r.train_seconds) / steps, **unread}
+                for s in range(1, steps + 1)
+            ]  # fmt: skip
+            first = getattr(r, "entropy_first", float("nan"))  # runs.csv before it held step 1's entropy: none
+            if pd.notna(first) and steps > 1:  # step 1's entropy; the final 10% window keeps entropy_final
+                rows[0]["entropy"] = float(first)
         _write_json(folder / "model" / "config.json", {})
         (folder / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in rows), encoding="utf-8")
         params = json.loads(r.params)
@@ -132,7 +160,28 @@ def rebuild_run_outputs(published: Path, dest: Path, with_labels: bool = True) -
     page = published / "leaderboard.md"
     if atlas.is_file() and page.is_file() and "## Equivalence atlas" in page.read_text(encoding="utf-8"):
         shutil.copyfile(atlas, root / "atlas.csv")
+    # the selection table an experiment's select job wrote (the page shows it), made again from the scores
+    axes = published_axes(published) or {}
+    for x, v in experiments.items():
+        if v.get("select") and v["select"]["axis"] in axes:
+            _setting, table = select_setting(scores, experiments, axes, x)
+            (root / "select").mkdir(parents=True, exist_ok=True)
+            write_csv(table, root / "select" / f"{x}.csv")
     return root
+
+
+def _steps_by_run(path: Path) -> dict[tuple[str, str, str, int], list[dict]]:
+    """steps.csv's rows per run (experiment, model, entry, seed), each a metrics.jsonl row (empty cells left out);
+    {} without the file."""
+    if not path.is_file():
+        return {}
+    frame = read_steps(path).drop(columns=["profile"])
+    out = {}
+    for (x, m, e, seed), g in frame.groupby(["experiment", "model", "entry", "seed"], sort=False):
+        metrics = g.drop(columns=["experiment", "model", "entry", "seed", OFFPOLICY])
+        out[(x, m, e, int(seed))] = [{k: (int(v) if k == "step" else float(v)) for k, v in row.items() if pd.notna(v)}
+                                     for row in metrics.to_dict("records")]  # fmt: skip
+    return out
 
 
 # What a rebuild from the published tables may replace in results/ (figures and steps.csv need the real runs)
@@ -149,7 +198,8 @@ def rebuild_published(published: Path, out: Path, work: Path) -> list[Path]:
 
     results = rebuild_run_outputs(published, work)
     bounds_table.main(["--out", str(results / "bounds.csv")])
-    build_report(results, out, experiments=published_experiments(published), page_figures=published / "figures")
+    build_report(results, out, experiments=published_experiments(published), axes=published_axes(published),
+                 page_figures=published / "figures")  # fmt: skip
     return [out / name for name in REBUILT_FILES]
 
 

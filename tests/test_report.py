@@ -1099,6 +1099,22 @@ def test_steps_csv_recomputes_the_run_statistics_and_figure_data(tmp_path):
     np.testing.assert_allclose(fig_ours["value"], fig_theirs["value"], rtol=6e-5)
     probe = steps[(steps.experiment == "probe") & steps["probe/p_correct"].notna()]
     assert len(probe) == 2 * 3 * 4 and (probe["step"] % 4 == 0).all()
+    # a design axis' runs also keep the all-updates statistics its rules read (all/<key>), which read_steps gives
+    # back under the plain names: the axis' per-run outcomes recompute from the file
+    from bandpo.report.axis import UPDATE_MEANS
+
+    keys = [k for k in UPDATE_MEANS if k in metrics]
+    assert "clipfrac_upper/p0.0-0.2" in keys
+    path = write_steps(metrics, tmp_path / "axis_steps.csv", UPDATE_MEANS, ["main"])
+    raw = pd.read_csv(path)
+    assert {f"all/{k}" for k in keys} <= set(raw)
+    assert raw.loc[raw.experiment != "main", "all/clipfrac_upper"].isna().all()
+    back = read_steps(path)
+    assert not any(c.startswith("all/") for c in back)
+    ids = ["model", "entry", "seed", "step"]
+    ours, theirs = (f.sort_values(ids).reset_index(drop=True) for f in (back[back.experiment == "main"], main))
+    for k in keys:
+        np.testing.assert_allclose(ours[k].to_numpy(float), theirs[k].to_numpy(float), rtol=6e-5, err_msg=k)
 
 
 def test_report_writes_steps_csv_that_recomputes_runs_csv(built):
@@ -1254,12 +1270,13 @@ def test_published_leaderboard_is_rebuilt_from_its_tables(tmp_path):
     """The report run again on the inputs behind results/leaderboard.* (rebuilt from the published scores and runs
     tables, `published_runs`) gives the published Markdown exactly, and the CSV up to the tables' 6 digits (a
     statistic of differences of such values, within 1e-5; the page shows 1e-3)."""
-    from published_runs import published_experiments, rebuild_run_outputs
+    from published_runs import published_axes, published_experiments, rebuild_run_outputs
 
     published = ROOT / "results"
     results = rebuild_run_outputs(published, tmp_path)
     bounds_script.main(["--out", str(results / "bounds.csv")])
-    report.build_report(results, tmp_path / "out", experiments=published_experiments(published))
+    report.build_report(results, tmp_path / "out", experiments=published_experiments(published),
+                        axes=published_axes(published))  # fmt: skip
     assert (tmp_path / "out" / "leaderboard.md").read_text() == (published / "leaderboard.md").read_text()
     for name in ("leaderboard.csv", "stats.csv", "scores.csv", "runs.csv"):
         ours, theirs = pd.read_csv(tmp_path / "out" / name), pd.read_csv(published / name)

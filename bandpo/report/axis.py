@@ -47,6 +47,9 @@ STEP_MEANS = {
     "stopped_neg": "stopped_frac_neg",
     "approx_kl": "approx_kl",
 }
+# the update statistics among them (logged per update, so a run's all-updates value differs from its off-policy one):
+# steps.csv keeps these as all/<key> for the axes' runs (bandpo.report.steps), so axis_runs.csv recomputes from it
+UPDATE_MEANS = [c for c in STEP_MEANS.values() if c not in ("entropy", "reward_mean")]
 OUTCOME_COLUMNS = ["experiment", "axis", "value", "model", "entry", "seed", *STEP_MEANS, "entropy_final", "score"]
 RESULT_COLUMNS = ["axis", "rule", "model", "arm", "control", "value", "n", "estimate", "ci_low", "ci_high", "mde",
                   "holds", "note"]  # fmt: skip

@@ -25,7 +25,15 @@ import pandas as pd
 
 from bandpo.files import atomic_write_bytes, atomic_write_text
 from bandpo.report.atlas import load_atlas
-from bandpo.report.axis import axis_cells, axis_panels, axis_results, run_outcomes, select_setting, with_reuse
+from bandpo.report.axis import (
+    UPDATE_MEANS,
+    axis_cells,
+    axis_panels,
+    axis_results,
+    run_outcomes,
+    select_setting,
+    with_reuse,
+)
 from bandpo.report.experiments import (
     build_sections,
     entropy_pair_results,
@@ -162,7 +170,9 @@ def build_report(
     for name, df in tables:
         write_csv(df, out / name)
         written[name] = out / name
-    written["steps.csv"] = write_steps(metrics, out / "steps.csv")  # the per-step metrics behind runs.csv and figures
+    # the per-step metrics behind runs.csv, the figures and (all/<key> of the axes' runs) axis_runs.csv
+    cells = [c for axis in axes.values() for c in axis["cells"]]
+    written["steps.csv"] = write_steps(metrics, out / "steps.csv", UPDATE_MEANS, cells)
     tasks = per_task_table(main_stats, of_experiment(board, MAIN))
     notes = experiment_notes(specs, primary)
     power = power_table(stats)

@@ -21,6 +21,10 @@ Columns, in order (a metric column only when some run logged it):
     stopped_frac_pos/p0.0-0.2, stopped_frac_neg/p0.0-0.2   the same within the lowest bucket (the same measure for
                                                            every method: `bandpo.methods.stopped_diagnostics`)
     probe/p_correct, probe/accuracy         the probe's measurement (every ``probe_every`` steps; empty elsewhere)
+    all/<key>                               for the runs of a design axis' cells only: the statistic over ALL the
+                                            step's updates (the first, on-policy one included), as the axis' rules
+                                            read it (`bandpo.report.axis.UPDATE_MEANS`: clip fractions, stopped
+                                            fractions, approx_kl); empty for the other runs
 
 Numbers are written with `STEP_DIGITS` significant digits: a statistic recomputed from the file agrees with the
 report's (6 digits, from the full-precision metrics) to about 1e-5 relative.
@@ -29,6 +33,7 @@ report's (6 digits, from the full-precision metrics) to about 1e-5 relative.
 from __future__ import annotations
 
 import os
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +45,7 @@ from bandpo.run_contract import contract
 STEP_DIGITS = 5
 ID_COLUMNS = ["experiment", "model", "entry", "seed", "step"]
 OFFPOLICY = "offpolicy"  # the flag column; also the prefix of the off-policy keys in metrics.jsonl
+ALL = "all"  # prefix of the all-updates variant of an update statistic (the design axes' runs)
 ROLLOUT_KEYS = ("entropy", "reward_mean", "accuracy")
 PROBE_KEYS = ("probe/p_correct", "probe/accuracy")
 
@@ -67,10 +73,14 @@ def update_keys() -> list[str]:
     ]
 
 
-def steps_table(metrics: pd.DataFrame) -> pd.DataFrame:
+def steps_table(
+    metrics: pd.DataFrame, all_updates: Sequence[str] = (), experiments: Collection[str] = ()
+) -> pd.DataFrame:
     """The rows of steps.csv from the runs' metrics (`bandpo.report.load.run_metrics`: one row per run and step),
     sorted by experiment, model, entry, seed and step. A run's update statistics are its off-policy ones
-    (``offpolicy/<key>``, flag ``offpolicy`` = 1) when it logged any, else those over all its updates (flag 0)."""
+    (``offpolicy/<key>``, flag ``offpolicy`` = 1) when it logged any, else those over all its updates (flag 0).
+    ``all_updates``: keys whose all-updates value is also kept, as ``all/<key>``, for the runs of
+    ``experiments`` (the design axes' cells, whose rules read them)."""
     if metrics.empty:
         return pd.DataFrame(columns=[*ID_COLUMNS, OFFPOLICY])
     m = metrics.copy()
@@ -99,12 +109,20 @@ def steps_table(metrics: pd.DataFrame) -> pd.DataFrame:
     for key in PROBE_KEYS:
         if key in m and m[key].notna().any():
             out[key] = pd.to_numeric(m[key], errors="coerce")
+    cells = m["experiment"].isin(list(experiments))
+    for key in all_updates:
+        if key in m and cells.any():
+            value = pd.to_numeric(m[key], errors="coerce").where(cells)
+            if value.notna().any():
+                out[f"{ALL}/{key}"] = value
     return out
 
 
-def write_steps(metrics: pd.DataFrame, path: str | os.PathLike) -> Path:
+def write_steps(
+    metrics: pd.DataFrame, path: str | os.PathLike, all_updates: Sequence[str] = (), experiments: Collection[str] = ()
+) -> Path:
     """Write `steps_table` of ``metrics`` to ``path`` (atomically), numbers to `STEP_DIGITS` significant digits."""
-    table = steps_table(metrics)
+    table = steps_table(metrics, all_updates, experiments)
     text = table.to_csv(index=False, float_format=f"%.{STEP_DIGITS}g", lineterminator="\n")
     return atomic_write_text(Path(path), text)
 
@@ -113,8 +131,10 @@ def read_steps(path: str | os.PathLike, profile: str = "") -> pd.DataFrame:
     """steps.csv as a frame of the layout of `bandpo.report.load.run_metrics` (profile, experiment, model, entry,
     seed, step, metric columns; ``profile`` is not in the file: the published results are one profile's), with the
     update statistics of the off-policy rows under their ``offpolicy/<key>`` names (and the plain names left empty
-    there), so that the report's functions (`bandpo.report.stats.run_stats`, the figures' data) read it as they
-    read the run folders."""
+    there), and each ``all/<key>`` column back under ``<key>`` where it is filled (a design axis' run: the
+    all-updates value the run logged under that name), so that the report's functions
+    (`bandpo.report.stats.run_stats`, `bandpo.report.axis.run_outcomes`, the figures' data) read it as they read
+    the run folders."""
     frame = pd.read_csv(path, keep_default_na=False, na_values=[""])
     frame.insert(0, "profile", profile)
     frame["experiment"] = frame["experiment"].fillna("main").astype(str)
@@ -123,4 +143,8 @@ def read_steps(path: str | os.PathLike, profile: str = "") -> pd.DataFrame:
         if key in frame:
             frame[f"{OFFPOLICY}/{key}"] = frame[key].where(off)
             frame[key] = frame[key].where(~off)
+    for column in [c for c in frame.columns if c.startswith(f"{ALL}/")]:
+        key = column[len(ALL) + 1 :]
+        kept = frame.pop(column)
+        frame[key] = kept.where(kept.notna(), frame[key]) if key in frame else kept
     return frame
