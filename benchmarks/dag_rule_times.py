@@ -115,7 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             w = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
             w.writeheader()
             for r in rows:
-                w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+                w.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else f"{v:.6g}" if isinstance(v, float)
+                                else v) for k, v in r.items()})  # fmt: skip
     return 0
 
 

@@ -400,6 +400,10 @@ def separation(res: Results) -> str:
         f"{ci(score['difference'], score['ci_low'], score['ci_high'], sign=True)} points over "
         f"{int(score['n_pairs'])} paired seeds, {score['verdict']} (MDE {num(score['mde'])} points)"
     ]
+    s = res.scores[(res.scores.experiment == name) & (res.scores.name == METRIC) & (res.scores.task == score["task"])]
+    per_seed = s.pivot_table(index="seed", columns="entry", values="value")
+    if (per_seed[score["treatment"]] == per_seed[score["control"]]).all():
+        parts.append(f"every seed's {score['treatment']} and {score['control']} runs scored exactly the same")
     for e in _row_series(p[p.metric == "entropy_final"]):
         parts.append(f"final entropy {e['treatment']} − {e['control']} "
                      f"{ci(e['difference'], e['ci_low'], e['ci_high'], 3, 1.0, sign=True)} nats ({e['verdict']}, "
@@ -419,6 +423,44 @@ def dag_cost(res: Results) -> str:
 def dag_elapsed(res: Results) -> str:
     """The publication run's wall time in minutes, first to last job (dag_rules.csv, row ``all``)."""
     return f"{res.dag.loc[res.dag['rule'] == 'all', 'elapsed_min'].iloc[0]:.1f}"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# sentences: what the tables say, generated so that the prose cannot go stale
+def _where(experiment: str, model: str, subset: str = "") -> str:
+    return f"{experiment} ({model}{', ' + subset + ' subset' if subset else ''})"
+
+
+def primary_summary(res: Results) -> str:
+    """The verdict of every score comparison of primary.csv (BandPO-KL − GRPO, paired), one clause each."""
+    parts = []
+    for p in _row_series(res.primary[res.primary.metric == METRIC]):
+        subset = res.scores.loc[res.scores.task == p["task"], "subset"].iloc[0]
+        parts.append(f"{_where(p['experiment'], p['model'], subset)} {p['verdict']}")
+    n = sum(1 for p in _row_series(res.primary[res.primary.metric == METRIC]) if p["verdict"] != "unresolved")
+    return f"{n} of {len(parts)} resolved: " + "; ".join(parts)
+
+
+def separated(res: Results, experiment: str = "main") -> str:
+    """How many entries of an experiment's sections have a paired mean@8 interval from GRPO that excludes 0, and
+    which (with the sign of the difference)."""
+    b = res.board[(res.board.experiment == experiment) & (res.board.entry != "base")]
+    b = b[b.entry != b.baseline]
+    lo, hi = b[f"{METRIC}_diff_t_ci_low"], b[f"{METRIC}_diff_t_ci_high"]
+    hits = [f"{r['entry']} on {r['model']} ({'+' if r[f'{METRIC}_diff'] > 0 else '−'})"
+            for r in _row_series(b[(lo > 0) | (hi < 0)])]  # fmt: skip
+    return f"{len(hits)} of its {len(b)} comparisons with GRPO (entry x model)" + (
+        f": {', '.join(hits)}" if hits else ""
+    )
+
+
+def gains_summary(res: Results) -> str:
+    """Where GRPO's paired gain over its base model has a 95% interval above 0, and where not."""
+    yes, no = [], []
+    for experiment, subset in dict.fromkeys(zip(res.board.experiment, res.board.subset, strict=True)):
+        for base in _row_series(section(res, experiment, subset).query("entry == 'base'")):
+            (yes if base[f"{METRIC}_diff_t_ci_high"] < 0 else no).append(_where(experiment, base["model"], subset))
+    return f"above 0 on {', '.join(yes) or 'none'}; not on {', '.join(no) or 'none'}"
 
 
 BLOCKS: dict[str, Callable[[Results], str]] = {
@@ -444,6 +486,9 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "separation": separation,
     "table-separation": leaderboard_block("separation"),
     "dag-cost": dag_cost,
+    "primary-summary": primary_summary,
+    "separated-main": separated,
+    "gains-summary": gains_summary,
     "dag-elapsed": dag_elapsed,
     "n-runs": lambda res: str(len(res.runs)),
     "commit": lambda res: f"`{res.provenance['git_commit'][:7]}`",
