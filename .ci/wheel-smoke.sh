@@ -77,9 +77,10 @@ spec.loader.exec_module(published_runs)
 results = published_runs.rebuild_run_outputs(Path(sys.argv[2]), Path("published"))
 Path("results_dir").write_text(str(results))
 Path("experiments.json").write_text(json.dumps(published_runs.published_experiments(Path(sys.argv[2]))))
+Path("axes.json").write_text(json.dumps(published_runs.published_axes(Path(sys.argv[2])) or {}))
 EOF
 "$PY" -m bandpo.report build --results "$(cat results_dir)" --out report --bounds bounds.csv \
-    --experiments-json "$(cat experiments.json)"
+    --experiments-json "$(cat experiments.json)" --axes-json "$(cat axes.json)"
 cmp report/leaderboard.md "$ROOT/results/leaderboard.md"
 "$PY" -m bandpo.report compare --published "$ROOT/results/leaderboard.csv" --rerun report/leaderboard.csv | tail -3
 
