@@ -120,6 +120,30 @@ def test_selection_falls_back_when_nothing_learns(tmp_path):
     assert setting == {"updates_per_step": 4} and not table["selected"].any()
 
 
+def test_selection_revision_2_never_picks_a_cell_without_the_compared_arms():
+    """Revision 1 chose D = 1 when only the on-policy null learned (the 0bafd06 publication); revision 2 reads only
+    the cells that run both compared arms, so it falls back to 4 there, and otherwise picks as revision 1."""
+    xps = {**EXPERIMENTS,
+           "off-1": {**EXPERIMENTS["off-1"], "methods": ["grpo"]},
+           "off-4": {**EXPERIMENTS["off-4"], "methods": ["grpo", "arm"]},
+           "off-8": {**EXPERIMENTS["off-8"], "methods": ["grpo", "arm"]},
+           "sep": {"primary": {"compare": ["arm", "grpo"]},
+                   "select": {**EXPERIMENTS["sep"]["select"], "rule": "largest-learning-compared"}}}  # fmt: skip
+    only_null = _select_scores({"off-1": 0.1, "off-4": 0.0, "off-8": 0.0})
+    assert axis.select_setting(only_null, EXPERIMENTS, AXES, "sep")[0] == {"updates_per_step": 1}  # revision 1
+    setting, table = axis.select_setting(only_null, xps, AXES, "sep")
+    assert setting == {"updates_per_step": 4} and not table["selected"].any()
+    assert table["value"].tolist() == [4.0, 8.0]  # the null cell is not read
+    setting, table = axis.select_setting(_select_scores({"off-1": 0.1, "off-4": 0.1, "off-8": 0.1}), xps, AXES, "sep")
+    assert setting == {"updates_per_step": 8} and table[table["selected"]]["value"].tolist() == [8.0]
+    *_, chosen = axis.axis_panels(axis.axis_results(_outcomes(0.01, 0.01), AXES), AXES, {"sep": table},
+                                  {"sep": "largest-learning-compared"})  # fmt: skip
+    assert chosen.lines == (axis.SELECT_RULES["largest-learning-compared"],)
+    bad = {**xps, "sep": {**xps["sep"], "select": {**xps["sep"]["select"], "rule": "largest"}}}
+    with pytest.raises(ValueError, match="unknown selection rule 'largest'"):
+        axis.select_setting(only_null, bad, AXES, "sep")
+
+
 def test_select_command_needs_scores(tmp_path):
     (tmp_path / "eval").mkdir()
     code = report_main(

@@ -53,6 +53,20 @@ UPDATE_MEANS = [c for c in STEP_MEANS.values() if c not in ("entropy", "reward_m
 OUTCOME_COLUMNS = ["experiment", "axis", "value", "model", "entry", "seed", *STEP_MEANS, "entropy_final", "score"]
 RESULT_COLUMNS = ["axis", "rule", "model", "arm", "control", "value", "n", "estimate", "ci_low", "ci_high", "mde",
                   "holds", "note"]  # fmt: skip
+# The selection rules (config `select.rule`), each with the sentence the page prints under the selection's table.
+# Revision 2, `largest-learning-compared`, was declared after the publication run of 0bafd06, where revision 1 chose
+# D = 1, the on-policy null at which every bound rule trains the same run, so that the separation run could not
+# separate anything; revision 1 stays, unchanged, for the runs it selected.
+SELECT_RULES = {
+    "largest-learning": (
+        "rule largest-learning, fixed before the axis ran: the largest value at which the entry's paired gain over "
+        "the base model has a 95% t interval above 0"
+    ),
+    "largest-learning-compared": (
+        "rule largest-learning-compared, fixed before the axis ran: among the cells that run both compared arms, "
+        "the largest value at which the entry's paired gain over the base model has a 95% t interval above 0"
+    ),
+}
 SELECT_COLUMNS = ["experiment", "axis", "key", "value", "entry", "model", "n", "gain", "ci_low", "ci_high",
                   "qualifies", "selected"]  # fmt: skip
 
@@ -230,15 +244,22 @@ def select_setting(
     ``largest-learning``: per cell, the entry's gain over the base model (final mean@k of the axis's primary task,
     paired by seed: base model s against the entry's run from base model s) with a Student-t interval; the
     largest axis value whose interval lies above 0 on every model; ``fallback`` when none does. The base rows are
-    those of the axis's cell that scores them (main's, reused, in the default config)."""
+    those of the axis's cell that scores them (main's, reused, in the default config).
+    ``largest-learning-compared``: the same among the cells that run both arms of the experiment's
+    ``primary.compare`` (a cell that runs the control alone, such as the on-policy null D = 1, cannot be chosen);
+    the table lists those cells only (`SELECT_RULES`)."""
     sel = experiments[experiment]["select"]
     axis = axes[sel["axis"]]
-    if sel["rule"] != "largest-learning":
-        raise ValueError(f"unknown selection rule {sel['rule']!r}")
+    if sel["rule"] not in SELECT_RULES:
+        raise ValueError(f"unknown selection rule {sel['rule']!r} (known: {', '.join(SELECT_RULES)})")
     final = _final_scores(with_reuse(scores, experiments), (axis.get("primary") or {}).get("task"))
     base = final[final["entry"] == BASE_ENTRY].groupby(["model", "seed"])["score"].mean()
+    cells = axis_cells(axis, experiments)
+    if sel["rule"] == "largest-learning-compared":  # only cells where the compared rules can differ
+        arms = set((experiments[experiment].get("primary") or {}).get("compare") or [])
+        cells = [(c, v) for c, v in cells if arms <= set(experiments[c].get("methods") or [])]
     rows = []
-    for cell, value in axis_cells(axis, experiments):
+    for cell, value in cells:
         arm = final[(final["experiment"] == cell) & (final["entry"] == sel["entry"])]
         for model, g in arm.groupby("model", sort=True):
             gains = np.array(
@@ -271,10 +292,15 @@ def _stat(keyed: pd.DataFrame, rule: str, model: str, arm: str, value: float) ->
 
 
 def axis_panels(
-    results: pd.DataFrame, axes: Mapping[str, Mapping[str, Any]], selections: Mapping[str, pd.DataFrame] | None = None
+    results: pd.DataFrame,
+    axes: Mapping[str, Mapping[str, Any]],
+    selections: Mapping[str, pd.DataFrame] | None = None,
+    select_rules: Mapping[str, str] | None = None,
 ) -> list:
     """The page's sections of each axis (`bandpo.report.tables.Panel`): its rules as fixed in the config with the
-    verdicts, the per-value table of the paired differences, and each selection the axis made."""
+    verdicts, the per-value table of the paired differences, and each selection the axis made (``select_rules``:
+    the selecting experiment's `SELECT_RULES` name, ``largest-learning`` where not given)."""
+    select_rules = select_rules or {}
     from bandpo.report.tables import Panel
 
     panels = []
@@ -333,10 +359,7 @@ def axis_panels(
             panels.append(
                 Panel(
                     f"Experiment {xp}: the regime the axis selected ({what})",
-                    (
-                        "rule largest-learning, fixed before the axis ran: the largest value at which the "
-                        "entry's paired gain over the base model has a 95% t interval above 0",
-                    ),
+                    (SELECT_RULES[select_rules.get(xp, "largest-learning")],),
                     t,
                 )
             )

@@ -166,7 +166,8 @@ def build_report(
     if axes:
         tables += [("axis_runs.csv", outcomes), ("axis.csv", axis_table)]
     selections = {p.stem: pd.read_csv(p) for p in sorted((results_dir / "select").glob("*.csv"))}
-    panels = axis_panels(axis_table, axes, selections)
+    rules = {x: v["select"]["rule"] for x, v in specs.items() if v.get("select")}
+    panels = axis_panels(axis_table, axes, selections, rules)
     for name, df in tables:
         write_csv(df, out / name)
         written[name] = out / name

@@ -12,7 +12,8 @@ REPORT_TABLES = ["leaderboard.csv", "leaderboard.md", "leaderboard.html", "stats
 # What the report reads of each experiment (description, primary metric and decision rule; the runs it reuses from
 # main; its axis and selection), from the config, and the design axes whose cells are in this DAG.
 REPORT_EXPERIMENTS = {
-    x: {k: v.get(k) for k in ("description", "primary", "models", "seeds", "train", "reuse", "axis", "select")}
+    x: {k: v.get(k) for k in ("description", "primary", "models", "methods", "seeds", "train", "reuse", "axis",
+                              "select")}  # fmt: skip
     for x, v in EXPERIMENTS.items()
 }
 REPORT_AXES = {a: v for a, v in config["axes"].items() if all(c in EXPERIMENTS for c in v["cells"])}
