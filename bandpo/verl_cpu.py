@@ -21,6 +21,14 @@ lists it), in the driver and in every Ray worker. Importing it registers, and ch
   repeated device. `_dedup_backend` wraps ``torch.distributed.init_process_group`` to drop exact repeats
   (nothing else is changed, and only in processes with ``VERL_PLATFORM=cpu``).
 
+* replay buffer ``PollingReplayBuffer`` (``trainer.v1.sampler.custom_sampler``, verl's extension point for the
+  sampler; `config/verl-cpu.yaml` selects it): verl's own sync ``ReplayBuffer`` that looks for finished rollouts
+  every `POLL_INTERVAL_S` seconds instead of verl's 2.0. The trainer waits for a step's rollouts by polling, so
+  with verl's default the generation phase of a step lasts a whole number of 2-second polls (6.03, 8.04, 10.05 s
+  in a 6-step run here) while the work inside it took 4-5 s. Only the waiting changes; what is sampled and trained
+  is verl's. It does not take verl's DAPO group filtering (a custom sampler gets no ``filter_groups`` settings):
+  the profile has no dynamic-sampling row.
+
 Known limits: one server per replica, which batches the requests that reach it together (`HFRolloutServer`), no
 multi-modal input, no tensor parallelism; rollouts are not bit-reproducible across runs (requests reach the server
 in the order Ray delivers them).
@@ -446,6 +454,38 @@ class HFServerAdapter(_server_adapter_base()):
             self._server = ray.get_actor(SERVER_NAME.format(rank=replica))
         self._version = int(kwargs.get("global_steps") or self._version + 1)
         await self._server.load_weights.remote(state, self._version)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The replay buffer
+
+POLL_INTERVAL_S = 0.05  # verl's ReplayBuffer: 2.0
+
+
+@functools.cache
+def _polling_replay_buffer() -> type:
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+
+    class PollingReplayBuffer(ReplayBuffer):
+        """verl's sync ``ReplayBuffer``, polling for finished rollouts every `POLL_INTERVAL_S` seconds."""
+
+        def __init__(self, trainer_mode: str, *args: Any, **kwargs: Any) -> None:
+            if trainer_mode != "sync":
+                raise ValueError(f"PollingReplayBuffer is verl's sync replay buffer; trainer mode is {trainer_mode!r}")
+            if "filter_groups_metric" in kwargs:
+                raise ValueError("PollingReplayBuffer does not take verl's DAPO group filtering")
+            super().__init__(trainer_mode, *args, poll_interval=POLL_INTERVAL_S, **kwargs)
+
+    PollingReplayBuffer.__module__ = __name__
+    return PollingReplayBuffer
+
+
+def __getattr__(name: str) -> Any:
+    """``PollingReplayBuffer`` is made on first use (verl's ``load_extern_object`` reads it by name), so that importing
+    this module does not import verl's trainer."""
+    if name == "PollingReplayBuffer":
+        return _polling_replay_buffer()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _register_rollout() -> None:

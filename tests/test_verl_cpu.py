@@ -150,6 +150,32 @@ def test_cpu_platform_is_registered_and_opt_in():
     assert get_rollout_class("hf") is vc.HFServerAdapter
 
 
+def test_polling_replay_buffer_is_verls_sync_buffer_polling_faster():
+    """The profile's sampler (trainer.v1.sampler.custom_sampler): verl's sync ReplayBuffer with only the poll
+    interval changed, loaded the way verl loads a custom sampler; async mode and DAPO filtering are refused."""
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+    from verl.utils.import_utils import load_extern_object
+
+    import bandpo.verl_cpu as vc
+
+    overrides = dict(o.split("=", 1) for o in yaml.safe_load((ROOT / "config" / "verl-cpu.yaml").read_text())["verl"]
+                     ["extra_overrides"] if o.startswith("trainer.v1.sampler.custom_sampler."))  # fmt: skip
+    cls = load_extern_object(overrides["trainer.v1.sampler.custom_sampler.path"],
+                             overrides["trainer.v1.sampler.custom_sampler.name"])  # fmt: skip
+    assert cls is vc.PollingReplayBuffer and issubclass(cls, ReplayBuffer)
+    kwargs = dict(trainer_config=OmegaConf.create({}), max_off_policy_threshold=None, max_off_policy_strategy="drop",
+                  sampler_kwargs=OmegaConf.create({}), refill_fn=lambda n: None)  # fmt: skip
+    buffer = cls("sync", **kwargs)
+    assert buffer.poll_interval == vc.POLL_INTERVAL_S < 2.0 and buffer.filter_groups_metric is None
+    with pytest.raises(ValueError, match="sync replay buffer"):
+        cls("async", **kwargs)
+    with pytest.raises(ValueError, match="DAPO"):
+        cls("sync", filter_groups_metric="acc", **kwargs)
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        vc.Nope  # noqa: B018
+
+
 def test_verl_cpu_profile_dry_run(tmp_path):
     """config/verl-cpu.yaml is valid and plans the same rules as gpu.yaml, with the CPU backend in the command."""
     cfg = yaml.safe_load((ROOT / "config" / "verl-cpu.yaml").read_text())
