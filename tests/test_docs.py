@@ -126,7 +126,7 @@ def test_readme_claims():
     assert len(sep["methods"]) == 5 and len(sep["seeds"]) == 5 and "(five rules, 5 fresh seeds" in flat
     assert not set(sep["seeds"]) & set(cfg["seeds"])  # fresh: base models the selection never saw
     # "The rule ... picked D = 1, the on-policy null where ... all five rules train the same run"
-    _name, setting, _table = docs.selection(RESULTS)
+    _name, setting, _table = RESULTS.selection
     assert setting == {"updates_per_step": 1} and "picked D = 1, the on-policy null" in flat
     s = RESULTS.scores.query("experiment == 'separation' and name == 'mean@8' and entry != 'base'")
     assert (s.groupby("seed")["value"].nunique() == 1).all() and "all five rules train the same run" in flat
@@ -288,6 +288,6 @@ def test_axis_rules_recompute_from_the_published_files():
         np.testing.assert_allclose(recomputed[col].astype(float), outcomes[col].astype(float), rtol=2e-3, atol=1e-6,
                                    err_msg=col)  # fmt: skip
     # the separation run trained at the setting the selection picks from the published scores
-    name, setting, table = docs.selection(RESULTS)
+    name, setting, table = RESULTS.selection
     assert cfg["experiments"][name]["select"]["axis"] in cfg["axes"] and len(setting) == 1
     assert table["selected"].sum() in (0, table["model"].nunique())

@@ -57,6 +57,15 @@ class Results:
         return load_atlas(self.folder / "atlas.csv")
 
     @cached_property
+    def selection(self) -> tuple[str, dict, pd.DataFrame]:
+        """(experiment, setting, table) of the published config's one select rule, made again from scores.csv
+        (`bandpo.report.axis.select_setting`)."""
+        cfg = self.provenance["config"]
+        (name,) = [x for x, v in cfg["experiments"].items() if v.get("select")]
+        setting, table = select_setting(self.scores, cfg["experiments"], cfg["axes"], name)
+        return name, setting, table
+
+    @cached_property
     def provenance(self) -> dict:
         return json.loads((self.folder / "provenance.json").read_text(encoding="utf-8"))
 
@@ -164,18 +173,24 @@ def primary(res: Results) -> str:
     return md_table(head, rows, right=4)
 
 
+def base_rows(res: Results) -> list[tuple[str, str, pd.Series]]:
+    """(experiment, subset, base row) of every leaderboard section that has a base row, in the board's order. A base
+    row's paired difference from its baseline, negated, is the baseline's (GRPO's) gain over the base model."""
+    return [(experiment, subset, base)
+            for experiment, subset in dict.fromkeys(zip(res.board.experiment, res.board.subset, strict=True))
+            for base in _row_series(section(res, experiment, subset).query("entry == 'base'"))]  # fmt: skip
+
+
 def gains(res: Results) -> str:
     """GRPO's gain over the base model, paired per seed, per section and model: what RL does at all."""
     rows = []
-    for experiment, subset in dict.fromkeys(zip(res.board.experiment, res.board.subset, strict=True)):
-        for base in _row_series(section(res, experiment, subset).query("entry == 'base'")):
-            # the base row's paired difference from the baseline, negated: the baseline's gain over the base model
-            g, lo, hi = (-base[f"{METRIC}_{k}"] for k in ("diff", "diff_t_ci_high", "diff_t_ci_low"))
-            rows.append([
-                experiment + (f" ({subset})" if subset else ""), base["model"], num(base[METRIC]),
-                num(res.row(experiment, base["model"], base["baseline"], subset)[METRIC]),
-                ci(g, lo, hi, sign=True), num(base[f"{METRIC}_diff_sd"], 2), "yes" if lo > 0 or hi < 0 else "no",
-            ])  # fmt: skip
+    for experiment, subset, base in base_rows(res):
+        g, lo, hi = (-base[f"{METRIC}_{k}"] for k in ("diff", "diff_t_ci_high", "diff_t_ci_low"))
+        rows.append([
+            experiment + (f" ({subset})" if subset else ""), base["model"], num(base[METRIC]),
+            num(res.row(experiment, base["model"], base["baseline"], subset)[METRIC]),
+            ci(g, lo, hi, sign=True), num(base[f"{METRIC}_diff_sd"], 2), "yes" if lo > 0 or hi < 0 else "no",
+        ])  # fmt: skip
     head = ["experiment", "model", "base", "GRPO", "GRPO − base, paired t", "SD of the differences",
             "interval excludes 0"]  # fmt: skip
     return md_table(head, rows, right=2)
@@ -369,17 +384,8 @@ def axis_table(res: Results) -> str:
     return md_table(head, rows, right=3)
 
 
-def selection(res: Results) -> tuple[str, dict, pd.DataFrame]:
-    """The separation run's setting and the table behind it, recomputed from scores.csv with the published config's
-    select rule (`bandpo.report.axis.select_setting`)."""
-    cfg = res.provenance["config"]
-    (name,) = [x for x, v in cfg["experiments"].items() if v.get("select")]
-    setting, table = select_setting(res.scores, cfg["experiments"], cfg["axes"], name)
-    return name, setting, table
-
-
 def selection_table(res: Results) -> str:
-    _name, _setting, t = selection(res)
+    _name, _setting, t = res.selection
     rows = [[r["model"], f"{r['value']:g}", r["entry"], int(r["n"]),
              ci(r["gain"], r["ci_low"], r["ci_high"], sign=True), _yes(r["qualifies"]), "yes" if r["selected"] else ""]
             for r in _row_series(t)]  # fmt: skip
@@ -390,7 +396,7 @@ def selection_table(res: Results) -> str:
 def separation(res: Results) -> str:
     """One sentence: the selected setting, the primary paired difference with its interval, verdict and MDE, and
     the secondary paired final-entropy differences (primary.csv rows of the selecting experiment)."""
-    name, setting, table = selection(res)
+    name, setting, table = res.selection
     ((key, value),) = setting.items()
     how = "selected" if table["selected"].any() else "the fallback: no D qualified"
     p = res.primary[res.primary.experiment == name]
@@ -456,9 +462,8 @@ def separated(res: Results, experiment: str = "main") -> str:
 def gains_summary(res: Results) -> str:
     """Where GRPO's paired gain over its base model has a 95% interval above 0, and where not."""
     yes, no = [], []
-    for experiment, subset in dict.fromkeys(zip(res.board.experiment, res.board.subset, strict=True)):
-        for base in _row_series(section(res, experiment, subset).query("entry == 'base'")):
-            (yes if base[f"{METRIC}_diff_t_ci_high"] < 0 else no).append(_where(experiment, base["model"], subset))
+    for experiment, subset, base in base_rows(res):
+        (yes if base[f"{METRIC}_diff_t_ci_high"] < 0 else no).append(_where(experiment, base["model"], subset))
     return f"above 0 on {', '.join(yes) or 'none'}; not on {', '.join(no) or 'none'}"
 
 
