@@ -176,6 +176,18 @@ def test_polling_replay_buffer_is_verls_sync_buffer_polling_faster():
         vc.Nope  # noqa: B018
 
 
+def test_per_sample_warning_is_quiet_only_on_the_cpu_platform():
+    code = ("import logging, bandpo.verl_cpu as vc; "
+            "print([logging.getLogger(n).getEffectiveLevel() for n in vc.QUIET_LOGGERS])")  # fmt: skip
+    levels = {}
+    for platform in ("cpu", ""):
+        env = {**os.environ, "VERL_PLATFORM": platform}
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        levels[platform] = proc.stdout.strip()
+    assert levels["cpu"] == "[40]" and levels[""] != "[40]"  # logging.ERROR only where the profile selects it
+
+
 def test_verl_cpu_profile_dry_run(tmp_path):
     """config/verl-cpu.yaml is valid and plans the same rules as gpu.yaml, with the CPU backend in the command."""
     cfg = yaml.safe_load((ROOT / "config" / "verl-cpu.yaml").read_text())

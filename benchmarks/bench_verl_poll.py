@@ -1,0 +1,102 @@
+"""verl's trainer on CPU with its own replay buffer against `bandpo.verl_cpu.PollingReplayBuffer`, side by side.
+
+verl 0.9.1's sync trainer waits for a step's rollouts by polling its replay buffer every 2 s, so the generation
+phase of a step (``timing_s/gen``) lasts a whole number of polls. ``config/verl-cpu.yaml`` selects the suite's
+subclass that polls every 0.05 s (``trainer.v1.sampler.custom_sampler``). This script trains the same entry and
+seed of the CPU profile twice per repeat, once without those two overrides (verl's buffer) and once with them,
+alternating, each a short run of the DAG's own ``train_verl`` job (``config/verl-cpu.yaml`` shrunk to one run of
+``--steps`` steps, in a work folder that links the repository's ``resources/``), and prints per run the median
+``timing_s/gen`` and ``timing_s/step`` over steps 2.. (step 1 warms up), then the ratios verl / polling::
+
+    python benchmarks/bench_verl_poll.py [--entry grpo] [--seed 0] [--steps 8] [--repeats 2] [--work /tmp/verl-poll]
+
+Needs the profile's base model (``resources/models/tiny-s/seed{seed}``) and data, built by the embedded DAG, and the
+``verl-cpu`` extra. Each run takes 2-3 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLER = "trainer.v1.sampler.custom_sampler."
+
+
+def config(entry: str, seed: int, steps: int, polling: bool) -> dict:
+    """config/verl-cpu.yaml reduced to one run; without ``polling``, verl's own replay buffer."""
+    cfg = yaml.safe_load((ROOT / "config" / "verl-cpu.yaml").read_text())
+    cfg["profile"] = "verl-poll" if polling else "verl-default"
+    cfg["methods"] = [m for m in cfg["methods"] if m["id"] == entry]
+    if not cfg["methods"]:
+        raise SystemExit(f"entry {entry!r} is not in config/verl-cpu.yaml")
+    cfg["seeds"] = [seed]
+    cfg["verl"]["steps"] = steps
+    cfg.pop("beside", None)
+    overrides = cfg["verl"]["extra_overrides"]
+    if not any(o.startswith(SAMPLER) for o in overrides):
+        raise SystemExit("config/verl-cpu.yaml does not select the polling replay buffer")
+    if not polling:
+        cfg["verl"]["extra_overrides"] = [o for o in overrides if not o.startswith(SAMPLER)]
+    return cfg
+
+
+def run(work: Path, cfg: dict, entry: str, seed: int) -> list[dict]:
+    """Train one run through the DAG; its per-step verl timings."""
+    path = work / f"{cfg['profile']}.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    out = work / "results" / cfg["profile"] / "runs" / cfg["models"][0]["id"] / entry / f"seed{seed}"
+    shutil.rmtree(out, ignore_errors=True)
+    target = out / "verl_metrics.jsonl"
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(work), "--cores", "2",
+           "--configfile", str(path), "--rerun-triggers", "mtime", "--", str(target.relative_to(work))]  # fmt: skip
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ})
+    finally:
+        subprocess.run(["ray", "stop", "--force"], capture_output=True)
+    if proc.returncode != 0:
+        raise SystemExit((proc.stdout + proc.stderr)[-3000:])
+    return [json.loads(line)["data"] for line in target.read_text().splitlines()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--entry", default="grpo")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--work", default="/tmp/verl-poll", help="work folder (its resources/ links the repository's)")
+    args = ap.parse_args(argv)
+    if args.steps < 3 or args.repeats < 1:
+        raise SystemExit("--steps must be >= 3 and --repeats >= 1")
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    if not (work / "resources").exists():
+        (work / "resources").symlink_to(ROOT / "resources")
+    medians: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    print("| repeat | replay buffer | gen s / step (median) | step s (median) |\n|---|---|---:|---:|")
+    for r in range(args.repeats):
+        for polling in (False, True) if r % 2 == 0 else (True, False):
+            steps = run(work, config(args.entry, args.seed, args.steps, polling), args.entry, args.seed)[1:]
+            gen = statistics.median(s["timing_s/gen"] for s in steps)
+            step = statistics.median(s["timing_s/step"] for s in steps)
+            medians[polling].append((gen, step))
+            name = f"polling {0.05:g} s" if polling else "verl's (2 s)"
+            print(f"| {r + 1} | {name} | {gen:.2f} | {step:.2f} |", flush=True)
+    for i, what in enumerate(("generation phase", "step")):
+        base = statistics.median(m[i] for m in medians[False])
+        fast = statistics.median(m[i] for m in medians[True])
+        print(f"{what}: verl's buffer {base:.2f} s, polling {fast:.2f} s: {base / fast:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
