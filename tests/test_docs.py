@@ -291,3 +291,25 @@ def test_axis_rules_recompute_from_the_published_files():
     name, setting, table = RESULTS.selection
     assert cfg["experiments"][name]["select"]["axis"] in cfg["axes"] and len(setting) == 1
     assert table["selected"].sum() in (0, table["model"].nunique())
+
+
+def test_verl_profile_tables_recompute_from_the_published_files():
+    """results/verl-cpu/beside.csv is the verl profile's published scores and runs beside the local trainer's
+    (results/), and the profile's verl runs and its per-rule table agree (docs/verl.md quotes both)."""
+    import pandas as pd
+
+    from bandpo.report.tables import beside_table
+
+    verl = ROOT / "results" / docs.VERL_PROFILE
+    published = pd.read_csv(verl / "beside.csv")
+    again = beside_table(verl, ROOT / "results")
+    assert list(again.columns) == list(published.columns) and len(again) == len(published)
+    for col in again.columns:
+        if again[col].dtype.kind in "fi":
+            assert np.allclose(again[col], published[col], rtol=1e-6, equal_nan=True), col
+        else:
+            assert again[col].astype(str).tolist() == published[col].astype(str).tolist(), col
+    runs = pd.read_csv(verl / "runs.csv")
+    assert set(runs["profile"]) == {docs.VERL_PROFILE} and set(runs["entry"]) == set(published["entry"]) - {"base"}
+    dag = pd.read_csv(verl / "dag_rules.csv").set_index("rule")
+    assert dag.loc["train tiny-s (main)", "jobs"] == len(runs) == dag.loc["merge", "jobs"]

@@ -416,18 +416,70 @@ def separation(res: Results) -> str:
     return "; ".join(parts)
 
 
-def dag_cost(res: Results) -> str:
-    """The per-rule cost of the publication run (dag_rules.csv, `benchmarks/dag_rule_times.py --csv`)."""
+def _dag_table(dag: pd.DataFrame) -> str:
+    """A DAG run's per-rule cost table (a dag_rules.csv of `benchmarks/dag_rule_times.py --csv`)."""
     rows = [[r["rule"], int(r["jobs"]), "" if r["rule"] == "all" else f"{r['wall_s_mean']:.0f}",
              f"{r['wall_s_sum']:.0f}", f"{r['cpu_s_sum']:.0f}", f"{r['minutes_per_core']:.1f}"]
-            for r in _row_series(res.dag)]  # fmt: skip
+            for r in _row_series(dag)]  # fmt: skip
     head = ["rule", "jobs", "wall s / job", "wall s, sum", "CPU s, sum", "sum / cores, min"]
     return md_table(head, rows, right=1)
 
 
+def _dag_elapsed(dag: pd.DataFrame) -> str:
+    """A DAG run's wall time in minutes, first to last job (row ``all``)."""
+    return f"{dag.loc[dag['rule'] == 'all', 'elapsed_min'].iloc[0]:.1f}"
+
+
+def dag_cost(res: Results) -> str:
+    """The per-rule cost of the publication run (dag_rules.csv)."""
+    return _dag_table(res.dag)
+
+
 def dag_elapsed(res: Results) -> str:
-    """The publication run's wall time in minutes, first to last job (dag_rules.csv, row ``all``)."""
-    return f"{res.dag.loc[res.dag['rule'] == 'all', 'elapsed_min'].iloc[0]:.1f}"
+    """The publication run's wall time in minutes (dag_rules.csv)."""
+    return _dag_elapsed(res.dag)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the CPU verl profile (config/verl-cpu.yaml), published under results/verl-cpu/
+VERL_PROFILE = "verl-cpu"
+
+
+def _verl_table(res: Results, name: str) -> pd.DataFrame:
+    return pd.read_csv(res.folder / VERL_PROFILE / name, keep_default_na=False, na_values=[""])
+
+
+def verl_beside(res: Results) -> str:
+    """Per entry, verl's runs beside the local trainer's published runs of the same base model and seed
+    (beside.csv, `bandpo.report.tables.beside_table`): mean@8 of each, the per-seed differences and their mean,
+    the training accuracy over the last 10% of steps, and the training seconds per run (blank where absent)."""
+
+    def mean(col: pd.Series, fmt: Callable[[float], str]) -> str:
+        return fmt(col.mean()) if col.notna().any() else ""
+
+    seconds = lambda v: f"{v:.0f}"  # noqa: E731
+    rows = []
+    for entry, g in _verl_table(res, "beside.csv").groupby("entry", sort=False):
+        g = g.sort_values("seed")
+        both = g[g[f"{METRIC}_other"].notna()]
+        rows.append([entry, ", ".join(str(int(s)) for s in g["seed"]), mean(g[f"{METRIC}_ours"], num),
+                     mean(both[f"{METRIC}_other"], num), ", ".join(num(d, sign=True) for d in both["diff"]),
+                     mean(both["diff"], lambda v: num(v, sign=True)), mean(g["accuracy_final_ours"], num),
+                     mean(both["accuracy_final_other"], num), mean(g["train_seconds_ours"], seconds),
+                     mean(both["train_seconds_other"], seconds)])  # fmt: skip
+    head = ["entry", "seeds", f"{METRIC} verl", f"{METRIC} local", "verl − local per seed", "mean", "train acc verl",
+            "train acc local", "train s / run, verl", "train s / run, local"]  # fmt: skip
+    return md_table(head, rows, right=2)
+
+
+def verl_cost(res: Results) -> str:
+    """The per-rule cost of the profile's run (results/verl-cpu/dag_rules.csv)."""
+    return _dag_table(_verl_table(res, "dag_rules.csv"))
+
+
+def verl_elapsed(res: Results) -> str:
+    """The profile's wall time in minutes (results/verl-cpu/dag_rules.csv)."""
+    return _dag_elapsed(_verl_table(res, "dag_rules.csv"))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -494,6 +546,9 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "separated-main": separated,
     "gains-summary": gains_summary,
     "dag-elapsed": dag_elapsed,
+    "verl-beside": verl_beside,
+    "verl-cost": verl_cost,
+    "verl-elapsed": verl_elapsed,
     "n-runs": lambda res: str(len(res.runs)),
     "commit": lambda res: f"`{res.provenance['git_commit'][:7]}`",
 }
