@@ -622,8 +622,9 @@ def test_smoke_axis_and_selection_end_to_end(smoke_run):
     assert sorted(board.loc[board["experiment"] == "off-D4", "entry"]) == ["bandpo_kl", "grpo"]
     chosen = json.loads((results / "select" / "separation.json").read_text())
     table = pd.read_csv(results / "select" / "separation.csv")
-    assert set(chosen) == {"updates_per_step"} and sorted(table["value"]) == [1.0, 4.0, 8.0]
-    assert chosen["updates_per_step"] in (1, 4, 8)  # the largest that learns, or the fallback 4
+    # rule revision 2 reads only the cells that run both compared arms: D = 1 (GRPO only) is not a candidate
+    assert set(chosen) == {"updates_per_step"} and sorted(table["value"]) == [4.0, 8.0]
+    assert chosen["updates_per_step"] in (4, 8)  # the largest that learns, or the fallback 4
     for entry in cfg["experiments"]["separation"]["methods"]:
         info = json.loads((results / "runs" / "smoke-tiny" / f"{entry}@separation" / "seed2" / "run.json").read_text())
         assert info["config"]["updates_per_step"] == chosen["updates_per_step"]

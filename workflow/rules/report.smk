@@ -10,10 +10,11 @@ REPORT_FIGURES = ["bounds", "training_curves", "clipfrac_buckets", "final_scores
 REPORT_TABLES = ["leaderboard.csv", "leaderboard.md", "leaderboard.html", "stats.csv", "scores.csv", "runs.csv",
                  "primary.csv", "steps.csv"]  # fmt: skip
 # What the report reads of each experiment (description, primary metric and decision rule; the runs it reuses from
-# main; its axis and selection), from the config, and the design axes whose cells are in this DAG.
+# main; its axis and selection; an axis cell's methods, which a select rule reads), from the config, and the design
+# axes whose cells are in this DAG. Main's methods are left out: adding a method entry must not rerun rule select.
 REPORT_EXPERIMENTS = {
-    x: {k: v.get(k) for k in ("description", "primary", "models", "methods", "seeds", "train", "reuse", "axis",
-                              "select")}  # fmt: skip
+    x: {k: v.get(k) for k in ("description", "primary", "models", "seeds", "train", "reuse", "axis", "select")}
+    | ({"methods": v.get("methods")} if v.get("axis") else {})
     for x, v in EXPERIMENTS.items()
 }
 REPORT_AXES = {a: v for a, v in config["axes"].items() if all(c in EXPERIMENTS for c in v["cells"])}
