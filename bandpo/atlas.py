@@ -94,6 +94,7 @@ from torch import Tensor
 from bandpo import methods
 from bandpo.band import band_bounds
 from bandpo.methods.diagnostics import loss_grad_wrt_log_prob
+from bandpo.optim import AdamW
 from bandpo.report.atlas import COLUMNS, SLICES, atlas_markdown
 from bandpo.sweep import ATLAS_STEPS
 
@@ -398,7 +399,7 @@ def rollout_batches(model: str | Path, data: str | Path, steps: int, seed: int =
     if cfg.kl_coef > 0:
         reference = AutoModelForCausalLM.from_pretrained(cfg.model, torch_dtype=torch.float32).to(device).eval()
         reference.requires_grad_(False)
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    optimizer = AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     recorder = _Recorder(cfg.resolve_method())
     run = trainer.Run(cfg, recorder, policy, reference, tokenizer, optimizer, rows, device)
     for step in tqdm(range(steps), desc="atlas rollouts", disable=not progress, file=sys.stderr):

@@ -299,7 +299,8 @@ class _Body(torch.nn.Module):
     def __init__(self, cfg) -> None:
         super().__init__()
         d, inner = cfg.hidden_size, cfg.num_attention_heads * cfg.head_dim
-        self.embed_tokens = torch.nn.Embedding(cfg.vocab_size, d)
+        # given its weight, Embedding skips its random init, whose meta-device path imports torch._dynamo (~1 s)
+        self.embed_tokens = torch.nn.Embedding(cfg.vocab_size, d, _weight=torch.empty(cfg.vocab_size, d))
         self.layers = torch.nn.ModuleList(_Layer(d, inner, cfg.intermediate_size) for _ in range(cfg.num_hidden_layers))
         self.norm = _Norm(d)
 

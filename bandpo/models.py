@@ -71,6 +71,7 @@ from typing import Any
 import torch
 
 from bandpo.files import atomic_write_text, read_jsonl, replace_dir
+from bandpo.optim import AdamW
 from bandpo.options import parse_assignments
 from bandpo.provenance import machine, versions, weights_sha256
 
@@ -357,13 +358,13 @@ def pretrain(
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)
-    opt = torch.optim.AdamW(
+    opt = AdamW(
         [{"params": decay, "weight_decay": spec.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=spec.lr,
         betas=(0.9, 0.98),
         eps=1e-8,
     )
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(spec))
+    multiplier = lr_lambda(spec)  # the learning rate of step k is spec.lr * multiplier(k) (torch's LambdaLR's)
     packing = spec.pack_len > 0 and packing_isolates(model)
     if spec.pack_len > 0 and not packing:
         print("pretrain: this transformers version does not isolate packed sequences; padding instead", file=sys.stderr)
@@ -372,6 +373,8 @@ def pretrain(
     batches = _batches(n, spec.batch_size, gen, rng, spec.direct_frac)
     bar = tqdm(range(spec.steps), desc="pretrain", disable=not progress, mininterval=2.0, file=sys.stderr)
     for step in bar:
+        for group in opt.param_groups:
+            group["lr"] = spec.lr * multiplier(step)
         seqs, labels = [], []
         for i, use_direct in next(batches):
             tgt = (direct[i] if use_direct else worked[i]) + [eos]
@@ -396,11 +399,12 @@ def pretrain(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        sched.step()
         running += loss.item()
         running_n += 1
         if (step + 1) % log_every == 0 or step + 1 == spec.steps:
-            history.append({"step": step + 1, "loss": round(running / running_n, 4), "lr": sched.get_last_lr()[0]})
+            history.append(
+                {"step": step + 1, "loss": round(running / running_n, 4), "lr": spec.lr * multiplier(step + 1)}
+            )
             bar.set_postfix(loss=f"{running / running_n:.3f}")
             running, running_n = 0.0, 0
     model.eval()

@@ -28,7 +28,8 @@ Update:
    prompt groups, as verl counts mini-batches in prompts, or random sequences, partitioned afresh each pass; the
    first update is on-policy, all later ones off-policy, which is what makes clipping act), each prompt of a
    mini-batch run once with its KV cache shared by its completions and the mini-batch's all-padding columns
-   trimmed: loss = the method's loss (+ optional k3 KL to the reference), AdamW, gradient clipping;
+   trimmed: loss = the method's loss (+ optional k3 KL to the reference), AdamW (`bandpo.optim`: torch's, bit for
+   bit, without importing torch._dynamo), gradient clipping;
    ``stopped_frac*``: tokens whose policy-loss gradient is 0 with A != 0, the same measure for every method
    (`bandpo.methods.stopped_diagnostics`);
 8. one line of metrics.jsonl; a checkpoint every ``checkpoint_every`` steps. On a probe data set (rows with
@@ -90,6 +91,7 @@ from bandpo import methods
 from bandpo.files import atomic_write_bytes, atomic_write_text, read_jsonl, replace_dir
 from bandpo.grader import counting, grade_many, grader_info, warmup
 from bandpo.models import lr_schedule
+from bandpo.optim import AdamW
 from bandpo.options import check_fields, parse_assignments
 from bandpo.provenance import machine, versions
 from bandpo.sampling import completion_log_probs_shared, sample_rows
@@ -425,7 +427,7 @@ class Run:
     model: Any
     reference: Any
     tokenizer: Any
-    optimizer: torch.optim.Optimizer
+    optimizer: AdamW
     rows: list[dict]
     device: torch.device
     probe_rows: list[dict] = field(default_factory=list)  # the validation split's probe rows (cfg.probe_every)
@@ -465,7 +467,7 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.kl_coef > 0:
         reference = load_policy(cfg.model, device)[0].eval()
         reference.requires_grad_(False)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    optimizer = AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     run = Run(cfg, method, model, reference, tokenizer, optimizer, rows, device, load_probe_rows(cfg))
 
     start_step, history = 0, []

@@ -358,8 +358,8 @@ def test_ppo_epochs_passes_over_each_rollout_batch(assets, tmp_path, monkeypatch
         return lp, ent
 
     monkeypatch.setattr(train_module, "completion_log_probs_shared", spy)
-    real_step = torch.optim.AdamW.step
-    monkeypatch.setattr(torch.optim.AdamW, "step", lambda self, *a, **k: updates.append(1) or real_step(self, *a, **k))
+    real_step = train_module.AdamW.step
+    monkeypatch.setattr(train_module.AdamW, "step", lambda self, *a, **k: updates.append(1) or real_step(self, *a, **k))
     train(small_config(assets, tmp_path / "e2", ppo_epochs=2, updates_per_step=2, steps=2, lr=1e-2, seed=3,
                        old_log_probs="recompute"))  # fmt: skip
     assert len(updates) == 2 * 4  # 2 steps x 2 passes x 2 mini-batches
@@ -516,3 +516,19 @@ def test_cli_flags_and_set_build_the_same_config(tmp_path, monkeypatch, capsys):
         assert status == 2, (bad, err)
         name = bad[1].split("=")[0] if bad[0] == "--set" else bad[0].lstrip("-").replace("-", "_")
         assert name.replace("_", "") in err.replace("_", "").replace("-", ""), (bad, err)
+
+
+def test_a_training_job_does_not_import_dynamo(assets, tmp_path):
+    """torch._dynamo costs ~1 s of CPU per process: neither the optimizer (bandpo.optim) nor the light model load
+    (bandpo.fastlm) may pull it into a training job."""
+    model, data = assets
+    code = (
+        "import sys\nfrom bandpo.train import main\n"
+        f"rc = main(['--model', {str(model)!r}, '--data', {str(data)!r}, '--out', {str(tmp_path / 'run')!r},"
+        " '--set', 'steps=1', '--set', 'prompts_per_step=2', '--set', 'samples_per_prompt=2',"
+        " '--set', 'max_new_tokens=6', '--set', 'reward=random', '--no-progress'])\n"
+        "print(rc, 'torch._dynamo' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-2:] == ["0", "False"], out.stdout[-500:]
