@@ -883,3 +883,34 @@ def test_run_cost_benchmark_runs_the_rules_command(tmp_path):
         cmd = bench.run_command(cfg, model, "bandpo_kl", 1, run)
         assert cmd[1:3] == ["-m", "bandpo.train"]
         assert shlex.join(cmd[1:]) in proc.output
+
+
+def _dag_budget():
+    spec = importlib.util.spec_from_file_location("dag_budget", ROOT / "benchmarks" / "dag_budget.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_budget_estimate_counts_the_dags_jobs_and_reproduces_the_measured_run():
+    """benchmarks/dag_budget.py: its job list has the DAG's counts (sweep.expected_jobs, which the dry-run tests
+    compare with snakemake), and applied to the published run's own config it gives back that run's elapsed time
+    (results/dag_rules.csv) within 5%; a planned config that trains more steps costs more."""
+    budget = _dag_budget()
+    cfg = sweep.validate_config(read_config("config"))
+    expected = sweep.expected_jobs(cfg)
+    jobs = budget.jobs(cfg)
+    kinds = {k: sum(1 for j in jobs if j["kind"] == k) for k in ("train", "build", "eval")}
+    n_eval = sum(v for k, v in expected.items() if k.startswith("eval_group"))
+    assert kinds == {"train": expected["train"], "build": expected["model_tiny"], "eval": n_eval}
+
+    rules, measured_cfg, measured_d = budget.read_measured(ROOT / "results")
+    model = budget.CostModel(rules, measured_cfg, measured_d)
+    est = budget.estimate(sweep.validate_config(measured_cfg), model, cores=2, separation_d=measured_d)
+    measured = rules["all"]["elapsed_min"]
+    assert abs(est["elapsed_min"] - measured) <= 0.05 * measured, (est["elapsed_min"], measured)
+
+    longer = copy.deepcopy(read_config("config"))
+    next(m for m in longer["models"] if m["id"] == "tiny-s")["train"]["steps"] = 96
+    more = budget.estimate(sweep.validate_config(longer), model, cores=2, separation_d=8)
+    assert more["elapsed_min"] > budget.estimate(cfg, model, cores=2, separation_d=8)["elapsed_min"]

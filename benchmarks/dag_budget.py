@@ -1,0 +1,217 @@
+"""What a config's DAG will cost on the publication machine, estimated before the run from a measured run.
+
+    python benchmarks/dag_budget.py [--config config/config.yaml] [--measured results] [--cores 2]
+                                    [--separation-d 16] [--rl-steps tiny-s=48] [--build-steps tiny-s=1400]
+
+The unit costs come from a finished publication run's committed files (``--measured``, default ``results/``):
+``dag_rules.csv`` (mean wall seconds per job of each rule kind, from Snakemake's benchmark files) and
+``provenance.json`` (the resolved config that run used: steps, pretraining steps and seeds behind each mean). The
+cost model is linear and says what it assumes:
+
+- a training job costs ``fixed + steps x per_step(model, D)``, D = updates_per_step x ppo_epochs. ``per_step`` comes
+  from the measured kinds of that model: the one with the same D (an experiment of the measured run that trained
+  at that D), else the nearest measured D of that model. ``fixed`` (start-up, model load, saving, the grader) is
+  ``--fixed-s`` (default 8 s, the measured run's) in the calibration and ``--planned-fixed-s`` in the plan
+  (``benchmarks/bench_job_startup.py`` measures the change of a code change side by side);
+- a base-model build costs ``(measured mean) x (build steps / measured build steps)`` (pretraining is ~97% of it);
+- an lm-eval group costs ``(measured mean of that model's groups) x (seeds / measured seeds per group)``;
+- the other rules (data, atlas, select, report, publish) cost what they cost in the measured run;
+- the separation run's D is chosen at run time by its selection rule: ``--separation-d`` (default: the largest D
+  of its axis, the dearest case).
+
+The estimate of the elapsed time is the summed wall time divided by the cores, times the measured run's ratio of
+elapsed time to that quotient (its scheduling gaps). Applied to the measured run's own config it returns that
+run's elapsed time up to the model's approximations (``tests/test_workflow.py`` checks within 5%).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import re
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bandpo.sweep import base_models, by_id, eval_groups, load_yaml, runs, split_slot, train_overrides, validate_config
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXED_S = 8.0  # start-up, imports, grader workers, model load and saving of a training job (the measured run's)
+
+
+def _d(cfg: Mapping[str, Any], model: str, entry: str, experiment: str) -> tuple[int, int]:
+    """(steps, D) of a run: D = updates_per_step x ppo_epochs (TrainConfig's defaults 4 and 1)."""
+    t = train_overrides(cfg, model, entry, experiment)
+    return int(t.get("steps", 64)), int(t.get("updates_per_step", 4)) * int(t.get("ppo_epochs", 1))
+
+
+def _build_steps(cfg: Mapping[str, Any], model: str) -> int:
+    from bandpo.models import SIZES
+
+    m = by_id(cfg["models"])[model]
+    return int((m.get("build") or {}).get("steps", SIZES[m.get("size", model)].steps))
+
+
+def _separation_d(cfg: Mapping[str, Any], xp: Mapping[str, Any], default: int | None) -> int | None:
+    sel = xp.get("select")
+    if not sel:
+        return None
+    if default is not None:
+        return default
+    axis = cfg["axes"][sel["axis"]]
+    return max(int(cfg["experiments"][c]["train"][axis["key"]]) for c in axis["cells"])
+
+
+def jobs(cfg: Mapping[str, Any], separation_d: int | None = None) -> list[dict[str, Any]]:
+    """Every job of the DAG with what its cost depends on: kind, model, experiment, steps, D, seeds."""
+    out: list[dict[str, Any]] = []
+    for model, slot, _seed in runs(cfg, builtin=True):
+        entry, experiment = split_slot(slot)
+        xp = cfg["experiments"][experiment]
+        steps, d = _d(cfg, model, entry, experiment)
+        sel_d = _separation_d(cfg, xp, separation_d)
+        out.append({"kind": "train", "model": model, "experiment": experiment, "steps": steps,
+                    "d": sel_d if sel_d is not None else d})  # fmt: skip
+    for folder in base_models(cfg):  # resources/models/{model}/seed{s}
+        model = folder.split("/")[2]
+        out.append({"kind": "build", "model": model, "steps": _build_steps(cfg, model)})
+    for model, slot in eval_groups(cfg):
+        experiment = split_slot(slot)[1]
+        out.append({"kind": "eval", "model": model, "seeds": len(cfg["experiments"][experiment]["seeds"])})
+    return out
+
+
+def read_measured(folder: Path) -> tuple[dict[str, dict[str, float]], dict[str, Any], int | None]:
+    """The measured run's per-rule table, its resolved config and the D its selection rule picked (made again from
+    its scores.csv, `bandpo.report.docs.Results.selection`)."""
+    from bandpo.report.docs import Results
+
+    with (folder / "dag_rules.csv").open(newline="") as fh:
+        rules = {r["rule"]: {k: float(v) if v not in ("", None) else math.nan for k, v in r.items() if k != "rule"}
+                 for r in csv.DictReader(fh)}  # fmt: skip
+    cfg = json.loads((folder / "provenance.json").read_text())["config"]
+    selected = None
+    if any(x.get("select") for x in cfg["experiments"].values()):
+        _name, setting, _table = Results(folder).selection
+        (selected,) = (int(v) for v in setting.values())
+    return rules, cfg, selected
+
+
+KIND = re.compile(r"^(train|model build|lm-eval group) (\S+)(?: \((.+)\))?$")
+
+
+class CostModel:
+    """Unit costs from a measured run (see the module docstring)."""
+
+    def __init__(self, rules: Mapping[str, Mapping[str, float]], measured_cfg: Mapping[str, Any],
+                 measured_separation_d: int | None = None, fixed_s: float = FIXED_S,
+                 planned_fixed_s: float | None = None) -> None:  # fmt: skip
+        self.fixed_s = fixed_s if planned_fixed_s is None else planned_fixed_s
+        self._jobs_at: dict[tuple[str, int], float] = {}
+        self.per_step: dict[str, dict[int, float]] = defaultdict(dict)  # model -> D -> wall s per step
+        self.build: dict[str, float] = {}  # model -> wall s per pretraining step
+        self.eval: dict[str, float] = {}  # model -> wall s per seed of a group
+        self.other = 0.0
+        measured_jobs = jobs(measured_cfg, measured_separation_d)
+        for rule, r in rules.items():
+            m = KIND.match(rule)
+            if rule == "all":
+                self.elapsed_factor = r["elapsed_min"] / r["minutes_per_core"] if r["elapsed_min"] > 0 else 1.0
+                self.cores = r["wall_s_sum"] / 60 / r["minutes_per_core"]
+            elif m is None:
+                self.other += r["wall_s_sum"]
+            elif m[1] == "train":
+                mine = [j for j in measured_jobs if j["kind"] == "train" and j["model"] == m[2]
+                        and j["experiment"] == m[3]]  # fmt: skip
+                if not mine:
+                    continue
+                steps, d = mine[0]["steps"], mine[0]["d"]
+                per = (r["wall_s_mean"] - fixed_s) / steps  # the measured run's fixed part, not the planned one
+                # several kinds at one D (main, probe, random reward): the one with most jobs wins
+                if d not in self.per_step[m[2]] or r["jobs"] > self._jobs_at.get((m[2], d), 0):
+                    self.per_step[m[2]][d] = per
+                    self._jobs_at[(m[2], d)] = r["jobs"]
+            elif m[1] == "model build":
+                steps = next(j["steps"] for j in measured_jobs if j["kind"] == "build" and j["model"] == m[2])
+                self.build[m[2]] = r["wall_s_mean"] / steps
+            else:
+                seeds = [j["seeds"] for j in measured_jobs if j["kind"] == "eval" and j["model"] == m[2]]
+                self.eval[m[2]] = r["wall_s_sum"] / max(1, sum(seeds))
+
+    def cost(self, job: Mapping[str, Any]) -> float:
+        model = job["model"]
+        if job["kind"] == "train":
+            per = self.per_step.get(model) or self.per_step[_fallback(self.per_step, model)]
+            d = min(per, key=lambda x: (abs(x - job["d"]), -x))  # the measured D nearest the planned one
+            return self.fixed_s + job["steps"] * per[d]
+        if job["kind"] == "build":
+            return job["steps"] * self.build.get(model, self.build[_fallback(self.build, model)])
+        return job["seeds"] * self.eval.get(model, self.eval[_fallback(self.eval, model)])
+
+
+def _fallback(table: Mapping[str, Any], model: str) -> str:
+    """A model the measured run did not have: the measured one whose id it starts with (tiny-s-x -> tiny-s)."""
+    known = sorted((k for k in table if model.startswith(k)), key=len)
+    if not known:
+        raise SystemExit(f"no measured cost for model {model!r} (measured: {sorted(table)})")
+    return known[-1]
+
+
+def estimate(cfg: Mapping[str, Any], model: CostModel, cores: int, separation_d: int | None = None) -> dict:
+    """Rows per job kind (kind, model, experiment: jobs, wall s) and the estimated elapsed minutes."""
+    rows: dict[str, list[float]] = defaultdict(list)
+    for j in jobs(cfg, separation_d):
+        label = {"train": f"train {j['model']} ({j.get('experiment')})", "build": f"model build {j['model']}",
+                 "eval": f"lm-eval group {j['model']}"}[j["kind"]]  # fmt: skip
+        rows[label].append(model.cost(j))
+    total = sum(sum(v) for v in rows.values()) + model.other
+    return {
+        "rows": {k: (len(v), sum(v)) for k, v in sorted(rows.items())},
+        "other_s": model.other,
+        "wall_s": total,
+        "elapsed_min": total / cores / 60 * model.elapsed_factor,
+    }
+
+
+def load_config(path: Path, rl_steps: Sequence[str] = (), build_steps: Sequence[str] = ()) -> dict[str, Any]:
+    """The config, with what-if overrides of a model's RL steps or pretraining steps (``MODEL=STEPS``)."""
+    raw = load_yaml(path)
+    models = by_id(raw["models"])
+    for assignments, key in ((rl_steps, "train"), (build_steps, "build")):
+        for a in assignments:
+            name, _, steps = a.partition("=")
+            if name not in models or not steps.isdigit():
+                raise SystemExit(f"--{'rl' if key == 'train' else 'build'}-steps {a!r}: expected MODEL=STEPS, MODEL "
+                                 f"one of {sorted(models)}")  # fmt: skip
+            models[name].setdefault(key, {})["steps"] = int(steps)
+    return validate_config(raw, root=ROOT)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", type=Path, default=ROOT / "config" / "config.yaml")
+    ap.add_argument("--measured", type=Path, default=ROOT / "results", help="a publication run's results folder")
+    ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--fixed-s", type=float, default=FIXED_S, help="the measured run's fixed seconds per training job")
+    ap.add_argument("--planned-fixed-s", type=float, default=None, help="the planned code's (default: --fixed-s)")
+    ap.add_argument("--separation-d", type=int, default=None, help="D the separation run's selection will pick")
+    ap.add_argument("--rl-steps", action="append", default=[], metavar="MODEL=STEPS", help="what if: RL steps")
+    ap.add_argument("--build-steps", action="append", default=[], metavar="MODEL=STEPS", help="what if: pretraining")
+    args = ap.parse_args(argv)
+    rules, measured_cfg, measured_d = read_measured(args.measured)
+    model = CostModel(rules, measured_cfg, measured_d, args.fixed_s, args.planned_fixed_s)
+    est = estimate(load_config(args.config, args.rl_steps, args.build_steps), model, args.cores, args.separation_d)
+    print("| job kind | jobs | estimated wall s |\n|---|---:|---:|")
+    for label, (n, wall) in est["rows"].items():
+        print(f"| {label} | {n} | {wall:.0f} |")
+    print(f"| other rules (as measured) | | {est['other_s']:.0f} |")
+    print(f"\nsum {est['wall_s']:.0f} wall-s; estimated elapsed on {args.cores} cores: {est['elapsed_min']:.1f} min "
+          f"(x {model.elapsed_factor:.3f}, the measured run's scheduling factor)")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
