@@ -2,6 +2,7 @@
 
     python benchmarks/dag_budget.py [--config config/config.yaml] [--measured results] [--cores 2]
                                     [--separation-d 16] [--rl-steps tiny-s=48] [--build-steps tiny-s=1400]
+                                    [--only main] [--seeds 5] [--budget-min 90]
 
 The unit costs come from a finished publication run's committed files (``--measured``, default ``results/``):
 ``dag_rules.csv`` (mean wall seconds per job of each rule kind, from Snakemake's benchmark files) and
@@ -22,6 +23,10 @@ cost model is linear and says what it assumes:
 The estimate of the elapsed time is the summed wall time divided by the cores, times the measured run's ratio of
 elapsed time to that quotient (its scheduling gaps). Applied to the measured run's own config it returns that
 run's elapsed time up to the model's approximations (``tests/test_workflow.py`` checks within 5%).
+
+``--only`` and ``--seeds`` ask what one experiment alone costs (the config's ``only``) with that many seeds (seeds
+0 .. N-1 for the global seed list and for the named experiments); with ``--budget-min`` the script also prints the
+largest seed count whose estimate fits the budget: what a saving buys in seeds.
 """
 
 from __future__ import annotations
@@ -176,9 +181,20 @@ def estimate(cfg: Mapping[str, Any], model: CostModel, cores: int, separation_d:
     }
 
 
-def load_config(path: Path, rl_steps: Sequence[str] = (), build_steps: Sequence[str] = ()) -> dict[str, Any]:
-    """The config, with what-if overrides of a model's RL steps or pretraining steps (``MODEL=STEPS``)."""
+def load_config(path: Path, rl_steps: Sequence[str] = (), build_steps: Sequence[str] = (), only: str | None = None,
+                seeds: int | None = None) -> dict[str, Any]:  # fmt: skip
+    """The config, with what-if overrides of a model's RL steps or pretraining steps (``MODEL=STEPS``), of the
+    experiments run (``only``) and of their seeds (0 .. seeds - 1)."""
     raw = load_yaml(path)
+    if only:
+        raw["only"] = only
+    if seeds is not None:
+        if seeds < 2:
+            raise SystemExit("--seeds: at least 2 (a paired interval needs two seeds)")
+        raw["seeds"] = list(range(seeds))
+        for name in (only or "").split(","):
+            if name.strip() in (raw.get("experiments") or {}):
+                raw["experiments"][name.strip()]["seeds"] = list(range(seeds))
     models = by_id(raw["models"])
     for assignments, key in ((rl_steps, "train"), (build_steps, "build")):
         for a in assignments:
@@ -200,16 +216,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--separation-d", type=int, default=None, help="D the separation run's selection will pick")
     ap.add_argument("--rl-steps", action="append", default=[], metavar="MODEL=STEPS", help="what if: RL steps")
     ap.add_argument("--build-steps", action="append", default=[], metavar="MODEL=STEPS", help="what if: pretraining")
+    ap.add_argument("--only", default=None, help="what if: only these experiments (comma-separated, as only=)")
+    ap.add_argument("--seeds", type=int, default=None, help="what if: this many seeds (with --only: theirs too)")
+    ap.add_argument("--budget-min", type=float, default=None, help="also print the most seeds that fit this budget")
     args = ap.parse_args(argv)
     rules, measured_cfg, measured_d = read_measured(args.measured)
     model = CostModel(rules, measured_cfg, measured_d, args.fixed_s, args.planned_fixed_s)
-    est = estimate(load_config(args.config, args.rl_steps, args.build_steps), model, args.cores, args.separation_d)
+    plan = load_config(args.config, args.rl_steps, args.build_steps, args.only, args.seeds)
+    est = estimate(plan, model, args.cores, args.separation_d)
     print("| job kind | jobs | estimated wall s |\n|---|---:|---:|")
     for label, (n, wall) in est["rows"].items():
         print(f"| {label} | {n} | {wall:.0f} |")
     print(f"| other rules (as measured) | | {est['other_s']:.0f} |")
     print(f"\nsum {est['wall_s']:.0f} wall-s; estimated elapsed on {args.cores} cores: {est['elapsed_min']:.1f} min "
           f"(x {model.elapsed_factor:.3f}, the measured run's scheduling factor)")  # fmt: skip
+    if args.budget_min is not None:
+        fits = [n for n in range(2, 41) if estimate(load_config(args.config, args.rl_steps, args.build_steps, args.only,
+                                                                n), model, args.cores, args.separation_d)["elapsed_min"]
+                <= args.budget_min]  # fmt: skip
+        print(f"seeds that fit {args.budget_min:g} min: " + (f"at most {max(fits)}" if fits else "none (2 do not)"))
     return 0
 
 

@@ -913,4 +913,9 @@ def test_budget_estimate_counts_the_dags_jobs_and_reproduces_the_measured_run():
     longer = copy.deepcopy(read_config("config"))
     next(m for m in longer["models"] if m["id"] == "tiny-s")["train"]["steps"] = 96
     more = budget.estimate(sweep.validate_config(longer), model, cores=2, separation_d=8)
-    assert more["elapsed_min"] > budget.estimate(cfg, model, cores=2, separation_d=8)["elapsed_min"]
+    full = budget.estimate(cfg, model, cores=2, separation_d=8)["elapsed_min"]
+    assert more["elapsed_min"] > full
+    # what main alone costs with N seeds: more with more seeds, less than the whole DAG at 3
+    main = [budget.estimate(budget.load_config(CONFIGS["config"], only="main", seeds=n), model, cores=2)["elapsed_min"]
+            for n in (3, 4)]  # fmt: skip
+    assert main[0] < main[1] and main[0] < full
