@@ -120,12 +120,13 @@ class CostModel:
         self.build: dict[str, float] = {}  # model -> wall s per pretraining step
         self.eval: dict[str, float] = {}  # model -> wall s per seed of a group
         self.other = 0.0
+        self.elapsed_factor = 1.0  # the measured run's elapsed time / (summed wall time / cores), when it has one
         measured_jobs = jobs(measured_cfg, measured_separation_d)
         for rule, r in rules.items():
             m = KIND.match(rule)
             if rule == "all":
-                self.elapsed_factor = r["elapsed_min"] / r["minutes_per_core"] if r["elapsed_min"] > 0 else 1.0
-                self.cores = r["wall_s_sum"] / 60 / r["minutes_per_core"]
+                if r["elapsed_min"] > 0:
+                    self.elapsed_factor = r["elapsed_min"] / r["minutes_per_core"]
             elif m is None:
                 self.other += r["wall_s_sum"]
             elif m[1] == "train":
