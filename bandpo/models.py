@@ -395,7 +395,7 @@ def pretrain(
             )  # fmt: skip
         else:
             loss = model(input_ids=input_ids, position_ids=position_ids, labels=label_t, use_cache=False).loss
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()

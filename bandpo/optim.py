@@ -17,8 +17,8 @@ Per parameter ``p`` with gradient ``g``, step ``t`` (1-based), learning rate ``l
     p   <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 
 The interface is the part of ``torch.optim.Optimizer`` the suite uses: ``param_groups`` (a learning rate is set per
-step by writing ``group["lr"]``), ``step``, ``zero_grad``, ``state_dict`` / ``load_state_dict`` (torch's layout:
-``state`` by parameter index, ``param_groups`` with ``params`` as indices).
+step by writing ``group["lr"]``), ``step``, ``zero_grad`` (gradients to None, torch's default), ``state_dict`` /
+``load_state_dict`` (torch's layout: ``state`` by parameter index, ``param_groups`` with ``params`` as indices).
 """
 
 from __future__ import annotations
@@ -93,15 +93,10 @@ class AdamW:
                 denom = (exp_avg_sq.sqrt() / bias_correction2**0.5).add_(eps)
                 p.addcdiv_(exp_avg, denom, value=-step_size)
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
+    def zero_grad(self) -> None:
+        """Drop the gradients (torch's default, ``set_to_none=True``)."""
         for p in self._params():
-            if p.grad is None:
-                continue
-            if set_to_none:
-                p.grad = None
-            else:
-                p.grad.detach_().requires_grad_(False)
-                p.grad.zero_()
+            p.grad = None
 
     def state_dict(self) -> dict[str, Any]:
         index = {id(p): i for i, p in enumerate(self._params())}

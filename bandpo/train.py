@@ -665,7 +665,7 @@ def update(run: Run, batch: Batch, scored: Scored, seed: int) -> dict[str, list[
             kl = methods.aggregate_loss(torch.exp(d) - d - 1, mask[idx].float(), cfg.loss_agg_mode)
             loss = loss + cfg.kl_coef * kl
             diag["kl_ref"].append(float(kl.detach()))
-        run.optimizer.zero_grad(set_to_none=True)
+        run.optimizer.zero_grad()
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         run.optimizer.step()

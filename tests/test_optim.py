@@ -70,6 +70,8 @@ def test_state_dict_resume_gives_the_same_bits_and_loads_torch_layout():
     c.step()
     for p, q in zip(pa, pc, strict=True):
         assert torch.equal(p, q)
+    a.zero_grad()
+    assert all(p.grad is None for p in pa) and all(q.grad is not None for q in pc)
     # torch's own state dict loads too (the layout is torch's)
     torch_opt = torch.optim.AdamW([torch.nn.Parameter(p.detach().clone()) for p in pa], lr=1e-2)
     for p in torch_opt.param_groups[0]["params"]:
