@@ -32,10 +32,7 @@ largest seed count whose estimate fits the budget: what a saving buys in seeds.
 from __future__ import annotations
 
 import argparse
-import csv
-import json
-import math
-import re
+import sys
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -43,14 +40,20 @@ from typing import Any
 
 from bandpo.sweep import base_models, by_id, eval_groups, load_yaml, runs, split_slot, train_overrides, validate_config
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dag_rule_times import kind_label  # noqa: E402  (the measured table's row names)
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXED_S = 8.0  # start-up, imports, grader workers, model load and saving of a training job (the measured run's)
 
 
 def _d(cfg: Mapping[str, Any], model: str, entry: str, experiment: str) -> tuple[int, int]:
-    """(steps, D) of a run: D = updates_per_step x ppo_epochs (TrainConfig's defaults 4 and 1)."""
-    t = train_overrides(cfg, model, entry, experiment)
-    return int(t.get("steps", 64)), int(t.get("updates_per_step", 4)) * int(t.get("ppo_epochs", 1))
+    """(steps, D) of a run: D = updates_per_step x ppo_epochs (TrainConfig's defaults where the config is silent)."""
+    from bandpo.train import TrainConfig
+
+    t = {"steps": TrainConfig.steps, "updates_per_step": TrainConfig.updates_per_step,
+         "ppo_epochs": TrainConfig.ppo_epochs, **train_overrides(cfg, model, entry, experiment)}  # fmt: skip
+    return int(t["steps"]), int(t["updates_per_step"]) * int(t["ppo_epochs"])
 
 
 def _build_steps(cfg: Mapping[str, Any], model: str) -> int:
@@ -90,22 +93,23 @@ def jobs(cfg: Mapping[str, Any], separation_d: int | None = None) -> list[dict[s
 
 
 def read_measured(folder: Path) -> tuple[dict[str, dict[str, float]], dict[str, Any], int | None]:
-    """The measured run's per-rule table, its resolved config and the D its selection rule picked (made again from
-    its scores.csv, `bandpo.report.docs.Results.selection`)."""
+    """The measured run's per-rule table (by row name), its resolved config and the D its selection rule picked
+    (made again from its scores.csv, `bandpo.report.docs.Results.selection`)."""
     from bandpo.report.docs import Results
 
-    with (folder / "dag_rules.csv").open(newline="") as fh:
-        rules = {r["rule"]: {k: float(v) if v not in ("", None) else math.nan for k, v in r.items() if k != "rule"}
-                 for r in csv.DictReader(fh)}  # fmt: skip
-    cfg = json.loads((folder / "provenance.json").read_text())["config"]
+    res = Results(folder)
+    rules = {r["rule"]: r for r in res.dag.to_dict("records")}
+    cfg = res.provenance["config"]
     selected = None
     if any(x.get("select") for x in cfg["experiments"].values()):
-        _name, setting, _table = Results(folder).selection
+        _name, setting, _table = res.selection
         (selected,) = (int(v) for v in setting.values())
     return rules, cfg, selected
 
 
-KIND = re.compile(r"^(train|model build|lm-eval group) (\S+)(?: \((.+)\))?$")
+def label(job: Mapping[str, Any]) -> str:
+    """The per-rule table's row of a job (`dag_rule_times.kind_label`)."""
+    return kind_label(job["kind"], job["model"], job.get("experiment"))
 
 
 class CostModel:
@@ -121,31 +125,27 @@ class CostModel:
         self.eval: dict[str, float] = {}  # model -> wall s per seed of a group
         self.other = 0.0
         self.elapsed_factor = 1.0  # the measured run's elapsed time / (summed wall time / cores), when it has one
-        measured_jobs = jobs(measured_cfg, measured_separation_d)
+        measured: dict[str, list[dict[str, Any]]] = defaultdict(list)  # row name -> the measured run's jobs
+        for j in jobs(measured_cfg, measured_separation_d):
+            measured[label(j)].append(j)
         for rule, r in rules.items():
-            m = KIND.match(rule)
+            mine = measured.get(rule)
             if rule == "all":
                 if r["elapsed_min"] > 0:
                     self.elapsed_factor = r["elapsed_min"] / r["minutes_per_core"]
-            elif m is None:
+            elif not mine:
                 self.other += r["wall_s_sum"]
-            elif m[1] == "train":
-                mine = [j for j in measured_jobs if j["kind"] == "train" and j["model"] == m[2]
-                        and j["experiment"] == m[3]]  # fmt: skip
-                if not mine:
-                    continue
-                steps, d = mine[0]["steps"], mine[0]["d"]
+            elif mine[0]["kind"] == "train":
+                model, steps, d = mine[0]["model"], mine[0]["steps"], mine[0]["d"]
                 per = (r["wall_s_mean"] - fixed_s) / steps  # the measured run's fixed part, not the planned one
                 # several kinds at one D (main, probe, random reward): the one with most jobs wins
-                if d not in self.per_step[m[2]] or r["jobs"] > self._jobs_at.get((m[2], d), 0):
-                    self.per_step[m[2]][d] = per
-                    self._jobs_at[(m[2], d)] = r["jobs"]
-            elif m[1] == "model build":
-                steps = next(j["steps"] for j in measured_jobs if j["kind"] == "build" and j["model"] == m[2])
-                self.build[m[2]] = r["wall_s_mean"] / steps
+                if d not in self.per_step[model] or r["jobs"] > self._jobs_at.get((model, d), 0):
+                    self.per_step[model][d] = per
+                    self._jobs_at[(model, d)] = r["jobs"]
+            elif mine[0]["kind"] == "build":
+                self.build[mine[0]["model"]] = r["wall_s_mean"] / mine[0]["steps"]
             else:
-                seeds = [j["seeds"] for j in measured_jobs if j["kind"] == "eval" and j["model"] == m[2]]
-                self.eval[m[2]] = r["wall_s_sum"] / max(1, sum(seeds))
+                self.eval[mine[0]["model"]] = r["wall_s_sum"] / max(1, sum(j["seeds"] for j in mine))
 
     def cost(self, job: Mapping[str, Any]) -> float:
         model = job["model"]
@@ -170,9 +170,7 @@ def estimate(cfg: Mapping[str, Any], model: CostModel, cores: int, separation_d:
     """Rows per job kind (kind, model, experiment: jobs, wall s) and the estimated elapsed minutes."""
     rows: dict[str, list[float]] = defaultdict(list)
     for j in jobs(cfg, separation_d):
-        label = {"train": f"train {j['model']} ({j.get('experiment')})", "build": f"model build {j['model']}",
-                 "eval": f"lm-eval group {j['model']}"}[j["kind"]]  # fmt: skip
-        rows[label].append(model.cost(j))
+        rows[label(j)].append(model.cost(j))
     total = sum(sum(v) for v in rows.values()) + model.other
     return {
         "rows": {k: (len(v), sum(v)) for k, v in sorted(rows.items())},

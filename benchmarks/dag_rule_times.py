@@ -26,16 +26,22 @@ from pathlib import Path
 from bandpo.sweep import split_slot
 
 
+def kind_label(kind: str, model: str, experiment: str | None = None) -> str:
+    """The table's row name of a job kind (``train`` per model and experiment, ``build`` and ``eval`` per model);
+    `benchmarks/dag_budget.py` matches its planned jobs to a measured table by it."""
+    return {"train": f"train {model} ({experiment})", "build": f"model build {model}",
+            "eval": f"lm-eval group {model}"}[kind]  # fmt: skip
+
+
 def rule_kind(rel: Path) -> str:
     """The row a benchmark file belongs to, from its path under the benchmarks folder."""
     parts = rel.with_suffix("").parts
     if parts[0] == "train" and len(parts) >= 3:  # train/{model}/{entry}[@{experiment}]/seed{s}
-        experiment = split_slot(parts[2])[1]
-        return f"train {parts[1]} ({experiment})"
+        return kind_label("train", parts[1], split_slot(parts[2])[1])
     if parts[0] == "models" and len(parts) >= 2:  # models/{model}[/seed{s}]
-        return f"model build {parts[1]}"
+        return kind_label("build", parts[1])
     if parts[0] == "eval" and len(parts) >= 2:  # eval/{model}/...
-        return f"lm-eval group {parts[1]}"
+        return kind_label("eval", parts[1])
     return parts[0]
 
 
