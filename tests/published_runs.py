@@ -167,10 +167,11 @@ def rebuild_run_outputs(published: Path, dest: Path, with_labels: bool = True) -
     if atlas.is_file() and page.is_file() and "## Equivalence atlas" in page.read_text(encoding="utf-8"):
         shutil.copyfile(atlas, root / "atlas.csv")
     # the selection table an experiment's select job wrote (the page shows it), made again from the scores
-    axes = published_axes(published) or {}
+    # (with the published config's full experiments: a compared-arms rule reads each cell's methods)
+    axes, full = published_axes(published) or {}, _published_config(published).get("experiments") or {}
     for x, v in experiments.items():
         if v.get("select") and v["select"]["axis"] in axes:
-            _setting, table = select_setting(scores, experiments, axes, x)
+            _setting, table = select_setting(scores, full, axes, x)
             (root / "select").mkdir(parents=True, exist_ok=True)
             write_csv(table, root / "select" / f"{x}.csv")
     return root
