@@ -1031,7 +1031,8 @@ def _random_metrics(seed: int = 0) -> pd.DataFrame:
                 for step in range(1, steps + 1):
                     m = {"profile": PROFILE, "experiment": xp, "model": "tiny-s", "entry": entry, "seed": seed_,
                          "step": step, "entropy": rng.uniform(0.05, 0.6), "reward_mean": rng.uniform(-1, 1),
-                         "accuracy": rng.uniform(0, 1), "response_length": 20.0}  # fmt: skip
+                         "accuracy": rng.uniform(0, 1), "response_length": 20.0,
+                         "grader_retries": int(rng.integers(0, 3)), "grader_timeouts": int(rng.random() < 0.05)}  # fmt: skip
                     keys = ["approx_kl_k3", "clipfrac", "clipfrac_upper", "clipfrac_lower", "stopped_frac_pos",
                             "stopped_frac_neg", f"token_frac/{lowest_bucket()}", f"stopped_frac_pos/{lowest_bucket()}",
                             f"stopped_frac_neg/{lowest_bucket()}",
@@ -1080,6 +1081,9 @@ def test_steps_csv_recomputes_the_run_statistics_and_figure_data(tmp_path):
     assert list(raw.columns[:6]) == ["experiment", "model", "entry", "seed", "step", "offpolicy"]
     assert {"clipfrac_upper/p0.0-0.2", "stopped_frac_neg/p0.0-0.2", "approx_kl_k3", "probe/p_correct"} <= set(raw)
     assert "response_length" not in raw and not any(c.startswith("offpolicy/") for c in raw)
+    # the grading record of each step's rollouts, exact (a rerun's differing reward is traced to a time budget)
+    for key in ("grader_retries", "grader_timeouts"):
+        assert raw[key].tolist() == metrics.sort_values(["experiment", "model", "entry", "seed", "step"])[key].tolist()
     assert set(raw.loc[raw.experiment == "onpolicy", "offpolicy"]) == {0} and raw.loc[raw.experiment == "main",
                                                                                        "offpolicy"].all()  # fmt: skip
     # 5 significant digits: every number's text has at most 5 of them

@@ -12,6 +12,10 @@ Columns, in order (a metric column only when some run logged it):
                                             step (metrics.jsonl's ``offpolicy/<key>``, what the report uses where
                                             logged); 0: over all its updates (a run without off-policy updates)
     entropy, reward_mean, accuracy          the rollouts': mean token entropy (nats), reward, share graded correct
+    grader_retries, grader_timeouts         the rollouts' grading: items that overran the grader's first time budget
+                                            and were graded again, items left undecided even then (scored 0;
+                                            `bandpo.grader.api`): where a same-seed rerun's reward differs, these
+                                            say whether a time budget decided it
     approx_kl_k3                            k3 estimate of KL(old || new) over the updates
     clipfrac, clipfrac_upper, clipfrac_lower            share of valid tokens clipped, and by direction (upper:
                                                         r > r_hi with A > 0; lower: r < r_lo with A < 0)
@@ -46,7 +50,7 @@ STEP_DIGITS = 5
 ID_COLUMNS = ["experiment", "model", "entry", "seed", "step"]
 OFFPOLICY = "offpolicy"  # the flag column; also the prefix of the off-policy keys in metrics.jsonl
 ALL = "all"  # prefix of the all-updates variant of an update statistic (the design axes' runs)
-ROLLOUT_KEYS = ("entropy", "reward_mean", "accuracy")
+ROLLOUT_KEYS = ("entropy", "reward_mean", "accuracy", "grader_retries", "grader_timeouts")
 PROBE_KEYS = ("probe/p_correct", "probe/accuracy")
 
 
