@@ -9,8 +9,10 @@ The unit costs come from a finished publication run's committed files (``--measu
 ``provenance.json`` (the resolved config that run used: steps, pretraining steps and seeds behind each mean). The
 cost model is linear and says what it assumes:
 
-- a training job costs ``fixed + steps x per_step(model, D)``, D = updates_per_step x ppo_epochs. ``per_step`` comes
-  from the measured kinds of that model: the one with the same D (an experiment of the measured run that trained
+- a training job costs ``fixed + steps x completions x per_completion(model, D)``, D = updates_per_step x
+  ppo_epochs, completions = prompts_per_step x samples_per_prompt (the rollout batch: sampling, the old log-prob
+  pass and the updates all scale with it; measured side by side on tiny-s, 16 prompts cost 0.485x of 32 per step,
+  so the linear model is slightly conservative). ``per_completion`` comes from the measured kinds of that model: the one with the same D (an experiment of the measured run that trained
   at that D), else the nearest measured D of that model. ``fixed`` (start-up, model load, saving, the grader) is
   ``--fixed-s`` (default 8 s, the measured run's) in the calibration and ``--planned-fixed-s`` in the plan
   (``benchmarks/bench_job_startup.py`` measures the change of a code change side by side);
@@ -47,13 +49,17 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXED_S = 8.0  # start-up, imports, grader workers, model load and saving of a training job (the measured run's)
 
 
-def _d(cfg: Mapping[str, Any], model: str, entry: str, experiment: str) -> tuple[int, int]:
-    """(steps, D) of a run: D = updates_per_step x ppo_epochs (TrainConfig's defaults where the config is silent)."""
+def _d(cfg: Mapping[str, Any], model: str, entry: str, experiment: str) -> tuple[int, int, int]:
+    """(steps, D, completions per step) of a run: D = updates_per_step x ppo_epochs, completions = prompts_per_step
+    x samples_per_prompt (TrainConfig's defaults where the config is silent)."""
     from bandpo.train import TrainConfig
 
     t = {"steps": TrainConfig.steps, "updates_per_step": TrainConfig.updates_per_step,
-         "ppo_epochs": TrainConfig.ppo_epochs, **train_overrides(cfg, model, entry, experiment)}  # fmt: skip
-    return int(t["steps"]), int(t["updates_per_step"]) * int(t["ppo_epochs"])
+         "ppo_epochs": TrainConfig.ppo_epochs, "prompts_per_step": TrainConfig.prompts_per_step,
+         "samples_per_prompt": TrainConfig.samples_per_prompt,
+         **train_overrides(cfg, model, entry, experiment)}  # fmt: skip
+    completions = int(t["prompts_per_step"]) * int(t["samples_per_prompt"])
+    return int(t["steps"]), int(t["updates_per_step"]) * int(t["ppo_epochs"]), completions
 
 
 def _build_steps(cfg: Mapping[str, Any], model: str) -> int:
@@ -79,10 +85,10 @@ def jobs(cfg: Mapping[str, Any], separation_d: int | None = None) -> list[dict[s
     for model, slot, _seed in runs(cfg, builtin=True):
         entry, experiment = split_slot(slot)
         xp = cfg["experiments"][experiment]
-        steps, d = _d(cfg, model, entry, experiment)
+        steps, d, completions = _d(cfg, model, entry, experiment)
         sel_d = _separation_d(cfg, xp, separation_d)
         out.append({"kind": "train", "model": model, "experiment": experiment, "steps": steps,
-                    "d": sel_d if sel_d is not None else d})  # fmt: skip
+                    "d": sel_d if sel_d is not None else d, "completions": completions})  # fmt: skip
     for folder in base_models(cfg):  # resources/models/{model}/seed{s}
         model = folder.split("/")[2]
         out.append({"kind": "build", "model": model, "steps": _build_steps(cfg, model)})
@@ -120,7 +126,7 @@ class CostModel:
                  planned_fixed_s: float | None = None) -> None:  # fmt: skip
         self.fixed_s = fixed_s if planned_fixed_s is None else planned_fixed_s
         self._jobs_at: dict[tuple[str, int], float] = {}
-        self.per_step: dict[str, dict[int, float]] = defaultdict(dict)  # model -> D -> wall s per step
+        self.per_step: dict[str, dict[int, float]] = defaultdict(dict)  # model -> D -> wall s per step and completion
         self.build: dict[str, float] = {}  # model -> wall s per pretraining step
         self.eval: dict[str, float] = {}  # model -> wall s per seed of a group
         self.other = 0.0
@@ -137,7 +143,8 @@ class CostModel:
                 self.other += r["wall_s_sum"]
             elif mine[0]["kind"] == "train":
                 model, steps, d = mine[0]["model"], mine[0]["steps"], mine[0]["d"]
-                per = (r["wall_s_mean"] - fixed_s) / steps  # the measured run's fixed part, not the planned one
+                # per completion of a step: the measured run's fixed part removed (not the planned one)
+                per = (r["wall_s_mean"] - fixed_s) / steps / mine[0]["completions"]
                 # several kinds at one D (main, probe, random reward): the one with most jobs wins
                 if d not in self.per_step[model] or r["jobs"] > self._jobs_at.get((model, d), 0):
                     self.per_step[model][d] = per
@@ -152,7 +159,7 @@ class CostModel:
         if job["kind"] == "train":
             per = self.per_step.get(model) or self.per_step[_fallback(self.per_step, model)]
             d = min(per, key=lambda x: (abs(x - job["d"]), -x))  # the measured D nearest the planned one
-            return self.fixed_s + job["steps"] * per[d]
+            return self.fixed_s + job["steps"] * job["completions"] * per[d]
         if job["kind"] == "build":
             return job["steps"] * self.build.get(model, self.build[_fallback(self.build, model)])
         return job["seeds"] * self.eval.get(model, self.eval[_fallback(self.eval, model)])
