@@ -12,8 +12,9 @@ cost model is linear and says what it assumes:
 - a training job costs ``fixed + steps x completions x per_completion(model, D)``, D = updates_per_step x
   ppo_epochs, completions = prompts_per_step x samples_per_prompt (the rollout batch: sampling, the old log-prob
   pass and the updates all scale with it; measured side by side on tiny-s, 16 prompts cost 0.485x of 32 per step,
-  so the linear model is slightly conservative). ``per_completion`` comes from the measured kinds of that model: the one with the same D (an experiment of the measured run that trained
-  at that D), else the nearest measured D of that model. ``fixed`` (start-up, model load, saving, the grader) is
+  so the linear model is slightly conservative). ``per_completion`` comes from the measured kinds of that model:
+  the one with the same D (an experiment of the measured run that trained at that D), else the nearest measured D
+  of that model. ``fixed`` (start-up, model load, saving, the grader) is
   ``--fixed-s`` (default 8 s, the measured run's) in the calibration and ``--planned-fixed-s`` in the plan
   (``benchmarks/bench_job_startup.py`` measures the change of a code change side by side);
 - a base-model build costs ``(measured mean) x (build steps / measured build steps)`` (pretraining is ~97% of it);

@@ -1032,7 +1032,8 @@ def _random_metrics(seed: int = 0) -> pd.DataFrame:
                     m = {"profile": PROFILE, "experiment": xp, "model": "tiny-s", "entry": entry, "seed": seed_,
                          "step": step, "entropy": rng.uniform(0.05, 0.6), "reward_mean": rng.uniform(-1, 1),
                          "accuracy": rng.uniform(0, 1), "response_length": 20.0,
-                         "grader_retries": int(rng.integers(0, 3)), "grader_timeouts": int(rng.random() < 0.05)}  # fmt: skip
+                         "grader_retries": int(rng.integers(0, 3)),
+                         "grader_timeouts": int(rng.random() < 0.05)}  # fmt: skip
                     keys = ["approx_kl_k3", "clipfrac", "clipfrac_upper", "clipfrac_lower", "stopped_frac_pos",
                             "stopped_frac_neg", f"token_frac/{lowest_bucket()}", f"stopped_frac_pos/{lowest_bucket()}",
                             f"stopped_frac_neg/{lowest_bucket()}",
