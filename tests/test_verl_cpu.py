@@ -193,7 +193,7 @@ def test_verl_cpu_profile_dry_run(tmp_path):
     cfg = yaml.safe_load((ROOT / "config" / "verl-cpu.yaml").read_text())
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path), "-n", "-p",
            "--configfile", str(ROOT / "config" / "verl-cpu.yaml"),
-           "--config", f"beside={ROOT / 'results'}"]  # fmt: skip
+           "--config", f"beside={ROOT / 'results' / 'verl-cpu' / 'local'}"]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
@@ -201,7 +201,7 @@ def test_verl_cpu_profile_dry_run(tmp_path):
     assert out.count("rule train_verl:") == n_runs and out.count("rule merge_verl:") == n_runs
     assert "VERL_PLATFORM=cpu" in out and re.search(r"actor_rollout_ref\.rollout\.name=\W*hf\W", out)
     assert "bandpo.verl_plugin,bandpo.verl_cpu" in out and "python -m verl.trainer.main_ppo" in out
-    assert cfg["beside"] == "results" and "rule beside:" in out  # verl's runs beside the published local ones
+    assert cfg["beside"] == "results/verl-cpu/local" and "rule beside:" in out  # verl's runs beside the local ones
 
 
 def verl_cpu_test_config(tmp_path: Path) -> Path:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from decimal import ROUND_HALF_UP, Decimal
 from functools import cached_property
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import pandas as pd
 from bandpo.report.atlas import atlas_markdown, load_atlas
 from bandpo.report.axis import axis_verdicts, select_setting
 from bandpo.report.stats import power_table, t_interval
+from bandpo.report.tables import rounded
 
 DOC_FILES = ("README.md", "docs/*.md")
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w.-]+) -->)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)
@@ -78,12 +78,11 @@ class Results:
 
 
 def num(v: float, digits: int = 1, scale: float = 100.0, sign: bool = False) -> str:
-    """A number as the docs print it (``—`` for NaN; ``sign``: always signed), rounded half away from zero from
-    its decimal text: the tables hold 6 significant digits, and 0.2875 prints 28.8 as on the leaderboard page."""
+    """A number as the docs print it (``—`` for NaN; ``sign``: always signed), rounded as the leaderboard page
+    rounds it (`bandpo.report.tables.rounded`: 6 significant digits, then half away from zero)."""
     if v is None or not np.isfinite(v):
         return "—"
-    d = (Decimal(repr(float(v))) * Decimal(repr(scale))).quantize(Decimal(1).scaleb(-digits), ROUND_HALF_UP)
-    return f"{d:{'+' if sign else ''}.{digits}f}"
+    return f"{rounded(float(v), scale, digits):{'+' if sign else ''}.{digits}f}"
 
 
 def ci(v: float, lo: float, hi: float, digits: int = 1, scale: float = 100.0, sign: bool = False) -> str:
@@ -218,7 +217,7 @@ def entropy_shift(res: Results) -> str:
     verdicts = res.primary[res.primary.experiment == "random-reward"].set_index("treatment")
     by_seed = changes.groupby("seed", as_index=False)[["first", "final", "change"]].mean()
     groups = [*changes.groupby("entry", sort=True), (f"pool of all {len(changes)} runs", changes),
-              (f"per base model: mean over the rules, {len(by_seed)} seeds", by_seed)]  # fmt: skip
+              (f"per seed: mean over the rules, {len(by_seed)} seeds", by_seed)]  # fmt: skip
     rows = []
     for entry, g in groups:
         lo, hi = t_interval(g["change"])
@@ -450,7 +449,7 @@ def _verl_table(res: Results, name: str) -> pd.DataFrame:
 
 
 def verl_beside(res: Results) -> str:
-    """Per entry, verl's runs beside the local trainer's published runs of the same base model and seed
+    """Per entry, verl's runs beside the local trainer's runs of the same base model and seed (results/verl-cpu/local)
     (beside.csv, `bandpo.report.tables.beside_table`): mean@8 of each, the per-seed differences and their mean,
     the training accuracy over the last 10% of steps, and the training seconds per run (blank where absent)."""
 
