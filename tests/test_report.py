@@ -1618,3 +1618,21 @@ def test_paired_problems_gain_over_the_base_model(tmp_path, capsys):
     write("base", 1, [0.5] * 199)  # seed 1's base model scored one problem fewer
     assert pp.main(["--eval", str(tmp_path), "--entry", "grpo"]) == 2
     assert "different problems" in capsys.readouterr().err
+
+
+def test_page_and_docs_round_a_value_and_its_csv_text_the_same():
+    """The leaderboard page formats full-precision values, the docs the csv's 6 significant digits: one rule
+    (`tables.rounded`) makes them print the same, ties included (a paired mean of -30/2400 printed -1.2 on the page
+    and -1.3 in the docs before)."""
+    from bandpo.report.docs import num
+    from bandpo.report.tables import fmt
+
+    tie = (-0.0125 * 3 + 1e-17) / 3  # a tie whose float sits a bit off -0.0125
+    assert fmt(tie, 100) == fmt(float(f"{tie:.6g}"), 100) == num(tie) == "-1.3"
+    assert fmt(0.2875, 100) == num(0.28749999999999998) == "28.8" and fmt(0.0125, 100) == "1.3"
+    rng = np.random.default_rng(0)
+    for v, d in zip(rng.uniform(-1, 1, 2000), rng.integers(2, 7, 2000)):
+        v = round(float(v), int(d))  # many values on or near a tie of the printed digit
+        assert fmt(v, 100) == fmt(float(f"{v:.6g}"), 100) == num(float(f"{v:.6g}"))
+    assert fmt(float("nan")) == fmt(None) == num(float("nan")) == "—"
+    assert fmt(12345678.9, 1, 0) == "12345679"  # large values keep their integer digits

@@ -10,6 +10,7 @@ import html
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -206,9 +207,19 @@ def num(v: Any) -> float:
     return f
 
 
+def rounded(v: float, scale: float = 1.0, digits: int = 1) -> Decimal:
+    """``v * scale`` to ``digits`` decimals as every page and doc prints it: first to the 6 significant digits the
+    csv tables hold (`write_csv`), then half away from zero on that decimal text. A value read back from a csv and
+    the full-precision value it was written from thus print the same, ties included (-0.0125 prints -1.3 at scale
+    100 either way; binary rounding of the float would print -1.2 or -1.3 depending on its last bit)."""
+    v = float(v)
+    text = f"{v:.6g}" if abs(v) < 1e6 else repr(v)  # large values (seconds, counts) keep their integer digits
+    return (Decimal(text) * Decimal(repr(float(scale)))).quantize(Decimal(1).scaleb(-digits), ROUND_HALF_UP)
+
+
 def fmt(v: Any, scale: float = 1.0, digits: int = 1) -> str:
     f = num(v)
-    return "—" if math.isnan(f) else f"{f * scale:.{digits}f}"
+    return "—" if not math.isfinite(f) else f"{rounded(f, scale, digits):.{digits}f}"
 
 
 def fmt_ci(v: Any, lo: Any, hi: Any, scale: float = 100.0, digits: int = 1) -> str:
