@@ -373,7 +373,7 @@ def test_atlas_measures_mains_first_tiny_base_model(tmp_path):
     cfg = sweep.validate_config(read_config("config"))
     spec = sweep.atlas_spec(cfg)
     assert (spec["model_dir"], spec["data"], spec["seed"], spec["steps"]) == (
-        "resources/models/tiny-s/seed0",
+        "resources/models/tiny-s",
         "tiny-math",
         0,
         sweep.ATLAS_STEPS,
@@ -381,8 +381,9 @@ def test_atlas_measures_mains_first_tiny_base_model(tmp_path):
     assert spec["train"] == sweep.train_overrides(cfg, "tiny-s", "grpo")
     proc = snakemake(tmp_path, "-n", "-p", "--cores", "1", "results/embedded/leaderboard.html")
     assert proc.returncode == 0, proc.output[-3000:]
-    assert ("python -m bandpo.atlas --model resources/models/tiny-s/seed0 --data resources/data/tiny-math --seed 0 "
-            f"--steps {sweep.ATLAS_STEPS} --set steps=64 --threads 1 --no-progress --out results/embedded/atlas.csv"
+    assert ("python -m bandpo.atlas --model resources/models/tiny-s --data resources/data/tiny-math --seed 0 "
+            f"--steps {sweep.ATLAS_STEPS} --set prompts_per_step=16 --set steps=64 --threads 1 --no-progress "
+            "--out results/embedded/atlas.csv"
             in proc.output)  # fmt: skip
     assert job_counts(proc.output)["atlas"] == 1
     assert sweep.atlas_spec(sweep.validate_config(read_config("smoke")))["steps"] == 3  # smoke runs 3 steps
@@ -403,7 +404,7 @@ def test_rerun_check_is_the_main_tiny_s_slice(tmp_path):
     assert proc.returncode == 0, proc.output[-3000:]
     counts = job_counts(proc.output)
     n = len(rerun["methods"])
-    assert counts["model_tiny"] == 3 and counts["train"] == 3 * n and counts["eval_group"] == n + 1
+    assert counts["model_tiny"] == 1 and counts["train"] == 3 * n and counts["eval_group"] == n + 1  # one base model
 
 
 # ----------------------------------------------------------------------------------------------------------------
