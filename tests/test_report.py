@@ -1631,7 +1631,7 @@ def test_page_and_docs_round_a_value_and_its_csv_text_the_same():
     assert fmt(tie, 100) == fmt(float(f"{tie:.6g}"), 100) == num(tie) == "-1.3"
     assert fmt(0.2875, 100) == num(0.28749999999999998) == "28.8" and fmt(0.0125, 100) == "1.3"
     rng = np.random.default_rng(0)
-    for v, d in zip(rng.uniform(-1, 1, 2000), rng.integers(2, 7, 2000)):
+    for v, d in zip(rng.uniform(-1, 1, 2000), rng.integers(2, 7, 2000), strict=True):
         v = round(float(v), int(d))  # many values on or near a tie of the printed digit
         assert fmt(v, 100) == fmt(float(f"{v:.6g}"), 100) == num(float(f"{v:.6g}"))
     assert fmt(float("nan")) == fmt(None) == num(float("nan")) == "—"

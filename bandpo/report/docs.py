@@ -363,6 +363,16 @@ def axis_accuracy(res: Results) -> str:
     return md_table(["model", "paired mean@8 difference", *[f"D = {v:g}" for v in values]], rows, right=2)
 
 
+def axis_accuracy_summary(res: Results) -> str:
+    """Rule (c) in one sentence: how many of the paired mean@8 differences exclude 0, and which."""
+    c = _axis(res)
+    c = c[c["rule"] == "c accuracy"].dropna(subset=["ci_low", "ci_high"])
+    out = c[(c["ci_low"] > 0) | (c["ci_high"] < 0)]
+    named = "; ".join(f"{r.arm} − {r.control} at D = {r.value:g}, {ci(r.estimate, r.ci_low, r.ci_high, sign=True)}"
+                      for r in out.itertuples())  # fmt: skip
+    return f"{len(out)} of {len(c)} paired mean@8 differences exclude 0" + (f" ({named})" if named else "")
+
+
 def axis_table(res: Results) -> str:
     """Per axis value and arm (mean over seeds): upper and lower clip fractions among tokens of old probability
     < 0.2 and overall, mean rollout entropy (area under the curve per step), final entropy, approx KL and mean@8
@@ -536,6 +546,7 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "axis-verdict": axis_verdict,
     "axis-rules": axis_rules,
     "axis-accuracy": axis_accuracy,
+    "axis-accuracy-summary": axis_accuracy_summary,
     "axis-table": axis_table,
     "selection": selection_table,
     "separation": separation,
