@@ -280,10 +280,15 @@ def select_setting(
 
 
 def _ci(est: float, lo: float, hi: float, scale: float = 1.0, digits: int = 3) -> str:
+    """Signed, with its interval, rounded as every page and doc rounds (`bandpo.report.tables.rounded`)."""
+    from bandpo.report.tables import rounded
+
     if not np.isfinite(est):
         return ""
-    text = f"{est * scale:+.{digits}f}"
-    return text + (f" [{lo * scale:+.{digits}f}, {hi * scale:+.{digits}f}]" if np.isfinite(lo) else "")
+    text = f"{rounded(est, scale, digits):+.{digits}f}"
+    if not np.isfinite(lo):
+        return text
+    return f"{text} [{rounded(lo, scale, digits):+.{digits}f}, {rounded(hi, scale, digits):+.{digits}f}]"
 
 
 def _stat(keyed: pd.DataFrame, rule: str, model: str, arm: str, value: float) -> pd.Series | None:
@@ -301,7 +306,7 @@ def axis_panels(
     verdicts, the per-value table of the paired differences, and each selection the axis made (``select_rules``:
     the selecting experiment's `SELECT_RULES` name, ``largest-learning`` where not given)."""
     select_rules = select_rules or {}
-    from bandpo.report.tables import Panel
+    from bandpo.report.tables import Panel, rounded
 
     panels = []
     for axis_id, axis in axes.items():
@@ -330,8 +335,8 @@ def axis_panels(
             clip_ctrl = _stat(keyed, "clip upper low", model, control, value)
             rows.append({
                 label: f"{value:g}", "model": model, "arm": arm, "seeds": int(ent["n"]),
-                "upper clip p<0.2, arm / control (%)": (f"{clip_arm['estimate'] * 100:.2f} / "
-                                                         f"{clip_ctrl['estimate'] * 100:.2f}")
+                "upper clip p<0.2, arm / control (%)": (f"{rounded(clip_arm['estimate'], 100, 2)} / "
+                                                         f"{rounded(clip_ctrl['estimate'], 100, 2)}")
                 if clip_arm is not None and clip_ctrl is not None else "",
                 "entropy diff, mean over steps (nats)": _ci(ent["estimate"], ent["ci_low"], ent["ci_high"])
                 if ent is not None else "",
@@ -339,7 +344,7 @@ def axis_panels(
                 else "",
                 "mean@k diff (points)": _ci(acc["estimate"], acc["ci_low"], acc["ci_high"], 100.0, 1)
                 if acc is not None else "not scored",
-                "MDE (points)": f"{acc['mde'] * 100:.1f}" if acc is not None and np.isfinite(acc["mde"]) else "",
+                "MDE (points)": f"{rounded(acc['mde'], 100, 1)}" if acc is not None and np.isfinite(acc["mde"]) else "",
             })  # fmt: skip
         panels.append(Panel(f"Axis {axis_id}: paired differences from the control per {label}",
                             ("arm - control, same base model and seed; 95% paired t intervals; MDE: the minimum "
