@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from bandpo.report.stats import final_window, minimum_detectable_difference, t_interval
+from bandpo.report.tables import fmt, rounded
 from bandpo.sweep import BASE_ENTRY, MAIN
 
 LOW_BUCKET = "p0.0-0.2"  # the lowest old-probability bucket (bandpo.methods.diagnostics.BUCKET_LABELS[0])
@@ -281,14 +282,13 @@ def select_setting(
 
 def _ci(est: float, lo: float, hi: float, scale: float = 1.0, digits: int = 3) -> str:
     """Signed, with its interval, rounded as every page and doc rounds (`bandpo.report.tables.rounded`)."""
-    from bandpo.report.tables import rounded
-
     if not np.isfinite(est):
         return ""
-    text = f"{rounded(est, scale, digits):+.{digits}f}"
-    if not np.isfinite(lo):
-        return text
-    return f"{text} [{rounded(lo, scale, digits):+.{digits}f}, {rounded(hi, scale, digits):+.{digits}f}]"
+
+    def signed(v: float) -> str:
+        return f"{rounded(v, scale, digits):+.{digits}f}"
+
+    return signed(est) + (f" [{signed(lo)}, {signed(hi)}]" if np.isfinite(lo) else "")
 
 
 def _stat(keyed: pd.DataFrame, rule: str, model: str, arm: str, value: float) -> pd.Series | None:
@@ -306,7 +306,7 @@ def axis_panels(
     verdicts, the per-value table of the paired differences, and each selection the axis made (``select_rules``:
     the selecting experiment's `SELECT_RULES` name, ``largest-learning`` where not given)."""
     select_rules = select_rules or {}
-    from bandpo.report.tables import Panel, rounded
+    from bandpo.report.tables import Panel
 
     panels = []
     for axis_id, axis in axes.items():
@@ -335,8 +335,8 @@ def axis_panels(
             clip_ctrl = _stat(keyed, "clip upper low", model, control, value)
             rows.append({
                 label: f"{value:g}", "model": model, "arm": arm, "seeds": int(ent["n"]),
-                "upper clip p<0.2, arm / control (%)": (f"{rounded(clip_arm['estimate'], 100, 2)} / "
-                                                         f"{rounded(clip_ctrl['estimate'], 100, 2)}")
+                "upper clip p<0.2, arm / control (%)": (f"{fmt(clip_arm['estimate'], 100, 2)} / "
+                                                         f"{fmt(clip_ctrl['estimate'], 100, 2)}")
                 if clip_arm is not None and clip_ctrl is not None else "",
                 "entropy diff, mean over steps (nats)": _ci(ent["estimate"], ent["ci_low"], ent["ci_high"])
                 if ent is not None else "",
@@ -344,7 +344,7 @@ def axis_panels(
                 else "",
                 "mean@k diff (points)": _ci(acc["estimate"], acc["ci_low"], acc["ci_high"], 100.0, 1)
                 if acc is not None else "not scored",
-                "MDE (points)": f"{rounded(acc['mde'], 100, 1)}" if acc is not None and np.isfinite(acc["mde"]) else "",
+                "MDE (points)": fmt(acc["mde"], 100) if acc is not None and np.isfinite(acc["mde"]) else "",
             })  # fmt: skip
         panels.append(Panel(f"Axis {axis_id}: paired differences from the control per {label}",
                             ("arm - control, same base model and seed; 95% paired t intervals; MDE: the minimum "

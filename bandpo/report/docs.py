@@ -82,7 +82,7 @@ def num(v: float, digits: int = 1, scale: float = 100.0, sign: bool = False) -> 
     rounds it (`bandpo.report.tables.rounded`: 6 significant digits, then half away from zero)."""
     if v is None or not np.isfinite(v):
         return "—"
-    return f"{rounded(float(v), scale, digits):{'+' if sign else ''}.{digits}f}"
+    return f"{rounded(v, scale, digits):{'+' if sign else ''}.{digits}f}"
 
 
 def ci(v: float, lo: float, hi: float, digits: int = 1, scale: float = 100.0, sign: bool = False) -> str:
