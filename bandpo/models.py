@@ -72,7 +72,7 @@ import torch
 
 from bandpo.files import atomic_write_text, read_jsonl, replace_dir
 from bandpo.optim import AdamW
-from bandpo.options import parse_assignments
+from bandpo.options import exit_job, parse_assignments
 from bandpo.provenance import machine, versions, weights_sha256
 
 SPECIAL_TOKENS: tuple[str, ...] = ("<pad>", "<eos>", "<unk>")
@@ -762,4 +762,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_job(main())

@@ -18,7 +18,9 @@ Score:
    recompute``, the default, as verl's actor), or the sampler's own (``old_log_probs: sampler``): each prompt
    is run once and its KV cache shared by its group's completions (`completion_log_probs_shared`, equal to a full
    forward pass of every prompt + completion row up to float rounding); old and new log-probs, the reference's and
-   the entropy are those of softmax(logits / ``temperature``), the distribution that sampled (as verl's actor);
+   the entropy are those of softmax(logits / ``temperature``), the distribution that sampled (as verl's actor).
+   This pass runs in a worker thread while step 3 grades (`collect`, `policy_view`): neither needs the other, and
+   grading mostly waits for math-verify's worker processes;
 6. the method's ratio bounds computed ONCE for the whole batch on valid tokens (`ResolvedMethod.bounds`: the
    method is resolved once per run, `bandpo.methods.resolve`), timed inside the step;
 
@@ -44,7 +46,8 @@ checkpoint and ends with the same metrics as an uninterrupted run (wall-clock fi
 ``model/`` (save_pretrained, renamed into place), ``metrics.jsonl``, ``run.json`` (resolved config, the method's
 ``method_label`` and ``method_params``, timings, versions): ``run.json`` existing means the run is done.
 
-Timings, one name each: per step ``rollout_seconds`` (collect), ``update_seconds`` (score + update) and
+Timings, one name each: per step ``rollout_seconds`` (collect: sampling and grading, with the old-log-prob pass
+running meanwhile), ``update_seconds`` (the rest of score, and update) and
 ``step_seconds`` (the whole step) in metrics.jsonl; ``train_seconds_total`` in run.json is the run's training time
 (the sum of its ``step_seconds``, over every process of a resumed run) and ``process_seconds`` the wall time of the
 last process's loop.
@@ -68,6 +71,21 @@ a usage error (exit status 2) naming the field, never a stack trace.
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__" and not {"-h", "--help"} & set(sys.argv[1:]):
+    # A training job: its grader worker starts first and loads math-verify on another core while this process
+    # imports torch (`bandpo.grader.start_workers`: about a second off each job's start-up). One worker unless
+    # BANDPO_GRADER_WORKERS says otherwise: the step's old-log-prob pass runs while it grades (`collect`), and a
+    # second one made no step faster, only cost CPU (benchmarks/README.md).
+    import os
+
+    import bandpo.grader
+
+    if "BANDPO_GRADER_WORKERS" not in os.environ:
+        bandpo.grader.configure(workers=1)
+    bandpo.grader.start_workers()
+
 import dataclasses
 import hashlib
 import io
@@ -76,10 +94,10 @@ import math
 import os
 import random
 import shutil
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -92,7 +110,7 @@ from bandpo.files import atomic_write_bytes, atomic_write_text, read_jsonl, repl
 from bandpo.grader import counting, grade_many, grader_info, warmup
 from bandpo.models import lr_schedule
 from bandpo.optim import AdamW
-from bandpo.options import check_fields, parse_assignments
+from bandpo.options import check_fields, exit_job, parse_assignments
 from bandpo.provenance import machine, versions
 from bandpo.sampling import completion_log_probs_shared, sample_rows
 
@@ -431,6 +449,8 @@ class Run:
     rows: list[dict]
     device: torch.device
     probe_rows: list[dict] = field(default_factory=list)  # the validation split's probe rows (cfg.probe_every)
+    # the thread that runs each step's old-log-prob pass while the main thread grades (`collect`)
+    background: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "bandpo-policy-view"))
 
     def sync(self) -> None:
         """Wait for the device (CUDA kernels are asynchronous), so that timings are true."""
@@ -506,6 +526,7 @@ def train(cfg: TrainConfig) -> dict:
                 )  # fmt: skip
     finally:
         metrics_file.close()
+        run.background.shutdown()
     process_seconds = time.perf_counter() - t_run
 
     # Publish: model/ (renamed into place), metrics.jsonl, then run.json last.
@@ -584,8 +605,13 @@ class Scored:
     bounds_seconds: float
 
 
-def collect(run: Run, step: int, seed: int) -> Collected:
-    """Draw the step's prompts, sample ``samples_per_prompt`` completions of each, grade them, draw the rewards."""
+def collect(run: Run, step: int, seed: int) -> tuple[Collected, Future]:
+    """Draw the step's prompts, sample ``samples_per_prompt`` completions of each, grade them, draw the rewards.
+
+    While this thread grades, a worker thread computes the rollout policy's view of the batch (`policy_view`,
+    returned as a future): the two do not depend on each other, and grading mostly waits for math-verify's worker
+    processes, so the forward pass runs in that wait. Grading stays in this thread (math-verify's in-process
+    fallback needs the main thread's signals); the forward pass computes the same numbers in any thread."""
     cfg = run.cfg
     picked = random.Random(seed).sample(range(len(run.rows)), k=min(cfg.prompts_per_step, len(run.rows)))
     torch.manual_seed(seed)  # the sampler's draws
@@ -593,25 +619,29 @@ def collect(run: Run, step: int, seed: int) -> Collected:
         torch.cuda.manual_seed_all(seed)
     with torch.no_grad():
         batch = rollout(run.model, run.tokenizer, [run.rows[i]["prompt"] for i in picked], cfg, run.device)
+    view = run.background.submit(policy_view, run, batch)
     answers = [str(run.rows[i]["answer"]) for i in picked for _ in range(cfg.samples_per_prompt)]
-    scores = torch.tensor(grade_many(batch.texts, answers), dtype=torch.float32)
+    try:
+        scores = torch.tensor(grade_many(batch.texts, answers), dtype=torch.float32)
+    except BaseException:
+        if not view.cancel():
+            view.exception()  # wait for it: not left running into a checkpoint or the next step
+        raise
     if cfg.reward == "random":
         rewards = torch.bernoulli(torch.full_like(scores, 0.5), generator=torch.Generator().manual_seed(seed))
     else:
         rewards = scores
-    return Collected(batch, scores, rewards, picked)
+    return Collected(batch, scores, rewards, picked), view
 
 
-def score(run: Run, collected: Collected) -> Scored:
-    """Advantages, and the rollout policy's view of the batch: old log-probs and entropy (a forward pass, no grad),
-    the reference's log-probs, and the method's bounds once for the whole batch, on the valid tokens only."""
-    cfg, batch = run.cfg, collected.batch
-    mask = batch.response_mask
-    seq_adv = group_advantages(collected.rewards, cfg.samples_per_prompt, cfg.adv_eps).to(run.device)
-    advantages = seq_adv.unsqueeze(1).expand_as(mask).contiguous()
+def policy_view(run: Run, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The rollout policy's view of the batch, no grad: (old log-probs, token entropy, reference log-probs or
+    None), each (B, T); each prompt is run once and its KV cache shared by its group (`completion_log_probs_shared`).
+    With ``old_log_probs: sampler`` the first two are the sampler's own."""
+    cfg = run.cfg
     n = cfg.samples_per_prompt
-    rows_all = torch.arange(mask.shape[0], device=run.device)
-    with torch.no_grad():
+    rows_all = torch.arange(batch.response_mask.shape[0], device=run.device)
+    with torch.no_grad():  # grad mode is per thread: set here, in the thread that runs this
         if batch.sampled_log_prob is not None:  # old_log_probs: sampler
             old_log_prob, entropy = batch.sampled_log_prob, batch.sampled_entropy
         else:
@@ -619,9 +649,20 @@ def score(run: Run, collected: Collected) -> Scored:
                                                                 temperature=cfg.temperature)  # fmt: skip
         ref_log_prob = None
         if run.reference is not None:
-            ref_log_prob, _ = completion_log_probs_shared(
-                run.reference, batch, rows_all, n, temperature=cfg.temperature
-            )
+            ref_log_prob, _ = completion_log_probs_shared(run.reference, batch, rows_all, n,
+                                                          temperature=cfg.temperature)  # fmt: skip
+    run.sync()
+    return old_log_prob, entropy, ref_log_prob
+
+
+def score(run: Run, collected: Collected, view: Future) -> Scored:
+    """Advantages, the rollout policy's view of the batch (`policy_view`, awaited here) and the method's bounds
+    once for the whole batch, on the valid tokens only."""
+    cfg, batch = run.cfg, collected.batch
+    mask = batch.response_mask
+    seq_adv = group_advantages(collected.rewards, cfg.samples_per_prompt, cfg.adv_eps).to(run.device)
+    advantages = seq_adv.unsqueeze(1).expand_as(mask).contiguous()
+    old_log_prob, entropy, ref_log_prob = view.result()
     t_b = time.perf_counter()
     bounds = run.method.bounds(old_log_prob, mask) if run.method.has_bounds else None
     run.sync()
@@ -693,10 +734,9 @@ def train_step(run: Run, step: int) -> dict:
     for group in run.optimizer.param_groups:
         group["lr"] = lr_at(cfg, step)
 
-    collected = collect(run, step, seed)
-    run.sync()
-    rollout_seconds = time.perf_counter() - t0
-    scored = score(run, collected)
+    collected, view = collect(run, step, seed)
+    rollout_seconds = time.perf_counter() - t0  # sampling and grading (the old-log-prob pass runs meanwhile)
+    scored = score(run, collected, view)
     diag = update(run, collected.batch, scored, seed)
     run.sync()
     step_seconds = time.perf_counter() - t0
@@ -836,4 +876,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_job(main())

@@ -551,6 +551,35 @@ print(r.score, r.method)
     assert marker.read_text() == "x"
 
 
+def test_workers_started_first_load_math_verify_themselves():
+    """`bandpo.grader.start_workers` (a training job's first step): the caller never loads math-verify; its worker
+    does, and so does a worker that replaces one ended by a timeout, or the pool restarted after a worker died."""
+    script = """
+import multiprocessing, os, signal, sys, time
+from bandpo import grader as G
+G.configure(workers=1)
+G.start_workers()
+assert G.warmup()
+out = [G.grade_detailed("\\\\boxed{x^2-1}", "(x-1)(x+1)")]
+out.append(G.grade_detailed("\\\\boxed{x^2-9}", "(x-3)(x+3)", timeout_s=1e-6))  # its worker is ended
+out.append(G.grade_detailed("\\\\boxed{x^2-16}", "(x-4)(x+4)"))
+for worker in multiprocessing.active_children():
+    os.kill(worker.pid, signal.SIGKILL)
+time.sleep(0.5)
+out.append(G.grade_detailed("\\\\boxed{x^2-4}", "(x-2)(x+2)"))
+print(*[(r.score, r.method) for r in out], "math_verify" in sys.modules, G.stats().get("pool_starts"), sep=";")
+"""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env.pop("BANDPO_GRADER_WORKERS", None)
+    out = subprocess.run([sys.executable, "-c", script], text=True, capture_output=True, env=env, timeout=180)
+    fields = out.stdout.strip().split(";")
+    assert len(fields) == 6, out.stderr[-2000:]
+    first, cut_short, after_timeout, after_death, loaded_here, _ = fields
+    assert first == after_timeout == after_death == "(1.0, 'math_verify')"
+    assert cut_short in ("(0.0, 'timeout')", "(0.0, 'unavailable')")
+    assert loaded_here == "False"
+
+
 # --------------------------------------------------------------------------------------------------------------
 # API, provenance, consistency with math-verify
 # --------------------------------------------------------------------------------------------------------------

@@ -95,3 +95,15 @@ def test_provenance_does_not_import_torch():
     code = "import sys, bandpo.provenance as p; m = p.machine(); print('torch' in sys.modules, 'torch_threads' in m)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "False"]
+
+
+def test_exit_job_runs_the_exit_handlers_and_flushes_before_leaving():
+    """`bandpo.options.exit_job` skips only the interpreter's teardown: atexit handlers run, buffered output is
+    written, and the exit status is the job's."""
+    code = (
+        "import atexit, sys\nfrom bandpo.options import exit_job\n"
+        "atexit.register(lambda: print('handler', end=''))\n"
+        "sys.stdout.write('buffered ')\nsys.stderr.write('err')\nexit_job(3)\nprint('not reached')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (out.returncode, out.stdout, out.stderr) == (3, "buffered handler", "err")

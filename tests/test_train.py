@@ -532,3 +532,35 @@ def test_a_training_job_does_not_import_dynamo(assets, tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-2:] == ["0", "False"], out.stdout[-500:]
+
+
+class _InlineExecutor:
+    """Runs each submitted call at once in the calling thread (a done future)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+    def submit(self, fn, *args):
+        from concurrent.futures import Future
+
+        future: Future = Future()
+        future.set_result(fn(*args))
+        return future
+
+    def shutdown(self, wait: bool = True) -> None:
+        pass
+
+
+def test_old_log_prob_pass_in_a_worker_thread_changes_no_number(assets, tmp_path, monkeypatch):
+    """The old-log-prob and reference passes run in a worker thread while the main thread grades (`collect`): the
+    run is bit for bit the one that makes them in the main thread, after grading."""
+    overrides = {"reward": "grader", "kl_coef": 0.05, "steps": 2, "method": "bandpo"}
+    train(small_config(assets, tmp_path / "threaded", **overrides))
+    import bandpo.train as T
+
+    monkeypatch.setattr(T, "ThreadPoolExecutor", _InlineExecutor)
+    train(small_config(assets, tmp_path / "inline", **overrides))
+    a, b = (without_timing(read_metrics(tmp_path / x)) for x in ("threaded", "inline"))
+    assert a == b and "kl_ref" in a[0]
+    wa, wb = (load_file(tmp_path / x / "model" / "model.safetensors") for x in ("threaded", "inline"))
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)

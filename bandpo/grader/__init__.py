@@ -28,8 +28,8 @@ The modules, in the order an item meets them:
 * `bandpo.grader.dapo`: the whole ``math-dapo`` rule (string work only; the later modules do not see its items);
 * `bandpo.grader.normalise`: normalisation and the fast structural verdicts;
 * `bandpo.grader.precheck`: refusal of answers that could make math-verify run away (towers of powers, ...);
-* `bandpo.grader.pool` / `bandpo.grader.judge`: math-verify in killable worker processes, or in-process under an
-  alarm;
+* `bandpo.grader.pool` / `bandpo.grader.judge`: math-verify in killable worker processes (:func:`start_workers`
+  starts them before a job's heavy imports), or in-process under an alarm;
 * `bandpo.grader.api`: the grading functions, the verdict cache and the two time budgets (a timeout never decides
   a score: an item that overruns the first budget is graded again with 30x the budget; see that module);
 * `bandpo.grader.config`: settings, read from ``BANDPO_GRADER_*`` at first use (not at import) or set by
@@ -53,7 +53,7 @@ from bandpo.grader.api import (
 from bandpo.grader.config import MODES
 from bandpo.grader.counters import Counts, counting, stats
 from bandpo.grader.extract import extract_answer, last_boxed
-from bandpo.grader.pool import shutdown
+from bandpo.grader.pool import shutdown, start_workers
 from bandpo.grader.version import GRADER_NAME, GRADER_VERSION
 
 __all__ = [
@@ -73,6 +73,7 @@ __all__ = [
     "grader_info",
     "last_boxed",
     "shutdown",
+    "start_workers",
     "stats",
     "warmup",
 ]

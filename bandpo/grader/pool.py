@@ -1,13 +1,18 @@
 """math-verify worker processes: a ``pebble`` process pool whose workers can be killed mid-computation.
 
 Workers are forks of the caller, made after math-verify was imported and warmed up there, so that a worker (or a
-replacement) is ready at once.  ``fork`` rather than ``spawn`` / ``forkserver``: those run the caller's ``__main__``
-module again in every worker (a training script's imports, or all of an unguarded script; impossible for
-``python - <script``).  A worker runs nothing but math-verify on two strings.  A task that overruns its budget is
-cancelled and pebble ends its worker (which also ends C-level work no signal handler can interrupt, such as a huge
-integer power) and forks a replacement, while the other workers keep answering.  This works the same in the main
-thread, in other threads, in a forked child (which starts its own pool) and inside lm-eval, and leaves the
-caller's ``SIGALRM`` alone.
+replacement) is ready at once.  A job whose start-up is long can instead start its workers first
+(:func:`start_workers`, before it imports torch): each worker then loads math-verify itself, on another core, while
+the caller goes on (a second or so off a training job's start-up); the caller never loads it, and a replacement
+worker loads it too before its first task (an item that meets a worker still loading is graded again with the
+second budget, as for any first-budget overrun).
+
+``fork`` rather than ``spawn`` / ``forkserver``: those run the caller's ``__main__`` module again in every worker (a
+training script's imports, or all of an unguarded script; impossible for ``python - <script``). A worker runs
+nothing but math-verify on two strings. A task that overruns its budget is cancelled and pebble ends its worker
+(which also ends C-level work no signal handler can interrupt, such as a huge integer power) and forks a
+replacement, while the other workers keep answering. This works the same in the main thread, in other threads, in a
+forked child (which starts its own pool) and inside lm-eval, and leaves the caller's ``SIGALRM`` alone.
 
 The task a worker runs is this module's :func:`verify_in_worker`, looked up when each task is scheduled: a test
 replaces it (``monkeypatch.setattr(pool, "verify_in_worker", fn)``, ``fn`` a module-level function the worker can
@@ -77,7 +82,7 @@ def _worker_init() -> None:
     sys.stdout = open(os.devnull, "w")
     logging.disable(logging.CRITICAL)
     _limit_worker_memory()
-    _WORKER_JUDGE = judge.inprocess_judge()  # imported and warmed up by the parent before the fork
+    _WORKER_JUDGE = judge.inprocess_judge()  # the parent's (warm before the fork), or loaded here: start_workers
 
 
 def _worker_ping() -> bool:
@@ -99,7 +104,8 @@ def verify_in_worker(gold: str, pred: str, cpu_s: int) -> bool:
 class _Pool:
     """This process's workers (see the module's docstring)."""
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, load_here: bool = True) -> None:
+        import importlib.util
         import multiprocessing
 
         from pebble import ProcessPool
@@ -108,8 +114,11 @@ class _Pool:
         # last-in first-out): multiprocessing's would otherwise wait for our idle workers forever.
         atexit.unregister(shutdown)
         atexit.register(shutdown)
-        if judge.inprocess_judge() is None:
-            raise RuntimeError("math-verify cannot be imported")
+        if load_here:  # math-verify loaded and warmed here, inherited by every worker forked from now on
+            if judge.inprocess_judge() is None:
+                raise RuntimeError("math-verify cannot be imported")
+        elif importlib.util.find_spec("math_verify") is None:  # each worker loads it (_worker_init)
+            raise RuntimeError("math-verify is not installed")
         self.pid = os.getpid()
         self.ready = False  # a worker has answered
         self.pool = ProcessPool(
@@ -159,6 +168,7 @@ class _Pool:
 _POOL: _Pool | None = None
 _LOCK = threading.Lock()
 _FAILURES = 0  # pools that broke before answering
+_LOAD_HERE = True  # False once start_workers ran in this process: its pools, restarts too, load math-verify in workers
 
 
 def get_pool() -> _Pool | None:
@@ -175,7 +185,7 @@ def get_pool() -> _Pool | None:
         if _FAILURES >= _MAX_POOL_FAILURES:
             return None
         try:
-            _POOL = _Pool(config.current().workers)
+            _POOL = _Pool(config.current().workers, _LOAD_HERE)
         except Exception:  # e.g. pebble missing, processes refused
             log.debug("grader worker pool failed to start", exc_info=True)
             _FAILURES = _MAX_POOL_FAILURES
@@ -208,6 +218,22 @@ def warm(timeout_s: float = STARTUP_TIMEOUT_S) -> bool:
         return False
 
 
+def start_workers() -> None:
+    """Start this process's workers now, without loading math-verify here: each worker loads it itself while the
+    caller goes on (call it first thing in a job, before heavy imports; :func:`warm` then waits for a worker).
+    Nothing happens where workers are not used (``isolation="inprocess"``) or are already running."""
+    global _LOAD_HERE
+    try:
+        if config.current().isolation != "process" or (_POOL is not None and _POOL.pid == os.getpid()):
+            return
+        _LOAD_HERE = False
+        pool = get_pool()
+        if pool is not None:
+            pool.pool.schedule(_worker_ping)  # pebble forks its workers at the first task
+    except Exception:  # the pool is started again, the usual way, at first use
+        log.debug("grader workers did not start early", exc_info=True)
+
+
 def verify_bounded(gold: str, pred: str, budget: float) -> tuple[bool | None, str]:
     """math-verify's verdict within ``budget`` seconds: ``(True/False, "math_verify")`` or ``(None, why not)``, in a
     worker, or in this process where workers cannot be used."""
@@ -223,7 +249,7 @@ def verify_bounded(gold: str, pred: str, budget: float) -> tuple[bool | None, st
 
 def _after_fork_in_child() -> None:
     """In a forked child: forget the parent's pool (its workers and threads belong to the parent) and lock."""
-    global _POOL, _LOCK
+    global _POOL, _LOCK, _LOAD_HERE
     pebble_pools = sys.modules.get("pebble.pool.process")
     if _POOL is not None and pebble_pools is not None:
         # pebble stops every worker of "its" pools at interpreter exit; in a forked child those are the parent's
@@ -231,6 +257,7 @@ def _after_fork_in_child() -> None:
         atexit.unregister(getattr(pebble_pools, "interpreter_shutdown", lambda: None))
     _LOCK = threading.Lock()
     _POOL = None
+    _LOAD_HERE = True
 
 
 if hasattr(os, "register_at_fork"):
