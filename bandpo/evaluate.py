@@ -41,12 +41,20 @@ CLI (one group)::
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__" and not {"-h", "--help"} & set(sys.argv[1:]):
+    # A scoring job: its grader worker starts first and loads math-verify on another core while this process
+    # imports lm-eval and torch (`bandpo.grader.start_workers`).
+    import bandpo.grader
+
+    bandpo.grader.start_workers()
+
 import argparse
 import json
 import math
 import os
 import re
-import sys
 import tempfile
 import time
 import zlib
@@ -535,4 +543,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from bandpo.options import exit_job
+
+    exit_job(main())

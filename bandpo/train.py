@@ -75,15 +75,9 @@ import sys
 
 if __name__ == "__main__" and not {"-h", "--help"} & set(sys.argv[1:]):
     # A training job: its grader worker starts first and loads math-verify on another core while this process
-    # imports torch (`bandpo.grader.start_workers`: about a second off each job's start-up). One worker unless
-    # BANDPO_GRADER_WORKERS says otherwise: the step's old-log-prob pass runs while it grades (`collect`), and a
-    # second one made no step faster, only cost CPU (benchmarks/README.md).
-    import os
-
+    # imports torch (about a second off each job's start-up; `bandpo.grader.start_workers`).
     import bandpo.grader
 
-    if "BANDPO_GRADER_WORKERS" not in os.environ:
-        bandpo.grader.configure(workers=1)
     bandpo.grader.start_workers()
 
 import dataclasses

@@ -218,12 +218,17 @@ def warm(timeout_s: float = STARTUP_TIMEOUT_S) -> bool:
         return False
 
 
-def start_workers() -> None:
+def start_workers(workers: int | None = 1) -> None:
     """Start this process's workers now, without loading math-verify here: each worker loads it itself while the
-    caller goes on (call it first thing in a job, before heavy imports; :func:`warm` then waits for a worker).
-    Nothing happens where workers are not used (``isolation="inprocess"``) or are already running."""
+    caller goes on. Call it first thing in a job (`python -m bandpo.train`, `python -m bandpo.evaluate`), before
+    its heavy imports; :func:`warm` then waits for a worker. ``workers``: how many (default one: a job's grading
+    overlaps other work, and a second worker, which loads math-verify too, made no training step faster), unless
+    ``BANDPO_GRADER_WORKERS`` is set; ``None`` keeps the configured number. Nothing happens where workers are not
+    used (``isolation="inprocess"``) or are already running."""
     global _LOAD_HERE
     try:
+        if workers is not None and "BANDPO_GRADER_WORKERS" not in os.environ:
+            config.update(workers=workers)
         if config.current().isolation != "process" or (_POOL is not None and _POOL.pid == os.getpid()):
             return
         _LOAD_HERE = False
