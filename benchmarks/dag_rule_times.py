@@ -10,14 +10,22 @@ the whole run (``--log``: from the first to the last time stamp of snakemake's l
 cores shows the scheduling gaps (a core idle while a job waits for its inputs). ``--csv`` also writes the table
 (columns rule, jobs, wall_s_mean, wall_s_sum, cpu_s_sum, minutes_per_core, elapsed_min), as the publication run's
 results/dag_rules.csv, from which docs/results.md's per-rule table is generated.
+
+``--results results/{profile}`` (the run's results folder) adds the fixed cost per job (issue #23's measure): a
+training job's wall time in its benchmark file minus the training time its run.json records (``train_seconds_total``,
+the sum of its steps), i.e. start-up, imports, model load, checkpoints, publishing and exit; an lm-eval group's
+wall time minus the scoring time its task files record (``seconds.eval``, one scoring per run). Printed per rule kind
+(median and mean over its jobs); the probe's training jobs also spend their probe measurements outside the steps.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import re
+import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime
@@ -71,6 +79,28 @@ def summarize(folder: Path) -> dict[str, list[tuple[float, float]]]:
 STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]", re.M)
 
 
+def fixed_costs(folder: Path, results: Path) -> dict[str, list[float]]:
+    """Per rule kind, each job's fixed cost in seconds (see the module's docstring): training jobs and lm-eval
+    groups whose records are under ``results`` (``runs/`` and ``eval/``, laid out as the benchmark files)."""
+    kinds: dict[str, list[float]] = defaultdict(list)
+    for path in sorted(folder.rglob("*.tsv")):
+        rel = path.relative_to(folder)
+        wall, _ = read_benchmark(path)
+        if rel.parts[0] == "train":  # train/{model}/{slot}/seed{s}.tsv -> runs/{model}/{slot}/seed{s}/run.json
+            record = results / "runs" / Path(*rel.with_suffix("").parts[1:]) / "run.json"
+            if record.is_file():
+                kinds[rule_kind(rel)].append(wall - json.loads(record.read_text())["train_seconds_total"])
+        elif rel.parts[0] == "eval" and len(rel.parts) == 3:  # eval/{model}/{slot}.tsv -> eval/{model}/{slot}/seed*/
+            scored = []
+            for run in sorted((results / "eval" / Path(*rel.with_suffix("").parts[1:])).glob("seed*")):
+                # one scoring of a run covers all its tasks; each task file records that scoring's time
+                times = [json.loads(t.read_text()).get("seconds", {}).get("eval") for t in run.glob("*.json")]
+                scored += {x for x in times if isinstance(x, (int, float))}
+            if scored:
+                kinds[rule_kind(rel)].append(wall - sum(scored))
+    return dict(kinds)
+
+
 def elapsed_minutes(log: Path) -> float:
     """Minutes from the first to the last time stamp (``[Tue Dec  1 21:20:40 2026]``) of a snakemake log."""
     stamps = [datetime.strptime(" ".join(m.split()), "%a %b %d %H:%M:%S %Y") for m in STAMP.findall(log.read_text())]
@@ -100,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--log", type=Path, default=None, help="snakemake's log of the run (.snakemake/log/*.log)")
     ap.add_argument("--csv", type=Path, default=None, help="also write the table here")
+    ap.add_argument("--results", type=Path, default=None, help="the run's results/{profile}: fixed cost per job")
     args = ap.parse_args(argv)
     if not args.folder.is_dir():
         ap.error(f"not a folder: {args.folder}")
@@ -115,6 +146,13 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{r['minutes_per_core']:.1f} |")  # fmt: skip
     if args.log:
         print(f"\nelapsed, first to last job: {rows[-1]['elapsed_min']:.1f} min")
+    if args.results:
+        fixed = fixed_costs(args.folder, args.results)
+        print("\n| rule | jobs | fixed s / job, median | mean |")
+        print("|---|---:|---:|---:|")
+        for kind in sorted(fixed):
+            v = fixed[kind]
+            print(f"| {kind} | {len(v)} | {statistics.median(v):.2f} | {statistics.fmean(v):.2f} |")
     if args.csv:
         args.csv.parent.mkdir(parents=True, exist_ok=True)
         with args.csv.open("w", newline="") as fh:

@@ -547,6 +547,16 @@ def test_smoke_dag_end_to_end(smoke_run):
     assert (wd / "logs" / "smoke" / "eval" / model / "grpo.log").read_text().count("tiny_math: mean@8=") == len(
         cfg["seeds"]
     )  # one lm-eval process scored all seeds of the entry
+    # the fixed cost per job (benchmark file's wall time minus the steps / the scoring the job's records hold)
+    fixed = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "dag_rule_times.py"),
+                            str(wd / "logs" / "smoke" / "benchmarks"), "--results", str(wd / "results" / "smoke")],
+                           capture_output=True, text=True)  # fmt: skip
+    assert fixed.returncode == 0, fixed.stderr
+    lines = fixed.stdout.split("fixed s / job")[1].splitlines()[2:]
+    cells = [x.split(" | ") for x in lines if x.startswith("|")]
+    per_kind = {c[0].lstrip("| "): float(c[2]) for c in cells}
+    assert {f"train {model} (main)", f"lm-eval group {model}"} <= set(per_kind)
+    assert all(0 < v < 60 for v in per_kind.values()), per_kind
 
 
 def test_smoke_experiments_end_to_end(smoke_run):
