@@ -402,10 +402,13 @@ def rollout_batches(model: str | Path, data: str | Path, steps: int, seed: int =
     optimizer = AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     recorder = _Recorder(cfg.resolve_method())
     run = trainer.Run(cfg, recorder, policy, reference, tokenizer, optimizer, rows, device)
-    for step in tqdm(range(steps), desc="atlas rollouts", disable=not progress, file=sys.stderr):
-        trainer.train_step(run, step)
-        yield from recorder.batches
-        recorder.batches.clear()
+    try:
+        for step in tqdm(range(steps), desc="atlas rollouts", disable=not progress, file=sys.stderr):
+            trainer.train_step(run, step)
+            yield from recorder.batches
+            recorder.batches.clear()
+    finally:
+        run.background.shutdown()  # the step's old-log-prob thread
 
 
 # ----------------------------------------------------------------------------------------------------------------

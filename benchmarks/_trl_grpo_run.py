@@ -61,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ["WANDB_DISABLED"] = "true"
 
+    import bandpo.grader
+
+    bandpo.grader.start_workers()  # the grader as a training job of the suite starts it (one worker)
+
     import datasets
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -164,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         processing_class=tokenizer,
         callbacks=[timer],
     )
-    warmup()  # the grader's worker pool, started before training as bandpo.train does
+    warmup()  # wait for the grader's worker, before training, as bandpo.train does
     t0 = time.perf_counter()
     trainer.train()
     total_seconds = time.perf_counter() - t0

@@ -17,7 +17,8 @@ Settings, both trainers (defaults; a "step" = one rollout batch):
 
 - batch: 16 prompts x 8 completions = 128 sequences per rollout batch, drawn from ``train.jsonl``;
 - sampling: temperature 1.0, top_k 0, top_p 1.0 (plain sampling), at most 48 new tokens, stop at EOS;
-- reward: ``bandpo.grader.grade_many`` (the batched ``bandpo.grader.grade``), 1 or 0;
+- reward: ``bandpo.grader.grade_many`` (the batched ``bandpo.grader.grade``), 1 or 0, its worker started as a
+  training job of the suite starts it (``bandpo.grader.start_workers``: one worker process);
 - updates: 4 optimizer updates per rollout batch on disjoint shuffled mini-batches of 32 sequences (first on-policy,
   the rest off-policy, against the rollout policy's log-probs). The suite: ``minibatch: group``
   (4 whole prompt groups of 8 per mini-batch, verl's layout; the embedded default ``random`` costs ~5-8% more per
@@ -39,7 +40,8 @@ up to and including the first EOS (no padding). The suite's side runs ``python -
 in a child process with ``train_step`` wrapped by a timer (``--suite-worker``); TRL's side takes the same points
 from a ``TrainerCallback`` and the tokens from ``completion_mask``. "in-step" tokens/s excludes what happens between
 steps; "CPU-time" divides by the trainer process's CPU time over the same span instead of wall time, which a
-busy machine disturbs less (the grader's worker processes are not in it: grading a batch takes a few ms).
+busy machine disturbs less (the grader's worker processes are not in it; both trainers grade with the same
+``grade_many``, and the suite's old-log-prob pass runs in a second thread of its process while it grades).
 ``--repeats`` alternates the two trainers (suite first on even repeats, TRL first on odd ones) and reports the
 median ratio: the machine is shared, and alternation spreads a busy period over both.
 """
@@ -67,6 +69,9 @@ TRL_RUNNER = Path(__file__).resolve().parent / "_trl_grpo_run.py"
 
 def suite_worker(timings_path: str, train_argv: list[str]) -> int:
     """Run ``bandpo.train.main(train_argv)`` with every ``train_step`` timed; write the timings to JSON."""
+    import bandpo.grader
+
+    bandpo.grader.start_workers()  # as ``python -m bandpo.train`` does before its imports (one worker)
     import bandpo.train as bt
 
     original = bt.train_step

@@ -14,8 +14,10 @@ cost model is linear and says what it assumes:
   pass and the updates all scale with it; measured side by side on tiny-s, 16 prompts cost 0.485x of 32 per step,
   so the linear model is slightly conservative). ``per_completion`` comes from the measured kinds of that model:
   the one with the same D (an experiment of the measured run that trained at that D), else the nearest measured D
-  of that model. ``fixed`` (start-up, model load, saving, the grader) is
-  ``--fixed-s`` (default 8 s, the measured run's) in the calibration and ``--planned-fixed-s`` in the plan
+  of that model. ``fixed`` (start-up, model load, saving, the grader) is, in the calibration, the measured run's:
+  its table's ``fixed_s`` per rule kind where the table has that column (`dag_rule_times.py --results`: wall time
+  minus the steps the run recorded), else ``--fixed-s`` (default 8 s); in the plan ``--planned-fixed-s``, by default
+  the median of the measured ``fixed_s`` over the training kinds, else ``--fixed-s``
   (``benchmarks/bench_job_startup.py`` measures the change of a code change side by side);
 - a base-model build costs ``(measured mean) x (build steps / measured build steps)`` (pretraining is ~97% of it);
 - an lm-eval group costs ``(measured mean of that model's groups) x (seeds / measured seeds per group)``;
@@ -47,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dag_rule_times import kind_label  # noqa: E402  (the measured table's row names)
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXED_S = 8.0  # start-up, imports, grader workers, model load and saving of a training job (the measured run's)
+FIXED_S = 8.0  # start-up, imports, grader workers, model load and saving of a training job, where a table lacks fixed_s
 
 
 def _d(cfg: Mapping[str, Any], model: str, entry: str, experiment: str) -> tuple[int, int, int]:
@@ -125,7 +127,10 @@ class CostModel:
     def __init__(self, rules: Mapping[str, Mapping[str, float]], measured_cfg: Mapping[str, Any],
                  measured_separation_d: int | None = None, fixed_s: float = FIXED_S,
                  planned_fixed_s: float | None = None) -> None:  # fmt: skip
-        self.fixed_s = fixed_s if planned_fixed_s is None else planned_fixed_s
+        measured_fixed = [r["fixed_s"] for r in rules.values() if r.get("fixed_s", 0) > 0]  # NaN / blank: none
+        if planned_fixed_s is None:
+            planned_fixed_s = sorted(measured_fixed)[len(measured_fixed) // 2] if measured_fixed else fixed_s
+        self.fixed_s = planned_fixed_s
         self._jobs_at: dict[tuple[str, int], float] = {}
         self.per_step: dict[str, dict[int, float]] = defaultdict(dict)  # model -> D -> wall s per step and completion
         self.build: dict[str, float] = {}  # model -> wall s per pretraining step
@@ -145,7 +150,8 @@ class CostModel:
             elif mine[0]["kind"] == "train":
                 model, steps, d = mine[0]["model"], mine[0]["steps"], mine[0]["d"]
                 # per completion of a step: the measured run's fixed part removed (not the planned one)
-                per = (r["wall_s_mean"] - fixed_s) / steps / mine[0]["completions"]
+                measured_fixed = r["fixed_s"] if r.get("fixed_s", 0) > 0 else fixed_s
+                per = (r["wall_s_mean"] - measured_fixed) / steps / mine[0]["completions"]
                 # several kinds at one D (main, probe, random reward): the one with most jobs wins
                 if d not in self.per_step[model] or r["jobs"] > self._jobs_at.get((model, d), 0):
                     self.per_step[model][d] = per
@@ -218,8 +224,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--config", type=Path, default=ROOT / "config" / "config.yaml")
     ap.add_argument("--measured", type=Path, default=ROOT / "results", help="a publication run's results folder")
     ap.add_argument("--cores", type=int, default=2)
-    ap.add_argument("--fixed-s", type=float, default=FIXED_S, help="the measured run's fixed seconds per training job")
-    ap.add_argument("--planned-fixed-s", type=float, default=None, help="the planned code's (default: --fixed-s)")
+    ap.add_argument(
+        "--fixed-s",
+        type=float,
+        default=FIXED_S,
+        help="the measured run's fixed seconds per training job, where its table has no fixed_s",
+    )
+    ap.add_argument(
+        "--planned-fixed-s",
+        type=float,
+        default=None,
+        help="the planned code's (default: the measured fixed_s median, else --fixed-s)",
+    )
     ap.add_argument("--separation-d", type=int, default=None, help="D the separation run's selection will pick")
     ap.add_argument("--rl-steps", action="append", default=[], metavar="MODEL=STEPS", help="what if: RL steps")
     ap.add_argument("--build-steps", action="append", default=[], metavar="MODEL=STEPS", help="what if: pretraining")

@@ -16,6 +16,8 @@ training job's wall time in its benchmark file minus the training time its run.j
 the sum of its steps), i.e. start-up, imports, model load, checkpoints, publishing and exit; an lm-eval group's
 wall time minus the scoring time its task files record (``seconds.eval``, one scoring per run). Printed per rule kind
 (median and mean over its jobs); the probe's training jobs also spend their probe measurements outside the steps.
+With ``--csv`` the medians go into the table's column ``fixed_s`` (blank for other rules), which
+`benchmarks/dag_budget.py` uses as the measured run's fixed part of a training job.
 """
 
 from __future__ import annotations
@@ -138,6 +140,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not kinds:
         ap.error(f"no benchmark files under {args.folder}")
     rows = table(kinds, args.cores, elapsed_minutes(args.log) if args.log else math.nan)
+    fixed = fixed_costs(args.folder, args.results) if args.results else {}
+    if fixed:
+        for r in rows:
+            r["fixed_s"] = statistics.median(fixed[r["rule"]]) if r["rule"] in fixed else math.nan
     print(f"| rule | jobs | wall s / job | wall s, sum | CPU s, sum | sum / {args.cores} cores, min |")
     print("|---|---:|---:|---:|---:|---:|")
     for r in rows:
@@ -146,8 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{r['minutes_per_core']:.1f} |")  # fmt: skip
     if args.log:
         print(f"\nelapsed, first to last job: {rows[-1]['elapsed_min']:.1f} min")
-    if args.results:
-        fixed = fixed_costs(args.folder, args.results)
+    if fixed:
         print("\n| rule | jobs | fixed s / job, median | mean |")
         print("|---|---:|---:|---:|")
         for kind in sorted(fixed):

@@ -9,7 +9,8 @@ without an explicit mode, :func:`bandpo.grader.warmup`, :func:`bandpo.grader.gra
 * ``BANDPO_GRADER_TIMEOUT_S``: the first per-item budget in seconds (default 0.8);
 * ``BANDPO_GRADER_RETRY_FACTOR``: the budget of the second attempt of an item that overran the first, as a
   multiple of the first (default 30);
-* ``BANDPO_GRADER_WORKERS``: math-verify worker processes (default 2);
+* ``BANDPO_GRADER_WORKERS``: math-verify worker processes (default 2; a training or scoring job that starts its
+  workers first, `bandpo.grader.start_workers`, uses 1 unless this is set);
 * ``BANDPO_GRADER_ISOLATION``: ``process`` (worker pool, the default) or ``inprocess`` (an alarm in the main thread).
 
 Malformed numbers are ignored (the default stays).
