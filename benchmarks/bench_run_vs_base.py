@@ -1,7 +1,7 @@
 """Cost of one default run (training + its scoring) in this tree against another checkout, side by side.
 
     python benchmarks/bench_run_vs_base.py --base-tree ../base-5bd8c05 [--model-id tiny-s] [--entry grpo]
-        [--seed 0] [--repeats 2] [--no-eval] [--models-root resources] [--json out.json]
+        [--seed 0] [--repeats 2] [--no-eval] [--parallel N] [--models-root resources] [--json out.json]
 
 Runs, alternately (base first on even repeats, this tree first on odd ones) and never at the same time, the
 command the workflow's ``train_local`` rule runs for one model x entry x seed of ``config/config.yaml`` (the
@@ -13,6 +13,9 @@ whole start-up of lm-eval is charged to the run: a group of 3 seeds shares it; t
 change that does not touch the start-up). Prints per run wall seconds, CPU seconds (the child processes' user +
 system time, which other jobs on the machine disturb less than wall time) and the ratios base / this tree per
 repeat and as medians, and whether the two trees' runs of the seed logged the same numbers.
+
+``--parallel N`` times the DAG's situation instead, N training jobs at once on N cores (seeds ``seed`` ..
+``seed + N - 1``, training only): per tree the wall time of the N jobs together and their summed CPU time.
 """
 
 from __future__ import annotations
@@ -60,6 +63,21 @@ def _timed(cmd: list[str], cwd: Path) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+def _timed_many(cmds: list[list[str]], cwd: Path) -> tuple[float, float]:
+    """Wall time of ``cmds`` run at once (each a process), and their summed CPU time."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen(c, cwd=cwd, env=_env(cwd), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for c in cmds]  # fmt: skip
+    errors = [(c, p.communicate()[1], p.returncode) for c, p in zip(cmds, procs, strict=True)]
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    for c, err, rc in errors:
+        if rc != 0:
+            raise SystemExit(f"failed (rc {rc}) in {cwd}: {shlex.join(c)}\n{err[-3000:]}")
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base-tree", required=True, type=Path, help="a checkout of the commit to compare against")
@@ -71,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models-root", default="resources", help="folder holding models/ and data/ (default resources)")
     ap.add_argument("--no-eval", action="store_true", help="time training only")
     ap.add_argument("--set", action="append", default=[], help="extra --set KEY=VALUE for both trainers")
+    ap.add_argument("--parallel", type=int, default=1, help="N training jobs at once (seeds seed..seed+N-1)")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
 
@@ -97,24 +116,23 @@ def main(argv: list[str] | None = None) -> int:
             tree = trees[name]
             with tempfile.TemporaryDirectory(prefix="bandpo-runcost-") as tmp:
                 out = Path(tmp) / "run"
-                cmd = [
-                    sys.executable,
-                    "-m",
-                    "bandpo.train",
-                    "--model",
-                    str(model_dir),
-                    "--data",
-                    str(data_dir),
-                    "--method",
-                    entry["method"],
-                    "--params",
-                    json.dumps(entry.get("params") or {}, sort_keys=True),
-                    "--seed",
-                    str(args.seed),
-                ]
-                cmd += sweep.set_args(sweep.train_overrides(cfg, args.model_id, args.entry))
-                cmd += [a for s in args.set for a in ("--set", s)]
-                cmd += ["--out", str(out), "--threads", "1", "--no-progress"]
+
+                def train_cmd(seed: int, out: Path) -> list[str]:
+                    params = json.dumps(entry.get("params") or {}, sort_keys=True)
+                    cmd = [sys.executable, "-m", "bandpo.train", "--model", str(model_dir), "--data", str(data_dir),
+                           "--method", entry["method"], "--params", params, "--seed", str(seed)]  # fmt: skip
+                    cmd += sweep.set_args(sweep.train_overrides(cfg, args.model_id, args.entry))
+                    cmd += [a for s in args.set for a in ("--set", s)]
+                    return cmd + ["--out", str(out), "--threads", "1", "--no-progress"]
+
+                if args.parallel > 1:  # the DAG's situation: N jobs at once, training only
+                    cmds = [train_cmd(args.seed + i, Path(tmp) / f"run{i}") for i in range(args.parallel)]
+                    wall, cpu = _timed_many(cmds, tree)
+                    rows.append({"tree": name, "repeat": repeat, "wall": wall, "cpu": cpu})
+                    print(f"repeat {repeat} {name:4}: {args.parallel} jobs at once, wall {wall:6.1f} s, "
+                          f"CPU {cpu:6.1f} s", flush=True)  # fmt: skip
+                    continue
+                cmd = train_cmd(args.seed, out)
                 train_wall, train_cpu = _timed(cmd, tree)
                 summary = json.loads((out / "run.json").read_text())
                 metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -170,9 +188,11 @@ def main(argv: list[str] | None = None) -> int:
         b = next(r for r in rows if r["repeat"] == repeat and r["tree"] == "base")
         t = next(r for r in rows if r["repeat"] == repeat and r["tree"] == "this")
         for k in ratios:
-            if t[k] > 0:
+            if t.get(k, 0) > 0:
                 ratios[k].append(b[k] / t[k])
         print(f"  repeat {repeat}: " + ", ".join(f"{k} {v[-1]:.2f}x" for k, v in ratios.items() if v))
+        if args.parallel > 1:
+            continue
         same = b["reward_per_step"] == t["reward_per_step"]
         print(f"  repeat {repeat}: same per-step rewards in both trees: {same}")
     print("median: " + ", ".join(f"{k} {statistics.median(v):.2f}x" for k, v in ratios.items() if v))

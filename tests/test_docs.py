@@ -192,6 +192,12 @@ def test_results_claims():
         assert seeds[cell] == {3} and set(runs.loc[runs.experiment == cell, "model"]) == {"tiny-s"}
     assert sorted(set(RESULTS.scores.query("experiment == 'separation'")["seed"])) == [3, 4, 5, 6, 7]
     assert "the regime the axis selects, tiny-s, seeds 3-7" in text
+    # the cost section: this run's build times, a training job's fixed cost, its number of runs (dag_rules.csv)
+    dag = RESULTS.dag.set_index("rule")
+    builds = {m: round(dag.loc[f"model build {m}", "wall_s_mean"]) for m in ("tiny-s", "tiny-m")}
+    assert f"tiny-s 184 -> {builds['tiny-s']} s, tiny-m 250 -> {builds['tiny-m']} s" in text
+    assert f"3.0 to {dag.loc['train tiny-s (main)', 'fixed_s']:.1f} s in the DAG" in text
+    assert f"its {len(runs)} runs, their per-step rows" in text
 
 
 def test_primary_rules_are_the_paired_comparisons_of_the_leaderboard():

@@ -426,12 +426,15 @@ def separation(res: Results) -> str:
 
 
 def _dag_table(dag: pd.DataFrame) -> str:
-    """A DAG run's per-rule cost table (a dag_rules.csv of `benchmarks/dag_rule_times.py --csv`)."""
+    """A DAG run's per-rule cost table (a dag_rules.csv of `benchmarks/dag_rule_times.py --csv`), with the median
+    fixed cost per job (``fixed_s``: wall time minus the steps or scorings the job recorded) where the table has it."""
+    fixed = "fixed_s" in dag.columns
     rows = [[r["rule"], int(r["jobs"]), "" if r["rule"] == "all" else f"{r['wall_s_mean']:.0f}",
              f"{r['wall_s_sum']:.0f}", f"{r['cpu_s_sum']:.0f}", f"{r['minutes_per_core']:.1f}"]
+            + ([f"{r['fixed_s']:.1f}" if pd.notna(r["fixed_s"]) else ""] if fixed else [])
             for r in _row_series(dag)]  # fmt: skip
     head = ["rule", "jobs", "wall s / job", "wall s, sum", "CPU s, sum", "sum / cores, min"]
-    return md_table(head, rows, right=1)
+    return md_table(head + (["fixed s / job (median)"] if fixed else []), rows, right=1)
 
 
 def _dag_elapsed(dag: pd.DataFrame) -> str:
