@@ -37,6 +37,7 @@ largest seed count whose estimate fits the budget: what a saving buys in seeds.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -127,10 +128,6 @@ class CostModel:
     def __init__(self, rules: Mapping[str, Mapping[str, float]], measured_cfg: Mapping[str, Any],
                  measured_separation_d: int | None = None, fixed_s: float = FIXED_S,
                  planned_fixed_s: float | None = None) -> None:  # fmt: skip
-        measured_fixed = [r["fixed_s"] for r in rules.values() if r.get("fixed_s", 0) > 0]  # NaN / blank: none
-        if planned_fixed_s is None:
-            planned_fixed_s = sorted(measured_fixed)[len(measured_fixed) // 2] if measured_fixed else fixed_s
-        self.fixed_s = planned_fixed_s
         self._jobs_at: dict[tuple[str, int], float] = {}
         self.per_step: dict[str, dict[int, float]] = defaultdict(dict)  # model -> D -> wall s per step and completion
         self.build: dict[str, float] = {}  # model -> wall s per pretraining step
@@ -138,6 +135,7 @@ class CostModel:
         self.other = 0.0
         self.elapsed_factor = 1.0  # the measured run's elapsed time / (summed wall time / cores), when it has one
         measured: dict[str, list[dict[str, Any]]] = defaultdict(list)  # row name -> the measured run's jobs
+        train_fixed: list[float] = []  # the measured fixed_s of each training kind that has one
         for j in jobs(measured_cfg, measured_separation_d):
             measured[label(j)].append(j)
         for rule, r in rules.items():
@@ -150,8 +148,10 @@ class CostModel:
             elif mine[0]["kind"] == "train":
                 model, steps, d = mine[0]["model"], mine[0]["steps"], mine[0]["d"]
                 # per completion of a step: the measured run's fixed part removed (not the planned one)
-                measured_fixed = r["fixed_s"] if r.get("fixed_s", 0) > 0 else fixed_s
-                per = (r["wall_s_mean"] - measured_fixed) / steps / mine[0]["completions"]
+                measured_fixed = r["fixed_s"] if r.get("fixed_s", 0) > 0 else None  # NaN or absent: not measured
+                if measured_fixed is not None:
+                    train_fixed.append(measured_fixed)
+                per = (r["wall_s_mean"] - (measured_fixed or fixed_s)) / steps / mine[0]["completions"]
                 # several kinds at one D (main, probe, random reward): the one with most jobs wins
                 if d not in self.per_step[model] or r["jobs"] > self._jobs_at.get((model, d), 0):
                     self.per_step[model][d] = per
@@ -160,6 +160,9 @@ class CostModel:
                 self.build[mine[0]["model"]] = r["wall_s_mean"] / mine[0]["steps"]
             else:
                 self.eval[mine[0]["model"]] = r["wall_s_sum"] / max(1, sum(j["seeds"] for j in mine))
+        if planned_fixed_s is None:
+            planned_fixed_s = statistics.median(train_fixed) if train_fixed else fixed_s
+        self.fixed_s = planned_fixed_s
 
     def cost(self, job: Mapping[str, Any]) -> float:
         model = job["model"]
