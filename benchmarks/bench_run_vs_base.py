@@ -52,29 +52,19 @@ def _env(tree: Path) -> dict:
     return env
 
 
-def _timed(cmd: list[str], cwd: Path) -> tuple[float, float]:
+def _timed(cmds: list[list[str]], cwd: Path) -> tuple[float, float]:
+    """Wall time of ``cmds`` run at once (each a process; one for a single job), and their summed CPU time."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, env=_env(cwd), capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        raise SystemExit(f"failed (rc {proc.returncode}) in {cwd}: {shlex.join(cmd)}\n{proc.stderr[-3000:]}")
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-
-
-def _timed_many(cmds: list[list[str]], cwd: Path) -> tuple[float, float]:
-    """Wall time of ``cmds`` run at once (each a process), and their summed CPU time."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    procs = [subprocess.Popen(c, cwd=cwd, env=_env(cwd), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-             for c in cmds]  # fmt: skip
-    errors = [(c, p.communicate()[1], p.returncode) for c, p in zip(cmds, procs, strict=True)]
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    for c, err, rc in errors:
-        if rc != 0:
-            raise SystemExit(f"failed (rc {rc}) in {cwd}: {shlex.join(c)}\n{err[-3000:]}")
+    with tempfile.TemporaryFile("w+") as log:  # a file, not a pipe: no job blocks on output nobody reads yet
+        procs = [subprocess.Popen(c, cwd=cwd, env=_env(cwd), stdout=subprocess.DEVNULL, stderr=log) for c in cmds]
+        codes = [p.wait() for p in procs]
+        wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if any(codes):
+            log.seek(0)
+            failed = [shlex.join(c) for c, rc in zip(cmds, codes, strict=True) if rc]
+            raise SystemExit(f"failed (rc {max(codes)}) in {cwd}: {'; '.join(failed)}\n{log.read()[-3000:]}")
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
@@ -109,6 +99,16 @@ def main(argv: list[str] | None = None) -> int:
         f"{load[2]:.2f}; base = {trees['base']}, this = {ROOT}",
         flush=True,
     )
+
+    def train_cmd(seed: int, out: Path) -> list[str]:
+        """The workflow's train_local command for this model, entry and seed (one thread)."""
+        params = json.dumps(entry.get("params") or {}, sort_keys=True)
+        cmd = [sys.executable, "-m", "bandpo.train", "--model", str(model_dir), "--data", str(data_dir),
+               "--method", entry["method"], "--params", params, "--seed", str(seed)]  # fmt: skip
+        cmd += sweep.set_args(sweep.train_overrides(cfg, args.model_id, args.entry))
+        cmd += [a for s in args.set for a in ("--set", s)]
+        return cmd + ["--out", str(out), "--threads", "1", "--no-progress"]
+
     rows = []
     for repeat in range(args.repeats):
         order = ["base", "this"] if repeat % 2 == 0 else ["this", "base"]
@@ -116,24 +116,15 @@ def main(argv: list[str] | None = None) -> int:
             tree = trees[name]
             with tempfile.TemporaryDirectory(prefix="bandpo-runcost-") as tmp:
                 out = Path(tmp) / "run"
-
-                def train_cmd(seed: int, out: Path) -> list[str]:
-                    params = json.dumps(entry.get("params") or {}, sort_keys=True)
-                    cmd = [sys.executable, "-m", "bandpo.train", "--model", str(model_dir), "--data", str(data_dir),
-                           "--method", entry["method"], "--params", params, "--seed", str(seed)]  # fmt: skip
-                    cmd += sweep.set_args(sweep.train_overrides(cfg, args.model_id, args.entry))
-                    cmd += [a for s in args.set for a in ("--set", s)]
-                    return cmd + ["--out", str(out), "--threads", "1", "--no-progress"]
-
                 if args.parallel > 1:  # the DAG's situation: N jobs at once, training only
                     cmds = [train_cmd(args.seed + i, Path(tmp) / f"run{i}") for i in range(args.parallel)]
-                    wall, cpu = _timed_many(cmds, tree)
+                    wall, cpu = _timed(cmds, tree)
                     rows.append({"tree": name, "repeat": repeat, "wall": wall, "cpu": cpu})
                     print(f"repeat {repeat} {name:4}: {args.parallel} jobs at once, wall {wall:6.1f} s, "
                           f"CPU {cpu:6.1f} s", flush=True)  # fmt: skip
                     continue
                 cmd = train_cmd(args.seed, out)
-                train_wall, train_cpu = _timed(cmd, tree)
+                train_wall, train_cpu = _timed([cmd], tree)
                 summary = json.loads((out / "run.json").read_text())
                 metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
                 r = {
@@ -168,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                     ]
                     for t in cfg["experiments"]["main"]["eval_tasks"]:
                         ecmd += ["--task", f"{t['task']}={root / 'data' / t['data'] / 'test.jsonl'}"]
-                    r["eval_wall"], r["eval_cpu"] = _timed(ecmd, tree)
+                    r["eval_wall"], r["eval_cpu"] = _timed([ecmd], tree)
                     task = cfg["experiments"]["main"]["eval_tasks"][0]["task"]
                     r["eval_metrics"] = json.loads((Path(tmp) / "eval" / f"{task}.json").read_text())["metrics"]
                 else:

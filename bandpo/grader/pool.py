@@ -227,9 +227,11 @@ def start_workers(workers: int | None = 1) -> None:
     used (``isolation="inprocess"``) or are already running."""
     global _LOAD_HERE
     try:
+        if _POOL is not None and _POOL.pid == os.getpid():  # running: its worker count stays what it was started with
+            return
         if workers is not None and "BANDPO_GRADER_WORKERS" not in os.environ:
             config.update(workers=workers)
-        if config.current().isolation != "process" or (_POOL is not None and _POOL.pid == os.getpid()):
+        if config.current().isolation != "process":
             return
         _LOAD_HERE = False
         pool = get_pool()
