@@ -930,3 +930,23 @@ def test_budget_estimate_counts_the_dags_jobs_and_reproduces_the_measured_run():
     main = [budget.estimate(budget.load_config(CONFIGS["config"], only="main", seeds=n), model, cores=2)["elapsed_min"]
             for n in (3, 4)]  # fmt: skip
     assert main[0] < main[1] and main[0] < full
+
+
+def test_benchmarks_readme_quotes_the_published_run():
+    """benchmarks/README.md's figures of the published run: its elapsed time and tiny-s build (dag_rules.csv), and
+    the seed counts benchmarks/dag_budget.py estimates from that table."""
+    budget = _dag_budget()
+    rules, measured_cfg, measured_d = budget.read_measured(ROOT / "results")
+    model = budget.CostModel(rules, measured_cfg, measured_d)
+    text = " ".join((ROOT / "benchmarks" / "README.md").read_text().split())
+    assert f"{rules['all']['elapsed_min']:.1f} minutes against 51.4 for `7da429b`'s run" in text
+    assert f"(tiny-s 184 -> {rules['model build tiny-s']['wall_s_mean']:.0f} s)" in text
+
+    def minutes(only: str | None, seeds: int) -> float:
+        return budget.estimate(budget.load_config(CONFIGS["config"], only=only, seeds=seeds), model, cores=2)[
+            "elapsed_min"
+        ]
+
+    most = max(n for n in range(2, 41) if minutes("main", n) <= 90)
+    assert f"main alone at most **{most} seeds** within 90 minutes ({minutes('main', 3):.1f} min at 3)" in text
+    assert f"{minutes(None, 6):.1f} min with 6 seeds, {minutes(None, 8):.1f} with 8" in text
