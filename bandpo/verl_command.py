@@ -314,6 +314,8 @@ class VerlRun:
             o["reward.custom_reward_function.name"] = self.reward_fn_name
             o["+reward.custom_reward_function.reward_kwargs.grader_mode"] = self.grader_mode  # in verl's dump too
         o["hydra.run.dir"] = os.path.join(self.output_dir, "hydra")  # Hydra's own log, else ./outputs/<date>/
+        if self.rollout_name == "hf":  # bandpo.verl_cpu's server: a step's requests are served as one batch
+            o[f"+{rollout}.engine_kwargs.hf.max_batch"] = self.prompts_per_step * self.samples_per_prompt
         out = [f"{k}={_hydra_value(v)}" for k, v in o.items()]
         # New keys under the runtime_env struct need Hydra's '+'.
         out += [f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}={_hydra_value(v)}" for k, v in self.env().items()]

@@ -1,4 +1,4 @@
-"""verl on a CPU-only machine: a "cpu" platform and an "hf" rollout backend (transformers ``generate``).
+"""verl on a CPU-only machine: a "cpu" platform and an "hf" rollout backend (the suite's sampler or transformers).
 
 verl 0.9 has no CPU platform and every rollout backend it registers needs an accelerator engine (vLLM, SGLang,
 TensorRT-LLM). This module fills both gaps through verl's own registries, so that ``python -m verl.trainer.main_ppo``
@@ -13,9 +13,11 @@ lists it), in the driver and in every Ray worker. Importing it registers, and ch
   workers). Ray's resource is still called ``GPU``: verl's resource pools ask for GPUs, so the driver declares one
   fake GPU per trainer process (``+ray_kwargs.ray_init.num_gpus=N``).
 * rollout ``hf`` in verl's two rollout registries (``actor_rollout_ref.rollout.name=hf``): a `HFReplica` starts one
-  `HFRolloutServer` Ray actor that samples with transformers ``generate`` and returns each token's log-probability
-  under the sampling temperature; the trainer workers' `HFServerAdapter` pushes the actor's weights to it after
-  every update (verl's "naive" weight sync).
+  `HFRolloutServer` Ray actor that serves a step's requests as one batch, drawn by the suite's sampler for the
+  tiny Llamas (else transformers ``generate``), and returns each token's log-probability under the sampling
+  temperature (its settings: ``engine_kwargs.hf``, `server_options`; `bandpo.verl_command` sets ``max_batch`` to
+  a step's request count); the trainer workers' `HFServerAdapter` pushes the actor's weights to it after every
+  update (verl's "naive" weight sync).
 * two adjustments when the cpu platform is selected: the warning verl's agent loop logs for every sample of a
   llama model (`QUIET_LOGGERS`) is silenced, and verl asks ``torch.distributed`` for the backend
   ``"cpu:gloo,<device>:<backend>"``, which on this platform reads ``"cpu:gloo,cpu:gloo"`` and torch rejects the
@@ -43,6 +45,8 @@ import dataclasses
 import functools
 import logging
 import os
+import sys
+import time
 import types
 from typing import Any
 
@@ -56,6 +60,7 @@ PLATFORM = "cpu"
 ROLLOUT = "hf"
 PLATFORM_ENV = "VERL_PLATFORM"
 SERVER_NAME = "bandpo_hf_rollout_{rank}"  # Ray actor name of replica `rank`'s server
+SAMPLERS = ("suite", "generate")  # HFRolloutServer's samplers
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -212,6 +217,7 @@ class _Request:
     prompt_ids: list[int]
     key: tuple[int, float, float, int]  # (max new tokens, temperature, top_p, top_k)
     future: asyncio.Future
+    arrived: float = dataclasses.field(default_factory=time.monotonic)
 
 
 class HFRolloutServer:
@@ -219,10 +225,22 @@ class HFRolloutServer:
 
     ``generate`` is the method verl's ``LLMServerClient`` calls, once per sample and all of a step's samples at
     once (verl's agent loop awaits them together). The server batches them: a call queues its request, and a flush
-    task, started by the first call, waits until the queue stops growing (``batch_wait_s`` between looks), then runs
-    the queued requests through one left-padded ``generate`` per ``max_batch`` requests with the same sampling
-    settings. ``max_batch=1`` generates one request at a time. The other methods are the control calls verl makes
-    on a replica's servers (sleep / wake-up, cache control, profiling), which have nothing to do here.
+    task, started by the first call, gathers requests until ``max_batch`` are queued or the queue has not grown for
+    ``batch_wait_s``, then serves the queue in batches of at most ``max_batch`` requests with the same sampling
+    settings. ``max_batch=1`` serves one request at a time. verl's agent loop hands a step's requests over in
+    bursts (in the CPU profile 256 requests came as 3-4 bursts, tens of ms apart, then one burst per batch served,
+    since a batch being served holds the actor's event loop): a short quiet window split every step into 3-4
+    batches, each paying the whole sequential decode. Set ``max_batch`` to a step's request count (prompts x
+    samples): the step is then one batch, served as soon as its last request is queued (the quiet window, 2 s
+    by default, only ends a batch that never fills: gaps of up to 0.8 s between bursts were seen).
+
+    ``sampler``: ``"suite"`` draws plain-sampling batches (temperature > 0, no top-k / top-p) of a model
+    `bandpo.fastlm.FastLlama` covers (the suite's tiny Llamas) with the suite's sampler
+    (`bandpo.sampling.sample_rows`, the local trainer's: each distinct prompt pre-filled once for its samples; the
+    same distribution softmax(logits / T), EOS ends a completion, the sampled tokens' log-probs under it);
+    everything else, and ``"generate"``, goes through transformers ``generate``. The other methods are the control
+    calls verl makes on a replica's servers (sleep / wake-up, cache control, profiling), which have nothing to do
+    here.
     """
 
     def __init__(
@@ -233,7 +251,8 @@ class HFRolloutServer:
         dtype: str,
         seed: int,
         max_batch: int = 256,
-        batch_wait_s: float = 0.01,
+        batch_wait_s: float = 2.0,
+        sampler: str = "suite",
     ):
         from transformers import AutoModelForCausalLM
 
@@ -241,6 +260,8 @@ class HFRolloutServer:
             raise ValueError(
                 f"hf rollout: max_batch must be >= 1 and batch_wait_s >= 0, got {max_batch}, {batch_wait_s}"
             )
+        if sampler not in SAMPLERS:
+            raise ValueError(f"hf rollout: sampler must be one of {SAMPLERS}, got {sampler!r}")
         torch.manual_seed(seed)
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
         self.model.eval()
@@ -253,9 +274,14 @@ class HFRolloutServer:
         self.weight_version = 0
         self.max_batch = int(max_batch)
         self.batch_wait_s = float(batch_wait_s)
+        self.sampler = sampler
         self.batch_sizes: list[int] = []  # the size of every generate call made (diagnostics, tests)
+        # per served batch: its requests, the sampler used, the first request's wait in the queue, the seconds to
+        # sample it (also printed to stderr, which Ray forwards to the training log)
+        self.batch_log: list[dict[str, Any]] = []
         self._queue: list[_Request] = []
         self._flusher: asyncio.Task | None = None
+        self._grew: asyncio.Event | None = None  # set by every queued request (made with the flush task)
 
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> int:
         target = self.model.state_dict()
@@ -292,7 +318,9 @@ class HFRolloutServer:
         request = _Request([int(t) for t in prompt_ids], key, loop.create_future())
         self._queue.append(request)
         if self._flusher is None or self._flusher.done():
+            self._grew = asyncio.Event()  # of this event loop
             self._flusher = loop.create_task(self._flush())
+        self._grew.set()
         token_ids, log_probs = await request.future
         return TokenOutput(
             token_ids=token_ids,
@@ -303,15 +331,19 @@ class HFRolloutServer:
 
     async def _flush(self) -> None:
         """Serve the queue until it is empty: gather requests while they keep arriving, then batch them."""
-        seen = -1
-        while seen != len(self._queue) and len(self._queue) < self.max_batch:
-            seen = len(self._queue)
-            await asyncio.sleep(self.batch_wait_s)
+        while len(self._queue) < self.max_batch:  # each new request restarts the quiet window
+            assert self._grew is not None
+            self._grew.clear()
+            try:
+                await asyncio.wait_for(self._grew.wait(), self.batch_wait_s)
+            except asyncio.TimeoutError:
+                break
         while self._queue:
             key = self._queue[0].key
             batch = [r for r in self._queue if r.key == key][: self.max_batch]
             taken = {id(r) for r in batch}
             self._queue = [r for r in self._queue if id(r) not in taken]
+            t0 = time.monotonic()
             try:
                 results = self._generate_batch([r.prompt_ids for r in batch], key)
             except Exception as exc:  # every waiting caller gets the error, none hangs
@@ -322,19 +354,24 @@ class HFRolloutServer:
                 for r, result in zip(batch, results, strict=True):
                     if not r.future.done():
                         r.future.set_result(result)
+                first = min(r.arrived for r in batch)
+                served = {"requests": len(batch), "sampler": "suite" if self._suite_samples(key) else "generate",
+                          "queued_s": round(t0 - first, 3), "sample_s": round(time.monotonic() - t0, 3)}  # fmt: skip
+                self.batch_log.append(served)
+                print(f"[bandpo.verl_cpu] served {served['requests']} requests ({served['sampler']}): the first "
+                      f"queued {served['queued_s']:.2f} s, sampled in {served['sample_s']:.2f} s",
+                      file=sys.stderr, flush=True)  # fmt: skip
             await asyncio.sleep(0)  # let requests that arrived meanwhile join the queue
 
     def _generate_batch(self, prompts: list[list[int]], key: tuple[int, float, float, int]):
-        """Sample one completion per prompt in one left-padded ``generate``; per prompt (token ids up to and
+        """Sample one completion per prompt, the batch in one left-padded pass; per prompt (token ids up to and
         including the first EOS, their log-probs under the sampling temperature)."""
         max_new, temperature, top_p, top_k = key
+        if self._suite_samples(key):
+            return self._sample_batch(prompts, max_new, temperature)
+        ids, mask = self._left_padded(prompts)
+        width = ids.shape[1]
         sample = temperature > 0
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), int(self.pad_token_id), dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, p in enumerate(prompts):  # left padding: every prompt ends where generation starts
-            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            mask[i, width - len(p) :] = 1
         gen_kwargs: dict[str, Any] = {
             "max_new_tokens": max_new,
             "do_sample": sample,
@@ -358,6 +395,58 @@ class HFRolloutServer:
             finished = self._ends(row)
             n = len(row) if finished is None else finished + 1
             results.append((row[:n], row_log_probs[:n]))
+        return results
+
+    def _suite_samples(self, key: tuple[int, float, float, int]) -> bool:
+        """Whether a batch with sampling settings ``key`` goes to the suite's sampler (see the class docstring)."""
+        from bandpo.fastlm import FastLlama
+
+        _, temperature, top_p, top_k = key
+        return (
+            self.sampler == "suite"
+            and temperature > 0
+            and top_p >= 1.0
+            and top_k <= 0
+            and isinstance(self.eos_token_id, int)
+            and FastLlama.for_model(self.model) is not None
+        )
+
+    def _left_padded(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token ids and attention mask (len(prompts), longest), padded on the left: every prompt ends where
+        generation starts."""
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), int(self.pad_token_id), dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p) :] = 1
+        return ids, mask
+
+    def _sample_batch(self, prompts: list[list[int]], max_new: int, temperature: float):
+        """`_generate_batch` with the suite's sampler. The requests of one prompt (verl sends a prompt's samples
+        as separate requests) become adjacent rows of one pre-filled prompt when every prompt has as many
+        requests; otherwise each request is a prompt of its own."""
+        from bandpo.sampling import sample_rows
+
+        order: dict[tuple[int, ...], list[int]] = {}
+        for i, p in enumerate(prompts):
+            order.setdefault(tuple(p), []).append(i)
+        counts = {len(v) for v in order.values()}
+        if len(counts) == 1:
+            n = counts.pop()
+            distinct = [list(p) for p in order]
+            rows = [i for members in order.values() for i in members]  # row r answers request rows[r]
+        else:
+            n, distinct, rows = 1, prompts, list(range(len(prompts)))
+        ids, mask = self._left_padded(distinct)
+        with torch.no_grad():
+            tokens, resp, _, log_probs = sample_rows(self.model, ids, mask, n, max_new, temperature,
+                                                     int(self.eos_token_id), with_log_probs=True)  # fmt: skip
+        self.batch_sizes.append(len(prompts))
+        lengths = resp.sum(1).tolist()
+        results: list[Any] = [None] * len(prompts)
+        for r, (row, row_log_probs) in enumerate(zip(tokens.tolist(), log_probs.tolist(), strict=True)):
+            results[rows[r]] = (row[: lengths[r]], row_log_probs[: lengths[r]])
         return results
 
     def _ends(self, token_ids: list[int]) -> int | None:
@@ -389,6 +478,19 @@ def _model_path(model_config: Any) -> str:
     return str(path)
 
 
+def server_options(rollout_config: Any) -> dict[str, Any]:
+    """`HFRolloutServer`'s batching and sampler settings from the rollout config's ``engine_kwargs.hf``
+    (``+actor_rollout_ref.rollout.engine_kwargs.hf.max_batch=256``: the keys ``max_batch``, ``batch_wait_s``,
+    ``sampler``); the server's defaults for those not given. Any other key is an error."""
+    engine = getattr(rollout_config, "engine_kwargs", None) or {}
+    given = dict(engine.get("hf") or {})
+    unknown = sorted(set(given) - {"max_batch", "batch_wait_s", "sampler"})
+    if unknown:
+        raise ValueError(f"hf rollout: unknown engine_kwargs.hf key(s) {unknown}; known: max_batch, batch_wait_s, "
+                         "sampler")  # fmt: skip
+    return given
+
+
 def _load_replica_class():
     from verl.workers.rollout.replica import RolloutMode, RolloutReplica
 
@@ -401,6 +503,7 @@ def _load_replica_class():
             if self.rollout_mode != RolloutMode.HYBRID:
                 raise NotImplementedError(f"hf rollout: only hybrid mode is supported, not {self.rollout_mode}")
             cfg = self.config
+            options = server_options(cfg)
             server = (
                 ray.remote(HFRolloutServer)
                 .options(name=SERVER_NAME.format(rank=self.replica_rank), num_cpus=1, max_concurrency=4096)
@@ -410,6 +513,7 @@ def _load_replica_class():
                     cfg.max_model_len,
                     "float32",
                     int(getattr(cfg, "seed", 0) or 0),
+                    **options,
                 )
             )
             self.servers = [server]

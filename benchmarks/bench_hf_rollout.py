@@ -1,11 +1,12 @@
-"""The CPU verl profile's rollout server (`bandpo.verl_cpu.HFRolloutServer`): one request at a time against batched.
+"""The CPU verl profile's rollout server (`bandpo.verl_cpu.HFRolloutServer`): three ways of serving one step.
 
 verl's agent loop sends every sample of a step to the rollout server at once, one ``generate`` call per sample. This
 benchmark makes the same calls (``--prompts`` prompts of the data set x ``--samples`` samples each, all awaited
-together, as in one step of ``config/verl-cpu.yaml``) on two servers built from the same model, side by side in one
-process: ``max_batch=1`` (one ``generate`` per request) and the default ``max_batch`` (the queued requests in
-left-padded batches). It prints the seconds per step of each, over ``--repeats`` alternating rounds, and their
-ratio::
+together, as in one step of ``config/verl-cpu.yaml``) on three servers built from the same model, side by side in
+one process: one request at a time through transformers ``generate`` (``max_batch=1``), the step as one left-padded
+``generate`` batch (``sampler="generate"``), and the profile's server (the step as one batch drawn by the suite's
+sampler, each prompt pre-filled once for its samples). It prints the seconds per step of each, over ``--repeats``
+alternating rounds, and their ratios to the profile's server::
 
     python benchmarks/bench_hf_rollout.py [--model resources/models/tiny-s/seed0]
         [--data resources/data/tiny-math/train.jsonl] [--prompts 32] [--samples 8] [--repeats 3] [--threads 2]
@@ -69,22 +70,25 @@ def main(argv: list[str] | None = None) -> int:
     rows = read_jsonl(args.data)[: args.prompts]
     prompts = [tokenizer(r["prompt"], add_special_tokens=False)["input_ids"] for r in rows]
     params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}
-    servers = {
-        "one at a time (max_batch=1)": HFRolloutServer(args.model, MAX_NEW_TOKENS, 128, "float32", 0, max_batch=1),
-        "batched (max_batch=256)": HFRolloutServer(args.model, MAX_NEW_TOKENS, 128, "float32", 0),
+    n = len(prompts) * args.samples
+    common = (args.model, MAX_NEW_TOKENS, 128, "float32", 0)
+    servers = {  # the profile's server last: the ratios are to it
+        "generate, one at a time": HFRolloutServer(*common, max_batch=1, batch_wait_s=0.01, sampler="generate"),
+        "generate, one batch": HFRolloutServer(*common, max_batch=n, sampler="generate"),
+        "suite sampler, one batch": HFRolloutServer(*common, max_batch=n),
     }
     seconds: dict[str, list[float]] = {name: [] for name in servers}
     for _ in range(args.repeats):  # alternate, so that a slow spell of the machine hits both
         for name, server in servers.items():
             seconds[name].append(one_step(server, prompts, args.samples, params))
-    n = len(prompts) * args.samples
     print(f"{len(prompts)} prompts x {args.samples} samples = {n} requests per step, {args.threads} threads, "
           f"{args.repeats} rounds; model {args.model}")  # fmt: skip
     medians = {name: statistics.median(v) for name, v in seconds.items()}
     for name, v in seconds.items():
-        print(f"  {name:28s} median {medians[name]:7.2f} s per step  (rounds: {', '.join(f'{x:.2f}' for x in v)})")
-    serial, batched = medians.values()
-    print(f"  ratio one-at-a-time / batched: {serial / batched:.1f}x")
+        print(f"  {name:26s} median {medians[name]:7.2f} s per step  (rounds: {', '.join(f'{x:.2f}' for x in v)})")
+    profile = medians["suite sampler, one batch"]
+    for name in list(servers)[:-1]:
+        print(f"  ratio {name} / suite sampler, one batch: {medians[name] / profile:.1f}x")
     return 0
 
 

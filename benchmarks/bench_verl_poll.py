@@ -1,17 +1,24 @@
-"""verl's trainer on CPU with its own replay buffer against `bandpo.verl_cpu.PollingReplayBuffer`, side by side.
+"""verl's trainer on CPU, two settings of the CPU profile side by side: the replay buffer, or the rollout server.
 
-verl 0.9.1's sync trainer waits for a step's rollouts by polling its replay buffer every 2 s, so the generation
-phase of a step (``timing_s/gen``) lasts a whole number of polls. ``config/verl-cpu.yaml`` selects the suite's
-subclass that polls every 0.05 s (``trainer.v1.sampler.custom_sampler``). This script trains the same entry and
-seed of the CPU profile twice per repeat, once without those two overrides (verl's buffer) and once with them,
-alternating, each a short run of the DAG's own ``train_verl`` job (``config/verl-cpu.yaml`` shrunk to one run of
-``--steps`` steps, in a work folder that links the repository's ``resources/``), and prints per run the median
-``timing_s/gen`` and ``timing_s/step`` over steps 2.. (step 1 warms up), then the ratios verl / polling::
+``--compare buffer`` (default): verl 0.9.1's sync trainer waits for a step's rollouts by polling its replay buffer
+every 2 s, so the generation phase of a step (``timing_s/gen``) lasts a whole number of polls;
+``config/verl-cpu.yaml`` selects the suite's subclass that polls every 0.05 s (``trainer.v1.sampler.custom_sampler``).
+The baseline runs without those two overrides (verl's buffer).
 
-    python benchmarks/bench_verl_poll.py [--entry grpo] [--seed 0] [--steps 8] [--repeats 2] [--work /tmp/verl-poll]
+``--compare rollout``: `bandpo.verl_cpu.HFRolloutServer` as it was before it served a step as one batch with the
+suite's sampler (transformers ``generate``, a 0.01 s quiet window: ``engine_kwargs.hf.sampler=generate``,
+``batch_wait_s=0.01``), against the profile's server (a step's 256 requests as one batch, the suite's sampler).
+
+This script trains the same entry and seed of the CPU profile twice per repeat, baseline and profile, alternating,
+each a short run of the DAG's own ``train_verl`` job (``config/verl-cpu.yaml`` shrunk to one run of ``--steps``
+steps, in a work folder that links the repository's ``resources/``), and prints per run the median
+``timing_s/gen`` and ``timing_s/step`` over steps 2.. (step 1 warms up), then the ratios baseline / profile::
+
+    python benchmarks/bench_verl_poll.py [--compare buffer|rollout] [--entry grpo] [--seed 0] [--steps 8]
+        [--repeats 2] [--work /tmp/verl-poll]
 
 Needs the profile's base model (``resources/models/tiny-s/seed{seed}``) and data, built by the embedded DAG, and the
-``verl-cpu`` extra. Each run takes 2-3 minutes on 2 cores.
+``verl-cpu`` extra. Each run takes 2-4 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -31,10 +38,14 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLER = "trainer.v1.sampler.custom_sampler."
 
 
-def config(entry: str, seed: int, steps: int, polling: bool) -> dict:
-    """config/verl-cpu.yaml reduced to one run; without ``polling``, verl's own replay buffer."""
+ROLLOUT_BEFORE = ["+actor_rollout_ref.rollout.engine_kwargs.hf.sampler=generate",
+                  "+actor_rollout_ref.rollout.engine_kwargs.hf.batch_wait_s=0.01"]  # fmt: skip
+
+
+def config(entry: str, seed: int, steps: int, profile: bool, compare: str = "buffer") -> dict:
+    """config/verl-cpu.yaml reduced to one run; without ``profile``, the baseline of ``compare``."""
     cfg = yaml.safe_load((ROOT / "config" / "verl-cpu.yaml").read_text())
-    cfg["profile"] = "verl-poll" if polling else "verl-default"
+    cfg["profile"] = f"verl-{compare}-{'profile' if profile else 'baseline'}"
     cfg["methods"] = [m for m in cfg["methods"] if m["id"] == entry]
     if not cfg["methods"]:
         raise SystemExit(f"entry {entry!r} is not in config/verl-cpu.yaml")
@@ -44,8 +55,10 @@ def config(entry: str, seed: int, steps: int, polling: bool) -> dict:
     overrides = cfg["verl"]["extra_overrides"]
     if not any(o.startswith(SAMPLER) for o in overrides):
         raise SystemExit("config/verl-cpu.yaml does not select the polling replay buffer")
-    if not polling:
+    if not profile and compare == "buffer":
         cfg["verl"]["extra_overrides"] = [o for o in overrides if not o.startswith(SAMPLER)]
+    elif not profile:
+        cfg["verl"]["extra_overrides"] = overrides + ROLLOUT_BEFORE
     return cfg
 
 
@@ -67,8 +80,15 @@ def run(work: Path, cfg: dict, entry: str, seed: int) -> list[dict]:
     return [json.loads(line)["data"] for line in target.read_text().splitlines()]
 
 
+NAMES = {  # (baseline, profile) per --compare
+    "buffer": ("verl's replay buffer (2 s)", "polling 0.05 s"),
+    "rollout": ("generate, 0.01 s window", "one batch, suite sampler"),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--compare", choices=sorted(NAMES), default="buffer")
     ap.add_argument("--entry", default="grpo")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--steps", type=int, default=8)
@@ -81,20 +101,21 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     if not (work / "resources").exists():
         (work / "resources").symlink_to(ROOT / "resources")
+    names = NAMES[args.compare]
     medians: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
-    print("| repeat | replay buffer | gen s / step (median) | step s (median) |\n|---|---|---:|---:|")
+    print(f"| repeat | {args.compare} | gen s / step (median) | step s (median) |\n|---|---|---:|---:|")
     for r in range(args.repeats):
-        for polling in (False, True) if r % 2 == 0 else (True, False):
-            steps = run(work, config(args.entry, args.seed, args.steps, polling), args.entry, args.seed)[1:]
+        for profile in (False, True) if r % 2 == 0 else (True, False):
+            cfg = config(args.entry, args.seed, args.steps, profile, args.compare)
+            steps = run(work, cfg, args.entry, args.seed)[1:]
             gen = statistics.median(s["timing_s/gen"] for s in steps)
             step = statistics.median(s["timing_s/step"] for s in steps)
-            medians[polling].append((gen, step))
-            name = f"polling {0.05:g} s" if polling else "verl's (2 s)"
-            print(f"| {r + 1} | {name} | {gen:.2f} | {step:.2f} |", flush=True)
+            medians[profile].append((gen, step))
+            print(f"| {r + 1} | {names[profile]} | {gen:.2f} | {step:.2f} |", flush=True)
     for i, what in enumerate(("generation phase", "step")):
         base = statistics.median(m[i] for m in medians[False])
         fast = statistics.median(m[i] for m in medians[True])
-        print(f"{what}: verl's buffer {base:.2f} s, polling {fast:.2f} s: {base / fast:.2f}x")
+        print(f"{what}: {names[0]} {base:.2f} s, {names[1]} {fast:.2f} s: {base / fast:.2f}x")
     return 0
 
 

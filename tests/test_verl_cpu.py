@@ -120,6 +120,53 @@ def test_hf_server_batches_concurrent_requests(tiny_model, monkeypatch):
         HFRolloutServer(str(tiny_model), response_length=10, max_model_len=64, dtype="float32", seed=0, max_batch=0)
 
 
+def test_hf_server_suite_sampler_serves_plain_sampling(tiny_model, monkeypatch):
+    """With the default sampler "suite", a batch of plain sampling requests (T > 0, no top-p / top-k) is drawn by
+    the suite's sampler: a prompt's samples (separate requests) share one pre-filled prompt when every prompt has
+    as many, else each request is its own prompt; each request gets its own prompt's completion and the sampled
+    tokens' log-probs under softmax(logits / T). Other settings, and sampler "generate", go to HF generate."""
+    from transformers import AutoModelForCausalLM
+
+    import bandpo.sampling
+    from bandpo.verl_cpu import HFRolloutServer
+
+    drawn = []  # (prompts pre-filled, samples per prompt) of each call of the suite's sampler
+    real = bandpo.sampling.sample_rows
+    monkeypatch.setattr(bandpo.sampling, "sample_rows", lambda m, ids, mask, n, *a, **k: drawn.append(
+        (ids.shape[0], n)) or real(m, ids, mask, n, *a, **k))  # fmt: skip
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    eos = model.generation_config.eos_token_id
+    tok = build_tokenizer()
+    prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in ("3+4=", "12*31-7=", "x=")]
+    plain = {"temperature": 0.8, "top_p": 1.0, "top_k": -1, "logprobs": True}
+    nucleus = {**plain, "top_p": 0.9}
+    cases = {  # name: (server kwargs, calls, expected (requests, sampler) per served batch)
+        "4 samples of each prompt": ({}, [(prompts[i % 3], plain) for i in range(12)], [(12, "suite")]),
+        "uneven samples": ({}, [(prompts[i % 3], plain) for i in range(5)], [(5, "suite")]),
+        "top-p": ({}, [(prompts[0], nucleus)] * 2, [(2, "generate")]),
+        "sampler generate": ({"sampler": "generate"}, [(prompts[1], plain)] * 3, [(3, "generate")]),
+    }
+    for name, (kwargs, calls, expected) in cases.items():
+        server = HFRolloutServer(str(tiny_model), response_length=10, max_model_len=64, dtype="float32", seed=0,
+                                 batch_wait_s=0.05, **kwargs)  # fmt: skip
+
+        async def all_at_once(server=server, calls=calls):
+            return await asyncio.gather(
+                *(server.generate(f"r{i}", prompt_ids=p, sampling_params=sp) for i, (p, sp) in enumerate(calls))
+            )
+
+        outs = asyncio.run(all_at_once())
+        assert [(b["requests"], b["sampler"]) for b in server.batch_log] == expected, name
+        for (prompt, sp), out in zip(calls, outs, strict=True):
+            assert 1 <= len(out.token_ids) <= 10 and len(out.log_probs) == len(out.token_ids), name
+            assert eos not in out.token_ids[:-1], name  # cut at the first EOS
+            expected_lp = _teacher_forced(model, prompt, out.token_ids, sp["temperature"])  # unrestricted softmax
+            torch.testing.assert_close(torch.tensor(out.log_probs), expected_lp, atol=1e-5, rtol=1e-5)
+    assert drawn == [(3, 4), (5, 1)]  # 3 prompts x 4 samples; the uneven batch as 5 prompts of one sample
+    with pytest.raises(ValueError, match="sampler"):
+        HFRolloutServer(str(tiny_model), response_length=10, max_model_len=64, dtype="float32", seed=0, sampler="x")
+
+
 def test_rollout_benchmark_runs_both_servers(tiny_model, tmp_path, capsys):
     import importlib.util
 
@@ -131,7 +178,9 @@ def test_rollout_benchmark_runs_both_servers(tiny_model, tmp_path, capsys):
     assert bench.main(["--model", str(tiny_model), "--data", str(data), "--prompts", "3", "--samples", "2",
                        "--repeats", "1", "--threads", "1"]) == 0  # fmt: skip
     out = capsys.readouterr().out
-    assert "3 prompts x 2 samples = 6 requests" in out and re.search(r"ratio one-at-a-time / batched: [\d.]+x", out)
+    assert "3 prompts x 2 samples = 6 requests" in out
+    assert re.search(r"ratio generate, one at a time / suite sampler, one batch: [\d.]+x", out)
+    assert re.search(r"ratio generate, one batch / suite sampler, one batch: [\d.]+x", out)
     with pytest.raises(SystemExit):
         bench.main(["--model", str(tmp_path / "missing"), "--data", str(data)])
 

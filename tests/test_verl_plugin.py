@@ -678,3 +678,22 @@ def test_one_dual_clip_default():
     assert f"actor_rollout_ref.actor.clip_ratio_c={c!r}" in sweep_run().overrides()
     assert verl_plugin._dual_clip_c(None) == verl_plugin._dual_clip_c({}) == c
     assert verl_plugin._dual_clip_c({"clip_ratio_c": 3.0}) == 3.0
+
+
+def test_cpu_profile_serves_a_steps_requests_as_one_batch(compose):
+    """config/verl-cpu.yaml's command composes with verl's ppo_trainer config, and bandpo.verl_cpu's rollout server
+    gets a step's request count (prompts x samples) as its batch size from the rollout's engine_kwargs.hf."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    from bandpo.verl_cpu import server_options
+
+    path = os.path.join(os.path.dirname(__file__), "..", "config", "verl-cpu.yaml")
+    profile = yaml.safe_load(open(path, encoding="utf-8"))["verl"]
+    run = sweep_run(**profile)
+    cfg = compose(run.overrides())
+    rollout = cfg.actor_rollout_ref.rollout
+    assert rollout.name == "hf" and server_options(rollout) == {"max_batch": 32 * 8}
+    assert "engine_kwargs.hf" not in " ".join(sweep_run().overrides())  # a vllm run has no such key
+    with pytest.raises(ValueError, match="unknown engine_kwargs.hf"):
+        server_options(OmegaConf.create({"engine_kwargs": {"hf": {"max_batchs": 4}}}))
