@@ -275,7 +275,6 @@ class HFRolloutServer:
         self.max_batch = int(max_batch)
         self.batch_wait_s = float(batch_wait_s)
         self.sampler = sampler
-        self.batch_sizes: list[int] = []  # the size of every generate call made (diagnostics, tests)
         # per served batch: its requests, the sampler used, the first request's wait in the queue, the seconds to
         # sample it (also printed to stderr, which Ray forwards to the training log)
         self.batch_log: list[dict[str, Any]] = []
@@ -384,7 +383,6 @@ class HFRolloutServer:
             gen_kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k if top_k > 0 else 0)
         with torch.no_grad():
             out = self.model.generate(ids, attention_mask=mask, **gen_kwargs)
-        self.batch_sizes.append(len(prompts))
         tokens = out.sequences[:, width:]  # (B, new tokens); rows that ended early are padded after their EOS
         logits = torch.stack(out.logits, dim=1).float()  # (B, new tokens, vocab), unprocessed
         if sample and temperature != 1.0:
@@ -442,7 +440,6 @@ class HFRolloutServer:
         with torch.no_grad():
             tokens, resp, _, log_probs = sample_rows(self.model, ids, mask, n, max_new, temperature,
                                                      int(self.eos_token_id), with_log_probs=True)  # fmt: skip
-        self.batch_sizes.append(len(prompts))
         lengths = resp.sum(1).tolist()
         results: list[Any] = [None] * len(prompts)
         for r, (row, row_log_probs) in enumerate(zip(tokens.tolist(), log_probs.tolist(), strict=True)):
