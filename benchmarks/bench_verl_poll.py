@@ -1,4 +1,5 @@
-"""verl's trainer on CPU, two settings of the CPU profile side by side: the replay buffer, or the rollout server.
+"""verl's trainer on CPU, two settings of the CPU profile side by side: the replay buffer, the rollout server, or any
+one setting (``--try``).
 
 ``--compare buffer`` (default): verl 0.9.1's sync trainer waits for a step's rollouts by polling its replay buffer
 every 2 s, so the generation phase of a step (``timing_s/gen``) lasts a whole number of polls;
@@ -9,13 +10,19 @@ The baseline runs without those two overrides (verl's buffer).
 suite's sampler (transformers ``generate``, a 0.01 s quiet window: ``engine_kwargs.hf.sampler=generate``,
 ``batch_wait_s=0.01``), against the profile's server (a step's 256 requests as one batch, the suite's sampler).
 
-This script trains the same entry and seed of the CPU profile twice per repeat, baseline and profile, alternating,
-each a short run of the DAG's own ``train_verl`` job (``config/verl-cpu.yaml`` shrunk to one run of ``--steps``
-steps, in a work folder that links the repository's ``resources/``), and prints per run the median
-``timing_s/gen`` and ``timing_s/step`` over steps 2.. (step 1 warms up), then the ratios baseline / profile::
+``--try KEY=VALUE``: the profile as it is (the baseline) against the profile with one setting changed, KEY a field
+of the profile's ``verl:`` block (``ppo_max_token_len_per_gpu=16384``) or a Hydra key of its ``extra_overrides``,
+whose entry is replaced (``actor_rollout_ref.rollout.agent.num_workers=2``) or, if absent, added. It is how a
+candidate setting is measured before it goes into the profile.
 
-    python benchmarks/bench_verl_poll.py [--compare buffer|rollout] [--entry grpo] [--seed 0] [--steps 8]
-        [--repeats 2] [--work /tmp/verl-poll]
+This script trains the same entry and seed of the CPU profile twice per repeat, baseline and candidate,
+alternating, each a short run of the DAG's own ``train_verl`` job (``config/verl-cpu.yaml`` shrunk to one run of
+``--steps`` steps, in a work folder that links the repository's ``resources/``), and prints per run the medians
+over steps 2.. (step 1 warms up) of verl's ``timing_s/gen`` (generation phase), ``timing_s/old_log_prob``,
+``timing_s/update_actor`` and ``timing_s/step``, then the ratios baseline / candidate::
+
+    python benchmarks/bench_verl_poll.py [--compare buffer|rollout | --try KEY=VALUE] [--entry grpo] [--seed 0]
+        [--steps 8] [--repeats 2] [--work /tmp/verl-poll]
 
 Needs the profile's base model (``resources/models/tiny-s/seed{seed}``) and data, built by the embedded DAG, and the
 ``verl-cpu`` extra. Each run takes 2-4 minutes on 2 cores.
@@ -42,10 +49,13 @@ ROLLOUT_BEFORE = ["+actor_rollout_ref.rollout.engine_kwargs.hf.sampler=generate"
                   "+actor_rollout_ref.rollout.engine_kwargs.hf.batch_wait_s=0.01"]  # fmt: skip
 
 
-def config(entry: str, seed: int, steps: int, profile: bool, compare: str = "buffer") -> dict:
-    """config/verl-cpu.yaml reduced to one run; without ``profile``, the baseline of ``compare``."""
+def config(
+    entry: str, seed: int, steps: int, profile: bool, compare: str = "buffer", change: str | None = None
+) -> dict:
+    """config/verl-cpu.yaml reduced to one run; without ``profile``, the baseline of ``compare``. With ``change``
+    (``--try``'s KEY=VALUE), the profile (``profile`` False) or the profile with that setting (True)."""
     cfg = yaml.safe_load((ROOT / "config" / "verl-cpu.yaml").read_text())
-    cfg["profile"] = f"verl-{compare}-{'profile' if profile else 'baseline'}"
+    cfg["profile"] = f"verl-{'try' if change else compare}-{'profile' if profile else 'baseline'}"
     cfg["methods"] = [m for m in cfg["methods"] if m["id"] == entry]
     if not cfg["methods"]:
         raise SystemExit(f"entry {entry!r} is not in config/verl-cpu.yaml")
@@ -55,11 +65,32 @@ def config(entry: str, seed: int, steps: int, profile: bool, compare: str = "buf
     overrides = cfg["verl"]["extra_overrides"]
     if not any(o.startswith(SAMPLER) for o in overrides):
         raise SystemExit("config/verl-cpu.yaml does not select the polling replay buffer")
-    if not profile and compare == "buffer":
+    if change is not None:
+        if profile:
+            with_change(cfg["verl"], change)
+    elif not profile and compare == "buffer":
         cfg["verl"]["extra_overrides"] = [o for o in overrides if not o.startswith(SAMPLER)]
     elif not profile:
         cfg["verl"]["extra_overrides"] = overrides + ROLLOUT_BEFORE
     return cfg
+
+
+def with_change(verl: dict, change: str) -> None:
+    """Apply ``--try``'s KEY=VALUE to the profile's ``verl:`` block (see the module docstring)."""
+    key, sep, value = change.partition("=")
+    if not sep or not key or not value:
+        raise SystemExit(f"--try wants KEY=VALUE, got {change!r}")
+    if key in verl and key != "extra_overrides":
+        verl[key] = yaml.safe_load(value)  # a VerlRun field: typed as YAML reads it
+        return
+    overrides = verl["extra_overrides"]
+    hits = [i for i, o in enumerate(overrides) if o.lstrip("+~").partition("=")[0] == key.lstrip("+~")]
+    if len(hits) > 1:
+        raise SystemExit(f"--try {key}: the profile sets it {len(hits)} times")
+    if hits:
+        overrides[hits[0]] = change
+    else:
+        overrides.append(change)
 
 
 def run(work: Path, cfg: dict, entry: str, seed: int) -> list[dict]:
@@ -80,6 +111,10 @@ def run(work: Path, cfg: dict, entry: str, seed: int) -> list[dict]:
     return [json.loads(line)["data"] for line in target.read_text().splitlines()]
 
 
+TIMINGS = {"gen": "generation phase", "old_log_prob": "old log-prob pass", "update_actor": "actor update",
+           "step": "step"}  # fmt: skip
+"""verl's ``timing_s/<key>`` per step, printed as medians over steps 2.."""
+
 NAMES = {  # (baseline, profile) per --compare
     "buffer": ("verl's replay buffer (2 s)", "polling 0.05 s"),
     "rollout": ("generate, 0.01 s window", "one batch, suite sampler"),
@@ -88,7 +123,9 @@ NAMES = {  # (baseline, profile) per --compare
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--compare", choices=sorted(NAMES), default="buffer")
+    pick = ap.add_mutually_exclusive_group()
+    pick.add_argument("--compare", choices=sorted(NAMES), default="buffer")
+    pick.add_argument("--try", dest="change", metavar="KEY=VALUE", help="the profile against the profile with this")
     ap.add_argument("--entry", default="grpo")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--steps", type=int, default=8)
@@ -101,18 +138,20 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     if not (work / "resources").exists():
         (work / "resources").symlink_to(ROOT / "resources")
-    names = NAMES[args.compare]
-    medians: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
-    print(f"| repeat | {args.compare} | gen s / step (median) | step s (median) |\n|---|---|---:|---:|")
+    names = ("profile", f"profile, {args.change}") if args.change else NAMES[args.compare]
+    if args.change:
+        config(args.entry, args.seed, args.steps, True, change=args.change)  # a bad KEY=VALUE fails before any run
+    medians: dict[bool, list[tuple[float, ...]]] = {False: [], True: []}
+    what = "setting" if args.change else args.compare
+    print(f"| repeat | {what} | gen s | old log-prob s | update s | step s |\n|---|---|---:|---:|---:|---:|")
     for r in range(args.repeats):
         for profile in (False, True) if r % 2 == 0 else (True, False):
-            cfg = config(args.entry, args.seed, args.steps, profile, args.compare)
+            cfg = config(args.entry, args.seed, args.steps, profile, args.compare, args.change)
             steps = run(work, cfg, args.entry, args.seed)[1:]
-            gen = statistics.median(s["timing_s/gen"] for s in steps)
-            step = statistics.median(s["timing_s/step"] for s in steps)
-            medians[profile].append((gen, step))
-            print(f"| {r + 1} | {names[profile]} | {gen:.2f} | {step:.2f} |", flush=True)
-    for i, what in enumerate(("generation phase", "step")):
+            row = tuple(statistics.median(s[f"timing_s/{k}"] for s in steps) for k in TIMINGS)
+            medians[profile].append(row)
+            print(f"| {r + 1} | {names[profile]} | " + " | ".join(f"{v:.2f}" for v in row) + " |", flush=True)
+    for i, what in enumerate(TIMINGS.values()):
         base = statistics.median(m[i] for m in medians[False])
         fast = statistics.median(m[i] for m in medians[True])
         print(f"{what}: {names[0]} {base:.2f} s, {names[1]} {fast:.2f} s: {base / fast:.2f}x")

@@ -186,6 +186,28 @@ def test_rollout_benchmark_runs_both_servers(tiny_model, tmp_path, capsys):
         bench.main(["--model", str(tmp_path / "missing"), "--data", str(data)])
 
 
+def test_verl_step_benchmark_try_changes_one_setting_of_the_profile():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_verl_poll", ROOT / "benchmarks" / "bench_verl_poll.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    base = bench.config("grpo", 0, 4, False, change="ppo_max_token_len_per_gpu=16384")
+    profile = yaml.safe_load((ROOT / "config" / "verl-cpu.yaml").read_text())["verl"]
+    assert base["verl"] == {**profile, "steps": 4}  # the baseline of --try is the profile itself
+    field = bench.config("grpo", 0, 4, True, change="ppo_max_token_len_per_gpu=16384")["verl"]
+    assert field["ppo_max_token_len_per_gpu"] == 16384 and field["extra_overrides"] == profile["extra_overrides"]
+    key = "actor_rollout_ref.rollout.agent.num_workers"
+    replaced = bench.config("grpo", 0, 4, True, change=f"{key}=2")["verl"]["extra_overrides"]
+    assert f"{key}=2" in replaced and len(replaced) == len(profile["extra_overrides"])
+    assert not any(o.startswith(f"{key}=") and o != f"{key}=2" for o in replaced)
+    added = bench.config("grpo", 0, 4, True, change="+x.y=1")["verl"]["extra_overrides"]
+    assert added == [*profile["extra_overrides"], "+x.y=1"]
+    for bad in ("no_equals", "=1", "k="):
+        with pytest.raises(SystemExit, match="KEY=VALUE"):
+            bench.config("grpo", 0, 4, True, change=bad)
+
+
 def test_cpu_platform_is_registered_and_opt_in():
     from verl.plugin.platform.platform_manager import PlatformRegistry
 
