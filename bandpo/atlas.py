@@ -394,10 +394,10 @@ def rollout_batches(model: str | Path, data: str | Path, steps: int, seed: int =
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(cfg.model)
-    policy = AutoModelForCausalLM.from_pretrained(cfg.model, torch_dtype=torch.float32).to(device).eval()
+    policy = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=torch.float32).to(device).eval()
     reference = None
     if cfg.kl_coef > 0:
-        reference = AutoModelForCausalLM.from_pretrained(cfg.model, torch_dtype=torch.float32).to(device).eval()
+        reference = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=torch.float32).to(device).eval()
         reference.requires_grad_(False)
     optimizer = AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     recorder = _Recorder(cfg.resolve_method())

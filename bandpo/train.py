@@ -147,6 +147,10 @@ class TrainConfig:
     hence the ratio, and the logged entropy are those of the same softmax(logits / temperature), as in verl."""
     max_new_tokens: int = 48
     """Longest completion; a completion without EOS by then is truncated there."""
+    chat_template: bool = False
+    """Wrap each prompt in the model tokenizer's chat template (one user turn, then the assistant's generation
+    prompt), as lm-eval's ``--apply-chat-template`` and verl do: for instruct models (the real-LM experiment). False
+    (default): the row's prompt verbatim (the tiny models have no template)."""
     reward: str = "grader"
     """grader: bandpo.grader.grade against the reference (1 or 0). random: Bernoulli(0.5) per completion, seeded by
     (seed, step) - the random-reward control of the protocol, which isolates what clipping alone does to entropy."""
@@ -251,6 +255,8 @@ class TrainConfig:
             problems.append(f"checkpoint_every: must be >= 1, got {self.checkpoint_every!r}")
         if self.threads < 1:
             problems.append(f"threads: must be >= 1, got {self.threads!r}")
+        if self.chat_template and self.probe_every:
+            problems.append("chat_template: the probe measures the raw prompt's deciding token; set probe_every 0")
         if problems:
             raise ValueError("invalid training config:\n  " + "\n  ".join(problems))
         self.resolve_method()  # unknown method / bad parameter: ValueError naming it
@@ -368,6 +374,8 @@ def rollout(model, tokenizer, prompts: list[str], cfg: TrainConfig, device: torc
     """``samples_per_prompt`` completions per prompt, KV-cached sampling (group members are adjacent rows)."""
     n = cfg.samples_per_prompt
     tokenizer.padding_side = "left"
+    if cfg.chat_template:
+        prompts = chat_prompts(tokenizer, prompts)
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
     prompt_ids, prompt_mask = enc["input_ids"], enc["attention_mask"]
     own = cfg.old_log_probs == "sampler"
@@ -383,6 +391,15 @@ def rollout(model, tokenizer, prompts: list[str], cfg: TrainConfig, device: torc
     input_ids = torch.cat([prompt_ids.repeat_interleave(n, 0), completion], 1)
     return Batch(input_ids, attention_mask, response_mask, prompt_ids.shape[1], texts, prompt_ids, prompt_mask,
                  truncated, log_prob[0] if own else None, entropy)  # fmt: skip
+
+
+def chat_prompts(tokenizer, prompts: list[str]) -> list[str]:
+    """Each prompt as one user turn of the tokenizer's chat template, ending in the assistant's generation prompt;
+    ValueError when the tokenizer has none."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("chat_template: the model's tokenizer has no chat template")
+    return [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+            for p in prompts]  # fmt: skip
 
 
 def group_advantages(rewards: torch.Tensor, group: int, eps: float) -> torch.Tensor:
@@ -476,6 +493,10 @@ def train(cfg: TrainConfig) -> dict:
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     model, tokenizer = load_policy(cfg.model, device)
+    if cfg.chat_template and not getattr(tokenizer, "chat_template", None):
+        raise ValueError(
+            f"chat_template: the tokenizer of {cfg.model} has no chat template (an instruct model has one)"
+        )
     model.eval()  # no dropout anywhere: rollout, old log-probs and updates see the same function
     reference = None
     if cfg.kl_coef > 0:
@@ -565,7 +586,7 @@ def load_policy(model_dir: str, device: torch.device):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    return AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).to(device), tokenizer
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device), tokenizer
 
 
 def lr_at(cfg: TrainConfig, step: int) -> float:
