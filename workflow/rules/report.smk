@@ -163,6 +163,35 @@ if config["beside"]:
             "python -m bandpo.report beside --results {params.results} --other {params.other:q} > {log} 2>&1"
 
 
+if config["smoke_section"]:
+
+    # A smoke profile (config/real-lm.yaml, config/real-lm-verl.yaml): the smoke section of the published page
+    # (results/leaderboard.{md,html}) rewritten from every smoke profile's tables under results/ (bandpo.report.smoke);
+    # the rest of the page is left as it is. Its outputs, in the profile's folder: the section's Markdown and
+    # provenance.json (commit, versions, config, the base model's source, version and hashes).
+    rule smoke_section:
+        input:
+            scores=rules.report.output.scores,
+            runs=rules.report.output.runs,
+            beside=[rules.beside.output.md] if config["beside"] else [],
+        output:
+            md=f"{RESULTS}/smoke_section.md",
+            provenance=f"{RESULTS}/provenance.json",
+        params:
+            results=lambda w, output: os.path.dirname(output.md),  # RESULTS
+            config=json.dumps(config, sort_keys=True, default=str),
+            models=lambda w: all_base_models(),
+        resources:
+            **res("report"),
+        log:
+            f"{LOGS}/smoke_section.log",
+        benchmark:
+            f"{BENCH}/smoke_section.tsv"
+        shell:
+            "python -m bandpo.report smoke --dest results --out {output.md} --results {params.results} "
+            "--config-json {params.config:q} --models {params.models:q} > {log} 2>&1"
+
+
 localrules:
     all,
     publish,
