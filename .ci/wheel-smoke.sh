@@ -81,6 +81,11 @@ Path("axes.json").write_text(json.dumps(published_runs.published_axes(Path(sys.a
 EOF
 "$PY" -m bandpo.report build --results "$(cat results_dir)" --out report --bounds bounds.csv \
     --experiments-json "$(cat experiments.json)" --axes-json "$(cat axes.json)"
+# as `report publish` does: the published page keeps the real-LM smoke section, made from results/real-lm*/
+if compgen -G "$ROOT/results/real-lm*/scores.csv" >/dev/null; then
+    for d in "$ROOT"/results/real-lm*/; do cp -r "$d" report/; done
+    "$PY" -m bandpo.report smoke --dest report >/dev/null
+fi
 cmp report/leaderboard.md "$ROOT/results/leaderboard.md"
 "$PY" -m bandpo.report compare --published "$ROOT/results/leaderboard.csv" --rerun report/leaderboard.csv | tail -3
 
