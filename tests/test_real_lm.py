@@ -302,7 +302,7 @@ def test_real_lm_through_both_dags(tmp_path):
         for entry in ("grpo", "bandpo_kl"):
             run = wd / "results" / profile / "runs" / "smollm2-135m" / entry / "seed0"
             record = check_run(run)  # the run contract
-            assert record["trainer"] == trainer and record["steps"] == 2
+            assert record.get("trainer", "local") == trainer and record["steps"] == 2  # absent: the local trainer
             metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
             assert [m["step"] for m in metrics] == [1, 2] and all(m["entropy"] > 0 for m in metrics)
             trained = load_file(run / "model" / "model.safetensors")
