@@ -14,13 +14,12 @@ import os
 import sys
 
 # bandpo is installed (`pip install -e .` in dev and CI, or its wheel): the sweep model, its schema and the lm-eval
-# tasks come from the package (bandpo/sweep.py, bandpo/schemas/, bandpo/lm_eval_tasks/).
-from bandpo.run_lock import clear_stale_locks
-from bandpo.sweep import ConfigError, validate_config
-from snakemake.exceptions import WorkflowError
+# tasks come from the package (bandpo/config/sweep.py, bandpo/schemas/, bandpo/score/lm_eval_tasks/).
+from bandpo.config.run_lock import clear_stale_locks
+from bandpo.config.validate import ConfigError, validate_config
 
 # A run killed by SIGKILL leaves Snakemake's lock files behind; with no other run alive here they are stale, and the
-# plain command clears them instead of asking for --unlock (bandpo/run_lock.py). Jobs re-parsing this file
+# plain command clears them instead of asking for --unlock (bandpo/config/run_lock.py). Jobs re-parsing this file
 # (cluster executors) are not the main process and leave the locks alone.
 if workflow.is_main_process and clear_stale_locks():
     print("Removed the lock files of a Snakemake run that was killed (no other run is alive here).", file=sys.stderr)
@@ -36,7 +35,10 @@ try:
         config, cache_dir=os.path.join(".snakemake", "bandpo-config-checked"), root=workflow.basedir
     )
 except ConfigError as _err:
-    raise WorkflowError(str(_err)) from None
+    # A config error, not a broken Snakefile: one line naming the config file and the field, without the location
+    # and traceback in the Snakefile that Snakemake prints for an exception raised here (WorkflowError included).
+    _files = ", ".join(map(str, workflow.overwrite_configfiles or ["config/config.yaml"]))
+    raise SystemExit(f"Invalid config ({_files}): {_err}") from None
 config.clear()
 config.update(_validated)
 

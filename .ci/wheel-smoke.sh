@@ -20,7 +20,7 @@ git -C "$ROOT" ls-files -z | (cd "$ROOT" && tar --null -T - -cf -) | tar -xf - -
 # setuptools is installed (the build requirement); no download: no build isolation
 python -m pip wheel --quiet --no-deps --no-build-isolation -w "$WORK/dist" "$WORK/src"
 WHEEL=$(ls "$WORK"/dist/bandpo-*.whl)
-python -m zipfile -l "$WHEEL" | grep -E "bandpo/(schemas/run.schema.yaml|schemas/config.schema.yaml|lm_eval_tasks/tiny_math.yaml|lm_eval_tasks/utils.py|report/templates/)" >/dev/null
+python -m zipfile -l "$WHEEL" | grep -E "bandpo/(schemas/run.schema.yaml|schemas/config.schema.yaml|score/lm_eval_tasks/tiny_math.yaml|score/lm_eval_tasks/utils.py|report/templates/)" >/dev/null
 
 step "a fresh venv outside the checkout (system site-packages), the wheel installed without dependencies"
 python -m venv --system-site-packages "$WORK/venv"
@@ -32,33 +32,33 @@ import sys
 from pathlib import Path
 
 import bandpo
-from bandpo.files import package_data
+from bandpo.core.files import package_data
 
 venv = Path(sys.argv[1]).resolve()
 assert Path(bandpo.__file__).resolve().is_relative_to(venv), f"bandpo imported from {bandpo.__file__}, not the wheel"
-for part in (("schemas", "config.schema.yaml"), ("schemas", "run.schema.yaml"), ("lm_eval_tasks", "tiny_math.yaml")):
+for part in (("schemas", "config.schema.yaml"), ("schemas", "run.schema.yaml"), ("score", "lm_eval_tasks", "tiny_math.yaml")):
     assert package_data(*part).is_file(), part
 print(f"bandpo {bandpo.__version__} from {bandpo.__file__}")
 EOF
 
 step "config validation (the schema and the task YAMLs from the package; the method registry)"
-"$PY" -c "import sys; from bandpo import sweep; sweep.validate_config(sweep.load_yaml(sys.argv[1])); print('ok')" \
+"$PY" -c "import sys; from bandpo.config import validate; validate.validate_config(validate.load_yaml(sys.argv[1])); print('ok')" \
     "$ROOT/config/smoke.yaml"
 
-step "ratio bounds of the registered methods (python -m bandpo.bounds_table)"
-"$PY" -m bandpo.bounds_table --out bounds.csv
+step "ratio bounds of the registered methods (python -m bandpo.report.bounds_table)"
+"$PY" -m bandpo.report.bounds_table --out bounds.csv
 "$PY" -c "import pandas as pd; t = pd.read_csv('bounds.csv'); assert len(t) > 1000 and (t.r_lo <= t.r_hi).all()"
 
 step "a tiny run: data, a tiny-test model, 2 training steps, the run contract"
-"$PY" -m bandpo.tasks tiny-math --out data --seed 0 --n-train 300 --n-val 8 --n-test 8
+"$PY" -m bandpo.data tiny-math --out data --seed 0 --n-train 300 --n-val 8 --n-test 8
 "$PY" -m bandpo.models build --size tiny-test --data data --out model --seed 0 --threads 1 --eval-limit 4 --no-progress
 "$PY" -m bandpo.train --model model --data data --method bandpo --params '{"divergence": "kl", "delta": 0.05}' \
     --seed 0 --out run --set steps=2 --threads 1 --no-progress
-"$PY" -m bandpo.run_contract run
+"$PY" -m bandpo.core.run_contract run
 
 step "lm-eval scores the run with the packaged task YAMLs; its method comes from run.json"
-TASKS=$("$PY" -c "from bandpo.files import package_data; print(package_data('lm_eval_tasks'))")
-"$PY" -m bandpo.evaluate --include-path "$TASKS" --task tiny_math=data/test.jsonl --backend hf \
+TASKS=$("$PY" -c "from bandpo.core.files import package_data; print(package_data('score', 'lm_eval_tasks'))")
+"$PY" -m bandpo.score --include-path "$TASKS" --task tiny_math=data/test.jsonl --backend hf \
     --model-args '{"device": "cpu", "dtype": "float32"}' --batch-size 64 --limit 2 --threads 1 \
     --run run/model eval 0 --meta '{"entry": "bandpo_kl", "run_dir": "run"}'
 "$PY" -c "import json; s = json.load(open('eval/tiny_math.json')); assert s['method'] == 'bandpo', s['method']; \

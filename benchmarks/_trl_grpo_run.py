@@ -1,20 +1,20 @@
 """TRL side of ``bench_trainer_vs_trl.py``: TRL's GRPOTrainer on a local model, timed per rollout batch.
 
 Run as a child process by the python given as ``--trl-python`` (default: the benchmark's own; the ``bench`` extra
-installs trl), not imported::
+installs trl, or a venv that adds trl alone: bench_trainer_vs_trl.py's docstring), not imported::
 
-    python benchmarks/_trl_grpo_run.py --model resources/models/tiny-s/seed0 \\
+    python benchmarks/_trl_grpo_run.py --model resources/models/tiny-s \\
         --data resources/data/tiny-math --out /tmp/trl.json [--warmup-steps 2 --steps 20 --threads 1]
 
-One "step" here is what it is in ``bandpo.train``: one rollout batch of ``prompts_per_step x samples_per_prompt``
+One "step" here is what it is in ``bandpo.train.loop``: one rollout batch of ``prompts_per_step x samples_per_prompt``
 completions followed by ``updates_per_step`` optimizer updates on disjoint mini-batches. In TRL terms:
 ``generation_batch_size`` = 128 sequences, ``per_device_train_batch_size`` = 128 / 4 = 32,
 ``steps_per_generation`` = 4, ``gradient_accumulation_steps`` = 1, ``num_iterations`` = 1, so a rollout batch is
 generated every 4 optimizer steps and each of those steps uses one quarter of it (TRL shuffles the batch first, as
-``bandpo.train`` does); ``max_steps`` = 4 x (warm-up + timed steps). Rewards: ``bandpo.grader.grade_many`` (the
-batched ``grade``), exactly what ``bandpo.train`` calls.
+``bandpo.train.loop`` does); ``max_steps`` = 4 x (warm-up + timed steps). Rewards: ``bandpo.grader.grade_many`` (the
+batched ``grade``), exactly what ``bandpo.train.loop`` calls.
 
-Timing, the same definition as for ``bandpo.train``: the wall time from the start of the first timed rollout batch
+Timing, the same definition as for ``bandpo.train.loop``: the wall time from the start of the first timed rollout batch
 (``on_step_begin`` of its first optimizer step, just before generation) to the end of the last one (``on_step_end``
 of its last optimizer step), everything in between included; tokens = completion tokens up to and including the
 first EOS (``completion_mask``), counted at generation. Writes one JSON object to ``--out``.
@@ -70,9 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from bandpo.files import read_jsonl
+    from bandpo.core.files import read_jsonl
+    from bandpo.core.provenance import machine, versions
     from bandpo.grader import grade_many, warmup
-    from bandpo.provenance import machine, versions
 
     torch.set_num_threads(args.threads)
     batch = args.prompts_per_step * args.samples_per_prompt
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         warmup_steps=0,
         weight_decay=args.weight_decay,
         max_grad_norm=1.0,
-        # plain fp32 CPU run, like bandpo.train: no bf16 autocast, no gradient checkpointing (TRL's defaults)
+        # plain fp32 CPU run, like bandpo.train.loop: no bf16 autocast, no gradient checkpointing (TRL's defaults)
         bf16=False,
         fp16=False,
         gradient_checkpointing=False,
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         processing_class=tokenizer,
         callbacks=[timer],
     )
-    warmup()  # wait for the grader's worker, before training, as bandpo.train does
+    warmup()  # wait for the grader's worker, before training, as bandpo.train.loop does
     t0 = time.perf_counter()
     trainer.train()
     total_seconds = time.perf_counter() - t0

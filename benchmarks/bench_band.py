@@ -17,7 +17,7 @@ import statistics
 import torch
 from _timing import interleaved_times
 
-from bandpo.band import band_bounds
+from bandpo.methods.band import band_bounds
 
 
 def interleaved_median_seconds(fns: dict, repeats: int, sync=lambda: None) -> dict:

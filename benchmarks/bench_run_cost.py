@@ -1,7 +1,8 @@
 """Cost of one default embedded training run (one method, one seed) per model size, on one core.
 
-Runs exactly the command the Snakemake rule ``train_local`` runs for each tiny model of ``config/config.yaml``
-(the model's and the entry's ``train`` settings applied, ``--threads 1``), one run at a time, and prints its wall
+Runs exactly the command the Snakemake rule ``train`` runs for each tiny model main trains the entry on
+(`bandpo.config.jobs.Jobs`: the rule's command line and environment, the model's and the entry's ``train``
+settings applied; here with ``--threads 1`` and a temporary run folder), one run at a time, and prints its wall
 time split into training (the sum of the logged ``step_seconds``) and everything else (imports, grader start,
 model load, saving), its CPU time, and the wall time as a share of its budget (2 minutes for tiny-s,
 4 minutes for tiny-m)::
@@ -9,7 +10,7 @@ model load, saving), its CPU time, and the wall time as a share of its budget (2
     python benchmarks/bench_run_cost.py [--config config/config.yaml] [--entry grpo] [--repeats 3] [--seed 0]
         [--json cost.json]
 
-Needs the models and data the DAG builds (``snakemake --cores all resources/models/tiny-s/seed0/config.json ...``,
+Needs the models and data the DAG builds (``snakemake --cores all resources/models/tiny-s/config.json ...``,
 the base model of the seed, or a finished embedded run). Each run writes to a temporary directory that is removed
 afterwards. Times are wall-clock on a shared machine: run it with nothing else on the machine, or read the spread
 over ``--repeats``.
@@ -29,24 +30,27 @@ import tempfile
 import time
 from pathlib import Path
 
-from bandpo import sweep
+from bandpo.config.jobs import Jobs
+from bandpo.config.sweep import cell_models, model_path
+from bandpo.config.validate import load_yaml, validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET_S = {"tiny-s": 120.0, "tiny-m": 240.0}  # the local trainer's per-run targets (one core)
+THREADS = 1
 
 
-def run_command(cfg: dict, model_id: str, entry_id: str, seed: int, out: str) -> list[str]:
-    """``python -m bandpo.train ...`` as the workflow's train_local rule builds it (one thread)."""
-    entry = sweep.by_id(cfg["methods"])[entry_id]
-    args = [sys.executable, "-m", "bandpo.train", "--model", sweep.model_path(cfg, model_id, seed),
-            "--data", f"resources/data/{cfg['train_data'][0]}", "--method", entry["method"],
-            "--params", json.dumps(entry.get("params") or {}, sort_keys=True), "--seed", str(seed)]  # fmt: skip
-    args += sweep.set_args(sweep.train_overrides(cfg, model_id, entry_id))
-    return args + ["--out", out, "--threads", "1", "--no-progress"]
+def run_command(cfg: dict, model_id: str, slot: str, seed: int, out: str, threads: int = THREADS) -> list[str]:
+    """``python -m bandpo.train ...`` as the workflow's rule ``train`` runs it (`bandpo.config.jobs.Jobs.command`),
+    into ``out`` with ``threads`` threads; ``slot`` is the entry id for main's runs."""
+    return Jobs(cfg, ROOT).command(model_id, slot, seed, out=out, threads=threads, python=sys.executable)
 
 
-def time_run(cmd: list[str], out: Path) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONHASHSEED": "0"}
+def run_env(cfg: dict, threads: int = THREADS) -> dict[str, str]:
+    """The job's environment as the rule sets it (`bandpo.config.jobs.Jobs.env`), with ``threads`` BLAS threads."""
+    return {**os.environ, **Jobs(cfg, ROOT).env(), "OMP_NUM_THREADS": str(threads)}
+
+
+def time_run(cmd: list[str], out: Path, env: dict[str, str]) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
@@ -68,11 +72,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="also write the per-run figures here")
     args = ap.parse_args(argv)
 
-    cfg = sweep.validate_config(sweep.load_yaml(ROOT / args.config), root=ROOT)  # defaults filled in
-    if args.entry not in sweep.by_id(cfg["methods"]):
-        ap.error(f"--entry {args.entry!r} is not a method entry of {args.config}")
-    models = [m["id"] for m in cfg["models"] if m.get("source") == "tiny"]
-    missing = [m for m in models if not (ROOT / sweep.model_path(cfg, m, args.seed) / "config.json").is_file()]
+    if args.repeats < 1:
+        ap.error("--repeats must be >= 1")
+    if not (ROOT / args.config).is_file():
+        ap.error(f"--config {args.config}: not a file")
+    cfg = validate_config(load_yaml(ROOT / args.config), root=ROOT)  # defaults filled in
+    jobs = Jobs(cfg, ROOT)
+    if args.entry not in jobs.slots or args.entry not in jobs.entries:
+        ap.error(f"--entry {args.entry!r} is not a method entry of {args.config}'s main experiment")
+    # the tiny models main trains the entry on
+    models = [m for m in cell_models(cfg, jobs.xp_of(args.entry), args.entry) if jobs.models[m]["source"] == "tiny"]
+    missing = [m for m in models if not (ROOT / model_path(cfg, m, args.seed) / "config.json").is_file()]
     if missing or not models:
         ap.error(f"build the models first (missing: {', '.join(missing) or 'no tiny models in the config'})")
 
@@ -87,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         for model_id in models:  # one run at a time, sizes alternating across repeats
             with tempfile.TemporaryDirectory(prefix="bandpo-cost-") as tmp:
                 cmd = run_command(cfg, model_id, args.entry, args.seed, tmp)
-                r = time_run(cmd, Path(tmp))
+                r = time_run(cmd, Path(tmp), run_env(cfg))
             r.update(model=model_id, repeat=repeat, budget_s=BUDGET_S.get(model_id, float("nan")))
             rows.append(r)
             other = r["wall_s"] - r["train_s"]

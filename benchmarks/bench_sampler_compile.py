@@ -1,17 +1,17 @@
 """The suite's sampler with and without ``torch.compile`` of its per-token step, side by side (issue #23's lead).
 
 One rollout batch of the local trainer (``--prompts`` training prompts x ``--samples`` completions, at most
-``--max-new-tokens`` tokens, temperature 1, one thread) is drawn by `bandpo.sampling.sample_rows` with the model's
-`bandpo.fastlm.FastLlama`, first eagerly, then with ``FastLlama.decode`` (the per-token forward pass over the KV
-cache, called once per generated token) wrapped by ``torch.compile(dynamic=True)``: the batch shrinks as rows
-finish and the cache grows by a column per token, so shapes are dynamic. Prints the median time of a rollout
+``--max-new-tokens`` tokens, temperature 1, one thread) is drawn by `bandpo.models.sampling.sample_rows` with the
+model's `bandpo.models.fastlm.FastLlama`, first eagerly, then with ``FastLlama.decode`` (the per-token forward pass
+over the KV cache, called once per generated token) wrapped by ``torch.compile(dynamic=True)``: the batch shrinks as
+rows finish and the cache grows by a column per token, so shapes are dynamic. Prints the median time of a rollout
 batch each way over ``--repeats`` (the first compiled batch, which compiles, timed apart), their ratio, and whether
 both drew the same tokens from the same seed::
 
     python benchmarks/bench_sampler_compile.py [--model resources/models/tiny-s] [--data resources/data/tiny-math]
         [--prompts 16] [--samples 8] [--max-new-tokens 48] [--repeats 8] [--threads 1]
 
-Needs a C++ compiler (inductor's CPU code generation) and a model `bandpo.fastlm.load_light` loads.
+Needs a C++ compiler (inductor's CPU code generation) and a model `bandpo.models.fastlm.load_light` loads.
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--prompts, --samples, --max-new-tokens, --repeats and --threads must be >= 1")
     import torch
 
-    from bandpo.fastlm import FastLlama, light_loadable, load_light
-    from bandpo.sampling import sample_rows
+    from bandpo.models.fastlm import FastLlama, light_loadable, load_light
+    from bandpo.models.sampling import sample_rows
 
     if not light_loadable(args.model):
-        raise SystemExit(f"{args.model}: not a tiny Llama that bandpo.fastlm.load_light loads")
+        raise SystemExit(f"{args.model}: not a tiny Llama that bandpo.models.fastlm.load_light loads")
     train = Path(args.data) / "train.jsonl"
     if not train.is_file():
         raise SystemExit(f"{train}: no such file")

@@ -1,17 +1,23 @@
-"""Training throughput of the suite's GRPO trainer (``bandpo.train``) against TRL's GRPOTrainer, side by side.
+"""Training throughput of the suite's GRPO trainer (``bandpo.train.loop``) against TRL's GRPOTrainer, side by side.
 
 Both train the same local model on the same task with the same batch, lengths, sampling, reward and number of
 optimizer updates per rollout batch, on CPU, one after the other (never at the same time), and the benchmark prints
 completion tokens per second of each and their ratio::
 
-    python benchmarks/bench_trainer_vs_trl.py [--model resources/models/tiny-s/seed0] [--data resources/data/tiny-math]
+    python benchmarks/bench_trainer_vs_trl.py [--model resources/models/tiny-s] [--data resources/data/tiny-math]
         [--trl-python PYTHON] [--warmup-steps 2] [--steps 20] [--repeats 1] [--threads 1]
-        [--seed 0] [--json results.json] [--keep DIR]
+        [--seed 0] [--suite-set KEY=VALUE] [--json results.json] [--keep DIR]
 
-TRL comes with the project's ``bench`` extra (``pip install -e ".[bench]"``: trl 1.16.0, which accepts the
-installed torch and transformers and changes neither). TRL's side runs in a child process
-(``benchmarks/_trl_grpo_run.py``) under ``--trl-python``, by default this interpreter; another one (e.g. a venv
-made with ``--system-site-packages`` that adds another trl) compares other TRL versions.
+TRL's side runs in a child process (``benchmarks/_trl_grpo_run.py``) under ``--trl-python``, by default this
+interpreter, which then needs the project's ``bench`` extra (``pip install -e ".[bench]"``: trl 1.16.0, which
+accepts the installed torch and transformers and changes neither). To keep TRL out of the project's environment
+(verl 0.9.1 breaks beside it), make a venv inside the checkout that adds only TRL, once, and pass its python::
+
+    python -m venv --system-site-packages .venv-trl && .venv-trl/bin/pip install --no-deps "trl==1.16.0"
+    python benchmarks/bench_trainer_vs_trl.py --trl-python .venv-trl/bin/python ...
+
+(``.venv*`` is ignored by git; ``trl==1.16.0`` is the pin of pyproject.toml's ``bench`` extra). Another venv made
+the same way with another trl compares other TRL versions.
 
 Settings, both trainers (defaults; a "step" = one rollout batch):
 
@@ -25,7 +31,7 @@ Settings, both trainers (defaults; a "step" = one rollout batch):
   step, measured in training runs, not here). TRL: ``generation_batch_size`` 128,
   ``per_device_train_batch_size`` 32, ``steps_per_generation`` 4, ``gradient_accumulation_steps`` 1,
   ``num_iterations`` 1 (``max_steps`` = 4 x steps); since 4 steps share one generation, TRL computes the old
-  log-probs with one extra no-grad forward pass, as ``bandpo.train`` does;
+  log-probs with one extra no-grad forward pass, as ``bandpo.train.loop`` does;
 - loss: GRPO ratio clipping eps 0.2, group-normalised advantages, per-sequence token mean then batch mean
   (TRL ``loss_type="grpo"``, ``scale_rewards="group"``), no KL (``beta=0``); not mapped, as it costs nothing:
   the suite's dual clip (c = 10) and TRL's logged extras (entropy, clip ratios);
@@ -68,11 +74,11 @@ TRL_RUNNER = Path(__file__).resolve().parent / "_trl_grpo_run.py"
 
 
 def suite_worker(timings_path: str, train_argv: list[str]) -> int:
-    """Run ``bandpo.train.main(train_argv)`` with every ``train_step`` timed; write the timings to JSON."""
+    """Run ``bandpo.train.loop.main(train_argv)`` with every ``train_step`` timed; write the timings to JSON."""
     import bandpo.grader
 
     bandpo.grader.start_workers()  # as ``python -m bandpo.train`` does before its imports (one worker)
-    import bandpo.train as bt
+    import bandpo.train.loop as bt
 
     original = bt.train_step
     signature = inspect.signature(original)
@@ -104,10 +110,10 @@ def suite_worker(timings_path: str, train_argv: list[str]) -> int:
     total_seconds = time.perf_counter() - t0
     import torch
 
-    from bandpo.provenance import machine, versions
+    from bandpo.core.provenance import machine, versions
 
     result = {
-        "trainer": "bandpo.train",
+        "trainer": "bandpo.train.loop",
         "versions": versions("transformers", "torch"),
         "machine": machine(),
         "threads": torch.get_num_threads(),
@@ -199,9 +205,13 @@ def main(argv: list[str] | None = None) -> int:
         return suite_worker(argv[1], argv[3:])
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="resources/models/tiny-s/seed0", help="Hugging Face model directory")
+    ap.add_argument("--model", default="resources/models/tiny-s", help="Hugging Face model directory")
     ap.add_argument("--data", default="resources/data/tiny-math", help="directory with train.jsonl")
-    ap.add_argument("--trl-python", default=sys.executable, help="python that runs TRL (default: this one)")
+    ap.add_argument(
+        "--trl-python",
+        default=sys.executable,
+        help="python that runs TRL (default: this one; e.g. .venv-trl/bin/python)",
+    )
     ap.add_argument("--warmup-steps", type=int, default=2, help="rollout batches before timing starts")
     ap.add_argument("--steps", type=int, default=20, help="timed rollout batches")
     ap.add_argument("--repeats", type=int, default=1, help="alternating runs of both trainers")
@@ -233,7 +243,11 @@ def main(argv: list[str] | None = None) -> int:
     args.trl_python = str(trl_python)
     probe = subprocess.run([args.trl_python, "-c", "import trl"], capture_output=True, text=True)
     if probe.returncode != 0:
-        ap.error(f"--trl-python {args.trl_python} cannot import trl: pip install -e '.[bench]' (benchmarks/README.md)")
+        ap.error(
+            f"--trl-python {args.trl_python} cannot import trl: pip install -e '.[bench]', or make a venv with "
+            "trl alone and pass its python (`python -m venv --system-site-packages .venv-trl && .venv-trl/bin/pip "
+            "install --no-deps trl==1.16.0`, then --trl-python .venv-trl/bin/python)"
+        )
 
     if args.keep:
         work = Path(args.keep).resolve()
@@ -273,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'repeat':>6}  {'trainer':<16} {'tokens/s':>9} {'in-step':>8} {'CPU-time':>9} {'s/step':>7} "
           f"{'resp len':>8} {'reward':>7} {'load':>5}")  # fmt: skip
     for r, rep in enumerate(rows):
-        for name, label in (("suite", "bandpo.train"), ("trl", "TRL GRPOTrainer")):
+        for name, label in (("suite", "bandpo.train.loop"), ("trl", "TRL GRPOTrainer")):
             s = rep[name]["summary"]
             print(f"{r + 1:>6}  {label:<16} {s['tokens_per_second']:>9.0f} {s['in_step_tokens_per_second']:>8.0f} "
                   f"{s['cpu_tokens_per_second']:>9.0f} {s['seconds_per_step']:>7.3f} {s['response_length']:>8.1f} "
@@ -284,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     ratio = statistics.median(rep["ratio"] for rep in rows)
     cpu_ratio = statistics.median(rep["cpu_ratio"] for rep in rows)
-    print(f"\nmedian tokens/s (wall): bandpo.train {med['suite']:.0f}, TRL GRPOTrainer {med['trl']:.0f}; "
+    print(f"\nmedian tokens/s (wall): bandpo.train.loop {med['suite']:.0f}, TRL GRPOTrainer {med['trl']:.0f}; "
           f"median ratio {ratio:.2f}x (CPU-time ratio {cpu_ratio:.2f}x; issue #23's target: >= 4x)")  # fmt: skip
     if args.json:
         Path(args.json).write_text(

@@ -31,11 +31,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from bandpo.lm_eval_results import FILTER_NAME
+from bandpo.config.sweep import BASE_ENTRY, MAIN, run_folder, slot_id
 from bandpo.report.axis import select_setting
 from bandpo.report.steps import OFFPOLICY, read_steps, update_keys
 from bandpo.report.tables import write_csv
-from bandpo.sweep import BASE_ENTRY, MAIN, run_folder, slot_id
+from bandpo.score.lm_eval_results import FILTER_NAME
 
 
 def _write_json(path: Path, obj) -> None:
@@ -200,8 +200,7 @@ def rebuild_published(published: Path, out: Path, work: Path) -> list[Path]:
     """The report of today's code on the inputs behind the published tables: run outputs rebuilt under ``work``
     (`rebuild_run_outputs`), the report built into ``out`` with the published experiments (`published_experiments`)
     and the published figures embedded in the page. Returns the paths of `REBUILT_FILES` under ``out``."""
-    from bandpo import bounds_table
-    from bandpo.report import build_report
+    from bandpo.report import bounds_table, build_report
 
     results = rebuild_run_outputs(published, work)
     bounds_table.main(["--out", str(results / "bounds.csv")])

@@ -1,4 +1,5 @@
-"""The equivalence atlas (bandpo.atlas): the derivation's identities on the synthetic grid, checked against the
+"""The equivalence atlas (bandpo.report.atlas_measure): the derivation's identities on the synthetic grid, checked
+against the
 tensors directly (not through the atlas's own region functions); stop masks against the clip diagnostics; the
 real-rollout path on a tiny model built here; input errors; the report's atlas section and its publication."""
 
@@ -13,11 +14,12 @@ import pandas as pd
 import pytest
 import torch
 
-from bandpo import atlas, methods
-from bandpo.band import band_bounds
-from bandpo.models import build_tokenizer, get_size, init_model
+from bandpo import methods
+from bandpo.data.tiny_math import generate_tiny_math, write_jsonl
+from bandpo.methods.band import band_bounds
+from bandpo.models.tiny import build_tokenizer, get_size, init_model
+from bandpo.report import atlas_measure as atlas
 from bandpo.report.atlas import COLUMNS, SLICES, atlas_markdown, load_atlas
-from bandpo.tasks import generate_tiny_math, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -224,7 +226,8 @@ def test_cli(assets, tmp_path, capsys):
     with pytest.raises(SystemExit):
         atlas.main(["--out", str(out)])  # neither --model nor --synthetic-only: a usage error
     assert "--model and --data are required" in capsys.readouterr().err
-    proc = subprocess.run([sys.executable, "-m", "bandpo.atlas", *args, "--model", str(model), "--steps", "1",
+    cmd = [sys.executable, "-m", "bandpo.report.atlas_measure"]
+    proc = subprocess.run([*cmd, *args, "--model", str(model), "--steps", "1",
                            *small], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     table = load_atlas(out)

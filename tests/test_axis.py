@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from bandpo import sweep
+from bandpo.config import sweep, validate
 from bandpo.report import axis
 from bandpo.report.cli import main as report_main
 
@@ -169,7 +169,7 @@ def test_select_command_needs_scores(tmp_path):
 
 
 def test_offpolicy_axis_of_the_embedded_config():
-    cfg = sweep.validate_config(read_config("config"))
+    cfg = validate.validate_config(read_config("config"))
     ax, xps = cfg["axes"]["offpolicy"], cfg["experiments"]
     assert [xps[c]["train"]["updates_per_step"] for c in ax["cells"]] == [1, 4, 8, 16]
     assert xps["offpolicy-D1"]["methods"] == ["grpo"]  # D = 1: on-policy, every bound method gives GRPO's run
@@ -193,11 +193,11 @@ def _cfg():
 def test_reuse_needs_every_setting_equal():
     raw = _cfg()
     raw["experiments"]["offpolicy-D4"]["train"]["lr"] = 1e-3
-    assert sweep.validate_config(raw)["experiments"]["offpolicy-D4"]["reuse"] == []
+    assert validate.validate_config(raw)["experiments"]["offpolicy-D4"]["reuse"] == []
     raw = _cfg()
     raw["experiments"]["offpolicy-D4"]["seeds"] = [0, 1, 2, 9]
-    assert sweep.validate_config(raw)["experiments"]["offpolicy-D4"]["reuse"] == []
-    only = sweep.validate_config({**_cfg(), "only": "offpolicy"})  # an axis id names its cells; main is not run
+    assert validate.validate_config(raw)["experiments"]["offpolicy-D4"]["reuse"] == []
+    only = validate.validate_config({**_cfg(), "only": "offpolicy"})  # an axis id names its cells; main is not run
     assert set(only["experiments"]) == set(only["axes"]["offpolicy"]["cells"])
     assert only["experiments"]["offpolicy-D4"]["reuse"] == []
 
@@ -224,12 +224,13 @@ def test_bad_axis_config_is_rejected_naming_the_field(case):
     raw = _cfg()
     mutate, pattern = AXIS_CASES[case]
     mutate(raw)
-    with pytest.raises(sweep.ConfigError, match=pattern):
-        sweep.validate_config(raw)
+    with pytest.raises(validate.ConfigError, match=pattern):
+        validate.validate_config(raw)
 
 
 def test_set_file_overrides_the_trainer(tmp_path):
-    from bandpo.train import TrainConfig, apply_overrides, read_set_file
+    from bandpo.train.loop import TrainConfig
+    from bandpo.train.settings import apply_overrides, read_set_file
 
     path = tmp_path / "s.json"
     path.write_text('{"updates_per_step": 8}')

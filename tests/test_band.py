@@ -10,8 +10,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import bandpo.band as band_module
-from bandpo.band import band_bounds, get_divergence, list_divergences, register_divergence
+import bandpo.methods.band as band_module
+from bandpo.methods.band import band_bounds, get_divergence, list_divergences, register_divergence
 
 mp.mp.dps = 60
 

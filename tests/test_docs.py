@@ -234,7 +234,7 @@ def test_statistics_claims():
 def test_band_operator_example():
     import torch
 
-    from bandpo.band import band_bounds
+    from bandpo.methods.band import band_bounds
 
     text = read("docs/band-operator.md")
     (lower, upper) = re.search(r"# -> lower = \[(.*?)\], upper = \[(.*?)\]", text).groups()

@@ -1,4 +1,5 @@
-"""bandpo.evaluate: the k-sample metrics, the lm-eval task hooks and YAMLs, and a real lm-eval run whose results file
+"""bandpo.score.evaluate: the k-sample metrics, the lm-eval task hooks and YAMLs, and a real lm-eval run whose results
+file
 agrees with a direct computation from its own samples file."""
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from bandpo import evaluate as ev
-from bandpo.files import read_jsonl
-from bandpo.sweep import TASKS_DIR
+from bandpo.config.validate import TASKS_DIR
+from bandpo.core.files import read_jsonl
+from bandpo.score import evaluate as ev
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -155,7 +156,7 @@ def test_task_yaml_is_consistent(path):
     tiny = path.stem.startswith("tiny_math")  # tiny_math and its probe subsets (tiny_math_probe, tiny_math_rest)
     assert n == (8 if tiny else 32)
     if tiny:
-        from bandpo.models import MAX_NEW_TOKENS
+        from bandpo.models.tiny import MAX_NEW_TOKENS
 
         assert gen["top_k"] == 0  # HF would apply top_k=50
         assert gen["max_gen_toks"] == MAX_NEW_TOKENS
@@ -177,7 +178,7 @@ def build_bigram_model(out_dir: Path) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from bandpo.models import build_tokenizer, make_generation_config
+    from bandpo.models.tiny import build_tokenizer, make_generation_config
 
     tok = build_tokenizer()
     v = len(tok)

@@ -1,4 +1,5 @@
-"""bandpo.fastlm: the lean Llama forward computes the HF model's function (logits, log-probs, gradients) up to float
+"""bandpo.models.fastlm: the lean Llama forward computes the HF model's function (logits, log-probs, gradients) up to
+float
 rounding; the sampler on it draws from the model's softmax; the transformers-free loader holds the same weights,
 tokenizes and decodes as the HF tokenizer and saves what HF loads back."""
 
@@ -9,10 +10,10 @@ import json
 import pytest
 import torch
 
-from bandpo import sampling
-from bandpo.fastlm import FastLlama, TinyLlama, light_loadable, load_light
-from bandpo.models import build_tokenizer, get_size, init_model
-from bandpo.train import Batch
+from bandpo.models import sampling
+from bandpo.models.fastlm import FastLlama, TinyLlama, light_loadable, load_light
+from bandpo.models.tiny import build_tokenizer, get_size, init_model
+from bandpo.train.loop import Batch
 
 PROMPTS = ["Q: Compute 48-6+5.\nA: ", "Q: 1+1?\nA: ", "Q: Solve for x: 3x+8=32.\nA: "]
 
@@ -169,7 +170,7 @@ def test_light_loader_is_the_hf_model_and_tokenizer(tiny, tmp_path):
     assert (tok.pad_token_id, tok.eos_token_id, len(tok)) == (hf_tok.pad_token_id, hf_tok.eos_token_id, len(hf_tok))
     x = torch.randint(3, len(hf_tok), (3, 10), generator=torch.Generator().manual_seed(1))
     mask = torch.ones_like(x)
-    mask[0, 6:] = 0  # right padding, as bandpo.probe uses it
+    mask[0, 6:] = 0  # right padding, as bandpo.train.probe uses it
     with torch.no_grad():
         diff = model(input_ids=x, attention_mask=mask).logits - hf(input_ids=x, attention_mask=mask).logits
     assert diff[mask.bool()].abs().max() < 1e-5
@@ -202,10 +203,10 @@ def test_other_models_are_not_light_loadable(tiny, tmp_path):
 
 
 def test_lm_eval_plain_sampling_takes_the_suite_sampler(tiny, monkeypatch):
-    """bandpo.evaluate's hf backend: a plain-sampling request of a covered model is drawn by the suite's sampler
+    """bandpo.score.evaluate's hf backend: a plain-sampling request of a covered model is drawn by the suite's sampler
     (each repeated prompt pre-filled once; completions end at EOS, padded after), from the model's softmax; a
     request with top-k goes to HF ``generate``."""
-    from bandpo.evaluate import suite_sampler_hflm
+    from bandpo.score.evaluate import suite_sampler_hflm
 
     _fast_again(tiny[0])
     model, tokenizer, path = tiny

@@ -1,4 +1,4 @@
-"""bandpo.files: atomic file writes, moves and folder swaps leave either the old or the whole new content."""
+"""bandpo.core.files: atomic file writes, moves and folder swaps leave either the old or the whole new content."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from bandpo import files
+from bandpo.core import files
 
 
 def _leftovers(folder):

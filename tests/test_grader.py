@@ -1,9 +1,13 @@
 """Tests of bandpo.grader: extraction, equivalences, hostile inputs, time bounds, threads, provenance.
 
-No test bounds normal work by a wall-clock figure: work in this process is bounded by its process time
-(``time.process_time``) against the configured budget or by scaling ratios measured side by side, and waits on
-worker processes by the configured budgets plus generous slack.  Tests make a worker hang or run slowly by replacing
-the task the pool schedules (`bandpo.grader.pool.verify_in_worker`) with a function of this module.
+No test asserts wall-clock time (a loaded machine slows everything down).  Work in this process is bounded by its
+process time (``time.process_time``) against the configured budget or by ratios of process times measured side by
+side.  What the budgets do to worker processes is checked by its effects, never by elapsed seconds: which budgets
+an item's attempts were given (the calls of `bandpo.grader.pool.verify_bounded`, recorded by ``attempts``), the
+grader's counters, the result (``timeout``, score 0) and that the process of a hung worker task ended.  Tests make a
+worker hang or run slowly by replacing the task the pool schedules (`bandpo.grader.pool.verify_in_worker`) with a
+function of this module.  Waits for an event poll a bounded number of times and threads are joined with a
+generous limit: hang guards that make a broken test fail instead of hanging, never a bound on the work itself.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +34,8 @@ from bandpo.grader.normalise import normalise, structural_verdict
 
 SLACK_S = 5.0  # beyond the configured budgets: a worker's kill and replacement, a busy machine
 NOT_DECIDED = ("timeout", "unavailable", "error")
+HANG_GUARD_S = 300.0  # hang guards only (see the module's docstring): far beyond anything a passing test waits
+POLL_S = 0.05
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -51,30 +58,82 @@ def short_budgets():
     G.configure(timeout_s=old[0], retry_factor=old[1])
 
 
-def item_bound_s(timeout_s: float | None = None) -> float:
-    """The most an item may take: both budgets (configured, or ``timeout_s`` and its multiple) plus slack."""
+def item_cpu_bound_s(timeout_s: float | None = None) -> float:
+    """The most process time an item may cost this process: both budgets (configured, or ``timeout_s`` and its
+    multiple) plus slack.  A bound on CPU seconds, not on elapsed ones: load makes an item take longer, never makes
+    it use more CPU."""
     s = config.current()
     first = timeout_s or s.timeout_s
     return first * (1 + s.retry_factor) + SLACK_S
 
 
-def timed(response, reference, **kw) -> tuple[G.GradeResult, float, float]:
-    """The result, its wall-clock seconds and this process's CPU seconds."""
-    t0, c0 = time.perf_counter(), time.process_time()
+def graded(response, reference, **kw) -> tuple[G.GradeResult, float]:
+    """The result and this process's CPU seconds."""
+    c0 = time.process_time()
     result = G.grade_detailed(response, reference, **kw)
-    return result, time.perf_counter() - t0, time.process_time() - c0
+    return result, time.process_time() - c0
+
+
+def eventually(predicate, what: str) -> None:
+    """Wait for an event that must happen (``predicate()`` true), polling a bounded number of times (a hang guard)."""
+    for _ in range(int(HANG_GUARD_S / POLL_S)):
+        if predicate():
+            return
+        time.sleep(POLL_S)
+    assert predicate(), what
+
+
+def ended(pid: int) -> bool:
+    """Whether process ``pid`` is gone (or a zombie: ended, not yet reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return Path("/proc/self").exists()  # gone meanwhile, unless there is no /proc to look in
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.fixture
+def attempts(monkeypatch):
+    """``attempts``: ``(gold, budget)`` of every math-verify attempt the grader makes in this test (each call of
+    `bandpo.grader.pool.verify_bounded`, in any thread), in order."""
+    calls = []
+    real = pool.verify_bounded
+
+    def recording(gold, pred, budget):
+        calls.append((gold, budget))  # list.append is atomic
+        return real(gold, pred, budget)
+
+    monkeypatch.setattr(pool, "verify_bounded", recording)
+    return calls
 
 
 # Worker tasks that stand in for math-verify (module-level, so that a worker can import them by name).
 HANG = "\\testhang"  # a reference whose worker task hangs like a C-level computation only a kill stops
 _REAL_VERIFY = pool.verify_in_worker
 SLOW_S = 0.6  # the slow task's extra time: twice a first budget of 0.3 s, far under its 30x retry budget
+# Where a hanging task writes its worker's pid: fixed at import, before the pool forks its workers, so that every
+# worker (a replacement too) knows it.
+HUNG_LOG = Path(tempfile.gettempdir()) / f"bandpo-test-grader-hung-{os.getpid()}.log"
 
 
 def verify_or_hang(gold, pred, cpu_s):
+    """Hangs on ``HANG`` until killed (a worker that is never killed gives the verdict True, after a hang guard)."""
     if gold == HANG:
-        time.sleep(3600)
+        with open(HUNG_LOG, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        time.sleep(HANG_GUARD_S)
+        return True
     return _REAL_VERIFY(gold, pred, cpu_s)
+
+
+def hung_pids() -> list[int]:
+    """The workers that started a hanging task in this test."""
+    return [int(pid) for pid in HUNG_LOG.read_text().split()] if HUNG_LOG.exists() else []
 
 
 def slow_verify(gold, pred, cpu_s):
@@ -94,8 +153,13 @@ def worker_task(monkeypatch):
 
 @pytest.fixture
 def hanging(worker_task):
-    """Workers hang on the reference ``HANG`` (and judge every other pair as usual)."""
+    """Workers hang on the reference ``HANG`` (and judge every other pair as usual); see ``hung_pids``.  Timeouts
+    remembered earlier in this process are forgotten: a test (or its rerun) sees each pair's attempts afresh."""
+    api.clear_cache()
+    HUNG_LOG.unlink(missing_ok=True)
     worker_task(verify_or_hang)
+    yield
+    HUNG_LOG.unlink(missing_ok=True)
 
 
 def boxed(s: str) -> str:
@@ -297,17 +361,21 @@ HOSTILE = [
 @pytest.mark.parametrize("response", HOSTILE, ids=range(len(HOSTILE)))
 def test_hostile_input_is_bounded_and_scores_zero(response):
     """Refused up front (or decided by math-verify without a timeout), within the first budget of this process's
-    CPU; what a worker does is bounded by the budgets."""
-    result, elapsed, cpu = timed(response, "5")
+    CPU; what a worker does is bounded by the budgets: an item refused up front never reaches math-verify, one that
+    does gets a verdict (not a timeout)."""
+    with G.counting() as c:
+        result, cpu = graded(response, "5")
     assert result.score == 0.0
     assert result.method.startswith("rejected:") or result.method in ("no_answer", "math_verify"), result.method
     assert cpu < config.current().timeout_s, (result.method, cpu)
-    assert elapsed < item_bound_s(), (result.method, elapsed)
+    metrics = c.metrics()
+    assert (metrics["grader_items"], metrics["grader_timeouts"]) == (1, 0), c.counts
+    assert metrics["grader_slow_frac"] == (1.0 if result.method == "math_verify" else 0.0), c.counts
 
 
 def test_hostile_reference_is_bounded():
     for reference in (HOSTILE[1], HOSTILE[14], "9" * 1_000_000):
-        result, _, cpu = timed("\\boxed{5}", reference)
+        result, cpu = graded("\\boxed{5}", reference)
         assert (result.score, result.method[:9]) == (0.0, "rejected:")
         assert cpu < config.current().timeout_s
 
@@ -378,27 +446,35 @@ def test_never_raises_on_weird_input():
     assert G.grade(b"\\boxed{3}", b"3") == 1.0
 
 
-def test_hung_worker_is_killed_and_the_spare_answers_next(hanging, short_budgets):
+def test_hung_worker_is_killed_and_the_spare_answers_next(hanging, short_budgets, attempts):
     """A task only a kill stops: the worker is ended at the first budget, the item is tried once more with the
-    second, then scores 0 as a timeout, all within the two budgets; replacement workers answer the next item."""
+    second, then scores 0 as a timeout: two attempts, with the two budgets, and every worker that ran the task is
+    ended; replacement workers answer the next item."""
     first, second = short_budgets
     with G.counting() as c:
-        result, elapsed, _ = timed("\\boxed{1}", HANG)
+        result = G.grade_detailed("\\boxed{1}", HANG)
     assert (result.score, result.method, result.retried) == (0.0, "timeout", True)
-    assert elapsed < first + second + SLACK_S
+    assert attempts == [(HANG, first), (HANG, second)]
+    hung = hung_pids()
+    assert len(hung) == len(set(hung)) <= 2, hung  # at most one worker per attempt (none if it never started)
+    eventually(lambda: all(ended(pid) for pid in hung), f"the hung workers {hung} were not ended")
     assert c.counts == {"items": 1, "slow": 1, "timeout": 1, "retried": 1}
     assert c.metrics() == {"grader_items": 1, "grader_slow_frac": 1.0, "grader_retries": 1, "grader_timeouts": 1}
     result = G.grade_detailed(boxed("x^2-9"), "(x-3)(x+3)")  # the replacement workers answer
     assert (result.score, result.method) == (1.0, "math_verify")
 
 
-def test_a_hard_timeout_is_remembered_a_first_overrun_is_not(hanging, short_budgets):
-    """A pair that overran the second budget is not given it again in this process (a repeat costs nothing); a pair
-    that only overran a budget too small for it is tried again: its next grading gives the real verdict."""
-    _, first_try, _ = timed("\\boxed{2}", HANG)
-    again, repeat, _ = timed("\\boxed{2}", HANG)
-    assert (again.method, again.retried) == ("timeout", False)
-    assert repeat < first_try / 10
+def test_a_hard_timeout_is_remembered_a_first_overrun_is_not(hanging, short_budgets, attempts):
+    """A pair that overran the second budget is not given it again in this process (a repeat costs nothing: no
+    attempt at all); a pair that only overran a budget too small for it is tried again: its next grading gives the
+    real verdict."""
+    first, second = short_budgets
+    first_try = G.grade_detailed("\\boxed{2}", HANG)
+    assert (first_try.method, first_try.retried) == ("timeout", True)
+    assert attempts == [(HANG, first), (HANG, second)]
+    again = G.grade_detailed("\\boxed{2}", HANG)
+    assert (again.score, again.method, again.retried) == (0.0, "timeout", False)
+    assert attempts == [(HANG, first), (HANG, second)]  # the repeat asked no worker
     pair = (boxed("x^2-25"), "(x-5)(x+5)")
     api.clear_cache()  # an earlier test may have graded the same pair
     assert G.warmup()  # a fresh pool's first task may also wait for its workers to start, beyond the budget
@@ -445,7 +521,9 @@ def test_a_timeout_under_load_leaves_the_score_unchanged(worker_task):
     api.clear_cache()
 
 
-def test_non_main_threads_are_bounded_too(hanging, short_budgets):
+def test_non_main_threads_are_bounded_too(hanging, short_budgets, attempts):
+    """Grading in other threads: right scores, and a hung task there is ended too (by its budgets): each of its items
+    makes at most the two attempts (a twin's verdict or overrun is shared), every worker that ran it is ended."""
     items = [
         (boxed("\\sqrt{8}"), "2\\sqrt{2}", 1.0),
         (boxed("\\{2, 1\\}"), "\\{1, 2\\}", 1.0),
@@ -457,16 +535,21 @@ def test_non_main_threads_are_bounded_too(hanging, short_budgets):
         ("\\boxed{3}", HANG, 0.0),
     ] * 3
 
-    def run(item):
-        t0 = time.perf_counter()
-        score = G.grade(item[0], item[1])
-        return score, item[2], time.perf_counter() - t0
-
-    with ThreadPoolExecutor(max_workers=6) as ex:
-        results = list(ex.map(run, items))
-    assert [score for score, _, _ in results] == [expected for _, expected, _ in results]
+    ex = ThreadPoolExecutor(max_workers=6)
+    try:
+        results = list(ex.map(lambda item: G.grade_detailed(item[0], item[1]), items, timeout=HANG_GUARD_S))
+    finally:
+        ex.shutdown(wait=False, cancel_futures=True)
+    assert [r.score for r in results] == [expected for _, _, expected in items]
+    hanging_items = [r for r, (_, reference, _) in zip(results, items, strict=True) if reference == HANG]
+    assert len(hanging_items) == 3 and all(r.method in NOT_DECIDED for r in hanging_items), hanging_items
     first, second = short_budgets
-    assert max(elapsed for _, _, elapsed in results) < 2 * (first + second) + SLACK_S  # + waiting for a twin
+    hang_budgets = [budget for gold, budget in attempts if gold == HANG]
+    assert hang_budgets.count(first) >= 1 and hang_budgets.count(second) >= 1, hang_budgets
+    assert len(hang_budgets) <= 2 * len(hanging_items) and set(hang_budgets) == {first, second}, hang_budgets
+    hung = hung_pids()
+    assert len(hung) <= len(hang_budgets), hung
+    eventually(lambda: all(ended(pid) for pid in hung), f"the hung workers {hung} were not ended")
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -700,9 +783,20 @@ def test_benchmark_items_agree_with_their_labels(monkeypatch):
 # In-process mode (the fallback when worker processes are unavailable).  Last: it stops the worker pool.
 # --------------------------------------------------------------------------------------------------------------
 class _SpinningJudge:
+    """A judge that only an alarm stops: it spins (until a hang guard of CPU seconds, then gives the verdict False).
+    ``calls``: how often it was asked; ``unstopped``: how often it ran out its hang guard."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.unstopped = 0
+
     def __call__(self, gold, pred):
-        while True:
+        self.calls += 1
+        c0 = time.process_time()
+        while time.process_time() - c0 < HANG_GUARD_S / 5:
             pass
+        self.unstopped += 1
+        return False
 
 
 @pytest.fixture
@@ -713,43 +807,53 @@ def inprocess(monkeypatch):
 
 
 def test_inprocess_alarm_bounds_the_main_thread(inprocess, short_budgets):
-    inprocess.setattr(judge, "_INPROCESS", _SpinningJudge())
+    """The alarm stops the judge at each of the two budgets: asked at most twice (an attempt whose budget ran out
+    before the judge was reached does not ask it), stopped every time, and the CPU this process spent is within the
+    budgets (the spinning judge would otherwise burn its whole hang guard)."""
+    spinner = _SpinningJudge()
+    inprocess.setattr(judge, "_INPROCESS", spinner)
     handler = signal.getsignal(signal.SIGALRM)
-    result, elapsed, _ = timed(boxed("x+1"), "x+2", timeout_s=0.05)
+    result, cpu = graded(boxed("x+1"), "x+2", timeout_s=0.05)
     assert (result.score, result.method, result.retried) == (0.0, "timeout", True)
-    assert elapsed < item_bound_s(0.05)
+    assert spinner.calls <= 2 and spinner.unstopped == 0, (spinner.calls, spinner.unstopped)
+    assert cpu < item_cpu_bound_s(0.05)
     assert signal.getsignal(signal.SIGALRM) is handler
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
 def test_inprocess_off_main_thread_and_foreign_alarm_do_not_block(inprocess):
-    inprocess.setattr(judge, "_INPROCESS", _SpinningJudge())
+    spinner = _SpinningJudge()
+    inprocess.setattr(judge, "_INPROCESS", spinner)
     out = {}
     thread = threading.Thread(target=lambda: out.update(r=G.grade_detailed(boxed("x+1"), "x+3")))
     thread.start()
-    thread.join(item_bound_s())
-    assert (out["r"].score, out["r"].method) == (0.0, "unavailable")  # at once: no alarm off the main thread
+    thread.join(HANG_GUARD_S)  # a hang guard only
+    assert (out["r"].score, out["r"].method) == (0.0, "unavailable")  # no alarm off the main thread
+    assert spinner.calls == 0  # at once: the judge was not even asked
     # Plain numbers never need math-verify, in any thread.
     assert G.grade(boxed("0.5"), "\\frac{1}{2}") == 1.0
 
     fired = []
     previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(1))
     try:
-        signal.setitimer(signal.ITIMER_REAL, 30.0)
+        signal.setitimer(signal.ITIMER_REAL, HANG_GUARD_S, HANG_GUARD_S)
         assert G.grade_detailed(boxed("x+1"), "x+4").method == "unavailable"
-        assert signal.getitimer(signal.ITIMER_REAL)[0] > 20  # the caller's timer is untouched
+        value, interval = signal.getitimer(signal.ITIMER_REAL)
+        # the caller's timer is untouched: still running, with its own interval (one the grader set has none)
+        assert interval == HANG_GUARD_S and 0 < value <= HANG_GUARD_S
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-    assert not fired
+    assert not fired and spinner.calls == 0
 
 
 def test_inprocess_real_math_verify(inprocess):
     assert G.warmup()  # loads math-verify into this process (one-off)
     result = G.grade_detailed(boxed("x^2-49"), "(x-7)(x+7)")
     assert (result.score, result.method) == (1.0, "math_verify")
-    result, elapsed, _ = timed(boxed("(2^{99})^{99}"), "7")  # not rejected up front, parsed under the alarm
-    assert result.score == 0.0 and elapsed < item_bound_s()
+    result, cpu = graded(boxed("(2^{99})^{99}"), "7")  # not rejected up front, parsed under the alarm
+    assert result.score == 0.0 and result.method in ("math_verify", "timeout"), result.method
+    assert cpu < item_cpu_bound_s()
 
 
 def test_pool_that_cannot_start_falls_back_to_inprocess(monkeypatch):
@@ -820,9 +924,9 @@ def test_verl_reward_follows_the_mode_it_is_given(monkeypatch):
 
 
 def test_last_boxed_is_the_one_copy():
-    from bandpo import tasks
+    from bandpo.data import real
 
-    assert tasks.last_boxed is G.last_boxed
+    assert real.last_boxed is G.last_boxed
     assert G.last_boxed("a \\boxed{1} b \\boxed{\\frac{2}{3}} c") == "\\frac{2}{3}"
     assert G.last_boxed("\\fbox{ 9 }") == "9"
     assert G.last_boxed("cut \\boxed{4") == "4"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from bandpo import grader as G
-from bandpo import tasks
+from bandpo.data import tiny_math
 from bandpo.grader import dapo
 
 
@@ -223,11 +223,11 @@ def _testbed() -> list[tuple[str, str]]:
     forms a policy writes: a worked solution ending in \\boxed{}, an Answer: line, both, fractions in LaTeX."""
     rng = random.Random(0)
     items: list[tuple[str, str]] = []
-    for gen in (tasks.GENERATORS[kind] for kind in sorted(tasks.GENERATORS)):
+    for gen in (tiny_math.GENERATORS[kind] for kind in sorted(tiny_math.GENERATORS)):
         for level in (1, 2, 3):
             for _ in range(6):
                 problem, answer, solution = gen(rng, level)
-                prompt = tasks.tiny_prompt(problem)
+                prompt = tiny_math.tiny_prompt(problem)
                 wrong = str(int(answer.split("/")[0]) + rng.choice((-1, 1)))
                 num, _, den = answer.partition("/")
                 latex = f"\\frac{{{num.lstrip('-')}}}{{{den}}}" if den else answer

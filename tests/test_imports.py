@@ -1,5 +1,6 @@
-"""The package's import structure: no import cycle among bandpo's modules (every import counts: module level,
-inside functions, and ``import bandpo.x`` of a package), and the lm-eval hooks stay free of the report."""
+"""The package's import structure: its stage packages stand on floors and every import runs down them, no import
+cycle among bandpo's modules (every import counts: module level, inside functions, and ``import bandpo.x`` of a
+package), and the lm-eval hooks stay free of the report."""
 
 from __future__ import annotations
 
@@ -86,9 +87,9 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_the_imports():
     graph = import_graph()
-    assert "bandpo.files" in graph["bandpo.run_contract"]
-    assert "bandpo.lm_eval_results" in graph["bandpo.evaluate"]
-    assert "bandpo.sweep" in graph["bandpo.report.load"]
+    assert "bandpo.core.files" in graph["bandpo.core.run_contract"]
+    assert "bandpo.score.lm_eval_results" in graph["bandpo.score.evaluate"]
+    assert "bandpo.config.sweep" in graph["bandpo.report.load"]
     assert {"bandpo.report.load", "bandpo.report.cli"} <= graph["bandpo.report"] | graph["bandpo.report.__main__"]
 
 
@@ -99,12 +100,44 @@ def test_no_import_cycle_among_bandpo_modules():
     assert cycles(graph) == [], f"import cycles: {cycles(graph)}"
 
 
+# bandpo's packages from the ground floor up. A module may import its own package and the floors below it, never
+# a floor above: the ground floor (core) holds what several stages share (file writes, settings by name, provenance,
+# the run contract, the learning-rate schedule); the methods and the grader serve every stage that trains or
+# scores; config plans the whole DAG, so it validates against the stages below it; the report reads them all.
+FLOORS = ("core", "methods", "grader", "data", "models", "train", "verl", "score", "config", "report")
+
+
+def floor(module: str) -> int | None:
+    """The floor of a bandpo module (None: the package's top-level __init__ or a folder of data)."""
+    parts = module.split(".")
+    return FLOORS.index(parts[1]) if len(parts) > 1 and parts[1] in FLOORS else None
+
+
+def test_every_module_stands_on_a_floor():
+    loose = [m for m in import_graph() if m != "bandpo" and floor(m) is None]
+    assert loose == [], f"modules outside the stage packages {FLOORS}: {loose}"
+
+
+def test_every_import_runs_down_the_floors():
+    graph = import_graph()
+    up = sorted((a, b) for a, targets in graph.items() for b in targets
+                if floor(a) is not None and floor(b) is not None and floor(b) > floor(a))  # fmt: skip
+    assert up == [], "imports from a lower floor up to a higher one: " + ", ".join(f"{a} -> {b}" for a, b in up)
+
+
+def test_an_import_up_is_found():
+    assert floor("bandpo.core.files") < floor("bandpo.train.loop") < floor("bandpo.report.cli")
+    assert floor("bandpo") is None
+
+
 def test_a_cycle_is_found():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_evaluation_does_not_import_the_report():
-    """The lm-eval hooks (bandpo.evaluate, loaded by every task YAML) import neither the report nor pandas/Jinja2."""
-    code = "import sys, bandpo.evaluate; print([m for m in ('pandas', 'jinja2', 'bandpo.report') if m in sys.modules])"
+    """The lm-eval hooks (bandpo.score.evaluate, loaded by every task YAML) import neither the report nor
+    pandas/Jinja2."""
+    banned = "('pandas', 'jinja2', 'bandpo.report')"
+    code = f"import sys, bandpo.score.evaluate; print([m for m in {banned} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

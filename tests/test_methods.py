@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bandpo import band, methods
-from bandpo.methods import BUCKET_LABELS, aggregate_loss, compute_bounds, compute_loss, ppo_surrogate, registry
+from bandpo import methods
+from bandpo.methods import BUCKET_LABELS, aggregate_loss, band, compute_bounds, compute_loss, ppo_surrogate, registry
 from bandpo.methods import bounds as bounds_module
 
 torch.set_num_threads(1)
@@ -42,6 +44,25 @@ def test_registry_lists_builtins_with_kinds():
         methods.get_method("bandp")
     with pytest.raises(ValueError, match="kind"):
         methods.list_methods("other")
+
+
+def test_unknown_method_asks_for_the_method_module(monkeypatch):
+    """An unknown name lists the registered methods and asks whether the module that defines it was left out."""
+    from bandpo.methods import registry as user_modules  # the record of loaded modules lives there
+
+    monkeypatch.setattr(user_modules, "_LOADED_MODULES", {})
+    with pytest.raises(ValueError) as err:
+        methods.get_method("grpoo")
+    assert str(err.value).startswith("unknown method 'grpoo' (did you mean 'grpo'?) (registered: bandpo, ")
+    assert str(err.value).endswith(
+        "; a method of your own module? list the module in the config's method_modules (or pass --method-module, "
+        "or set $BANDPO_METHOD_MODULES)"
+    )
+    assert "(registered: " + ", ".join(methods.list_methods()) + ")" in str(err.value)
+    # with modules loaded, the message names them: the method is not in any of them
+    monkeypatch.setattr(user_modules, "_LOADED_MODULES", {"/somewhere/my_methods.py": None, "pkg.more": None})
+    with pytest.raises(ValueError, match=r"none of the loaded method modules \(/somewhere/my_methods.py, pkg.more\)"):
+        methods.make_config("no_such_clip")
 
 
 def test_default_configs_are_the_paper_settings():
@@ -191,7 +212,8 @@ def test_bandpo_upper_is_bandpos_upper_bound_with_a_fixed_lower(params):
         methods.make_config("bandpo_upper", {"eps_low": 0.0})
 
 
-# Reference values of the Band operator, delta = 0.05, before the cap (the roots of g_f(p, r) = delta: bandpo/band.py).
+# Reference values of the Band operator, delta = 0.05, before the cap (the roots of g_f(p, r) = delta:
+# bandpo/methods/band.py).
 BAND_REF = {
     "kl": {0.01: (0.00249739, 7.80985), 0.08: (0.261696, 2.41055), 0.5: (0.691516, 1.30848), 0.9: (0.866579, 1.07636)},
     "tv": {0.01: (0.0, 6.0), 0.08: (0.375, 1.625), 0.5: (0.9, 1.1), 0.9: (0.944444, 1.05556)},
@@ -475,6 +497,96 @@ def test_shape_and_type_errors():
         compute_loss("grpo", old, old, old, mask, global_batch_info={"dp": 2})
 
 
+@pytest.fixture
+def unchecked_clip(monkeypatch):
+    """A user method without validate(): its bounds are whatever its parameters make them (registered for one test:
+    `registry._METHODS` is restored afterwards, and verl's registry never sees it)."""
+    monkeypatch.setattr(registry, "_METHODS", dict(registry._METHODS))
+    monkeypatch.setattr(registry, "_REGISTRATION_HOOKS", [])
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class UncheckedConfig(methods.MethodConfig):
+        low: float = 0.8
+        high: float = 1.2
+        special: str = ""  # "nan_upper", "inf_lower", "inf_upper": what a computed bound can hold (a parameter cannot)
+
+    @methods.register_bounds("unchecked_clip", config=UncheckedConfig)
+    def unchecked_clip(old_log_prob, response_mask, params):
+        """[low, high] as given, with no check of its own."""
+        special = {"nan_upper": (params.low, math.nan), "inf_lower": (-math.inf, params.high)}
+        special["inf_upper"] = (params.low, math.inf)
+        low, high = special.get(params.special, (params.low, params.high))
+        return methods.constant_bounds(old_log_prob, response_mask, low, high)
+
+    return "unchecked_clip"
+
+
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        ({"high": 1.0 - 1.0}, r"upper < 1: 5; e\.g\. token \[0, 0\]: lower = 0\.8, upper = 0\)"),  # eps_high = -1
+        ({"low": 1.5, "high": 2.0}, r"lower > 1: 5;"),
+        ({"special": "inf_lower"}, r"lower = -inf: 5;"),
+        ({"special": "nan_upper"}, r"NaN: 5;"),
+    ],
+)
+def test_bounds_that_exclude_ratio_one_stop_the_run(unchecked_clip, params, match):
+    """lower <= 1 <= upper on every valid token, checked where a resolved method computes its bounds: the local
+    trainer (bounds once per batch) and verl's plugin (the loss without precomputed bounds) both stop."""
+    old = torch.full((2, 4), -1.0)
+    mask = torch.tensor([[True, True, False, False], [True, True, True, False]])
+    prefix = r"method 'unchecked_clip' \(tests/test_methods\.py:.*unchecked_clip, .*UncheckedConfig\(.*\)\): "
+    prefix += r"its bounds violate lower <= 1 <= upper on 5 of 5 valid tokens \("
+    resolved = methods.resolve(unchecked_clip, params)
+    with pytest.raises(ValueError, match=prefix + match):
+        resolved.bounds(old, mask)
+    with pytest.raises(ValueError, match=prefix + match):
+        resolved.loss(old, old + 0.1, torch.ones(2, 4), mask)
+
+
+def test_bounds_check_blames_bad_inputs_and_shapes(unchecked_clip, monkeypatch):
+    old = torch.full((2, 4), -1.0)
+    mask = torch.tensor([[True, True, False, False], [True, True, True, False]])
+    # a NaN old log-prob gives NaN bounds: that is the rollout's fault, and the message says so
+    bad = old.clone()
+    bad[1, 2] = math.nan
+    with pytest.raises(ValueError, match=r"non-finite values on valid \(unmasked\) tokens \(old_log_prob: 1\)"):
+        compute_bounds("bandpo", bad, mask)
+    # a bounds function that returns the wrong shape is named too
+    real = registry._METHODS[unchecked_clip]
+    monkeypatch.setitem(
+        registry._METHODS,
+        unchecked_clip,
+        registry.Method(real.name, real.kind, lambda o, m, p: (o[:1], o), real.config_cls),
+    )
+    with pytest.raises(ValueError, match=r"'unchecked_clip'.*returned a bad \(lower, upper\): lower has shape"):
+        compute_bounds(unchecked_clip, old, mask)
+
+
+def test_bounds_check_passes_valid_bounds_unchanged(unchecked_clip):
+    """Padding may hold anything, ratio 1 may be an end of the interval, upper = +inf is no upper clip (Band's r_hi
+    where p underflows, without a cap): all pass, and the values are returned as the function computed them."""
+    old = torch.full((2, 4), -1.0)
+    mask = torch.tensor([[True, True, False, False], [True, True, True, False]])
+    lo, hi = compute_bounds(unchecked_clip, old, mask, {"low": 1.0, "special": "inf_upper"})
+    assert torch.all(lo[mask] == 1.0) and torch.all(hi[mask] == math.inf)
+    lo, hi = compute_bounds(unchecked_clip, old, mask, {"low": 0.0, "high": 1.0})
+    assert torch.all(lo[mask] == 0.0) and torch.all(hi[mask] == 1.0)
+    lo, hi = compute_bounds("bandpo", torch.tensor([[-math.inf, -1e-3]]), torch.ones(1, 2, dtype=torch.bool),
+                            {"cap": None})  # fmt: skip
+    assert hi[0, 0] == math.inf and lo[0, 0] == 0.0
+    # every built-in bounds method, over old probabilities from 1e-40 to 1 (and log p slightly > 0) in each dtype
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+        log_p = torch.cat([-torch.logspace(-40, 2, 500, dtype=torch.float64), torch.tensor([0.0, 1e-7])])
+        log_p = log_p.to(dtype).unsqueeze(0)
+        for name in methods.list_methods("bounds"):
+            if name != unchecked_clip:
+                for params in ({}, {"cap": None}) if name in ("dcpo", "bandpo", "bandpo_upper") else ({},):
+                    lo, hi = compute_bounds(name, log_p, torch.ones_like(log_p, dtype=torch.bool), params)
+                    assert torch.all(lo <= 1) and torch.all(hi >= 1)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Methods of the user's own modules: loaded where a run starts, never by importing bandpo.methods
 
@@ -506,9 +618,9 @@ def test_importing_methods_runs_no_user_code_a_run_start_does(tmp_path):
     env = {**os.environ, methods.METHOD_MODULES_ENV: str(module)}
     code = (
         "import pathlib, sys\n"
-        "import bandpo.methods, bandpo.train, bandpo.verl_command, bandpo.evaluate\n"
+        "import bandpo.methods, bandpo.train.loop, bandpo.verl.command, bandpo.score.evaluate\n"
         "print(pathlib.Path(sys.argv[1]).exists(), 'side_effect_clip' in bandpo.methods.list_methods())\n"
-        "from bandpo.train import TrainConfig, train\n"
+        "from bandpo.train.loop import TrainConfig, train\n"
         "try:\n"
         "    train(TrainConfig(method='side_effect_clip'))  # a run start: loads the module, then rejects the config\n"
         "except ValueError as e:\n"
@@ -528,3 +640,30 @@ def test_the_train_cli_loads_user_modules_from_the_environment(tmp_path):
     # the method is known (its parameter is checked), so the module was imported; a usage error, no traceback
     assert proc.returncode == 2 and "eps_low" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert marker.read_text() == "imported"
+
+
+def test_methods_listing_shows_user_modules_with_their_files(tmp_path):
+    """``python -m bandpo.methods`` lists the methods of $BANDPO_METHOD_MODULES and of --method-module, each with
+    the file it came from (not the internal name of a module loaded by path)."""
+    repo = Path(__file__).resolve().parent.parent
+    module, _ = side_effect_module(tmp_path)
+    env = {**os.environ, methods.METHOD_MODULES_ENV: "tests/example_method.py"}
+    cmd = [sys.executable, "-m", "bandpo.methods", "--method-module", str(module)]
+    table = subprocess.run(cmd, env=env, cwd=repo, capture_output=True, text=True, check=True).stdout
+    assert re.search(r"^half_clip +bounds +eps=0\.1$", table, re.M)
+    assert "source: tests/example_method.py:half_clip_bounds (method module)" in table
+    assert f"source: {module}:side_effect_clip (method module)" in table
+    assert "bandpo_method_module_" not in table
+    rows = json.loads(subprocess.run([*cmd, "--json"], env=env, cwd=repo, capture_output=True, text=True,
+                                     check=True).stdout)  # fmt: skip
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["half_clip"]["file"] == "tests/example_method.py"
+    assert by_name["half_clip"]["method_module"] == str(repo / "tests/example_method.py")
+    assert by_name["half_clip"]["config"] == "tests/example_method.py:HalfClipConfig"
+    assert by_name["side_effect_clip"]["file"] == str(module)
+    assert by_name["grpo"]["source"] == "bandpo.methods.bounds.fixed_clip_bounds"
+    assert by_name["grpo"]["method_module"] is None
+    # a module that is not there: a usage error naming it, no traceback
+    proc = subprocess.run([*cmd, "--method-module", "no_such.py"], env=env, cwd=repo, capture_output=True, text=True)
+    assert proc.returncode == 2 and "method module 'no_such.py': file not found" in proc.stderr
+    assert "Traceback" not in proc.stderr

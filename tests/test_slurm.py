@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bandpo.sweep import ConfigError, job_resources, score_groups, validate_config
+from bandpo.config.sweep import job_resources, score_groups
+from bandpo.config.validate import ConfigError, validate_config
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAKEFILE = ROOT / "Snakefile"

@@ -1,4 +1,4 @@
-"""tiny-math generator and real-set loaders (bandpo.tasks)."""
+"""tiny-math generator and real-set loaders (bandpo.data.tiny_math)."""
 
 from __future__ import annotations
 
@@ -9,18 +9,10 @@ from fractions import Fraction
 
 import pytest
 
-from bandpo import tasks
-from bandpo.tasks import (
-    KINDS,
-    LEVELS,
-    PAPER_PROMPT,
-    REAL_DATASETS,
-    generate_tiny_math,
-    last_boxed,
-    load_real_dataset,
-    load_split,
-    write_tiny_math,
-)
+from bandpo.data import cli, real, tiny_math
+from bandpo.data.real import REAL_DATASETS, load_real_dataset
+from bandpo.data.tiny_math import KINDS, LEVELS, PAPER_PROMPT, generate_tiny_math, load_split, write_tiny_math
+from bandpo.grader.extract import last_boxed
 
 SMALL = {"n_train": 600, "n_val": 45, "n_test": 60}
 
@@ -148,7 +140,7 @@ def test_split_sizes_schema_and_balance(splits):
         ids = [r["id"] for r in rows]
         assert len(set(ids)) == len(ids)
         for r in rows:
-            assert set(r) == set(tasks.ROW_FIELDS)
+            assert set(r) == set(tiny_math.ROW_FIELDS)
             assert r["prompt"] == f"Q: {r['problem']}\nA: "
             assert r["kind"] in KINDS and r["level"] in LEVELS
             assert isinstance(r["level"], int)
@@ -209,7 +201,7 @@ def test_write_and_load_jsonl_roundtrip(tmp_path):
 
 def test_cli_tiny_math(tmp_path, capsys):
     out = tmp_path / "data"
-    assert tasks.main(["tiny-math", "--out", str(out), "--seed", "3", "--n-train", "30", "--n-val", "15",
+    assert cli.main(["tiny-math", "--out", str(out), "--seed", "3", "--n-train", "30", "--n-val", "15",
                        "--n-test", "15"]) == 0  # fmt: skip
     rows = [json.loads(line) for line in (out / "test.jsonl").read_text().splitlines()]
     assert rows == generate_tiny_math(seed=3, n_train=30, n_val=15, n_test=15)["test"]
@@ -218,14 +210,14 @@ def test_cli_tiny_math(tmp_path, capsys):
 
 def test_write_jsonl_is_atomic_on_failure(tmp_path):
     target = tmp_path / "x.jsonl"
-    tasks.write_jsonl(target, [{"a": 1}])
+    tiny_math.write_jsonl(target, [{"a": 1}])
 
     def bad_rows():
         yield {"a": 2}
         raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError):
-        tasks.write_jsonl(target, bad_rows())
+        tiny_math.write_jsonl(target, bad_rows())
     assert target.read_text() == '{"a": 1}\n'  # old content intact
     assert [p.name for p in tmp_path.iterdir()] == ["x.jsonl"]  # no temp file left
 
@@ -346,7 +338,7 @@ def test_math500_aime_amc_formats(tmp_path):
 
 def test_real_cli_writes_split(tmp_path):
     src = _jsonl(tmp_path / "b.jsonl", [{"problem": "B", "answer": "70", "id": "0"}])
-    assert tasks.main(["real", "--name", "aime-2025", "--out", str(tmp_path / "out"), "--path", str(src)]) == 0
+    assert cli.main(["real", "--name", "aime-2025", "--out", str(tmp_path / "out"), "--path", str(src)]) == 0
     rows = load_split(tmp_path / "out" / "test.jsonl").to_list()
     assert rows[0]["answer"] == "70"
 
@@ -379,6 +371,6 @@ def test_last_boxed_and_normalisation():
     assert last_boxed("a \\boxed{1} b \\boxed{\\frac{2}{3}} c") == "\\frac{2}{3}"
     assert last_boxed("no box") is None
     assert last_boxed("\\fbox{ 9 }") == "9"
-    assert tasks.normalize_answer(27.0) == "27" and tasks.normalize_answer(" 4.00 ") == "4"
-    assert tasks.strip_paper_prompt(PAPER_PROMPT.format(problem="Z?")) == "Z?"
-    assert tasks.strip_paper_prompt("plain") == "plain"
+    assert real.normalize_answer(27.0) == "27" and real.normalize_answer(" 4.00 ") == "4"
+    assert real.strip_paper_prompt(PAPER_PROMPT.format(problem="Z?")) == "Z?"
+    assert real.strip_paper_prompt("plain") == "plain"

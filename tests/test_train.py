@@ -9,7 +9,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,10 +17,11 @@ import torch
 from safetensors.torch import load_file
 
 from bandpo import methods
-from bandpo.models import build_tokenizer, get_size, init_model
-from bandpo.sampling import positions, sample_rows
-from bandpo.tasks import generate_tiny_math, write_jsonl
-from bandpo.train import TIMING_KEYS, TrainConfig, apply_overrides, check_overrides, group_advantages, lr_at, train
+from bandpo.data.tiny_math import generate_tiny_math, write_jsonl
+from bandpo.models.sampling import positions, sample_rows
+from bandpo.models.tiny import build_tokenizer, get_size, init_model
+from bandpo.train.loop import TrainConfig, group_advantages, lr_at, train
+from bandpo.train.settings import TIMING_KEYS, apply_overrides, check_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -140,36 +141,76 @@ def test_same_seed_same_run_and_learning_happens(assets, tmp_path):
     assert any(not torch.equal(final_a[k], init[k]) for k in final_a)  # the updates did change the policy
 
 
+# `python -m bandpo.train` whose update of step STOP_AT_UPDATE stops half-way: it says so on stdout and waits there
+# to be killed (the wait is a hang guard only: a run never killed exits with an error and publishes nothing).
+STOPPING_RUN = """
+import os, runpy, threading
+import bandpo.train.loop as loop
+real_update, calls = loop.update, []
+def update(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == {stop_at}:
+        print("stopped", flush=True)
+        threading.Event().wait({guard_s})
+        os._exit(3)
+    return real_update(*args, **kwargs)
+loop.update = update
+runpy.run_module("bandpo.train", run_name="__main__", alter_sys=True)
+"""
+STOP_AT_UPDATE = 6  # in step 6: checkpoints of steps 2 and 4 are written, metrics.jsonl.partial has step 5 too
+HANG_GUARD_S = 600.0  # hang guards only: a run that never gets to where it should is ended, the test fails
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL to ``proc`` and everything it started (its grader worker): a job killed from outside."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def test_resume_after_sigkill_matches_uninterrupted_run(assets, tmp_path):
+    """A run killed with SIGKILL in the middle of a step (after a checkpoint, with a metrics line past it) and then
+    started again resumes from that checkpoint and ends with the uninterrupted run's metrics and weights. The kill
+    comes at a fixed point (the run stops there and says so), not after a guessed number of seconds."""
     model, data = assets
     common = ["--model", str(model), "--data", str(data), "--method", "bandpo", "--seed", "5", "--threads", "1",
-              "--no-progress", "--set", "steps=40", "--set", "checkpoint_every=2", "--set", "prompts_per_step=4",
+              "--no-progress", "--set", "steps=8", "--set", "checkpoint_every=2", "--set", "prompts_per_step=4",
               "--set", "samples_per_prompt=4", "--set", "max_new_tokens=12", "--set", "reward=\"random\""]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    t0 = time.monotonic()
     subprocess.run([sys.executable, "-m", "bandpo.train", *common, "--out", str(tmp_path / "full")],
-                   check=True, env=env, capture_output=True)  # fmt: skip
-    whole_run = time.monotonic() - t0  # the wait below is a multiple of it, not a fixed wall-clock figure
+                   check=True, env=env, capture_output=True, timeout=HANG_GUARD_S)  # fmt: skip
 
     killed = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "bandpo.train", *common, "--out", str(killed)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    ckpt = killed / "checkpoint" / "ckpt.pt"
-    deadline = time.monotonic() + 3 * whole_run  # the first checkpoint (step 2 of 40) comes long before a run's end
-    while not ckpt.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    time.sleep(0.05)  # somewhere after the first checkpoint, mid-step, long before the last of 40 steps
-    assert proc.poll() is None, "the run finished before it could be killed; make it longer"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    stopping = STOPPING_RUN.format(stop_at=STOP_AT_UPDATE, guard_s=HANG_GUARD_S)
+    stderr = tmp_path / "killed.stderr"
+    with open(stderr, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-c", stopping, *common, "--out", str(killed)], env=env,
+                                stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)  # fmt: skip
+    guard = threading.Timer(HANG_GUARD_S, _kill_group, (proc,))
+    guard.start()
+    try:
+        said = proc.stdout.readline()  # waits for the run to stop mid-step (EOF if it ended instead)
+        assert said == "stopped\n" and proc.poll() is None, f"{said!r}\n{stderr.read_text()[-3000:]}"
+        _kill_group(proc)  # a real SIGKILL, mid-step
+        assert proc.wait(timeout=HANG_GUARD_S) == -signal.SIGKILL
+    finally:
+        guard.cancel()
+        if proc.poll() is None:  # not reaped yet: its process group is still the one it started
+            _kill_group(proc)
+            proc.wait()
+        proc.stdout.close()
     # nothing looks complete after the kill
     assert not (killed / "metrics.jsonl").exists() and not (killed / "run.json").exists()
     assert not (killed / "model").exists()
+    ckpt = killed / "checkpoint" / "ckpt.pt"
     step_at_kill = torch.load(ckpt, weights_only=False)["step"]
-    assert 2 <= step_at_kill < 40
+    assert step_at_kill == 4
+    partial = [json.loads(line)["step"] for line in (killed / "metrics.jsonl.partial").read_text().splitlines()]
+    assert partial == [1, 2, 3, 4, 5]  # step 5 finished after the checkpoint: the resumed run does it again
 
     subprocess.run([sys.executable, "-m", "bandpo.train", *common, "--out", str(killed)],
-                   check=True, env=env, capture_output=True)  # fmt: skip
+                   check=True, env=env, capture_output=True, timeout=HANG_GUARD_S)  # fmt: skip
     assert json.loads((killed / "run.json").read_text())["resumed_from_step"] == step_at_kill
     assert without_timing(read_metrics(killed)) == without_timing(read_metrics(tmp_path / "full"))
     a, b = (
@@ -220,7 +261,7 @@ def test_sampler_draws_from_the_models_softmax(eos_heavy_model):
     """The KV-cached sampler (shared prompt cache, finished rows dropped) samples the model's plain softmax: the
     first token's frequencies match softmax(logits / T), and over many rollouts the mean surprisal of the sampled
     tokens matches the mean entropy of their distributions, which a full forward pass recomputes."""
-    from bandpo.train import Batch, completion_log_probs_shared
+    from bandpo.train.loop import Batch, completion_log_probs_shared
 
     torch.set_num_threads(1)
     model, tokenizer = eos_heavy_model
@@ -264,7 +305,7 @@ def test_sampler_draws_from_the_models_softmax(eos_heavy_model):
 
 
 def test_shared_prompt_forward_has_the_full_forwards_gradients(eos_heavy_model):
-    from bandpo.train import TrainConfig, completion_log_probs_shared, rollout
+    from bandpo.train.loop import TrainConfig, completion_log_probs_shared, rollout
 
     torch.set_num_threads(1)
     model, tokenizer = eos_heavy_model
@@ -292,7 +333,7 @@ def test_trainer_log_probs_are_the_samplers_at_any_temperature(assets, eos_heavy
     """At T != 1 the trainer's log-probs and entropy are those of softmax(logits / T), the distribution the
     rollouts sampled from (as verl's actor): the old log-probs equal the sampler's log-probs of the sampled tokens,
     and the first update's ratio is exactly 1. (At T = 1 nothing changes: tests/test_train.py's same-seed runs.)"""
-    from bandpo.train import Batch, completion_log_probs_shared
+    from bandpo.train.loop import Batch, completion_log_probs_shared
 
     torch.set_num_threads(1)
     model, tokenizer = eos_heavy_model
@@ -344,7 +385,7 @@ def test_ppo_epochs_passes_over_each_rollout_batch(assets, tmp_path, monkeypatch
     """ppo_epochs = 2 with updates_per_step = 2: 4 optimizer updates per step over mini-batches of half the batch,
     each pass a fresh partition of the rows; the first update is on-policy (ratio exactly 1), the other three are
     the off-policy ones (offpolicy/*)."""
-    import bandpo.train as train_module
+    import bandpo.train.loop as train_module
 
     with pytest.raises(ValueError, match="ppo_epochs: must be an integer >= 1"):
         TrainConfig(model="m", data="d", out="o", ppo_epochs=0).validate()
@@ -423,8 +464,8 @@ def test_on_policy_updates_make_every_bound_method_the_same_run(assets, tmp_path
 
 @pytest.fixture(scope="module")
 def probe_data(tmp_path_factory):
-    """A small probe data set (bandpo.probe): train rows and validation probe rows carry ``subset``."""
-    from bandpo.tasks import ProbeSpec, apply_probe
+    """A small probe data set (bandpo.train.probe): train rows and validation probe rows carry ``subset``."""
+    from bandpo.data.tiny_math import ProbeSpec, apply_probe
 
     base = tmp_path_factory.mktemp("probe-data")
     splits = apply_probe(generate_tiny_math(seed=1, n_train=600, n_val=20, n_test=20), ProbeSpec(n_test=4, n_val=3), 1)
@@ -474,7 +515,7 @@ def test_cli_help_shows_every_field_with_its_default_and_doc():
     import ast
     import inspect
 
-    import bandpo.train as train_module
+    import bandpo.train.loop as train_module
 
     proc = subprocess.run([sys.executable, "-m", "bandpo.train", "--help"], capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, "COLUMNS": "100"}, check=True)  # fmt: skip
@@ -495,8 +536,10 @@ def test_cli_help_shows_every_field_with_its_default_and_doc():
 def test_cli_flags_and_set_build_the_same_config(tmp_path, monkeypatch, capsys):
     """The generated flags and the workflow's --set path give the same TrainConfig; --set is applied last."""
     seen = []
-    monkeypatch.setattr("bandpo.train.train", lambda cfg: seen.append(cfg) or {"final": {}, "train_seconds_total": 0})
-    from bandpo.train import main
+    monkeypatch.setattr(
+        "bandpo.train.loop.train", lambda cfg: seen.append(cfg) or {"final": {}, "train_seconds_total": 0}
+    )
+    from bandpo.train.cli import main
 
     common = ["--model", "m", "--data", "d", "--out", str(tmp_path), "--method", "bandpo", "--params", '{"delta": 0.1}']
     main([*common, "--steps", "7", "--lr-end", "None", "--samples-per-prompt", "4", "--no-progress"])
@@ -519,11 +562,11 @@ def test_cli_flags_and_set_build_the_same_config(tmp_path, monkeypatch, capsys):
 
 
 def test_a_training_job_does_not_import_dynamo(assets, tmp_path):
-    """torch._dynamo costs ~1 s of CPU per process: neither the optimizer (bandpo.optim) nor the light model load
-    (bandpo.fastlm) may pull it into a training job."""
+    """torch._dynamo costs ~1 s of CPU per process: neither the optimizer (bandpo.models.optim) nor the light model load
+    (bandpo.models.fastlm) may pull it into a training job."""
     model, data = assets
     code = (
-        "import sys\nfrom bandpo.train import main\n"
+        "import sys\nfrom bandpo.train.cli import main\n"
         f"rc = main(['--model', {str(model)!r}, '--data', {str(data)!r}, '--out', {str(tmp_path / 'run')!r},"
         " '--set', 'steps=1', '--set', 'prompts_per_step=2', '--set', 'samples_per_prompt=2',"
         " '--set', 'max_new_tokens=6', '--set', 'reward=random', '--no-progress'])\n"
@@ -556,7 +599,7 @@ def test_old_log_prob_pass_in_a_worker_thread_changes_no_number(assets, tmp_path
     run is bit for bit the one that makes them in the main thread, after grading."""
     overrides = {"reward": "grader", "kl_coef": 0.05, "steps": 2, "method": "bandpo"}
     train(small_config(assets, tmp_path / "threaded", **overrides))
-    import bandpo.train as T
+    import bandpo.train.loop as T
 
     monkeypatch.setattr(T, "ThreadPoolExecutor", _InlineExecutor)
     train(small_config(assets, tmp_path / "inline", **overrides))

@@ -1,4 +1,4 @@
-"""verl on CPU (bandpo.verl_cpu, config/verl-cpu.yaml): the hf rollout server on its own, and (marker ``verl_cpu``,
+"""verl on CPU (bandpo.verl.cpu, config/verl-cpu.yaml): the hf rollout server on its own, and (marker ``verl_cpu``,
 not in the default selection: minutes) a short real run of ``python -m verl.trainer.main_ppo`` through the DAG,
 merged, checked against the run contract, scored and reported.
 
@@ -23,8 +23,8 @@ import yaml
 
 pytest.importorskip("verl")
 
-from bandpo.models import build_tokenizer, get_size, init_model  # noqa: E402
-from bandpo.run_contract import check_run  # noqa: E402
+from bandpo.core.run_contract import check_run  # noqa: E402
+from bandpo.models.tiny import build_tokenizer, get_size, init_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,7 +42,7 @@ def tiny_model(tmp_path_factory):
 def test_hf_server_returns_the_models_log_probs(tiny_model):
     from transformers import AutoModelForCausalLM
 
-    from bandpo.verl_cpu import HFRolloutServer
+    from bandpo.verl.cpu import HFRolloutServer
 
     server = HFRolloutServer(str(tiny_model), response_length=12, max_model_len=64, dtype="float32", seed=0)
     prompt = build_tokenizer()("12+7=", add_special_tokens=False)["input_ids"]
@@ -78,7 +78,7 @@ def test_hf_server_batches_concurrent_requests(tiny_model, monkeypatch):
     one batch per sampling setting, and each still gets its own prompt's tokens and log-probs."""
     from transformers import AutoModelForCausalLM
 
-    from bandpo.verl_cpu import HFRolloutServer
+    from bandpo.verl.cpu import HFRolloutServer
 
     server = HFRolloutServer(str(tiny_model), response_length=10, max_model_len=64, dtype="float32", seed=0,
                              max_batch=8)  # fmt: skip
@@ -128,12 +128,12 @@ def test_hf_server_suite_sampler_serves_plain_sampling(tiny_model, monkeypatch):
     tokens' log-probs under softmax(logits / T). Other settings, and sampler "generate", go to HF generate."""
     from transformers import AutoModelForCausalLM
 
-    import bandpo.sampling
-    from bandpo.verl_cpu import HFRolloutServer
+    import bandpo.models.sampling
+    from bandpo.verl.cpu import HFRolloutServer
 
     drawn = []  # (prompts pre-filled, samples per prompt) of each call of the suite's sampler
-    real = bandpo.sampling.sample_rows
-    monkeypatch.setattr(bandpo.sampling, "sample_rows", lambda m, ids, mask, n, *a, **k: drawn.append(
+    real = bandpo.models.sampling.sample_rows
+    monkeypatch.setattr(bandpo.models.sampling, "sample_rows", lambda m, ids, mask, n, *a, **k: drawn.append(
         (ids.shape[0], n)) or real(m, ids, mask, n, *a, **k))  # fmt: skip
     model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
     eos = model.generation_config.eos_token_id
@@ -211,7 +211,7 @@ def test_verl_step_benchmark_try_changes_one_setting_of_the_profile():
 def test_cpu_platform_is_registered_and_opt_in():
     from verl.plugin.platform.platform_manager import PlatformRegistry
 
-    import bandpo.verl_cpu as vc
+    import bandpo.verl.cpu as vc
 
     platform = PlatformRegistry.get("cpu")()
     assert platform.device_name == "cpu" and platform.communication_backend_name() == "gloo"
@@ -229,7 +229,7 @@ def test_polling_replay_buffer_is_verls_sync_buffer_polling_faster():
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
     from verl.utils.import_utils import load_extern_object
 
-    import bandpo.verl_cpu as vc
+    import bandpo.verl.cpu as vc
 
     overrides = dict(o.split("=", 1) for o in yaml.safe_load((ROOT / "config" / "verl-cpu.yaml").read_text())["verl"]
                      ["extra_overrides"] if o.startswith("trainer.v1.sampler.custom_sampler."))  # fmt: skip
@@ -249,7 +249,7 @@ def test_polling_replay_buffer_is_verls_sync_buffer_polling_faster():
 
 
 def test_per_sample_warning_is_quiet_only_on_the_cpu_platform():
-    code = ("import logging, bandpo.verl_cpu as vc; "
+    code = ("import logging, bandpo.verl.cpu as vc; "
             "print([logging.getLogger(n).getEffectiveLevel() for n in vc.QUIET_LOGGERS])")  # fmt: skip
     levels = {}
     for platform in ("cpu", ""):
@@ -272,7 +272,7 @@ def test_verl_cpu_profile_dry_run(tmp_path):
     n_runs = len(cfg["models"]) * len(cfg["methods"]) * len(cfg["seeds"])
     assert out.count("rule train_verl:") == n_runs and out.count("rule merge_verl:") == n_runs
     assert "VERL_PLATFORM=cpu" in out and re.search(r"actor_rollout_ref\.rollout\.name=\W*hf\W", out)
-    assert "bandpo.verl_plugin,bandpo.verl_cpu" in out and "python -m verl.trainer.main_ppo" in out
+    assert "bandpo.verl.plugin,bandpo.verl.cpu" in out and "python -m verl.trainer.main_ppo" in out
     assert cfg["beside"] == "results/verl-cpu/local" and "rule beside:" in out  # verl's runs beside the local ones
 
 

@@ -15,9 +15,10 @@ pytest.importorskip("verl.trainer.ppo.core_algos")
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, get_policy_loss_fn  # noqa: E402
 from verl.workers.config import ActorConfig, PolicyLossConfig  # noqa: E402
 
-from bandpo import methods, verl_plugin  # noqa: E402
+from bandpo import methods
 from bandpo.methods.__main__ import describe, main  # noqa: E402
-from bandpo.verl_command import VerlRun  # noqa: E402
+from bandpo.verl import plugin as verl_plugin  # noqa: E402
+from bandpo.verl.command import VerlRun  # noqa: E402
 
 torch.set_num_threads(1)
 

@@ -22,9 +22,10 @@ pytest.importorskip("verl.trainer.ppo.core_algos")
 from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla, get_policy_loss_fn  # noqa: E402
 from verl.workers.config import ActorConfig  # noqa: E402
 
-from bandpo import methods, verl_plugin  # noqa: E402
+from bandpo import methods
 from bandpo.methods import registry  # noqa: E402
-from bandpo.verl_command import VerlRun  # noqa: E402
+from bandpo.verl import plugin as verl_plugin  # noqa: E402
+from bandpo.verl.command import VerlRun  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -79,7 +80,7 @@ def run_python(code: str, **env: str) -> str:
 REGISTRY_PROBE = (
     "import sys, verl\n"
     "from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY as R\n"
-    "print(sorted(k for k in R if k.startswith('bandpo.')), 'bandpo.verl_plugin' in sys.modules)"
+    "print(sorted(k for k in R if k.startswith('bandpo.')), 'bandpo.verl.plugin' in sys.modules)"
 )
 EXPECTED_NAMES = str(sorted(f"bandpo.{m}" for m in BUILT_IN))
 
@@ -88,7 +89,7 @@ def test_import_verl_registers_every_method_via_entry_point():
     """A fresh interpreter: `import verl` alone loads the plugin (as in every Ray worker)."""
     from importlib.metadata import entry_points
 
-    if not any(ep.value == "bandpo.verl_plugin" for ep in entry_points(group="verl.plugins")):
+    if not any(ep.value == "bandpo.verl.plugin" for ep in entry_points(group="verl.plugins")):
         pytest.fail(
             "the verl.plugins entry point is not installed: run `pip install -e .` (pyproject.toml declares it)"
         )
@@ -99,7 +100,7 @@ def test_import_verl_registers_every_method_via_entry_point():
 @pytest.mark.slow
 def test_external_modules_fallback_registers_every_method():
     """Fallback for verl without entry points: VERL_USE_EXTERNAL_MODULES (entry points disabled to prove it)."""
-    out = run_python(REGISTRY_PROBE, VERL_USE_EXTERNAL_PLUGINS="none", VERL_USE_EXTERNAL_MODULES="bandpo.verl_plugin")
+    out = run_python(REGISTRY_PROBE, VERL_USE_EXTERNAL_PLUGINS="none", VERL_USE_EXTERNAL_MODULES="bandpo.verl.plugin")
     assert out.strip() == f"{EXPECTED_NAMES} True"
 
 
@@ -359,7 +360,7 @@ def test_overrides_compose_validate_and_carry_the_method(compose):
     # The runtime_env verl's run_ppo() hands to ray.init carries the method's parameters to every worker.
     runtime_env = OmegaConf.merge(get_ppo_ray_runtime_env(cfg), cfg.ray_kwargs.ray_init.runtime_env)
     env_vars = OmegaConf.to_container(runtime_env)["env_vars"]
-    assert env_vars["VERL_USE_EXTERNAL_MODULES"] == "bandpo.verl_plugin"
+    assert env_vars["VERL_USE_EXTERNAL_MODULES"] == "bandpo.verl.plugin"
     assert env_vars["VERL_FILE_LOGGER_PATH"] == "/runs/qwen3b/bandpo/seed7/verl_metrics.jsonl"
     worker_cfg = verl_plugin.method_config("bandpo", env_vars[verl_plugin.ENV_VAR])
     assert worker_cfg == methods.make_config("bandpo", {"divergence": "chi2", "delta": 0.05})
@@ -581,14 +582,14 @@ def test_command_line_through_verl_cli():
 
 
 def test_the_plugin_loads_user_modules_at_verls_start(tmp_path):
-    """verl imports bandpo.verl_plugin in its driver and every worker: that import loads $BANDPO_METHOD_MODULES
+    """verl imports bandpo.verl.plugin in its driver and every worker: that import loads $BANDPO_METHOD_MODULES
     (bandpo.methods alone does not) and registers the user's methods in verl's registry."""
     from test_methods import side_effect_module
 
     module, marker = side_effect_module(tmp_path)
     code = (
         "import bandpo.methods; import pathlib, sys; print(pathlib.Path(sys.argv[1]).exists())\n"
-        "import bandpo.verl_plugin\n"
+        "import bandpo.verl.plugin\n"
         "from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY\n"
         "print(pathlib.Path(sys.argv[1]).exists(), 'bandpo.side_effect_clip' in POLICY_LOSS_REGISTRY)\n"
     )
@@ -635,8 +636,8 @@ CHANGED = {"model": "other-model", "method": "grpo", "seed": 11, "steps": 3, "pr
 
 
 def test_protocol_table_is_true():
-    from bandpo.train import TrainConfig
-    from bandpo.verl_command import PROTOCOL_KEYS, VERL_ONLY_PROTOCOL
+    from bandpo.train.loop import TrainConfig
+    from bandpo.verl.command import PROTOCOL_KEYS, VERL_ONLY_PROTOCOL
 
     table = protocol_table()
     keys = {**PROTOCOL_KEYS, **VERL_ONLY_PROTOCOL}
@@ -670,7 +671,7 @@ def test_protocol_table_is_true():
 def test_one_dual_clip_default():
     """10.0, the paper's c, everywhere: the loss settings, both trainers, and the plugin's fallback when verl's
     config lacks clip_ratio_c (verl's own default would be 3.0)."""
-    from bandpo.train import TrainConfig
+    from bandpo.train.loop import TrainConfig
 
     c = methods.DEFAULT_DUAL_CLIP_C
     assert c == 10.0
@@ -681,12 +682,12 @@ def test_one_dual_clip_default():
 
 
 def test_cpu_profile_serves_a_steps_requests_as_one_batch(compose):
-    """config/verl-cpu.yaml's command composes with verl's ppo_trainer config, and bandpo.verl_cpu's rollout server
+    """config/verl-cpu.yaml's command composes with verl's ppo_trainer config, and bandpo.verl.cpu's rollout server
     gets a step's request count (prompts x samples) as its batch size from the rollout's engine_kwargs.hf."""
     import yaml
     from omegaconf import OmegaConf
 
-    from bandpo.verl_cpu import server_options
+    from bandpo.verl.cpu import server_options
 
     path = os.path.join(os.path.dirname(__file__), "..", "config", "verl-cpu.yaml")
     profile = yaml.safe_load(open(path, encoding="utf-8"))["verl"]

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from bandpo import run_lock, sweep
+from bandpo.config import run_lock, sweep, validate
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAKEFILE = ROOT / "Snakefile"
@@ -72,7 +72,7 @@ def write_config(tmp_path: Path, cfg: dict, name: str = "cfg.yaml") -> Path:
 
 @pytest.mark.parametrize("name", ["config", "smoke", "gpu"])
 def test_shipped_configs_are_valid(name):
-    cfg = sweep.validate_config(read_config(name))
+    cfg = validate.validate_config(read_config(name))
     assert cfg["profile"] == {"config": "embedded"}.get(name, name)
     assert cfg["eval"]["base"] is True  # the base model is scored (step-0 row) in every profile
 
@@ -82,7 +82,7 @@ def test_defaults_are_filled_in():
     raw.pop("trainer")
     raw.pop("offline")
     raw["eval"].pop("group_seeds")
-    cfg = sweep.validate_config(raw)
+    cfg = validate.validate_config(raw)
     assert cfg["trainer"] == "local" and cfg["offline"] is True and cfg["eval"]["group_seeds"] is True
     assert cfg["methods"][0]["params"] == {} and cfg["models"][0]["train"] == {}
     assert "trainer" not in raw  # the caller's config is not modified
@@ -92,7 +92,7 @@ def test_group_size_16_at_the_same_rollout_count_is_a_config_setting():
     """Group size 16 at the default rollout count (TrainConfig: 32 prompts x 8 = 16 x 16 = 256 completions per
     step) needs no code: a method entry or an experiment sets train: {samples_per_prompt: 16, prompts_per_step: 16};
     the config validates and the run's overrides (its --set arguments) carry both."""
-    from bandpo.train import TrainConfig
+    from bandpo.train.loop import TrainConfig
 
     default = TrainConfig()
     assert default.prompts_per_step * default.samples_per_prompt == 16 * 16
@@ -100,7 +100,7 @@ def test_group_size_16_at_the_same_rollout_count_is_a_config_setting():
     raw = read_config("config")
     raw["methods"].append({"id": "grpo_g16", "method": "grpo", "train": dict(g16)})  # an entry of main
     raw["experiments"]["group16"] = {**raw["experiments"]["random-reward"], "train": {"steps": 8, **g16}}
-    cfg = sweep.validate_config(raw)
+    cfg = validate.validate_config(raw)
     entry = sweep.train_overrides(cfg, "tiny-s", "grpo_g16")
     assert entry["samples_per_prompt"] == entry["prompts_per_step"] == 16 and entry["steps"] == 64
     assert sweep.train_overrides(cfg, "tiny-s", "grpo")["steps"] == 64 and "samples_per_prompt" not in cfg["train"]
@@ -110,21 +110,21 @@ def test_group_size_16_at_the_same_rollout_count_is_a_config_setting():
     assert "samples_per_prompt=16" in args and "prompts_per_step=16" in args
     bad = {**raw, "methods": [*raw["methods"][:-1], {"id": "grpo_g16", "method": "grpo",
                                                      "train": {"samples_per_prompt": 1}}]}  # fmt: skip
-    with pytest.raises(sweep.ConfigError, match="samples_per_prompt"):
-        sweep.validate_config(bad)
+    with pytest.raises(validate.ConfigError, match="samples_per_prompt"):
+        validate.validate_config(bad)
 
 
 @pytest.mark.parametrize("name", ["config", "smoke", "gpu"])
 def test_validation_is_idempotent(name):
     """A completed config (experiments filled in) validates to itself: jobs that re-read it see the same DAG."""
-    cfg = sweep.validate_config(read_config(name))
-    assert sweep.validate_config(cfg) == cfg
-    only = sweep.validate_config({**read_config(name), "only": "main"})
-    assert sweep.validate_config(only) == only
+    cfg = validate.validate_config(read_config(name))
+    assert validate.validate_config(cfg) == cfg
+    only = validate.validate_config({**read_config(name), "only": "main"})
+    assert validate.validate_config(only) == only
 
 
 def test_embedded_config_matrix():
-    cfg = sweep.validate_config(read_config("config"))
+    cfg = validate.validate_config(read_config("config"))
     models = sweep.by_id(cfg["models"])
     assert [models[m]["size"] for m in cfg["experiments"][sweep.MAIN]["models"]] == ["tiny-s", "tiny-m"]
     # model size stays an axis of the main comparison: the primary pair trains on every size
@@ -252,8 +252,8 @@ BAD_CASES = {  # case: (mutation of config/smoke.yaml, regex the error message m
 @pytest.mark.parametrize("case", sorted(BAD_CASES))
 def test_bad_config_is_rejected_naming_the_field(case):
     mutate, pattern = BAD_CASES[case]
-    with pytest.raises(sweep.ConfigError) as exc:
-        sweep.validate_config(bad(mutate))
+    with pytest.raises(validate.ConfigError) as exc:
+        validate.validate_config(bad(mutate))
     assert re.search(pattern, str(exc.value)), str(exc.value)
 
 
@@ -274,7 +274,7 @@ def test_bad_config_stops_snakemake_before_any_job(tmp_path, case):
 
 
 def test_gpu_dry_run_lists_the_full_matrix(tmp_path):
-    cfg = sweep.validate_config(read_config("gpu"))
+    cfg = validate.validate_config(read_config("gpu"))
     proc = snakemake(tmp_path, "-n", "--quiet", "rules", configfile=CONFIGS["gpu"])
     assert proc.returncode == 0, proc.output[-3000:]
     counts = job_counts(proc.output)
@@ -308,7 +308,7 @@ def test_gpu_dry_run_dynamic_sampling_rows(tmp_path):
 
 
 def test_gpu_dry_run_commands(tmp_path):
-    """The verl command comes from bandpo.verl_command, the merge from verl.model_merger, scoring from lm-eval vllm."""
+    """The verl command comes from bandpo.verl.command, the merge from verl.model_merger, scoring from lm-eval vllm."""
     targets = [
         "results/gpu/runs/qwen2.5-3b-instruct/bandpo_tv/seed1/model/config.json",
         "results/gpu/eval/qwen2.5-3b-instruct/bandpo_tv/seed1/aime24.json",
@@ -319,12 +319,12 @@ def test_gpu_dry_run_commands(tmp_path):
     assert "python -m verl.trainer.main_ppo" in out
     assert "actor_rollout_ref.actor.policy_loss.loss_mode='\"'\"'bandpo.bandpo'\"'\"'" in out
     assert 'BANDPO_METHOD_CONFIG=\'{"bandpo":{"cap":10.0,"delta":0.05,"divergence":"tv"' in out
-    assert "bandpo.merge_verl --run-dir results/gpu/runs/qwen2.5-3b-instruct/bandpo_tv/seed1" in out
-    assert "python -m bandpo.evaluate" in out and "--backend vllm" in out and "--apply-chat-template" in out
+    assert "bandpo.verl.merge --run-dir results/gpu/runs/qwen2.5-3b-instruct/bandpo_tv/seed1" in out
+    assert "python -m bandpo.score" in out and "--backend vllm" in out and "--apply-chat-template" in out
     # the paper's grader (grader.mode) in verl's reward (keyword and Ray workers' env) and in lm-eval scoring
     assert "+reward.custom_reward_function.reward_kwargs.grader_mode='\"'\"'math-dapo'\"'\"'" in out
     assert "BANDPO_GRADER_MODE=math-dapo" in out
-    eval_line = next(line for line in out.splitlines() if "python -m bandpo.evaluate" in line)
+    eval_line = next(line for line in out.splitlines() if "python -m bandpo.score" in line)
     assert "BANDPO_GRADER_MODE=math-dapo" in eval_line
 
 
@@ -335,19 +335,19 @@ def test_grader_mode_reaches_every_job_that_grades(tmp_path):
     proc = snakemake(tmp_path / "wd", "-n", "-p", configfile=write_config(tmp_path, cfg))
     assert proc.returncode == 0, proc.output[-3000:]
     lines = proc.output.splitlines()
-    for command in ("python -m bandpo.train", "python -m bandpo.evaluate", "python -m bandpo.models build"):
+    for command in ("python -m bandpo.train", "python -m bandpo.score", "python -m bandpo.models build"):
         found = [line for line in lines if command in line]
         assert found and all("BANDPO_GRADER_MODE=math-dapo" in line for line in found), command
-    cfg = sweep.validate_config(read_config("smoke"))
+    cfg = validate.validate_config(read_config("smoke"))
     assert cfg["grader"] == {"mode": "lenient"}  # the default
     bad = yaml.safe_load((ROOT / "config" / "verl-cpu.yaml").read_text())
     bad["verl"]["grader_mode"] = "lenient"
-    with pytest.raises(sweep.ConfigError, match=r"verl\.grader_mode: set the grader once, as grader\.mode"):
-        sweep.validate_config(bad)
+    with pytest.raises(validate.ConfigError, match=r"verl\.grader_mode: set the grader once, as grader\.mode"):
+        validate.validate_config(bad)
 
 
 def test_embedded_dry_run(tmp_path):
-    cfg = sweep.validate_config(read_config("config"))
+    cfg = validate.validate_config(read_config("config"))
     proc = snakemake(tmp_path, "-n", "--quiet", "rules")  # no --configfile: config/config.yaml is the default
     assert proc.returncode == 0, proc.output[-3000:]
     counts = job_counts(proc.output)
@@ -368,9 +368,10 @@ def test_embedded_dry_run(tmp_path):
 
 
 def test_atlas_measures_mains_first_tiny_base_model(tmp_path):
-    """The rule atlas (bandpo.atlas) runs on main's first tiny model and seed with main's data and the training
+    """The rule atlas (bandpo.report.atlas_measure) runs on main's first tiny model and seed with main's data and the
+    training
     settings of main's GRPO run of that model, before the report; no atlas without a tiny model in main."""
-    cfg = sweep.validate_config(read_config("config"))
+    cfg = validate.validate_config(read_config("config"))
     spec = sweep.atlas_spec(cfg)
     assert (spec["model_dir"], spec["data"], spec["seed"], spec["steps"]) == (
         "resources/models/tiny-s",
@@ -381,14 +382,15 @@ def test_atlas_measures_mains_first_tiny_base_model(tmp_path):
     assert spec["train"] == sweep.train_overrides(cfg, "tiny-s", "grpo")
     proc = snakemake(tmp_path, "-n", "-p", "--cores", "1", "results/embedded/leaderboard.html")
     assert proc.returncode == 0, proc.output[-3000:]
-    assert ("python -m bandpo.atlas --model resources/models/tiny-s --data resources/data/tiny-math --seed 0 "
+    assert ("python -m bandpo.report.atlas_measure --model resources/models/tiny-s --data resources/data/tiny-math "
+            "--seed 0 "
             f"--steps {sweep.ATLAS_STEPS} --set prompts_per_step=16 --set steps=64 --threads 1 --no-progress "
             "--out results/embedded/atlas.csv"
             in proc.output)  # fmt: skip
     assert job_counts(proc.output)["atlas"] == 1
-    assert sweep.atlas_spec(sweep.validate_config(read_config("smoke")))["steps"] == 3  # smoke runs 3 steps
-    assert sweep.atlas_spec(sweep.validate_config(read_config("gpu"))) is None  # hub models only
-    assert sweep.atlas_spec(sweep.validate_config({**read_config("config"), "only": "probe"})) is None
+    assert sweep.atlas_spec(validate.validate_config(read_config("smoke")))["steps"] == 3  # smoke runs 3 steps
+    assert sweep.atlas_spec(validate.validate_config(read_config("gpu"))) is None  # hub models only
+    assert sweep.atlas_spec(validate.validate_config({**read_config("config"), "only": "probe"})) is None
 
 
 def test_rerun_check_is_the_main_tiny_s_slice(tmp_path):
@@ -421,7 +423,7 @@ def test_one_experiment_alone_dry_run(tmp_path, only):
     publishes nothing; an axis id stands for its cells."""
     proc = snakemake(tmp_path, "-n", "--cores", "2", "--config", f"only={only}", configfile=CONFIGS["config"])
     assert proc.returncode == 0, proc.output[-3000:]
-    cfg = sweep.validate_config({**read_config("config"), "only": only})
+    cfg = validate.validate_config({**read_config("config"), "only": only})
     axes = cfg["axes"]
     named = [c for x in only.split(",") for c in (axes[x]["cells"] if x in axes else [x])]
     only = ",".join(named)
@@ -437,12 +439,12 @@ def test_atomic_dir_publishes_only_finished_folders(tmp_path):
     final.mkdir(parents=True)  # snakemake creates the output folder first
     (final / "stale.txt").write_text("old")
     write = "import pathlib, sys; p = pathlib.Path(sys.argv[1]); p.mkdir(); (p / 'a.txt').write_text('new')"
-    proc = run_module("bandpo.atomic_dir", "--final", str(final), "--", sys.executable, "-c", write, "{tmp}")
+    proc = run_module("bandpo.core.atomic_dir", "--final", str(final), "--", sys.executable, "-c", write, "{tmp}")
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in final.iterdir()) == ["a.txt"]
     assert sorted(p.name for p in final.parent.iterdir()) == ["seed0"]  # no temporary folder left
     fail = "import pathlib, sys; p = pathlib.Path(sys.argv[1]); p.mkdir(); (p / 'b.txt').write_text('x'); sys.exit(3)"
-    proc = run_module("bandpo.atomic_dir", "--final", str(final), "--", sys.executable, "-c", fail, "{tmp}")
+    proc = run_module("bandpo.core.atomic_dir", "--final", str(final), "--", sys.executable, "-c", fail, "{tmp}")
     assert proc.returncode == 3
     assert sorted(p.name for p in final.iterdir()) == ["a.txt"]  # unchanged
     assert sorted(p.name for p in final.parent.iterdir()) == ["seed0"]
@@ -455,7 +457,7 @@ def test_verl_data_and_reward(tmp_path):
     rows = [{"id": f"r{i}", "prompt": f"Q: {i}+1?\nA: ", "answer": str(i + 1), "level": 1} for i in range(5)]
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out_train, out_val = tmp_path / "v" / "train.parquet", tmp_path / "v" / "val.parquet"
-    proc = run_module("bandpo.verl_data", "--train", str(src), "--val", str(src), "--out-train", str(out_train),
+    proc = run_module("bandpo.verl.data", "--train", str(src), "--val", str(src), "--out-train", str(out_train),
                       "--out-val", str(out_val))  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     df = pd.read_parquet(out_train)
@@ -476,7 +478,7 @@ def test_verl_data_and_reward(tmp_path):
 
 def trainer_available() -> bool:
     try:
-        return importlib.util.find_spec("bandpo.train") is not None
+        return importlib.util.find_spec("bandpo.train.loop") is not None
     except ImportError:
         return False
 
@@ -484,7 +486,7 @@ def trainer_available() -> bool:
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     if not trainer_available():
-        pytest.skip("bandpo.train (the local trainer) is not importable yet: the smoke DAG needs it")
+        pytest.skip("bandpo.train.loop (the local trainer) is not importable yet: the smoke DAG needs it")
     wd = tmp_path_factory.mktemp("smoke")
     proc = snakemake(wd, "--cores", "2", configfile=CONFIGS["smoke"], timeout=900)
     assert proc.returncode == 0, proc.output[-5000:]
@@ -493,7 +495,7 @@ def smoke_run(tmp_path_factory):
 
 def test_smoke_dag_end_to_end(smoke_run):
     wd, proc = smoke_run
-    cfg = sweep.validate_config(read_config("smoke"))
+    cfg = validate.validate_config(read_config("smoke"))
     assert job_counts(proc.output) == sweep.expected_jobs(cfg)
     entries = [sweep.BASE_ENTRY] + [e["id"] for e in cfg["methods"]]
     model = cfg["models"][0]["id"]
@@ -527,13 +529,13 @@ def test_smoke_dag_end_to_end(smoke_run):
     assert set(scores["metric"]) >= {"mean", "pass", "maj"}
     assert set(scores["grader"]) == {summary["grader"]["id"]} and "/lenient@" in summary["grader"]["id"]
     assert not (wd / "results" / "leaderboard.csv").exists()  # smoke does not publish
-    # every rule logs and records a benchmark; benchmarks/dag_rule_times.py sums them per rule kind
+    # every rule logs and records a benchmark; `python -m bandpo.config.budget times` sums them per rule kind
     tsv = list((wd / "logs" / "smoke" / "benchmarks").rglob("*.tsv"))
     assert tsv
     log = sorted((wd / ".snakemake" / "log").glob("*.snakemake.log"))[0]  # the smoke run's log: its time stamps
-    table = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "dag_rule_times.py"),
+    table = subprocess.run([sys.executable, "-m", "bandpo.config.budget", "times",
                             str(wd / "logs" / "smoke" / "benchmarks"), "--log", str(log),
-                            "--csv", str(wd / "dag_rules.csv")], capture_output=True, text=True)  # fmt: skip
+                            "--csv", str(wd / "dag_rules.csv")], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
     assert table.returncode == 0, table.stderr
     rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in table.stdout.splitlines()[2:]
             if line.startswith("|")}  # fmt: skip
@@ -548,9 +550,9 @@ def test_smoke_dag_end_to_end(smoke_run):
         cfg["seeds"]
     )  # one lm-eval process scored all seeds of the entry
     # the fixed cost per job (benchmark file's wall time minus the steps / the scoring the job's records hold)
-    fixed = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "dag_rule_times.py"),
+    fixed = subprocess.run([sys.executable, "-m", "bandpo.config.budget", "times",
                             str(wd / "logs" / "smoke" / "benchmarks"), "--results", str(wd / "results" / "smoke")],
-                           capture_output=True, text=True)  # fmt: skip
+                           cwd=ROOT, capture_output=True, text=True)  # fmt: skip
     assert fixed.returncode == 0, fixed.stderr
     lines = fixed.stdout.split("fixed s / job")[1].splitlines()[2:]
     cells = [x.split(" | ") for x in lines if x.startswith("|")]
@@ -564,7 +566,7 @@ def test_smoke_experiments_end_to_end(smoke_run):
     experiment's trainer settings), lm-eval scores per subset, the leaderboard's experiment / subset columns, the
     probe's logged deciding-token probability, the primary comparison and the figures."""
     wd, _ = smoke_run
-    cfg = sweep.validate_config(read_config("smoke"))
+    cfg = validate.validate_config(read_config("smoke"))
     results = wd / "results" / "smoke"
     rr, probe = cfg["experiments"]["random-reward"], cfg["experiments"]["probe"]
     for model, slot, seed in sweep.runs(cfg):
@@ -626,7 +628,7 @@ def test_smoke_axis_and_selection_end_to_end(smoke_run):
     own) and the leaderboard shows them in the cell; the select job chose D from the cells' scores; the separation
     runs trained with that D; axis.csv holds the rules' rows and the page their panels."""
     wd, _ = smoke_run
-    cfg = sweep.validate_config(read_config("smoke"))
+    cfg = validate.validate_config(read_config("smoke"))
     results = wd / "results" / "smoke"
     assert not (results / "runs" / "smoke-tiny" / "grpo@off-D4").exists()  # reused: main's runs
     board = pd.read_csv(results / "leaderboard.csv", keep_default_na=False)
@@ -664,7 +666,7 @@ def test_smoke_rerun_is_a_fast_noop(smoke_run):
 
 
 def test_stale_locks_are_cleared_only_when_no_run_is_alive(tmp_path):
-    """bandpo.run_lock: a live run's flock protects its Snakemake locks; a dead run's are removed."""
+    """bandpo.config.run_lock: a live run's flock protects its Snakemake locks; a dead run's are removed."""
     locks = tmp_path / ".snakemake" / "locks"
     locks.mkdir(parents=True)
     (locks / "0.output.lock").write_text("results/x\n")
@@ -765,19 +767,19 @@ def test_adding_a_method_entry_reruns_only_its_jobs(smoke_run, tmp_path):
     proc = snakemake(wd, "-n", "--cores", "2", configfile=write_config(tmp_path, cfg))
     assert proc.returncode == 0, proc.output[-3000:]
     counts = job_counts(proc.output)
-    n_models, n_seeds = len(sweep.validate_config(cfg)["experiments"][sweep.MAIN]["models"]), len(cfg["seeds"])
+    n_models, n_seeds = len(validate.validate_config(cfg)["experiments"][sweep.MAIN]["models"]), len(cfg["seeds"])
     assert counts == {"train": n_models * n_seeds, "eval_group": n_models, "report": 1, "all": 1}
     planned = set(re.findall(r"wildcards: model=[^,\n]+, entry=([^,\n]+)", proc.output))
     assert planned == {"bandpo_tv_d0.1"}
 
 
 # A stand-in for another framework's trainer: any command that writes the run-output contract into {tmp}
-# (metrics.jsonl, model/ as a Hugging Face checkpoint, run.json); bandpo.atomic_dir publishes the folder.
+# (metrics.jsonl, model/ as a Hugging Face checkpoint, run.json); bandpo.core.atomic_dir publishes the folder.
 EXTERNAL_TRAINER = """
 import argparse, json, shutil
 from pathlib import Path
 
-from bandpo.run_contract import check_run
+from bandpo.core.run_contract import check_run
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--model")
@@ -812,7 +814,7 @@ rule train_copy:
     log:
         f"{LOGS}/train/{{model}}/{{entry}}/seed{{seed}}.log",
     shell:
-        "python -m bandpo.atomic_dir --final {params.run} -- "
+        "python -m bandpo.core.atomic_dir --final {params.run} -- "
         "python {params.script} --model {params.base} --out {{tmp}} > {log} 2>&1"
 """
 
@@ -882,11 +884,11 @@ def test_a_method_of_a_users_module_runs_through_the_dag(smoke_run, tmp_path):
 
 
 def test_run_cost_benchmark_runs_the_rules_command(tmp_path):
-    """benchmarks/bench_run_cost.py times the command the train_local rule runs (so its figures are the DAG's)."""
+    """benchmarks/bench_run_cost.py times the command the rule train runs (so its figures are the DAG's)."""
     spec = importlib.util.spec_from_file_location("bench_run_cost", ROOT / "benchmarks" / "bench_run_cost.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    cfg = sweep.validate_config(read_config("config"))
+    cfg = validate.validate_config(read_config("config"))
     for model in ("tiny-s", "tiny-m"):
         run = f"results/embedded/runs/{model}/bandpo_kl/seed1"
         proc = snakemake(tmp_path, "-n", "-p", f"{run}/run.json")
@@ -896,34 +898,41 @@ def test_run_cost_benchmark_runs_the_rules_command(tmp_path):
         assert shlex.join(cmd[1:]) in proc.output
 
 
-def _dag_budget():
-    spec = importlib.util.spec_from_file_location("dag_budget", ROOT / "benchmarks" / "dag_budget.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def _measured_separation_d() -> int:
+    """The D the published run's selection rule picked, made again from its scores.csv (`bandpo.report.docs`)."""
+    from bandpo.report.docs import Results
+
+    _name, setting, _table = Results(ROOT / "results").selection
+    (d,) = (int(v) for v in setting.values())
+    return d
 
 
 def test_budget_estimate_counts_the_dags_jobs_and_reproduces_the_measured_run():
-    """benchmarks/dag_budget.py: its job list has the DAG's counts (sweep.expected_jobs, which the dry-run tests
-    compare with snakemake), and applied to the published run's own config it gives back that run's elapsed time
-    (results/dag_rules.csv) within 5%; a planned config that trains more steps costs more."""
-    budget = _dag_budget()
-    cfg = sweep.validate_config(read_config("config"))
+    """`python -m bandpo.config.budget plan`: its job list has the DAG's counts (sweep.expected_jobs, which the dry-run
+    tests compare with snakemake), and applied to the published run's own config it gives back that run's elapsed
+    time (results/dag_rules.csv) within 5%; a planned config that trains more steps costs more. Without the D the
+    published run's selection picked (the command line's default) its unit costs are the same."""
+    from bandpo.config import budget
+
+    cfg = validate.validate_config(read_config("config"))
     expected = sweep.expected_jobs(cfg)
     jobs = budget.jobs(cfg)
     kinds = {k: sum(1 for j in jobs if j["kind"] == k) for k in ("train", "build", "eval")}
     n_eval = sum(v for k, v in expected.items() if k.startswith("eval_group"))
     assert kinds == {"train": expected["train"], "build": expected["model_tiny"], "eval": n_eval}
 
-    rules, measured_cfg, measured_d = budget.read_measured(ROOT / "results")
+    rules, measured_cfg = budget.read_measured(ROOT / "results")
+    measured_d = _measured_separation_d()
     model = budget.CostModel(rules, measured_cfg, measured_d)
-    est = budget.estimate(sweep.validate_config(measured_cfg), model, cores=2, separation_d=measured_d)
+    default = budget.CostModel(rules, measured_cfg)
+    assert (default.per_step, default.fixed_s, default.other) == (model.per_step, model.fixed_s, model.other)
+    est = budget.estimate(validate.validate_config(measured_cfg), model, cores=2, separation_d=measured_d)
     measured = rules["all"]["elapsed_min"]
     assert abs(est["elapsed_min"] - measured) <= 0.05 * measured, (est["elapsed_min"], measured)
 
     longer = copy.deepcopy(read_config("config"))
     next(m for m in longer["models"] if m["id"] == "tiny-s")["train"]["steps"] = 96
-    more = budget.estimate(sweep.validate_config(longer), model, cores=2, separation_d=8)
+    more = budget.estimate(validate.validate_config(longer), model, cores=2, separation_d=8)
     full = budget.estimate(cfg, model, cores=2, separation_d=8)["elapsed_min"]
     assert more["elapsed_min"] > full
     # what main alone costs with N seeds: more with more seeds, less than the whole DAG at 3
@@ -933,14 +942,21 @@ def test_budget_estimate_counts_the_dags_jobs_and_reproduces_the_measured_run():
 
 
 def test_benchmarks_readme_quotes_the_published_run():
-    """benchmarks/README.md's figures of the published run: its elapsed time and tiny-s build (dag_rules.csv), and
-    the seed counts benchmarks/dag_budget.py estimates from that table."""
-    budget = _dag_budget()
-    rules, measured_cfg, measured_d = budget.read_measured(ROOT / "results")
-    model = budget.CostModel(rules, measured_cfg, measured_d)
+    """benchmarks/README.md's entries of `python -m bandpo.config.budget`: the published run's elapsed time and the
+    fixed cost of a tiny-s main training job (results/dag_rules.csv), and the seed counts `plan` estimates from that
+    table, as its command line computes them; benchmarks/CHANGELOG.md's record of that run against the one before it
+    and of the same seed counts."""
+    from bandpo.config import budget
+
+    rules, measured_cfg = budget.read_measured(ROOT / "results")
+    model = budget.CostModel(rules, measured_cfg)
     text = " ".join((ROOT / "benchmarks" / "README.md").read_text().split())
-    assert f"{rules['all']['elapsed_min']:.1f} minutes against 51.4 for `7da429b`'s run" in text
-    assert f"(tiny-s 184 -> {rules['model build tiny-s']['wall_s_mean']:.0f} s)" in text
+    log = " ".join((ROOT / "benchmarks" / "CHANGELOG.md").read_text().split())
+    elapsed = f"{rules['all']['elapsed_min']:.1f} minutes"
+    assert f"took **{elapsed}** first job to last" in text
+    assert f"tiny-s main training job {rules['train tiny-s (main)']['fixed_s']:.2f} s" in text
+    assert f"{elapsed} against 51.4 for `7da429b`'s run" in log
+    assert f"(tiny-s 184 -> {rules['model build tiny-s']['wall_s_mean']:.0f} s)" in log
 
     def minutes(only: str | None, seeds: int) -> float:
         return budget.estimate(budget.load_config(CONFIGS["config"], only=only, seeds=seeds), model, cores=2)[
@@ -948,5 +964,6 @@ def test_benchmarks_readme_quotes_the_published_run():
         ]
 
     most = max(n for n in range(2, 41) if minutes("main", n) <= 90)
-    assert f"main alone at most **{most} seeds** within 90 minutes ({minutes('main', 3):.1f} min at 3)" in text
-    assert f"{minutes(None, 6):.1f} min with 6 seeds, {minutes(None, 8):.1f} with 8" in text
+    for doc in (text, log):
+        assert f"main alone at most **{most} seeds** within 90 minutes ({minutes('main', 3):.1f} min at 3)" in doc
+        assert f"{minutes(None, 6):.1f} min with 6 seeds, {minutes(None, 8):.1f} with 8" in doc

@@ -220,7 +220,7 @@ def warm(timeout_s: float = STARTUP_TIMEOUT_S) -> bool:
 
 def start_workers(workers: int | None = 1) -> None:
     """Start this process's workers now, without loading math-verify here: each worker loads it itself while the
-    caller goes on. Call it first thing in a job (`python -m bandpo.train`, `python -m bandpo.evaluate`), before
+    caller goes on. Call it first thing in a job (`python -m bandpo.train`, `python -m bandpo.score`), before
     its heavy imports; :func:`warm` then waits for a worker. ``workers``: how many (default one: a job's grading
     overlaps other work, and a second worker, which loads math-verify too, made no training step faster), unless
     ``BANDPO_GRADER_WORKERS`` is set; ``None`` keeps the configured number. Nothing happens where workers are not

@@ -20,7 +20,7 @@ Built in (``list_methods()``)::
     grpo          bounds  [1 - 0.2, 1 + 0.2]
     clip_higher   bounds  [1 - 0.2, 1 + 0.28]                              (DAPO)
     dcpo          bounds  dynamic adaptive clipping, eps 0.16 / 0.20, r_hi capped at 10
-    bandpo        bounds  Band operator (bandpo.band), divergence kl | tv | chi2 | any registered one,
+    bandpo        bounds  Band operator (bandpo.methods.band), divergence kl | tv | chi2 | any registered one,
                           delta 0.05, r_hi capped at 10, relaxation off (relax: union with
                           [1 - 0.2, 1 + 0.28])
     bandpo_upper  bounds  [1 - 0.2, BandPO's r_hi]: Band's upper bound only (same divergence, delta, cap),
@@ -31,33 +31,22 @@ Built in (``list_methods()``)::
                   verl    verl's own registered policy losses, called through verl's registry
                           (`bandpo.methods.verl_losses`); in a verl run they are verl's own loss_mode
 
-``python -m bandpo.methods`` lists every registered method with its kind, parameters, defaults and source.
+``python -m bandpo.methods`` lists every registered method with its kind, parameters, defaults and source, the
+methods of your own modules too (``$BANDPO_METHOD_MODULES``, ``--method-module``: each with its file).
 
 Adding a method = one registered function + one config dataclass, in this package or in a module of your own, then
-one entry in the sweep config (``config/``). A module of your own is named in the config's ``method_modules`` (a
-module name importable from the repository root / ``PYTHONPATH``, or a ``.py`` file path relative to the repository
-root); the workflow checks it at DAG start and passes it to every job in the environment variable
-``BANDPO_METHOD_MODULES`` (``os.pathsep``-separated). Importing this package runs no user code: the modules are
-imported where a run starts (`load_env_method_modules`: the trainer, the evaluation, verl's plugin in its driver and
-Ray workers; see `bandpo.methods.user_modules`). By hand: ``python -m bandpo.train --method-module my_methods.py
-...`` (or ``BANDPO_METHOD_MODULES=my_methods.py python -m bandpo.train ...``)::
-
-    @dataclass(frozen=True)
-    class HalfClipConfig(MethodConfig):
-        \"\"\"eps: half-width of the fixed interval (default 0.1).\"\"\"
-        label_fields = ("eps",)  # leaderboards show eps=... even at its default
-        eps: float = 0.1
-
-        def validate(self) -> None:
-            self.require(0.0 < self.eps < 1.0, "eps", "must be in (0, 1)")
-
-    @register_bounds("half_clip", config=HalfClipConfig)
-    def half_clip_bounds(old_log_prob, response_mask, params):
-        \"\"\"Fixed clip [1 - eps, 1 + eps].\"\"\"  # its first line is the method's description
-        return constant_bounds(old_log_prob, response_mask, 1.0 - params.eps, 1.0 + params.eps)
-
-A per-token bounds rule that needs computing goes through `on_valid_tokens` (see `dcpo_bounds`); a whole loss
-is registered with ``@register_loss(name, config=...)`` (see `cispo_loss`).
+one entry in the sweep config (``config/``): README.md, "Adding a method" (its worked example is
+``tests/example_method.py``). A module of your own is named in the config's ``method_modules`` (a module name
+importable from the repository root / ``PYTHONPATH``, or a ``.py`` file path relative to the repository root); the
+workflow checks it at DAG start and passes it to every job in the environment variable ``BANDPO_METHOD_MODULES``
+(``os.pathsep``-separated). Importing this package runs no user code: the modules are imported where a run starts
+(`load_env_method_modules`: the trainer, the evaluation, verl's plugin in its driver and Ray workers; see
+`bandpo.methods.user_modules`). By hand: ``python -m bandpo.train --method-module my_methods.py ...`` (or
+``BANDPO_METHOD_MODULES=my_methods.py python -m bandpo.train ...``). A per-token bounds rule that needs computing
+goes through `on_valid_tokens` (see `dcpo_bounds`); a whole loss is registered with
+``@register_loss(name, config=...)`` (see `cispo_loss`). A bounds method's (lower, upper) must hold ratio 1
+(lower <= 1 <= upper, no NaN) on every valid token: `ResolvedMethod.bounds` stops the run naming the method
+otherwise.
 
 A method is resolved once per run: ``resolve(name, params, settings)`` validates the name, the parameters and the
 shared loss settings and returns a `ResolvedMethod` whose ``bounds`` / ``loss`` the trainers call per batch without
@@ -65,9 +54,9 @@ looking anything up again, and whose ``label`` is what leaderboards show (the tr
 ``method_label``). `compute_bounds` / `compute_loss` are one-shot shortcuts (resolve, then call) for tests and
 scripts.
 
-The verl integration (`bandpo.verl_plugin`) registers every method of this registry in verl as
+The verl integration (`bandpo.verl.plugin`) registers every method of this registry in verl as
 ``bandpo.<name>``, including methods registered after it was imported (through `on_register`); verl's Ray workers
-load a method of your own module from ``BANDPO_METHOD_MODULES`` (`bandpo.verl_command.VerlRun.method_modules`).
+load a method of your own module from ``BANDPO_METHOD_MODULES`` (`bandpo.verl.command.VerlRun.method_modules`).
 
 Where the bounds are computed
 -----------------------------
@@ -84,10 +73,10 @@ Shapes: every token tensor is ``(batch, response_length)``; ``response_mask`` is
 Modules (everything is re-exported here: ``from bandpo.methods import X`` / ``methods.X``)
 ------------------------------------------------------------------------------------------
 ``config``        `MethodConfig` (typed, validated parameters), `SurrogateConfig`, `AGG_MODES`, `DEFAULT_DUAL_CLIP_C`
-``configs``       the built-in methods' parameter dataclasses (`GRPOConfig`, ..., `GSPOConfig`)
+``params``        the built-in methods' parameter dataclasses (`GRPOConfig`, ..., `GSPOConfig`)
 ``registry``      `register_bounds` / `register_loss`, `get_method`, `list_methods`, `make_config`, `resolve`,
                   `ResolvedMethod`, `compute_bounds` / `compute_loss`
-``user_modules``  `load_method_modules`, `load_env_method_modules`, `loaded_method_modules`
+``user_modules``  `load_method_modules`, `load_env_method_modules`, `loaded_method_modules`, `method_module_of`
 ``bounds``        `on_valid_tokens`, `constant_bounds` and the built-in bounds methods
 ``surrogate``     `ppo_surrogate`, `aggregate_loss`, `prepare_inputs`
 ``losses``        the built-in whole-loss methods (`cispo_loss`, `gspo_loss`)
@@ -104,15 +93,6 @@ from bandpo.methods.bounds import (
     on_valid_tokens,
 )
 from bandpo.methods.config import AGG_MODES, DEFAULT_DUAL_CLIP_C, MethodConfig, SurrogateConfig
-from bandpo.methods.configs import (
-    BandPOConfig,
-    BandPOUpperConfig,
-    CISPOConfig,
-    ClipHigherConfig,
-    DCPOConfig,
-    GRPOConfig,
-    GSPOConfig,
-)
 from bandpo.methods.diagnostics import (
     BUCKET_EDGES,
     BUCKET_LABELS,
@@ -121,6 +101,15 @@ from bandpo.methods.diagnostics import (
     stopped_diagnostics,
 )
 from bandpo.methods.losses import cispo_loss, gspo_loss
+from bandpo.methods.params import (
+    BandPOConfig,
+    BandPOUpperConfig,
+    CISPOConfig,
+    ClipHigherConfig,
+    DCPOConfig,
+    GRPOConfig,
+    GSPOConfig,
+)
 from bandpo.methods.registry import (
     Method,
     ResolvedMethod,
@@ -141,6 +130,7 @@ from bandpo.methods.user_modules import (
     load_env_method_modules,
     load_method_modules,
     loaded_method_modules,
+    method_module_of,
 )
 from bandpo.methods.verl_losses import VERL_METHODS, VerlLossConfig, verl_actor_config, verl_loss
 
@@ -181,6 +171,7 @@ __all__ = [
     "loaded_method_modules",
     "loss_grad_wrt_log_prob",
     "make_config",
+    "method_module_of",
     "on_register",
     "on_valid_tokens",
     "ppo_surrogate",

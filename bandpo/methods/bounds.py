@@ -8,8 +8,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from bandpo.band import band_bounds
-from bandpo.methods.configs import BandPOConfig, BandPOUpperConfig, ClipHigherConfig, DCPOConfig, GRPOConfig
+from bandpo.methods.band import band_bounds
+from bandpo.methods.params import BandPOConfig, BandPOUpperConfig, ClipHigherConfig, DCPOConfig, GRPOConfig
 from bandpo.methods.registry import register_bounds
 
 

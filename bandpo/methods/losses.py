@@ -10,8 +10,8 @@ from torch import Tensor
 
 from bandpo.methods.bounds import constant_bounds
 from bandpo.methods.config import SurrogateConfig
-from bandpo.methods.configs import CISPOConfig, GSPOConfig
 from bandpo.methods.diagnostics import clip_diagnostics
+from bandpo.methods.params import CISPOConfig, GSPOConfig
 from bandpo.methods.registry import register_loss
 from bandpo.methods.surrogate import _global_info, aggregate_loss, prepare_inputs
 

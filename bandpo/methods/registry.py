@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import inspect
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -10,9 +12,40 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from bandpo.core.options import unknown_names
 from bandpo.methods.config import MethodConfig, SurrogateConfig
-from bandpo.methods.surrogate import _check_shapes, ppo_surrogate
-from bandpo.options import unknown_names
+from bandpo.methods.surrogate import _check_bounds, _check_shapes, ppo_surrogate
+
+FILE_MODULE_PREFIX = "bandpo_method_module_"  # the module names `load_method_modules` gives the .py files it imports
+METHOD_MODULES_ENV = "BANDPO_METHOD_MODULES"  # the user modules a run imports (bandpo.methods.user_modules)
+_LOADED_MODULES: dict[str, Any] = {}  # the user modules imported in this process, by name or absolute .py path
+
+
+def _display_path(path: str) -> str:
+    """``path`` relative to the working directory when it lies under it, else absolute."""
+    path = os.path.abspath(path)
+    rel = os.path.relpath(path)
+    return path if rel == os.pardir or rel.startswith(os.pardir + os.sep) else rel
+
+
+def source_file(fn: Callable[..., Any]) -> str | None:
+    """The file that defines ``fn`` (a function or class; relative to the working directory when under it), None if
+    it has none."""
+    try:
+        path = inspect.getsourcefile(inspect.unwrap(fn)) or inspect.getfile(inspect.unwrap(fn))
+    except TypeError:
+        return None
+    return _display_path(path) if path else None
+
+
+def function_origin(fn: Callable[..., Any]) -> str:
+    """Where ``fn`` (a function or class) is defined: ``module.qualname`` inside bandpo, ``path/to/file.py:qualname``
+    outside it (a user module: a .py file loaded by path has no importable name)."""
+    module, qualname = getattr(fn, "__module__", None) or "", getattr(fn, "__qualname__", repr(fn))
+    if module == "bandpo" or module.startswith("bandpo."):
+        return f"{module}.{qualname}"
+    path = source_file(fn)
+    return f"{path}:{qualname}" if path else f"{module}.{qualname}"
 
 
 @dataclass(frozen=True)
@@ -24,6 +57,12 @@ class Method:
     kind: str
     fn: Callable[..., Any]
     config_cls: type[MethodConfig]
+
+    @property
+    def origin(self) -> str:
+        """Where its function is defined (`function_origin`): ``bandpo.methods.bounds.bandpo_bounds``,
+        ``tests/example_method.py:half_clip_bounds``."""
+        return function_origin(self.fn)
 
     @property
     def description(self) -> str:
@@ -57,7 +96,7 @@ def _register(kind: str, name: str, config: type[MethodConfig]):
         old = _METHODS.get(name)
         if old is not None and (old.fn.__module__, old.fn.__qualname__) != (fn.__module__, fn.__qualname__):
             raise ValueError(
-                f"method {name!r} is already registered (by {old.fn.__module__}.{old.fn.__qualname__}); "
+                f"method {name!r} is already registered (by {old.origin}, not {function_origin(fn)}); "
                 "choose another name"
             )
         _METHODS[name] = method
@@ -69,7 +108,7 @@ def _register(kind: str, name: str, config: type[MethodConfig]):
 
 
 def on_register(hook: Callable[[Method], None]) -> Callable[[Method], None]:
-    """Call ``hook(method)`` for every method registered from now on (used by `bandpo.verl_plugin`)."""
+    """Call ``hook(method)`` for every method registered from now on (used by `bandpo.verl.plugin`)."""
     _REGISTRATION_HOOKS.append(hook)
     return hook
 
@@ -101,13 +140,26 @@ def list_methods(kind: str | None = None) -> list[str]:
 
 
 def get_method(name: str) -> Method:
-    """The registered method ``name``; ValueError with the valid choices otherwise."""
+    """The registered method ``name``; ValueError with the registered choices otherwise, asking whether the module
+    that defines it was left out (``method_modules`` in the config, ``--method-module`` on a command line)."""
     try:
         return _METHODS[name]
     except (KeyError, TypeError):
-        raise ValueError(
-            f"unknown method {unknown_names([name], list(_METHODS))}; valid: {', '.join(list_methods())}"
-        ) from None
+        pass
+    loaded = [_display_path(m) if m.endswith(".py") else m for m in _LOADED_MODULES]
+    if loaded:
+        hint = (
+            f"none of the loaded method modules ({', '.join(loaded)}) registers it: check the name there, or list "
+            "the module that does in the config's method_modules (or pass --method-module)"
+        )
+    else:
+        hint = (
+            "a method of your own module? list the module in the config's method_modules (or pass --method-module, "
+            f"or set ${METHOD_MODULES_ENV})"
+        )
+    raise ValueError(
+        f"unknown method {unknown_names([name], list(_METHODS))} (registered: {', '.join(list_methods())}); {hint}"
+    ) from None
 
 
 def make_config(method: str, params: Mapping[str, Any] | MethodConfig | None = None) -> MethodConfig:
@@ -144,17 +196,29 @@ class ResolvedMethod:
         """The parameters as leaderboards show them (`MethodConfig.label`), e.g. ``"divergence=kl, delta=0.05"``."""
         return self.params.label()
 
+    def _who(self) -> str:
+        return f"method {self.name!r} ({self.method.origin}, {self.params!r})"
+
     def bounds(self, old_log_prob: Tensor, response_mask: Tensor) -> tuple[Tensor, Tensor]:
         """Ratio bounds for a whole rollout batch, once, on the valid tokens only.
 
         Returns (lower, upper) of the shape of ``old_log_prob``, no gradient, [1, 1] on padding. Slice them with
-        the batch and pass ``bounds=`` to `loss` in each micro-batch.
+        the batch and pass ``bounds=`` to `loss` in each micro-batch. ValueError naming the method if they violate
+        lower <= 1 <= upper on a valid token, or are NaN there (upper = +inf, no upper clip, is allowed): a method
+        without a validate() for its parameters, e.g. eps_high = -1, would otherwise train on an interval that
+        excludes the on-policy ratio 1. The check is one reduction over the batch; the values are returned as the
+        function computed them.
         """
         if not self.has_bounds:
             raise ValueError(f"method {self.name!r} is a whole-loss method: it has no ratio bounds")
         _check_shapes(response_mask, old_log_prob=old_log_prob)
         with torch.no_grad():
             lower, upper = self.method.fn(old_log_prob.detach(), response_mask, self.params)
+        try:
+            _check_shapes(response_mask, lower=lower, upper=upper)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{self._who()}: its bounds function returned a bad (lower, upper): {e}") from None
+        _check_bounds(lower, upper, response_mask, old_log_prob, self._who)  # lower <= 1 <= upper: one reduction
         return lower.detach(), upper.detach()
 
     def loss(

@@ -4,7 +4,7 @@ whole-loss methods use too: input checks (`prepare_inputs`) and the aggregation 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -41,6 +41,44 @@ def _check_finite(valid: Tensor, **tensors: Tensor) -> None:
     if bad:
         detail = ", ".join(f"{name}: {n}" for name, n in bad.items())
         raise ValueError(f"non-finite values on valid (unmasked) tokens ({detail}); check the rollout / model outputs")
+
+
+def _check_bounds(
+    lower: Tensor, upper: Tensor, response_mask: Tensor, old_log_prob: Tensor, who: Callable[[], str]
+) -> None:
+    """Raise unless lower <= 1 <= upper on every valid token (``who()``: the method, for the message).
+
+    A clip interval that leaves out r = 1 clips even the on-policy ratio, and a NaN bound clips nothing: either
+    trains on something other than the method. Checked once per bounds computation: a few elementwise comparisons
+    and one reduction (one host sync); the values are not touched. NaN fails both comparisons; upper = +inf is an
+    interval (no upper clip: Band's r_hi where p underflows, without a cap), lower = -inf is not (a lower bound of a
+    ratio is >= 0). The counts of the message are computed only once the check has failed.
+    """
+    valid = response_mask.bool()
+    ok = (lower <= 1.0) & (upper >= 1.0) & (lower > -torch.inf)
+    if not bool((valid & ~ok).any()):
+        return
+    bad_input = valid & ~torch.isfinite(old_log_prob)
+    if bool(bad_input.any()):  # the bounds of a NaN / inf old log-prob: the input is at fault, not the method
+        _check_finite(valid, old_log_prob=old_log_prob)
+    n_valid = int(valid.sum())
+    bad = valid & ~ok
+    nan = valid & (lower.isnan() | upper.isnan())
+    counts = {
+        "lower > 1": int((valid & (lower > 1.0)).sum()),
+        "upper < 1": int((valid & (upper < 1.0)).sum()),
+        "lower = -inf": int((valid & (lower == -torch.inf)).sum()),
+        "NaN": int(nan.sum()),
+    }
+    detail = ", ".join(f"{k}: {n}" for k, n in counts.items() if n)
+    first = tuple(int(i) for i in bad.nonzero()[0])
+    raise ValueError(
+        f"{who()}: its bounds violate lower <= 1 <= upper on {int(bad.sum())} of {n_valid} valid tokens ({detail}; "
+        f"e.g. token {list(first)}: lower = {float(lower[first]):.6g}, upper = {float(upper[first]):.6g}). A bounds "
+        "method must return an interval that holds ratio 1 (a finite lower <= 1, upper >= 1, no NaN) on every valid "
+        "token: check the bounds function and its parameters (a validate() in its config rejects bad ones before "
+        "any run)"
+    )
 
 
 def _global_info(global_batch_info: Mapping[str, Any] | None) -> dict[str, Any]:

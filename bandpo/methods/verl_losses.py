@@ -52,7 +52,7 @@ POLICY_LOSS_KEYS = frozenset(
     {"clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef", "dro_beta"}
 )
 # verl's dppo losses read config.get("clip_ratio_c", 20.0); a verl run never reaches the 20.0 (verl's ActorConfig
-# has clip_ratio_c = 3.0 by default, and bandpo.verl_command.VerlRun always passes the dual clip c): the local
+# has clip_ratio_c = 3.0 by default, and bandpo.verl.command.VerlRun always passes the dual clip c): the local
 # trainer uses it only when the dual clip is off (dual_clip_c: null), where verl has no equivalent
 DPPO_TIS_FALLBACK = 20.0
 
@@ -94,7 +94,7 @@ class DPPOTVConfig(VerlLossConfig):
             thresholds (config/config.yaml).
         clip_ratio_c: the truncated-IS cap (verl reads ``actor.clip_ratio_c``). None (default): the shared dual clip
             c (`SurrogateConfig.dual_clip_c`, the protocol's 10, which is what verl gets as clip_ratio_c in a
-            `bandpo.verl_command.VerlRun`), or 20.0 when the dual clip is off (the fallback in verl's dppo code,
+            `bandpo.verl.command.VerlRun`), or 20.0 when the dual clip is off (the fallback in verl's dppo code,
             which a verl run never reaches: verl's ActorConfig default clip_ratio_c is 3.0; the DPPO paper
             recommends a large cap, Sec. 5.4).
     """

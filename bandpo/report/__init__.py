@@ -4,13 +4,14 @@ It reads files only (the run outputs, the evaluation files and a bounds table); 
 and no torch. Modules:
 
     load       the run outputs and lm-eval's results files (the one reader of lm-eval's results, also used by
-               bandpo.evaluate); `load_run` reads one run folder
+               bandpo.score.evaluate); `load_run` reads one run folder
     stats      bootstrap CIs, IQM, probability of improvement, paired differences from the baseline, minimum
                detectable difference and seeds needed, training statistics (pure functions)
     tables     the leaderboard frame, the per-task frame, their columns, the Markdown
     experiments  one section per (experiment, subset); each experiment's primary comparison
     page       the self-contained HTML page (Jinja2 template, CSS and JS in templates/ and static/)
-    atlas      the equivalence atlas's table (atlas.csv, computed by bandpo.atlas): columns, reader, Markdown
+    atlas      the equivalence atlas's table (atlas.csv, computed by bandpo.report.atlas_measure): columns, reader,
+    Markdown
     figures    the figures, each built from data with the data it plotted
     steps      steps.csv: the per-step training metrics, compact (`steps_table`, `write_steps`, `read_steps`)
     cli        build_report, publish, provenance and ``python -m bandpo.report build|publish``
@@ -36,7 +37,7 @@ Outputs of `build_report` (``--out``, default: the results folder itself; every 
                            measurement (bandpo.report.steps): runs.csv's training columns and the training figures
                            recompute from it
     figures/bounds.png             (a) ratio bounds, (b) probability-change bounds against old probability, from
-                                   the bounds table (bandpo.bounds_table)
+                                   the bounds table (bandpo.report.bounds_table)
     figures/training_curves.png    token entropy and reward against step, mean over seeds with a 95% CI band
     figures/clipfrac_buckets.png   clip fraction by old-probability bucket (as logged) and direction
     figures/final_scores.png       final mean@k and pass@k with 95% CIs, per model size
@@ -48,7 +49,8 @@ Outputs of `build_report` (``--out``, default: the results folder itself; every 
     primary.csv            each experiment's primary comparison (paired treatment - control, 95% paired t
                            interval, verdict; the earlier bootstrap rule beside it)
 
-With ``atlas.csv`` in the results folder (the equivalence atlas, rule ``atlas``: `bandpo.atlas`) the Markdown and
+With ``atlas.csv`` in the results folder (the equivalence atlas, rule ``atlas``: `bandpo.report.atlas_measure`) the
+Markdown and
 the page get an "Equivalence atlas" section, and `publish` copies the table.
 
 The entry ``base`` is the untrained base model (the step-0 row); it has scores but no training run. An entry's
@@ -59,7 +61,7 @@ parameter label is its runs' ``method_label`` (run.json), else ``k=v, ...`` of t
 ``figures/<name>.png`` and the HTML embeds them, so both read the same in either place.
 """
 
-from bandpo.lm_eval_results import lm_eval_task_scores
+from bandpo.config.sweep import BASE_ENTRY
 from bandpo.report.cli import LEADERBOARD_FILES, PUBLISHED_TABLES, build_report, main, provenance, publish
 from bandpo.report.experiments import build_sections, entropy_shift_results, of_experiment, primary_results
 from bandpo.report.figures import (
@@ -98,15 +100,14 @@ from bandpo.report.stats import (
     power_table,
     probability_of_improvement,
     rerun_agreement,
-    run_stats,
     score_stats,
-    seed_bands,
     seeds_needed,
     t_interval,
 )
 from bandpo.report.steps import read_steps, steps_table, write_steps
 from bandpo.report.tables import entry_labels, entry_order, leaderboard, leaderboard_markdown, per_task_table
-from bandpo.sweep import BASE_ENTRY
+from bandpo.report.training import run_stats, seed_bands
+from bandpo.score.lm_eval_results import lm_eval_task_scores
 
 __all__ = [
     "ALL_TASKS",

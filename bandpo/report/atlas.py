@@ -1,5 +1,7 @@
-"""The equivalence atlas's table (``atlas.csv``, written by `bandpo.atlas`) as the report shows it: its columns, its
-reader and its Markdown. Torch-free, like the rest of the report (the atlas itself is computed in `bandpo.atlas`).
+"""The equivalence atlas's table (``atlas.csv``, written by `bandpo.report.atlas_measure`) as the report shows it: its
+columns, its
+reader and its Markdown. Torch-free, like the rest of the report (the atlas itself is computed in
+`bandpo.report.atlas_measure`).
 
 One row per (pair of rules, source, slice):
 
@@ -36,7 +38,8 @@ HEAD = ("pair", "source", "slice", "tokens", "stopped by both", "only A", "only 
 NOTE = (
     "Each pair of clipping rules evaluated on the same tensors: tokens with A ≠ 0 that each rule stops (zero "
     "gradient of the loss with respect to the token's log-prob), tokens where the per-token gradients differ (relative "
-    "tolerance), the tokens of the region where the derivation (bandpo/atlas.py, docs/methods.md) says the two must "
+    "tolerance), the tokens of the region where the derivation (bandpo/report/atlas_measure.py, docs/methods.md) "
+    "says the two must "
     "differ, and the tokens where measurement and derivation disagree (unexplained; 0 when the derivation holds). "
     "synthetic: a grid of old probabilities p in (0, 1] and ratios r in (0, 30] with p r ≤ 1, both advantage signs; "
     "real: the old and new log-probs of every mini-batch of the first GRPO steps on the testbed's base model."

@@ -4,7 +4,8 @@ An axis (config ``axes:``) names a trainer field (``key``, e.g. ``updates_per_st
 its cells: experiments that each set that field to one value. This module reads an axis from the same frames as
 the rest of the report:
 
-- `with_reuse`: a cell whose settings equal main's reuses main's runs (``reuse``, filled in by `bandpo.sweep`); the
+- `with_reuse`: a cell whose settings equal main's reuses main's runs (``reuse``, filled in by `bandpo.config.sweep`);
+the
   report copies main's rows into that cell, so every cell has all its runs;
 - `run_outcomes`: per run, the outcomes the rules read (entropy as the mean of the per-step rollout entropy -- the
   area under its curve per step -- and final; clip fractions in the lowest old-probability bucket by direction;
@@ -29,9 +30,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bandpo.report.stats import final_window, minimum_detectable_difference, t_interval
+from bandpo.config.sweep import BASE_ENTRY, MAIN
+from bandpo.report.stats import minimum_detectable_difference, t_interval
 from bandpo.report.tables import fmt, rounded
-from bandpo.sweep import BASE_ENTRY, MAIN
+from bandpo.report.training import final_window
 
 LOW_BUCKET = "p0.0-0.2"  # the lowest old-probability bucket (bandpo.methods.diagnostics.BUCKET_LABELS[0])
 # per-run outcome <- per-step metric (mean over the run's steps; absent metrics give NaN)

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from bandpo.files import atomic_write_bytes, atomic_write_text
+from bandpo.config.sweep import MAIN
+from bandpo.core.files import atomic_write_bytes, atomic_write_text
 from bandpo.report.atlas import load_atlas
 from bandpo.report.axis import (
     UPDATE_MEANS,
@@ -74,13 +75,14 @@ from bandpo.report.tables import (
     per_task_table,
     write_csv,
 )
-from bandpo.sweep import MAIN
 
 OFFPOLICY_AXIS = "offpolicy"  # the axis the page's two axis figures show (config axes.offpolicy)
 LEADERBOARD_FILES = ("leaderboard.csv", "leaderboard.md", "leaderboard.html")
 # published with the leaderboard when present
 PUBLISHED_TABLES = ("stats.csv", "scores.csv", "runs.csv", "primary.csv", "steps.csv", "axis.csv", "axis_runs.csv")
-ATLAS_TABLE = "atlas.csv"  # the equivalence atlas (bandpo.atlas, rule atlas): shown and published when present
+ATLAS_TABLE = (
+    "atlas.csv"  # the equivalence atlas (bandpo.report.atlas_measure, rule atlas): shown and published when present
+)
 
 
 def build_report(
@@ -105,7 +107,8 @@ def build_report(
     rules are written to axis.csv (per run: axis_runs.csv). ``page_figures``: the folder whose PNGs the HTML page
     embeds (default: the figures written here; a rebuild from the published tables, whose runs hold no per-step
     curves, embeds the published ones). ``results_dir/atlas.csv`` (the equivalence atlas,
-    `bandpo.atlas`), when present, becomes a section of the page and the Markdown. Returns {name: path} of what
+    `bandpo.report.atlas_measure`), when present, becomes a section of the page and the Markdown. Returns {name: path}
+    of what
     was written."""
     results_dir = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else results_dir
@@ -203,9 +206,10 @@ NUMERICS_KEYS = ("cpu_model", "torch_cpu_capability", "torch_threads", "torch_in
 
 def base_models(model_dirs: Sequence[str | os.PathLike]) -> list[dict]:
     """Each base model as published: its folder, the sha256 of its weights files computed now
-    (`bandpo.provenance.weights_sha256`), whether they equal the checksums its build recorded in info.json, and from
+    (`bandpo.core.provenance.weights_sha256`), whether they equal the checksums its build recorded in info.json, and
+    from
     that info.json its seed and the machine it was built on (CPU model, torch's CPU capability, threads)."""
-    from bandpo.provenance import weights_sha256
+    from bandpo.core.provenance import weights_sha256
 
     out = []
     for folder in map(Path, model_dirs):
@@ -255,14 +259,14 @@ def provenance(
     repo: str | os.PathLike | None = None,
 ) -> dict:
     """Where published numbers come from: the git commit of the checkout ``repo`` (default: the suite's own) and
-    whether its code and config differ from that commit, and how (`bandpo.provenance.code_changes`: ``code_dirty``,
+    whether its code and config differ from that commit, and how (`bandpo.core.provenance.code_changes`: ``code_dirty``,
     ``code_changes``; the DAG's outputs under results/, resources/, logs/ and .snakemake/ do not count), Python and
-    package versions, the machine (`bandpo.provenance.machine`), the resolved run config when given, each base
+    package versions, the machine (`bandpo.core.provenance.machine`), the resolved run config when given, each base
     model's weights checksum and build machine (`base_models`), and the numerics of the jobs behind
     ``results_dir`` (`numerics`)."""
     import subprocess
 
-    from bandpo.provenance import code_changes, machine, versions
+    from bandpo.core.provenance import code_changes, machine, versions
 
     repo = Path(repo) if repo is not None else Path(__file__).resolve().parent  # the suite's checkout
     try:
@@ -361,7 +365,7 @@ def select(
     out: str | os.PathLike,
 ) -> list[Path]:
     """Apply an experiment's ``select`` rule to the scores under ``results_dir`` (`bandpo.report.axis.
-    select_setting`): ``out`` gets the chosen ``{key: value}`` (bandpo.train --set-file), ``out`` with .csv the
+    select_setting`): ``out`` gets the chosen ``{key: value}`` (bandpo.train.loop --set-file), ``out`` with .csv the
     table the rule read. ValueError when the experiment has no rule or no score of the rule's entry exists."""
     if experiment not in experiments or not (experiments[experiment] or {}).get("select"):
         raise ValueError(f"experiment {experiment!r} has no select rule")
@@ -396,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     x.add_argument("--experiment", required=True, help="the experiment whose select rule is applied")
     x.add_argument("--experiments-json", required=True, help="the config's experiments as JSON")
     x.add_argument("--axes-json", required=True, help="the config's design axes as JSON")
-    x.add_argument("--out", required=True, help="JSON {key: value} for bandpo.train --set-file; beside it OUT.csv")
+    x.add_argument("--out", required=True, help="JSON {key: value} for bandpo.train.loop --set-file; beside it OUT.csv")
     p = sub.add_parser("publish", help="copy a profile's leaderboard and figures to the top-level results/")
     p.add_argument("--src", required=True, help="the profile's report folder, e.g. results/embedded")
     p.add_argument("--dest", default="results")

@@ -53,7 +53,7 @@ class Results:
 
     @cached_property
     def atlas(self) -> pd.DataFrame | None:
-        """atlas.csv (the equivalence atlas, `bandpo.atlas`), or None before one is published."""
+        """atlas.csv (the equivalence atlas, `bandpo.report.atlas_measure`), or None before one is published."""
         return load_atlas(self.folder / "atlas.csv")
 
     @cached_property
@@ -426,8 +426,9 @@ def separation(res: Results) -> str:
 
 
 def _dag_table(dag: pd.DataFrame) -> str:
-    """A DAG run's per-rule cost table (a dag_rules.csv of `benchmarks/dag_rule_times.py --csv`), with the median
-    fixed cost per job (``fixed_s``: wall time minus the steps or scorings the job recorded) where the table has it."""
+    """A DAG run's per-rule cost table (a dag_rules.csv of `python -m bandpo.config.budget times --csv`), with the
+    median fixed cost per job (``fixed_s``: wall time minus the steps or scorings the job recorded) where the table has
+    it."""
     fixed = "fixed_s" in dag.columns
     rows = [[r["rule"], int(r["jobs"]), "" if r["rule"] == "all" else f"{r['wall_s_mean']:.0f}",
              f"{r['wall_s_sum']:.0f}", f"{r['cpu_s_sum']:.0f}", f"{r['minutes_per_core']:.1f}"]

@@ -26,18 +26,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bandpo.config.sweep import MAIN
 from bandpo.report.stats import (
     SCORE_DIFF_RANGE,
     bootstrap_ci,
     mean_of_means,
     minimum_detectable_difference,
-    run_stats,
     score_stats,
     seeded_rng,
     t_interval,
 )
 from bandpo.report.tables import entry_graders, entry_labels, leaderboard
-from bandpo.sweep import MAIN
+from bandpo.report.training import run_stats
 
 SECTION_KEYS = ["experiment", "subset"]
 PRIMARY_COLUMNS = ["experiment", "model", "task", "metric", "treatment", "control", "n_treatment", "n_control",

@@ -3,7 +3,7 @@ saves the figure with `save_figure` and the data beside it as CSV. With nothing 
 placeholder figure that says so, and an empty frame.
 
 Every series comes from files: the run metrics (`bandpo.report.load`), the statistics (`bandpo.report.stats`) and
-the bounds table written by `bandpo.bounds_table` (the report imports no method registry).
+the bounds table written by `bandpo.report.bounds_table` (the report imports no method registry).
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bandpo.files import atomic_write_bytes
-from bandpo.report.stats import ALL_TASKS, DEFAULT_BASELINE, bootstrap_ci, mean_of_means, seed_bands
+from bandpo.config.sweep import BASE_ENTRY
+from bandpo.core.files import atomic_write_bytes
+from bandpo.report.stats import ALL_TASKS, DEFAULT_BASELINE, bootstrap_ci, mean_of_means
 from bandpo.report.tables import entry_order
-from bandpo.sweep import BASE_ENTRY
+from bandpo.report.training import seed_bands
 
 FIGURES = ("bounds", "training_curves", "clipfrac_buckets", "final_scores", "random_reward_entropy", "probe_curves",
            "probe_clipfrac_buckets", "offpolicy_dose", "offpolicy_entropy")  # fmt: skip
@@ -46,7 +47,7 @@ FIGURE_CAPTIONS = {
     "offpolicy_entropy": "Off-policy axis: token entropy against step per arm, one row of panels per D, mean over "
     "seeds with a 95% bootstrap band.",
 }
-PROBE_CURVES = ("probe/p_correct", "probe/accuracy")  # logged by bandpo.train with probe_every
+PROBE_CURVES = ("probe/p_correct", "probe/accuracy")  # logged by bandpo.train.loop with probe_every
 # The figures of one experiment: always written (a placeholder without its runs), shown only when it has runs.
 EXPERIMENT_FIGURES = {"random_reward_entropy": "random-reward", "probe_curves": "probe",
                       "probe_clipfrac_buckets": "probe", "offpolicy_dose": "offpolicy-D8",
@@ -73,7 +74,7 @@ def _style():
 
 
 def save_figure(fig, path: str | os.PathLike) -> Path:
-    """Render ``fig`` as PNG and write it atomically (`bandpo.files.atomic_write_bytes`); closes the figure."""
+    """Render ``fig`` as PNG and write it atomically (`bandpo.core.files.atomic_write_bytes`); closes the figure."""
     buf = io.BytesIO()
     try:
         fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
@@ -115,7 +116,7 @@ def bounds_figure(data: pd.DataFrame) -> tuple[Any, pd.DataFrame]:
     import seaborn as sns
 
     if data.empty:
-        return placeholder_figure("ratio bounds", "no bounds table (bandpo.bounds_table)"), data
+        return placeholder_figure("ratio bounds", "no bounds table (bandpo.report.bounds_table)"), data
     plt = _pyplot()
     long = pd.concat(
         [

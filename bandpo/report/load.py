@@ -2,12 +2,13 @@
 
 Layout of one profile's results folder (``results/{profile}``)::
 
-    runs/{model}/{entry}/seed{seed}/metrics.jsonl     one JSON object per step (bandpo.train, or any trainer that
+    runs/{model}/{entry}/seed{seed}/metrics.jsonl     one JSON object per step (bandpo.train.loop, or any trainer that
     runs/{model}/{entry}/seed{seed}/run.json          writes the same layout; run.json is optional)
-    eval/{model}/{entry}/seed{seed}/{task}.json       the evaluation summary (bandpo.evaluate) naming lm-eval's
+    eval/{model}/{entry}/seed{seed}/{task}.json       the evaluation summary (bandpo.score.evaluate) naming lm-eval's
     eval/{model}/{entry}/seed{seed}/lm_eval_results.json   own results file, from which every score is read
 
-lm-eval's aggregated results are read by `bandpo.lm_eval_results.lm_eval_task_scores` (bandpo.evaluate uses it too).
+lm-eval's aggregated results are read by `bandpo.score.lm_eval_results.lm_eval_task_scores` (bandpo.score.evaluate uses
+it too).
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bandpo.files import read_jsonl
-from bandpo.lm_eval_results import FILTER_NAME, lm_eval_task_scores
-from bandpo.run_contract import check_outputs, read_run
-from bandpo.sweep import BASE_ENTRY, MAIN, split_slot
+from bandpo.config.sweep import BASE_ENTRY, MAIN, split_slot
+from bandpo.core.files import read_jsonl
+from bandpo.core.run_contract import check_outputs, read_run
+from bandpo.score.lm_eval_results import FILTER_NAME, lm_eval_task_scores
 
 EVAL_SCHEMA_PREFIX = "bandpo-bench/eval-summary/"
 _METRIC = re.compile(r"^(?P<family>[A-Za-z_]+)@(?P<k>\d+|n)(?P<suffix>_[A-Za-z]+)?$")
@@ -138,7 +139,7 @@ class Run:
 def load_run(folder: str | os.PathLike, model: str, entry: str, seed: int, experiment: str = MAIN) -> Run | None:
     """The outputs of one run folder (``metrics.jsonl``, ``run.json``); None when it holds neither (a run still
     training writes ``metrics.jsonl.partial``, which is not read). A finished run (``run.json`` present) must follow
-    the run contract (`bandpo.run_contract`, each file read once): else `RunContractError` naming the run and the
+    the run contract (`bandpo.core.run_contract`, each file read once): else `RunContractError` naming the run and the
     key."""
     folder = Path(folder)
     metrics_path, info_path = folder / "metrics.jsonl", folder / "run.json"
@@ -228,10 +229,11 @@ def load_eval_scores(results_dir: str | os.PathLike) -> pd.DataFrame:
     ``subsets``, e.g. probe / rest), "" for a whole task; grader the grader that scored it (`grader_label`).
     ``metric`` is the family (mean, pass, maj, best_bootstrap) and ``k`` its k: ``pass@4`` -> ("pass", 4).
 
-    The per-task summary ``{task}.json`` (bandpo.evaluate, schema ``bandpo-bench/eval-summary/v1``) gives the run's
+    The per-task summary ``{task}.json`` (bandpo.score.evaluate, schema ``bandpo-bench/eval-summary/v1``) gives the
+    run's
     identity and names lm-eval's aggregated results file and filter; the values are read from that lm-eval file
     (`lm_eval_task_scores`). Only when that file is missing are the summary's copies used (they were read from the
-    same file by bandpo.evaluate), and ``source`` says so.
+    same file by bandpo.score.evaluate), and ``source`` says so.
     """
     results_dir = Path(results_dir)
     rows = []
@@ -293,7 +295,7 @@ def load_eval_scores(results_dir: str | os.PathLike) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# The bounds table (written by bandpo.bounds_table)
+# The bounds table (written by bandpo.report.bounds_table)
 
 BOUNDS_COLUMNS = ["method", "p", "r_lo", "r_hi", "dq_lo", "dq_hi", "delta"]
 

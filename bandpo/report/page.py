@@ -22,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 
+from bandpo.config.sweep import BASE_ENTRY
 from bandpo.report.atlas import HEAD as ATLAS_HEAD
 from bandpo.report.atlas import NOTE as ATLAS_NOTE
 from bandpo.report.atlas import atlas_cells, atlas_pairs
@@ -42,7 +43,6 @@ from bandpo.report.tables import (
     task_columns,
     unpaired_lines,
 )
-from bandpo.sweep import BASE_ENTRY
 
 PARAMS_SEPARATOR = ", "  # the only place a params cell may break: between two "key=value" parts
 

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from bandpo.files import atomic_write_text
+from bandpo.core.files import atomic_write_text
 
 __all__ = ["SMOKE_PROFILES", "smoke_rows", "section_markdown", "section_html", "write_section"]
 
-SMOKE_PROFILES = {"real-lm": "local (bandpo.train)", "real-lm-verl": "verl main_ppo on CPU"}
+SMOKE_PROFILES = {"real-lm": "local (bandpo.train.loop)", "real-lm-verl": "verl main_ppo on CPU"}
 """The smoke profiles (results/{profile}/) the section reads, with the trainer each ran."""
 START, END = "<!-- smoke:real-lm -->", "<!-- /smoke:real-lm -->"
 TITLE = "Smoke: a real pretrained LM through every stage"
@@ -59,7 +59,7 @@ def smoke_rows(results: str | Path = "results") -> pd.DataFrame:
             def of(col: str, scale: float = 1.0, run=run):
                 return float(run[col]) * scale if run is not None and col in run and pd.notna(run[col]) else None
 
-            rows.append({  # runs.csv (bandpo.report.stats.run_stats): final = mean over the last 10% of steps
+            rows.append({  # runs.csv (bandpo.report.training.run_stats): final = mean over the last 10% of steps
                 "trainer": "base model (no training)" if entry == "base" else trainer,
                 "model": model, "entry": entry, "seed": int(seed),
                 "steps": int(run["steps"]) if run is not None and pd.notna(run.get("steps")) else None,

@@ -27,9 +27,7 @@ For a (model, entry) and a metric, the unit is one seed's score on one task. Ove
   power, for the seeds used: exact, from the noncentral t (`minimum_detectable_difference`, `paired_t_power`);
   ``seeds_for_target`` the fewest seeds whose MDE at this SD is at most ``MDE_TARGET`` (2 points),
   `seeds_needed`. The SD behind both is itself an estimate from the few seeds run.
-* training columns: final token entropy / reward (mean over the last 10% of steps of a run, then over seeds, with
-  the Student-t interval over seeds), clip fraction (off-policy updates when logged), training time per run and
-  summed over seeds.
+* training columns: `bandpo.report.training`.
 """
 
 from __future__ import annotations
@@ -432,7 +430,7 @@ def power_table(stats: pd.DataFrame, families: Sequence[str] = ("mean", "pass"))
                "seeds_for_target"]  # fmt: skip
     if stats.empty or "diff_sd" not in stats:
         return pd.DataFrame(columns=columns)
-    from bandpo.sweep import BASE_ENTRY
+    from bandpo.config.sweep import BASE_ENTRY
 
     rows = []
     sel = stats[(stats["task"] == ALL_TASKS) & stats["metric"].isin(families) & (stats["entry"] != BASE_ENTRY)]
@@ -457,153 +455,6 @@ def power_table(stats: pd.DataFrame, families: Sequence[str] = ("mean", "pass"))
             }
         )
     return pd.DataFrame(rows, columns=columns)
-
-
-def _logged(df: pd.DataFrame, column: str) -> pd.Series:
-    """A run's logged values of a training metric in step order (empty if it never logged one)."""
-    return df.sort_values("step")[column].dropna() if column in df else pd.Series(dtype=float)
-
-
-def first_value(df: pd.DataFrame, column: str) -> float:
-    """A run's first logged value of a training metric (NaN if it never logged one)."""
-    values = _logged(df, column)
-    return float(values.iloc[0]) if not values.empty else float("nan")
-
-
-def final_window(df: pd.DataFrame, column: str) -> float:
-    """A run's final value of a training metric: the mean over its last 10% of steps (at least one)."""
-    values = _logged(df, column)
-    if values.empty:
-        return float("nan")
-    n = max(1, math.ceil(FINAL_FRACTION * len(values)))
-    return float(values.iloc[-n:].mean())
-
-
-def _clipfrac_column(metrics: pd.DataFrame) -> str | None:
-    for name in ("offpolicy/clipfrac", "clipfrac"):
-        if name in metrics and metrics[name].notna().any():
-            return name
-    return None
-
-
-def run_stats(
-    metrics: pd.DataFrame, summaries: pd.DataFrame, confidence: float = 0.95
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Training statistics. Returns (per_run, per_entry).
-
-    per_run: one row per run with entropy_first (at its first logged step: the base model's, since the rollout
-    policy of step 1 is the base model), entropy_final, reward_final and accuracy_final (mean over the last 10% of
-    steps; the reward's scale is the trainer's, accuracy is comparable across trainers), clipfrac (mean
-    over steps, off-policy updates when logged), train_seconds, steps. per_entry: one row per (model, entry) with
-    n_runs, entropy_final (mean over seeds) and its Student-t interval, reward_final, clipfrac, train_seconds_mean
-    (per run) and train_seconds_total (all seeds)."""
-    run_cols = [
-        "profile",
-        "model",
-        "entry",
-        "method",
-        "params",
-        "seed",
-        "steps",
-        "entropy_first",
-        "entropy_final",
-        "reward_final",
-        "accuracy_final",
-        "clipfrac",
-        "train_seconds",
-    ]
-    entry_cols = [
-        "model",
-        "entry",
-        "n_runs",
-        "entropy_final",
-        "entropy_final_ci_low",
-        "entropy_final_ci_high",
-        "reward_final",
-        "clipfrac",
-        "train_seconds_mean",
-        "train_seconds_total",
-    ]
-    per_run = []
-    clip_col = _clipfrac_column(metrics) if not metrics.empty else None
-    info = summaries.set_index(["model", "entry", "seed"]) if not summaries.empty else None
-    for (model, entry, seed_), g in metrics.groupby(["model", "entry", "seed"], sort=True):
-        row = {
-            "profile": g["profile"].iloc[0],
-            "model": model,
-            "entry": entry,
-            "seed": int(seed_),
-            "method": None,
-            "params": None,
-            "steps": int(g["step"].max()),
-            "entropy_first": first_value(g, "entropy"),
-            "entropy_final": final_window(g, "entropy"),
-            "reward_final": final_window(g, "reward_mean"),
-            "accuracy_final": final_window(g, "accuracy"),
-            "clipfrac": float(g[clip_col].mean()) if clip_col else float("nan"),
-            "train_seconds": float("nan"),
-        }
-        if info is not None and (model, entry, seed_) in info.index:
-            s = info.loc[(model, entry, seed_)]
-            row.update(method=s["method"], params=s["params"], train_seconds=s["train_seconds"])
-        per_run.append(row)
-    per_run_df = pd.DataFrame(per_run, columns=run_cols)
-    per_entry = []
-    for (model, entry), g in per_run_df.groupby(["model", "entry"], sort=True):
-        ent = g["entropy_final"].dropna().to_numpy(np.float64)
-        lo, hi = t_interval(ent, confidence, (0.0, math.inf))
-        secs = g["train_seconds"].dropna()
-        per_entry.append(
-            {
-                "model": model,
-                "entry": entry,
-                "n_runs": len(g),
-                "entropy_final": float(ent.mean()) if ent.size else float("nan"),
-                "entropy_final_ci_low": lo,
-                "entropy_final_ci_high": hi,
-                "reward_final": float(g["reward_final"].mean()),
-                "clipfrac": float(g["clipfrac"].mean()),
-                "train_seconds_mean": float(secs.mean()) if len(secs) else float("nan"),
-                "train_seconds_total": float(secs.sum()) if len(secs) else float("nan"),
-            }
-        )
-    return per_run_df, pd.DataFrame(per_entry, columns=entry_cols)
-
-
-def seed_bands(
-    data: pd.DataFrame,
-    by: Sequence[str],
-    x: str,
-    value: str = "value",
-    n_resamples: int = 1000,
-    confidence: float = 0.95,
-    seed: int = 0,
-) -> pd.DataFrame:
-    """Mean over seeds of ``value`` at each ``x`` within each ``by`` group, with a percentile-bootstrap CI over
-    seeds: one vectorised `scipy.stats.bootstrap` per group (all x at once; x values where some seed has no value
-    are bootstrapped on their own). Columns: *by, x, mean, ci_low, ci_high, n_seeds."""
-    from scipy.stats import bootstrap
-
-    rows = []
-    for key, g in data.groupby(list(by), sort=True):
-        key = key if isinstance(key, tuple) else (key,)
-        wide = g.pivot_table(index="seed", columns=x, values=value, aggfunc="mean")
-        mat = wide.to_numpy(np.float64)
-        lo = np.full(mat.shape[1], np.nan)
-        hi = np.full(mat.shape[1], np.nan)
-        full = ~np.isnan(mat).any(axis=0)
-        rng = seeded_rng(seed, "bands", *key)
-        if n_resamples > 0 and mat.shape[0] >= 2 and full.any():
-            res = bootstrap((mat[:, full],), np.mean, n_resamples=n_resamples, axis=0, vectorized=True,
-                            method="percentile", confidence_level=confidence, rng=rng)  # fmt: skip
-            lo[full], hi[full] = res.confidence_interval.low, res.confidence_interval.high
-        for j in np.flatnonzero(~full):
-            col = mat[:, j][~np.isnan(mat[:, j])]
-            lo[j], hi[j] = bootstrap_ci([col], mean_of_means, n_resamples, rng, confidence)
-        for j, xv in enumerate(wide.columns):
-            col = mat[:, j][~np.isnan(mat[:, j])]
-            rows.append((*key, xv, float(col.mean()), float(lo[j]), float(hi[j]), int(col.size)))
-    return pd.DataFrame(rows, columns=[*by, x, "mean", "ci_low", "ci_high", "n_seeds"])
 
 
 def rerun_agreement(published: pd.DataFrame, rerun: pd.DataFrame, labels: Sequence[str]) -> pd.DataFrame:

@@ -3,7 +3,7 @@
 Every per-run statistic of ``runs.csv`` that comes from training (entropy at step 1 and final, final reward and
 accuracy, clip fraction) and every training figure (entropy and reward curves, clip fraction by old-probability
 bucket and direction, the probe's curves) is a function of these rows, so a reader recomputes them from the
-committed file without the run folders (tests/test_report.py checks it, through `bandpo.report.stats.run_stats`).
+committed file without the run folders (tests/test_report.py checks it, through `bandpo.report.training.run_stats`).
 
 Columns, in order (a metric column only when some run logged it):
 
@@ -43,8 +43,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bandpo.files import atomic_write_text
-from bandpo.run_contract import contract
+from bandpo.core.files import atomic_write_text
+from bandpo.core.run_contract import contract
 
 STEP_DIGITS = 5
 ID_COLUMNS = ["experiment", "model", "entry", "seed", "step"]
@@ -137,7 +137,7 @@ def read_steps(path: str | os.PathLike, profile: str = "") -> pd.DataFrame:
     update statistics of the off-policy rows under their ``offpolicy/<key>`` names (and the plain names left empty
     there), and each ``all/<key>`` column back under ``<key>`` where it is filled (a design axis' run: the
     all-updates value the run logged under that name), so that the report's functions
-    (`bandpo.report.stats.run_stats`, `bandpo.report.axis.run_outcomes`, the figures' data) read it as they read
+    (`bandpo.report.training.run_stats`, `bandpo.report.axis.run_outcomes`, the figures' data) read it as they read
     the run folders."""
     frame = pd.read_csv(path, keep_default_na=False, na_values=[""])
     frame.insert(0, "profile", profile)

@@ -16,12 +16,12 @@ from typing import Any
 
 import pandas as pd
 
-from bandpo.files import atomic_write_text
+from bandpo.config.sweep import BASE_ENTRY
+from bandpo.core.files import atomic_write_text
 from bandpo.report.atlas import NOTE as ATLAS_NOTE
 from bandpo.report.atlas import atlas_markdown
 from bandpo.report.load import params_label, parse_metric
 from bandpo.report.stats import ALL_TASKS, DEFAULT_BASELINE, HEADLINE, PAIRED_COLUMNS
-from bandpo.sweep import BASE_ENTRY
 
 
 def write_csv(df: pd.DataFrame, path: Path) -> None:

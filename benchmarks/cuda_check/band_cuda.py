@@ -4,7 +4,7 @@ import time
 
 import torch
 
-from bandpo.band import band_bounds
+from bandpo.methods.band import band_bounds
 
 torch.manual_seed(0)
 n = 16_000_000

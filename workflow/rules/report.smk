@@ -1,6 +1,6 @@
 # Report: every run's metrics and lm-eval scores -> leaderboard (csv / md / html), statistics and figures
 # (bandpo.report, which reads files only; the bound figure's table is written first by
-# bandpo.bounds_table, which needs the method registry). With `publish: true` (the embedded default)
+# bandpo.report.bounds_table, which needs the method registry). With `publish: true` (the embedded default)
 # the leaderboard and figures are also copied to the top-level results/ folder, the published results page, with
 # provenance.json (git commit, package versions, the resolved config, each base model's weights sha256 and build
 # machine, and the CPU model / torch CPU capability / thread counts the training and evaluation jobs ran with).
@@ -23,7 +23,7 @@ SELECTING = [x for x, v in EXPERIMENTS.items() if v.get("select")]
 
 
 # The setting an experiment's select rule chooses from its axis's scores (bandpo.report.axis.select_setting), read by
-# that experiment's training jobs (bandpo.train --set-file); the table beside it says why.
+# that experiment's training jobs (bandpo.train.loop --set-file); the table beside it says why.
 rule select:
     input:
         select_inputs,
@@ -49,9 +49,9 @@ rule select:
 
 if ATLAS:
 
-    # The equivalence atlas (bandpo.atlas): where clipping rules that look different act the same, on a synthetic
+    # The equivalence atlas (bandpo.report.atlas_measure): where clipping rules that look different act the same, on a synthetic
     # grid and on every mini-batch of the first GRPO steps from main's first tiny model and seed (the sweep's own
-    # training settings, bandpo.sweep.atlas_spec); a section of the leaderboard page, published as
+    # training settings, bandpo.config.sweep.atlas_spec); a section of the leaderboard page, published as
     # results/atlas.csv and shown in docs/methods.md. tiny-s: 23 s CPU (37 s wall on a loaded 2-core machine).
     rule atlas:
         input:
@@ -70,7 +70,7 @@ if ATLAS:
         benchmark:
             f"{BENCH}/atlas.tsv"
         shell:
-            "{params.env} python -m bandpo.atlas {params.args} --threads {threads} --no-progress --out {output} "
+            "{params.env} python -m bandpo.report.atlas_measure {params.args} --threads {threads} --no-progress --out {output} "
             "> {log} 2>&1"
 
 
@@ -107,7 +107,7 @@ rule report:
     benchmark:
         f"{BENCH}/report.tsv"
     shell:
-        "(python -m bandpo.bounds_table --out {output.bounds} && "
+        "(python -m bandpo.report.bounds_table --out {output.bounds} && "
         "python -m bandpo.report build --results {params.results} --bounds {output.bounds} "
         "--experiments-json {params.experiments:q} --axes-json {params.axes:q}) > {log} 2>&1"
 

@@ -4,7 +4,7 @@
 
 if config["trainer"] == "verl":
 
-    # verl on Ray with vLLM rollouts: the command built by bandpo.verl_command (method parameters travel in
+    # verl on Ray with vLLM rollouts: the command built by bandpo.verl.command (method parameters travel in
     # BANDPO_METHOD_CONFIG through Ray's runtime_env). verl resumes from its latest checkpoint when rerun.
     rule train_verl:
         input:
@@ -51,12 +51,12 @@ if config["trainer"] == "verl":
         benchmark:
             f"{BENCH}/merge/{{model}}/{{entry}}/seed{{seed}}.tsv"
         shell:
-            "python -m bandpo.merge_verl --run-dir {params.run} --base-model {params.base} "
+            "python -m bandpo.verl.merge --run-dir {params.run} --base-model {params.base} "
             "--meta {params.meta} --config {params.config} > {log} 2>&1"
 
 else:
 
-    # The local trainer (bandpo.train): CPU by default, one job per core. It publishes its outputs itself (model/
+    # The local trainer (bandpo.train.loop): CPU by default, one job per core. It publishes its outputs itself (model/
     # renamed into place, then metrics.jsonl, then run.json) and resumes from its checkpoint/ when a killed job is
     # started again, so it writes straight into the run folder.
     rule train:

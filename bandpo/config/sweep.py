@@ -1,0 +1,311 @@
+"""The sweep a validated config describes, listed for the rules (`bandpo.config.validate` checks and completes the
+config first): its runs, slots and score groups, their folders, each run's trainer settings and base model, the
+job counts a fresh run schedules. Used by the Snakefile and workflow/rules/*.smk, the report and the tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+BASE_ENTRY = "base"  # the reserved method-entry id of the untrained base model (the step-0 row)
+MAIN = "main"  # the experiment of the sweep itself (models x methods x seeds); runs without one belong to it
+ATLAS_STEPS = (
+    6  # training steps whose mini-batches the equivalence atlas measures (bandpo.report.atlas_measure's default)
+)
+SLOT_SEP = "@"  # run folders of other experiments: {entry}@{experiment} (ids cannot hold "@")
+
+
+def method_module_path(spec: str, root: str | os.PathLike = ".") -> Path | None:
+    """The file of a ``method_modules`` entry: a .py path (relative to ``root``, the workflow's folder) or a module
+    ``pkg/name.py`` under ``root``; None for other module names (a change there is not noticed by the config cache:
+    run ``snakemake`` after removing .snakemake/bandpo-config-checked, or give a path)."""
+    path = Path(spec) if spec.endswith(".py") else Path(*spec.split(".")).with_suffix(".py")
+    path = Path(root, path).resolve()  # an absolute path stays itself
+    return path if path.is_file() else None
+
+
+def method_module_specs(cfg: Mapping[str, Any], root: str | os.PathLike = ".") -> list[str]:
+    """The ``method_modules`` as the jobs and the validation import them, whatever their working directory: .py
+    paths and modules found as files under ``root`` become absolute file paths; other module names stay names (they
+    must be importable: installed or on PYTHONPATH)."""
+    return [str(path) if (path := method_module_path(m, root)) is not None else m for m in cfg["method_modules"]]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the sweep
+# --------------------------------------------------------------------------------------------------------------
+def by_id(items: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    return {item["id"]: item for item in items}
+
+
+def train_overrides(cfg: Mapping[str, Any], model_id: str, entry_id: str, experiment: str = "main") -> dict[str, Any]:
+    """Trainer settings of one run: global ``train`` < the model's ``train`` < the method entry's ``train`` < the
+    experiment's ``train``."""
+    out = dict(cfg.get("train") or {})
+    out.update(by_id(cfg["models"])[model_id].get("train") or {})
+    out.update(by_id(cfg["methods"])[entry_id].get("train") or {})
+    out.update(((cfg.get("experiments") or {}).get(experiment) or {}).get("train") or {})
+    return out
+
+
+def per_seed_base(cfg: Mapping[str, Any], model_id: str) -> bool:
+    """Whether seed s of this model trains from a base model of its own (``base_per_seed``; tiny models only: a hub
+    model is one download that every seed shares)."""
+    return bool(cfg["base_per_seed"]) and by_id(cfg["models"])[model_id]["source"] == "tiny"
+
+
+def model_path(cfg: Mapping[str, Any], model_id: str, seed: int | str | None = None) -> str:
+    """The base model folder of seed ``seed``: ``resources/models/{model}/seed{s}/`` when the model is built per
+    seed (`per_seed_base`), else ``resources/models/{model}/`` (the seed is then ignored)."""
+    if not per_seed_base(cfg, model_id):
+        return f"resources/models/{model_id}"
+    if seed is None:
+        raise ValueError(f"model {model_id!r} is built once per seed (base_per_seed): name the seed")
+    return f"resources/models/{model_id}/seed{int(seed)}"
+
+
+def pretrain_seed(cfg: Mapping[str, Any], model_id: str, seed: int | str | None = None) -> int:
+    """The initialisation / pretraining seed of a tiny base model: the model's ``seed``, plus the run seed when the
+    model is built per seed (so with the default ``seed: 0`` base model s is pretrained with seed s)."""
+    base = int(by_id(cfg["models"])[model_id].get("seed", 0))
+    return base + int(seed) if per_seed_base(cfg, model_id) else base
+
+
+def format_set_value(value: Any) -> str:
+    """A config value as the VALUE of ``--set KEY=VALUE`` (read back as JSON by
+    `bandpo.core.options.parse_assignments`):
+    text as it is, anything else as JSON (true, null, 0.0002, {"a": 1})."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def set_args(overrides: Mapping[str, Any]) -> list[str]:
+    """``--set key=value`` arguments for bandpo.train.loop, in a stable (sorted) order."""
+    out: list[str] = []
+    for key in sorted(overrides):
+        out += ["--set", f"{key}={format_set_value(overrides[key])}"]
+    return out
+
+
+THREADED_RULES = ("model_tiny", "train", "eval_group", "eval_run")  # their commands run `threads` threads
+
+
+def job_resources(cfg: Mapping[str, Any], rule: str) -> dict[str, int]:
+    """One rule's job request (mem_mb, runtime, cpus_per_task): ``resources.default`` < ``resources.<rule>``."""
+    return {**cfg["resources"]["default"], **(cfg["resources"].get(rule) or {})}
+
+
+def verl_fields(cfg: Mapping[str, Any], model_id: str, entry_id: str) -> dict[str, Any]:
+    """VerlRun fields of one run: global ``verl`` < the model's ``verl`` < the method entry's ``verl``."""
+    out = dict(cfg.get("verl") or {})
+    out.update(by_id(cfg["models"])[model_id].get("verl") or {})
+    out.update(by_id(cfg["methods"])[entry_id].get("verl") or {})
+    return out
+
+
+def model_data(cfg: Mapping[str, Any], model: Mapping[str, Any]) -> str:
+    """The data set a model is pretrained on (tiny models): its ``data``, default train_data[0]."""
+    return model.get("data") or cfg["train_data"][0]
+
+
+def slot_id(experiment: str, entry: str) -> str:
+    """The folder name (and ``entry`` wildcard) of an experiment's method entry: the entry id in ``main``,
+    ``{entry}@{experiment}`` elsewhere (runs of one model in several experiments stay apart). `split_slot` reverses
+    it."""
+    return entry if experiment == MAIN else f"{entry}{SLOT_SEP}{experiment}"
+
+
+def split_slot(folder_name: str) -> tuple[str, str]:
+    """A run folder's name -> (method entry, experiment): ``grpo@probe`` -> ("grpo", "probe"), ``grpo`` ->
+    ("grpo", "main")."""
+    entry, sep, experiment = folder_name.partition(SLOT_SEP)
+    return (entry, experiment) if sep and entry and experiment else (folder_name, MAIN)
+
+
+def run_folder(model: str, slot: str, seed: int | str) -> str:
+    """A run's folder under ``runs/`` (its training outputs) and ``eval/`` (its scores): ``{model}/{slot}/seed{seed}``
+    (``seed`` may be a wildcard pattern such as ``"{seed}"``)."""
+    return f"{model}/{slot}/seed{seed}"
+
+
+def cell_models(cfg: Mapping[str, Any], xp: Mapping[str, Any], entry: str) -> list[str]:
+    """The models an experiment runs a method entry on: the experiment's, restricted to the entry's ``models``."""
+    allowed = by_id(cfg["methods"])[entry].get("models") if entry != BASE_ENTRY else None
+    return [m for m in xp["models"] if allowed is None or m in allowed]
+
+
+def reused_entries(cfg: Mapping[str, Any], experiment: str) -> list[str]:
+    """The entries of an experiment whose runs are main's: every setting equal (models, data, tasks, seeds among
+    main's, the trainer settings of every model, no selected setting), and ``base`` when both score the base
+    models. Not trained or scored again; the report reads main's runs for them. Empty for main, and when main is not
+    part of the DAG (``only``)."""
+    xps = cfg["experiments"]
+    if experiment == MAIN or MAIN not in xps:
+        return []
+    xp, main = xps[experiment], xps[MAIN]
+    if xp.get("select") or xp["data"] != main["data"] or xp["eval_tasks"] != main["eval_tasks"]:
+        return []
+    if not set(xp["seeds"]) <= set(main["seeds"]):
+        return []
+    out = [BASE_ENTRY] if xp["base"] and main["base"] and set(xp["models"]) <= set(main["models"]) else []
+    for e in xp["methods"]:
+        models = cell_models(cfg, xp, e)
+        if (
+            e in main["methods"]
+            and set(models) <= set(cell_models(cfg, main, e))
+            and all(
+                _same_settings(train_overrides(cfg, m, e, experiment), train_overrides(cfg, m, e, MAIN)) for m in models
+            )
+        ):
+            out.append(e)
+    return out
+
+
+def _same_settings(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two sets of trainer overrides give the same TrainConfig: equal where both set a key, and a key set
+    on one side only holds TrainConfig's default (read only then: importing the trainer costs a torch import)."""
+    if any(a[k] != b[k] for k in a.keys() & b.keys()):
+        return False
+    one_sided = {k: v for k, v in [*a.items(), *b.items()] if (k in a) != (k in b)}
+    if not one_sided:
+        return True
+    from bandpo.train.loop import TrainConfig
+
+    defaults = TrainConfig()
+    return all(hasattr(defaults, k) and getattr(defaults, k) == v for k, v in one_sided.items())
+
+
+def xp_entries(cfg: Mapping[str, Any], experiment: str, builtin: bool = False) -> list[str]:
+    """The method entry ids an experiment trains (not those it reuses from main); ``builtin``: only those trained
+    by the built-in train rule."""
+    external = {e["id"] for e in cfg["methods"] if e.get("external")}
+    xp = cfg["experiments"][experiment]
+    reuse = set(xp.get("reuse") or ())
+    return [e for e in xp["methods"] if e not in reuse and not (builtin and e in external)]
+
+
+def slots(cfg: Mapping[str, Any], builtin: bool = False, base: bool = False) -> dict[str, dict[str, str]]:
+    """Every (experiment, method entry) of the DAG by its slot id (`slot_id`): {"experiment", "entry"}.
+    ``builtin``: only entries of the built-in train rule; ``base``: also each experiment's base-model slot."""
+    out: dict[str, dict[str, str]] = {}
+    for xp_id, xp in cfg["experiments"].items():
+        own_base = base and xp["base"] and BASE_ENTRY not in (xp.get("reuse") or ())
+        entries = ([BASE_ENTRY] if own_base else []) + xp_entries(cfg, xp_id, builtin)
+        for e in entries:
+            out[slot_id(xp_id, e)] = {"experiment": xp_id, "entry": e}
+    return out
+
+
+def runs(cfg: Mapping[str, Any], builtin: bool = False) -> list[tuple[str, str, int]]:
+    """(model, slot, seed) of every training run of the DAG."""
+    out = []
+    for xp_id, xp in cfg["experiments"].items():
+        for m in xp["models"]:
+            for e in xp_entries(cfg, xp_id, builtin):
+                if m in cell_models(cfg, xp, e):
+                    out += [(m, slot_id(xp_id, e), s) for s in xp["seeds"]]
+    return out
+
+
+def eval_groups(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(model, slot) of every scored group: each experiment's entries, plus its base models when ``base``."""
+    out = []
+    for xp_id, xp in cfg["experiments"].items():
+        own_base = xp["base"] and BASE_ENTRY not in (xp.get("reuse") or ())
+        entries = ([BASE_ENTRY] if own_base else []) + xp_entries(cfg, xp_id)
+        for m in xp["models"]:
+            out += [(m, slot_id(xp_id, e)) for e in entries if m in cell_models(cfg, xp, e)]
+    return out
+
+
+def score_groups(cfg: Mapping[str, Any], experiment: str) -> list[tuple[str, str]]:
+    """(model, slot) of every scored group an experiment's results are read from: its own (`eval_groups`) and
+    main's groups of the entries it reuses."""
+    xp = cfg["experiments"][experiment]
+    own = [(m, slot) for m, slot in eval_groups(cfg) if split_slot(slot)[1] == experiment]
+    reused = [(m, slot_id(MAIN, e)) for e in xp.get("reuse") or () for m in cell_models(cfg, xp, e)]
+    return own + reused
+
+
+def used_data(cfg: Mapping[str, Any]) -> list[str]:
+    """Data sets the DAG builds: the experiments' training and task data, the models' pretraining data."""
+    models = by_id(cfg["models"])
+    ids = set()
+    for xp in cfg["experiments"].values():
+        ids.add(xp["data"])
+        ids |= {t["data"] for t in xp["eval_tasks"]}
+        ids |= {model_data(cfg, models[m]) for m in xp["models"] if models[m]["source"] == "tiny"}
+    if cfg["trainer"] == "verl":
+        ids |= set(cfg["train_data"]) | ({cfg["val_data"]} if cfg.get("val_data") else set())
+    return [d["id"] for d in cfg["data"] if d["id"] in ids]
+
+
+def base_models(cfg: Mapping[str, Any]) -> list[str]:
+    """Every base model folder the DAG builds or downloads (`model_path`): per (model, seed) used by any experiment
+    for a model built per seed, else one per model."""
+    return sorted(
+        {model_path(cfg, m, s) for xp in cfg["experiments"].values() for m in xp["models"] for s in xp["seeds"]}
+    )
+
+
+def atlas_spec(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What the equivalence atlas (`bandpo.report.atlas_measure`, rule ``atlas``) measures on: the first tiny model of
+    the main
+    experiment with its first seed (its base model folder), main's data, and the training settings main's runs of
+    that model get (global ``train`` < the model's ``train`` < main's ``train``), so that its real rollouts are
+    the first steps of a GRPO run of the sweep. None when main has no tiny model (hub models: the GPU profile) or
+    is not run (``only``)."""
+    xp = (cfg.get("experiments") or {}).get(MAIN)
+    models = by_id(cfg["models"])
+    tiny = [m for m in (xp or {}).get("models", []) if models[m]["source"] == "tiny"]
+    if not tiny:
+        return None
+    model, seed = tiny[0], int(xp["seeds"][0])
+    train = dict(cfg.get("train") or {})
+    train.update(models[model].get("train") or {})
+    train.update(xp.get("train") or {})
+    steps = min(ATLAS_STEPS, int(train.get("steps", ATLAS_STEPS)))  # the run's own steps may be fewer (smoke: 3)
+    return {"model": model, "seed": seed, "model_dir": model_path(cfg, model, seed), "data": xp["data"],
+            "train": train, "steps": steps}  # fmt: skip
+
+
+def eval_rule_name(kind: str, experiment: str) -> str:
+    """The evaluation rule of an experiment: ``eval_group`` / ``eval_run`` for main, ``eval_group_<experiment>``
+    (non-identifier characters as _) for the others."""
+    return kind if experiment == MAIN else f"{kind}_{re.sub(r'[^A-Za-z0-9_]', '_', experiment)}"
+
+
+def expected_jobs(cfg: Mapping[str, Any]) -> dict[str, int]:
+    """How many jobs of each rule a fresh run of this config schedules (the tests compare with ``snakemake -n``)."""
+    data, models = by_id(cfg["data"]), by_id(cfg["models"])
+    n_runs = len(runs(cfg, builtin=True))  # external entries are trained by their own rules
+    jobs: dict[str, int] = {}
+    jobs["data_tiny_math"] = sum(1 for d in used_data(cfg) if data[d]["source"] == "tiny-math")
+    jobs["data_real"] = sum(1 for d in used_data(cfg) if data[d]["source"] == "real")
+    folders = base_models(cfg)
+    jobs["model_tiny"] = sum(1 for f in folders if models[f.split("/")[2]]["source"] == "tiny")
+    jobs["model_hub"] = sum(1 for f in folders if models[f.split("/")[2]]["source"] == "hub")
+    jobs["model_pypi"] = sum(1 for f in folders if models[f.split("/")[2]]["source"] == "pypi")
+    if cfg["trainer"] == "verl":
+        jobs["verl_data"] = 1
+        jobs["train_verl"] = n_runs
+        jobs["merge_verl"] = n_runs
+    else:
+        jobs["train"] = n_runs
+    for xp_id, xp in cfg["experiments"].items():
+        n_groups = sum(1 for _m, slot in eval_groups(cfg) if split_slot(slot)[1] == xp_id)
+        if not n_groups:
+            continue
+        if cfg["eval"]["group_seeds"]:
+            jobs[eval_rule_name("eval_group", xp_id)] = n_groups
+        else:
+            jobs[eval_rule_name("eval_run", xp_id)] = n_groups * len(xp["seeds"])
+    jobs["select"] = sum(1 for xp in cfg["experiments"].values() if xp.get("select"))
+    jobs["atlas"] = 1 if atlas_spec(cfg) is not None else 0
+    jobs["report"] = 1
+    jobs["publish"] = 1 if cfg["publish"] else 0
+    jobs["all"] = 1
+    return {k: v for k, v in jobs.items() if v}

@@ -1,9 +1,0 @@
-"""Hooks of the suite's lm-eval tasks (referenced as ``!function utils.<name>`` by the YAMLs in this folder).
-
-The logic lives in `bandpo.evaluate` (tested there); this file only re-exports it, because lm-eval resolves
-``!function`` against a ``utils.py`` next to the YAML.
-"""
-
-from bandpo.evaluate import keep_all_samples, probe_docs, process_results, rest_docs
-
-__all__ = ["keep_all_samples", "probe_docs", "process_results", "rest_docs"]

@@ -1,0 +1,6 @@
+"""``python -m bandpo.models``: build, evaluate or download a base model (`bandpo.models.cli.main`)."""
+
+from bandpo.core.options import exit_job
+from bandpo.models.cli import main
+
+exit_job(main())

@@ -1,0 +1,245 @@
+"""KV-cached ancestral sampling from a causal LM: the one sampler of the suite, used by the trainer's rollouts
+(`bandpo.train.loop`) and by the tiny models' sampled accuracy (`bandpo.models.tiny.sample_completions`); and the
+trainer's
+log-probs of sampled completions (`completion_log_probs_shared`), under the same softmax(logits / temperature).
+
+Plain sampling from softmax(logits / temperature) (no top-k, no top-p). Each prompt is pre-filled once and its KV
+cache repeated for its ``n`` rows; rows that have emitted EOS stop, and once they are ``COMPACT_FRAC`` of the rows
+still in the cache they are dropped from it, so late steps run only the rows still generating. Draws come from
+torch's global generator: seed it (``torch.manual_seed``) for a reproducible sample.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from bandpo.models.fastlm import FastLlama, prompt_bias
+
+__all__ = ["COMPACT_FRAC", "completion_log_probs_shared", "positions", "sample_rows", "tempered"]
+
+COMPACT_FRAC = 0.25
+"""A rollout drops its finished rows from the batch and the KV cache once they are this fraction of its rows."""
+
+
+def positions(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids of a left-padded layout: 0 at each row's first real token."""
+    return (mask.cumsum(1) - 1).clamp(min=0)
+
+
+def tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``logits / temperature``: the logits of the sampling distribution; at 1.0 the logits themselves (no division,
+    so that T = 1 runs are bit-for-bit what they were before the trainer took the temperature into account)."""
+    return logits if temperature == 1.0 else logits / temperature
+
+
+@torch.no_grad()
+def sample_rows(model, prompt_ids, prompt_mask, n: int, max_new_tokens: int, temperature: float, eos: int,
+                with_entropy: bool = False, with_log_probs: bool = False):  # fmt: skip
+    """``n`` completions per prompt of the left-padded ``prompt_ids`` / ``prompt_mask`` (G, P); row r of the result
+    continues prompt r // n.
+
+    Returns the tokens (G n, T) with T the longest completion (pad 0 after EOS), the mask of valid tokens (up to
+    and including EOS) and, with ``with_entropy``, the entropy (nats) of the sampling distribution
+    softmax(logits / temperature) at each valid token (zero on padding), else None. With ``with_log_probs`` a
+    fourth item: the log-probability of each sampled token under that distribution (zero on padding): what the
+    trainer's old log-probs (`completion_log_probs_shared` at the same temperature) recompute.
+
+    One loop (`_sample_loop`) for every model; what differs is how the next token's logits are computed and how
+    finished rows leave the KV cache: `_FastSteps` on `bandpo.models.fastlm.FastLlama` (one preallocated cache),
+    `_HFSteps` through the model's own forward pass and cache classes."""
+    fast = FastLlama.for_model(model)
+    steps = (
+        _FastSteps(fast, prompt_ids, prompt_mask, n, max_new_tokens)
+        if fast is not None
+        else _HFSteps(model, prompt_ids, prompt_mask, n, max_new_tokens)
+    )
+    return _sample_loop(steps, prompt_ids.shape[0] * n, max_new_tokens, temperature, eos, with_entropy, with_log_probs)
+
+
+class _HFSteps:
+    """The model's own forward pass: a prefill of the prompts, its cache repeated for each prompt's ``n`` rows."""
+
+    def __init__(self, model, prompt_ids, prompt_mask, n, max_new_tokens) -> None:
+        G, P = prompt_ids.shape
+        out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions(prompt_mask),
+                    use_cache=True, logits_to_keep=1)  # fmt: skip
+        self.model, self.P, self.cache = model, P, out.past_key_values
+        self.cache.batch_repeat_interleave(n)
+        self.first = out.logits[:, -1].float().repeat_interleave(n, 0)  # (B, V): the distribution of token 0
+        self.attn = torch.cat([prompt_mask.repeat_interleave(n, 0), prompt_mask.new_ones(G * n, max_new_tokens)], 1)
+        self.row_positions = prompt_mask.sum(1).repeat_interleave(n)  # position of completion token 0
+
+    def drop(self, keep: torch.Tensor) -> None:
+        self.cache.batch_select_indices(keep)
+
+    def next(self, tok: torch.Tensor, t: int, rows: torch.Tensor) -> torch.Tensor:
+        position_ids = (self.row_positions[rows] + t).unsqueeze(1)
+        out = self.model(input_ids=tok.unsqueeze(1), attention_mask=self.attn[rows, : self.P + t + 1],
+                         position_ids=position_ids, past_key_values=self.cache, use_cache=True)  # fmt: skip
+        return out.logits[:, -1].float()
+
+
+class _FastSteps:
+    """`bandpo.models.fastlm.FastLlama`: the prompt's KV cache computed once, the completions' in one preallocated
+    tensor from which finished rows are dropped."""
+
+    def __init__(self, fast: FastLlama, prompt_ids, prompt_mask, n, max_new_tokens) -> None:
+        G, P = prompt_ids.shape
+        self.fast, self.n, self.weights = fast, n, fast.weights()
+        logits, self.prompt_kv = fast.prefill(prompt_ids, prompt_mask, self.weights)
+        self.first = logits.float().repeat_interleave(n, 0)  # (B, V): the distribution of completion token 0
+        L = self.prompt_kv.shape[0]
+        self.comp_kv = self.prompt_kv.new_zeros(L, 2, G * n, fast.n_heads, max_new_tokens, fast.head_dim)
+        p_bias = torch.zeros(G, 1, P, device=prompt_ids.device).masked_fill_(prompt_mask.unsqueeze(1) == 0,
+                                                                              float("-inf"))  # fmt: skip
+        self.p_bias = p_bias.repeat_interleave(n, 0)  # (B, 1, P): the prompt's padding, per cache row
+        self.row_pos = prompt_mask.sum(1).repeat_interleave(n)  # position of completion token 0
+
+    def drop(self, keep: torch.Tensor) -> None:
+        self.comp_kv = self.comp_kv.index_select(2, keep)
+        self.p_bias, self.row_pos = self.p_bias[keep], self.row_pos[keep]
+
+    def next(self, tok: torch.Tensor, t: int, rows: torch.Tensor) -> torch.Tensor:
+        return self.fast.decode(tok, self.row_pos + t, self.prompt_kv, self.p_bias, rows, self.n, self.comp_kv, t,
+                                self.weights)  # fmt: skip
+
+
+def _sample_loop(steps, B: int, max_new_tokens: int, temperature: float, eos: int, with_entropy: bool,
+                 with_log_probs: bool):  # fmt: skip
+    """The sampler's loop (see `sample_rows`): draw a token for every row still in the cache, record its entropy
+    and log-prob, stop rows at EOS, drop finished rows from the cache once they are `COMPACT_FRAC` of it, then ask
+    ``steps`` for the next logits."""
+    logits = steps.first
+    device = logits.device
+    tokens = torch.zeros(B, max_new_tokens, dtype=torch.long, device=device)
+    entropy = torch.zeros(B, max_new_tokens, device=device) if with_entropy else None
+    sampled_lp = torch.zeros(B, max_new_tokens, device=device) if with_log_probs else None
+    lengths = torch.full((B,), max_new_tokens, dtype=torch.long, device=device)
+    rows = torch.arange(B, device=device)  # the batch row of each cache row
+    live = torch.ones(B, dtype=torch.bool, device=device)  # cache rows still generating
+    for t in range(max_new_tokens):
+        scaled = tempered(logits, temperature)
+        probs = torch.softmax(scaled, -1)
+        tok = torch.multinomial(probs, 1).squeeze(1)
+        tokens[rows, t] = tok  # a finished row still in the cache writes after its EOS: masked, then zeroed below
+        if entropy is not None or sampled_lp is not None:
+            log_probs = torch.log_softmax(scaled, -1)
+            if entropy is not None:
+                entropy[rows, t] = -(probs * log_probs).sum(-1)
+            if sampled_lp is not None:
+                sampled_lp[rows, t] = log_probs.gather(1, tok.unsqueeze(1)).squeeze(1)
+        done = live & (tok == eos)
+        if bool(done.any()):
+            lengths[rows[done]] = t + 1
+            live = live & ~done
+            n_live = int(live.sum())
+            if n_live == 0:
+                break
+            if live.numel() - n_live >= COMPACT_FRAC * live.numel():
+                keep = live.nonzero().squeeze(1)
+                steps.drop(keep)
+                rows, tok, live = rows[keep], tok[keep], live[keep]
+        if t + 1 == max_new_tokens:
+            break
+        logits = steps.next(tok, t, rows)
+    T = int(lengths.max())
+    response_mask = torch.arange(T, device=device).unsqueeze(0) < lengths.unsqueeze(1)
+    tokens = tokens[:, :T] * response_mask
+    entropy = entropy[:, :T] * response_mask if entropy is not None else None
+    if sampled_lp is None:
+        return tokens, response_mask, entropy
+    return tokens, response_mask, entropy, sampled_lp[:, :T] * response_mask
+
+
+def completion_log_probs_shared(model, batch, idx: torch.Tensor, group: int, with_entropy: bool = False,
+                                temperature: float = 1.0):  # fmt: skip
+    """Log-probs of the completion tokens of rows ``idx`` of ``batch`` under ``model`` (each (len(idx), T), zero on
+    padding) and, with ``with_entropy``, the token entropy of its distribution, computed with each distinct prompt
+    among those rows run once and its KV cache shared by its rows: one forward pass over the prompts, then one over
+    the completions. Prompt columns that are padding in every prompt of ``idx`` and
+    completion columns past the longest completion of ``idx`` are not computed. Differentiable (the gradient
+    flows back into the shared prompt pass); equal to a full forward pass of every prompt + completion row up to float
+    rounding. ``temperature``: log-probs and entropy of softmax(logits / temperature), the distribution the rollouts
+    sampled from (`sample_rows`; verl's actor divides its logits by the rollout temperature the same way), so that
+    the ratio of the first, on-policy update is 1 at any temperature. ``batch``: a `bandpo.train.loop.Batch`."""
+    fast = FastLlama.for_model(model)
+    if fast is not None:
+        return _completion_log_probs_fast(fast, batch, idx, group, with_entropy, temperature)
+    T = batch.response_mask.shape[1]
+    groups = torch.div(idx, group, rounding_mode="floor")
+    uniq, inverse = torch.unique(groups, return_inverse=True)
+    p_mask = batch.prompt_mask[uniq]
+    first = int((p_mask.sum(0) > 0).nonzero()[0])  # leading columns that are padding in every prompt here
+    p_ids, p_mask = batch.prompt_ids[uniq, first:], p_mask[:, first:]
+    out = model(input_ids=p_ids, attention_mask=p_mask, position_ids=positions(p_mask), use_cache=True,
+                logits_to_keep=1)  # fmt: skip
+    cache = out.past_key_values
+    cache.batch_select_indices(inverse)  # differentiable gather: each row gets its prompt's keys and values
+    logits = out.logits[:, -1:][inverse]  # (n, 1, V): predicts completion token 0
+    resp = batch.response_mask[idx]
+    t_max = max(int(resp.sum(1).max()), 1)
+    comp = batch.input_ids[idx, batch.prompt_len : batch.prompt_len + t_max]
+    if t_max > 1:
+        attn = torch.cat([p_mask[inverse], resp[:, : t_max - 1].long()], 1)
+        pos = p_mask.sum(1)[inverse].unsqueeze(1) + torch.arange(t_max - 1, device=idx.device).unsqueeze(0)
+        rest = model(input_ids=comp[:, :-1], attention_mask=attn, position_ids=pos, past_key_values=cache,
+                     use_cache=True).logits  # fmt: skip
+        logits = torch.cat([logits, rest], 1)
+    log_probs = torch.log_softmax(tempered(logits.float(), temperature), -1)
+    token_log_prob = log_probs.gather(-1, comp.unsqueeze(-1)).squeeze(-1) * resp[:, :t_max]
+    token_log_prob = torch.nn.functional.pad(token_log_prob, (0, T - t_max))
+    if not with_entropy:
+        return token_log_prob, None
+    entropy = -(log_probs.exp() * log_probs).sum(-1) * resp[:, :t_max]
+    return token_log_prob, torch.nn.functional.pad(entropy, (0, T - t_max))
+
+
+def _completion_log_probs_fast(fast: FastLlama, batch, idx, group, with_entropy, temperature):
+    """`completion_log_probs_shared` on `bandpo.models.fastlm.FastLlama`: the same two passes, each over its real tokens
+    only (the prompts' padding and the completions' columns past EOS are left out of the per-token products)."""
+    T = batch.response_mask.shape[1]
+    groups = torch.div(idx, group, rounding_mode="floor")
+    uniq, inverse = torch.unique(groups, return_inverse=True)
+    p_mask = batch.prompt_mask[uniq]
+    first = int((p_mask.sum(0) > 0).nonzero()[0])  # leading columns that are padding in every prompt here
+    p_ids, p_mask = batch.prompt_ids[uniq, first:], p_mask[:, first:]
+    weights = fast.weights()
+    p_sel = p_mask.reshape(-1).nonzero().squeeze(1)
+    logits0, kvs = fast.forward(p_ids, positions(p_mask), prompt_bias(p_mask), weights=weights, want_kv=True,
+                                last_only=True, sel=p_sel)  # fmt: skip
+    resp = batch.response_mask[idx]
+    n = len(idx)
+    t_max = max(int(resp.sum(1).max()), 1)
+    comp = batch.input_ids[idx, batch.prompt_len : batch.prompt_len + t_max]
+    logits = logits0[inverse]  # (n, V): predicts completion token 0
+    targets = comp[:, 0]
+    where = torch.arange(n, device=idx.device) * t_max  # flat (n, t_max) index of each logits row's token
+    if t_max > 1:
+        # completion column j predicts token j + 1: needed where that token is real (a prefix of each row); the
+        # columns attend to their prompt's real tokens and causally to each other
+        L = t_max - 1
+        need = resp[:, 1:t_max]
+        sel = need.reshape(-1).nonzero().squeeze(1)
+        keys = torch.cat(
+            [
+                p_mask[inverse].bool().unsqueeze(1).expand(-1, L, -1),
+                torch.ones(L, L, dtype=torch.bool, device=idx.device).tril().expand(n, -1, -1),
+            ],
+            2,
+        )
+        bias = torch.zeros(keys.shape, device=idx.device).masked_fill_(~keys, float("-inf")).unsqueeze(1)
+        pos = p_mask.sum(1)[inverse].unsqueeze(1) + torch.arange(L, device=idx.device).unsqueeze(0)
+        past = [(k.index_select(0, inverse), v.index_select(0, inverse)) for k, v in kvs]
+        rest = fast.forward(comp[:, :-1], pos, bias, past=past, weights=weights, sel=sel)
+        logits = torch.cat([logits, rest])
+        targets = torch.cat([targets, comp[:, 1:].reshape(-1)[sel]])
+        where = torch.cat([where, sel + torch.div(sel, L, rounding_mode="floor") + 1])  # (r, j) -> r t_max + j + 1
+    log_probs = torch.log_softmax(tempered(logits.float(), temperature), -1)  # (tokens, V)
+    picked = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    token_log_prob = picked.new_zeros(n * t_max).index_copy(0, where, picked).view(n, t_max) * resp[:, :t_max]
+    token_log_prob = torch.nn.functional.pad(token_log_prob, (0, T - t_max))
+    if not with_entropy:
+        return token_log_prob, None
+    ent = -(log_probs.exp() * log_probs).sum(-1)
+    entropy = ent.new_zeros(n * t_max).index_copy(0, where, ent).view(n, t_max) * resp[:, :t_max]
+    return token_log_prob, torch.nn.functional.pad(entropy, (0, T - t_max))

@@ -1,0 +1,584 @@
+"""The local GRPO trainer: one loop for every registered method (embedded CPU profile; runs on CUDA unchanged).
+
+Per step (one rollout batch), top to bottom, in three functions (`train_step` = `collect` -> `score` -> `update`):
+
+Collect:
+
+1. draw ``prompts_per_step`` training problems (seeded by (seed, step): a resumed run draws the same ones);
+2. roll out ``samples_per_prompt`` completions each with KV-cached ancestral sampling at ``temperature`` from the
+   model's plain softmax (top_k = 0, top_p = 1), with the suite's sampler (`bandpo.models.sampling.sample_rows`): each
+   prompt is pre-filled ONCE and its KV cache shared by the ``samples_per_prompt`` rows of its group, and rows that
+   have emitted EOS are dropped from the batch and the cache once they are a quarter of it;
+3. reward = ``bandpo.grader.grade(completion, answer)`` (1 or 0), the same grader that scores evaluation;
+
+Score:
+
+4. GRPO advantage per group: A = (R - mean_group) / (std_group + 1e-6), unbiased std, on every completion token;
+5. old log-probs and token entropy: recomputed by a forward pass of the rollout policy (no grad; ``old_log_probs:
+   recompute``, the default, as verl's actor), or the sampler's own (``old_log_probs: sampler``): each prompt
+   is run once and its KV cache shared by its group's completions (`completion_log_probs_shared`, equal to a full
+   forward pass of every prompt + completion row up to float rounding); old and new log-probs, the reference's and
+   the entropy are those of softmax(logits / ``temperature``), the distribution that sampled (as verl's actor).
+   This pass runs in a worker thread while step 3 grades (`collect`, `policy_view`): neither needs the other, and
+   grading mostly waits for math-verify's worker processes;
+6. the method's ratio bounds computed ONCE for the whole batch on valid tokens (`ResolvedMethod.bounds`: the
+   method is resolved once per run, `bandpo.methods.resolve`), timed inside the step;
+
+Update:
+
+7. ``ppo_epochs`` passes of ``updates_per_step`` optimizer updates over disjoint mini-batches (``minibatch``: whole
+   prompt groups, as verl counts mini-batches in prompts, or random sequences, partitioned afresh each pass; the
+   first update is on-policy, all later ones off-policy, which is what makes clipping act), each prompt of a
+   mini-batch run once with its KV cache shared by its completions and the mini-batch's all-padding columns
+   trimmed: loss = the method's loss (+ optional k3 KL to the reference), AdamW (`bandpo.models.optim`: torch's, bit for
+   bit, without importing torch._dynamo), gradient clipping;
+   ``stopped_frac*``: tokens whose policy-loss gradient is 0 with A != 0, the same measure for every method
+   (`bandpo.methods.stopped_diagnostics`);
+8. one line of metrics.jsonl; a checkpoint every ``checkpoint_every`` steps. On a probe data set (rows with
+   ``subset``, bandpo.train.probe) the line also holds the rollouts' accuracy per subset, and with ``probe_every`` the
+   probe's measurement after the step's updates (``probe/p_correct``, ``probe/accuracy``: `probe_metrics`; its
+   time and grades are not part of the step's ``step_seconds`` and ``grader_*``).
+
+Crash safety: metrics go to ``metrics.jsonl.partial`` and are renamed at the end; checkpoints (model, optimizer,
+RNG states, step, the metrics so far) are written through `bandpo.core.files.atomic_write_bytes` (a temporary file,
+then a rename). A run killed at any point and started again with the same arguments resumes from its last
+checkpoint and ends with the same metrics as an uninterrupted run (wall-clock fields aside). Outputs, in order:
+``model/`` (save_pretrained, renamed into place), ``metrics.jsonl``, ``run.json`` (resolved config, the method's
+``method_label`` and ``method_params``, timings, versions): ``run.json`` existing means the run is done.
+
+Timings, one name each: per step ``rollout_seconds`` (collect: sampling and grading, with the old-log-prob pass
+running meanwhile), ``update_seconds`` (the rest of score, and update) and
+``step_seconds`` (the whole step) in metrics.jsonl; ``train_seconds_total`` in run.json is the run's training time
+(the sum of its ``step_seconds``, over every process of a resumed run) and ``process_seconds`` the wall time of the
+last process's loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import random
+import shutil
+import sys
+import time
+from collections import defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bandpo import methods
+from bandpo.core.files import atomic_write_bytes, atomic_write_text, read_jsonl, replace_dir
+from bandpo.core.provenance import machine, versions
+from bandpo.core.schedule import lr_schedule
+from bandpo.grader import counting, grade_many, grader_info, warmup
+from bandpo.models.optim import AdamW
+from bandpo.models.sampling import completion_log_probs_shared, sample_rows
+from bandpo.train.settings import TrainConfig
+
+# ----------------------------------------------------------------------------------------------------------------
+# Data
+PROBE_SPLIT = "validation.jsonl"  # where probe_every measures: never the test split lm-eval scores
+
+
+def load_probe_rows(cfg: TrainConfig) -> list[dict]:
+    """The probe rows measured every ``probe_every`` steps: the ``subset == "probe"`` rows of the validation split
+    beside the training data; [] when probing is off. ValueError naming the file when there are none."""
+    if not cfg.probe_every:
+        return []
+    path = (Path(cfg.data) if Path(cfg.data).is_dir() else Path(cfg.data).parent) / PROBE_SPLIT
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"probe_every: {path} not found (a probe data set: bandpo.data.tiny_math tiny-math --probe)"
+        )
+    rows = [r for r in read_jsonl(path) if r.get("subset") == "probe"]
+    if not rows:
+        raise ValueError(f"probe_every: {path} has no rows with subset 'probe' (not a probe data set?)")
+    return rows
+
+
+def load_rows(path: str | os.PathLike) -> list[dict]:
+    path = Path(path)
+    if path.is_dir():
+        path = path / "train.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"training data not found: {path}")
+    rows = read_jsonl(path)
+    for i, row in enumerate(rows, 1):
+        if not isinstance(row.get("prompt"), str) or "answer" not in row:
+            raise ValueError(f"{path}: row {i}: a row needs a string 'prompt' and an 'answer'")
+    if not rows:
+        raise ValueError(f"{path}: no rows")
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Rollouts and log-probs
+
+
+@dataclass
+class Batch:
+    """A rollout batch in one layout: left-padded prompts (P columns) then right-padded completions (T columns).
+
+    Group members are adjacent rows (row r belongs to prompt r // samples_per_prompt); ``prompt_ids`` and
+    ``prompt_mask`` hold each prompt once (G rows)."""
+
+    input_ids: torch.Tensor  # (B, P + T)
+    attention_mask: torch.Tensor  # (B, P + T)
+    response_mask: torch.Tensor  # (B, T) bool: completion tokens up to and including EOS
+    prompt_len: int  # P
+    texts: list[str]
+    prompt_ids: torch.Tensor  # (G, P)
+    prompt_mask: torch.Tensor  # (G, P)
+    truncated: torch.Tensor  # (B,) bool: no EOS within max_new_tokens
+    sampled_log_prob: torch.Tensor | None = None  # (B, T): the sampler's log-prob of each token
+    sampled_entropy: torch.Tensor | None = None  # (B, T): the sampling distribution's entropy at each token
+
+
+def rollout(model, tokenizer, prompts: list[str], cfg: TrainConfig, device: torch.device) -> Batch:
+    """``samples_per_prompt`` completions per prompt, KV-cached sampling (group members are adjacent rows)."""
+    n = cfg.samples_per_prompt
+    tokenizer.padding_side = "left"
+    if cfg.chat_template:
+        prompts = chat_prompts(tokenizer, prompts)
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+    prompt_ids, prompt_mask = enc["input_ids"], enc["attention_mask"]
+    own = cfg.old_log_probs == "sampler"
+    completion, response_mask, entropy, *log_prob = sample_rows(
+        model, prompt_ids, prompt_mask, n, cfg.max_new_tokens, cfg.temperature, tokenizer.eos_token_id,
+        with_entropy=own, with_log_probs=own,
+    )  # fmt: skip
+    is_eos = (completion == tokenizer.eos_token_id) & response_mask
+    truncated = ~is_eos.any(1)
+    completion = torch.where(response_mask, completion, tokenizer.pad_token_id)
+    texts = tokenizer.batch_decode(completion, skip_special_tokens=True)
+    attention_mask = torch.cat([prompt_mask.repeat_interleave(n, 0), response_mask.long()], dim=1)
+    input_ids = torch.cat([prompt_ids.repeat_interleave(n, 0), completion], 1)
+    return Batch(input_ids, attention_mask, response_mask, prompt_ids.shape[1], texts, prompt_ids, prompt_mask,
+                 truncated, log_prob[0] if own else None, entropy)  # fmt: skip
+
+
+def chat_prompts(tokenizer, prompts: list[str]) -> list[str]:
+    """Each prompt as one user turn of the tokenizer's chat template, ending in the assistant's generation prompt;
+    ValueError when the tokenizer has none."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("chat_template: the model's tokenizer has no chat template")
+    return [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+            for p in prompts]  # fmt: skip
+
+
+def group_advantages(rewards: torch.Tensor, group: int, eps: float) -> torch.Tensor:
+    """GRPO outcome advantage per sequence: (R - mean_group) / (std_group + eps), unbiased std."""
+    r = rewards.view(-1, group)
+    return ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True, unbiased=True) + eps)).view(-1)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Checkpoints
+
+
+def _save_checkpoint(obj: Any, path: Path) -> None:
+    """``torch.save`` into memory, then `bandpo.core.files.atomic_write_bytes`: a crash leaves the old checkpoint."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def _rng_state() -> dict:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _step_seed(seed: int, step: int) -> int:
+    """Every random draw of a step derives from (seed, step): a resumed run draws exactly what it would have."""
+    return (seed * 1_000_003 + step * 7919 + 12345) % (2**63 - 1)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The loop
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+@dataclass
+class Run:
+    """What every step of a run works with: the policy and its optimizer, the optional frozen reference, the
+    training rows, the config and the method resolved once for the run."""
+
+    cfg: TrainConfig
+    method: methods.ResolvedMethod
+    model: Any
+    reference: Any
+    tokenizer: Any
+    optimizer: AdamW
+    rows: list[dict]
+    device: torch.device
+    probe_rows: list[dict] = field(default_factory=list)  # the validation split's probe rows (cfg.probe_every)
+    # the thread that runs each step's old-log-prob pass while the main thread grades (`collect`)
+    background: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "bandpo-policy-view"))
+
+    def sync(self) -> None:
+        """Wait for the device (CUDA kernels are asynchronous), so that timings are true."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+
+def train(cfg: TrainConfig) -> dict:
+    """Run (or resume) one training run; returns the run summary also written to run.json."""
+    methods.load_env_method_modules()  # the start of a run: methods of the user's own modules ($BANDPO_METHOD_MODULES)
+    cfg.validate()
+    torch.set_num_threads(cfg.threads)
+    if cfg.device == "auto":
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        device = torch.device(cfg.device)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    ckpt_path = out / "checkpoint" / "ckpt.pt"
+    partial_metrics = out / "metrics.jsonl.partial"
+
+    rows = load_rows(cfg.data)
+    problem = cfg.minibatch_problem(min(cfg.prompts_per_step, len(rows)))
+    if problem:
+        raise ValueError(f"{cfg.data}: {len(rows)} rows are too few: {problem}")
+    warmup()  # start the grader's workers now, not inside the first timed step
+    method = cfg.resolve_method()
+
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    model, tokenizer = load_policy(cfg.model, device)
+    if cfg.chat_template and not getattr(tokenizer, "chat_template", None):
+        raise ValueError(
+            f"chat_template: the tokenizer of {cfg.model} has no chat template (an instruct model has one)"
+        )
+    model.eval()  # no dropout anywhere: rollout, old log-probs and updates see the same function
+    reference = None
+    if cfg.kl_coef > 0:
+        reference = load_policy(cfg.model, device)[0].eval()
+        reference.requires_grad_(False)
+    optimizer = AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    run = Run(cfg, method, model, reference, tokenizer, optimizer, rows, device, load_probe_rows(cfg))
+
+    start_step, history = 0, []
+    if ckpt_path.is_file():
+        ckpt = torch.load(ckpt_path, map_location=device, weights_only=False)
+        if ckpt["identity"] != cfg.identity():
+            raise RuntimeError(f"{ckpt_path} belongs to a different run configuration; remove {out} to start over")
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        _set_rng_state(ckpt["rng"])
+        start_step, history = ckpt["step"], ckpt["metrics"]
+    atomic_write_text(partial_metrics, "".join(json.dumps(m) + "\n" for m in history))
+
+    from tqdm import tqdm
+
+    bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, desc=f"{cfg.method} s{cfg.seed}",
+               disable=not cfg.progress, file=sys.stderr, mininterval=1.0)  # fmt: skip
+    t_run = time.perf_counter()
+    metrics_file = open(partial_metrics, "a", encoding="utf-8")
+    try:
+        for step in bar:
+            with counting() as graded:  # grader_items, grader_slow_frac, grader_timeouts of this step
+                m = train_step(run, step)
+            m.update(graded.metrics())
+            if cfg.probe_every and ((step + 1) % cfg.probe_every == 0 or step + 1 == cfg.steps):
+                m.update(probe_metrics(run, _step_seed(cfg.seed, step)))  # not counted in the step's time or grades
+            history.append(m)
+            metrics_file.write(json.dumps(m) + "\n")
+            metrics_file.flush()
+            bar.set_postfix(reward=f"{m['reward_mean']:.3f}", entropy=f"{m['entropy']:.3f}")
+            if (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
+                _save_checkpoint(
+                    {"identity": cfg.identity(), "step": step + 1, "model": model.state_dict(),
+                     "optimizer": optimizer.state_dict(), "rng": _rng_state(), "metrics": history},
+                    ckpt_path,
+                )  # fmt: skip
+    finally:
+        metrics_file.close()
+        run.background.shutdown()
+    process_seconds = time.perf_counter() - t_run
+
+    # Publish: model/ (renamed into place), metrics.jsonl, then run.json last.
+    tmp_model = out / "model.tmp"
+    shutil.rmtree(tmp_model, ignore_errors=True)
+    model.save_pretrained(tmp_model)
+    tokenizer.save_pretrained(tmp_model)
+    replace_dir(tmp_model, out / "model")
+    os.replace(partial_metrics, out / "metrics.jsonl")
+    summary = {
+        "config": dataclasses.asdict(cfg),
+        "method": method.name,
+        "method_label": method.label,
+        "method_params": method.params.to_dict(),
+        "method_modules": sorted(methods.loaded_method_modules()),
+        "grader": grader_info(),
+        "steps": cfg.steps,
+        "resumed_from_step": start_step,
+        "process_seconds": process_seconds,
+        "train_seconds_total": sum(m["step_seconds"] for m in history),
+        "final": {k: history[-1][k] for k in ("reward_mean", "entropy", "response_length")} if history else {},
+        "versions": versions("torch", "transformers"),
+        "machine": machine(),
+        "device": str(device),
+    }
+    atomic_write_text(out / "run.json", json.dumps(summary, indent=2, default=str))
+    if not cfg.keep_checkpoint:
+        shutil.rmtree(out / "checkpoint", ignore_errors=True)
+    return summary
+
+
+def load_policy(model_dir: str, device: torch.device):
+    """(model, tokenizer) in float32 on ``device``. The suite's tiny models (`bandpo.models.fastlm.light_loadable`) load
+    without transformers (`bandpo.models.fastlm.load_light`: the same weights, layout and saved files, computed by
+    `bandpo.models.fastlm.FastLlama`), which saves a job about 4 CPU-seconds of imports; any other model through
+    transformers' Auto classes."""
+    from bandpo.models.fastlm import light_loadable, load_light
+
+    if light_loadable(model_dir):
+        model, tokenizer = load_light(model_dir)
+        return model.to(device), tokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device), tokenizer
+
+
+def lr_at(cfg: TrainConfig, step: int) -> float:
+    """The learning rate of step ``step`` (0-based): ``lr``, or linear from ``lr`` to ``lr_end`` over the run
+    (`bandpo.models.tiny.lr_schedule`: no warmup, decay from the first step to the last)."""
+    if cfg.lr_end is None:
+        return cfg.lr
+    return lr_schedule(step, cfg.lr, cfg.lr_end, decay_steps=cfg.steps - 1)
+
+
+@dataclass
+class Collected:
+    """A rollout batch with its grades and rewards (``scores``: the grader's 1 / 0, ``rewards``: what trains)."""
+
+    batch: Batch
+    scores: torch.Tensor
+    rewards: torch.Tensor
+    picked: list[int]  # the rows (of Run.rows) of the batch's prompt groups, in order
+
+
+@dataclass
+class Scored:
+    """What the updates need from the rollout policy: advantages, old log-probs, token entropy, reference
+    log-probs (with a KL term) and the method's bounds (bounds methods), all (B, T)."""
+
+    advantages: torch.Tensor
+    old_log_prob: torch.Tensor
+    entropy: torch.Tensor
+    ref_log_prob: torch.Tensor | None
+    bounds: tuple[torch.Tensor, torch.Tensor] | None
+    bounds_seconds: float
+
+
+def collect(run: Run, step: int, seed: int) -> tuple[Collected, Future]:
+    """Draw the step's prompts, sample ``samples_per_prompt`` completions of each, grade them, draw the rewards.
+
+    While this thread grades, a worker thread computes the rollout policy's view of the batch (`policy_view`,
+    returned as a future): the two do not depend on each other, and grading mostly waits for math-verify's worker
+    processes, so the forward pass runs in that wait. Grading stays in this thread (math-verify's in-process
+    fallback needs the main thread's signals); the forward pass computes the same numbers in any thread."""
+    cfg = run.cfg
+    picked = random.Random(seed).sample(range(len(run.rows)), k=min(cfg.prompts_per_step, len(run.rows)))
+    torch.manual_seed(seed)  # the sampler's draws
+    if run.device.type == "cuda":
+        torch.cuda.manual_seed_all(seed)
+    with torch.no_grad():
+        batch = rollout(run.model, run.tokenizer, [run.rows[i]["prompt"] for i in picked], cfg, run.device)
+    view = run.background.submit(policy_view, run, batch)
+    answers = [str(run.rows[i]["answer"]) for i in picked for _ in range(cfg.samples_per_prompt)]
+    try:
+        scores = torch.tensor(grade_many(batch.texts, answers), dtype=torch.float32)
+    except BaseException:
+        if not view.cancel():
+            view.exception()  # wait for it: not left running into a checkpoint or the next step
+        raise
+    if cfg.reward == "random":
+        rewards = torch.bernoulli(torch.full_like(scores, 0.5), generator=torch.Generator().manual_seed(seed))
+    else:
+        rewards = scores
+    return Collected(batch, scores, rewards, picked), view
+
+
+def policy_view(run: Run, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The rollout policy's view of the batch, no grad: (old log-probs, token entropy, reference log-probs or
+    None), each (B, T); each prompt is run once and its KV cache shared by its group (`completion_log_probs_shared`).
+    With ``old_log_probs: sampler`` the first two are the sampler's own."""
+    cfg = run.cfg
+    n = cfg.samples_per_prompt
+    rows_all = torch.arange(batch.response_mask.shape[0], device=run.device)
+    with torch.no_grad():  # grad mode is per thread: set here, in the thread that runs this
+        if batch.sampled_log_prob is not None:  # old_log_probs: sampler
+            old_log_prob, entropy = batch.sampled_log_prob, batch.sampled_entropy
+        else:
+            old_log_prob, entropy = completion_log_probs_shared(run.model, batch, rows_all, n, with_entropy=True,
+                                                                temperature=cfg.temperature)  # fmt: skip
+        ref_log_prob = None
+        if run.reference is not None:
+            ref_log_prob, _ = completion_log_probs_shared(run.reference, batch, rows_all, n,
+                                                          temperature=cfg.temperature)  # fmt: skip
+    run.sync()
+    return old_log_prob, entropy, ref_log_prob
+
+
+def score(run: Run, collected: Collected, view: Future) -> Scored:
+    """Advantages, the rollout policy's view of the batch (`policy_view`, awaited here) and the method's bounds
+    once for the whole batch, on the valid tokens only."""
+    cfg, batch = run.cfg, collected.batch
+    mask = batch.response_mask
+    seq_adv = group_advantages(collected.rewards, cfg.samples_per_prompt, cfg.adv_eps).to(run.device)
+    advantages = seq_adv.unsqueeze(1).expand_as(mask).contiguous()
+    old_log_prob, entropy, ref_log_prob = view.result()
+    t_b = time.perf_counter()
+    bounds = run.method.bounds(old_log_prob, mask) if run.method.has_bounds else None
+    run.sync()
+    return Scored(advantages, old_log_prob, entropy, ref_log_prob, bounds, time.perf_counter() - t_b)
+
+
+def minibatches(cfg: TrainConfig, n_rows: int, seed: int) -> list[torch.Tensor]:
+    """The mini-batches (row indices) of a rollout batch of ``n_rows`` rows, in update order: ``ppo_epochs`` passes,
+    each a fresh random partition into ``updates_per_step`` disjoint mini-batches (one generator for all passes:
+    the first pass is the same for any ``ppo_epochs``)."""
+    gen = torch.Generator().manual_seed(seed)
+    n, parts = cfg.samples_per_prompt, []
+    for _ in range(cfg.ppo_epochs):
+        if cfg.minibatch == "group":  # a random partition of the prompt groups, each group kept whole
+            groups = torch.randperm(n_rows // n, generator=gen).tensor_split(cfg.updates_per_step)
+            parts += [(g.unsqueeze(1) * n + torch.arange(n)).reshape(-1) for g in groups]
+        else:  # a random partition of the rows
+            parts += list(torch.randperm(n_rows, generator=gen).tensor_split(cfg.updates_per_step))
+    return parts
+
+
+def update(run: Run, batch: Batch, scored: Scored, seed: int) -> dict[str, list[float]]:
+    """``ppo_epochs`` x ``updates_per_step`` optimizer updates, one per mini-batch (`minibatches`: the first
+    on-policy, all later ones off-policy); returns each update's diagnostics (``offpolicy/<key>``: every update
+    but the very first of the batch)."""
+    cfg, model = run.cfg, run.model
+    mask, old_log_prob, bounds = batch.response_mask, scored.old_log_prob, scored.bounds
+    diag: dict[str, list[float]] = defaultdict(list)
+    for u, idx in enumerate(part.to(run.device) for part in minibatches(cfg, mask.shape[0], seed)):
+        log_prob, _ = completion_log_probs_shared(
+            model, batch, idx, cfg.samples_per_prompt, temperature=cfg.temperature
+        )
+        part_bounds = (bounds[0][idx], bounds[1][idx]) if bounds is not None else None
+        loss, info = run.method.loss(old_log_prob[idx], log_prob, scored.advantages[idx], mask[idx],
+                                     bounds=part_bounds)  # fmt: skip
+        grad = methods.loss_grad_wrt_log_prob(loss, log_prob)  # policy loss only; keeps the graph: update unchanged
+        info = {**info, **methods.stopped_diagnostics(grad, scored.advantages[idx], old_log_prob[idx], mask[idx])}
+        if scored.ref_log_prob is not None:
+            # k3 estimator of KL(pi || pi_ref): exp(ref - logp) - (ref - logp) - 1, aggregated like the policy loss
+            d = (scored.ref_log_prob[idx] - log_prob).clamp(-20, 20)
+            kl = methods.aggregate_loss(torch.exp(d) - d - 1, mask[idx].float(), cfg.loss_agg_mode)
+            loss = loss + cfg.kl_coef * kl
+            diag["kl_ref"].append(float(kl.detach()))
+        run.optimizer.zero_grad()
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        run.optimizer.step()
+        diag["loss"].append(float(loss.detach()))
+        diag["grad_norm"].append(float(grad_norm))
+        if part_bounds is not None:  # share of valid tokens whose ratio left [r_lo, r_hi], whatever the sign of A
+            with torch.no_grad():
+                ratio = torch.exp(log_prob.detach() - old_log_prob[idx])
+                outside = ((ratio < part_bounds[0]) | (ratio > part_bounds[1])) & mask[idx]
+                diag["outside_frac"].append(float(outside.sum() / mask[idx].sum().clamp(min=1)))
+                if u > 0:
+                    diag["offpolicy/outside_frac"].append(diag["outside_frac"][-1])
+        for k, v in info.items():
+            diag[k].append(float(v))
+            if u > 0:
+                diag[f"offpolicy/{k}"].append(float(v))
+    return diag
+
+
+def train_step(run: Run, step: int) -> dict:
+    """One rollout batch and its updates: collect -> score -> update; returns the step's metrics."""
+    cfg = run.cfg
+    t0 = time.perf_counter()
+    seed = _step_seed(cfg.seed, step)
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr_at(cfg, step)
+
+    collected, view = collect(run, step, seed)
+    rollout_seconds = time.perf_counter() - t0  # sampling and grading (the old-log-prob pass runs meanwhile)
+    scored = score(run, collected, view)
+    diag = update(run, collected.batch, scored, seed)
+    run.sync()
+    step_seconds = time.perf_counter() - t0
+
+    batch, rewards = collected.batch, collected.rewards
+    mask = batch.response_mask
+    n_tokens = int(mask.sum())
+    groups = rewards.view(-1, cfg.samples_per_prompt)
+    metrics = {
+        "step": step + 1,
+        "reward_mean": float(rewards.mean()),
+        "accuracy": float(collected.scores.mean()),
+        "mixed_group_frac": float(((groups.max(1).values - groups.min(1).values) > 0).float().mean()),
+        "entropy": float(scored.entropy[mask.bool()].mean()) if n_tokens else 0.0,
+        "response_length": n_tokens / mask.shape[0],
+        "truncated_frac": float(batch.truncated.float().mean()),
+    }
+    for k, values in diag.items():
+        if k.endswith("ratio_min"):
+            metrics[k] = min(values)
+        elif k.endswith("ratio_max"):
+            metrics[k] = max(values)
+        else:
+            metrics[k] = _mean(values)
+    subsets = [run.rows[i].get("subset") for i in collected.picked]
+    if any(subsets):  # a probe data set: the rollouts' accuracy per subset
+        per_seq = collected.scores.view(-1, cfg.samples_per_prompt).mean(1)
+        for name in ("probe", "rest"):
+            picked = [i for i, s in enumerate(subsets) if s == name]
+            if picked:  # absent from a step that drew no prompt of the subset
+                metrics[f"{name}/rollout_accuracy"] = float(per_seq[picked].mean())
+    metrics.update(
+        {
+            "lr": run.optimizer.param_groups[0]["lr"],
+            "rollout_seconds": rollout_seconds,
+            "update_seconds": step_seconds - rollout_seconds,
+            "bounds_seconds": scored.bounds_seconds,
+            "bounds_frac": scored.bounds_seconds / step_seconds,
+            "step_seconds": step_seconds,
+            "tokens_per_second": n_tokens / step_seconds,
+        }
+    )
+    return metrics
+
+
+def probe_metrics(run: Run, seed: int) -> dict[str, float]:
+    """The mechanism probe's view of the policy after this step's updates (`bandpo.train.probe.measure` on the probe
+    rows): the deciding correct token's probability and the sampled accuracy. The training RNG is left as it was."""
+    from bandpo.train.probe import measure
+
+    devices = [run.device.index or 0] if run.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        m = measure(run.model, run.tokenizer, run.probe_rows, k=run.cfg.probe_k, seed=seed, greedy=False)
+    out = {
+        "probe/p_correct": m["deciding"]["p_correct"]["mean"],
+        "probe/p_correct_median": m["deciding"]["p_correct"]["median"],
+        "probe/prefers_decoy": m["deciding"]["prefers_decoy_share"],
+    }
+    if run.cfg.probe_k:
+        out["probe/accuracy"] = m["probe"]["sampled"]
+    return out

@@ -1,0 +1,64 @@
+"""Our JSONL rows (bandpo.data.tiny_math schema) -> verl's parquet rows, written atomically.
+
+verl's RL data set reads, per row: ``data_source``, ``prompt`` (chat messages; verl applies the model's chat
+template), ``ability``, ``reward_model`` (``ground_truth`` goes to the reward function) and ``extra_info``.
+
+    python -m bandpo.verl.data --train a/train.jsonl b/train.jsonl --val c/test.jsonl \\
+        --out-train X.parquet --out-val Y.parquet
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+from pathlib import Path
+
+from bandpo.core.files import atomic_write_bytes, read_jsonl
+
+
+def verl_rows(paths: list[str], split: str) -> list[dict]:
+    rows = []
+    for path in paths:
+        source = Path(path).parent.name  # the data set id
+        for row in read_jsonl(path):
+            rows.append(
+                {
+                    "data_source": source,
+                    "prompt": [{"role": "user", "content": row["prompt"]}],
+                    "ability": "math",
+                    "reward_model": {"style": "rule", "ground_truth": str(row["answer"])},
+                    "extra_info": {
+                        "split": split,
+                        "index": len(rows),
+                        "id": row["id"],
+                        "level": int(row.get("level", 0)),
+                    },
+                }
+            )
+    return rows
+
+
+def write_parquet(rows: list[dict], out: str) -> None:
+    import pandas as pd
+
+    buf = io.BytesIO()
+    pd.DataFrame(rows).to_parquet(buf, index=False)
+    atomic_write_bytes(out, buf.getvalue())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--train", nargs="+", required=True)
+    ap.add_argument("--val", nargs="+", required=True)
+    ap.add_argument("--out-train", required=True)
+    ap.add_argument("--out-val", required=True)
+    args = ap.parse_args(argv)
+    train, val = verl_rows(args.train, "train"), verl_rows(args.val, "test")
+    write_parquet(train, args.out_train)
+    write_parquet(val, args.out_val)
+    print(f"train: {len(train)} rows -> {args.out_train}; val: {len(val)} rows -> {args.out_val}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
