@@ -3,7 +3,7 @@
 Named in a config as ``method_modules: [tests/example_method.py]`` (a path relative to the repository root), it is
 imported by the DAG's config check and by every job (``BANDPO_METHOD_MODULES``); an entry
 ``{id: half_clip, method: half_clip, params: {eps: 0.1}}`` then trains, is scored and reported like a built-in
-method (tests/test_workflow.py runs it through the smoke DAG).
+method (tests/workflow/test_workflow.py runs it through the smoke DAG).
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ steps, pretraining steps and seeds behind each mean). The cost model is linear a
 
 The estimate of the elapsed time is the summed wall time divided by the cores, times the measured run's ratio of
 elapsed time to that quotient (its scheduling gaps). Applied to the measured run's own config it returns that
-run's elapsed time up to the model's approximations (``tests/test_workflow.py`` checks within 5%).
+run's elapsed time up to the model's approximations (``tests/workflow/test_workflow.py`` checks within 5%).
 
 ``--only`` and ``--seeds`` ask what one experiment alone costs (the config's ``only``) with that many seeds (seeds
 0 .. N-1 for the global seed list and for the named experiments); with ``--budget-min`` it also prints the largest

@@ -2,7 +2,7 @@
 
 The paper scores a response with ``verl.utils.reward_score.math_dapo.compute_score`` (verl 0.9.1, default
 arguments).  This module re-implements that rule (independently written, checked against verl's function in
-``tests/test_grader_dapo.py``):
+``tests/unit/test_grader_dapo.py``):
 
 1. only the last :data:`WINDOW` (300) characters of the response are read;
 2. the answer is what follows the last match of ``Answer\\s*:\\s*`` (case-insensitive, the matches found left to

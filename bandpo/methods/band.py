@@ -357,7 +357,7 @@ def _kl_bounds(log_p: Tensor, delta: float, out_dtype: torch.dtype) -> tuple[Ten
 # m through the float64 solutions at the row's start, middle and end gives R = log r_hi and another L = log r_lo.
 # No logarithm, no float64 copy of the input, no clamping of it: constant rows hold the limits (x < 2^-40: p = 1;
 # x >= 2^10 and +inf: p = 0) and NaN. Measured over random float32 values of every binade against the float64 path
-# (tests/test_band.py), delta in [1e-3, 1]: r_hi within 7e-8 relative, r_lo within 7e-8 absolute (float32's own
+# (tests/unit/test_band.py), delta in [1e-3, 1]: r_hi within 7e-8 relative, r_lo within 7e-8 absolute (float32's own
 # rounding is 6e-8).
 _KL32_BITS = 8
 _KL32_LOW = 23 - _KL32_BITS  # the mantissa bits that make the position m in the row

@@ -112,7 +112,7 @@ def stopped_diagnostics(
     stopped_frac_pos/<bucket>, stopped_frac_neg/<bucket>   the same within an old-probability bucket (BUCKET_LABELS)
 
     For a bounds method trained by `ppo_surrogate` this is its clip fractions: stopped_frac_pos = clipfrac_upper,
-    stopped_frac_neg = clipfrac_lower + clipfrac_dual (tests/test_verl_losses.py); for a masking loss (DPPO,
+    stopped_frac_neg = clipfrac_lower + clipfrac_dual (tests/unit/test_verl_losses.py); for a masking loss (DPPO,
     Clip-Cov, ...) it is the share of tokens its mask removed.
     """
     dtype = torch.float64 if old_log_prob.dtype == torch.float64 else torch.float32

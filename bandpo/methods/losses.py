@@ -32,7 +32,7 @@ def cispo_loss(
 
     L = -sg(clip(r, 1 - eps_low, 1 + eps_high)) * A * log pi(a|s): every token keeps a gradient (the weight is
     clipped, the token is not dropped). The dual clip does not apply. Loss and gradient equal verl's registered
-    ``cispo`` bitwise (tests/test_verl_plugin.py); its clipfrac counts a clipped weight on the side the advantage
+    ``cispo`` bitwise (tests/unit/test_verl_plugin.py); its clipfrac counts a clipped weight on the side the advantage
     pushes (as for every method here), where verl's pg_clipfrac counts every clipped weight.
     """
     old_log_prob, log_prob, advantages, rollout_is_weights = prepare_inputs(

@@ -19,7 +19,7 @@ of the call), pads with neutral values (`prepare_inputs`) and returns verl's los
     dro        dro             DRO: -A log pi + beta/2 (log r)^2
 
 Not adapted: ``vanilla`` (it is the suite's ``grpo`` / ``clip_higher`` with the dual clip, bitwise:
-tests/test_verl_plugin.py), ``gspo`` and ``cispo`` (the suite keeps its own implementations, tested equal to
+tests/unit/test_verl_plugin.py), ``gspo`` and ``cispo`` (the suite keeps its own implementations, tested equal to
 verl's), ``bypass_mode`` (a rollout-correction wrapper that needs the rollout's own log-probs, not a clipping
 rule).
 

@@ -5,7 +5,7 @@
 job and each base-model build of the DAG, where that second is part of the fixed cost per job
 (``benchmarks/bench_job_startup.py``). `AdamW` runs the same arithmetic as ``torch.optim.AdamW`` does for CPU
 tensors (its single-tensor path: torch picks the foreach and fused kernels for accelerator tensors only), in the
-same order, so a run gives the same bits with either (``tests/test_optim.py`` checks parameters and state after
+same order, so a run gives the same bits with either (``tests/unit/test_optim.py`` checks parameters and state after
 several steps, weight decay groups included). On a GPU it computes the same update one tensor at a time, where
 torch would use its foreach kernels (the same arithmetic, other rounding).
 

@@ -3,7 +3,7 @@
 README.md and docs/*.md hold blocks ``<!-- generated:NAME -->`` ... ``<!-- /generated:NAME -->`` (a table on lines
 of its own, or a value inside a sentence); `render` rewrites each block's body from ``results/*.csv`` with the
 function ``BLOCKS[NAME]``. ``python -m bandpo.report docs`` rewrites the files, ``--check`` only reports the stale
-ones (exit 1); tests/test_docs.py asserts that the committed docs equal the output. Numbers follow the
+ones (exit 1); tests/unit/test_docs.py asserts that the committed docs equal the output. Numbers follow the
 leaderboard's conventions: scores in percent of problems (points), 95% Student-t intervals over seeds, paired
 differences from GRPO of the same base model and seed."""
 

@@ -24,7 +24,7 @@ from bandpo.core.files import atomic_write_text
 
 __all__ = ["SMOKE_PROFILES", "smoke_rows", "section_markdown", "section_html", "write_section"]
 
-SMOKE_PROFILES = {"real-lm": "local (bandpo.train.loop)", "real-lm-verl": "verl main_ppo on CPU"}
+SMOKE_PROFILES = {"real-lm": "local (bandpo.train)", "real-lm-verl": "verl main_ppo on CPU"}
 """The smoke profiles (results/{profile}/) the section reads, with the trainer each ran."""
 START, END = "<!-- smoke:real-lm -->", "<!-- /smoke:real-lm -->"
 TITLE = "Smoke: a real pretrained LM through every stage"

@@ -45,7 +45,7 @@ __all__ = ["PLUGIN_MODULE", "PROTOCOL_KEYS", "VERL_ONLY_PROTOCOL", "VerlRun"]
 _ACTOR = "actor_rollout_ref.actor"
 _ROLLOUT = "actor_rollout_ref.rollout"
 # The protocol's knobs, named as the local trainer names them (bandpo.train.loop.TrainConfig), -> verl's config keys.
-# docs/protocol-fields.md is this table with defaults and meanings (tests/test_verl_plugin.py keeps it true).
+# docs/protocol-fields.md is this table with defaults and meanings (tests/unit/test_verl_plugin.py keeps it true).
 PROTOCOL_KEYS: dict[str, tuple[str, ...]] = {
     "model": ("actor_rollout_ref.model.path",),
     "method": (f"{_ACTOR}.policy_loss.loss_mode",),

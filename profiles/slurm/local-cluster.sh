@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A single-node SLURM cluster on this machine, to exercise the SLURM profile for real (tests/test_slurm.py).
+# A single-node SLURM cluster on this machine, to exercise the SLURM profile for real (tests/integration/test_slurm.py).
 #
 #   profiles/slurm/local-cluster.sh start    # munged, slurmdbd, slurmctld, slurmd; waits for an idle node
 #   profiles/slurm/local-cluster.sh status   # daemons and sinfo

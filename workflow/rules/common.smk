@@ -66,7 +66,7 @@ GRADER_MODE = JOBS.grader_mode
 ENV = JOBS.env_prefix()  # every job's environment (bandpo.config.jobs.Jobs.env)
 # Methods of the user's own modules, imported where a run starts (trainer, verl's workers): handed to the jobs through
 # this process's environment, which the local and SLURM executors pass on, not through the jobs' params (a rerun
-# trigger): adding a module and its entry runs that entry's jobs only (tests/test_workflow.py, marker dag).
+# trigger): adding a module and its entry runs that entry's jobs only (tests/workflow/test_workflow.py, marker dag).
 # The config alone says which modules a run imports: empty when it names none.
 os.environ["BANDPO_METHOD_MODULES"] = os.pathsep.join(JOBS.method_modules())
 

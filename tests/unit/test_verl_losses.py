@@ -101,7 +101,7 @@ def theirs(method, params, mode, old, new, adv, mask, weights, info, seed=0):
 def test_every_verl_loss_but_the_documented_ones_is_a_method():
     assert methods.list_methods("verl") == VERL_METHODS
     adapted = {methods.get_method(m).config_cls.verl_loss_mode for m in VERL_METHODS}
-    # vanilla = grpo / clip_higher (tests/test_verl_plugin.py), gspo / cispo: own implementations, bypass_mode:
+    # vanilla = grpo / clip_higher (tests/unit/test_verl_plugin.py), gspo / cispo: own implementations, bypass_mode:
     # a rollout-correction wrapper; bandpo.* are the suite's own
     skipped = {"vanilla", "gspo", "cispo", "bypass_mode"}
     assert set(POLICY_LOSS_REGISTRY) - {n for n in POLICY_LOSS_REGISTRY if n.startswith("bandpo.")} == adapted | skipped

@@ -401,7 +401,7 @@ def test_every_method_composes(compose, method):
 def _gpu_entry(entry_id: str) -> dict:
     import yaml
 
-    cfg = yaml.safe_load(open(os.path.join(os.path.dirname(__file__), "..", "config", "gpu.yaml"), encoding="utf-8"))
+    cfg = yaml.safe_load(open(os.path.join(os.path.dirname(__file__), "..", "..", "config", "gpu.yaml"), encoding="utf-8"))
     return next(e for e in cfg["methods"] if e["id"] == entry_id)
 
 
@@ -449,7 +449,7 @@ GPU_ROWS = {
 def _gpu_entries() -> list[str]:
     import yaml
 
-    cfg = yaml.safe_load(open(os.path.join(os.path.dirname(__file__), "..", "config", "gpu.yaml"), encoding="utf-8"))
+    cfg = yaml.safe_load(open(os.path.join(os.path.dirname(__file__), "..", "..", "config", "gpu.yaml"), encoding="utf-8"))
     return [e["id"] for e in cfg["methods"]]
 
 
@@ -606,7 +606,7 @@ def test_the_plugin_loads_user_modules_at_verls_start(tmp_path):
 
 def protocol_table() -> dict[str, list[str]]:
     """docs/protocol-fields.md's rows: field -> [verl keys, local default, verl default, meaning]."""
-    text = (Path(__file__).resolve().parents[1] / "docs" / "protocol-fields.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "protocol-fields.md").read_text()
     rows = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -689,7 +689,7 @@ def test_cpu_profile_serves_a_steps_requests_as_one_batch(compose):
 
     from bandpo.verl.cpu import server_options
 
-    path = os.path.join(os.path.dirname(__file__), "..", "config", "verl-cpu.yaml")
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "config", "verl-cpu.yaml")
     profile = yaml.safe_load(open(path, encoding="utf-8"))["verl"]
     run = sweep_run(**profile)
     cfg = compose(run.overrides())

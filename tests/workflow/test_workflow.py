@@ -22,7 +22,7 @@ import yaml
 
 from bandpo.config import run_lock, sweep, validate
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SNAKEFILE = ROOT / "Snakefile"
 CONFIGS = {name: ROOT / "config" / f"{name}.yaml" for name in ("config", "smoke", "gpu")}
 

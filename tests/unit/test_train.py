@@ -23,7 +23,7 @@ from bandpo.models.tiny import build_tokenizer, get_size, init_model
 from bandpo.train.loop import TrainConfig, group_advantages, lr_at, train
 from bandpo.train.settings import TIMING_KEYS, apply_overrides, check_overrides
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -332,7 +332,7 @@ def test_shared_prompt_forward_has_the_full_forwards_gradients(eos_heavy_model):
 def test_trainer_log_probs_are_the_samplers_at_any_temperature(assets, eos_heavy_model, tmp_path):
     """At T != 1 the trainer's log-probs and entropy are those of softmax(logits / T), the distribution the
     rollouts sampled from (as verl's actor): the old log-probs equal the sampler's log-probs of the sampled tokens,
-    and the first update's ratio is exactly 1. (At T = 1 nothing changes: tests/test_train.py's same-seed runs.)"""
+    and the first update's ratio is exactly 1. (At T = 1 nothing changes: tests/unit/test_train.py's same-seed runs.)"""
     from bandpo.train.loop import Batch, completion_log_probs_shared
 
     torch.set_num_threads(1)

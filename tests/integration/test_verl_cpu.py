@@ -2,7 +2,7 @@
 not in the default selection: minutes) a short real run of ``python -m verl.trainer.main_ppo`` through the DAG,
 merged, checked against the run contract, scored and reported.
 
-    pytest -m verl_cpu tests/test_verl_cpu.py
+    pytest -m verl_cpu tests/integration/test_verl_cpu.py
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ pytest.importorskip("verl")
 from bandpo.core.run_contract import check_run  # noqa: E402
 from bandpo.models.tiny import build_tokenizer, get_size, init_model  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -590,7 +590,7 @@ print("parent", r.method, P.get_pool() is pool, G.stats().get("pool_starts"), fl
 
 
 def test_a_forked_child_exiting_normally_leaves_the_parents_workers_alone():
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     out = subprocess.run([sys.executable, "-c", FORK_THEN_EXIT], text=True, capture_output=True, env=env, timeout=120)
     assert out.stdout.splitlines() == ["child math_verify", "parent math_verify True 1"], out.stderr[-2000:]
 
@@ -628,7 +628,7 @@ with open({str(marker)!r}, "a") as f:
 r = G.grade_detailed("\\\\boxed{{x^2-1}}", "(x-1)(x+1)", timeout_s=30)
 print(r.score, r.method)
 """
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     out = subprocess.run([sys.executable, "-"], input=script, text=True, capture_output=True, env=env, timeout=120)
     assert out.stdout.split() == ["1.0", "math_verify"], out.stderr[-2000:]
     assert marker.read_text() == "x"
@@ -652,7 +652,7 @@ time.sleep(0.5)
 out.append(G.grade_detailed("\\\\boxed{x^2-4}", "(x-2)(x+2)"))
 print(*[(r.score, r.method) for r in out], "math_verify" in sys.modules, G.stats().get("pool_starts"), sep=";")
 """
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     env.pop("BANDPO_GRADER_WORKERS", None)
     out = subprocess.run([sys.executable, "-c", script], text=True, capture_output=True, env=env, timeout=180)
     fields = out.stdout.strip().split(";")
@@ -767,7 +767,7 @@ def test_radical_and_pi_fast_path_agrees_with_math_verify():
 
 def test_benchmark_items_agree_with_their_labels(monkeypatch):
     spec = importlib.util.spec_from_file_location(
-        "bench_grader", Path(__file__).resolve().parents[1] / "benchmarks" / "bench_grader.py"
+        "bench_grader", Path(__file__).resolve().parents[2] / "benchmarks" / "bench_grader.py"
     )
     bench = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "bench_grader", bench)  # dataclasses look their module up there
@@ -913,7 +913,7 @@ def test_modes_grade_differently_and_are_recorded():
 
 def test_verl_reward_follows_the_mode_it_is_given(monkeypatch):
     spec = importlib.util.spec_from_file_location(
-        "verl_reward", Path(__file__).resolve().parents[1] / "workflow" / "scripts" / "verl_reward.py"
+        "verl_reward", Path(__file__).resolve().parents[2] / "workflow" / "scripts" / "verl_reward.py"
     )
     reward = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(reward)
@@ -957,7 +957,7 @@ def test_the_environment_is_read_at_first_use_not_at_import(fresh_settings):
     assert G.grade("I get \\boxed{12}.", "12") == 0.0
     # An unknown mode does not break the import; it is an error where the grader is first used.
     code = "import bandpo.grader as G\ntry:\n    G.grade('a', 'b')\nexcept ValueError as e:\n    print(e)"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "BANDPO_GRADER_MODE": "bogus"}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "BANDPO_GRADER_MODE": "bogus"}
     out = subprocess.run([sys.executable, "-c", code], text=True, capture_output=True, env=env, timeout=120)
     assert "BANDPO_GRADER_MODE: unknown grader mode 'bogus'" in out.stdout, out.stderr[-2000:]
 

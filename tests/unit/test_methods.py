@@ -645,7 +645,7 @@ def test_the_train_cli_loads_user_modules_from_the_environment(tmp_path):
 def test_methods_listing_shows_user_modules_with_their_files(tmp_path):
     """``python -m bandpo.methods`` lists the methods of $BANDPO_METHOD_MODULES and of --method-module, each with
     the file it came from (not the internal name of a module loaded by path)."""
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]
     module, _ = side_effect_module(tmp_path)
     env = {**os.environ, methods.METHOD_MODULES_ENV: "tests/example_method.py"}
     cmd = [sys.executable, "-m", "bandpo.methods", "--method-module", str(module)]

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOC_FILES = [
     "README.md",
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")),
@@ -300,7 +300,7 @@ def test_smoke_config_header_counts_its_jobs():
     assert int(claimed) == sum(sweep.expected_jobs(cfg).values())
 
 
-if __name__ == "__main__":  # the list alone: python tests/test_doc_references.py
+if __name__ == "__main__":  # the list alone: python tests/unit/test_doc_references.py
     for ref in all_references():
         if (why := missing(ref)) is not None:
             print(f"{ref}: {why}")

@@ -14,7 +14,7 @@ import yaml
 from bandpo.report import docs
 from bandpo.report.stats import t_interval
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = docs.Results(ROOT / "results")
 DOCS = sorted({p for pattern in docs.DOC_FILES for p in ROOT.glob(pattern)})
 
@@ -162,8 +162,8 @@ def test_readme_method_example_is_the_worked_example():
         "method_modules: [tests/example_method.py]" in yaml
         and "{id: half_clip, method: half_clip, params: {eps: 0.1}}" in yaml
     )
-    # the same entry and module that tests/test_workflow.py runs through the DAG (marker dag)
-    dag_test = read("tests/test_workflow.py")
+    # the same entry and module that tests/workflow/test_workflow.py runs through the DAG (marker dag)
+    dag_test = read("tests/workflow/test_workflow.py")
     assert 'cfg["method_modules"] = ["tests/example_method.py"]' in dag_test
     assert '{"id": "half_clip", "method": "half_clip", "params": {"eps": 0.1}}' in dag_test
 

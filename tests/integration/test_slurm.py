@@ -29,7 +29,7 @@ import yaml
 from bandpo.config.sweep import job_resources, score_groups
 from bandpo.config.validate import ConfigError, validate_config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SNAKEFILE = ROOT / "Snakefile"
 PROFILE = ROOT / "profiles" / "slurm"
 CLUSTER = PROFILE / "local-cluster.sh"

@@ -37,7 +37,7 @@ def _load_math_dapo():
 math_dapo = _load_math_dapo()
 
 MODE = "math-dapo"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def verl_correct(response: str, reference: str) -> bool:

@@ -19,7 +19,7 @@ from bandpo.report.cli import main as report_main
 
 AXES = {"off": {"key": "updates_per_step", "label": "D", "cells": ["off-1", "off-4", "off-8"],
                 "primary": {"task": "t", "control": "grpo", "rules": {}}}}  # fmt: skip
-CONFIGS = {"config": Path(__file__).resolve().parent.parent / "config" / "config.yaml"}
+CONFIGS = {"config": Path(__file__).resolve().parents[2] / "config" / "config.yaml"}
 
 
 def read_config(name: str) -> dict:

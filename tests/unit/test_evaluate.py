@@ -15,7 +15,7 @@ from bandpo.config.validate import TASKS_DIR
 from bandpo.core.files import read_jsonl
 from bandpo.score import evaluate as ev
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from bandpo.methods import BUCKET_LABELS
 from bandpo.report import bounds_table as bounds_script
 from bandpo.report.smoke import SMOKE_PROFILES, write_section
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROFILE = "testprof"
 MAIN_FIGURES = [name for name in report.FIGURES if name not in report.EXPERIMENT_FIGURES]
 GRADER_ID = "bandpo.grader/strict-answer-line@0.1.0.r2+math-verify-0.8.0"

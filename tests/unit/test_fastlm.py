@@ -242,7 +242,7 @@ def test_compile_benchmark_rejects_bad_input(tmp_path):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_sampler_compile.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_sampler_compile.py"
     spec = importlib.util.spec_from_file_location("bench_sampler_compile", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

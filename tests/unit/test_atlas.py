@@ -21,7 +21,7 @@ from bandpo.models.tiny import build_tokenizer, get_size, init_model
 from bandpo.report import atlas_measure as atlas
 from bandpo.report.atlas import COLUMNS, SLICES, atlas_markdown, load_atlas
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -270,6 +270,6 @@ def test_report_shows_and_publishes_the_atlas(tmp_path):
     written = report.publish(results, tmp_path / "top")
     assert tmp_path / "top" / "atlas.csv" in written
     assert (tmp_path / "top" / "atlas.csv").read_bytes() == (results / "atlas.csv").read_bytes()
-    # without an atlas, no section (the page rebuilt from the published tables: tests/test_report.py)
+    # without an atlas, no section (the page rebuilt from the published tables: tests/unit/test_report.py)
     board = pd.read_csv(results / "leaderboard.csv", keep_default_na=False, na_values=[""])
     assert "Equivalence atlas" not in report.leaderboard_markdown(board) + report.leaderboard_html(board)
