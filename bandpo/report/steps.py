@@ -3,7 +3,8 @@
 Every per-run statistic of ``runs.csv`` that comes from training (entropy at step 1 and final, final reward and
 accuracy, clip fraction) and every training figure (entropy and reward curves, clip fraction by old-probability
 bucket and direction, the probe's curves) is a function of these rows, so a reader recomputes them from the
-committed file without the run folders (tests/unit/test_report.py checks it, through `bandpo.report.training.run_stats`).
+committed file without the run folders (tests/unit/test_report.py checks it, through
+`bandpo.report.training.run_stats`).
 
 Columns, in order (a metric column only when some run logged it):
 

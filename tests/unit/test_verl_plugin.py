@@ -27,6 +27,8 @@ from bandpo.methods import registry  # noqa: E402
 from bandpo.verl import plugin as verl_plugin  # noqa: E402
 from bandpo.verl.command import VerlRun  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[2]
+
 torch.set_num_threads(1)
 
 BUILT_IN = ["bandpo", "bandpo_upper", "cispo", "clip_higher", "dcpo", "grpo", "gspo"]
@@ -401,7 +403,7 @@ def test_every_method_composes(compose, method):
 def _gpu_entry(entry_id: str) -> dict:
     import yaml
 
-    cfg = yaml.safe_load(open(os.path.join(os.path.dirname(__file__), "..", "..", "config", "gpu.yaml"), encoding="utf-8"))
+    cfg = yaml.safe_load(open(ROOT / "config" / "gpu.yaml", encoding="utf-8"))
     return next(e for e in cfg["methods"] if e["id"] == entry_id)
 
 
@@ -449,7 +451,7 @@ GPU_ROWS = {
 def _gpu_entries() -> list[str]:
     import yaml
 
-    cfg = yaml.safe_load(open(os.path.join(os.path.dirname(__file__), "..", "..", "config", "gpu.yaml"), encoding="utf-8"))
+    cfg = yaml.safe_load(open(ROOT / "config" / "gpu.yaml", encoding="utf-8"))
     return [e["id"] for e in cfg["methods"]]
 
 
@@ -689,7 +691,7 @@ def test_cpu_profile_serves_a_steps_requests_as_one_batch(compose):
 
     from bandpo.verl.cpu import server_options
 
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "config", "verl-cpu.yaml")
+    path = ROOT / "config" / "verl-cpu.yaml"
     profile = yaml.safe_load(open(path, encoding="utf-8"))["verl"]
     run = sweep_run(**profile)
     cfg = compose(run.overrides())
