@@ -536,7 +536,7 @@ def test_bounds_that_exclude_ratio_one_stop_the_run(unchecked_clip, params, matc
     trainer (bounds once per batch) and verl's plugin (the loss without precomputed bounds) both stop."""
     old = torch.full((2, 4), -1.0)
     mask = torch.tensor([[True, True, False, False], [True, True, True, False]])
-    prefix = r"method 'unchecked_clip' \(tests/test_methods\.py:.*unchecked_clip, .*UncheckedConfig\(.*\)\): "
+    prefix = r"method 'unchecked_clip' \(tests/unit/test_methods\.py:.*unchecked_clip, .*UncheckedConfig\(.*\)\): "
     prefix += r"its bounds violate lower <= 1 <= upper on 5 of 5 valid tokens \("
     resolved = methods.resolve(unchecked_clip, params)
     with pytest.raises(ValueError, match=prefix + match):
