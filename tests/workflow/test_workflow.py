@@ -678,7 +678,7 @@ def test_stale_locks_are_cleared_only_when_no_run_is_alive(tmp_path):
     locks.mkdir(parents=True)
     (locks / "0.output.lock").write_text("results/x\n")
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from bandpo import run_lock; "
+        [sys.executable, "-c", "import sys, time; from bandpo.config import run_lock; "
          "print(len(run_lock.clear_stale_locks(sys.argv[1])), flush=True); time.sleep(60)",
          str(tmp_path / ".snakemake")],
         stdout=subprocess.PIPE, text=True,
