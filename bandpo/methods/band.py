@@ -401,7 +401,7 @@ def _kl32_build_tables(delta: float, device: torch.device) -> Tensor:
     nodes = torch.cat((per_row, ends), dim=2)  # (2, solved rows, 3)
     coef[:, first:stop] = nodes @ _KL32_FIT.to(device).T
     coef[1, first:stop][nodes[1].amin(dim=1) < _KL32_L_NORMAL] = torch.tensor([-math.inf, 0.0, 0.0], dtype=coef.dtype)
-    coef[1, :first, 0] = -delta  # x < 2^-40: the p = 1 limits r_hi = 1, r_lo = exp(-delta), exact in float32
+    coef[1, :first, 0] = -delta  # x < 2^-40: the p = 1 limits r_hi = 1, r_lo = exp(-delta) (float32's exp)
     coef[0, stop:, 0], coef[1, stop:, 0] = _KL32_LOG_CAP, -math.inf  # x >= 2^10, +inf (p = 0): (0, inf)
     coef[:, (255 << _KL32_BITS) + 1 :] = math.nan  # NaN inputs
     return coef.transpose(1, 2).contiguous()
