@@ -19,31 +19,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+from _timing import timed_process
 from _worktree import base_worktree, resolve, tree_env
 
 from bandpo.config.jobs import Jobs
 from bandpo.config.validate import load_yaml, validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _timed(cmd: list[str], tree: Path, env: dict[str, str]) -> tuple[float, float]:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        raise SystemExit(f"failed in {tree}: {' '.join(cmd)}\n{proc.stderr[-2000:]}")
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,14 +58,14 @@ def main(argv: list[str] | None = None) -> int:
         for repeat in range(args.repeats):
             for name in ["base", "this"] if repeat % 2 == 0 else ["this", "base"]:
                 tree, r = trees[name], rows[name]
-                w, c = _timed([sys.executable, "-m", "bandpo.train", "--help"], tree, tree_env(tree, env))
+                w, c = timed_process([sys.executable, "-m", "bandpo.train", "--help"], tree, tree_env(tree, env))
                 r.setdefault("help_wall", []).append(w)
                 r.setdefault("help_cpu", []).append(c)
                 with tempfile.TemporaryDirectory(prefix="bandpo-startup-") as tmp:
                     cmd = [sys.executable, "-m", "bandpo.train", "--model", str(model), "--data", str(data),
                            "--out", tmp + "/run", "--seed", "0", "--threads", "1", "--no-progress",
                            "--set", "steps=1"]  # fmt: skip
-                    w, c = _timed(cmd, tree, tree_env(tree, env))
+                    w, c = timed_process(cmd, tree, tree_env(tree, env))
                     step = json.loads(Path(tmp, "run", "run.json").read_text())["train_seconds_total"]
                 r.setdefault("run_wall", []).append(w)
                 r.setdefault("run_cpu", []).append(c)

@@ -36,6 +36,7 @@ from bandpo.config.sweep import (
     train_overrides,
     verl_fields,
 )
+from bandpo.core import numerics
 from bandpo.core.files import package_data
 
 __all__ = ["Jobs"]
@@ -73,9 +74,11 @@ class Jobs:
     # -- the environment of every job ---------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
         """No network in an offline profile, one BLAS pool per job, quiet tokenizers, fixed hashing, the config's
-        grader (``BANDPO_GRADER_MODE``, read by bandpo.grader in every job that grades)."""
+        grader (``BANDPO_GRADER_MODE``, read by bandpo.grader in every job that grades) and the numerics settings
+        (`bandpo.core.numerics.env`: the same kernels on every x86-64 CPU unless ``BANDPO_NUMERICS=native``), set
+        from the job's start so that processes that are not ours (verl's trainer, its Ray workers) run under them."""
         env = {"TOKENIZERS_PARALLELISM": "false", "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": str(self.threads),
-               "BANDPO_GRADER_MODE": self.grader_mode}  # fmt: skip
+               "BANDPO_GRADER_MODE": self.grader_mode, **numerics.env()}  # fmt: skip
         if self.config["offline"]:
             env.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
         return env

@@ -3,7 +3,9 @@
 `versions` names the software (Python and installed distributions); `machine` names the hardware and, in a process
 that has imported torch, the settings that decide its floating-point results on CPU: the SIMD kernel family torch
 dispatches to (``torch.backends.cpu.get_cpu_capability()``: the same seed can give different bits under AVX2 and
-AVX512) and its intra- and inter-op thread counts (a reduction split over more threads sums in another order).
+AVX512) and its intra- and inter-op thread counts (a reduction split over more threads sums in another order),
+and always the numerics settings the process ran with (`bandpo.core.numerics.record`: fixed or native, and the
+math-library variables).
 `weights_sha256` names the weights themselves: the checksum of each weights file of a model folder (the base models
 record theirs in info.json, the published provenance recomputes them). `code_changes` names the code: whether the
 checkout's code and config differ from its git commit, and how (the DAG's own outputs do not count). None of these
@@ -48,9 +50,15 @@ def _cpu_model() -> str:
 
 
 def machine() -> dict[str, object]:
-    """Platform, CPU model and core count; when torch is loaded in this process, also its CPU capability, thread
-    counts and the CUDA device it has initialised (if any)."""
-    out: dict[str, object] = {"platform": platform.platform(), "cpu_model": _cpu_model(), "cpu_count": os.cpu_count()}
+    """Platform, CPU model, core count and the numerics settings (`bandpo.core.numerics.record`, without the
+    capability repeated); when torch is loaded in this process, also its CPU capability, thread counts and the
+    CUDA device it has initialised (if any)."""
+    from bandpo.core.numerics import record
+
+    numerics = record()
+    numerics.pop("torch_cpu_capability", None)
+    out: dict[str, object] = {"platform": platform.platform(), "cpu_model": _cpu_model(), "cpu_count": os.cpu_count(),
+                              "numerics": numerics}  # fmt: skip
     torch = sys.modules.get("torch")
     if torch is not None:
         out["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()

@@ -6,10 +6,14 @@ to the top-level ``results/`` with provenance) and the command line::
     python -m bandpo.report publish --src results/embedded --dest results [--config-json '{...}']
                                     [--models resources/models/tiny-s/seed0 ...]
     python -m bandpo.report compare --published results/leaderboard.csv --rerun OTHER/leaderboard.csv
+    python -m bandpo.report compare --exact --published results --rerun OTHER
 
 ``compare`` checks a rerun (another machine, thread count or BLAS path) against the published leaderboard: which
 rows' means fall outside the published 95% intervals, and whether every paired difference from the baseline whose
-interval excludes 0 keeps its sign (`bandpo.report.stats.rerun_agreement`).
+interval excludes 0 keeps its sign (`bandpo.report.stats.rerun_agreement`). ``compare --exact`` checks that a rerun
+under the fixed numerics (`bandpo.core.numerics`) gave the same bits: two published folders (each with
+provenance.json, steps.csv and scores.csv) must hold equal base-model weights, equal per-run digests (every run's
+per-step metrics and trained weights) and equal tables; it names the first row that differs (`exact_compare`).
 """
 
 from __future__ import annotations
@@ -201,14 +205,22 @@ PROVENANCE_PACKAGES = ("torch", "transformers", "lm_eval", "math-verify", "verl"
                        "seaborn", "datasets")  # fmt: skip
 
 
-NUMERICS_KEYS = ("cpu_model", "torch_cpu_capability", "torch_threads", "torch_interop_threads", "cuda_device")
+NUMERICS_KEYS = (
+    "cpu_model",
+    "torch_cpu_capability",
+    "torch_threads",
+    "torch_interop_threads",
+    "cuda_device",
+    "numerics",
+)  # the numerics settings (bandpo.core.numerics.record) beside what they decide
 
 
 def base_models(model_dirs: Sequence[str | os.PathLike]) -> list[dict]:
     """Each base model as published: its folder, the sha256 of its weights files computed now
     (`bandpo.core.provenance.weights_sha256`), whether they equal the checksums its build recorded in info.json, and
     from
-    that info.json its seed and the machine it was built on (CPU model, torch's CPU capability, threads)."""
+    that info.json its seed and the machine it was built on (CPU model, torch's CPU capability, threads, numerics
+    settings)."""
     from bandpo.core.provenance import weights_sha256
 
     out = []
@@ -235,8 +247,8 @@ def base_models(model_dirs: Sequence[str | os.PathLike]) -> list[dict]:
 
 def numerics(results_dir: str | os.PathLike) -> list[dict]:
     """What decided the floating-point results of the jobs behind a profile's results: the distinct (CPU model,
-    torch's CPU capability, thread counts, CUDA device) recorded by its training runs (run.json) and evaluations
-    (eval summaries), each with the stage and how many jobs ran under it."""
+    torch's CPU capability, thread counts, CUDA device, numerics settings) recorded by its training runs (run.json)
+    and evaluations (eval summaries), each with the stage and how many jobs ran under it."""
     root = Path(results_dir)
     seen: dict[str, dict] = {}
     files = [("train", p) for p in sorted(root.glob("runs/*/*/seed*/run.json"))]
@@ -252,6 +264,30 @@ def numerics(results_dir: str | os.PathLike) -> list[dict]:
     return list(seen.values())
 
 
+def run_digests(results_dir: str | os.PathLike) -> list[dict]:
+    """Per training run under ``results_dir``/runs: the sha256 of its per-step metrics (metrics.jsonl without the
+    timing keys, `bandpo.train.settings.TIMING_KEYS`, as canonical JSON lines) and of its trained weights
+    (`bandpo.core.provenance.weights_sha256` of its model/ folder), sorted by run folder. What ``compare --exact``
+    checks a rerun against: the published run folders themselves are not kept."""
+    import hashlib
+
+    from bandpo.core.provenance import weights_sha256
+    from bandpo.train.settings import TIMING_KEYS
+
+    root = Path(results_dir)
+    out = []
+    for metrics in sorted(root.glob("runs/*/*/seed*/metrics.jsonl")):
+        h = hashlib.sha256()
+        for line in metrics.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                row = {k: v for k, v in json.loads(line).items() if k not in TIMING_KEYS}
+                h.update((json.dumps(row, sort_keys=True) + "\n").encode())
+        run = metrics.parent
+        out.append({"run": run.relative_to(root / "runs").as_posix(), "metrics_sha256": h.hexdigest(),
+                    "weights_sha256": weights_sha256(run / "model")})  # fmt: skip
+    return out
+
+
 def provenance(
     config: Mapping | None = None,
     models: Sequence[str | os.PathLike] = (),
@@ -263,7 +299,7 @@ def provenance(
     ``code_changes``; the DAG's outputs under results/, resources/, logs/ and .snakemake/ do not count), Python and
     package versions, the machine (`bandpo.core.provenance.machine`), the resolved run config when given, each base
     model's weights checksum and build machine (`base_models`), and the numerics of the jobs behind
-    ``results_dir`` (`numerics`)."""
+    ``results_dir`` (`numerics`) and the digest of each of its runs (`run_digests`)."""
     import subprocess
 
     from bandpo.core.provenance import code_changes, machine, versions
@@ -289,6 +325,7 @@ def provenance(
         "config": dict(config) if config is not None else None,
         "base_models": base_models(models),
         "numerics": numerics(results_dir) if results_dir is not None else [],
+        "runs": run_digests(results_dir) if results_dir is not None else [],
     }
 
 
@@ -344,6 +381,78 @@ def compare(published: str | os.PathLike, rerun: str | os.PathLike, labels: Sequ
     print(f"paired claims (interval excludes 0) that hold on the rerun: {int(claims['claim_holds'].sum())} of "
           f"{len(claims)}")  # fmt: skip
     return 0
+
+
+EXACT_TABLES = ("steps.csv", "scores.csv")  # the published tables whose bytes a same-bits rerun must repeat
+
+
+def _first_difference(a: Sequence[dict], b: Sequence[dict], key: str) -> str | None:
+    """The first entry (by ``key``) where two lists of records differ, in words; None when they are equal."""
+    left, right = {r[key]: r for r in a}, {r[key]: r for r in b}
+    for name in sorted(set(left) | set(right)):
+        if name not in left or name not in right:
+            return f"{name}: only in the {'rerun' if name not in left else 'published run'}"
+        if left[name] != right[name]:
+            fields = [k for k in sorted(set(left[name]) | set(right[name])) if left[name].get(k) != right[name].get(k)]
+            return f"{name}: {', '.join(fields)} differ ({left[name].get(fields[0])} vs {right[name].get(fields[0])})"
+    return None
+
+
+def _first_row_difference(published: Path, rerun: Path) -> str | None:
+    """The first line where two CSV files differ: its number, its key columns and the columns that differ."""
+    a = published.read_text(encoding="utf-8").splitlines()
+    b = rerun.read_text(encoding="utf-8").splitlines()
+    if a == b:
+        return None
+    header = a[0].split(",") if a else []
+    if not b or b[0] != (a[0] if a else None):
+        return "the header differs"
+    frames = [pd.read_csv(p, keep_default_na=False, dtype=str) for p in (published, rerun)]
+    for i in range(max(len(frames[0]), len(frames[1]))):
+        if i >= len(frames[0]) or i >= len(frames[1]):
+            return f"row {i + 1}: only in the {'rerun' if i >= len(frames[0]) else 'published table'}"
+        x, y = frames[0].iloc[i], frames[1].iloc[i]
+        if not x.equals(y):
+            keys = [c for c in ("experiment", "model", "entry", "seed", "step", "task", "metric") if c in header]
+            cols = [c for c in header if x[c] != y[c]]
+            where = ", ".join(f"{c}={x[c]}" for c in keys)
+            return f"row {i + 1} ({where}): {', '.join(cols)} differ ({x[cols[0]]} vs {y[cols[0]]})"
+    return "the files differ in bytes only (line endings or quoting)"
+
+
+def exact_compare(published: str | os.PathLike, rerun: str | os.PathLike) -> list[tuple[str, str | None]]:
+    """Whether a rerun gave the same bits as the published run: ``[(what, first difference or None)]`` for the base
+    models (weights sha256 per folder, from each provenance.json), the runs (`run_digests`: per-step metrics and
+    trained weights), and each of `EXACT_TABLES`. FileNotFoundError names a missing file."""
+    published, rerun = Path(published), Path(rerun)
+    for folder in (published, rerun):
+        for name in ("provenance.json", *EXACT_TABLES):
+            if not (folder / name).is_file():
+                raise FileNotFoundError(f"{folder / name} not found (compare --exact reads a published results folder)")
+    prov = [json.loads((f / "provenance.json").read_text(encoding="utf-8")) for f in (published, rerun)]
+    bases = [[{"path": m["path"], "weights_sha256": m["weights_sha256"]} for m in p.get("base_models") or []]
+             for p in prov]  # fmt: skip
+    out = [
+        (f"base models ({len(bases[0])})", _first_difference(bases[0], bases[1], "path")),
+        (f"runs ({len(prov[0].get('runs') or [])}: per-step metrics, trained weights)",
+         _first_difference(prov[0].get("runs") or [], prov[1].get("runs") or [], "run")),
+    ]  # fmt: skip
+    out += [(name, _first_row_difference(published / name, rerun / name)) for name in EXACT_TABLES]
+    return out
+
+
+def compare_exact(published: str | os.PathLike, rerun: str | os.PathLike) -> int:
+    """Print `exact_compare`; 0 when every part is identical, 1 when one differs, 2 when a file is missing."""
+    try:
+        parts = exact_compare(published, rerun)
+    except FileNotFoundError as err:
+        print(f"python -m bandpo.report: error: {err}", file=sys.stderr)
+        return 2
+    for what, diff in parts:
+        print(f"{what}: {'identical' if diff is None else 'DIFFERENT: ' + diff}")
+    same = all(diff is None for _, diff in parts)
+    print("the rerun gave the same bits" if same else "the rerun differs from the published run")
+    return 0 if same else 1
 
 
 def beside(results: str | os.PathLike, other: str | os.PathLike, metric: str = "mean@8") -> list[Path]:
@@ -407,8 +516,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--config-json", default=None, help="the resolved run config (JSON) to record in provenance.json")
     p.add_argument("--models", nargs="*", default=[], help="base model folders whose checksums provenance records")
     c = sub.add_parser("compare", help="a rerun's leaderboard.csv against the published one")
-    c.add_argument("--published", required=True, help="the published leaderboard.csv")
-    c.add_argument("--rerun", required=True, help="the rerun's leaderboard.csv")
+    c.add_argument("--published", required=True, help="the published leaderboard.csv (--exact: its folder)")
+    c.add_argument("--rerun", required=True, help="the rerun's leaderboard.csv (--exact: its folder)")
+    c.add_argument(
+        "--exact",
+        action="store_true",
+        help="same bits: base models, per-run digests, steps.csv and scores.csv of two published folders",
+    )
     c.add_argument("--metrics", nargs="+", default=["mean@8", "pass@8"], help="metric labels to compare")
     s = sub.add_parser("beside", help="each run of a profile beside the same run of another report (other trainer)")
     s.add_argument("--results", required=True, help="the profile's report folder, e.g. results/verl-cpu")
@@ -426,6 +540,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     d.add_argument("--check", action="store_true", help="change nothing; exit 1 if a doc is stale")
     args = ap.parse_args(argv)
     if args.command == "compare":
+        if args.exact:
+            return compare_exact(args.published, args.rerun)
         return compare(args.published, args.rerun, args.metrics)
     if args.command == "smoke":
         rows = smoke_rows(args.dest)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bandpo import methods
+from bandpo.core import numerics
 from bandpo.core.options import unknown_names
 from bandpo.grader import MODES as GRADER_MODES
 
@@ -233,8 +234,10 @@ class VerlRun:
         return json.dumps({self.method: self.params}, sort_keys=True, separators=(",", ":"))
 
     def env(self) -> dict[str, str]:
-        """Environment variables for the driver and (through Ray's runtime_env) for every worker."""
+        """Environment variables for the driver and (through Ray's runtime_env) for every worker, the numerics
+        settings among them (`bandpo.core.numerics.env`: Ray workers import torch before any module of ours)."""
         own = {
+            **numerics.env(),
             _METHOD_CONFIG_ENV: self.method_config_json(),
             "VERL_USE_EXTERNAL_MODULES": ",".join([PLUGIN_MODULE, *self.verl_modules]),
             "VERL_FILE_LOGGER_PATH": os.path.join(self.output_dir, "verl_metrics.jsonl"),
