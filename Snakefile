@@ -3,6 +3,7 @@
 #   snakemake --cores all                                   # the embedded CPU profile (config/config.yaml)
 #   snakemake --cores 2 --configfile config/smoke.yaml      # a few minutes (the test suite runs it)
 #   snakemake --cores all --config only=probe               # one experiment alone (config `experiments:`)
+#   snakemake --cores all results/embedded/rank/ENTRY.md     # rank a new entry against the published runs
 #   snakemake -n --configfile config/gpu.yaml               # the paper's protocol (verl + vLLM), dry run
 #   snakemake --configfile config/gpu.yaml --workflow-profile profiles/slurm   # on a SLURM cluster
 #
@@ -52,6 +53,7 @@ include: "workflow/rules/models.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/eval.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/rank.smk"
 
 
 # Rules of external trainers (method entries with `external: true`): workflow/README.md, "Adding a method".

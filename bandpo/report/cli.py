@@ -534,11 +534,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     k.add_argument("--results", default=None, help="the smoke profile's report folder: its provenance.json goes there")
     k.add_argument("--config-json", default=None, help="the resolved run config (JSON) to record in provenance.json")
     k.add_argument("--models", nargs="*", default=[], help="base model folders whose source and checksums it records")
+    bc = sub.add_parser("base-check", help="are the base models built here the published ones? (sha256)")
+    bc.add_argument("--published", default="results", help="the published results folder (its provenance.json)")
+    bc.add_argument("--model", required=True, help="the model id")
+    bc.add_argument("--dirs", nargs="+", required=True, help="the model's base model folders built here")
+    bc.add_argument("--out", required=True, help="the check as JSON (bandpo.report.rank.base_check)")
+    r = sub.add_parser("rank", help="a new method entry against the published runs, without rerunning them")
+    r.add_argument("--results", required=True, help="results/{profile}: holds the entry's eval/")
+    r.add_argument("--entry", required=True)
+    r.add_argument("--published", default="results", help="the published results folder (scores.csv)")
+    r.add_argument("--checks", nargs="+", required=True, help="the base-check JSON of every model the entry runs on")
+    r.add_argument("--out", required=True, help="the ranking as Markdown; beside it the same path with .csv")
     d = sub.add_parser("docs", help="rewrite the generated blocks of README.md and docs/*.md from results/")
     d.add_argument("--root", default=".", help="the repository root (default: here)")
     d.add_argument("--results", default=None, help="the published tables (default: ROOT/results)")
     d.add_argument("--check", action="store_true", help="change nothing; exit 1 if a doc is stale")
     args = ap.parse_args(argv)
+    if args.command in ("base-check", "rank"):
+        from bandpo.report.rank import base_check, write_rank
+
+        try:
+            if args.command == "base-check":
+                check = base_check(args.published, args.model, args.dirs)
+                Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_text(Path(args.out), json.dumps(check, indent=2) + "\n")
+                print(f"{args.model}: {'identical to' if check['match'] else 'DIFFERENT from'} the published base "
+                      f"models in {args.published}")  # fmt: skip
+            else:
+                for path in write_rank(args.results, args.entry, args.published, args.checks, args.out):
+                    print(path)
+        except (FileNotFoundError, ValueError) as err:
+            print(f"python -m bandpo.report: error: {err}", file=sys.stderr)
+            return 2
+        return 0
     if args.command == "compare":
         if args.exact:
             return compare_exact(args.published, args.rerun)

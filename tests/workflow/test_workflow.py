@@ -890,6 +890,61 @@ def test_a_method_of_a_users_module_runs_through_the_dag(smoke_run, tmp_path):
     assert "half_clip" in set(board["entry"])
 
 
+@pytest.mark.dag
+def test_a_new_method_ranks_against_the_published_runs_without_rerunning_them(smoke_run, tmp_path):
+    """README "Adding a method": a checkout without the published run folders trains and scores only the new entry
+    and pairs it with the published GRPO scores, because the base models it rebuilds have the published sha256;
+    when a base model differs, it says so and trains GRPO too."""
+    wd, _ = smoke_run
+    cfg = read_config("smoke")
+    full = validate.validate_config(copy.deepcopy(cfg))
+    main = full["experiments"][sweep.MAIN]
+    dirs = sorted({sweep.model_path(full, m, s) for m in main["models"] for s in main["seeds"]})
+    published = tmp_path / "published"  # the smoke run, published as the embedded run publishes results/
+    proc = run_module("bandpo.report", "publish", "--src", "results/smoke", "--dest", str(published),
+                      "--models", *dirs, cwd=wd)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    clone = tmp_path / "clone"  # a fresh clone: no runs, no base models
+    clone.mkdir()
+    cfg["methods"].append({"id": "half_clip", "method": "half_clip", "params": {"eps": 0.1}})
+    cfg["method_modules"] = ["tests/example_method.py"]
+    cfg["rank_against"] = str(published)
+    config = write_config(tmp_path, cfg)
+    target = "results/smoke/rank/half_clip.md"
+    proc = snakemake(clone, "--cores", "2", target, configfile=config)
+    assert proc.returncode == 0, proc.output[-3000:]
+    n_seeds, n_models = len(main["seeds"]), len(main["models"])
+    counts = job_counts(proc.output)
+    assert counts["train"] == n_seeds * n_models and counts["eval_group"] == n_models  # the new entry's only
+    assert counts["base_check"] == n_models and counts["rank"] == 1
+    assert not list((clone / "results/smoke/runs").glob("*/grpo"))  # GRPO was not rerun
+    table = pd.read_csv(clone / "results/smoke/rank/half_clip.csv")
+    theirs = pd.read_csv(published / "scores.csv", keep_default_na=False)
+    for row in table.itertuples():
+        assert row.baseline_source == "published" and row.n_pairs == n_seeds
+        grpo = theirs.query("experiment == 'main' and model == @row.model and entry == 'grpo' and name == @row.metric")
+        assert row.baseline_mean == pytest.approx(grpo["value"].mean())
+        assert row.verdict in ("better", "worse", "unresolved") and 1 <= row.place <= row.of
+    page = (clone / target).read_text()
+    assert "the base models built here are the published ones (sha256 identical)" in page
+
+    # another base model than the published one (as on a CPU without AVX2): GRPO is trained and scored here too
+    prov = json.loads((published / "provenance.json").read_text())
+    prov["base_models"][0]["weights_sha256"] = {"model.safetensors": "0" * 64}
+    (published / "provenance.json").write_text(json.dumps(prov))
+    for path in (clone / "results/smoke/rank").rglob("*.*"):
+        path.unlink()
+    proc = snakemake(clone, "--cores", "2", target, configfile=config)
+    assert proc.returncode == 0, proc.output[-3000:]
+    # GRPO's jobs join the DAG after the check (a checkpoint), so the job table printed first does not list them
+    assert len(list((clone / "results/smoke/runs").glob("*/grpo/seed*/run.json"))) == n_seeds * n_models
+    assert len(list((clone / "results/smoke/eval").glob("*/grpo/seed*/tiny_math.json"))) == n_seeds * n_models
+    table = pd.read_csv(clone / "results/smoke/rank/half_clip.csv")
+    assert set(table["baseline_source"]) == {"rerun here"} and table["place"].isna().all()
+    assert "weights differ from the published ones" in (clone / target).read_text()
+
+
 def test_run_cost_benchmark_runs_the_rules_command(tmp_path):
     """benchmarks/bench_run_cost.py times the command the rule train runs (so its figures are the DAG's)."""
     spec = importlib.util.spec_from_file_location("bench_run_cost", ROOT / "benchmarks" / "bench_run_cost.py")

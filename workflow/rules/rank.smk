@@ -1,0 +1,82 @@
+# Rank a new method entry against the published runs without rerunning them (bandpo.report.rank):
+#
+#   snakemake --cores all results/embedded/rank/<entry>.md
+#
+# The entry must be one of main's method entries (config `methods`). Only its runs are trained and scored; each
+# model's base models are rebuilt here and checked against the sha256 of the published provenance.json (config
+# `rank_against`, default results/). Where they are the published ones (the fixed numerics make them so on any
+# x86-64 CPU with AVX2), the entry is paired with the published GRPO scores of the same base model and seed; where
+# they differ, the check says so and GRPO is trained and scored here too (a checkpoint: the DAG learns which after
+# the check ran). The published folder is read, not an input: no rule of this DAG rewrites it (rule publish would),
+# and a missing or incomplete one stops the check with an error naming the file.
+
+from bandpo.config.sweep import MAIN, cell_models
+
+RANK_AGAINST = config["rank_against"]
+RANK_BASELINE = "grpo"
+RANK_ENTRIES = [e for e in ENTRIES if e != RANK_BASELINE] if MAIN in EXPERIMENTS else []
+RANK_MODELS = sorted({m for e in RANK_ENTRIES for m in cell_models(config, EXPERIMENTS[MAIN], e)})
+
+
+def _rank_models(entry):
+    return cell_models(config, EXPERIMENTS[MAIN], entry)
+
+
+def _main_base_dirs(model_id):
+    """The base model folders of a model for main's seeds (one per seed with base_per_seed)."""
+    return sorted({model_dir(model_id, s) for s in EXPERIMENTS[MAIN]["seeds"]})
+
+
+def _summaries(model_id, slot):
+    return [f"{eval_dir(model_id, slot, s)}/{t['task']}.json" for s in seeds_of(slot) for t in tasks_of(slot)]
+
+
+def _rank_baseline_inputs(wildcards):
+    """GRPO's evaluation summaries on the models whose base check failed (known once the checks ran)."""
+    files = []
+    for model_id in _rank_models(wildcards.entry):
+        with open(checkpoints.base_check.get(model=model_id).output[0]) as f:
+            if not json.load(f)["match"]:
+                files += _summaries(model_id, RANK_BASELINE)
+    return files
+
+
+checkpoint base_check:
+    input:
+        lambda w: [f"{d}/config.json" for d in _main_base_dirs(w.model)],
+    output:
+        f"{RESULTS}/rank/base/{{model}}.json",
+    wildcard_constraints:
+        model=_alternatives(RANK_MODELS),
+    params:
+        dirs=lambda w: _main_base_dirs(w.model),
+        published=RANK_AGAINST,
+    resources:
+        **res("report"),
+    log:
+        f"{LOGS}/rank/base_check_{{model}}.log",
+    shell:
+        "python -m bandpo.report base-check --published {params.published:q} --model {wildcards.model} "
+        "--dirs {params.dirs:q} --out {output} > {log} 2>&1"
+
+
+rule rank:
+    input:
+        evals=lambda w: [f for m in _rank_models(w.entry) for f in _summaries(m, w.entry)],
+        baseline=_rank_baseline_inputs,
+        checks=lambda w: [f"{RESULTS}/rank/base/{m}.json" for m in _rank_models(w.entry)],
+    output:
+        md=f"{RESULTS}/rank/{{entry}}.md",
+        csv=f"{RESULTS}/rank/{{entry}}.csv",
+    wildcard_constraints:
+        entry=_alternatives(RANK_ENTRIES),
+    params:
+        results=RESULTS,
+        published=RANK_AGAINST,
+    resources:
+        **res("report"),
+    log:
+        f"{LOGS}/rank/{{entry}}.log",
+    shell:
+        "python -m bandpo.report rank --results {params.results} --entry {wildcards.entry} "
+        "--published {params.published:q} --checks {input.checks:q} --out {output.md} > {log} 2>&1"
