@@ -4,9 +4,10 @@
 
 Prints the median time of each (timed round-robin, so that load from other jobs hits all alike) and the ratios
 kl / tv and kl / fixed clip. Then times the authors' KL solver as they ship it against the suite's on the same
-tokens, in the same run and round-robin, and prints that ratio: bisection in r in the input's dtype, leaving the
-loop at a 1e-6 bracket or after 50 iterations, one host synchronisation per iteration (`authors_kl_bisection`,
-written here from the description of their algorithm, not from their code), and how closely the bounds agree.
+tokens, in the same run and round-robin, and prints that ratio: a saturation check, then bisection in r in the
+input's dtype for the upper bound and then for the lower one, each loop leaving at a 1e-6 bracket or after 50
+iterations, one host synchronisation per iteration (`authors_kl_bisection`, written here from the description of
+their algorithm, not from their code), and how closely the bounds agree.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import statistics
 import torch
 from _timing import interleaved_times
 
+from bandpo.core import numerics
 from bandpo.methods.band import band_bounds
 
 
@@ -25,36 +27,47 @@ def interleaved_median_seconds(fns: dict, repeats: int, sync=lambda: None) -> di
     return {name: statistics.median(t) for name, t in interleaved_times(fns, repeats, sync).items()}
 
 
-BISECT_MAX_ITERS = 50  # the shipped solver's iteration cap
+BISECT_MAX_ITERS = 50  # the shipped solver's iteration cap, per bound
 BISECT_TOL = 1e-6  # ... and its exit: the widest bracket (in r) over the whole tensor at most this
+BISECT_EPS = 1e-12  # the floor both arguments of the divergence function are clamped to before the logarithm
 
 
 def authors_kl_bisection(old_log_prob: torch.Tensor, delta: float, max_iters: int = BISECT_MAX_ITERS):
-    """The authors' KL solver as they ship it, written here from its description (not from their GPL code): per
-    token, bisection in the ratio r on g(p, r) = -p log r - (1 - p) log((1 - p r) / (1 - p)) = delta, the upper root
-    on [1, 1/p] and the lower one on [0, 1], both brackets halved together in the input's dtype, leaving the loop
-    once the widest bracket over the whole tensor is at most 1e-6 or after 50 iterations; that test reads the
-    width on the host: one host synchronisation per iteration. Returns (r_lo, r_hi, iterations run), the feasible
-    ends of the brackets."""
-    x = old_log_prob.detach()
-    p = x.exp()
-    pc = 1 - p
+    """The authors' KL solver as they ship it, written here from its description (not from their GPL code).
+
+    Per token, with p = exp(old_log_prob) in the input's dtype, g(r) = p f(r) + (1 - p) f((1 - p r) / (1 - p)) with
+    f(t) = -log t, both arguments clamped to at least 1e-12 first. First a saturation check: g at r = 1/p and at
+    r = 0 (a bound whose end of the simplex lies inside the trust region is that end). Then two bisections one
+    after the other, each with its own exit: the upper root on [1, 1/p] (g increasing), then the lower one on
+    [0, 1] (g decreasing); each halves its bracket until the widest bracket over the whole tensor is at most 1e-6
+    (read on the host: one synchronisation per iteration) or after 50 iterations, and returns the bracket's
+    midpoint. Returns (r_lo, r_hi, iterations run by both loops)."""
+    p = old_log_prob.detach().exp()
+    pc = 1.0 - p
 
     def g(r: torch.Tensor) -> torch.Tensor:
-        return -p * torch.log(r) - pc * torch.log((1 - p * r) / pc)
+        comp = (1.0 - r * p) / pc
+        return p * -torch.log(torch.clamp(r, min=BISECT_EPS)) + pc * -torch.log(torch.clamp(comp, min=BISECT_EPS))
 
-    lo_hi, hi_hi = torch.ones_like(p), 1 / p  # upper root: g(lo_hi) <= delta < g(hi_hi)
-    lo_lo, hi_lo = torch.zeros_like(p), torch.ones_like(p)  # lower root: g(lo_lo) > delta >= g(hi_lo)
+    upper_end = 1.0 / p
+    upper_saturated, lower_saturated = g(upper_end) <= delta, g(torch.zeros_like(p)) <= delta
     iters = 0
-    while iters < max_iters:
-        iters += 1
-        mid_hi, mid_lo = (lo_hi + hi_hi) / 2, (lo_lo + hi_lo) / 2
-        out_hi, out_lo = g(mid_hi) > delta, g(mid_lo) > delta
-        lo_hi, hi_hi = torch.where(out_hi, lo_hi, mid_hi), torch.where(out_hi, mid_hi, hi_hi)
-        lo_lo, hi_lo = torch.where(out_lo, mid_lo, lo_lo), torch.where(out_lo, hi_lo, mid_lo)
-        if float(torch.maximum((hi_hi - lo_hi).max(), (hi_lo - lo_lo).max())) <= BISECT_TOL:  # the host sync
-            break
-    return hi_lo, lo_hi, iters
+
+    def bisect(lo: torch.Tensor, hi: torch.Tensor, increasing: bool) -> torch.Tensor:
+        nonlocal iters
+        for _ in range(max_iters):
+            iters += 1
+            mid = 0.5 * (lo + hi)
+            root_above = (g(mid) < delta) if increasing else (g(mid) >= delta)
+            lo, hi = torch.where(root_above, mid, lo), torch.where(root_above, hi, mid)
+            if torch.max(hi - lo).item() <= BISECT_TOL:  # the host sync
+                break
+        return 0.5 * (lo + hi)
+
+    upper = torch.where(upper_saturated, upper_end, bisect(torch.ones_like(p), upper_end, increasing=True))
+    lower = bisect(torch.zeros_like(p), torch.ones_like(p), increasing=False)
+    lower = torch.where(lower_saturated, torch.zeros_like(p), lower)
+    return lower, upper, iters
 
 
 def main() -> None:
@@ -103,6 +116,9 @@ def main() -> None:
     d_hi = float(((hi_b - ours[1]).abs() / ours[1])[defined & torch.isfinite(hi_b) & torch.isfinite(ours[1])].max())
     d_lo = float((lo_b - ours[0]).abs()[defined].max())
     where = torch.cuda.get_device_name() if old_log_prob.is_cuda else f"cpu, torch threads={torch.get_num_threads()}"
+    where += (
+        f", numerics {numerics.record()['mode']} (bandpo.core.numerics; BANDPO_NUMERICS=native for the machine's own)"
+    )
     print(f"tokens={args.tokens} float32, delta={args.delta}, {where}")
     for name, secs in timings.items():
         print(f"  {name:<11} {secs * 1e3:9.2f} ms   {args.tokens / secs / 1e6:8.1f} M tokens/s")
