@@ -195,6 +195,12 @@ def validate_config(
     tasks = [t["task"] for t in cfg["eval"]["tasks"]]
     if len(set(tasks)) != len(tasks):
         fail(["eval", "tasks"], f"a task is listed twice: {tasks}")
+    if cfg["eval"]["backend"] == "bandpo-tiny":
+        other = [m["id"] for m in cfg["models"] if m["source"] != "tiny"]
+        if other or cfg["trainer"] != "local" or cfg["eval"].get("apply_chat_template"):
+            why = f"models {other} are not tiny ones" if other else "it scores the local trainer's tiny models only"
+            fail(["eval", "backend"], f"bandpo-tiny scores the suite's tiny Llamas without a chat template: {why} "
+                                      "(use hf)")  # fmt: skip
 
     for i, d in enumerate(cfg["data"]):
         if d.get("probe") is not None and d["source"] != "tiny-math":

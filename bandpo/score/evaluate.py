@@ -335,6 +335,9 @@ def evaluate_runs(
     from lm_eval.loggers import EvaluationTracker
     from lm_eval.tasks import TaskManager
 
+    if backend == "bandpo-tiny":
+        import bandpo.score.tiny_lm  # noqa: F401  (registers the model class with lm-eval)
+
     from bandpo.grader import Counts, grader_info
 
     tm = TaskManager(include_path=str(include_path), include_defaults=False)
@@ -355,7 +358,7 @@ def evaluate_runs(
         with tempfile.TemporaryDirectory(prefix=".lm_eval-", dir=out_dir) as tmp:
             tracker = EvaluationTracker(output_path=tmp)
             graded = Counts()  # the grading done by process_results, all tasks of this run
-            model: Any = backend
+            model: Any = backend  # vllm, or bandpo-tiny (the suite's own class, from lm-eval's model registry)
             if backend == "hf":  # lm-eval's HF model, sampling with the suite's sampler where it applies
                 model = suite_sampler_hflm().create_from_arg_obj(args, {"batch_size": batch_size})
             results = lm_eval.simple_evaluate(
@@ -432,7 +435,6 @@ def evaluate_runs(
 
 
 _SUITE_HFLM = None
-_PLAIN_SAMPLING_KEYS = {"attention_mask", "do_sample", "temperature", "top_k", "top_p"}
 
 
 def suite_sampler_hflm():
@@ -447,11 +449,10 @@ def suite_sampler_hflm():
     global _SUITE_HFLM
     if _SUITE_HFLM is not None:
         return _SUITE_HFLM
-    import torch
     from lm_eval.models.huggingface import HFLM
 
     from bandpo.models.fastlm import FastLlama
-    from bandpo.models.sampling import sample_rows
+    from bandpo.score.tiny_lm import plain_sampling, sample_completions
 
     class SuiteSamplerHFLM(HFLM):
         def _model_generate(self, context, max_length, stop, **generation_kwargs):
@@ -460,33 +461,16 @@ def suite_sampler_hflm():
             eos = self.eot_token_id
             eos_text = self.tok_decode(eos, skip_special_tokens=False)
             plain = (
-                set(kw) <= _PLAIN_SAMPLING_KEYS
-                and kw.get("do_sample") is True
-                and float(kw.get("temperature") or 0.0) > 0.0
-                and kw.get("top_k") in (None, 0)
-                and kw.get("top_p") in (None, 1.0)
-                and mask is not None
-                and all(s == eos_text for s in stop)
+                mask is not None
+                and plain_sampling({k: v for k, v in kw.items() if k != "attention_mask"}, stop, eos_text)
                 and getattr(self, "backend", "causal") == "causal"
                 and FastLlama.for_model(self.model) is not None
             )
             if not plain:
                 return super()._model_generate(context, max_length, stop, **generation_kwargs)
-            new = max_length - context.shape[1]
-            # lm-eval's repeats of a prompt are adjacent rows (its batches are sorted by context): with equal runs
-            # of identical rows, each prompt is pre-filled once for its n rows, as in training
-            same = (context[1:] == context[:-1]).all(1) & (mask[1:] == mask[:-1]).all(1)
-            dev = context.device
-            starts = torch.cat([torch.ones(1, dtype=torch.bool, device=dev), ~same]).nonzero().squeeze(1)
-            n = context.shape[0] // len(starts)
-            if n * len(starts) != context.shape[0] or not bool(
-                (starts == torch.arange(len(starts), device=dev) * n).all()
-            ):
-                starts, n = torch.arange(context.shape[0], device=dev), 1
-            tokens, resp, _ = sample_rows(self.model, context[starts], mask[starts], n, new, float(kw["temperature"]),
-                                          eos)  # fmt: skip
             pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
-            return torch.cat([context, torch.where(resp, tokens, pad)], 1)
+            return sample_completions(self.model, context, mask, max_length - context.shape[1],
+                                      float(kw["temperature"]), eos, pad)  # fmt: skip
 
     _SUITE_HFLM = SuiteSamplerHFLM
     return _SUITE_HFLM
@@ -507,7 +491,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--run", action="append", nargs=3, metavar=("MODEL_DIR", "OUT_DIR", "SEED"), required=True)
     ap.add_argument("--meta", action="append", default=[], help="JSON object per --run: its place in the sweep "
                     "(model, entry, ...; run_dir of a trained run, whose run.json names the method)")  # fmt: skip
-    ap.add_argument("--backend", default="hf", choices=["hf", "vllm"])
+    ap.add_argument(
+        "--backend",
+        default="hf",
+        choices=["hf", "vllm", "bandpo-tiny"],
+        help="lm-eval model: hf, vllm, or the suite's own class for its tiny Llamas (bandpo.score.tiny_lm)",
+    )
     ap.add_argument("--model-args", default="{}", help="JSON object of lm-eval model_args")
     ap.add_argument("--batch-size", default="1024")
     ap.add_argument("--threads", type=int, default=1)

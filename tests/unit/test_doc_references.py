@@ -16,8 +16,8 @@ guessing at prose:
 * **Snakemake rules** named as such: ``rule `x` ``, ``rules `x`, `y` and `z` ``, `` `x` rule `` / `` `x` job ``,
   `` `rule x` ``, and the rules listed for a ``workflow/rules/*.smk`` file in a table row of its files (spans
   outside parentheses). Names are lower-case identifiers (a selection rule such as ``largest-learning-compared``
-  is not a Snakemake rule); they must be among the ``rule NAME:`` definitions of the Snakefile and
-  workflow/rules/*.smk, or the main experiment's evaluation rules named by ``eval_rule_name("...", ...)``.
+  is not a Snakemake rule); they must be among the ``rule NAME:`` (or ``checkpoint NAME:``) definitions of the
+  Snakefile and workflow/rules/*.smk, or the main experiment's evaluation rules named by ``eval_rule_name("...", ...)``.
 
 Every missing reference is listed in the failure with its file and line.
 """
@@ -149,7 +149,7 @@ def rule_names() -> frozenset[str]:
     names = set()
     for path in [ROOT / "Snakefile", *sorted((ROOT / "workflow" / "rules").glob("*.smk"))]:
         text = path.read_text(encoding="utf-8")
-        names |= set(re.findall(r"^\s*rule\s+(\w+)\s*:", text, re.M))
+        names |= set(re.findall(r"^\s*(?:rule|checkpoint)\s+(\w+)\s*:", text, re.M))
         names |= set(re.findall(r"\beval_rule_name\(\s*\"(\w+)\"", text))  # the main experiment's rule name
     return frozenset(names)
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -320,3 +322,46 @@ def test_a_scored_run_names_its_method_in_run_json_only(tmp_path):
     assert ev.run_method({"run_dir": str(tmp_path)}) == {"method": "dcpo", "params": {}, "trainer": "verl"}
     with pytest.raises(ValueError, match="cannot read its run.json"):
         ev.run_method({"run_dir": str(tmp_path / "missing")})
+
+
+def test_the_suites_own_model_class_gives_the_hf_backends_completions(tmp_path):
+    """``bandpo-tiny`` (bandpo.score.tiny_lm, from lm-eval's model registry) and the ``hf`` backend score a tiny Llama
+    the suite built with the same completions and metrics for a seed; the own class never imports transformers."""
+    pytest.importorskip("lm_eval")
+    from bandpo.models.fastlm import light_loadable
+    from bandpo.models.tiny import build_tokenizer, get_size, init_model
+
+    tok = build_tokenizer()
+    model_dir = tmp_path / "tiny"
+    init_model(get_size("tiny-test"), tok, seed=3).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    assert light_loadable(model_dir)
+    data = tmp_path / "test.jsonl"
+    write_problems(data)
+    out = {}
+    for backend in ("hf", "bandpo-tiny"):
+        runs = [ev.EvalRun(str(model_dir), str(tmp_path / backend / f"s{seed}"), seed=seed,
+                           meta={"model": "tiny", "entry": "base"}) for seed in (0, 1)]  # fmt: skip
+        args = {"dtype": "float32", "device": "cpu"}
+        out[backend] = ev.evaluate_runs(runs, {"tiny_math": str(data)}, TASKS_DIR, backend=backend, model_args=args,
+                                        batch_size=256, threads=1)  # fmt: skip
+    for seed in (0, 1):
+        hf, own = (read_jsonl(tmp_path / b / f"s{seed}" / "tiny_math.samples.jsonl") for b in ("hf", "bandpo-tiny"))
+        assert [s["resps"] for s in own] == [s["resps"] for s in hf] and any(r for s in own for r in s["resps"][0])
+        assert out["bandpo-tiny"][seed]["metrics"] == out["hf"][seed]["metrics"]
+        assert out["bandpo-tiny"][seed]["lm_eval"]["model"] == "bandpo-tiny"
+    code = "import sys, bandpo.score.tiny_lm; print(any(m.split('.')[0] == 'transformers' for m in sys.modules))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stderr[-2000:]
+
+
+def test_the_suites_own_model_class_refuses_what_it_cannot_score(tmp_path):
+    pytest.importorskip("lm_eval")
+    from bandpo.score.tiny_lm import TinyLM, plain_sampling
+
+    with pytest.raises(ValueError, match="is not a tiny Llama folder the suite built.*--backend hf"):
+        TinyLM(pretrained=str(tmp_path))
+    assert plain_sampling({"do_sample": True, "temperature": 1.0, "until": [], "max_gen_toks": 8}, ["<eos>"], "<eos>")
+    assert not plain_sampling({"do_sample": True, "temperature": 1.0, "top_p": 0.9}, ["<eos>"], "<eos>")
+    assert not plain_sampling({"do_sample": False, "temperature": 0.0}, ["<eos>"], "<eos>")
+    assert not plain_sampling({"do_sample": True, "temperature": 1.0}, ["\n\n", "<eos>"], "<eos>")

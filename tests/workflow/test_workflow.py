@@ -153,7 +153,7 @@ def test_embedded_config_matrix():
     assert {p.get("divergence") for m, p in entries.values() if m == "bandpo"} == {"kl", "tv", "chi2"}
     assert "relax: true" in CONFIGS["config"].read_text()  # the relaxed BandPO-KL ablation, one line to enable
     assert len(cfg["seeds"]) >= 3
-    assert cfg["offline"] is True and cfg["eval"]["backend"] == "hf"
+    assert cfg["offline"] is True and cfg["eval"]["backend"] == "bandpo-tiny"
 
 
 def bad(mutate):
