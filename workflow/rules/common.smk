@@ -5,7 +5,7 @@ import re
 import shlex
 
 from bandpo.config.jobs import Jobs
-from bandpo.config.sweep import BASE_ENTRY, base_models, eval_groups, eval_rule_name, job_resources, runs, score_groups, slots
+from bandpo.config.sweep import MAIN, BASE_ENTRY, base_models, cell_models, eval_groups, eval_rule_name, job_resources, runs, score_groups, slots
 
 # Every job's folders, environment and command line come from one place, bandpo.config.jobs.Jobs (the benchmarks that
 # time a job as the DAG runs it use the same): the functions below only hand its answers to the rules.
@@ -211,3 +211,33 @@ def report_targets():
     if config["smoke_section"]:
         targets.append(rules.smoke_section.output.md)
     return targets
+
+
+# -- ranking a new entry against the published runs (rank.smk) --------------------------------------------------
+RANK_AGAINST = config["rank_against"]
+RANK_BASELINE = "grpo"
+RANK_ENTRIES = [e for e in ENTRIES if e != RANK_BASELINE] if MAIN in EXPERIMENTS else []
+RANK_MODELS = sorted({m for e in RANK_ENTRIES for m in cell_models(config, EXPERIMENTS[MAIN], e)})
+
+
+def _rank_models(entry):
+    return cell_models(config, EXPERIMENTS[MAIN], entry)
+
+
+def _main_base_dirs(model_id):
+    """The base model folders of a model for main's seeds (one per seed with base_per_seed)."""
+    return sorted({model_dir(model_id, s) for s in EXPERIMENTS[MAIN]["seeds"]})
+
+
+def _summaries(model_id, slot):
+    return [f"{eval_dir(model_id, slot, s)}/{t['task']}.json" for s in seeds_of(slot) for t in tasks_of(slot)]
+
+
+def _rank_baseline_inputs(wildcards):
+    """GRPO's evaluation summaries on the models whose base check failed (known once the checks ran)."""
+    files = []
+    for model_id in _rank_models(wildcards.entry):
+        with open(checkpoints.base_check.get(model=model_id).output[0]) as f:
+            if not json.load(f)["match"]:
+                files += _summaries(model_id, RANK_BASELINE)
+    return files

@@ -8,37 +8,8 @@
 # x86-64 CPU with AVX2), the entry is paired with the published GRPO scores of the same base model and seed; where
 # they differ, the check says so and GRPO is trained and scored here too (a checkpoint: the DAG learns which after
 # the check ran). The published folder is read, not an input: no rule of this DAG rewrites it (rule publish would),
-# and a missing or incomplete one stops the check with an error naming the file.
-
-from bandpo.config.sweep import MAIN, cell_models
-
-RANK_AGAINST = config["rank_against"]
-RANK_BASELINE = "grpo"
-RANK_ENTRIES = [e for e in ENTRIES if e != RANK_BASELINE] if MAIN in EXPERIMENTS else []
-RANK_MODELS = sorted({m for e in RANK_ENTRIES for m in cell_models(config, EXPERIMENTS[MAIN], e)})
-
-
-def _rank_models(entry):
-    return cell_models(config, EXPERIMENTS[MAIN], entry)
-
-
-def _main_base_dirs(model_id):
-    """The base model folders of a model for main's seeds (one per seed with base_per_seed)."""
-    return sorted({model_dir(model_id, s) for s in EXPERIMENTS[MAIN]["seeds"]})
-
-
-def _summaries(model_id, slot):
-    return [f"{eval_dir(model_id, slot, s)}/{t['task']}.json" for s in seeds_of(slot) for t in tasks_of(slot)]
-
-
-def _rank_baseline_inputs(wildcards):
-    """GRPO's evaluation summaries on the models whose base check failed (known once the checks ran)."""
-    files = []
-    for model_id in _rank_models(wildcards.entry):
-        with open(checkpoints.base_check.get(model=model_id).output[0]) as f:
-            if not json.load(f)["match"]:
-                files += _summaries(model_id, RANK_BASELINE)
-    return files
+# and a missing or incomplete one stops the check with an error naming the file. Its names and input functions
+# (RANK_*, _rank_models, _rank_baseline_inputs, ...) are in common.smk.
 
 
 checkpoint base_check:
@@ -50,7 +21,7 @@ checkpoint base_check:
         model=_alternatives(RANK_MODELS),
     params:
         dirs=lambda w: _main_base_dirs(w.model),
-        published=RANK_AGAINST,
+        published=lambda w: RANK_AGAINST,
     resources:
         **res("report"),
     log:
@@ -71,8 +42,8 @@ rule rank:
     wildcard_constraints:
         entry=_alternatives(RANK_ENTRIES),
     params:
-        results=RESULTS,
-        published=RANK_AGAINST,
+        results=lambda w, output: os.path.dirname(os.path.dirname(output.md)),  # RESULTS
+        published=lambda w: RANK_AGAINST,
     resources:
         **res("report"),
     log:
