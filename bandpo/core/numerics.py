@@ -25,7 +25,7 @@ configured thread count. `record` says what a process ran with; `bandpo.core.pro
 to every output, and ``results/provenance.json`` collects it per stage and per base model.
 
 The guarantee needs AVX2 (x86-64-v3: Intel Haswell, AMD Zen and later); on an older CPU the libraries fall back
-to other kernels and `record` shows a capability other than ``AVX2``. tests/integration/test_numerics.py checks
+to other kernels and `record` shows a capability other than ``AVX2``. tests/unit/test_numerics.py checks
 each guarded operation and a short build and training run under the settings as the machine is and with MKL
 capped to AVX2 (as on an AVX2-only machine); benchmarks/bench_numerics.py measures the cost, fixed against
 native, side by side.
