@@ -2,7 +2,8 @@
 #
 #   snakemake --cores all                                   # the embedded CPU profile (config/config.yaml)
 #   snakemake --cores 2 --configfile config/smoke.yaml      # a few minutes (the test suite runs it)
-#   snakemake --cores all --config only=probe               # one experiment alone (config `experiments:`)
+#   snakemake --cores all --config only=random-reward       # one experiment alone (config `experiments:`)
+#   snakemake --cores all --configfile config/offpolicy.yaml # a settled experiment: the off-policy axis (also probe.yaml)
 #   snakemake --cores all results/embedded/rank/ENTRY.md     # rank a new entry against the published runs
 #   snakemake -n --configfile config/gpu.yaml               # the paper's protocol (verl + vLLM), dry run
 #   snakemake --configfile config/gpu.yaml --workflow-profile profiles/slurm   # on a SLURM cluster

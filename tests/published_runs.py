@@ -204,8 +204,9 @@ def rebuild_published(published: Path, out: Path, work: Path) -> list[Path]:
 
     results = rebuild_run_outputs(published, work)
     bounds_table.main(["--out", str(results / "bounds.csv")])
+    base_per_seed = _published_config(published).get("base_per_seed")
     build_report(results, out, experiments=published_experiments(published), axes=published_axes(published),
-                 page_figures=published / "figures")  # fmt: skip
+                 page_figures=published / "figures", base_per_seed=base_per_seed)  # fmt: skip
     return [out / name for name in REBUILT_FILES]
 
 

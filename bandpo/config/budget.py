@@ -50,8 +50,9 @@ elapsed time to that quotient (its scheduling gaps). Applied to the measured run
 run's elapsed time up to the model's approximations (``tests/workflow/test_workflow.py`` checks within 5%).
 
 ``--only`` and ``--seeds`` ask what one experiment alone costs (the config's ``only``) with that many seeds (seeds
-0 .. N-1 for the global seed list and for the named experiments); with ``--budget-min`` it also prints the largest
-seed count whose estimate fits the budget: what a saving buys in seeds.
+0 .. N-1 for the global seed list and for the named experiments; a primary pair with seeds of its own,
+``primary.seeds``, keeps its extra seeds on top); with ``--budget-min`` it also prints the largest seed count whose
+estimate fits the budget: what a saving buys in seeds.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bandpo.config.sweep import base_models, by_id, eval_groups, runs, split_slot, train_overrides
+from bandpo.config.sweep import base_models, by_id, eval_groups, runs, slot_seeds, split_slot, train_overrides
 from bandpo.config.validate import load_yaml, validate_config
 
 __all__ = ["CostModel", "estimate", "fixed_costs", "jobs", "kind_label", "load_config", "read_measured", "summarize",
@@ -258,9 +259,9 @@ def jobs(cfg: Mapping[str, Any], separation_d: int | None = None) -> list[dict[s
     for folder in base_models(cfg):  # resources/models/{model}/seed{s}
         model = folder.split("/")[2]
         out.append({"kind": "build", "model": model, "steps": _build_steps(cfg, model)})
-    for model, slot in eval_groups(cfg):
-        experiment = split_slot(slot)[1]
-        out.append({"kind": "eval", "model": model, "seeds": len(cfg["experiments"][experiment]["seeds"])})
+    for model, slot in eval_groups(cfg):  # the slot's seeds: a primary pair's primary.seeds where set
+        entry, experiment = split_slot(slot)
+        out.append({"kind": "eval", "model": model, "seeds": len(slot_seeds(cfg, experiment, entry))})
     return out
 
 
@@ -361,17 +362,26 @@ def load_config(path: str | os.PathLike, rl_steps: Sequence[str] = (), build_ste
                 only: str | None = None, seeds: int | None = None,
                 root: str | os.PathLike = ".") -> dict[str, Any]:  # fmt: skip
     """The config, with what-if overrides of a model's RL steps or pretraining steps (``MODEL=STEPS``), of the
-    experiments run (``only``) and of their seeds (0 .. seeds - 1); validated with ``root`` as the repository."""
+    experiments run (``only``) and of their seeds (0 .. seeds - 1: the global list, the named experiments' and those
+    that take the global one; a primary pair with seeds of its own, ``primary.seeds``, keeps as many seeds beyond
+    its experiment's as the config gives it: 0 .. seeds + extra - 1); validated with ``root`` as the repository."""
     raw = load_yaml(path)
     if only:
         raw["only"] = only
     if seeds is not None:
         if seeds < 2:
             raise SystemExit("--seeds: at least 2 (a paired interval needs two seeds)")
+        xps = raw.get("experiments") or {}
+        before = {x: list((v or {}).get("seeds", raw["seeds"])) for x, v in xps.items()}
         raw["seeds"] = list(range(seeds))
         for name in (only or "").split(","):
-            if name.strip() in (raw.get("experiments") or {}):
-                raw["experiments"][name.strip()]["seeds"] = list(range(seeds))
+            if name.strip() in xps:
+                xps[name.strip()]["seeds"] = list(range(seeds))
+        for x, v in xps.items():
+            primary = (v or {}).get("primary") or {}
+            if primary.get("seeds") and list(v.get("seeds", raw["seeds"])) != before[x]:
+                extra = len(set(primary["seeds"]) - set(before[x]))
+                primary["seeds"] = list(range(seeds + extra))
     models = by_id(raw["models"])
     for assignments, key in ((rl_steps, "train"), (build_steps, "build")):
         for a in assignments:

@@ -1,6 +1,7 @@
 """The sweep a validated config describes, listed for the rules (`bandpo.config.validate` checks and completes the
-config first): its runs, slots and score groups, their folders, each run's trainer settings and base model, the
-job counts a fresh run schedules. Used by the Snakefile and workflow/rules/*.smk, the report and the tests."""
+config first): its runs, slots (and each slot's seeds) and score groups, their folders, each run's trainer settings
+and base model, the job counts a fresh run schedules. Used by the Snakefile and workflow/rules/*.smk, the report and
+the tests."""
 
 from __future__ import annotations
 
@@ -137,24 +138,43 @@ def cell_models(cfg: Mapping[str, Any], xp: Mapping[str, Any], entry: str) -> li
     return [m for m in xp["models"] if allowed is None or m in allowed]
 
 
+def slot_seeds(cfg: Mapping[str, Any], experiment: str, entry: str) -> list[int]:
+    """The seeds an experiment trains and scores a method entry with (its slot's seeds), the same on every model it
+    runs the entry on: for the two entries of ``primary.compare`` the experiment's ``primary.seeds`` when set (a
+    superset of its ``seeds``: more seed pairs where the question is), else the experiment's ``seeds``; the
+    base-model entry ``base`` always has the experiment's ``seeds``. ``cfg``: a completed config (experiments
+    filled in by `bandpo.config.validate`)."""
+    xp = cfg["experiments"][experiment]
+    primary = xp.get("primary") or {}
+    if entry != BASE_ENTRY and primary.get("seeds") and entry in (primary.get("compare") or ()):
+        return [int(s) for s in primary["seeds"]]
+    return [int(s) for s in xp["seeds"]]
+
+
 def reused_entries(cfg: Mapping[str, Any], experiment: str) -> list[str]:
-    """The entries of an experiment whose runs are main's: every setting equal (models, data, tasks, seeds among
-    main's, the trainer settings of every model, no selected setting), and ``base`` when both score the base
-    models. Not trained or scored again; the report reads main's runs for them. Empty for main, and when main is not
-    part of the DAG (``only``)."""
+    """The entries of an experiment whose runs are main's: every setting equal (models, data, tasks, the entry's
+    seeds (`slot_seeds`) among main's seeds of that entry, the trainer settings of every model, no selected
+    setting), and ``base`` when both score the base models (the experiment's seeds among main's). Not trained or
+    scored again; the report reads main's runs for them. Empty for main, and when main is not part of the DAG
+    (``only``)."""
     xps = cfg["experiments"]
     if experiment == MAIN or MAIN not in xps:
         return []
     xp, main = xps[experiment], xps[MAIN]
     if xp.get("select") or xp["data"] != main["data"] or xp["eval_tasks"] != main["eval_tasks"]:
         return []
-    if not set(xp["seeds"]) <= set(main["seeds"]):
-        return []
-    out = [BASE_ENTRY] if xp["base"] and main["base"] and set(xp["models"]) <= set(main["models"]) else []
+
+    def seeds_among_mains(e: str) -> bool:
+        return set(slot_seeds(cfg, experiment, e)) <= set(slot_seeds(cfg, MAIN, e))
+
+    out = []
+    if xp["base"] and main["base"] and set(xp["models"]) <= set(main["models"]) and seeds_among_mains(BASE_ENTRY):
+        out.append(BASE_ENTRY)
     for e in xp["methods"]:
         models = cell_models(cfg, xp, e)
         if (
             e in main["methods"]
+            and seeds_among_mains(e)
             and set(models) <= set(cell_models(cfg, main, e))
             and all(
                 _same_settings(train_overrides(cfg, m, e, experiment), train_overrides(cfg, m, e, MAIN)) for m in models
@@ -200,13 +220,14 @@ def slots(cfg: Mapping[str, Any], builtin: bool = False, base: bool = False) -> 
 
 
 def runs(cfg: Mapping[str, Any], builtin: bool = False) -> list[tuple[str, str, int]]:
-    """(model, slot, seed) of every training run of the DAG."""
+    """(model, slot, seed) of every training run of the DAG: each experiment's entries on their models, each with
+    its slot's seeds (`slot_seeds`: the primary pair's ``primary.seeds`` where set)."""
     out = []
     for xp_id, xp in cfg["experiments"].items():
         for m in xp["models"]:
             for e in xp_entries(cfg, xp_id, builtin):
                 if m in cell_models(cfg, xp, e):
-                    out += [(m, slot_id(xp_id, e), s) for s in xp["seeds"]]
+                    out += [(m, slot_id(xp_id, e), s) for s in slot_seeds(cfg, xp_id, e)]
     return out
 
 
@@ -245,9 +266,16 @@ def used_data(cfg: Mapping[str, Any]) -> list[str]:
 
 def base_models(cfg: Mapping[str, Any]) -> list[str]:
     """Every base model folder the DAG builds or downloads (`model_path`): per (model, seed) used by any experiment
-    for a model built per seed, else one per model."""
+    for a model built per seed (the experiment's seeds on each of its models, and a primary pair's
+    ``primary.seeds`` on the models the pair runs on), else one per model."""
     return sorted(
-        {model_path(cfg, m, s) for xp in cfg["experiments"].values() for m in xp["models"] for s in xp["seeds"]}
+        {
+            model_path(cfg, m, s)
+            for xp_id, xp in cfg["experiments"].items()
+            for e in [BASE_ENTRY, *xp["methods"]]
+            for m in cell_models(cfg, xp, e)
+            for s in slot_seeds(cfg, xp_id, e)
+        }
     )
 
 
@@ -272,10 +300,29 @@ def atlas_spec(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
             "train": train, "steps": steps}  # fmt: skip
 
 
-def eval_rule_name(kind: str, experiment: str) -> str:
+def eval_rule_name(kind: str, experiment: str, primary: bool = False) -> str:
     """The evaluation rule of an experiment: ``eval_group`` / ``eval_run`` for main, ``eval_group_<experiment>``
-    (non-identifier characters as _) for the others."""
-    return kind if experiment == MAIN else f"{kind}_{re.sub(r'[^A-Za-z0-9_]', '_', experiment)}"
+    (non-identifier characters as _) for the others; ``primary``: the rule of its primary pair when the pair runs
+    seeds of its own (``primary.seeds``; `eval_seed_groups`), that name plus ``_primary`` (``eval_group_primary``,
+    ``eval_group_separation_primary``)."""
+    name = kind if experiment == MAIN else f"{kind}_{re.sub(r'[^A-Za-z0-9_]', '_', experiment)}"
+    return f"{name}_primary" if primary else name
+
+
+def eval_seed_groups(cfg: Mapping[str, Any], experiment: str) -> list[dict[str, Any]]:
+    """The evaluation rules of an experiment, one per distinct seed list (`slot_seeds`) among the slots it scores
+    (its own base slot and the entries it trains; not those it reuses from main): {"primary": bool (the rule's name
+    takes `eval_rule_name`'s ``_primary`` suffix: its seeds are not the experiment's own, i.e. the primary pair's
+    ``primary.seeds``), "seeds": [int] (the seeds each job of the rule scores, the rule's outputs), "slots": [str]
+    (the slot ids the rule's ``entry`` wildcard matches)}; the group with the experiment's own seeds first. Empty
+    when the experiment scores nothing of its own (every entry reused)."""
+    own = [int(s) for s in cfg["experiments"][experiment]["seeds"]]
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for slot, where in slots(cfg, base=True).items():
+        if where["experiment"] == experiment:
+            groups.setdefault(tuple(slot_seeds(cfg, experiment, where["entry"])), []).append(slot)
+    out = [{"primary": list(seeds) != own, "seeds": list(seeds), "slots": ids} for seeds, ids in groups.items()]
+    return sorted(out, key=lambda g: g["primary"])
 
 
 def expected_jobs(cfg: Mapping[str, Any]) -> dict[str, int]:
@@ -295,14 +342,14 @@ def expected_jobs(cfg: Mapping[str, Any]) -> dict[str, int]:
         jobs["merge_verl"] = n_runs
     else:
         jobs["train"] = n_runs
-    for xp_id, xp in cfg["experiments"].items():
-        n_groups = sum(1 for _m, slot in eval_groups(cfg) if split_slot(slot)[1] == xp_id)
-        if not n_groups:
-            continue
-        if cfg["eval"]["group_seeds"]:
-            jobs[eval_rule_name("eval_group", xp_id)] = n_groups
-        else:
-            jobs[eval_rule_name("eval_run", xp_id)] = n_groups * len(xp["seeds"])
+    scored = eval_groups(cfg)
+    for xp_id in cfg["experiments"]:
+        for group in eval_seed_groups(cfg, xp_id):  # one rule per seed list: the primary pair's own seeds apart
+            n_groups = sum(1 for _m, slot in scored if slot in group["slots"])
+            if cfg["eval"]["group_seeds"]:
+                jobs[eval_rule_name("eval_group", xp_id, group["primary"])] = n_groups
+            else:
+                jobs[eval_rule_name("eval_run", xp_id, group["primary"])] = n_groups * len(group["seeds"])
     jobs["select"] = sum(1 for xp in cfg["experiments"].values() if xp.get("select"))
     jobs["atlas"] = 1 if atlas_spec(cfg) is not None else 0
     jobs["report"] = 1

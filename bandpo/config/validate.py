@@ -31,6 +31,8 @@ from bandpo.config.sweep import (
     THREADED_RULES,
     by_id,
     cell_models,
+    eval_rule_name,
+    eval_seed_groups,
     job_resources,
     method_module_path,
     method_module_specs,
@@ -161,6 +163,9 @@ def validate_config(
             seen[item["id"]] = i
 
     data_ids = {d["id"]: d for d in cfg["data"]}
+    if cfg["publish_dir"] == f"results/{cfg['profile']}":
+        fail(["publish_dir"], f"{cfg['publish_dir']} is the profile's own folder (its runs and report): publish "
+                              "elsewhere, or rename the profile")  # fmt: skip
 
     # data sets
     from bandpo.data.real import REAL_DATASETS
@@ -344,8 +349,9 @@ def check_registries(cfg: Mapping[str, Any], root: str | os.PathLike = ".") -> N
 
 
 def complete_experiments(cfg: dict[str, Any]) -> None:
-    """Fill ``cfg["experiments"]`` (``main`` always present, every default filled in), check the references
-    (`ConfigError`), and apply ``only`` (keep the named experiments; nothing is published then)."""
+    """Fill ``cfg["experiments"]`` (``main`` always present, every default filled in), check the references and
+    the primary pair's ``primary.seeds`` (a superset of the experiment's seeds; `ConfigError`), and apply ``only``
+    (keep the named experiments; nothing is published then)."""
     data_ids = by_id(cfg["data"])
     model_ids = by_id(cfg["models"])
     entry_ids = by_id(cfg["methods"])
@@ -397,6 +403,7 @@ def complete_experiments(cfg: dict[str, Any]) -> None:
             for i, e in enumerate((xp.get("primary") or {}).get(key) or []):
                 if e not in xp["methods"]:
                     fail(where + ["primary", key, i], f"entry {e!r} is not among the experiment's methods")
+        _check_primary(xp, where)
         for i, e in enumerate(xp["methods"]):
             if not cell_models(cfg, xp, e):
                 fail(where + ["methods", i], f"entry {e!r} runs on none of the experiment's models {xp['models']}"
@@ -419,10 +426,47 @@ def complete_experiments(cfg: dict[str, Any]) -> None:
         for xp in out.values():
             if xp.get("axis") is not None and xp["axis"] not in cfg["axes"]:
                 del xp["axis"]
-        cfg["publish"] = False  # a part of the DAG never overwrites the published page
+        if cfg["publish_dir"] == "results":
+            cfg["publish"] = False  # a part of the DAG never overwrites the published page
     cfg["experiments"] = out
     for xp_id, xp in out.items():
         xp["reuse"] = reused_entries(cfg, xp_id)
+    _check_eval_rule_names(cfg)
+
+
+def _check_primary(xp: Mapping[str, Any], where: list[Any]) -> None:
+    """An experiment's ``primary`` beyond its entries: ``seeds`` (the primary pair's) need ``compare`` and hold the
+    experiment's own seeds (main's: the top-level ``seeds``); a ``margin`` mapping names models of the experiment."""
+    primary = xp.get("primary") or {}
+    if "seeds" in primary:
+        if not primary.get("compare"):
+            fail(where + ["primary", "seeds"], "the seeds of the primary pair need primary.compare (the two entries "
+                 "that run them)")  # fmt: skip
+        missing = [s for s in xp["seeds"] if s not in primary["seeds"]]
+        if missing:
+            own = "the top-level seeds" if where[-1] == MAIN else "the experiment's seeds"
+            fail(where + ["primary", "seeds"], f"{primary['seeds']} must contain {own} {xp['seeds']} (missing "
+                 f"{missing}): the primary pair runs more seeds than the other entries, never others")  # fmt: skip
+    margin = primary.get("margin")
+    if isinstance(margin, Mapping):
+        for model in margin:
+            if model not in xp["models"]:
+                fail(where + ["primary", "margin", model], f"model {model!r} is not among the experiment's models "
+                     f"{xp['models']}")  # fmt: skip
+
+
+def _check_eval_rule_names(cfg: Mapping[str, Any]) -> None:
+    """Every evaluation rule of the DAG has a name of its own (`eval_rule_name`: ids that differ only in characters
+    other than letters, digits and _ would share one, and so would an experiment ``primary`` and main's primary
+    pair)."""
+    seen: dict[str, str] = {}
+    for xp_id in cfg["experiments"]:
+        for group in eval_seed_groups(cfg, xp_id):
+            name = eval_rule_name("eval_group", xp_id, group["primary"])
+            if seen.get(name, xp_id) != xp_id:
+                fail(["experiments", xp_id], f"its evaluation rule would be named {name!r}, the name of a rule of "
+                     f"experiment {seen[name]!r}: rename the experiment")  # fmt: skip
+            seen[name] = xp_id
 
 
 def _check_axes(cfg: dict[str, Any], experiments: Mapping[str, Mapping[str, Any]]) -> None:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bandpo.config.sweep import BASE_ENTRY, MAIN
+from bandpo.config.sweep import BASE_ENTRY, MAIN, slot_seeds
 from bandpo.report.stats import minimum_detectable_difference, t_interval
 from bandpo.report.tables import fmt, rounded
 from bandpo.report.training import final_window
@@ -88,8 +88,9 @@ def with_reuse(frame: pd.DataFrame, experiments: Mapping[str, Mapping[str, Any]]
         rows = main[main["entry"].isin(reuse)]
         if spec.get("models"):
             rows = rows[rows["model"].isin(spec["models"])]
-        if spec.get("seeds"):
-            rows = rows[rows["seed"].astype(int).isin([int(s) for s in spec["seeds"]])]
+        if spec.get("seeds"):  # each entry's own seeds in this experiment (the primary pair may have more)
+            seeds = {e: {int(s) for s in slot_seeds({"experiments": experiments}, xp, e)} for e in reuse}
+            rows = rows[[int(s) in seeds[e] for e, s in zip(rows["entry"], rows["seed"], strict=True)]]
         if not rows.empty:
             extra.append(rows.assign(experiment=xp))
     return pd.concat([frame, *extra], ignore_index=True) if extra else frame
@@ -250,8 +251,11 @@ def select_setting(
     those of the axis's cell that scores them (main's, reused, in the default config).
     ``largest-learning-compared``: the same among the cells that run both arms of the experiment's
     ``primary.compare`` (a cell that runs the control alone, such as the on-policy null D = 1, cannot be chosen);
-    the table lists those cells only (`SELECT_RULES`)."""
+    the table lists those cells only (`SELECT_RULES`). ``min_gain`` (revision 3, points of mean@k, default 0): a
+    cell qualifies only if the interval lies above it, a margin so that the choice does not flip between reruns
+    whose gain at a borderline cell straddles 0."""
     sel = experiments[experiment]["select"]
+    min_gain = float(sel.get("min_gain") or 0.0) / 100  # points of mean@k -> a fraction
     axis = axes[sel["axis"]]
     if sel["rule"] not in SELECT_RULES:
         raise ValueError(f"unknown selection rule {sel['rule']!r} (known: {', '.join(SELECT_RULES)})")
@@ -270,8 +274,9 @@ def select_setting(
             )
             gains = gains[np.isfinite(gains)]
             lo, hi = t_interval(gains, confidence)
-            rows.append([experiment, sel["axis"], axis["key"], value, sel["entry"], model, gains.size,
-                         float(gains.mean()) if gains.size else np.nan, lo, hi, bool(lo > 0), False])  # fmt: skip
+            mean = float(gains.mean()) if gains.size else np.nan
+            rows.append([experiment, sel["axis"], axis["key"], value, sel["entry"], model, gains.size, mean, lo, hi,
+                         bool(lo > min_gain), False])  # fmt: skip
     table = pd.DataFrame(rows, columns=SELECT_COLUMNS)
     ok = table.groupby("value")["qualifies"].all() if not table.empty else pd.Series(dtype=bool)
     chosen = float(ok[ok].index.max()) if ok.any() else None
@@ -302,11 +307,12 @@ def axis_panels(
     results: pd.DataFrame,
     axes: Mapping[str, Mapping[str, Any]],
     selections: Mapping[str, pd.DataFrame] | None = None,
-    select_rules: Mapping[str, str] | None = None,
+    select_rules: Mapping[str, str | Mapping[str, Any]] | None = None,
 ) -> list:
     """The page's sections of each axis (`bandpo.report.tables.Panel`): its rules as fixed in the config with the
     verdicts, the per-value table of the paired differences, and each selection the axis made (``select_rules``:
-    the selecting experiment's `SELECT_RULES` name, ``largest-learning`` where not given)."""
+    the selecting experiment's ``select`` (its `SELECT_RULES` name and ``min_gain``) or the rule's name alone,
+    ``largest-learning`` where not given)."""
     select_rules = select_rules or {}
     from bandpo.report.tables import Panel
 
@@ -357,16 +363,24 @@ def axis_panels(
                 continue
             chosen = sel[sel["selected"]]["value"]
             what = f"{label} = {chosen.iloc[0]:g}" if not chosen.empty else "none qualified: the fallback"
+            spec = select_rules.get(xp, "largest-learning")
+            spec = spec if isinstance(spec, Mapping) else {"rule": spec}
+            min_gain = float(spec.get("min_gain") or 0.0)
+            above = f"interval above {min_gain:g} points" if min_gain else "interval above 0"
+            sentence = SELECT_RULES[spec["rule"]] + (
+                f"; revision 3: the interval must lie above {min_gain:g} points, not merely above 0 (a margin "
+                "fixed before the run, so that a borderline cell does not flip the choice between reruns)"
+                if min_gain else "")  # fmt: skip
             t = pd.DataFrame({
                 label: [f"{v:g}" for v in sel["value"]], "model": sel["model"], "seeds": sel["n"],
                 f"gain of {sel['entry'].iloc[0]} over the base model (points)":
                     [_ci(r.gain, r.ci_low, r.ci_high, 100.0, 1) for r in sel.itertuples()],
-                "interval above 0": ["yes" if q else "no" for q in sel["qualifies"]],
+                above: ["yes" if q else "no" for q in sel["qualifies"]],
             })  # fmt: skip
             panels.append(
                 Panel(
                     f"Experiment {xp}: the regime the axis selected ({what})",
-                    (SELECT_RULES[select_rules.get(xp, "largest-learning")],),
+                    (sentence,),
                     t,
                 )
             )

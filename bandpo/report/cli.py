@@ -41,8 +41,10 @@ from bandpo.report.axis import (
 )
 from bandpo.report.experiments import (
     build_sections,
+    collapse_factors,
     entropy_pair_results,
     entropy_shift_results,
+    family_verdicts,
     of_experiment,
     primary_results,
 )
@@ -101,6 +103,7 @@ def build_report(
     experiments: Mapping[str, Mapping] | None = None,
     axes: Mapping[str, Mapping] | None = None,
     page_figures: str | os.PathLike | None = None,
+    base_per_seed: bool | None = None,
 ) -> dict[str, Path]:
     """Load everything under ``results_dir`` (= ``results/{profile}``), compute the statistics, write the tables
     and figures into ``out_dir`` (default: ``results_dir``). ``bounds`` is the bounds table of the bound figure
@@ -110,7 +113,8 @@ def build_report(
     are main's runs, copied into it (`bandpo.report.axis.with_reuse`). ``axes``: the config's design axes, whose
     rules are written to axis.csv (per run: axis_runs.csv). ``page_figures``: the folder whose PNGs the HTML page
     embeds (default: the figures written here; a rebuild from the published tables, whose runs hold no per-step
-    curves, embeds the published ones). ``results_dir/atlas.csv`` (the equivalence atlas,
+    curves, embeds the published ones). ``base_per_seed``: the config's key (None: unknown), for the sentence on
+    base models of the page. ``results_dir/atlas.csv`` (the equivalence atlas,
     `bandpo.report.atlas_measure`), when present, becomes a section of the page and the Markdown. Returns {name: path}
     of what
     was written."""
@@ -127,6 +131,9 @@ def build_report(
     metrics = with_reuse(run_metrics(runs, results_dir.name), specs)
     summaries = with_reuse(run_summaries(runs, results_dir.name), specs)
     board, stats, per_run = build_sections(scores, metrics, summaries, baseline, n_resamples, confidence, seed)
+    subsets = scores[["task", "subset"]].drop_duplicates() if {"task", "subset"} <= set(scores) else None
+    task_subsets = {} if subsets is None else dict(zip(subsets["task"], subsets["subset"].fillna(""), strict=True))
+    board, family = family_verdicts(board, specs, task_subsets)
     if board.empty:
         raise ValueError(
             f"nothing to report under {results_dir}: no runs/*/*/seed*/metrics.jsonl and no "
@@ -174,7 +181,7 @@ def build_report(
     if axes:
         tables += [("axis_runs.csv", outcomes), ("axis.csv", axis_table)]
     selections = {p.stem: pd.read_csv(p) for p in sorted((results_dir / "select").glob("*.csv"))}
-    rules = {x: v["select"]["rule"] for x, v in specs.items() if v.get("select")}
+    rules = {x: v["select"] for x, v in specs.items() if v.get("select")}
     panels = axis_panels(axis_table, axes, selections, rules)
     for name, df in tables:
         write_csv(df, out / name)
@@ -183,19 +190,22 @@ def build_report(
     cells = [c for axis in axes.values() for c in axis["cells"]]
     written["steps.csv"] = write_steps(metrics, out / "steps.csv", UPDATE_MEANS, cells)
     tasks = per_task_table(main_stats, of_experiment(board, MAIN))
-    notes = experiment_notes(specs, primary)
+    collapse = collapse_factors(per_run, specs)
+    notes = experiment_notes(specs, primary, family, collapse)
     power = power_table(stats)
     present = set(board["experiment"])
     shown = [name for name in FIGURES if EXPERIMENT_FIGURES.get(name, MAIN) in present | {MAIN}]
     atlas = load_atlas(results_dir / ATLAS_TABLE)
-    md = leaderboard_markdown(board, shown, per_task=tasks, notes=notes, power=power, panels=panels, atlas=atlas)
+    md = leaderboard_markdown(board, shown, per_task=tasks, notes=notes, power=power, panels=panels, atlas=atlas,
+                              base_per_seed=base_per_seed)  # fmt: skip
     atomic_write_text(out / "leaderboard.md", md)
     written["leaderboard.md"] = out / "leaderboard.md"
     page_dir = Path(page_figures) if page_figures is not None else fig_dir
     figs = {name: page_dir / f"{name}.png" for name in shown} if embed_figures else None
     delta = float(bounds_table["delta"].iloc[0]) if not bounds_table.empty else float("nan")
     captions = {name: text.format(delta=delta) for name, text in FIGURE_CAPTIONS.items()}
-    page = leaderboard_html(board, figs, captions, per_task=tasks, notes=notes, power=power, panels=panels, atlas=atlas)
+    page = leaderboard_html(board, figs, captions, per_task=tasks, notes=notes, power=power, panels=panels, atlas=atlas,
+                            base_per_seed=base_per_seed)  # fmt: skip
     atomic_write_text(out / "leaderboard.html", page)
     written["leaderboard.html"] = out / "leaderboard.html"
     return written
@@ -504,6 +514,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("--experiments-json", default=None,
                    help="the config's experiments as JSON: notes and primary.csv")  # fmt: skip
     b.add_argument("--axes-json", default=None, help="the config's design axes as JSON: axis.csv")
+    b.add_argument("--base-per-seed", choices=["true", "false"], default=None,
+                   help="the config's base_per_seed (the page's sentence on base models)")  # fmt: skip
     x = sub.add_parser("select", help="an experiment's selected setting (its config's select rule) from the scores")
     x.add_argument("--results", required=True, help="results/{profile}: holds eval/")
     x.add_argument("--experiment", required=True, help="the experiment whose select rule is applied")
@@ -608,6 +620,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 not args.no_embed_figures,
                 json.loads(args.experiments_json) if args.experiments_json else None,
                 json.loads(args.axes_json) if args.axes_json else None,
+                base_per_seed=None if args.base_per_seed is None else args.base_per_seed == "true",
             )
             print(json.dumps({k: str(v) for k, v in written.items()}, indent=1))
         elif args.command == "select":

@@ -2,7 +2,8 @@
 
 README.md and docs/*.md hold blocks ``<!-- generated:NAME -->`` ... ``<!-- /generated:NAME -->`` (a table on lines
 of its own, or a value inside a sentence); `render` rewrites each block's body from ``results/*.csv`` with the
-function ``BLOCKS[NAME]``. ``python -m bandpo.report docs`` rewrites the files, ``--check`` only reports the stale
+function ``BLOCKS[NAME]`` (``FOLDER/NAME``: from ``results/FOLDER/*.csv``, a settled experiment published from a
+config of its own). ``python -m bandpo.report docs`` rewrites the files, ``--check`` only reports the stale
 ones (exit 1); tests/unit/test_docs.py asserts that the committed docs equal the output. Numbers follow the
 leaderboard's conventions: scores in percent of problems (points), 95% Student-t intervals over seeds, paired
 differences from GRPO of the same base model and seed."""
@@ -24,7 +25,7 @@ from bandpo.report.stats import power_table, t_interval
 from bandpo.report.tables import rounded
 
 DOC_FILES = ("README.md", "docs/*.md")
-BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w.-]+) -->)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)
+BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w./-]+) -->)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)
 METRIC = "mean@8"
 
 
@@ -68,6 +69,16 @@ class Results:
     @cached_property
     def provenance(self) -> dict:
         return json.loads((self.folder / "provenance.json").read_text(encoding="utf-8"))
+
+    def part(self, folder: str) -> Results:
+        """The tables of a settled experiment published from a config of its own (``publish_dir``:
+        results/offpolicy, results/probe), read once."""
+        parts = self.__dict__.setdefault("_parts", {})
+        if folder not in parts:
+            if not (self.folder / folder).is_dir():
+                raise FileNotFoundError(f"no published folder {self.folder / folder} (its config publishes it)")
+            parts[folder] = Results(self.folder / folder)
+        return parts[folder]
 
     def row(self, experiment: str, model: str, entry: str, subset: str = "") -> pd.Series:
         b = self.board
@@ -266,12 +277,25 @@ def power(res: Results) -> str:
 
 
 def mde_main(res: Results) -> str:
-    """The main experiment's minimum detectable difference of mean@8 per model size, in reverse name order
-    (tiny-s, then tiny-m): "5.8 points on tiny-s, 4.9 on tiny-m"."""
-    p = power_table(res.stats)
-    p = p[(p["experiment"] == "main") & (p["label"] == METRIC)].sort_values("model", ascending=False)
-    parts = [f"{num(r['mde'])}{' points' if i == 0 else ''} on {r['model']}" for i, r in enumerate(_row_series(p))]
+    """The MDE of the main experiment's primary pair (primary.csv, BandPO-KL − GRPO on mean@8) per model size, in
+    reverse name order (tiny-s, then tiny-m), with the seed pairs and the margin beside it:
+    "4.8 points on tiny-s (3 seed pairs), 8.6 on tiny-m (3)"."""
+    p = res.primary[(res.primary["experiment"] == "main") & (res.primary["metric"] == METRIC)]
+    p = p.sort_values("model", ascending=False)
+    parts = []
+    for i, r in enumerate(_row_series(p)):
+        unit, pairs = (" points", " seed pairs") if i == 0 else ("", "")
+        parts.append(f"{num(r['mde'])}{unit} on {r['model']} ({int(r['n_pairs'])}{pairs})")
     return ", ".join(parts)
+
+
+def clipfrac_main(res: Results) -> str:
+    """The share of off-policy tokens clipping binds on in main's runs (runs.csv ``clipfrac``, a run's mean over
+    its steps): the range over runs and over the entries' means, in percent."""
+    r = res.runs[res.runs["experiment"] == "main"].dropna(subset=["clipfrac"])
+    means = r.groupby("entry")["clipfrac"].mean()
+    return (f"{num(r['clipfrac'].min(), 2)}-{num(r['clipfrac'].max(), 2)}% of off-policy tokens per run "
+            f"({num(means.min(), 2)}-{num(means.max(), 2)}% as the entries' means)")  # fmt: skip
 
 
 def cost(res: Results) -> str:
@@ -539,6 +563,7 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "spread": spread,
     "power": power,
     "mde-main": mde_main,
+    "clipfrac-main": clipfrac_main,
     "cost": cost,
     "entropy-shift": entropy_shift,
     "entropy-pool": entropy_pool,
@@ -572,10 +597,10 @@ def render(text: str, res: Results) -> str:
     """``text`` with every generated block's body rewritten; a table block keeps its own lines."""
 
     def body(m: re.Match) -> str:
-        name = m["name"]
+        folder, _, name = m["name"].rpartition("/")  # FOLDER/NAME: the block made from results/FOLDER/
         if name not in BLOCKS:
             raise KeyError(f"unknown generated block {name!r}; known: {', '.join(sorted(BLOCKS))}")
-        out = BLOCKS[name](res)
+        out = BLOCKS[name](res.part(folder) if folder else res)
         if m["body"].startswith("\n") or "\n" in out:  # a block on lines of its own
             out = f"\n{out}\n"
         return f"{m[1]}{out}{m[4]}"

@@ -26,23 +26,29 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bandpo.config.sweep import MAIN
+from bandpo.config.sweep import BASE_ENTRY, MAIN
 from bandpo.report.stats import (
     SCORE_DIFF_RANGE,
     bootstrap_ci,
+    four_verdict,
+    holm,
     mean_of_means,
     minimum_detectable_difference,
+    paired_tests,
     score_stats,
     seeded_rng,
+    summary_tests,
     t_interval,
 )
-from bandpo.report.tables import entry_graders, entry_labels, leaderboard
+from bandpo.report.tables import entry_graders, entry_labels, headline_label, leaderboard
 from bandpo.report.training import run_stats
 
 SECTION_KEYS = ["experiment", "subset"]
-PRIMARY_COLUMNS = ["experiment", "model", "task", "metric", "treatment", "control", "n_treatment", "n_control",
-                   "n_pairs", "treatment_mean", "control_mean", "difference", "ci_low", "ci_high", "mde", "verdict",
+PRIMARY_COLUMNS = ["experiment", "model", "task", "metric", "role", "treatment", "control", "n_treatment",
+                   "n_control", "n_pairs", "treatment_mean", "control_mean", "difference", "ci_low", "ci_high",
+                   "ci90_low", "ci90_high", "p_value", "p_equivalence", "margin", "mde", "verdict",
                    "bootstrap_ci_low", "bootstrap_ci_high", "bootstrap_verdict"]  # fmt: skip
+POINTS = 0.01  # a margin in points of a score (scores are fractions)
 NO_INTERVAL = "no interval (fewer than 2 pairs)"
 
 
@@ -104,22 +110,38 @@ def _diff_of_means(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def _verdict(lo: float, hi: float, above: str, below: str, neither: str, missing: str = NO_INTERVAL) -> str:
-    """The rule's verdict from an interval: ``above`` if it lies above 0, ``below`` if below, else ``neither``;
-    ``missing`` without an interval."""
+    """The bootstrap rule's verdict from an interval (before issue #21): ``above`` if it lies above 0, ``below``
+    if below, else ``neither``; ``missing`` without an interval."""
     if np.isnan(lo) or np.isnan(hi):
         return missing
     return above if lo > 0 else (below if hi < 0 else neither)
 
 
+def margin_of(primary: Mapping[str, Any], model: str, key: str = "margin", scale: float = POINTS) -> float:
+    """An experiment's equivalence margin for one model, fixed in its config's ``primary`` before the runs:
+    ``margin`` in points of the metric (a number, or {model: number}; returned as a fraction, ``scale``),
+    ``entropy_margin`` in nats (``scale`` 1). NaN when none is declared (then no comparison can be equivalent)."""
+    value = (primary or {}).get(key)
+    if isinstance(value, Mapping):
+        value = value.get(model)
+    return float(value) * scale if value is not None else float("nan")
+
+
 def paired_rule(
-    treatment: pd.Series, control: pd.Series, confidence: float = 0.95, bounds: tuple[float, float] = SCORE_DIFF_RANGE
+    treatment: pd.Series,
+    control: pd.Series,
+    confidence: float = 0.95,
+    bounds: tuple[float, float] = SCORE_DIFF_RANGE,
+    margin: float = float("nan"),
 ) -> dict[str, Any]:
-    """The paired primary rule on per-seed values (indexed by seed; seed s of both sides trained from base model s
-    with seed s): the differences treatment_s - control_s over the seeds both have, their mean and its 95% paired t
-    interval (`t_interval`, cut to ``bounds``). Returns n_pairs, treatment_mean and control_mean (over the paired
-    seeds, so that difference = treatment_mean - control_mean), difference, ci_low, ci_high, and mde: the
-    minimum detectable difference of this paired t test at 80% power (`minimum_detectable_difference`, exact
-    noncentral t), with the SD of these few differences standing in for the true one."""
+    """The paired rule on per-seed values (indexed by seed; seed s of both sides trained from the same base model
+    with seed s): the differences treatment_s - control_s over the seeds both have, their mean and its 95% paired
+    t interval (`t_interval`, cut to ``bounds``), the tests of `paired_tests` (p_value: difference from 0;
+    p_equivalence: inside [-margin, +margin], with the 90% interval ci90_low / ci90_high), and mde: the minimum
+    detectable difference of the paired t test at 80% power (`minimum_detectable_difference`, exact noncentral t),
+    with the SD of these differences standing in for the true one. Returns n_pairs, treatment_mean and
+    control_mean (over the paired seeds, so that difference = treatment_mean - control_mean), difference, ci_low,
+    ci_high, ci90_low, ci90_high, p_value, p_equivalence, margin, mde."""
     seeds = sorted(set(treatment.index) & set(control.index))
     x = treatment.loc[seeds].to_numpy(np.float64)
     y = control.loc[seeds].to_numpy(np.float64)
@@ -133,8 +155,23 @@ def paired_rule(
         "difference": float(d.mean()) if seeds else nan,
         "ci_low": lo,
         "ci_high": hi,
+        **paired_tests(d, margin),
+        "margin": margin,
         "mde": minimum_detectable_difference(float(np.std(d, ddof=1)), len(seeds)) if len(seeds) >= 2 else nan,
     }
+
+
+def _decide(rule: Mapping[str, Any], above: str, below: str) -> str:
+    """`four_verdict` of a `paired_rule` result; `NO_INTERVAL` with fewer than 2 pairs."""
+    if rule["n_pairs"] < 2:
+        return NO_INTERVAL
+    return four_verdict(rule["difference"], rule["p_value"], rule["p_equivalence"], above, below)
+
+
+def _role(primary: Mapping[str, Any]) -> str:
+    """``primary`` (decided at 5% on its own), or ``demoted`` (reported as a secondary: the config's ``demoted``
+    gives the reason)."""
+    return "demoted" if primary.get("demoted") else "primary"
 
 
 def primary_results(
@@ -147,9 +184,12 @@ def primary_results(
     """Each experiment's primary comparison, per model: ``specs`` maps an experiment to its config (``primary``:
     ``compare: [treatment, control]``, ``task`` (default: every task of the experiment, averaged per seed),
     ``score`` (a metric family, default ``mean``: mean@k at the largest k)). The rule is paired (`paired_rule`):
-    the mean over seeds of treatment_s - control_s with its 95% paired t interval, and the verdict it fixes:
-    ``treatment better`` (interval above 0), ``control better`` (below 0), else ``unresolved``; seeds only one
-    side has are left out (n_treatment, n_control and n_pairs show them). Secondary: the difference of the two
+    the mean over seeds of treatment_s - control_s with its 95% paired t interval, and one of four verdicts
+    (`four_verdict`, at 5%): ``equivalent`` if the 90% paired t interval lies inside the config's ``margin``
+    (`margin_of`; two one-sided tests), else ``treatment better`` (95% interval above 0), ``control better``
+    (below 0), else ``unresolved``. ``role`` says whether the comparison decides (``primary``) or was demoted to a
+    secondary (the config's ``demoted``: its reason). Seeds only one side has are left out (n_treatment,
+    n_control and n_pairs show them). Descriptive, beside it: the difference of the two
     sides' seed means with a percentile-bootstrap interval resampling each side's seeds on their own
     (``bootstrap_*``, the rule before issue #21)."""
     rows = []
@@ -175,9 +215,9 @@ def primary_results(
                     else pd.Series(dtype=float) for e in compare]  # fmt: skip
             if any(a.empty for a in arms):
                 continue
-            rule = paired_rule(arms[0], arms[1], confidence)
+            rule = paired_rule(arms[0], arms[1], confidence, margin=margin_of(primary, model))
             better = (f"{compare[0]} better", f"{compare[1]} better", "unresolved")
-            verdict = _verdict(rule["ci_low"], rule["ci_high"], *better)
+            verdict = _decide(rule, *better[:2])
             values = [a.to_numpy(np.float64) for a in arms]
             rng = seeded_rng(seed, "primary", xp, model)
             b_lo, b_hi = bootstrap_ci(values, _diff_of_means, n_resamples, rng, confidence)
@@ -185,7 +225,7 @@ def primary_results(
             k = g["k"].max()
             metric = f"{family}@{int(k)}" if k == k else family
             rows.append({"experiment": xp, "model": model, "task": primary.get("task") or ",".join(tasks),
-                         "metric": metric, "treatment": compare[0], "control": compare[1],
+                         "metric": metric, "role": _role(primary), "treatment": compare[0], "control": compare[1],
                          "n_treatment": len(values[0]), "n_control": len(values[1]), **rule, "verdict": verdict,
                          "bootstrap_ci_low": b_lo, "bootstrap_ci_high": b_hi,
                          "bootstrap_verdict": b_verdict})  # fmt: skip
@@ -195,14 +235,19 @@ def primary_results(
 ENTROPY = "entropy"  # primary ``score`` of a descriptive experiment read from training, not from lm-eval
 
 
+ENTROPY_METRICS = {"entropy_final": "final token entropy (mean over the last 10% of steps)",
+                   "entropy_auc": "entropy area under the curve (mean of the per-step entropy)"}  # fmt: skip
+
+
 def entropy_pair_results(
     per_run: pd.DataFrame, specs: Mapping[str, Mapping[str, Any]], confidence: float = 0.95
 ) -> pd.DataFrame:
-    """The secondary rows of an experiment whose ``primary`` names ``entropy_compare: [entry, ...]``: per model and
-    entry, the paired difference of final token entropy (``entropy_final``, mean over the last 10% of steps) from
-    the primary's control (same base model and seed), with its 95% paired t interval and MDE (`paired_rule`), in
-    nats. Rows have `PRIMARY_COLUMNS`, metric ``entropy_final``; verdict ``higher entropy`` / ``lower entropy`` /
-    ``unresolved``."""
+    """The entropy rows of an experiment whose ``primary`` names ``entropy_compare: [entry, ...]``: per model, entry
+    and entropy statistic of the runs (`ENTROPY_METRICS`: ``entropy_final`` and ``entropy_auc``), the paired
+    difference from the primary's control (same base model and seed), with its 95% paired t interval, MDE and
+    tests (`paired_rule`), in nats, and one of four verdicts against the config's ``entropy_margin``:
+    ``higher entropy`` / ``lower entropy`` / ``equivalent`` / ``unresolved``. Rows have `PRIMARY_COLUMNS`, role
+    ``secondary``."""
     rows = []
     for xp, spec in specs.items():
         primary = (spec or {}).get("primary") or {}
@@ -211,18 +256,21 @@ def entropy_pair_results(
         if not arms or len(compare) < 2 or xr.empty:
             continue
         control = compare[1]
-        for model, gm in xr.dropna(subset=["entropy_final"]).groupby("model", sort=True):
-            ctrl = gm[gm["entry"] == control].set_index("seed")["entropy_final"]
-            for arm in arms:
-                runs = gm[gm["entry"] == arm].set_index("seed")["entropy_final"]
-                if runs.empty or ctrl.empty:
-                    continue
-                rule = paired_rule(runs, ctrl, confidence, (-np.inf, np.inf))
-                verdict = _verdict(rule["ci_low"], rule["ci_high"], "higher entropy", "lower entropy", "unresolved")
-                rows.append({"experiment": xp, "model": model, "task": "", "metric": "entropy_final",
-                             "treatment": arm, "control": control, "n_treatment": len(runs), "n_control": len(ctrl),
-                             **rule, "verdict": verdict, "bootstrap_ci_low": np.nan, "bootstrap_ci_high": np.nan,
-                             "bootstrap_verdict": ""})  # fmt: skip
+        for metric in [m for m in ENTROPY_METRICS if m in xr]:
+            for model, gm in xr.dropna(subset=[metric]).groupby("model", sort=True):
+                ctrl = gm[gm["entry"] == control].set_index("seed")[metric]
+                margin = margin_of(primary, model, "entropy_margin", 1.0)
+                for arm in arms:
+                    runs = gm[gm["entry"] == arm].set_index("seed")[metric]
+                    if runs.empty or ctrl.empty:
+                        continue
+                    rule = paired_rule(runs, ctrl, confidence, (-np.inf, np.inf), margin)
+                    verdict = _decide(rule, "higher entropy", "lower entropy")
+                    rows.append({"experiment": xp, "model": model, "task": "", "metric": metric,
+                                 "role": "secondary", "treatment": arm, "control": control,
+                                 "n_treatment": len(runs), "n_control": len(ctrl), **rule, "verdict": verdict,
+                                 "bootstrap_ci_low": np.nan, "bootstrap_ci_high": np.nan,
+                                 "bootstrap_verdict": ""})  # fmt: skip
     return pd.DataFrame(rows, columns=PRIMARY_COLUMNS)
 
 
@@ -237,8 +285,9 @@ def entropy_shift_results(
     (`build_sections`' third frame, ``runs.csv``), paired within each run: per (model, entry), each seed's final
     token entropy (``entropy_final``: mean over the last 10% of its steps) minus its own entropy at step 1
     (``entropy_first``: the base model's, since the rollout policy of step 1 is the base model), the mean of these
-    differences with its 95% paired t interval (`paired_rule`). ``entropy rises`` if the interval lies above 0,
-    ``entropy falls`` if below, else ``unmoved``. Rows have `PRIMARY_COLUMNS`: treatment = the entry, control =
+    differences with its 95% paired t interval (`paired_rule`) and one of four verdicts (`four_verdict`):
+    ``equivalent`` (unchanged within the config's ``entropy_margin``), ``entropy rises`` / ``entropy falls``
+    (interval above / below 0), else ``unresolved``. Rows have `PRIMARY_COLUMNS`: treatment = the entry, control =
     ``step 1``, treatment_mean / control_mean = mean final / step-1 entropy of its runs, difference and interval in
     nats. Secondary (``bootstrap_*``, the rule before issue #21): the percentile-bootstrap interval of the mean
     final entropy against the step-1 entropy averaged over every run of the experiment on that model, as a
@@ -256,16 +305,145 @@ def entropy_shift_results(
             reference = float(gm["entropy_first"].mean())
             for entry, ge in gm.groupby("entry", sort=True):
                 runs = ge.set_index("seed").sort_index()
-                rule = paired_rule(runs["entropy_final"], runs["entropy_first"], confidence, (-np.inf, np.inf))
-                verdict = _verdict(rule["ci_low"], rule["ci_high"], "entropy rises", "entropy falls", "unmoved")
+                margin = margin_of(primary, model, "entropy_margin", 1.0)
+                rule = paired_rule(runs["entropy_final"], runs["entropy_first"], confidence, (-np.inf, np.inf), margin)
+                verdict = _decide(rule, "entropy rises", "entropy falls")
                 final = runs["entropy_final"].to_numpy(np.float64)
                 rng = seeded_rng(seed, "entropy", xp, model, entry)
                 lo, hi = bootstrap_ci([final], mean_of_means, n_resamples, rng, confidence)
                 b_verdict = _verdict(lo - reference, hi - reference, "entropy rises", "entropy falls", "unmoved",
                                      "no interval")  # fmt: skip
                 rows.append({"experiment": xp, "model": model, "task": "", "metric": "entropy_final",
-                             "treatment": entry, "control": "step 1", "n_treatment": len(runs),
+                             "role": _role(primary), "treatment": entry, "control": "step 1", "n_treatment": len(runs),
                              "n_control": len(runs), **rule, "verdict": verdict,
                              "bootstrap_ci_low": lo - reference, "bootstrap_ci_high": hi - reference,
                              "bootstrap_verdict": b_verdict})  # fmt: skip
     return pd.DataFrame(rows, columns=PRIMARY_COLUMNS)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# One family of tests per experiment: the secondaries, Holm-adjusted
+# ----------------------------------------------------------------------------------------------------------------
+FAMILY_FAMILIES = ("mean", "pass", "maj", "best_bootstrap")  # the leaderboard's headline metrics
+FAMILY_COLUMNS = ["experiment", "n_tests", "n_excluding_0", "expected_by_chance", "better", "worse", "equivalent",
+                  "unresolved"]  # fmt: skip
+
+
+def _family_margin(specs: Mapping[str, Mapping[str, Any]], experiment: str, model: str) -> float:
+    """The margin of a secondary: its experiment's (`margin_of`), else main's for that model (the same question on
+    the same scale), else NaN."""
+    own = margin_of((specs.get(experiment) or {}).get("primary") or {}, model)
+    return own if own == own else margin_of((specs.get(MAIN) or {}).get("primary") or {}, model)
+
+
+def _is_primary_cell(
+    spec: Mapping[str, Any], r: Mapping[str, Any], family: str, task_subsets: Mapping[str, str]
+) -> bool:
+    """Whether a leaderboard row's metric family is its experiment's primary comparison (decided on its own at 5%,
+    not part of the family): the compared treatment against the control, the primary's score family, the row of
+    the primary task's subset (``task_subsets``: task -> subset, "" for a task scoring the whole data), and the
+    primary not demoted."""
+    primary = (spec or {}).get("primary") or {}
+    compare = primary.get("compare") or []
+    if primary.get("demoted") or primary.get("score") == ENTROPY or len(compare) < 2:
+        return False
+    if r["entry"] != compare[0] or r.get("baseline") != compare[1] or family != primary.get("score", "mean"):
+        return False
+    subset = r.get("subset") if isinstance(r.get("subset"), str) else ""
+    return not primary.get("task") or task_subsets.get(primary["task"], "") == subset
+
+
+def family_verdicts(
+    board: pd.DataFrame,
+    specs: Mapping[str, Mapping[str, Any]],
+    task_subsets: Mapping[str, str] | None = None,
+    alpha: float = 0.05,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The secondaries of each experiment as one family of tests, Holm-adjusted (`holm`).
+
+    A test is one leaderboard row's paired comparison with its baseline (``L_diff``, ``L_diff_sd``,
+    ``L_n_pairs``; `summary_tests`) for each headline metric L of `FAMILY_FAMILIES`, every trained entry other
+    than the baseline (the base rows, which compare the untrained model, are not), every model and subset of the
+    experiment, except its primary comparison (`_is_primary_cell`: tested alone at 5%). The margin is the
+    experiment's (`_family_margin`), in points of every metric. Per L the board gains L_p, L_p_equivalence (raw),
+    L_p_holm, L_p_equivalence_holm (adjusted within the experiment's family, each set of p-values on its own),
+    L_margin, L_verdict (raw) and L_verdict_holm (`four_verdict` on the adjusted p-values; for the primary cell
+    both are the primary's unadjusted verdict) and L_role (``primary``, ``secondary`` or empty for rows without a
+    test). Returns (board, family): the family table has one row per experiment (`FAMILY_COLUMNS`): the tests,
+    how many 95% intervals exclude 0, how many would by chance were every difference 0 (alpha x tests), and the
+    Holm verdicts' counts."""
+    if board.empty:
+        return board, pd.DataFrame(columns=FAMILY_COLUMNS)
+    board = board.copy()
+    labels = {f: headline_label(board, f) for f in FAMILY_FAMILIES}
+    labels = {f: lab for f, lab in labels.items() if lab and f"{lab}_diff_sd" in board}
+    cells: dict[str, list[tuple[int, str]]] = {}  # experiment -> [(row index, label)] of the family
+    for lab in labels.values():
+        for c, default in (("p", np.nan), ("p_equivalence", np.nan), ("p_holm", np.nan),
+                           ("p_equivalence_holm", np.nan), ("margin", np.nan), ("verdict", ""),
+                           ("verdict_holm", ""), ("role", "")):  # fmt: skip
+            board[f"{lab}_{c}"] = default
+    for i, r in board.iterrows():
+        xp = str(r.get("experiment") or MAIN)
+        if r["entry"] in (BASE_ENTRY, r.get("baseline")) or not r.get("baseline"):
+            continue
+        for family, lab in labels.items():
+            margin = _family_margin(specs, xp, r["model"])
+            tests = summary_tests(r[f"{lab}_diff"], r[f"{lab}_diff_sd"], r[f"{lab}_n_pairs"], margin)
+            if tests["p_value"] != tests["p_value"]:
+                continue
+            verdict = four_verdict(r[f"{lab}_diff"], tests["p_value"], tests["p_equivalence"], "better", "worse",
+                                   alpha)  # fmt: skip
+            primary_cell = _is_primary_cell(specs.get(xp) or {}, r, family, task_subsets or {})
+            board.loc[i, [f"{lab}_p", f"{lab}_p_equivalence", f"{lab}_margin", f"{lab}_verdict", f"{lab}_role"]] = [
+                tests["p_value"],
+                tests["p_equivalence"],
+                margin,
+                verdict,
+                "primary" if primary_cell else "secondary",
+            ]
+            if primary_cell:
+                board.loc[i, [f"{lab}_p_holm", f"{lab}_p_equivalence_holm", f"{lab}_verdict_holm"]] = [
+                    tests["p_value"],
+                    tests["p_equivalence"],
+                    verdict,
+                ]
+            else:
+                cells.setdefault(xp, []).append((i, lab))
+    rows = []
+    for xp, members in cells.items():
+        for raw, adjusted in (("p", "p_holm"), ("p_equivalence", "p_equivalence_holm")):
+            p = np.array([board.loc[i, f"{lab}_{raw}"] for i, lab in members], dtype=np.float64)
+            for (i, lab), v in zip(members, holm(p), strict=True):
+                board.loc[i, f"{lab}_{adjusted}"] = v
+        verdicts = []
+        for i, lab in members:
+            v = four_verdict(board.loc[i, f"{lab}_diff"], board.loc[i, f"{lab}_p_holm"],
+                             board.loc[i, f"{lab}_p_equivalence_holm"], "better", "worse", alpha)  # fmt: skip
+            board.loc[i, f"{lab}_verdict_holm"] = v
+            verdicts.append(v)
+        excluding = sum(1 for i, lab in members if board.loc[i, f"{lab}_p"] < alpha)
+        rows.append({"experiment": xp, "n_tests": len(members), "n_excluding_0": excluding,
+                     "expected_by_chance": alpha * len(members),
+                     **{v: verdicts.count(v) for v in ("better", "worse", "equivalent", "unresolved")}})  # fmt: skip
+    return board, pd.DataFrame(rows, columns=FAMILY_COLUMNS)
+
+
+def collapse_factors(per_run: pd.DataFrame, specs: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """Per run of an experiment whose ``primary`` sets ``collapse_factor`` (the horizon experiment): how far its
+    entropy fell, step-1 entropy / final entropy (``factor``), and whether it fell at least that many-fold
+    (``collapsed``). Columns: experiment, model, entry, seed, steps, entropy_first, entropy_final, factor,
+    threshold, collapsed."""
+    columns = ["experiment", "model", "entry", "seed", "steps", "entropy_first", "entropy_final", "factor",
+               "threshold", "collapsed"]  # fmt: skip
+    rows = []
+    for xp, spec in specs.items():
+        threshold = ((spec or {}).get("primary") or {}).get("collapse_factor")
+        xr = of_experiment(per_run, xp)
+        if not threshold or xr.empty:
+            continue
+        for r in xr.sort_values(["model", "entry", "seed"]).itertuples():
+            factor = r.entropy_first / r.entropy_final if r.entropy_final > 0 else float("inf")
+            rows.append([xp, r.model, r.entry, int(r.seed), int(r.steps), r.entropy_first, r.entropy_final, factor,
+                         float(threshold), bool(factor >= float(threshold))])  # fmt: skip
+    return pd.DataFrame(rows, columns=columns)

@@ -27,9 +27,6 @@ from bandpo.report.atlas import HEAD as ATLAS_HEAD
 from bandpo.report.atlas import NOTE as ATLAS_NOTE
 from bandpo.report.atlas import atlas_cells, atlas_pairs
 from bandpo.report.tables import (
-    POWER_NOTE,
-    SEEDS_NOTE,
-    STATS_NOTE,
     Column,
     Panel,
     baseline_of,
@@ -39,6 +36,8 @@ from bandpo.report.tables import (
     max_seeds,
     page_title,
     power_lines,
+    power_note,
+    reading_notes,
     sections,
     task_columns,
     unpaired_lines,
@@ -122,6 +121,7 @@ def leaderboard_html(
     power: pd.DataFrame | None = None,
     panels: Sequence[Panel] = (),
     atlas: pd.DataFrame | None = None,
+    base_per_seed: bool | None = None,
 ) -> str:
     """A standalone HTML page of the leaderboard: one sortable table per (experiment, subset, model size) (and per
     task when there are several), filters by experiment and model size, the experiments' ``notes`` (experiment,
@@ -151,9 +151,9 @@ def leaderboard_html(
         for name, path in (figures or {}).items()
     ]
     baseline = baseline_of(board)
-    reading = [STATS_NOTE.format(baseline=baseline), SEEDS_NOTE.format(n=max_seeds(board))]
+    reading = reading_notes(board, base_per_seed)
     if power is not None and not power.empty:
-        reading += [POWER_NOTE.format(baseline=baseline), *power_lines(power)]
+        reading += [power_note(board), *power_lines(power)]
     reading += unpaired_lines(board)
     reading += [grader_note(board)] if grader_note(board) else []
     return (

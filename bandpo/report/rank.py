@@ -132,10 +132,12 @@ def rank_frame(
             lo, hi = cmp["diff_t_ci_low"], cmp["diff_t_ci_high"]
             verdict = "better" if lo > 0 else "worse" if hi < 0 else "unresolved"
             mean = float(x.groupby("seed")["value"].mean().mean())
+            seeds = set(x["seed"])  # means over the entry's seeds (GRPO, the primary pair, may have more)
             place, of = float("nan"), float("nan")
             if check["match"]:
                 pub = theirs[(theirs["experiment"] == MAIN) & (theirs["model"] == model) & (theirs["name"] == metric)]
                 pub = pub[(pub["entry"] != "base") & (pub["entry"] != entry) & (pub["subset"].fillna("") == "")]
+                pub = pub[pub["seed"].isin(seeds)]
                 means = pub.groupby("entry")["value"].mean()
                 place, of = 1 + int((means > mean).sum()), len(means) + 1
             rows.append(
@@ -146,7 +148,7 @@ def rank_frame(
                     "baseline_source": source,
                     "n_pairs": cmp["n_pairs"],
                     "entry_mean": mean,
-                    "baseline_mean": float(y.groupby("seed")["value"].mean().mean()),
+                    "baseline_mean": float(y[y["seed"].isin(seeds)].groupby("seed")["value"].mean().mean()),
                     "diff": cmp["diff"],
                     "diff_t_ci_low": lo,
                     "diff_t_ci_high": hi,

@@ -218,6 +218,85 @@ def seeds_needed(sd: float, target: float = MDE_TARGET, alpha: float = ALPHA, po
     return float(lo)
 
 
+# ------------------------------------------------------------------------------------------------------------
+# Four verdicts (issue #37): better, worse, equivalent within a margin fixed before the runs, or unresolved
+# ------------------------------------------------------------------------------------------------------------
+EQUIVALENCE_CONFIDENCE = 0.90  # two one-sided tests at 5% each <=> the 90% interval inside [-margin, +margin]
+EQUIVALENT, UNRESOLVED = "equivalent", "unresolved"
+
+
+def paired_tests(d: Sequence[float] | np.ndarray, margin: float = math.nan) -> dict[str, float]:
+    """The two tests of a paired design on the per-seed differences ``d`` (treatment - control), n = pairs:
+
+    * difference: the two-sided one-sample t-test of mean(d) = 0, p_value = 2 P(T_{n-1} > |mean| sqrt(n) / sd);
+    * equivalence within ``margin`` (TOST, Schuirmann 1987): the two one-sided t-tests of mean(d) <= -margin and
+      mean(d) >= +margin, p_equivalence = the larger of their p-values; p_equivalence < 0.05 exactly when the
+      90% t interval (ci90_low, ci90_high) lies inside [-margin, +margin]. NaN without a margin.
+
+    NaN p-values for fewer than 2 pairs; an SD of 0 gives p 0 or 1 (the differences are all equal)."""
+    x = np.asarray(d, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    sd = float(np.std(x, ddof=1)) if x.size >= 2 else math.nan
+    lo, hi = t_interval(x, EQUIVALENCE_CONFIDENCE)
+    mean = float(x.mean()) if x.size else math.nan
+    return {**summary_tests(mean, sd, x.size, margin), "ci90_low": lo, "ci90_high": hi}
+
+
+def summary_tests(mean: float, sd: float, n: int, margin: float = math.nan) -> dict[str, float]:
+    """`paired_tests`' p-values from the differences' mean, SD (ddof 1) and count alone (as leaderboard.csv holds
+    them): p_value (difference from 0, two-sided) and p_equivalence (TOST within ``margin``; NaN without one)."""
+    from scipy.stats import t
+
+    nan = float("nan")
+    out = {"p_value": nan, "p_equivalence": nan}
+    n = int(n) if n == n else 0
+    if n < 2 or not (math.isfinite(mean) and math.isfinite(sd)):
+        return out
+    has_margin = math.isfinite(margin) and margin > 0
+    se = sd / math.sqrt(n)
+    if se == 0:
+        out["p_value"] = 0.0 if mean != 0 else 1.0
+        out["p_equivalence"] = (0.0 if abs(mean) < margin else 1.0) if has_margin else nan
+        return out
+    out["p_value"] = float(2 * t.sf(abs(mean) / se, n - 1))
+    if has_margin:
+        p_low = float(t.sf((mean + margin) / se, n - 1))  # H0: mean <= -margin
+        p_high = float(t.cdf((mean - margin) / se, n - 1))  # H0: mean >= +margin
+        out["p_equivalence"] = max(p_low, p_high)
+    return out
+
+
+def four_verdict(
+    difference: float, p_value: float, p_equivalence: float, above: str, below: str, alpha: float = ALPHA
+) -> str:
+    """One of four verdicts from a comparison's tests (`paired_tests`, p-values raw or Holm-adjusted):
+    ``equivalent`` when the equivalence test rejects (the difference, whatever its sign, is inside the margin: a
+    resolved difference smaller than the margin is one nobody would act on, so it reads as equivalent), else
+    ``above`` / ``below`` when the difference test rejects (by the sign of the difference), else ``unresolved``
+    (also without any test: fewer than 2 pairs)."""
+    if p_equivalence == p_equivalence and p_equivalence < alpha:
+        return EQUIVALENT
+    if p_value == p_value and p_value < alpha:
+        return above if difference > 0 else below
+    return UNRESOLVED
+
+
+def holm(pvalues: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Holm's step-down adjustment (Holm 1979) of a family of p-values (NaN stays NaN and is not counted): sorted
+    ascending, p_(i) x (m - i + 1), made non-decreasing, capped at 1; controls the family-wise error rate at the
+    level the adjusted p-values are compared with, under any dependence."""
+    p = np.asarray(pvalues, dtype=np.float64)
+    out = np.full(p.shape, np.nan)
+    ok = np.flatnonzero(np.isfinite(p))
+    if ok.size == 0:
+        return out
+    order = ok[np.argsort(p[ok], kind="stable")]
+    m = order.size
+    adjusted = np.minimum(1.0, np.maximum.accumulate(p[order] * (m - np.arange(m))))
+    out[order] = adjusted
+    return out
+
+
 def _improvement(d: np.ndarray, axis: int = -1) -> np.ndarray:
     """Share of positive paired differences, ties counting one half."""
     return (d > 0).mean(axis=axis) + 0.5 * (d == 0).mean(axis=axis)

@@ -48,7 +48,8 @@ def run_stats(
 
     per_run: one row per run with entropy_first (at its first logged step: the base model's, since the rollout
     policy of step 1 is the base model), entropy_final, reward_final and accuracy_final (mean over the last 10% of
-    steps; the reward's scale is the trainer's, accuracy is comparable across trainers), clipfrac (mean
+    steps; the reward's scale is the trainer's, accuracy is comparable across trainers), entropy_auc (the mean of
+    the per-step entropy: the area under the entropy curve per step), clipfrac (mean
     over steps, off-policy updates when logged), train_seconds, steps. per_entry: one row per (model, entry) with
     n_runs, entropy_final (mean over seeds) and its Student-t interval, reward_final, clipfrac, train_seconds_mean
     (per run) and train_seconds_total (all seeds)."""
@@ -62,6 +63,7 @@ def run_stats(
         "steps",
         "entropy_first",
         "entropy_final",
+        "entropy_auc",
         "reward_final",
         "accuracy_final",
         "clipfrac",
@@ -93,6 +95,7 @@ def run_stats(
             "steps": int(g["step"].max()),
             "entropy_first": first_value(g, "entropy"),
             "entropy_final": final_window(g, "entropy"),
+            "entropy_auc": float(g["entropy"].mean()) if "entropy" in g else float("nan"),
             "reward_final": final_window(g, "reward_mean"),
             "accuracy_final": final_window(g, "accuracy"),
             "clipfrac": float(g[clip_col].mean()) if clip_col else float("nan"),

@@ -26,7 +26,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bandpo.config.sweep import job_resources, score_groups
+from bandpo.config.sweep import (
+    cell_models,
+    eval_rule_name,
+    eval_seed_groups,
+    job_resources,
+    runs,
+    score_groups,
+    slot_id,
+    slot_seeds,
+    split_slot,
+    xp_entries,
+)
 from bandpo.config.validate import ConfigError, validate_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -172,6 +183,13 @@ def sacct(env, *fields: str) -> list[dict[str, str]]:
     return [dict(zip(fields, line.split("|"), strict=True)) for line in out.splitlines() if line]
 
 
+def eval_rule_of(cfg: dict, slot: str) -> str:
+    """The scoring rule of a slot (`bandpo.config.sweep.eval_seed_groups`, `eval_rule_name`)."""
+    experiment = split_slot(slot)[1]
+    group = next(g for g in eval_seed_groups(cfg, experiment) if slot in g["slots"])
+    return eval_rule_name("eval_group", experiment, group["primary"])
+
+
 def rule_of(comment: str) -> str:
     m = re.match(r"^rule_(.+?)(?:_wildcards_.*)?$", comment)
     assert m, comment
@@ -240,20 +258,22 @@ def test_smoke_dag_on_a_slurm_cluster(cluster, tmp_path):
     redone = sorted(rule_of(j["Comment"]) for j in again)
     finished_before = {j["Comment"] for j in first_jobs if j["State"] == "COMPLETED"}
     assert not finished_before & {j["Comment"] for j in again}, "a job that had finished was submitted again"
-    # the scoring rule of the cancelled run's experiment: eval_group for main, eval_group_<experiment> for the
-    # others (the smoke config holds the probe and random-reward experiments too; a slot is {entry}@{experiment})
-    xp = re.search(r"@([^_@]+)", cancelled[1])
-    scoring = "eval_group" + (f"_{re.sub(r'[^A-Za-z0-9_]', '_', xp.group(1))}" if xp else "")
+    # the scoring rule of the cancelled run's slot: eval_group for main, eval_group_<experiment> for the others, with
+    # _primary for a primary pair that runs seeds of its own (the smoke config holds the probe and random-reward
+    # experiments too; a slot is {entry}@{experiment})
     cfg = validate_config(yaml.safe_load(SMOKE.read_text()))
+    slot = max((s for _m, s, _seed in runs(cfg) if f"_{s}_" in cancelled[1]), key=len)
+    scoring = eval_rule_of(cfg, slot)
     feeds_select = {g for a in cfg["axes"].values() for c in a["cells"] for g in score_groups(cfg, c)}
     if not any(f"_{m}_{slot}_" in cancelled[1] for m, slot in feeds_select):
         assert redone == sorted([scoring, "report", "train"]), (redone, cancelled[1])
     else:  # the select job read the cell's scores: it, the separation runs and their scoring wait on them
         selecting = [x for x, v in cfg["experiments"].items() if v.get("select")]
-        n_sep = sum(len(cfg["experiments"][x]["methods"]) * len(cfg["experiments"][x]["seeds"]) for x in selecting)
-        n_sep_groups = sum(len(cfg["experiments"][x]["methods"]) for x in selecting)
+        sep_groups = [(m, x, e) for x in selecting for e in xp_entries(cfg, x)
+                      for m in cell_models(cfg, cfg["experiments"][x], e)]  # fmt: skip
+        n_sep = sum(len(slot_seeds(cfg, x, e)) for _m, x, e in sep_groups)
         expected = [scoring, "report", "select", *["train"] * (1 + n_sep)]
-        expected += [f"eval_group_{re.sub(r'[^A-Za-z0-9_]', '_', x)}" for x in selecting] * n_sep_groups
+        expected += [eval_rule_of(cfg, slot_id(x, e)) for _m, x, e in sep_groups]
         assert redone == sorted(expected), (redone, cancelled[1])
     retrained = next(j for j in jobs if j["JobIDRaw"] not in before and rule_of(j["Comment"]) == "train")
     assert retrained["Comment"] == cancelled[1]

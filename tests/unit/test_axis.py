@@ -168,26 +168,42 @@ def test_select_command_needs_scores(tmp_path):
 # the config
 
 
-def test_offpolicy_axis_of_the_embedded_config():
-    cfg = validate.validate_config(read_config("config"))
+def _cfg():
+    """The default config with the off-policy axis of config/offpolicy.yaml back in it and the separation run
+    selecting its regime from the axis (rule revision 3), as the default DAG ran them until #37: the composite the
+    axis's validation and reuse rules are exercised on."""
+    raw = copy.deepcopy(read_config("config"))
+    off = yaml.safe_load((CONFIGS["config"].parent / "offpolicy.yaml").read_text())
+    raw["experiments"].update(off["experiments"])
+    raw["axes"] = off["axes"]
+    sep = raw["experiments"]["separation"]
+    sep.pop("train")
+    sep["select"] = {"axis": "offpolicy", "rule": "largest-learning-compared", "entry": "grpo", "fallback": 4,
+                     "min_gain": 2.0}  # fmt: skip
+    return raw
+
+
+def test_offpolicy_axis_config():
+    """config/offpolicy.yaml: the four cells at D = 1, 4, 8, 16 (D = 1 GRPO alone), each training its own runs
+    (main is not run there); in the composite with main the cell at main's setting reuses main's runs."""
+    cfg = validate.validate_config(yaml.safe_load((CONFIGS["config"].parent / "offpolicy.yaml").read_text()))
     ax, xps = cfg["axes"]["offpolicy"], cfg["experiments"]
-    assert [xps[c]["train"]["updates_per_step"] for c in ax["cells"]] == [1, 4, 8, 16]
+    assert [xps[c]["train"]["updates_per_step"] for c in ax["cells"]] == [1, 4, 8, 16] and list(xps) == ax["cells"]
     assert xps["offpolicy-D1"]["methods"] == ["grpo"]  # D = 1: on-policy, every bound method gives GRPO's run
     arms = {"grpo", "clip_higher", "bandpo_kl", "bandpo_upper"}
     assert all(set(xps[c]["methods"]) == arms and len(xps[c]["seeds"]) >= 3 for c in ax["cells"][1:])
+    assert all(not xps[c]["reuse"] for c in ax["cells"])
+    assert set(ax["primary"]["rules"]) == {"engagement", "mechanism", "accuracy", "verdicts"}
+    composite = validate.validate_config(_cfg())
+    xps = composite["experiments"]
     assert set(xps["offpolicy-D4"]["reuse"]) == arms  # main's setting: main's runs
     assert xps["offpolicy-D1"]["reuse"] == ["base"] and xps["offpolicy-D8"]["reuse"] == []
     sep = xps["separation"]
     assert len(sep["seeds"]) >= 5 and not set(sep["seeds"]) & set(xps["offpolicy-D8"]["seeds"])
     assert {"grpo", "clip_higher", "dcpo", "bandpo_kl", "bandpo_upper"} <= set(sep["methods"])
-    assert set(ax["primary"]["rules"]) == {"engagement", "mechanism", "accuracy", "verdicts"}
-    runs = sweep.runs(cfg)
+    runs = sweep.runs(composite)
     assert not [r for r in runs if r[1].endswith("@offpolicy-D4")]
     assert ("tiny-m", "dppo_kl", 0) not in runs and ("tiny-s", "dppo_kl", 0) in runs  # entry models: tiny-s only
-
-
-def _cfg():
-    return copy.deepcopy(read_config("config"))
 
 
 def test_reuse_needs_every_setting_equal():
@@ -195,11 +211,40 @@ def test_reuse_needs_every_setting_equal():
     raw["experiments"]["offpolicy-D4"]["train"]["lr"] = 1e-3
     assert validate.validate_config(raw)["experiments"]["offpolicy-D4"]["reuse"] == []
     raw = _cfg()
-    raw["experiments"]["offpolicy-D4"]["seeds"] = [0, 1, 2, 9]
+    raw["experiments"]["offpolicy-D4"]["seeds"] = [0, 1, 2, 99]  # a seed main runs for no entry
     assert validate.validate_config(raw)["experiments"]["offpolicy-D4"]["reuse"] == []
     only = validate.validate_config({**_cfg(), "only": "offpolicy"})  # an axis id names its cells; main is not run
     assert set(only["experiments"]) == set(only["axes"]["offpolicy"]["cells"])
     assert only["experiments"]["offpolicy-D4"]["reuse"] == []
+
+
+def test_reuse_compares_each_entrys_seeds_with_mains():
+    """With primary.seeds an entry's runs are main's when its seeds (sweep.slot_seeds) are among main's seeds of
+    that entry: main's pair running more seeds keeps the cell's reuse; a cell's own pair with seeds main's pair lacks
+    trains and scores that pair itself (a rule of its own), the other entries are still main's."""
+    raw = yaml.safe_load((CONFIGS["config"].parent / "smoke.yaml").read_text())
+    raw["methods"].append({"id": "clip_higher", "method": "clip_higher"})
+    raw["seeds"] = [0, 1]
+    cell = raw["experiments"]["off-D4"]  # main's settings
+    cell.update(methods=["grpo", "bandpo_kl", "clip_higher"], seeds=[0, 1])
+    raw["experiments"]["main"]["primary"].pop("seeds", None)
+    assert validate.validate_config(raw)["experiments"]["off-D4"]["reuse"] == ["grpo", "bandpo_kl", "clip_higher"]
+    raw["experiments"]["main"]["primary"]["seeds"] = [0, 1, 2, 3]
+    cfg = validate.validate_config(raw)
+    assert cfg["experiments"]["off-D4"]["reuse"] == ["grpo", "bandpo_kl", "clip_higher"]
+    assert cfg["experiments"]["off-D1"]["reuse"] == ["base"]  # the base models keep main's own seeds
+    cell["primary"] = {"metric": "m", "rule": "r", "compare": ["bandpo_kl", "grpo"], "seeds": [0, 1, 2, 3, 4]}
+    cfg = validate.validate_config(raw)
+    assert cfg["experiments"]["off-D4"]["reuse"] == ["clip_higher"]
+    assert [(g["primary"], g["slots"]) for g in sweep.eval_seed_groups(cfg, "off-D4")] == [
+        (True, ["grpo@off-D4", "bandpo_kl@off-D4"])
+    ]
+    assert sweep.expected_jobs(cfg)[sweep.eval_rule_name("eval_group", "off-D4", primary=True)] == 2
+    assert {(s, r) for _m, s, r in sweep.runs(cfg) if s.endswith("@off-D4")} == {
+        (f"{e}@off-D4", r) for e in ("grpo", "bandpo_kl") for r in range(5)
+    }
+    cell["primary"]["seeds"] = [0, 1, 2, 3]  # main's pair's seeds: main's runs again
+    assert validate.validate_config(raw)["experiments"]["off-D4"]["reuse"] == ["grpo", "bandpo_kl", "clip_higher"]
 
 
 AXIS_CASES = {
@@ -213,8 +258,8 @@ AXIS_CASES = {
                      r"separation\.select\.entry: entry 'dcpo' is not in cell"),
     "select_sets_key": (lambda c: c["experiments"]["separation"].setdefault("train", {}).update(updates_per_step=2),
                         r"separation\.train: updates_per_step is chosen by select"),
-    "entry_models": (lambda c: c["methods"][7].update(models=["tiny-s-probe"]),
-                     r"experiments\.main\.methods\[7\]: entry 'dppo_kl' runs on none"),
+    "entry_models": (lambda c: c["methods"][1].update(models=["tiny-m"]),
+                     r"experiments\.separation\.methods\[1\]: entry 'clip_higher' runs on none"),
     "only_select_alone": (lambda c: c.update(only="separation"), r"only: 'separation' selects from axis 'offpolicy'"),
 }  # fmt: skip
 
@@ -242,7 +287,7 @@ def test_set_file_overrides_the_trainer(tmp_path):
     path.write_text('{"updates_per_stp": 8}')
     with pytest.raises(ValueError, match="did you mean 'updates_per_step'"):
         apply_overrides(TrainConfig(), read_set_file(path))
-    assert yaml.safe_load(CONFIGS["config"].read_text())["axes"]["offpolicy"]["key"] == "updates_per_step"
+    assert _cfg()["axes"]["offpolicy"]["key"] == "updates_per_step"
 
 
 def test_panels_show_the_rules_the_per_value_table_and_the_selection():
@@ -269,3 +314,23 @@ def test_secondary_entropy_pairs_by_seed():
     assert rows.loc["arm", "difference"] == pytest.approx(0.1) and rows.loc["arm", "verdict"] == "higher entropy"
     assert rows.loc["arm", "n_pairs"] == 4 and rows.loc["other", "difference"] == pytest.approx(0.0)
     assert rows.loc["other", "verdict"] == "unresolved" and set(rows["control"]) == {"grpo"}
+
+
+def test_rule_revision_3_on_the_published_axis_chooses_main_setting():
+    """config/config.yaml fixes the separation run's regime at D = 4 from the published axis (results/, the run of
+    2026-12-02) under rule revision 3: GRPO's paired gain over the base model must have a 95% interval above
+    min_gain = 2 points. Recomputed here from the published scores: D = 4 qualifies, D = 8 (whose interval
+    straddles 0, the cell a rerun on another CPU model chose under revision 2) and D = 16 do not."""
+    root = Path(__file__).resolve().parents[2]
+    published = json.loads((root / "results" / "provenance.json").read_text())["config"]
+    scores = pd.read_csv(root / "results" / "scores.csv")
+    experiments = copy.deepcopy(published["experiments"])
+    experiments["separation"]["select"]["min_gain"] = 2.0
+    cfg = yaml.safe_load((root / "config" / "config.yaml").read_text())
+    setting, table = axis.select_setting(scores, experiments, published["axes"], "separation")
+    assert setting == {"updates_per_step": cfg["experiments"]["separation"]["train"]["updates_per_step"]} == {
+        "updates_per_step": 4}  # fmt: skip
+    by_d = table.set_index("value")
+    assert by_d.loc[4, "ci_low"] > 0.02 and by_d.loc[8, "ci_low"] < 0 < by_d.loc[8, "ci_high"]
+    assert list(by_d["qualifies"]) == [True, False, False]
+    assert "min_gain = 2 points" in (root / "config" / "config.yaml").read_text()

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -58,7 +59,7 @@ def test_render_rewrites_blocks_in_place(tmp_path):
 
 
 def test_every_block_is_used_somewhere():
-    used = {m["name"] for p in DOCS for m in docs.BLOCK.finditer(p.read_text(encoding="utf-8"))}
+    used = {m["name"].rpartition("/")[2] for p in DOCS for m in docs.BLOCK.finditer(p.read_text(encoding="utf-8"))}
     assert used == set(docs.BLOCKS)
 
 
@@ -113,10 +114,10 @@ def test_readme_claims():
     seeds = b.groupby("experiment")["n_seeds"].agg(["min", "max"])
     five = ["probe", "separation"]
     assert (seeds.drop(five).to_numpy() == 3).all() and (seeds.loc[five].to_numpy() == 5).all()
-    assert "mean over seeds (3; 5 for probe and separation)" in flat and "At 3 seeds the minimum detectable" in flat
+    assert "mean over seeds (3; 5 for probe and separation)" in flat and "The primary pair's minimum detectable" in flat
     # the primary rule, as the README states it, is the paired one
     assert "paired: per seed the difference" in flat and "95% paired t interval" in flat
-    assert "paired differences that 3 seeds estimate roughly" in flat
+    assert "paired differences that few seeds estimate roughly" in flat
     # the axis and the separation run as the config declares them
     cfg = RESULTS.provenance["config"]
     axis = cfg["axes"]["offpolicy"]
@@ -215,7 +216,8 @@ def test_primary_rules_are_the_paired_comparisons_of_the_leaderboard():
                              (r.ci_high, "mean@8_diff_t_ci_high")):  # fmt: skip
             assert ours == pytest.approx(row[theirs], abs=2e-6)
         winner = r.treatment if r.ci_low > 0 else (r.control if r.ci_high < 0 else None)
-        expected = f"{winner} better" if winner else "unresolved"
+        inside = r.margin == r.margin and -r.margin < r.ci90_low and r.ci90_high < r.margin
+        expected = "equivalent" if inside else (f"{winner} better" if winner else "unresolved")
         assert r.verdict == expected
     changes = docs.entropy_changes(RESULTS)
     for r in p[(p.metric == "entropy_final") & (p.experiment == "random-reward")].itertuples():
@@ -332,3 +334,115 @@ def test_verl_profile_tables_recompute_from_the_published_files():
     assert set(runs["profile"]) == {docs.VERL_PROFILE} and set(runs["entry"]) == set(published["entry"]) - {"base"}
     dag = pd.read_csv(verl / "dag_rules.csv").set_index("rule")
     assert dag.loc["train tiny-s (main)", "jobs"] == len(runs) == dag.loc["merge", "jobs"]
+
+
+def _sentences(text: str, start: str) -> list[str]:
+    """The sentences of the page's experiment notes that begin with ``start``, per experiment: [(experiment, s)]."""
+    out = []
+    for line in text.splitlines():
+        m = re.match(r"- \*\*(?P<xp>[^*]+)\*\*: (?P<text>.*)", line)
+        if m:
+            out += [(m["xp"], x) for x in re.split(r"(?<=[a-z0-9)])\. (?=[A-Z])", m["text"]) if x.startswith(start)]
+    return out
+
+
+def test_generated_sentences_recompute_from_the_published_files():
+    """Every number of the page's result sentences names what it is, and is that, recomputed from results/: an
+    entropy "at step 1" is the mean step-1 entropy of those runs in steps.csv, a final entropy the runs' mean in
+    runs.csv, "N runs" / "N seed pairs" / "N paired seed differences" the count of runs or pairs, the family
+    sentence's counts those of leaderboard.csv, and the reading notes' seed counts, t quantiles and interval
+    counts those of the leaderboard (issue #37: no template reused across rows whose rules differ)."""
+    from scipy.stats import t
+
+    page = read("results/leaderboard.md")
+    runs, board, steps = RESULTS.runs, RESULTS.board, pd.read_csv(ROOT / "results" / "steps.csv")
+    first = steps.sort_values("step").groupby(["experiment", "model", "entry", "seed"])["entropy"].first()
+    checked = 0
+    for xp, s in _sentences(page, "Result on"):
+        m = re.match(
+            r"Result on (?P<model>[\w-]+), (?P<entry>\w+): final entropy (?P<final>[\d.]+) \(mean of its "
+            r"(?P<n>\d+) runs\) against (?P<first>[\d.]+) at step 1 \(the same runs' step-1 entropy\)",
+            s,
+        )
+        if m:  # a run's final entropy against its own step 1
+            r = runs[(runs.experiment == xp) & (runs.model == m["model"]) & (runs.entry == m["entry"])]
+            assert int(m["n"]) == len(r)
+            assert float(m["final"]) == pytest.approx(r["entropy_final"].mean(), abs=6e-4)
+            step1 = first.loc[xp, m["model"], m["entry"]]
+            assert float(m["first"]) == pytest.approx(step1.mean(), abs=6e-4), s
+            checked += 1
+            continue
+        m = re.match(
+            r"Result on (?P<model>[\w-]+), final entropy: (?P<arm>\w+) (?P<a>[\d.]+) against (?P<ctrl>\w+) "
+            r"(?P<c>[\d.]+) \(means over (?P<n>\d+) seed pairs\)",
+            s,
+        )
+        if m:  # an entry against the control, paired by seed
+            r = runs[(runs.experiment == xp) & (runs.model == m["model"])].set_index(["entry", "seed"])
+            arm, ctrl = r.loc[m["arm"], "entropy_final"], r.loc[m["ctrl"], "entropy_final"]
+            seeds = sorted(set(arm.index) & set(ctrl.index))
+            assert int(m["n"]) == len(seeds)
+            assert float(m["a"]) == pytest.approx(arm.loc[seeds].mean(), abs=6e-4)
+            assert float(m["c"]) == pytest.approx(ctrl.loc[seeds].mean(), abs=6e-4), s
+            checked += 1
+            continue
+        m = re.match(
+            r"Result on (?P<model>[\w-]+) \([^)]*\): (?P<arm>\w+) − (?P<ctrl>\w+) = (?P<d>[-+][\d.]+) "
+            r"\[(?P<lo>[-+][\d.]+), (?P<hi>[-+][\d.]+)\] points of (?P<metric>\S+) \(mean of (?P<n>\d+) "
+            r"paired seed differences",
+            s,
+        )
+        if m:
+            p = RESULTS.primary
+            row = p[(p.experiment == xp) & (p.model == m["model"]) & (p.metric == m["metric"])].iloc[0]
+            assert int(m["n"]) == row.n_pairs
+            for key, col in (("d", "difference"), ("lo", "ci_low"), ("hi", "ci_high")):
+                assert float(m[key]) == pytest.approx(100 * row[col], abs=0.051), s
+            scores = RESULTS.scores
+            sc = scores[(scores.experiment == xp) & (scores.model == m["model"]) & (scores.task == row.task)
+                        & (scores.metric == "mean")]  # fmt: skip
+            seeds = set(sc[sc.entry == m["arm"]].seed) & set(sc[sc.entry == m["ctrl"]].seed)
+            assert len(seeds) == row.n_pairs
+            checked += 1
+            continue
+        m = re.match(r"Result on (?P<model>[\w-]+), entropy area", s)
+        assert m, f"an unrecognised result sentence: {s}"
+    assert checked >= 8
+    # the family sentences: their counts are leaderboard.csv's
+    for xp, s in _sentences(page, "Secondaries:"):
+        n = int(re.search(r"Secondaries: (\d+) paired tests", s)[1])
+        b = board[board.experiment == xp]
+        roles = b[[c for c in b.columns if c.endswith("_role")]]
+        assert n == int((roles == "secondary").to_numpy().sum()), s
+    # the reading notes: seed counts and t quantiles of the trained rows, the count of intervals
+    trained = board[board.entry != "base"]
+    counts = sorted(set(trained["n_seeds"].astype(int)))
+    for n in counts:
+        assert f"{t.ppf(0.975, n - 1):.2f} at {n} seeds" in page
+    shown = trained[trained["mean@8_diff_t_ci_low"].notna()]
+    out = int(((shown["mean@8_diff_t_ci_low"] > 0) | (shown["mean@8_diff_t_ci_high"] < 0)).sum())
+    assert f"The tables show {len(shown)} paired 95% intervals of mean@8" in page and f"; {out} do." in page
+    base_per_seed = RESULTS.provenance["config"]["base_per_seed"]
+    assert ("Seed s of every entry trains from base model s" in page) == bool(base_per_seed)
+    assert "at step 1, paired difference" not in page
+    # the axis cells' descriptions (the page prints them): completions per mini-batch = prompts x samples / D
+    cfg = yaml.safe_load(read("config/offpolicy.yaml"))
+    tiny_s = next(m for m in cfg["models"] if m["id"] == "tiny-s")
+    per_step = tiny_s["train"]["prompts_per_step"] * 8  # TrainConfig: 8 samples per prompt
+    for cell in ("offpolicy-D4", "offpolicy-D8", "offpolicy-D16"):
+        d = cfg["experiments"][cell]["train"]["updates_per_step"]
+        assert f"({per_step // d} of tiny-s's {per_step} completions each)" in cfg["experiments"][cell]["description"]
+
+
+def test_planned_seeds_table_recomputes():
+    """docs/statistics.md's planned MDEs are the exact MDE at the SD assumed and the seeds planned, and the config
+    plans those seeds for the primary pair."""
+    from bandpo.report.stats import minimum_detectable_difference
+
+    text = read("docs/statistics.md")
+    cfg = yaml.safe_load(read("config/config.yaml"))["experiments"]
+    rows = re.findall(r"^\| (main|separation) \| (tiny-[sm]) \| ([\d.]+) \| (\d+) \| ([\d.]+) \|$", text, re.M)
+    assert len(rows) == 3
+    for xp, _model, sd, n, mde in rows:
+        assert f"{minimum_detectable_difference(float(sd), int(n)):.2f}" == mde
+        assert len(cfg[xp]["primary"]["seeds"]) == int(n)

@@ -664,7 +664,7 @@ def test_leaderboard_rows_and_order(built):
 def test_markdown(built):
     results, _ = built
     md = (results / "leaderboard.md").read_text()
-    assert md.count("\n## tiny-") == 2 and "seed(s) per row the t intervals are wide" in md
+    assert md.count("\n## tiny-") == 2 and "the 95% t intervals multiply SD / sqrt(n) by t(0.975, n - 1)" in md
     assert "<script>" not in md and "&lt;/script&gt;" in md and "evil&lt;img" in md
     for name in report.FIGURES:  # the figures of experiments without runs are left off
         assert (f"(figures/{name}.png)" in md) == (name in MAIN_FIGURES)
@@ -1278,13 +1278,14 @@ def test_published_leaderboard_is_rebuilt_from_its_tables(tmp_path):
     """The report run again on the inputs behind results/leaderboard.* (rebuilt from the published scores and runs
     tables, `published_runs`) gives the published Markdown exactly, and the CSV up to the tables' 6 digits (a
     statistic of differences of such values, within 1e-5; the page shows 1e-3)."""
-    from published_runs import published_axes, published_experiments, rebuild_run_outputs
+    from published_runs import _published_config, published_axes, published_experiments, rebuild_run_outputs
 
     published = ROOT / "results"
     results = rebuild_run_outputs(published, tmp_path)
     bounds_script.main(["--out", str(results / "bounds.csv")])
     report.build_report(results, tmp_path / "out", experiments=published_experiments(published),
-                        axes=published_axes(published))  # fmt: skip
+                        axes=published_axes(published),
+                        base_per_seed=_published_config(published).get("base_per_seed"))  # fmt: skip
     # as `report publish` does: the smoke section (bandpo.report.smoke) from the published smoke profiles' tables
     for profile in SMOKE_PROFILES:
         if (published / profile).is_dir():
@@ -1499,7 +1500,7 @@ def test_entropy_rule_of_the_random_reward_control():
     assert set(res.index) == {"grpo", "dcpo", "bandpo_kl"} and (res["control"] == "step 1").all()
     assert res["control_mean"].iloc[0] == pytest.approx(0.451) and (res["n_pairs"] == 3).all()
     assert res.loc["grpo", "verdict"] == "entropy rises" and res.loc["dcpo", "verdict"] == "entropy falls"
-    assert res.loc["bandpo_kl", "verdict"] == "unmoved"
+    assert res.loc["bandpo_kl", "verdict"] == "unresolved"  # no entropy_margin declared: no equivalence
     # final = mean of the last 2 of 20 steps: 0.45 + 0.001 s + 0.08 (1 + 18/19) / 2 +- noise; paired with step 1
     change = np.array([0.08 * (1 + 18 / 19) / 2 + 0.005 * (-1) ** s for s in range(3)])
     assert res.loc["grpo", "treatment_mean"] == pytest.approx(0.451 + change.mean())
@@ -1511,8 +1512,11 @@ def test_entropy_rule_of_the_random_reward_control():
     one = shifts(_entropy_metrics({"grpo": 0.08}, seeds=1))
     assert one["verdict"].tolist() == ["no interval (fewer than 2 pairs)"]
     ((_, note),) = report.tables.experiment_notes(specs, res.reset_index())
-    assert "Result on tiny-s, grpo: final entropy" in note and "against 0.451 at step 1, paired difference" in note
-    assert "(95% paired t, 3 runs): entropy rises" in note
+    assert (
+        "Result on tiny-s, grpo: final entropy" in note
+        and "against 0.451 at step 1 (the same runs' step-1 entropy), paired difference" in note
+    )
+    assert "(95% paired t; no equivalence margin declared): entropy rises" in note
 
 
 def test_entropy_rule_is_paired_within_runs():
@@ -1644,3 +1648,78 @@ def test_page_and_docs_round_a_value_and_its_csv_text_the_same():
         assert fmt(v, 100) == fmt(float(f"{v:.6g}"), 100) == num(float(f"{v:.6g}"))
     assert fmt(float("nan")) == fmt(None) == num(float("nan")) == "—"
     assert fmt(12345678.9, 1, 0) == "12345679"  # large values keep their integer digits
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# four verdicts, equivalence margins, one family of tests (issue #37)
+
+
+def test_paired_tests_are_scipys_t_tests_and_tost_is_the_90_interval_inside_the_margin():
+    from scipy import stats as st
+
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        n = int(rng.integers(2, 12))
+        d = rng.normal(rng.normal(0, 0.02), 0.015, n)
+        margin = float(rng.uniform(0.005, 0.04))
+        out = report.stats.paired_tests(d, margin)
+        assert out["p_value"] == pytest.approx(st.ttest_1samp(d, 0.0).pvalue, rel=1e-9)
+        lower = st.ttest_1samp(d, -margin, alternative="greater").pvalue  # H0: mean <= -margin
+        upper = st.ttest_1samp(d, margin, alternative="less").pvalue  # H0: mean >= +margin
+        assert out["p_equivalence"] == pytest.approx(max(lower, upper), rel=1e-9, abs=1e-15)
+        lo, hi = st.t.interval(0.90, n - 1, loc=d.mean(), scale=st.sem(d))
+        assert (out["ci90_low"], out["ci90_high"]) == pytest.approx((lo, hi))
+        assert (out["p_equivalence"] < 0.05) == (-margin < lo and hi < margin)
+    assert np.isnan(report.stats.paired_tests([0.01, 0.02])["p_equivalence"])  # no margin: no equivalence test
+    assert np.isnan(report.stats.paired_tests([0.01])["p_value"])  # one pair: no test
+    same = report.stats.paired_tests([0.01, 0.01, 0.01], 0.02)
+    assert same["p_value"] == 0.0 and same["p_equivalence"] == 0.0
+
+
+def test_four_verdicts():
+    v = report.stats.four_verdict
+    assert v(0.03, 0.01, 0.9, "better", "worse") == "better" and v(-0.03, 0.01, 0.9, "b", "w") == "w"
+    assert v(0.001, 0.5, 0.01, "b", "w") == "equivalent"
+    assert v(0.004, 0.01, 0.01, "b", "w") == "equivalent"  # resolved but inside the margin: too small to act on
+    assert v(0.01, 0.3, 0.3, "b", "w") == "unresolved" and v(0.01, np.nan, np.nan, "b", "w") == "unresolved"
+
+
+def test_holm_step_down():
+    adjusted = report.stats.holm([0.01, 0.04, 0.03, np.nan, 0.5])
+    # sorted 0.01, 0.03, 0.04, 0.5 (m = 4): x4, x3, x2, x1, made non-decreasing, capped at 1
+    np.testing.assert_allclose(adjusted, [0.04, 0.09, 0.09, np.nan, 0.5])
+    assert report.stats.holm([0.3, 0.6])[1] == 0.6 and report.stats.holm([0.6, 0.9]).max() <= 1.0
+    assert np.isnan(report.stats.holm([np.nan])).all()
+
+
+def test_family_verdicts_adjust_the_secondaries_and_leave_the_primary_alone():
+    from bandpo.report.experiments import family_verdicts, margin_of
+
+    def row(entry, diff, sd, n=10, experiment="main"):
+        return {"experiment": experiment, "subset": "", "model": "tiny-s", "entry": entry, "baseline": "grpo",
+                "mean@8": 0.3, "mean@8_diff": diff, "mean@8_diff_sd": sd, "mean@8_n_pairs": n}  # fmt: skip
+
+    board = pd.DataFrame([row("base", -0.08, 0.01), row("grpo", np.nan, np.nan), row("bandpo_kl", 0.001, 0.005),
+                          row("a", 0.02, 0.01), row("b", 0.012, 0.02), row("c", 0.0, 0.004)])  # fmt: skip
+    specs = {"main": {"primary": {"compare": ["bandpo_kl", "grpo"], "task": "tiny_math", "margin": 2.0}}}
+    assert margin_of(specs["main"]["primary"], "tiny-s") == pytest.approx(0.02)
+    assert np.isnan(margin_of({"margin": {"tiny-m": 3.0}}, "tiny-s")) and margin_of(
+        {"margin": {"tiny-m": 3.0}}, "tiny-m"
+    ) == pytest.approx(0.03)
+    out, family = family_verdicts(board, specs, {"tiny_math": ""})
+    by = out.set_index("entry")
+    assert by.loc["bandpo_kl", "mean@8_role"] == "primary" and by.loc["bandpo_kl", "mean@8_verdict_holm"] == (
+        by.loc["bandpo_kl", "mean@8_verdict"]) == "equivalent"  # fmt: skip
+    assert by.loc["base", "mean@8_role"] == "" and by.loc["grpo", "mean@8_role"] == ""  # no test in these rows
+    members = ["a", "b", "c"]
+    p = by.loc[members, "mean@8_p"].to_numpy()
+    np.testing.assert_allclose(by.loc[members, "mean@8_p_holm"], report.stats.holm(p))
+    assert by.loc["a", "mean@8_verdict_holm"] == "better" and by.loc["c", "mean@8_verdict_holm"] == "equivalent"
+    assert by.loc["b", "mean@8_verdict_holm"] == "unresolved"
+    (f,) = family.itertuples()
+    assert (f.n_tests, f.better, f.equivalent, f.unresolved) == (3, 1, 1, 1)
+    assert f.expected_by_chance == pytest.approx(0.15) and f.n_excluding_0 == int((p < 0.05).sum())
+    # a demoted primary is one more secondary
+    specs["main"]["primary"]["demoted"] = "why"
+    _, family = family_verdicts(board, specs, {"tiny_math": ""})
+    assert family["n_tests"].iloc[0] == 4

@@ -156,6 +156,82 @@ def test_embedded_config_matrix():
     assert cfg["offline"] is True and cfg["eval"]["backend"] == "bandpo-tiny"
 
 
+def _smoke_without_primary_seeds() -> dict:
+    """config/smoke.yaml with an entry outside the primary pairs (clip_higher, in main and in the separation run),
+    the seeds these tests count on (main 0-1, separation 2, a base model per seed), no primary.seeds, no min_gain."""
+    raw = read_config("smoke")
+    raw["methods"].append({"id": "clip_higher", "method": "clip_higher"})
+    raw["seeds"], raw["base_per_seed"] = [0, 1], True
+    sep = raw["experiments"]["separation"]
+    sep["methods"], sep["seeds"] = ["grpo", "bandpo_kl", "clip_higher"], [2]
+    sep["select"].pop("min_gain", None)
+    for x in ("main", "separation"):
+        raw["experiments"][x]["primary"].pop("seeds", None)
+    return raw
+
+
+def _with_primary_seeds(raw: dict, main_seeds: list[int], separation_seeds: list[int]) -> dict:
+    """A config with seeds of their own for the primary pairs of main and of the separation run."""
+    raw = copy.deepcopy(raw)
+    raw["experiments"]["main"]["primary"]["seeds"] = main_seeds
+    raw["experiments"]["separation"]["primary"]["seeds"] = separation_seeds
+    return raw
+
+
+def test_primary_pair_runs_seeds_of_its_own():
+    """primary.seeds: both compare entries train and score those seeds on every model of the experiment they run
+    on; the other entries and the base models keep the experiment's seeds; the new keys of primary and select
+    validate (and validation stays idempotent)."""
+    from bandpo.config import budget
+
+    raw = _smoke_without_primary_seeds()
+    plain = validate.validate_config(raw)
+    assert plain["experiments"]["separation"]["select"]["min_gain"] == 0  # the default
+    raw = _with_primary_seeds(raw, [0, 1, 2, 3], [2, 3, 4])
+    raw["experiments"]["main"]["primary"].update(margin={"smoke-tiny": 2.0}, entropy_margin=0.05)
+    raw["experiments"]["probe"]["primary"].update(margin=3, demoted="not decidable at an affordable seed count")
+    raw["experiments"]["separation"]["select"]["min_gain"] = 1.0
+    cfg = validate.validate_config(raw)
+    assert validate.validate_config(cfg) == cfg
+    xps = cfg["experiments"]
+    pairs = {"main": [0, 1, 2, 3], "separation": [2, 3, 4]}
+    for x, seeds in pairs.items():
+        pair = xps[x]["primary"]["compare"]
+        assert [sweep.slot_seeds(cfg, x, e) for e in pair] == [seeds, seeds]
+        assert sweep.slot_seeds(cfg, x, "clip_higher") == sweep.slot_seeds(cfg, x, sweep.BASE_ENTRY) == xps[x]["seeds"]
+    assert xps["main"]["seeds"] == cfg["seeds"] == [0, 1] and xps["separation"]["seeds"] == [2]
+    assert sweep.slot_seeds(cfg, "probe", "bandpo_kl") == xps["probe"]["seeds"]  # no primary.seeds there
+    # the runs: the pairs' extra seeds on every model the pair runs on, nothing else
+    extra = {(m, sweep.slot_id(x, e), s) for x, seeds in pairs.items() for e in xps[x]["primary"]["compare"]
+             for m in sweep.cell_models(cfg, xps[x], e) for s in seeds if s not in xps[x]["seeds"]}  # fmt: skip
+    assert len(extra) == 2 * 2 + 2 * 2  # 2 entries x 2 seeds, one model, in each experiment
+    assert set(sweep.runs(cfg)) == set(sweep.runs(plain)) | extra and len(sweep.runs(cfg)) == len(set(sweep.runs(cfg)))
+    # scoring: the pair in a rule of its own, whose jobs score its seeds (and the budget counts them)
+    groups = sweep.eval_seed_groups(cfg, "main")
+    assert [(g["primary"], g["seeds"], sorted(g["slots"])) for g in groups] == [
+        (False, [0, 1], ["base", "clip_higher"]),
+        (True, [0, 1, 2, 3], ["bandpo_kl", "grpo"]),
+    ]
+    jobs, before = sweep.expected_jobs(cfg), sweep.expected_jobs(plain)
+    assert jobs["eval_group_primary"] == jobs["eval_group_separation_primary"] == 2
+    assert jobs["eval_group"] + jobs["eval_group_primary"] == before["eval_group"]
+    assert jobs["train"] == before["train"] + len(extra)
+    scored = [sum(j["seeds"] for j in budget.jobs(c) if j["kind"] == "eval") for c in (cfg, plain)]
+    assert scored[0] == scored[1] + len(extra)
+
+
+def test_budget_seeds_what_if_keeps_the_primary_pairs_extra_seeds(tmp_path):
+    """`budget plan --seeds N`: the pair keeps as many seeds beyond its experiment's as the config gives it."""
+    from bandpo.config import budget
+
+    path = write_config(tmp_path, _with_primary_seeds(_smoke_without_primary_seeds(), [0, 1, 2], [2, 3, 4]))
+    cfg = budget.load_config(path, seeds=4, root=ROOT)
+    assert cfg["seeds"] == list(range(4)) and sweep.slot_seeds(cfg, "main", "grpo") == list(range(5))
+    assert sweep.slot_seeds(cfg, "separation", "grpo") == [2, 3, 4]  # seeds of its own: untouched
+    cfg = budget.load_config(path, only="separation,offpolicy", seeds=3, root=ROOT)
+    assert sweep.slot_seeds(cfg, "separation", "bandpo_kl") == list(range(5))
+
+
 def bad(mutate):
     cfg = copy.deepcopy(read_config("smoke"))
     mutate(cfg)
@@ -241,6 +317,37 @@ BAD_CASES = {  # case: (mutation of config/smoke.yaml, regex the error message m
         r"experiments\.main\.models: main is the sweep itself",
     ),
     "only_unknown": (_set(["only"], "probe,nope"), r"config error at only: unknown experiment"),
+    "primary_seeds_not_a_superset": (
+        _set(["experiments", "probe", "primary", "seeds"], [0, 5]),
+        r"experiments\.probe\.primary\.seeds: \[0, 5\] must contain the experiment's seeds \[0, 1\] \(missing \[1\]\)",
+    ),
+    "primary_seeds_main_not_a_superset": (
+        _set(["experiments", "main", "primary", "seeds"], [1, 2, 3]),
+        r"experiments\.main\.primary\.seeds: .*must contain the top-level seeds \[0, 1\] \(missing \[0\]\)",
+    ),
+    "primary_seeds_without_compare": (
+        _set(["experiments", "random-reward", "primary", "seeds"], [0, 1]),
+        r"experiments\.random-reward\.primary\.seeds: the seeds of the primary pair need primary\.compare",
+    ),
+    "primary_seeds_too_few": (_set(["experiments", "probe", "primary", "seeds"], [0]), r"primary\.seeds: .*short"),
+    "primary_margin_unknown_model": (
+        _set(["experiments", "probe", "primary", "margin"], {"smoke-tiny": 2.0}),
+        r"experiments\.probe\.primary\.margin\.smoke-tiny: model 'smoke-tiny' is not among the experiment's models",
+    ),
+    "primary_margin_not_positive": (
+        _set(["experiments", "probe", "primary", "margin"], 0),
+        r"experiments\.probe\.primary\.margin: 0 is less than or equal to the minimum of 0",
+    ),
+    "primary_margin_of_a_model_not_positive": (
+        _set(["experiments", "probe", "primary", "margin"], {"smoke-tiny-probe": -1}),
+        r"experiments\.probe\.primary\.margin\.smoke-tiny-probe: -1 is less than or equal to the minimum of 0",
+    ),
+    "eval_rule_name_clash": (
+        lambda c: c["experiments"].update(random_reward=c["experiments"]["random-reward"]),
+        r"experiments\.random_reward: its evaluation rule would be named 'eval_group_random_reward', the name of a "
+        r"rule of experiment 'random-reward'",
+    ),
+    "select_min_gain_negative": (_set(["experiments", "separation", "select", "min_gain"], -1), r"select\.min_gain"),
     "probe_bad_kinds": (
         _set(["data", 1, "probe", "kinds"], ["mod"]),
         r"data\[1\]\.probe \(data set 'tiny-math-probe-smoke'\): probe\.kinds",
@@ -360,15 +467,79 @@ def test_embedded_dry_run(tmp_path):
     n_cells = {
         x: sum(len(sweep.cell_models(cfg, v, e)) for e in v["methods"] if e not in v["reuse"]) for x, v in xps.items()
     }
-    assert counts["train"] == sum(n_cells[x] * len(v["seeds"]) for x, v in xps.items())
-    # one lm-eval process per (model, entry) group, base models included
-    assert counts["eval_group"] == n_cells[sweep.MAIN] + 2
-    assert counts["eval_group_random_reward"] == len(xps["random-reward"]["methods"])  # one group per entry
-    assert counts["eval_group_probe"] == 3  # probe: its base, 2 entries
-    # the off-policy cell at main's settings reuses main's runs: no job of its own
-    assert "eval_group_offpolicy_D4" not in counts and counts["eval_group_offpolicy_D8"] == 4
-    assert counts["select"] == 1 and counts["eval_group_separation"] == 6  # its base row and 5 entries
+    # each cell with its seeds: the experiment's, or the primary pair's primary.seeds where set
+    assert counts["train"] == sum(len(sweep.cell_models(cfg, v, e)) * len(sweep.slot_seeds(cfg, x, e))
+                                  for x, v in xps.items() for e in v["methods"] if e not in v["reuse"])  # fmt: skip
+
+    def groups(rule):  # one lm-eval process per (model, entry) group, the primary pair's in a rule of its own
+        return counts.get(rule, 0) + counts.get(f"{rule}_primary", 0)
+
+    assert groups("eval_group") == n_cells[sweep.MAIN] + 2  # base models included
+    assert groups("eval_group_random_reward") == len(xps["random-reward"]["methods"])  # one group per entry
+    assert groups("eval_group_separation") == 6  # its base row and 5 entries (the pair's in a rule of its own)
+    assert groups("eval_group_horizon") == 2 and "select" not in counts  # the separation's regime is fixed
     assert counts["atlas"] == 1  # the equivalence atlas, before the report
+
+
+@pytest.mark.parametrize("name, experiments", [("offpolicy", ["offpolicy-D1", "offpolicy-D4", "offpolicy-D8",
+                                                              "offpolicy-D16"]), ("probe", ["probe"])])  # fmt: skip
+def test_settled_experiments_run_from_configs_of_their_own(tmp_path, name, experiments):
+    """config/offpolicy.yaml and config/probe.yaml (issue #37's budget): each schedules its experiment(s) alone and
+    publishes to results/NAME/, with the recipe of the published run that settled them (results/provenance.json's
+    config: the same cells, models, method parameters, seeds and trainer settings) and the default config's base
+    models (the same build settings, so the same bytes in resources/models/)."""
+    cfg = validate.validate_config(yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text()))
+    assert list(cfg["experiments"]) == experiments and cfg["publish"] and cfg["publish_dir"] == f"results/{name}"
+    published = json.loads((ROOT / "results" / "provenance.json").read_text())["config"]
+    entries = {e["id"]: e for e in published["methods"]}
+    models = {m["id"]: m for m in published["models"]}
+    default = {m["id"]: m for m in read_config("config")["models"]}
+    for x in experiments:
+        ours, theirs = cfg["experiments"][x], published["experiments"][x]
+        for key in ("models", "methods", "seeds", "train", "data", "eval_tasks", "axis"):
+            assert ours.get(key) == theirs.get(key), (x, key)
+        for e in ours["methods"]:
+            mine = next(m for m in cfg["methods"] if m["id"] == e)
+            assert mine.get("params", {}) == entries[e].get("params", {}), e
+        for m in ours["models"]:
+            mine = next(v for v in cfg["models"] if v["id"] == m)
+            for key in ("size", "data", "build", "train", "seed"):
+                assert mine.get(key) == models[m].get(key), (m, key)
+            if m in default:  # as written in both files, the build settings of the base model
+                raw = next(v for v in yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text())["models"]
+                           if v["id"] == m)  # fmt: skip
+                assert {k: v for k, v in raw.items() if k != "train"} == {
+                    k: v for k, v in default[m].items() if k != "train"}  # fmt: skip
+    if name == "offpolicy":
+        assert cfg["axes"]["offpolicy"]["primary"] == published["axes"]["offpolicy"]["primary"]
+    proc = snakemake(tmp_path, "-n", "--quiet", "rules", configfile=ROOT / "config" / f"{name}.yaml")
+    assert proc.returncode == 0, proc.output[-3000:]
+    assert job_counts(proc.output) == sweep.expected_jobs(cfg)
+    bad = {**yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text()), "profile": name}
+    with pytest.raises(validate.ConfigError, match=r"publish_dir: results/.* is the profile's own folder"):
+        validate.validate_config(bad)
+
+
+@pytest.mark.parametrize("group_seeds", [True, False])
+def test_primary_seeds_dry_run(tmp_path, group_seeds):
+    """The smoke config with seeds of their own for main's primary pair and the separation run's: the dry run
+    schedules exactly sweep.expected_jobs, the pairs scored by rules of their own (eval_group_primary,
+    eval_group_separation_primary; eval_run_* per run), the base model of the pairs' new seed built."""
+    plain = _smoke_without_primary_seeds()
+    raw = _with_primary_seeds(plain, [0, 1, 2], [2, 3])
+    for c in (plain, raw):
+        c["eval"]["group_seeds"] = group_seeds
+    cfg = validate.validate_config(raw)
+    proc = snakemake(tmp_path / "wd", "-n", "--quiet", "rules", configfile=write_config(tmp_path, raw))
+    assert proc.returncode == 0, proc.output[-3000:]
+    counts = job_counts(proc.output)
+    assert counts == sweep.expected_jobs(cfg)
+    kind = "eval_group" if group_seeds else "eval_run"
+    # 2 entries on one model; per run (eval_run): main's pair 3 seeds, the separation run's 2
+    assert (counts[f"{kind}_primary"], counts[f"{kind}_separation_primary"]) == ((2, 2) if group_seeds else (6, 4))
+    before = validate.validate_config(plain)
+    assert counts["train"] == sweep.expected_jobs(before)["train"] + 2 + 2
+    assert set(sweep.base_models(cfg)) - set(sweep.base_models(before)) == {"resources/models/smoke-tiny/seed3"}
 
 
 def test_atlas_measures_mains_first_tiny_base_model(tmp_path):
@@ -421,7 +592,7 @@ def run_module(name: str, *args: str, cwd: Path | None = None):
     return subprocess.run([sys.executable, "-m", name, *args], capture_output=True, text=True, cwd=cwd)
 
 
-@pytest.mark.parametrize("only", ["probe", "random-reward", "main,probe", "offpolicy,separation"])
+@pytest.mark.parametrize("only", ["random-reward", "main,separation", "horizon"])
 def test_one_experiment_alone_dry_run(tmp_path, only):
     """`--config only=ID[,ID]` schedules exactly those experiments' jobs (their data and models included) and
     publishes nothing; an axis id stands for its cells."""

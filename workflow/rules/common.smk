@@ -5,13 +5,14 @@ import re
 import shlex
 
 from bandpo.config.jobs import Jobs
-from bandpo.config.sweep import MAIN, BASE_ENTRY, base_models, cell_models, eval_groups, eval_rule_name, job_resources, runs, score_groups, slots
+from bandpo.config.sweep import MAIN, BASE_ENTRY, base_models, cell_models, eval_groups, eval_rule_name, eval_seed_groups, job_resources, runs, score_groups, slot_seeds, slots
 
 # Every job's folders, environment and command line come from one place, bandpo.config.jobs.Jobs (the benchmarks that
 # time a job as the DAG runs it use the same): the functions below only hand its answers to the rules.
 JOBS = Jobs(config, workflow.basedir)
 PROFILE = JOBS.profile
 RESULTS = JOBS.results
+PUBLISH_DIR = config["publish_dir"]  # where the published page goes (results, or a settled experiment's own folder)
 RUNS = JOBS.runs_dir
 EVAL = JOBS.eval_root
 LOGS = JOBS.logs
@@ -38,7 +39,9 @@ select_file, run_meta, _checkpoint = JOBS.select_file, JOBS.run_meta, JOBS.check
 
 
 def seeds_of(slot):
-    return list(xp_of(slot)["seeds"])
+    """The seeds a slot trains and scores (bandpo.config.sweep.slot_seeds): its experiment's seeds, or for the two
+    entries of its primary.compare the experiment's primary.seeds where set."""
+    return slot_seeds(config, SLOTS[slot]["experiment"], SLOTS[slot]["entry"])
 
 
 def _alternatives(ids):
@@ -225,8 +228,11 @@ def _rank_models(entry):
 
 
 def _main_base_dirs(model_id):
-    """The base model folders of a model for main's seeds (one per seed with base_per_seed)."""
-    return sorted({model_dir(model_id, s) for s in EXPERIMENTS[MAIN]["seeds"]})
+    """The base model folders of a model for main's seeds (one per seed with base_per_seed), its primary pair's
+    primary.seeds included where the pair runs on the model."""
+    main = EXPERIMENTS[MAIN]
+    entries = [BASE_ENTRY] + [e for e in main["methods"] if model_id in cell_models(config, main, e)]
+    return sorted({model_dir(model_id, s) for e in entries for s in slot_seeds(config, MAIN, e)})
 
 
 def _summaries(model_id, slot):

@@ -10,62 +10,63 @@
 # job, jobs spread over GPUs.
 
 
-# One evaluation rule per experiment (its seeds and tasks fix the rule's outputs): eval_group / eval_run for main,
-# eval_group_<experiment> / eval_run_<experiment> (bandpo.config.sweep.eval_rule_name) for the others.
+# One evaluation rule per experiment and seed list (its seeds and tasks fix the rule's outputs): eval_group / eval_run
+# for main, eval_group_<experiment> / eval_run_<experiment> (bandpo.config.sweep.eval_rule_name) for the others; an
+# experiment whose primary pair runs seeds of its own (primary.seeds) scores the pair with a rule of its own,
+# eval_group_primary / eval_group_<experiment>_primary (bandpo.config.sweep.eval_seed_groups).
 for _xp_id, _xp in EXPERIMENTS.items():
-    _xp_slots = [slot for slot, v in SLOTS.items() if v["experiment"] == _xp_id]
-    _xp_seeds = list(_xp["seeds"])
+    for _group in eval_seed_groups(config, _xp_id):
 
-    if config["eval"]["group_seeds"]:
+        if config["eval"]["group_seeds"]:
 
-        rule:
-            name:
-                eval_rule_name("eval_group", _xp_id)
-            input:
-                models=lambda w: [_checkpoint(w.model, w.entry, s) for s in seeds_of(w.entry)],
-                runs=lambda w: _run_records(w.model, w.entry, seeds_of(w.entry)),
-                data=lambda w: _task_data_files(w.entry),
-            output:
-                eval_outputs("{model}", "{entry}", _xp_seeds, _xp["eval_tasks"]),
-            wildcard_constraints:
-                entry=_alternatives(_xp_slots),
-            params:
-                args=lambda w: _eval_args(w.model, w.entry, seeds_of(w.entry)),
-                env=ENV,  # the job's environment, grader.mode included: a change reruns the job (params are a rerun trigger)
-            threads: THREADS
-            resources:
-                gpu=config["eval"]["gpus"],
-                **res("eval_group"),
-            log:
-                f"{LOGS}/eval/{{model}}/{{entry}}.log",
-            benchmark:
-                f"{BENCH}/eval/{{model}}/{{entry}}.tsv"
-            shell:
-                "{params.env} python -m bandpo.score {params.args} --threads {threads} > {log} 2>&1"
+            rule:
+                name:
+                    eval_rule_name("eval_group", _xp_id, _group["primary"])
+                input:
+                    models=lambda w: [_checkpoint(w.model, w.entry, s) for s in seeds_of(w.entry)],
+                    runs=lambda w: _run_records(w.model, w.entry, seeds_of(w.entry)),
+                    data=lambda w: _task_data_files(w.entry),
+                output:
+                    eval_outputs("{model}", "{entry}", _group["seeds"], _xp["eval_tasks"]),
+                wildcard_constraints:
+                    entry=_alternatives(_group["slots"]),
+                params:
+                    args=lambda w: _eval_args(w.model, w.entry, seeds_of(w.entry)),
+                    env=ENV,  # the job's environment, grader.mode included: a change reruns the job (params are a rerun trigger)
+                threads: THREADS
+                resources:
+                    gpu=config["eval"]["gpus"],
+                    **res("eval_group"),
+                log:
+                    f"{LOGS}/eval/{{model}}/{{entry}}.log",
+                benchmark:
+                    f"{BENCH}/eval/{{model}}/{{entry}}.tsv"
+                shell:
+                    "{params.env} python -m bandpo.score {params.args} --threads {threads} > {log} 2>&1"
 
-    else:
+        else:
 
-        rule:
-            name:
-                eval_rule_name("eval_run", _xp_id)
-            input:
-                model=lambda w: _checkpoint(w.model, w.entry, w.seed),
-                run=lambda w: _run_records(w.model, w.entry, [w.seed]),
-                data=lambda w: _task_data_files(w.entry),
-            output:
-                eval_outputs("{model}", "{entry}", ["{seed}"], _xp["eval_tasks"]),
-            wildcard_constraints:
-                entry=_alternatives(_xp_slots),
-            params:
-                args=lambda w: _eval_args(w.model, w.entry, [int(w.seed)]),
-                env=ENV,  # the job's environment, grader.mode included: a change reruns the job (params are a rerun trigger)
-            threads: THREADS
-            resources:
-                gpu=config["eval"]["gpus"],
-                **res("eval_run"),
-            log:
-                f"{LOGS}/eval/{{model}}/{{entry}}/seed{{seed}}.log",
-            benchmark:
-                f"{BENCH}/eval/{{model}}/{{entry}}/seed{{seed}}.tsv"
-            shell:
-                "{params.env} python -m bandpo.score {params.args} --threads {threads} > {log} 2>&1"
+            rule:
+                name:
+                    eval_rule_name("eval_run", _xp_id, _group["primary"])
+                input:
+                    model=lambda w: _checkpoint(w.model, w.entry, w.seed),
+                    run=lambda w: _run_records(w.model, w.entry, [w.seed]),
+                    data=lambda w: _task_data_files(w.entry),
+                output:
+                    eval_outputs("{model}", "{entry}", ["{seed}"], _xp["eval_tasks"]),
+                wildcard_constraints:
+                    entry=_alternatives(_group["slots"]),
+                params:
+                    args=lambda w: _eval_args(w.model, w.entry, [int(w.seed)]),
+                    env=ENV,  # the job's environment, grader.mode included: a change reruns the job (params are a rerun trigger)
+                threads: THREADS
+                resources:
+                    gpu=config["eval"]["gpus"],
+                    **res("eval_run"),
+                log:
+                    f"{LOGS}/eval/{{model}}/{{entry}}/seed{{seed}}.log",
+                benchmark:
+                    f"{BENCH}/eval/{{model}}/{{entry}}/seed{{seed}}.tsv"
+                shell:
+                    "{params.env} python -m bandpo.score {params.args} --threads {threads} > {log} 2>&1"

@@ -100,6 +100,7 @@ rule report:
         results=lambda w, output: os.path.dirname(output.csv),  # RESULTS
         experiments=json.dumps(REPORT_EXPERIMENTS, sort_keys=True),
         axes=json.dumps(REPORT_AXES, sort_keys=True),
+        base_per_seed="true" if config["base_per_seed"] else "false",
     resources:
         **res("report"),
     log:
@@ -109,7 +110,8 @@ rule report:
     shell:
         "(python -m bandpo.report.bounds_table --out {output.bounds} && "
         "python -m bandpo.report build --results {params.results} --bounds {output.bounds} "
-        "--experiments-json {params.experiments:q} --axes-json {params.axes:q}) > {log} 2>&1"
+        "--experiments-json {params.experiments:q} --axes-json {params.axes:q} --base-per-seed {params.base_per_seed}) "
+        "> {log} 2>&1"
 
 
 rule publish:
@@ -119,11 +121,12 @@ rule publish:
         scores=rules.report.output.scores,
         models=lambda w: [f"{d}/config.json" for d in all_base_models()],
     output:
-        tables=[f"results/{name}" for name in REPORT_TABLES] + (["results/atlas.csv"] if ATLAS else []),
-        figures=[f"results/figures/{name}.png" for name in REPORT_FIGURES],
-        provenance="results/provenance.json",
+        tables=[f"{PUBLISH_DIR}/{name}" for name in REPORT_TABLES] + ([f"{PUBLISH_DIR}/atlas.csv"] if ATLAS else []),
+        figures=[f"{PUBLISH_DIR}/figures/{name}.png" for name in REPORT_FIGURES],
+        provenance=f"{PUBLISH_DIR}/provenance.json",
     params:
         results=lambda w, input: os.path.dirname(input.scores),  # RESULTS
+        dest=lambda w, output: os.path.dirname(output.provenance),  # PUBLISH_DIR
         config=json.dumps(config, sort_keys=True, default=str),
         models=lambda w: all_base_models(),
     resources:
@@ -133,7 +136,7 @@ rule publish:
     benchmark:
         f"{BENCH}/publish.tsv"
     shell:
-        "python -m bandpo.report publish --src {params.results} --dest results --config-json {params.config:q} "
+        "python -m bandpo.report publish --src {params.results} --dest {params.dest} --config-json {params.config:q} "
         "--models {params.models:q} > {log} 2>&1"
 
 
