@@ -133,7 +133,7 @@ def build_report(
     board, stats, per_run = build_sections(scores, metrics, summaries, baseline, n_resamples, confidence, seed)
     subsets = scores[["task", "subset"]].drop_duplicates() if {"task", "subset"} <= set(scores) else None
     task_subsets = {} if subsets is None else dict(zip(subsets["task"], subsets["subset"].fillna(""), strict=True))
-    board, family = family_verdicts(board, specs, task_subsets)
+    board, family = family_verdicts(board, specs, task_subsets, axes or {})
     if board.empty:
         raise ValueError(
             f"nothing to report under {results_dir}: no runs/*/*/seed*/metrics.jsonl and no "

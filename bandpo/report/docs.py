@@ -27,6 +27,9 @@ from bandpo.report.tables import rounded
 DOC_FILES = ("README.md", "docs/*.md")
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w./-]+) -->)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)
 METRIC = "mean@8"
+# Rule revision 3 (config/config.yaml, separation): applied to a republished axis that no experiment selects from
+SEPARATION_RULE = {"axis": "offpolicy", "rule": "largest-learning-compared", "entry": "grpo", "fallback": 4,
+                   "min_gain": 2.0}  # fmt: skip
 
 
 class Results:
@@ -48,7 +51,7 @@ class Results:
             frame = pd.read_csv(self.folder / self.FILES[name], keep_default_na=False, na_values=[""])
             for col in ("experiment", "subset"):
                 if col in frame:
-                    frame[col] = frame[col].fillna("")
+                    frame[col] = frame[col].astype(object).fillna("")
             self._tables[name] = frame
         return self._tables[name]
 
@@ -60,10 +63,17 @@ class Results:
     @cached_property
     def selection(self) -> tuple[str, dict, pd.DataFrame]:
         """(experiment, setting, table) of the published config's one select rule, made again from scores.csv
-        (`bandpo.report.axis.select_setting`)."""
+        (`bandpo.report.axis.select_setting`); for a published axis without a selecting experiment (its own config,
+        config/offpolicy.yaml), what `SEPARATION_RULE` (rule revision 3, by which config/config.yaml fixed the
+        separation run's regime before the publication run of #37) picks from it."""
         cfg = self.provenance["config"]
-        (name,) = [x for x, v in cfg["experiments"].items() if v.get("select")]
-        setting, table = select_setting(self.scores, cfg["experiments"], cfg["axes"], name)
+        xps = dict(cfg["experiments"])
+        names = [x for x, v in xps.items() if v.get("select")]
+        if not names:
+            names = ["separation"]
+            xps["separation"] = {"select": SEPARATION_RULE, "primary": {"compare": ["bandpo_kl", "grpo"]}}
+        (name,) = names
+        setting, table = select_setting(self.scores, xps, cfg["axes"], name)
         return name, setting, table
 
     @cached_property
@@ -147,20 +157,39 @@ def _row_series(frame: pd.DataFrame) -> list[pd.Series]:
     return [r for _, r in frame.iterrows()]
 
 
+def _base_row(res: Results, experiment: str, model: str, subset: str) -> pd.Series | None:
+    """The base model's row of an experiment, else main's for that model (an experiment with ``base: false``, the
+    horizon, scores no base row of its own), else None."""
+    for xp in (experiment, "main"):
+        try:
+            return res.row(xp, model, "base", subset)
+        except KeyError:
+            continue
+    return None
+
+
+def _margin_text(v: float) -> str:
+    return "—" if v != v else f"±{num(v)}"
+
+
 def headline(res: Results) -> str:
     """BandPO-KL against GRPO where the config fixed a primary comparison of scores, with the base model: the
-    primary rule's paired difference, its 95% paired t interval and verdict (primary.csv)."""
+    primary rule's paired difference, its 95% paired t interval, verdict, the margin it was judged against and the
+    MDE beside it (primary.csv; a demoted primary marked so)."""
     rows = []
     for p in _row_series(res.primary[res.primary.metric == METRIC]):
         subset = res.scores.loc[res.scores.task == p["task"], "subset"].iloc[0]  # the task's part of the data
         where = p["model"] + ("" if not subset else f", {subset} subset")
-        base, control, treatment = (res.row(p["experiment"], p["model"], e, subset)
-                                    for e in ("base", p["control"], p["treatment"]))  # fmt: skip
+        base = _base_row(res, p["experiment"], p["model"], subset)
+        control, treatment = (res.row(p["experiment"], p["model"], e, subset) for e in (p["control"], p["treatment"]))
+        demoted = " (demoted)" if p.get("role") == "demoted" else ""
         rows.append([
-            p["experiment"], where, num(base[METRIC]), num(control[METRIC]), num(treatment[METRIC]),
-            ci(p["difference"], p["ci_low"], p["ci_high"], sign=True), p["verdict"],
+            p["experiment"], where, "—" if base is None else num(base[METRIC]), num(control[METRIC]),
+            num(treatment[METRIC]), ci(p["difference"], p["ci_low"], p["ci_high"], sign=True),
+            _margin_text(p.get("margin", np.nan)), num(p["mde"]), f"{p['verdict']}{demoted}",
         ])  # fmt: skip
-    head = ["experiment", "model", "base", "GRPO", "BandPO-KL", "BandPO-KL − GRPO, paired t", "primary verdict"]
+    head = ["experiment", "model", "base", "GRPO", "BandPO-KL", "BandPO-KL − GRPO, paired t", "margin", "MDE",
+            "verdict"]  # fmt: skip
     return md_table(head, rows, right=2)
 
 
@@ -418,11 +447,16 @@ def axis_table(res: Results) -> str:
 
 
 def selection_table(res: Results) -> str:
-    _name, _setting, t = res.selection
+    """The selection rule's table (`Results.selection`): per D, GRPO's paired gain over the base model, whether its
+    interval lies above the rule's minimum (0, or revision 3's ``min_gain``) and the cell chosen."""
+    name, _setting, t = res.selection
+    cfg = res.provenance["config"]["experiments"].get(name) or {}
+    min_gain = float((cfg.get("select") or SEPARATION_RULE).get("min_gain") or 0.0)
     rows = [[r["model"], f"{r['value']:g}", r["entry"], int(r["n"]),
              ci(r["gain"], r["ci_low"], r["ci_high"], sign=True), _yes(r["qualifies"]), "yes" if r["selected"] else ""]
             for r in _row_series(t)]  # fmt: skip
-    head = ["model", "D", "entry", "seeds", "gain over the base model, paired t", "interval above 0", "selected"]
+    above = f"interval above {min_gain:g} points" if min_gain else "interval above 0"
+    head = ["model", "D", "entry", "seeds", "gain over the base model, paired t", above, "selected"]
     return md_table(head, rows, right=3)
 
 

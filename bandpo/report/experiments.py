@@ -329,11 +329,18 @@ FAMILY_COLUMNS = ["experiment", "n_tests", "n_excluding_0", "expected_by_chance"
                   "unresolved"]  # fmt: skip
 
 
-def _family_margin(specs: Mapping[str, Mapping[str, Any]], experiment: str, model: str) -> float:
-    """The margin of a secondary: its experiment's (`margin_of`), else main's for that model (the same question on
-    the same scale), else NaN."""
-    own = margin_of((specs.get(experiment) or {}).get("primary") or {}, model)
-    return own if own == own else margin_of((specs.get(MAIN) or {}).get("primary") or {}, model)
+def _family_margin(
+    specs: Mapping[str, Mapping[str, Any]], axes: Mapping[str, Mapping[str, Any]], experiment: str, model: str
+) -> float:
+    """The margin of a secondary: its experiment's (`margin_of`), else its axis's (an axis cell declares no primary;
+    ``axes.<id>.primary.margin``), else main's for that model (the same question on the same scale), else NaN."""
+    spec = specs.get(experiment) or {}
+    for primary in (spec.get("primary"), (axes.get(spec.get("axis") or "") or {}).get("primary"),
+                    (specs.get(MAIN) or {}).get("primary")):  # fmt: skip
+        margin = margin_of(primary or {}, model)
+        if margin == margin:
+            return margin
+    return float("nan")
 
 
 def _is_primary_cell(
@@ -357,6 +364,7 @@ def family_verdicts(
     board: pd.DataFrame,
     specs: Mapping[str, Mapping[str, Any]],
     task_subsets: Mapping[str, str] | None = None,
+    axes: Mapping[str, Mapping[str, Any]] | None = None,
     alpha: float = 0.05,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The secondaries of each experiment as one family of tests, Holm-adjusted (`holm`).
@@ -388,7 +396,7 @@ def family_verdicts(
         if r["entry"] in (BASE_ENTRY, r.get("baseline")) or not r.get("baseline"):
             continue
         for family, lab in labels.items():
-            margin = _family_margin(specs, xp, r["model"])
+            margin = _family_margin(specs, axes or {}, xp, r["model"])
             tests = summary_tests(r[f"{lab}_diff"], r[f"{lab}_diff_sd"], r[f"{lab}_n_pairs"], margin)
             if tests["p_value"] != tests["p_value"]:
                 continue

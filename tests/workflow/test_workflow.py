@@ -135,15 +135,19 @@ def test_embedded_config_matrix():
     main = cfg["experiments"][sweep.MAIN]
     for entry in main["primary"]["compare"]:
         assert sweep.cell_models(cfg, main, entry) == main["models"]
-    # the controls and the probe: experiments of the same DAG, primary metric and decision rule fixed in the config
-    rr, probe = cfg["experiments"]["random-reward"], cfg["experiments"]["probe"]
+    # the controls: experiments of the same DAG; the probe: its own config (settled); rules fixed in the config
+    rr = cfg["experiments"]["random-reward"]
+    probe_cfg = validate.validate_config(yaml.safe_load((ROOT / "config" / "probe.yaml").read_text()))
+    probe = probe_cfg["experiments"]["probe"]
     assert rr["train"]["reward"] == "random" and len(rr["seeds"]) >= 3 and rr["models"] == ["tiny-s"]
     rr_methods = {e["id"]: e["method"] for e in cfg["methods"] if e["id"] in rr["methods"]}
     assert rr_methods == {"grpo": "grpo", "bandpo_kl": "bandpo"}  # the primary pair (cut to fit the budget)
     assert len(probe["seeds"]) >= 3 and {"grpo", "bandpo_kl"} <= set(probe["methods"])
     assert probe["primary"]["compare"] == ["bandpo_kl", "grpo"] and probe["primary"]["task"] == "tiny_math_probe"
     (probe_model,) = probe["models"]
-    assert sweep.by_id(cfg["data"])[models[probe_model]["data"]]["probe"] and probe["train"]["probe_every"] > 0
+    probe_models = sweep.by_id(probe_cfg["models"])
+    assert sweep.by_id(probe_cfg["data"])[probe_models[probe_model]["data"]]["probe"]
+    assert probe["train"]["probe_every"] > 0 and probe["primary"]["demoted"]
     assert {t["subset"] for t in probe["eval_tasks"]} == {"probe", "rest"}
     # rules fixed before any run: each experiment's, or for the cells of a design axis the axis's
     assert all(v.get("axis") or v["primary"]["rule"] for v in cfg["experiments"].values())
@@ -510,8 +514,9 @@ def test_settled_experiments_run_from_configs_of_their_own(tmp_path, name, exper
                            if v["id"] == m)  # fmt: skip
                 assert {k: v for k, v in raw.items() if k != "train"} == {
                     k: v for k, v in default[m].items() if k != "train"}  # fmt: skip
-    if name == "offpolicy":
-        assert cfg["axes"]["offpolicy"]["primary"] == published["axes"]["offpolicy"]["primary"]
+    if name == "offpolicy":  # the rules as published; the margin (the cells' secondaries) declared since
+        ours = {k: v for k, v in cfg["axes"]["offpolicy"]["primary"].items() if k != "margin"}
+        assert ours == published["axes"]["offpolicy"]["primary"]
     proc = snakemake(tmp_path, "-n", "--quiet", "rules", configfile=ROOT / "config" / f"{name}.yaml")
     assert proc.returncode == 0, proc.output[-3000:]
     assert job_counts(proc.output) == sweep.expected_jobs(cfg)
@@ -565,7 +570,8 @@ def test_atlas_measures_mains_first_tiny_base_model(tmp_path):
     assert job_counts(proc.output)["atlas"] == 1
     assert sweep.atlas_spec(validate.validate_config(read_config("smoke")))["steps"] == 3  # smoke runs 3 steps
     assert sweep.atlas_spec(validate.validate_config(read_config("gpu"))) is None  # hub models only
-    assert sweep.atlas_spec(validate.validate_config({**read_config("config"), "only": "probe"})) is None
+    probe_only = yaml.safe_load((ROOT / "config" / "probe.yaml").read_text())
+    assert sweep.atlas_spec(validate.validate_config(probe_only)) is None  # only: probe, main not run
 
 
 def test_rerun_check_is_the_main_tiny_s_slice(tmp_path):
