@@ -78,7 +78,7 @@ results = published_runs.rebuild_run_outputs(Path(sys.argv[2]), Path("published"
 Path("results_dir").write_text(str(results))
 Path("experiments.json").write_text(json.dumps(published_runs.published_experiments(Path(sys.argv[2]))))
 Path("axes.json").write_text(json.dumps(published_runs.published_axes(Path(sys.argv[2])) or {}))
-base_per_seed = published_runs._published_config(Path(sys.argv[2])).get("base_per_seed")  # the page's base-model line
+base_per_seed = published_runs.published_config(Path(sys.argv[2])).get("base_per_seed")  # the page's base-model line
 Path("base_per_seed").write_text("" if base_per_seed is None else str(bool(base_per_seed)).lower())
 EOF
 BASE_PER_SEED=$(cat base_per_seed)

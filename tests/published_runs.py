@@ -47,7 +47,8 @@ EXPERIMENT_KEYS = ("description", "primary", "models", "seeds", "train", "reuse"
 # rule passes them (workflow/rules/report.smk, REPORT_EXPERIMENTS)
 
 
-def _published_config(published: Path) -> dict:
+def published_config(published: Path) -> dict:
+    """The resolved config the published results were built with (provenance.json's ``config``); {} without one."""
     path = published / "provenance.json"
     return json.loads(path.read_text(encoding="utf-8")).get("config") or {} if path.is_file() else {}
 
@@ -55,13 +56,13 @@ def _published_config(published: Path) -> dict:
 def published_experiments(published: Path) -> dict | None:
     """The experiments the published page was built with ({id: {description, primary, ...}}, as the report rule
     passes them): from the resolved config in provenance.json; None when it has none."""
-    xps = _published_config(published).get("experiments")
+    xps = published_config(published).get("experiments")
     return {x: {k: v.get(k) for k in EXPERIMENT_KEYS} for x, v in xps.items()} if xps else None
 
 
 def published_axes(published: Path) -> dict | None:
     """The design axes of the published config whose cells all ran (as the report rule passes them), or None."""
-    config = _published_config(published)
+    config = published_config(published)
     xps, axes = config.get("experiments") or {}, config.get("axes") or {}
     return {a: v for a, v in axes.items() if all(c in xps for c in v["cells"])} or None
 
@@ -168,7 +169,7 @@ def rebuild_run_outputs(published: Path, dest: Path, with_labels: bool = True) -
         shutil.copyfile(atlas, root / "atlas.csv")
     # the selection table an experiment's select job wrote (the page shows it), made again from the scores
     # (with the published config's full experiments: a compared-arms rule reads each cell's methods)
-    axes, full = published_axes(published) or {}, _published_config(published).get("experiments") or {}
+    axes, full = published_axes(published) or {}, published_config(published).get("experiments") or {}
     for x, v in experiments.items():
         if v.get("select") and v["select"]["axis"] in axes:
             _setting, table = select_setting(scores, full, axes, x)
@@ -204,7 +205,7 @@ def rebuild_published(published: Path, out: Path, work: Path) -> list[Path]:
 
     results = rebuild_run_outputs(published, work)
     bounds_table.main(["--out", str(results / "bounds.csv")])
-    base_per_seed = _published_config(published).get("base_per_seed")
+    base_per_seed = published_config(published).get("base_per_seed")
     build_report(results, out, experiments=published_experiments(published), axes=published_axes(published),
                  page_figures=published / "figures", base_per_seed=base_per_seed)  # fmt: skip
     return [out / name for name in REBUILT_FILES]

@@ -9,9 +9,12 @@ published GRPO scores of base model m and seed s are the scores a GRPO run here 
    ours. Any differs (another CPU without AVX2, native numerics, another commit's recipe): the rule says so and the
    DAG trains and scores GRPO here too, and the entry is paired with that instead.
 2. `rank_table` (rule ``rank``): per model and metric, the entry's scores paired by seed with GRPO's (published or
-   rerun, as the check decided): the mean paired difference with its 95% paired t interval and a verdict (better:
-   the interval lies above 0; worse: below; else unresolved), and, when paired with the published runs, its place
-   among the published entries of that model by mean.
+   rerun, as the check decided): the mean paired difference with its 95% paired t interval and one of the four
+   verdicts of the published page (`bandpo.report.stats.four_verdict`): equivalent when the 90% paired t interval
+   lies inside the margin main's primary declared for that model in the published ``primary.csv`` (fixed before
+   the publication run, so a ranker cannot pick it; none published: no equivalence), else better / worse when the
+   95% interval excludes 0, else unresolved; and, when paired with the published runs, its place among the
+   published entries of that model by mean.
 
     python -m bandpo.report base-check --published results --model tiny-s --dirs resources/models/tiny-s --out X.json
     python -m bandpo.report rank --results results/embedded --entry half_clip --published results \\
@@ -30,7 +33,7 @@ import pandas as pd
 from bandpo.config.sweep import MAIN
 from bandpo.core.files import atomic_write_text
 from bandpo.report.load import load_eval_scores
-from bandpo.report.stats import DEFAULT_BASELINE, paired_comparison
+from bandpo.report.stats import DEFAULT_BASELINE, four_verdict, paired_comparison, summary_tests
 from bandpo.report.tables import write_csv
 
 RANK_METRICS = ("mean@8", "pass@8")  # the leaderboard's headline metrics
@@ -84,6 +87,22 @@ def _per_seed(scores: pd.DataFrame, model: str, entry: str, metric: str) -> pd.D
     return rows[["seed", "task", "value"]].astype({"seed": int, "value": float})
 
 
+def published_margins(published: str | os.PathLike) -> dict[str, float]:
+    """Main's equivalence margin per model (a fraction of the score) from the published ``primary.csv``: the
+    ``margin`` of its primary rows. Empty when the file, the column or a margin is missing (then no comparison can
+    read as equivalent)."""
+    path = Path(published) / "primary.csv"
+    if not path.is_file():
+        return {}
+    primary = pd.read_csv(path)
+    if "margin" not in primary.columns:
+        return {}
+    rows = primary[primary["experiment"] == MAIN]
+    if "role" in rows.columns:
+        rows = rows[rows["role"] == "primary"]
+    return {str(r.model): float(r.margin) for r in rows.itertuples() if r.margin == r.margin}
+
+
 def rank_table(
     results_dir: str | os.PathLike,
     entry: str,
@@ -93,8 +112,9 @@ def rank_table(
 ) -> pd.DataFrame:
     """The entry against GRPO per model (one `base_check` each) and metric. Columns: model, metric, entry,
     baseline_source (``published`` or ``rerun here``), n_pairs, entry_mean, baseline_mean, diff, diff_t_ci_low,
-    diff_t_ci_high, verdict, place (1 = the highest mean among the published entries of the model with this one
-    added; NaN when paired with a rerun) and of (how many entries that ranking holds). Scores in [0, 1]."""
+    diff_t_ci_high, p_value, p_equivalence, margin (`published_margins`; NaN if none), verdict, place (1 = the
+    highest mean among the published entries of the model with this one added; NaN when paired with a rerun) and
+    of (how many entries that ranking holds). Scores in [0, 1]."""
     ours = load_eval_scores(results_dir)
     if ours.empty or entry not in set(ours["entry"]):
         raise ValueError(f"no scores of entry {entry!r} under {results_dir}/eval")
@@ -102,7 +122,15 @@ def rank_table(
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: rank pairs with a published results folder (config rank_against)")
     theirs = pd.read_csv(path, keep_default_na=False, na_values=[""])
-    return rank_frame(ours, theirs, entry, checks, metrics, where=(str(path), f"{results_dir}/eval"))
+    return rank_frame(
+        ours,
+        theirs,
+        entry,
+        checks,
+        metrics,
+        margins=published_margins(published),
+        where=(str(path), f"{results_dir}/eval"),
+    )
 
 
 def rank_frame(
@@ -111,10 +139,12 @@ def rank_frame(
     entry: str,
     checks: Sequence[dict],
     metrics: Sequence[str] = RANK_METRICS,
+    margins: dict[str, float] | None = None,
     where: tuple[str, str] = ("the published scores", "the scores here"),
 ) -> pd.DataFrame:
     """`rank_table` from the score frames: ``ours`` (this checkout's, `load_eval_scores`) and ``theirs`` (the
-    published scores.csv); ``where`` names the two in errors."""
+    published scores.csv); ``margins`` per model (fractions; main applies its margin to every metric); ``where``
+    names the two in errors."""
     rows = []
     for check in checks:
         model = check["model"]
@@ -130,7 +160,9 @@ def rank_frame(
                 raise ValueError(f"no {metric} of {BASELINE!r} on model {model!r} in {source_name}")
             cmp = paired_comparison(x, y, n_resamples=0)
             lo, hi = cmp["diff_t_ci_low"], cmp["diff_t_ci_high"]
-            verdict = "better" if lo > 0 else "worse" if hi < 0 else "unresolved"
+            margin = float((margins or {}).get(model, float("nan")))
+            tests = summary_tests(cmp["diff"], cmp["diff_sd"], cmp["n_pairs"], margin)
+            verdict = four_verdict(cmp["diff"], tests["p_value"], tests["p_equivalence"], "better", "worse")
             mean = float(x.groupby("seed")["value"].mean().mean())
             seeds = set(x["seed"])  # means over the entry's seeds (GRPO, the primary pair, may have more)
             place, of = float("nan"), float("nan")
@@ -152,6 +184,9 @@ def rank_frame(
                     "diff": cmp["diff"],
                     "diff_t_ci_low": lo,
                     "diff_t_ci_high": hi,
+                    "p_value": tests["p_value"],
+                    "p_equivalence": tests["p_equivalence"],
+                    "margin": margin,
                     "verdict": verdict,
                     "place": place,
                     "of": of,
@@ -181,23 +216,26 @@ def rank_markdown(table: pd.DataFrame, checks: Sequence[dict], entry: str, publi
                          "trained and scored here too, and the entry is paired with that run.")  # fmt: skip
     lines += [
         "",
-        f"| model | metric | seeds | {entry} | {BASELINE} | {entry} − {BASELINE}, paired 95% t | verdict | "
+        f"| model | metric | seeds | {entry} | {BASELINE} | {entry} − {BASELINE}, paired 95% t | margin | verdict | "
         "place among published entries |",
-        "|---|---|---:|---:|---:|---:|---|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---|---:|",
     ]
     for r in table.itertuples():
         place = f"{int(r.place)} of {int(r.of)}" if r.place == r.place else "(paired with a rerun)"
+        margin_text = f"±{100 * r.margin:.1f}" if r.margin == r.margin else "—"
         lines.append(
             f"| {r.model} | {r.metric} | {r.n_pairs} | {100 * r.entry_mean:.1f} | {100 * r.baseline_mean:.1f} "
             f"({r.baseline_source}) | {_pts(r.diff)} [{_pts(r.diff_t_ci_low)}, {_pts(r.diff_t_ci_high)}] | "
-            f"{r.verdict} | {place} |"
+            f"{margin_text} | {r.verdict} | {place} |"
         )
     lines += [
         "",
         "Scores in percent (mean over seeds); differences in points, per seed the entry's run minus "
-        f"{BASELINE}'s from the same base model and seed. Better: the interval lies above 0; worse: below; else "
-        "unresolved. The place ranks the entry's mean among the published entries' means of that model (the "
-        "published page's ranking), when paired with the published runs.",
+        f"{BASELINE}'s from the same base model and seed. Equivalent: the 90% paired t interval lies inside the "
+        "margin main's primary declared in the published primary.csv (two one-sided tests; — : none declared); "
+        "else better / worse: the 95% interval lies above / below 0; else unresolved. The place ranks the entry's "
+        "mean among the published entries' means of that model (the published page's ranking), when paired with "
+        "the published runs.",
         "",
     ]
     return "\n".join(lines)

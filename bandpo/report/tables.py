@@ -248,7 +248,7 @@ def intervals_note(board: pd.DataFrame, alpha: float = 0.05) -> str:
     return (
         f"The tables show {n} paired 95% intervals of {label} against the baseline (trained entries; the base rows "
         f"left out); were no entry different, about {fmt(alpha * n, 1, 1)} of them would exclude 0 by chance; "
-        f"{out} do. The verdict column corrects for this within each experiment (Holm)."
+        f"{out} {'does' if out == 1 else 'do'}. The verdict column corrects for this within each experiment (Holm)."
     )
 
 

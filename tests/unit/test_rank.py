@@ -10,7 +10,7 @@ import math
 import pandas as pd
 import pytest
 
-from bandpo.report.rank import base_check, rank_frame, rank_markdown
+from bandpo.report.rank import base_check, published_margins, rank_frame, rank_markdown
 
 
 def _scores(rows):
@@ -85,7 +85,25 @@ def test_rank_frame_pairs_with_the_published_runs_or_with_a_rerun():
     rerun = rank_frame(ours, theirs, "new", [{**check, "match": False}], metrics=["mean@8"]).iloc[0]
     assert rerun["baseline_source"] == "rerun here" and rerun["verdict"] == "worse"
     assert math.isnan(rerun["place"])
+    # the published margin turns a difference smaller than it into "equivalent" (90% interval inside +-margin)
+    within = rank_frame(ours, theirs, "new", [check], metrics=["mean@8"], margins={"s": 0.10}).iloc[0]
+    assert within["margin"] == 0.10 and within["p_equivalence"] < 0.05 and within["verdict"] == "equivalent"
+    assert "| ±10.0 | equivalent |" in rank_markdown(pd.DataFrame([within]), [check], "new", "published")
+    assert math.isnan(row["margin"]) and "| — | better |" in page
     with pytest.raises(ValueError, match="no pass@8 of entry 'new'"):
         rank_frame(ours, theirs, "new", [check], metrics=["pass@8"])
     with pytest.raises(ValueError, match="no mean@8 of 'grpo' on model 's' in the published scores"):
         rank_frame(ours, theirs[theirs["entry"] != "grpo"], "new", [check], metrics=["mean@8"])
+
+
+def test_published_margins_are_mains_primary_margins(tmp_path):
+    assert published_margins(tmp_path) == {}  # nothing published: no equivalence
+    pd.DataFrame(
+        {
+            "experiment": ["main", "main", "separation", "probe"],
+            "model": ["tiny-s", "tiny-m", "tiny-s", "tiny-s"],
+            "role": ["primary", "primary", "primary", "demoted"],
+            "margin": [0.02, float("nan"), 0.05, 0.09],
+        }
+    ).to_csv(tmp_path / "primary.csv", index=False)
+    assert published_margins(tmp_path) == {"tiny-s": 0.02}

@@ -1278,14 +1278,14 @@ def test_published_leaderboard_is_rebuilt_from_its_tables(tmp_path):
     """The report run again on the inputs behind results/leaderboard.* (rebuilt from the published scores and runs
     tables, `published_runs`) gives the published Markdown exactly, and the CSV up to the tables' 6 digits (a
     statistic of differences of such values, within 1e-5; the page shows 1e-3)."""
-    from published_runs import _published_config, published_axes, published_experiments, rebuild_run_outputs
+    from published_runs import published_axes, published_config, published_experiments, rebuild_run_outputs
 
     published = ROOT / "results"
     results = rebuild_run_outputs(published, tmp_path)
     bounds_script.main(["--out", str(results / "bounds.csv")])
     report.build_report(results, tmp_path / "out", experiments=published_experiments(published),
                         axes=published_axes(published),
-                        base_per_seed=_published_config(published).get("base_per_seed"))  # fmt: skip
+                        base_per_seed=published_config(published).get("base_per_seed"))  # fmt: skip
     # as `report publish` does: the smoke section (bandpo.report.smoke) from the published smoke profiles' tables
     for profile in SMOKE_PROFILES:
         if (published / profile).is_dir():
