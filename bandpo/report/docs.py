@@ -21,6 +21,7 @@ import pandas as pd
 
 from bandpo.report.atlas import atlas_markdown, load_atlas
 from bandpo.report.axis import axis_verdicts, select_setting
+from bandpo.report.experiments import collapse_factors
 from bandpo.report.stats import power_table, t_interval
 from bandpo.report.tables import rounded
 
@@ -460,27 +461,108 @@ def selection_table(res: Results) -> str:
     return md_table(head, rows, right=3)
 
 
-def separation(res: Results) -> str:
-    """One sentence: the selected setting, the primary paired difference with its interval, verdict and MDE, and
-    the secondary paired final-entropy differences (primary.csv rows of the selecting experiment)."""
-    name, setting, table = res.selection
-    ((key, value),) = setting.items()
-    how = "selected" if table["selected"].any() else "the fallback: no D qualified"
+def _score_clause(p: pd.Series) -> str:
+    """A primary.csv score row as a clause: the paired difference in points over its seed pairs, its verdict, the
+    margin it was judged against and the MDE."""
+    margin = p.get("margin", np.nan)
+    judged = f"margin {_margin_text(margin)}, " if margin == margin else ""
+    return (
+        f"{p['treatment']} − {p['control']} {p['metric']} {ci(p['difference'], p['ci_low'], p['ci_high'], sign=True)}"
+        f" points over {int(p['n_pairs'])} seed pairs, {p['verdict']} ({judged}MDE {num(p['mde'])} points)"
+    )
+
+
+def _entropy_clause(e: pd.Series) -> str:
+    """A primary.csv entropy row (entropy_final, entropy_auc) as a clause, in nats."""
+    what = {"entropy_final": "final entropy", "entropy_auc": "entropy AUC (mean over steps)"}[e["metric"]]
+    margin = e.get("margin", np.nan)
+    judged = f", margin ±{margin:.3f}" if margin == margin else ""
+    d = ci(e["difference"], e["ci_low"], e["ci_high"], 3, 1.0, sign=True)
+    return f"{what} {e['treatment']} − {e['control']} {d} nats ({e['verdict']}{judged})"
+
+
+def _experiment_primary(res: Results, name: str) -> tuple[pd.Series, pd.DataFrame]:
     p = res.primary[res.primary.experiment == name]
-    score = p[p.metric == METRIC].iloc[0]
-    parts = [
-        f"at {key} = {value:g} ({how}), {score['treatment']} − {score['control']} {METRIC} "
-        f"{ci(score['difference'], score['ci_low'], score['ci_high'], sign=True)} points over "
-        f"{int(score['n_pairs'])} paired seeds, {score['verdict']} (MDE {num(score['mde'])} points)"
-    ]
+    if p.empty:
+        raise KeyError(f"primary.csv has no rows of experiment {name!r}")
+    return p[p.metric == METRIC].iloc[0], p[p.metric.str.startswith("entropy")]
+
+
+def separation(res: Results) -> str:
+    """One sentence: the separation run's regime (selected from the axis by its rule, or fixed in advance in its
+    config's ``train``), the primary paired difference with its interval, verdict, margin and MDE, and the paired
+    entropy rows (primary.csv rows of that experiment)."""
+    cfg = res.provenance["config"]["experiments"]
+    name = "separation"
+    if any(v.get("select") for v in cfg.values()):
+        name, setting, table = res.selection
+        ((key, value),) = setting.items()
+        how = "selected" if table["selected"].any() else "the fallback: no D qualified"
+    else:
+        ((key, value),) = (cfg[name].get("train") or {}).items()
+        how = "fixed before the run"
+    score, entropy = _experiment_primary(res, name)
+    parts = [f"at {key} = {value:g} ({how}), {_score_clause(score)}"]
     s = res.scores[(res.scores.experiment == name) & (res.scores.name == METRIC) & (res.scores.task == score["task"])]
     per_seed = s.pivot_table(index="seed", columns="entry", values="value")
     if (per_seed[score["treatment"]] == per_seed[score["control"]]).all():
         parts.append("the same score on every seed")
-    for e in _row_series(p[p.metric == "entropy_final"]):
-        d = ci(e["difference"], e["ci_low"], e["ci_high"], 3, 1.0, sign=True)
-        parts.append(f"final entropy {e['treatment']} − {e['control']} {d} nats ({e['verdict']})")
+    parts += [_entropy_clause(e) for e in _row_series(entropy)]
     return "; ".join(parts)
+
+
+def _steps_of(res: Results, experiment: str) -> int:
+    runs = res.runs[res.runs.experiment == experiment]
+    return int(runs["steps"].max())
+
+
+def seeds_summary(res: Results) -> str:
+    """How many seeds each experiment's rows average (runs.csv): the primary pair's (primary.csv's treatment and
+    control), then the other trained entries', per experiment in the order the runs list them."""
+    parts = []
+    for xp, runs in res.runs.groupby("experiment", sort=False):
+        counts = runs.groupby(["model", "entry"])["seed"].nunique()
+        p = res.primary[(res.primary.experiment == xp) & (res.primary.metric == METRIC)]
+        pair = set(p["treatment"]) | set(p["control"])
+        in_pair = counts[[e in pair for _m, e in counts.index]]
+        others = sorted(set(counts[[e not in pair for _m, e in counts.index]]))
+        if in_pair.empty:
+            parts.append(f"{xp} {'/'.join(map(str, sorted(set(counts))))}")
+            continue
+        text = f"{xp} {'/'.join(map(str, sorted(set(in_pair))))} for the primary pair"
+        parts.append(text + (f", {'/'.join(map(str, others))} for the other entries" if others else ""))
+    return "; ".join(parts)
+
+
+def horizon(res: Results) -> str:
+    """The horizon experiment in one sentence: its steps, the paired final mean@8 (verdict, margin, MDE), the
+    paired entropy rows and each run's entropy fall, step-1 entropy / final (`collapse_factors`)."""
+    score, entropy = _experiment_primary(res, "horizon")
+    parts = [f"at {_steps_of(res, 'horizon')} steps, {_score_clause(score)}"]
+    parts += [_entropy_clause(e) for e in _row_series(entropy)]
+    falls = collapse_factors(res.runs, res.provenance["config"]["experiments"])
+    for entry, g in falls[falls.experiment == "horizon"].groupby("entry", sort=False):
+        factors = ", ".join(f"{f:.1f}" for f in g["factor"])
+        parts.append(f"{entry}'s entropy fell {factors}-fold (step 1 / final; {int(g['collapsed'].sum())} of "
+                     f"{len(g)} runs at least {g['threshold'].iloc[0]:g}-fold)")  # fmt: skip
+    return "; ".join(parts)
+
+
+def horizon_holds(res: Results) -> str:
+    """Whether the 64-step verdict of the primary pair on the horizon's model (main's primary) holds at the
+    horizon's length: the same verdict or not, each with its difference and seed pairs."""
+    late, _ = _experiment_primary(res, "horizon")
+    p = res.primary
+    (early,) = _row_series(p[(p.experiment == "main") & (p.model == late["model"]) & (p.metric == METRIC)])
+
+    def said(r: pd.Series, steps: int, xp: str) -> str:
+        d = ci(r["difference"], r["ci_low"], r["ci_high"], sign=True)
+        return f"{r['verdict']} at {steps} steps ({d} points, {xp}, {int(r['n_pairs'])} seed pairs)"
+
+    a, b = said(early, _steps_of(res, "main"), "main"), said(late, _steps_of(res, "horizon"), "horizon")
+    if early["verdict"] == late["verdict"]:
+        return f"holds on {late['model']}: {a}; {b}"
+    return f"does not hold on {late['model']}: {a}, but {b}"
 
 
 def _dag_table(dag: pd.DataFrame) -> str:
@@ -614,6 +696,10 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "selection": selection_table,
     "separation": separation,
     "table-separation": leaderboard_block("separation"),
+    "horizon": horizon,
+    "seeds": seeds_summary,
+    "horizon-holds": horizon_holds,
+    "table-horizon": leaderboard_block("horizon"),
     "dag-cost": dag_cost,
     "primary-summary": primary_summary,
     "separated-main": separated,
