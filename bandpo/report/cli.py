@@ -346,8 +346,9 @@ def publish(
     models: Sequence[str | os.PathLike] = (),
 ) -> list[Path]:
     """Copy a profile's leaderboard (``src/leaderboard.{csv,md,html}``), tables (`PUBLISHED_TABLES`: stats, scores,
-    runs, primary comparisons, per-step metrics, axes; ``atlas.csv`` when present) and figures
-    (``src/figures/*.png``) to ``dest`` (same names), each file atomically, and write ``dest/provenance.json``
+    runs, primary comparisons, per-step metrics, axes; ``atlas.csv`` when present; one ``src`` lacks is removed from
+    ``dest``, so no table of an older run stays beside this one's) and figures (``src/figures/*.png``) to ``dest``
+    (same names), each file atomically, and write ``dest/provenance.json``
     (`provenance`: git commit and code changes, package versions, the run config, the checksums of the base models
     ``models`` and the numerics of the jobs under ``src``). Returns the written paths."""
     src, dest = Path(src), Path(dest)
@@ -358,6 +359,10 @@ def publish(
     pairs = [(src / n, dest / n) for n in LEADERBOARD_FILES]
     pairs += [(src / n, dest / n) for n in (*PUBLISHED_TABLES, ATLAS_TABLE) if (src / n).is_file()]
     pairs += [(p, dest / "figures" / p.name) for p in sorted((src / "figures").glob("*.png"))]
+    # a table this run did not make (an experiment moved to a config of its own) must not stay from an older run
+    for name in (*PUBLISHED_TABLES, ATLAS_TABLE):
+        if not (src / name).is_file() and (dest / name).is_file() and src.resolve() != dest.resolve():
+            (dest / name).unlink()
     for s, d in pairs:
         if s.resolve() == d.resolve():
             continue

@@ -22,7 +22,7 @@ import pandas as pd
 from bandpo.report.atlas import atlas_markdown, load_atlas
 from bandpo.report.axis import axis_verdicts, select_setting
 from bandpo.report.experiments import collapse_factors
-from bandpo.report.stats import power_table, t_interval
+from bandpo.report.stats import UNRESOLVED, power_table, t_interval
 from bandpo.report.tables import rounded
 
 DOC_FILES = ("README.md", "docs/*.md")
@@ -474,7 +474,7 @@ def _score_clause(p: pd.Series) -> str:
 
 def _entropy_clause(e: pd.Series) -> str:
     """A primary.csv entropy row (entropy_final, entropy_auc) as a clause, in nats."""
-    what = {"entropy_final": "final entropy", "entropy_auc": "entropy AUC (mean over steps)"}[e["metric"]]
+    what = {"entropy_final": "final entropy", "entropy_auc": "entropy AUC"}[e["metric"]]
     margin = e.get("margin", np.nan)
     judged = f", margin ±{margin:.3f}" if margin == margin else ""
     d = ci(e["difference"], e["ci_low"], e["ci_high"], 3, 1.0, sign=True)
@@ -562,6 +562,9 @@ def horizon_holds(res: Results) -> str:
     a, b = said(early, _steps_of(res, "main"), "main"), said(late, _steps_of(res, "horizon"), "horizon")
     if early["verdict"] == late["verdict"]:
         return f"holds on {late['model']}: {a}; {b}"
+    if late["verdict"] == UNRESOLVED:  # the longer run cannot decide: neither confirmed nor contradicted
+        return (f"is neither confirmed nor contradicted on {late['model']}: {a}; {b}, MDE {num(late['mde'])} points "
+                f"against the margin {_margin_text(late.get('margin', np.nan))}")  # fmt: skip
     return f"does not hold on {late['model']}: {a}, but {b}"
 
 

@@ -113,36 +113,39 @@ def test_readme_claims():
     text, b = read("README.md"), RESULTS.board
     assert len(text) <= 10_000
     flat = _flat(text)
-    seeds = b.groupby("experiment")["n_seeds"].agg(["min", "max"])
-    five = ["probe", "separation"]
-    assert (seeds.drop(five).to_numpy() == 3).all() and (seeds.loc[five].to_numpy() == 5).all()
-    assert "mean over seeds (3; 5 for probe and separation)" in flat and "The primary pair's minimum detectable" in flat
-    # the primary rule, as the README states it, is the paired one
-    assert "paired: per seed the difference" in flat and "95% paired t interval" in flat
-    assert "paired differences that few seeds estimate roughly" in flat
-    # the axis and the separation run as the config declares them
     cfg = RESULTS.provenance["config"]
-    axis = cfg["axes"]["offpolicy"]
-    values = [cfg["experiments"][c]["train"][axis["key"]] for c in axis["cells"]]
+    xps = cfg["experiments"]
+    # the seeds: the primary pair's 10 seed pairs (main, separation), as planned; the other entries keep theirs
+    for xp in ("main", "separation"):
+        planned = xps[xp]["primary"]["seeds"]
+        rows = RESULTS.primary.query("experiment == @xp and metric == 'mean@8'")
+        assert len(planned) == 10 and (rows["n_pairs"] == len(planned)).all(), xp
+    assert "mean over seeds (<!-- generated:seeds -->" in text and "The primary pair's minimum detectable" in flat
+    # the primary rule, as the README states it, is the paired one with four verdicts and the config's margin
+    assert "paired: per seed the difference" in flat and "95% paired t interval" in flat
+    assert xps["main"]["primary"]["margin"] == 2.0 and "inside ±2 points (fixed beforehand)" in flat
+    assert "paired differences that few seeds estimate roughly" in flat
+    # the axis as its own config declares it (results/offpolicy/)
+    off = RESULTS.part("offpolicy").provenance["config"]
+    axis = off["axes"]["offpolicy"]
+    values = [off["experiments"][c]["train"][axis["key"]] for c in axis["cells"]]
     assert values == [1, 4, 8, 16] and "(1, 4, 8, 16)" in flat
-    arms = cfg["experiments"]["offpolicy-D8"]["methods"]
+    arms = off["experiments"]["offpolicy-D8"]["methods"]
     assert arms == ["grpo", "clip_higher", "bandpo_kl", "bandpo_upper"] and "GRPO, Clip-Higher, BandPO-KL and" in flat
-    sep = cfg["experiments"]["separation"]
-    assert len(sep["methods"]) == 5 and len(sep["seeds"]) == 5 and "(five rules, 5 fresh seeds" in flat
-    assert not set(sep["seeds"]) & set(cfg["seeds"])  # fresh: RL seeds the selection never saw
-    # "Among the D where both arms run (4, 8, 16), GRPO's gain ... resolves at D = 4 only, so the rule chose D = 4"
-    _name, setting, table = RESULTS.selection
-    assert sep["select"]["rule"] == "largest-learning-compared" and sep["select"]["fallback"] == 4
-    assert table.loc[table["qualifies"], "value"].tolist() == [4] and setting == {"updates_per_step": 4}
-    assert set(table["value"]) == {4, 8, 16}  # the cells the rule read: those where both compared arms run
-    assert "Among the D where both arms run (4, 8, 16), GRPO's gain over the base model resolves at D = 4 only, " \
-           "so the rule chose D = 4" in flat  # fmt: skip
-    # the five rules no longer train the same run on every seed (they did at D = 1)
-    s = RESULTS.scores.query("experiment == 'separation' and name == 'mean@8' and entry != 'base'")
-    assert (s.groupby("seed")["value"].nunique() > 1).any()
-    # "on 5 fresh RL seeds there BandPO-KL and GRPO do not separate either"
-    verdicts = RESULTS.primary.query("metric == 'mean@8'").set_index(["experiment", "model"])["verdict"]
-    assert (verdicts == "unresolved").all() and "do not separate either" in flat
+    # the separation run: five rules at D = 4, fixed before the run by revision 3 on the published axis, fresh seeds
+    sep = xps["separation"]
+    assert len(sep["methods"]) == 5 and "select" not in sep and sep["train"] == {"updates_per_step": 4}
+    _name, setting, _table = RESULTS.part("offpolicy").selection
+    assert setting == {"updates_per_step": 4} and docs.SEPARATION_RULE["min_gain"] == 2.0
+    assert sep["seeds"] == list(range(10, 15)) and sep["primary"]["seeds"] == list(range(10, 20))
+    assert not set(sep["primary"]["seeds"]) & set(xps["main"]["primary"]["seeds"])  # fresh: no main run repeated
+    assert "(five rules at D = 4, fixed before the run by rule revision 3 on the published axis; fresh seeds 10-14, " \
+           "the primary pair 10-19)" in flat  # fmt: skip
+    # the horizon run: the primary pair on tiny-s at 4x main's steps
+    steps = RESULTS.runs.groupby("experiment")["steps"].max()
+    assert steps["horizon"] == 4 * steps["main"] and xps["horizon"]["methods"] == ["grpo", "bandpo_kl"]
+    assert "(the primary pair on tiny-s at 4x main's steps, rules fixed before it)" in flat
+    assert b.query("experiment == 'horizon'")["model"].unique().tolist() == ["tiny-s"]
 
 
 def test_readme_commands_are_those_of_ci():
@@ -178,30 +181,36 @@ def test_results_claims():
     text, b, runs = _flat(read("docs/results.md")), RESULTS.board, RESULTS.runs
     entries = b.groupby(["experiment", "model"])["entry"].agg(set)
     steps = runs.groupby(["experiment", "model"])["steps"].agg(set)
-    seeds = b.groupby("experiment")["n_seeds"].agg(set)
-    # main: every entry on tiny-s (64 steps), the primary pair on tiny-m (40 steps), 3 seeds
+    seeds = runs.groupby(["experiment", "entry"])["seed"].agg(lambda s: sorted(set(s)))
+    # main: every entry on tiny-s (64 steps), the primary pair on tiny-m (40 steps), 3 seeds (the primary pair 10)
     assert entries[("main", "tiny-m")] == {"base", "grpo", "bandpo_kl"} and len(entries[("main", "tiny-s")]) == 14
-    assert steps[("main", "tiny-s")] == {64} and steps[("main", "tiny-m")] == {40} and seeds["main"] == {3}
+    assert steps[("main", "tiny-s")] == {64} and steps[("main", "tiny-m")] == {40}
+    assert seeds[("main", "clip_higher")] == [0, 1, 2] and seeds[("main", "grpo")] == list(range(10))
+    assert "3 seeds (the primary pair 10), one base model per size" in text
     assert "tiny-m: GRPO and BandPO-KL, 40 RL steps" in text and "pretrained for 2400 steps" in text
     models = {m["id"]: m for m in RESULTS.provenance["config"]["models"]}
     assert models["tiny-m"]["build"]["steps"] == 2400
     # random reward: GRPO and BandPO-KL, 3 seeds, 32 steps; the rules of one seed share the step-1 entropy
     assert entries[("random-reward", "tiny-s")] == {"grpo", "bandpo_kl"} and steps[("random-reward", "tiny-s")] == {32}
-    assert "tiny-s, GRPO and BandPO-KL, 3 seeds, 32 steps" in text and seeds["random-reward"] == {3}
+    assert "tiny-s, GRPO and BandPO-KL, 3 seeds, 32 steps" in text and seeds[("random-reward", "grpo")] == [0, 1, 2]
     changes = docs.entropy_changes(RESULTS)
     assert (changes.groupby("seed")["first"].nunique() == 1).all() and "so the same step-1 entropy" in text
-    # probe: GRPO and BandPO-KL, 5 seeds; the axis on tiny-s with 3 seeds; separation on seeds 3-7
-    assert entries[("probe", "tiny-s-probe")] == {"base", "grpo", "bandpo_kl"} and seeds["probe"] == {5}
+    # probe and axis: published from their own configs, not in the top-level tables
+    assert not {"probe", "offpolicy-D4"} & set(b["experiment"])
+    probe = RESULTS.part("probe").board
+    assert set(probe["entry"]) == {"base", "grpo", "bandpo_kl"} and set(probe["n_seeds"]) == {5}
     assert "tiny-s-probe, GRPO and BandPO-KL, 5 seeds" in text
+    off = RESULTS.part("offpolicy").runs
     for cell in ("offpolicy-D1", "offpolicy-D4", "offpolicy-D8", "offpolicy-D16"):
-        assert seeds[cell] == {3} and set(runs.loc[runs.experiment == cell, "model"]) == {"tiny-s"}
-    assert sorted(set(RESULTS.scores.query("experiment == 'separation'")["seed"])) == [3, 4, 5, 6, 7]
-    assert "the regime the axis selects, tiny-s, seeds 3-7" in text
-    # the cost section: this run's build times, a training job's fixed cost, its number of runs (dag_rules.csv)
-    dag = RESULTS.dag.set_index("rule")
-    builds = {m: round(dag.loc[f"model build {m}", "wall_s_mean"]) for m in ("tiny-s", "tiny-m")}
-    assert f"tiny-s 184 -> {builds['tiny-s']} s, tiny-m 250 -> {builds['tiny-m']} s" in text
-    assert f"3.0 to {dag.loc['train tiny-s (main)', 'fixed_s']:.1f} s in the DAG" in text
+        cell_runs = off[off.experiment == cell]
+        assert cell_runs.groupby("entry")["seed"].nunique().eq(3).all() and set(cell_runs["model"]) == {"tiny-s"}
+    # separation on fresh seeds 10-14, the primary pair 10-19; horizon on 0-4 at 256 steps
+    assert seeds[("separation", "dcpo")] == list(range(10, 15)) and seeds[("separation", "grpo")] == list(range(10, 20))
+    assert "## separation: five rules at D = 4, tiny-s, seeds 10-14 (the primary pair 10-19)" in read("docs/results.md")
+    assert steps[("horizon", "tiny-s")] == {256} and seeds[("horizon", "bandpo_kl")] == list(range(5))
+    assert entries[("horizon", "tiny-s")] == {"grpo", "bandpo_kl"}
+    assert "## horizon: the primary pair on tiny-s at 256 steps, seeds 0-4" in read("docs/results.md")
+    # the cost section: this run's number of runs
     assert f"its {len(runs)} runs, their per-step rows" in text
 
 
@@ -426,7 +435,8 @@ def test_generated_sentences_recompute_from_the_published_files():
         assert f"{t.ppf(0.975, n - 1):.2f} at {n} seeds" in page
     shown = trained[trained["mean@8_diff_t_ci_low"].notna()]
     out = int(((shown["mean@8_diff_t_ci_low"] > 0) | (shown["mean@8_diff_t_ci_high"] < 0)).sum())
-    assert f"The tables show {len(shown)} paired 95% intervals of mean@8" in page and f"; {out} do." in page
+    assert f"The tables show {len(shown)} paired 95% intervals of mean@8" in page
+    assert f"; {out} {'does' if out == 1 else 'do'}." in page
     base_per_seed = RESULTS.provenance["config"]["base_per_seed"]
     assert ("Seed s of every entry trains from base model s" in page) == bool(base_per_seed)
     assert "at step 1, paired difference" not in page
@@ -451,3 +461,60 @@ def test_planned_seeds_table_recomputes():
     for xp, _model, sd, n, mde in rows:
         assert f"{minimum_detectable_difference(float(sd), int(n)):.2f}" == mde
         assert len(cfg[xp]["primary"]["seeds"]) == int(n)
+
+
+def test_horizon_seeds_and_separation_sentences_recompute():
+    """The README's horizon, horizon-holds, seeds and separation sentences against the files they come from: each
+    run's entropy fall is its step-1 entropy in steps.csv over its final entropy in runs.csv, each difference and
+    verdict is primary.csv's, the steps runs.csv's, and the seed counts scores.csv's."""
+    text, runs, p = _flat(read("README.md")), RESULTS.runs, RESULTS.primary
+    steps = pd.read_csv(ROOT / "results" / "steps.csv")
+    first = steps.sort_values("step").groupby(["experiment", "model", "entry", "seed"])["entropy"].first()
+    sentence = docs.horizon(RESULTS)
+    assert sentence in text
+    h = runs[runs.experiment == "horizon"]
+    assert sentence.startswith(f"at {int(h['steps'].max())} steps, bandpo_kl − grpo mean@8 ")
+    for entry, g in h.groupby("entry"):
+        m = re.search(rf"{entry}'s entropy fell ([\d., ]+)-fold \(step 1 / final; (\d+) of (\d+) runs", sentence)
+        falls = [
+            first.loc["horizon", r.model, entry, r.seed] / r.entropy_final for r in g.sort_values("seed").itertuples()
+        ]
+        assert [float(x) for x in m[1].split(", ")] == pytest.approx(falls, abs=0.06), entry
+        assert (int(m[2]), int(m[3])) == (sum(f >= 5 for f in falls), len(falls))
+    late = p.query("experiment == 'horizon' and metric == 'mean@8'").iloc[0]
+    assert f"over {late.n_pairs} seed pairs, {late.verdict} (margin ±{100 * late.margin:.1f}, MDE" in sentence
+    for e in p.query("experiment == 'horizon' and metric.str.startswith('entropy')").itertuples():
+        lo, hi = (f"{v:+.3f}" for v in (e.ci_low, e.ci_high))
+        assert (
+            f"bandpo_kl − grpo {e.difference:+.3f} [{lo}, {hi}] nats ({e.verdict}, margin ±{e.margin:.3f})" in sentence
+        )
+    # does the 64-step verdict hold at 256 steps: the two primary rows' verdicts, steps and pairs
+    holds = docs.horizon_holds(RESULTS)
+    assert holds in text
+    early = p.query("experiment == 'main' and model == 'tiny-s' and metric == 'mean@8'").iloc[0]
+    if early.verdict == late.verdict:
+        assert holds.startswith("holds")
+    elif late.verdict == "unresolved":
+        assert holds.startswith("is neither confirmed nor contradicted") and f"MDE {100 * late.mde:.1f} points" in holds
+    else:
+        assert holds.startswith("does not hold")
+    main_steps = int(runs.query("experiment == 'main' and model == 'tiny-s'")["steps"].max())
+    assert f"{early.verdict} at {main_steps} steps" in holds and f"main, {early.n_pairs} seed pairs" in holds
+    assert f"{late.verdict} at {int(h['steps'].max())} steps" in holds
+    # seeds: per experiment, the primary pair's and the other entries' seed counts in scores.csv
+    sc = RESULTS.scores.query("name == 'mean@8' and entry != 'base'")
+    n = sc.groupby(["experiment", "entry"])["seed"].nunique()
+    seeds = docs.seeds_summary(RESULTS)
+    assert seeds in text
+    assert f"main {n['main', 'grpo']} for the primary pair, {n['main', 'dcpo']} for the other entries" in seeds
+    assert (
+        f"separation {n['separation', 'grpo']} for the primary pair, {n['separation', 'dcpo']} for the other" in seeds
+    )
+    assert f"horizon {n['horizon', 'grpo']} for the primary pair" in seeds
+    # the separation run's regime: fixed in the config before the run
+    sep = docs.separation(RESULTS)
+    assert sep in text and sep.startswith("at updates_per_step = 4 (fixed before the run), bandpo_kl − grpo mean@8")
+    row = p.query("experiment == 'separation' and metric == 'mean@8'").iloc[0]
+    assert (
+        f"over {row.n_pairs} seed pairs, {row.verdict} (margin ±{100 * row.margin:.1f}, MDE {100 * row.mde:.1f}" in sep
+    )

@@ -1157,7 +1157,10 @@ def test_published_steps_csv_recomputes_the_published_runs_csv():
 
 def test_publish(built, tmp_path):
     results, _ = built
+    (tmp_path / "top").mkdir()
+    (tmp_path / "top" / "axis.csv").write_text("an older run's table\n")  # this run made none: it must not stay
     written = report.publish(results, tmp_path / "top", config={"profile": "embedded", "seeds": [0, 1, 2]})
+    assert not (tmp_path / "top" / "axis.csv").exists()
     names = sorted(p.relative_to(tmp_path / "top").as_posix() for p in written)
     tables = [n for n in report.PUBLISHED_TABLES if (results / n).is_file()]  # axis tables: only with an axis
     assert set(report.PUBLISHED_TABLES) - set(tables) == {"axis.csv", "axis_runs.csv"}
