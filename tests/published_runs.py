@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -189,6 +190,39 @@ def _steps_by_run(path: Path) -> dict[tuple[str, str, str, int], list[dict]]:
         metrics = g.drop(columns=["experiment", "model", "entry", "seed", OFFPOLICY])
         out[(x, m, e, int(seed))] = [{k: (int(v) if k == "step" else float(v)) for k, v in row.items() if pd.notna(v)}
                                      for row in metrics.to_dict("records")]  # fmt: skip
+    return out
+
+
+NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
+MAX_LAST_DIGIT_TIES = 5  # printed values that may sit on a rounding tie of the 6-digit tables
+
+
+def page_differences(ours: str, theirs: str) -> list[str]:
+    """Where a page rebuilt from the published tables differs from the published page, beyond what the tables'
+    6 significant digits allow: the text between numbers must be identical, and a number may differ from the
+    published one only by one unit in its last printed decimal (a statistic that sits on a rounding tie, e.g. an
+    interval end of 0.17350, computed once from full-precision runs and once from their 6-digit copies), at most
+    `MAX_LAST_DIGIT_TIES` times. Returns the differences found ([] when the pages agree)."""
+    out, ties = [], 0
+    a_lines, b_lines = ours.splitlines(), theirs.splitlines()
+    if len(a_lines) != len(b_lines):
+        return [f"{len(a_lines)} lines against {len(b_lines)}"]
+    for i, (a, b) in enumerate(zip(a_lines, b_lines, strict=True), 1):
+        if a == b:
+            continue
+        if NUMBER.split(a) != NUMBER.split(b) or len(NUMBER.findall(a)) != len(NUMBER.findall(b)):
+            out.append(f"line {i}: {a!r} against {b!r}")
+            continue
+        for x, y in zip(NUMBER.findall(a), NUMBER.findall(b), strict=True):
+            if x == y:
+                continue
+            decimals = len(x.partition(".")[2])
+            if decimals != len(y.partition(".")[2]) or abs(float(x) - float(y)) > 1.01 * 10.0**-decimals:
+                out.append(f"line {i}: {x} against {y}")
+            else:
+                ties += 1
+    if ties > MAX_LAST_DIGIT_TIES:
+        out.append(f"{ties} numbers differ in their last digit (at most {MAX_LAST_DIGIT_TIES} ties expected)")
     return out
 
 

@@ -490,8 +490,8 @@ def _experiment_primary(res: Results, name: str) -> tuple[pd.Series, pd.DataFram
 
 def separation(res: Results) -> str:
     """One sentence: the separation run's regime (selected from the axis by its rule, or fixed in advance in its
-    config's ``train``), the primary paired difference with its interval, verdict, margin and MDE, and the paired
-    entropy rows (primary.csv rows of that experiment)."""
+    config's ``train``) and the primary paired difference with its interval, verdict, margin and MDE (its entropy
+    rows: `entropy_rows`)."""
     cfg = res.provenance["config"]["experiments"]
     name = "separation"
     if any(v.get("select") for v in cfg.values()):
@@ -501,19 +501,43 @@ def separation(res: Results) -> str:
     else:
         ((key, value),) = (cfg[name].get("train") or {}).items()
         how = "fixed before the run"
-    score, entropy = _experiment_primary(res, name)
+    score, _entropy = _experiment_primary(res, name)
     parts = [f"at {key} = {value:g} ({how}), {_score_clause(score)}"]
     s = res.scores[(res.scores.experiment == name) & (res.scores.name == METRIC) & (res.scores.task == score["task"])]
     per_seed = s.pivot_table(index="seed", columns="entry", values="value")
     if (per_seed[score["treatment"]] == per_seed[score["control"]]).all():
         parts.append("the same score on every seed")
-    parts += [_entropy_clause(e) for e in _row_series(entropy)]
     return "; ".join(parts)
+
+
+def entropy_rows(experiment: str) -> Callable[[Results], str]:
+    """The paired entropy rows of an experiment's primary.csv (final entropy, entropy AUC), one clause each."""
+
+    def block(res: Results) -> str:
+        _score, entropy = _experiment_primary(res, experiment)
+        return "; ".join(_entropy_clause(e) for e in _row_series(entropy))
+
+    return block
 
 
 def _steps_of(res: Results, experiment: str) -> int:
     runs = res.runs[res.runs.experiment == experiment]
     return int(runs["steps"].max())
+
+
+def mde_measured(res: Results) -> str:
+    """Per primary score comparison: the seed pairs, the SD of the paired differences this run measured (from
+    scores.csv) and the MDE at 80% power it gives (primary.csv's ``mde``), beside the margin."""
+    rows = []
+    for p in _row_series(res.primary[res.primary.metric == METRIC]):
+        sc = res.scores[(res.scores.experiment == p["experiment"]) & (res.scores.model == p["model"])
+                        & (res.scores.name == METRIC) & (res.scores.task == p["task"])]  # fmt: skip
+        per_seed = sc.pivot_table(index="seed", columns="entry", values="value")
+        d = (per_seed[p["treatment"]] - per_seed[p["control"]]).dropna()
+        rows.append([p["experiment"], p["model"], f"{100 * d.std(ddof=1):.2f}", str(len(d)), num(p["mde"]),
+                     _margin_text(p.get("margin", np.nan))])  # fmt: skip
+    head = ["experiment", "model", "SD measured (points)", "seed pairs", "measured MDE (points)", "margin"]
+    return md_table(head, rows, right=4)
 
 
 def seeds_summary(res: Results) -> str:
@@ -535,11 +559,10 @@ def seeds_summary(res: Results) -> str:
 
 
 def horizon(res: Results) -> str:
-    """The horizon experiment in one sentence: its steps, the paired final mean@8 (verdict, margin, MDE), the
-    paired entropy rows and each run's entropy fall, step-1 entropy / final (`collapse_factors`)."""
-    score, entropy = _experiment_primary(res, "horizon")
+    """The horizon experiment in one sentence: its steps, the paired final mean@8 (verdict, margin, MDE) and each
+    run's entropy fall, step-1 entropy / final (`collapse_factors`; its paired entropy rows: `entropy_rows`)."""
+    score, _entropy = _experiment_primary(res, "horizon")
     parts = [f"at {_steps_of(res, 'horizon')} steps, {_score_clause(score)}"]
-    parts += [_entropy_clause(e) for e in _row_series(entropy)]
     falls = collapse_factors(res.runs, res.provenance["config"]["experiments"])
     for entry, g in falls[falls.experiment == "horizon"].groupby("entry", sort=False):
         factors = ", ".join(f"{f:.1f}" for f in g["factor"])
@@ -700,7 +723,10 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "separation": separation,
     "table-separation": leaderboard_block("separation"),
     "horizon": horizon,
+    "horizon-entropy": entropy_rows("horizon"),
+    "separation-entropy": entropy_rows("separation"),
     "seeds": seeds_summary,
+    "mde-measured": mde_measured,
     "horizon-holds": horizon_holds,
     "table-horizon": leaderboard_block("horizon"),
     "dag-cost": dag_cost,

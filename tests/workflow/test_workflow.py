@@ -1137,11 +1137,15 @@ def test_run_cost_benchmark_runs_the_rules_command(tmp_path):
         assert shlex.join(cmd[1:]) in proc.output
 
 
-def _measured_separation_d() -> int:
-    """The D the published run's selection rule picked, made again from its scores.csv (`bandpo.report.docs`)."""
+def _measured_separation_d() -> int | None:
+    """The D the published run's selection rule picked, made again from its scores.csv (`bandpo.report.docs`); None
+    when the published config fixed the separation run's D in advance (no select rule)."""
     from bandpo.report.docs import Results
 
-    _name, setting, _table = Results(ROOT / "results").selection
+    res = Results(ROOT / "results")
+    if not any(v.get("select") for v in res.provenance["config"]["experiments"].values()):
+        return None
+    _name, setting, _table = res.selection
     (d,) = (int(v) for v in setting.values())
     return d
 
@@ -1194,8 +1198,9 @@ def test_benchmarks_readme_quotes_the_published_run():
     elapsed = f"{rules['all']['elapsed_min']:.1f} minutes"
     assert f"took **{elapsed}** first job to last" in text
     assert f"tiny-s main training job {rules['train tiny-s (main)']['fixed_s']:.2f} s" in text
-    assert f"{elapsed} against 51.4 for `7da429b`'s run" in log
-    assert f"(tiny-s 184 -> {rules['model build tiny-s']['wall_s_mean']:.0f} s)" in log
+    assert f"**{elapsed}** first job to last (`results/dag_rules.csv`) against 57.2 for `66ef8b0`'s run" in log
+    assert f"(tiny-s 199 -> {rules['model build tiny-s']['wall_s_mean']:.0f} s, tiny-m 280 -> " in log
+    assert f"tiny-s main training job: {rules['train tiny-s (main)']['fixed_s']:.2f} s" in log
 
     def minutes(only: str | None, seeds: int) -> float:
         return budget.estimate(budget.load_config(CONFIGS["config"], only=only, seeds=seeds), model, cores=2)[
