@@ -1309,7 +1309,11 @@ def test_published_leaderboard_is_rebuilt_from_its_tables(tmp_path):
         assert list(ours.columns) == list(theirs.columns) and ours.shape == theirs.shape, name
         numbers = theirs.select_dtypes("number").columns
         pd.testing.assert_frame_equal(ours.drop(columns=numbers), theirs.drop(columns=numbers), check_dtype=False)
-        pd.testing.assert_frame_equal(ours[numbers], theirs[numbers], check_dtype=False, rtol=2e-5, atol=1e-5)
+        # a p-value of a t statistic from 6-digit means and SDs moves in its 5th digit (the verdicts read it at 0.05)
+        pvalues = [c for c in numbers if re.search(r"_p(_equivalence)?(_holm)?$", c)]
+        rest = [c for c in numbers if c not in pvalues]
+        pd.testing.assert_frame_equal(ours[rest], theirs[rest], check_dtype=False, rtol=2e-5, atol=1e-5)
+        pd.testing.assert_frame_equal(ours[pvalues], theirs[pvalues], check_dtype=False, rtol=0, atol=2e-4)
 
 
 # The rule proposed for workflow/rules/report.smk (names from workflow/rules/common.smk); the slow test below runs it
