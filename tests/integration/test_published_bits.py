@@ -45,7 +45,8 @@ def test_the_published_base_model_and_run_are_rebuilt_bit_for_bit_on_this_cpu(tm
     (run,) = [r for r in prov["runs"] if r["run"] == RUN]
     profile = prov["config"]["profile"]
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path), "--cores", "2",
-           "--configfile", str(ROOT / "config" / "config.yaml"), f"results/{profile}/runs/{RUN}/run.json"]  # fmt: skip
+           f"results/{profile}/runs/{RUN}/run.json",
+           "--configfile", str(ROOT / "config" / "config.yaml")]  # last: --configfile takes several values  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
 
