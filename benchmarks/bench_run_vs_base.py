@@ -1,7 +1,8 @@
 """Cost of one default run (training + its scoring) in this tree against an older commit, side by side.
 
     python benchmarks/bench_run_vs_base.py --base-commit 5bd8c05 [--model-id tiny-s] [--entry grpo] [--seed 0]
-        [--repeats 2] [--no-eval] [--parallel N] [--models-root resources] [--set KEY=VALUE] [--json out.json]
+        [--repeats 2] [--no-eval] [--parallel N] [--models-root resources] [--set KEY=VALUE] [--this-set KEY=VALUE]
+        [--json out.json]
 
 The older commit is checked out for the run as a detached ``git worktree`` in a temporary folder (removed at the
 end, also on an error; ``benchmarks/_worktree.py``). Runs, alternately (base first on even repeats, this tree first
@@ -16,6 +17,9 @@ start-up of lm-eval is charged to the run: a group of 3 seeds shares it; the rat
 does not touch the start-up). Prints per run wall seconds, CPU seconds (the child processes' user + system time,
 which other jobs on the machine disturb less than wall time) and the ratios base / this tree per repeat and as
 medians, and whether the two trees' runs of the seed logged the same numbers.
+
+``--set KEY=VALUE`` adds a training setting to both trees' runs, ``--this-set KEY=VALUE`` to this tree's only (a
+candidate setting against the older code as it ran).
 
 ``--parallel N`` times the DAG's situation instead, N training jobs at once on N cores (seeds ``seed`` ..
 ``seed + N - 1``, training only): per tree the wall time of the N jobs together and their summed CPU time.
@@ -80,13 +84,21 @@ def train_command(jobs: Jobs, model_id: str, slot: str, seed: int, out: Path, mo
     return cmd[:at] + [a for kv in extra for a in ("--set", kv)] + cmd[at:]
 
 
+def _knows_backend(tree: Path, backend: str) -> bool:
+    """Whether ``tree``'s code names the scoring backend ``backend`` (lm-eval's hf is known to every tree)."""
+    return backend == "hf" or any(f'"{backend}"' in f.read_text() for f in (tree / "bandpo").rglob("*.py"))
+
+
 def eval_command(jobs: Jobs, tree: Path, model_id: str, slot: str, seed: int, model: Path, out: Path,
                  models_root: Path) -> list[str]:  # fmt: skip
     """The scoring rule's command for one trained model, with ``tree``'s entry point and lm-eval task folder: the
-    arguments of `Jobs.eval_args` up to its run folders, then this run's (``--run MODEL OUT SEED``)."""
+    arguments of `Jobs.eval_args` up to its run folders, then this run's (``--run MODEL OUT SEED``). A tree that
+    does not know the config's backend (``bandpo-tiny`` is newer than ``5bd8c05``) scores with lm-eval's ``hf``."""
     args = jobs.eval_args(model_id, slot, [seed])
     args = rooted(args[: args.index("--run")], models_root)
     args[args.index("--include-path") + 1] = str(tasks_dir(tree))
+    if "--backend" in args and not _knows_backend(tree, args[args.index("--backend") + 1]):
+        args[args.index("--backend") + 1] = "hf"  # an older tree scores with lm-eval's hf backend, as it did
     return [sys.executable, "-m", entry_module(tree, "bandpo.score"), *args, "--threads", str(THREADS),
             "--run", str(model), str(out), str(seed)]  # fmt: skip
 
@@ -102,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models-root", default="resources", help="folder holding models/ and data/ (default resources)")
     ap.add_argument("--no-eval", action="store_true", help="time training only")
     ap.add_argument("--set", action="append", default=[], help="extra --set KEY=VALUE for both trainers")
+    ap.add_argument("--this-set", action="append", default=[], help="extra --set KEY=VALUE for this tree's trainer")
     ap.add_argument("--parallel", type=int, default=1, help="N training jobs at once (seeds seed..seed+N-1)")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
@@ -134,24 +147,25 @@ def main(argv: list[str] | None = None) -> int:
         trees = {"base": base, "this": ROOT}
         print(
             f"{args.model_id} {args.entry} seed {args.seed}, one thread, load average {load[0]:.2f} {load[1]:.2f} "
-            f"{load[2]:.2f}; base = {args.base_commit} (worktree {base}), this = {ROOT}",
+            f"{load[2]:.2f}; base = {args.base_commit} (worktree {base}), this = {ROOT} {args.this_set}",
             flush=True,
         )
         for repeat in range(args.repeats):
             order = ["base", "this"] if repeat % 2 == 0 else ["this", "base"]
             for name in order:
                 tree = trees[name]
+                sets = args.set + (args.this_set if name == "this" else [])
                 with tempfile.TemporaryDirectory(prefix="bandpo-runcost-") as tmp:
                     out = Path(tmp) / "run"
                     if args.parallel > 1:  # the DAG's situation: N jobs at once, training only
-                        cmds = [train_command(jobs, args.model_id, args.entry, s, Path(tmp) / f"run{s}", root, args.set)
+                        cmds = [train_command(jobs, args.model_id, args.entry, s, Path(tmp) / f"run{s}", root, sets)
                                 for s in seeds]  # fmt: skip
                         wall, cpu = _timed(cmds, tree, tree_env(tree, env))
                         rows.append({"tree": name, "repeat": repeat, "wall": wall, "cpu": cpu})
                         print(f"repeat {repeat} {name:4}: {args.parallel} jobs at once, wall {wall:6.1f} s, "
                               f"CPU {cpu:6.1f} s", flush=True)  # fmt: skip
                         continue
-                    cmd = train_command(jobs, args.model_id, args.entry, args.seed, out, root, args.set)
+                    cmd = train_command(jobs, args.model_id, args.entry, args.seed, out, root, sets)
                     train_wall, train_cpu = _timed([cmd], tree, tree_env(tree, env))
                     summary = json.loads((out / "run.json").read_text())
                     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]

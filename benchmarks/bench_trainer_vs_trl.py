@@ -74,7 +74,8 @@ TRL_RUNNER = Path(__file__).resolve().parent / "_trl_grpo_run.py"
 
 
 def suite_worker(timings_path: str, train_argv: list[str]) -> int:
-    """Run ``bandpo.train.loop.main(train_argv)`` with every ``train_step`` timed; write the timings to JSON."""
+    """Run ``python -m bandpo.train``'s ``main`` (`bandpo.train.cli.main`) on ``train_argv`` with every
+    ``bandpo.train.loop.train_step`` timed; write the timings to JSON."""
     import bandpo.grader
 
     bandpo.grader.start_workers()  # as ``python -m bandpo.train`` does before its imports (one worker)
@@ -105,8 +106,10 @@ def suite_worker(timings_path: str, train_argv: list[str]) -> int:
         return metrics
 
     bt.train_step = timed_train_step
+    from bandpo.train.cli import main as train_main
+
     t0 = time.perf_counter()
-    rc = bt.main(train_argv)
+    rc = train_main(train_argv)
     total_seconds = time.perf_counter() - t0
     import torch
 

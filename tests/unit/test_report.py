@@ -1646,6 +1646,29 @@ def test_paired_problems_gain_over_the_base_model(tmp_path, capsys):
     assert "different problems" in capsys.readouterr().err
 
 
+def test_recipe_check_windows_and_curve_rule(monkeypatch, capsys):
+    """benchmarks/bench_recipe_check.py: a curve agrees when every window's mean difference over seeds is at most
+    the old arm's seed spread in that window, and fails on one window outside it; the pairs an unresolved check
+    would need; identical arms are refused before anything runs."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("bench_recipe_check", ROOT / "benchmarks" / "bench_recipe_check.py")
+    rc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rc)
+    assert rc.windows([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0], 3) == pytest.approx([1.5, 4.0, 6.5])  # 2 / 3 / 2 steps
+    old = [[0.0] * 4 + [1.0] * 4, [0.2] * 4 + [1.2] * 4, [0.4] * 4 + [1.4] * 4]  # window spread 0.2 each
+    near = [[v + 0.15 for v in seed] for seed in old]
+    check = rc.curve_check(old, near, 2)
+    assert check["agree"] and [w["spread"] for w in check["windows"]] == pytest.approx([0.2, 0.2])
+    assert check["worst"] == pytest.approx(0.75)
+    late = [seed[:4] + [v + 0.3 for v in seed[4:]] for seed in old]  # the second window moved by 1.5 spreads
+    check = rc.curve_check(old, late, 2)
+    assert not check["agree"] and check["windows"][1]["diff"] == pytest.approx(0.3)
+    assert rc.pairs_needed(2.0, 0.0, 1.5) == 7 and rc.pairs_needed(2.0, 1.5, 1.5) is None  # t(6) 1.943 * 2 / 7**0.5
+    with pytest.raises(SystemExit):
+        rc.main(["--old-set", "steps=4", "--new-set", "steps=4"])
+    assert "the two arms are the same" in capsys.readouterr().err
+
+
 def test_page_and_docs_round_a_value_and_its_csv_text_the_same():
     """The leaderboard page formats full-precision values, the docs the csv's 6 significant digits: one rule
     (`tables.rounded`) makes them print the same, ties included (a paired mean of -30/2400 printed -1.2 on the page
