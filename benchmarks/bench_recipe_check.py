@@ -48,10 +48,8 @@ import time
 from pathlib import Path
 
 from _worktree import base_worktree, resolve, tree_env
-from bench_run_vs_base import eval_command, rooted, train_command
+from bench_run_vs_base import checked_jobs, eval_command, train_command
 
-from bandpo.config.jobs import Jobs
-from bandpo.config.validate import load_yaml, validate_config
 from bandpo.report.stats import paired_tests
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,17 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--parallel and --windows must be >= 1, --margin > 0")
     if not args.base_commit and args.new_set == args.old_set:
         ap.error("the two arms are the same: give --new-set, --old-set or --base-commit")
-    cfg = validate_config(load_yaml(ROOT / args.config), root=ROOT)
-    jobs = Jobs(cfg, ROOT)
-    if args.model_id not in jobs.models:
-        ap.error(f"--model-id {args.model_id!r}: not a model of {args.config} ({', '.join(jobs.models)})")
-    if args.entry not in jobs.slots or args.entry not in jobs.entries:
-        ap.error(f"--entry {args.entry!r}: not a method entry of {args.config}'s main experiment")
-    root = Path(args.models_root).resolve()
-    needed = [jobs.model_dir(args.model_id, s) for s in args.seeds] + [jobs.data_dir(jobs.xp_of(args.entry)["data"])]
-    missing = [p for p in rooted(needed, root) if not Path(p).is_dir()]
-    if missing:
-        ap.error(f"--models-root {args.models_root}: missing {', '.join(missing)} (build them with the DAG)")
+    jobs, root = checked_jobs(ap, args, args.seeds)
     if args.base_commit:
         resolve(args.base_commit)
     env = {**jobs.env(), "OMP_NUM_THREADS": "1"}
@@ -263,8 +251,6 @@ def main(argv: list[str] | None = None) -> int:
         need = pairs_needed(sd, statistics.fmean(d), args.margin)
         print(f"  the interval is wider than the margin allows: at SD {sd:.2f} and mean {statistics.fmean(d):+.2f} "
               f"points, {need if need else 'no number of'} pairs would put it inside +-{args.margin}")  # fmt: skip
-    for job in work:
-        job.pop("record", None)
     if args.json:
         record = {"args": vars(args), "speed": speed, "differences": d, "tests": tests, "curves": curves,
                   "runs": work, "verdict": verdict}  # fmt: skip

@@ -103,6 +103,25 @@ def eval_command(jobs: Jobs, tree: Path, model_id: str, slot: str, seed: int, mo
             "--run", str(model), str(out), str(seed)]  # fmt: skip
 
 
+def checked_jobs(ap: argparse.ArgumentParser, args: argparse.Namespace, seeds) -> tuple[Jobs, Path]:
+    """The `Jobs` of ``args.config`` and the resolved ``args.models_root``, after checking (through ``ap.error``)
+    that the config exists, ``args.model_id`` is one of its models, ``args.entry`` a method entry of its main
+    experiment, and that the base models of ``seeds`` and the entry's data are under the models root."""
+    if not (ROOT / args.config).is_file():
+        ap.error(f"--config {args.config}: not a file")
+    jobs = Jobs(validate_config(load_yaml(ROOT / args.config), root=ROOT), ROOT)
+    if args.model_id not in jobs.models:
+        ap.error(f"--model-id {args.model_id!r}: not a model of {args.config} ({', '.join(jobs.models)})")
+    if args.entry not in jobs.slots or args.entry not in jobs.entries:
+        ap.error(f"--entry {args.entry!r}: not a method entry of {args.config}'s main experiment")
+    root = Path(args.models_root).resolve()
+    needed = [jobs.model_dir(args.model_id, s) for s in seeds] + [jobs.data_dir(jobs.xp_of(args.entry)["data"])]
+    missing = [p for p in rooted(list(dict.fromkeys(needed)), root) if not Path(p).is_dir()]  # one model per size
+    if missing:
+        ap.error(f"--models-root {args.models_root}: missing {', '.join(missing)} (build them with the DAG)")
+    return jobs, root
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base-commit", required=True, help="the commit to compare against (a temporary worktree of it)")
@@ -120,20 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.repeats < 1 or args.parallel < 1:
         ap.error("--repeats and --parallel must be >= 1")
-    if not (ROOT / args.config).is_file():
-        ap.error(f"--config {args.config}: not a file")
-    cfg = validate_config(load_yaml(ROOT / args.config), root=ROOT)
-    jobs = Jobs(cfg, ROOT)
-    if args.model_id not in jobs.models:
-        ap.error(f"--model-id {args.model_id!r}: not a model of {args.config} ({', '.join(jobs.models)})")
-    if args.entry not in jobs.slots or args.entry not in jobs.entries:
-        ap.error(f"--entry {args.entry!r}: not a method entry of {args.config}'s main experiment")
-    root = Path(args.models_root).resolve()
     seeds = range(args.seed, args.seed + args.parallel)
-    needed = [jobs.model_dir(args.model_id, s) for s in seeds] + [jobs.data_dir(jobs.xp_of(args.entry)["data"])]
-    missing = [p for p in rooted(needed, root) if not Path(p).is_dir()]
-    if missing:
-        ap.error(f"--models-root {args.models_root}: missing {', '.join(missing)} (build them with the DAG)")
+    jobs, root = checked_jobs(ap, args, seeds)
     resolve(args.base_commit)  # an unknown commit fails here, before anything runs
     env = {**jobs.env(), "OMP_NUM_THREADS": str(THREADS)}
     task = jobs.tasks_of(args.entry)[0]["task"]
