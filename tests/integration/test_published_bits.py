@@ -51,7 +51,8 @@ def test_the_published_base_model_and_run_are_rebuilt_bit_for_bit_on_this_cpu(tm
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
 
     here, there = machine()["cpu_model"], prov["machine"]["cpu_model"]
-    where = f"published on {there!r}, rebuilt here on {here!r}"
+    ran = json.loads((tmp_path / "results" / profile / "runs" / RUN / "run.json").read_text())["machine"]["numerics"]
+    where = f"published on {there!r}, rebuilt here on {here!r} (MKL branch {ran.get('mkl_branch')})"
     print(f"published bits: {where}")
     assert weights_sha256(tmp_path / BASE) == base["weights_sha256"], f"{BASE}: other weights ({where})"
     (ours,) = [r for r in run_digests(tmp_path / "results" / profile) if r["run"] == RUN]

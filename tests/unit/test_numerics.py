@@ -1,9 +1,11 @@
 """The same seed, the same bits on any x86-64 CPU (`bandpo.core.numerics`).
 
 Every guarded operation, in the shapes the tiny models use, and a short base-model build and training run give the
-same bytes under the fixed numerics as this machine is and with MKL capped to AVX2 (what an AVX2-only CPU runs). A
-change that brings back a kernel chosen by the machine (an op outside MKL's reproducibility mode, an ATen kernel
-not pinned to AVX2) makes these fail on an AVX-512 machine such as CI's. Each case runs in a child process: the
+same bytes under the fixed numerics as this machine is and with MKL capped to AVX2 (what an AVX2-only CPU runs), and
+MKL runs the AVX2 branch whatever the CPU's vendor (on a CPU that is not Intel's: only with the preloaded library,
+and without it the ops differ, so the check sees the vendor's path). A change that brings back a kernel chosen by
+the machine (an op outside MKL's reproducibility mode, an ATen kernel not pinned to AVX2, MKL's own branch on
+another vendor's CPU) makes these fail on an AVX-512 machine such as CI's. Each case runs in a child process: the
 settings are read when torch first computes.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -103,7 +106,7 @@ print(json.dumps({"ops": out, "numerics": numerics.record()}))
 
 
 def _child_env(extra: dict[str, str] | None = None, mode: str = "fixed") -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in numerics.FIXED and k not in CAP}
+    env = {k: v for k, v in os.environ.items() if k not in numerics.FIXED and k not in CAP and k != "LD_PRELOAD"}
     return {**env, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0", **numerics.env(mode), **(extra or {})}
 
 
@@ -116,7 +119,12 @@ def _ops(env: dict[str, str]) -> dict:
 
 def test_mode_and_job_environment(monkeypatch):
     monkeypatch.setenv(numerics.MODE_ENV, "fixed")
-    assert numerics.env() == {numerics.MODE_ENV: "fixed", **numerics.FIXED}
+    preload = numerics.mkl_preload()  # the library MKL needs on a CPU that is not Intel's, built once
+    assert numerics.env() == {numerics.MODE_ENV: "fixed", **numerics.FIXED, **preload}
+    if numerics.cpu_vendor() in ("GenuineIntel", None):
+        assert preload == {}
+    else:
+        assert preload["LD_PRELOAD"].split(":")[0] == str(numerics.shim_path()) and numerics.shim_path().is_file()
     monkeypatch.setenv(numerics.MODE_ENV, "native")
     assert numerics.env() == {numerics.MODE_ENV: "native"}
     monkeypatch.setenv(numerics.MODE_ENV, "fast")
@@ -134,8 +142,15 @@ def test_guarded_ops_same_bits_as_the_machine_is_and_capped():
     as_is, capped = _ops(_child_env()), _ops(_child_env(CAP))
     assert as_is["numerics"]["mode"] == "fixed" and as_is["numerics"]["torch_imported_before"] is False
     assert as_is["numerics"]["torch_cpu_capability"] == numerics.FIXED_CAPABILITY  # ATen's kernels pinned
+    for run in (as_is, capped):  # MKL runs the branch asked for, whatever the CPU's vendor
+        assert run["numerics"]["mkl_branch"] == numerics.FIXED_MKL_BRANCH
     differ = sorted(op for op in as_is["ops"] if as_is["ops"][op] != capped["ops"][op])
     assert not differ, f"machine-dependent kernels under the fixed numerics: {differ}"
+    if numerics.mkl_preload():
+        # another vendor's CPU: without the preloaded library MKL silently runs its own branch, other bits
+        own = _ops({k: v for k, v in _child_env().items() if k != "LD_PRELOAD"})
+        assert own["numerics"]["mkl_branch"] == "AUTO"
+        assert any(own["ops"][op] != as_is["ops"][op] for op in as_is["ops"])
     if "avx512f" in FLAGS:
         # the check can see a machine-dependent path: this machine's native kernels give other bits
         native = _ops(_child_env(mode="native"))
@@ -177,6 +192,7 @@ def test_build_and_training_same_bytes_as_the_machine_is_and_capped(tmp_path):
     capped = _build_and_train(tmp_path / "capped", data, _child_env(CAP))
     for facts in (as_is["run_machine"], as_is["build_machine"]):  # provenance says what ran
         assert facts["numerics"]["mode"] == "fixed" and facts["numerics"]["env"] == numerics.FIXED
+        assert facts["numerics"]["mkl_branch"] == numerics.FIXED_MKL_BRANCH
         assert facts["torch_cpu_capability"] == numerics.FIXED_CAPABILITY
     assert as_is["base"] == capped["base"], "the base model's bytes depend on the CPU's instruction set"
     assert as_is["metrics"] == capped["metrics"], "the per-step metrics depend on the CPU's instruction set"
@@ -219,3 +235,29 @@ def test_exact_compare_names_the_first_difference(tmp_path, capsys):
     assert compare_exact(a, c) == 1
     (c / "steps.csv").unlink()
     assert compare_exact(a, c) == 2 and "steps.csv not found" in capsys.readouterr().err
+
+
+def test_mkl_library_is_built_once_and_a_missing_compiler_is_a_clear_error(tmp_path, monkeypatch):
+    path_var = os.environ["PATH"]
+    monkeypatch.setenv("BANDPO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no cc, gcc or clang
+    monkeypatch.delenv("CC", raising=False)
+    with pytest.raises(RuntimeError, match="needs a C compiler .* or set BANDPO_NUMERICS=native"):
+        numerics.build_shim()
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    with pytest.raises(RuntimeError, match="no-such-cc"):
+        numerics.build_shim()
+    assert not list((tmp_path / "cache").glob("*")), "a failed build leaves nothing behind"
+    monkeypatch.setenv("PATH", path_var)
+    monkeypatch.delenv("CC")
+    if not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
+        pytest.skip("no C compiler on this machine")
+    path = numerics.build_shim()
+    assert path == numerics.shim_path() and path.parent == tmp_path / "cache" and path.is_file()
+    mtime = path.stat().st_mtime_ns
+    assert numerics.build_shim() == path and path.stat().st_mtime_ns == mtime  # built once
+    monkeypatch.setattr(numerics, "cpu_vendor", lambda: "AuthenticAMD")
+    preload = numerics.mkl_preload("fixed")["LD_PRELOAD"]
+    assert preload.split(":")[0] == str(path) and numerics.mkl_preload("native") == {}
+    monkeypatch.setattr(numerics, "cpu_vendor", lambda: "GenuineIntel")
+    assert numerics.mkl_preload("fixed") == {}
