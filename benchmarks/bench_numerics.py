@@ -4,15 +4,22 @@
         [--train-steps 8] [--repeats 3] [--json out.json]
 
 Times two jobs as the workflow runs them (`bandpo.config.jobs.Jobs`: the rules' command lines and environment,
-one thread) under four numerics, alternating within each repeat (the order reversed on odd repeats):
+one thread) under five numerics, alternating within each repeat (the order reversed on odd repeats):
 
-- ``fixed``: ``BANDPO_NUMERICS=fixed``, the default (MKL's AVX2 reproducibility mode with STRICT, ATen's AVX2
-  kernels, oneDNN capped at AVX2);
+- ``fixed``: ``BANDPO_NUMERICS=fixed``, the default (MKL's AVX2 reproducibility branch with STRICT, ATen's AVX2
+  kernels, oneDNN capped at AVX2; on a CPU that is not Intel's, the preloaded library that lets MKL honour the
+  branch);
 - ``native``: ``BANDPO_NUMERICS=native``, this machine's own kernels;
 - ``native-avx2``: native with MKL and ATen capped at AVX2, what an AVX2-only machine runs natively (on an
   AVX-512 machine: the part of the cost that is only the narrower vectors);
-- ``fixed-nostrict``: fixed with ``MKL_CBWR=AVX2`` (no STRICT: matrix products may then depend on the thread
-  count), the price of STRICT.
+- ``fixed-nostrict``: fixed's settings with ``MKL_CBWR=AVX2`` (no STRICT: matrix products may then depend on the
+  thread count), the price of STRICT;
+- ``compatible``: fixed's settings with ``MKL_CBWR=COMPATIBLE``, MKL's SSE2 branch, the one it honours on every
+  vendor's CPU without a preloaded library: the alternative to that library, not taken.
+
+The variant arms run with ``BANDPO_NUMERICS=native`` and the variables set explicitly: under ``fixed`` the package
+would reset them to `bandpo.core.numerics.FIXED` as the job starts (before 2026-12-04 ``fixed-nostrict`` did run
+``fixed``'s settings, so its figures then measured nothing).
 
 The jobs:
 
@@ -30,6 +37,7 @@ the AVX2 ones they differ in the last bits).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -44,12 +52,13 @@ from bandpo.config.validate import load_yaml, validate_config
 from bandpo.core import numerics
 
 ROOT = Path(__file__).resolve().parents[1]
-MODES = ("fixed", "native", "native-avx2", "fixed-nostrict")
-ARMS = {  # arm -> (BANDPO_NUMERICS, extra variables)
+MODES = ("fixed", "native", "native-avx2", "fixed-nostrict", "compatible")
+ARMS = {  # arm -> (BANDPO_NUMERICS, extra variables; "preload": with the MKL library fixed preloads)
     "fixed": ("fixed", {}),
     "native": ("native", {}),
     "native-avx2": ("native", {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}),
-    "fixed-nostrict": ("fixed", {"MKL_CBWR": "AVX2"}),
+    "fixed-nostrict": ("native", {**numerics.FIXED, "MKL_CBWR": "AVX2", "preload": "1"}),
+    "compatible": ("native", {**numerics.FIXED, "MKL_CBWR": "COMPATIBLE"}),
 }
 
 
@@ -58,7 +67,11 @@ def mode_env(jobs: Jobs, arm: str) -> dict[str, str]:
     env = {**os.environ, **jobs.env(), "OMP_NUM_THREADS": "1"}
     for key in (*numerics.FIXED, "MKL_ENABLE_INSTRUCTIONS"):
         env.pop(key, None)
+    env.pop("LD_PRELOAD", None)
     mode, extra = ARMS[arm]
+    extra = dict(extra)
+    if extra.pop("preload", None):
+        extra.update(numerics.mkl_preload("fixed"))
     return {**env, **numerics.env(mode), **extra}
 
 
@@ -87,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     finals: dict[str, set] = {m: set() for m in MODES}
     print(f"{args.model_id}: build {args.build_steps} steps, train {args.train_steps} steps, one thread, "
           f"{args.repeats} repeat(s); load average {os.getloadavg()[0]:.2f}")  # fmt: skip
-    print(f"{'job':6} {'mode':7} {'wall s':>8} {'CPU s':>8} {'steps s':>8}")
+    print(f"{'job':6} {'mode':14} {'wall s':>8} {'CPU s':>8} {'steps s':>8}")
     with tempfile.TemporaryDirectory(prefix="bandpo-numerics-") as tmp:
         for repeat in range(args.repeats):
             order = MODES if repeat % 2 == 0 else MODES[::-1]
@@ -98,8 +111,9 @@ def main(argv: list[str] | None = None) -> int:
                 build[build.index("--out") + 1] = str(out / "model")
                 build += ["--data", data, "--steps", str(args.build_steps), "--threads", "1", "--no-progress"]
                 wall, cpu = timed_process(build, ROOT, env)
+                weights = hashlib.sha256((out / "model" / "model.safetensors").read_bytes()).hexdigest()
                 rows.append({"job": "build", "mode": mode, "repeat": repeat, "wall_s": wall, "cpu_s": cpu})
-                print(f"{'build':6} {mode:7} {wall:8.2f} {cpu:8.2f}", flush=True)
+                print(f"{'build':6} {mode:14} {wall:8.2f} {cpu:8.2f}", flush=True)
                 train = jobs.command(args.model_id, args.entry, 0, out=str(out / "run"), threads=1,
                                      python=sys.executable)  # fmt: skip
                 at = train.index("--out")
@@ -108,11 +122,11 @@ def main(argv: list[str] | None = None) -> int:
                 summary = json.loads((out / "run" / "run.json").read_text())
                 steps_s = summary["train_seconds_total"]
                 metrics = (out / "run" / "metrics.jsonl").read_text().splitlines()
-                finals[mode].add(json.dumps({k: v for k, v in json.loads(metrics[-1]).items()
-                                             if k in ("entropy", "reward_mean", "loss")}, sort_keys=True))  # fmt: skip
+                last = {k: v for k, v in json.loads(metrics[-1]).items() if k in ("entropy", "reward_mean", "loss")}
+                finals[mode].add(json.dumps({"base_sha256": weights, **last}, sort_keys=True))
                 rows.append({"job": "train", "mode": mode, "repeat": repeat, "wall_s": wall, "cpu_s": cpu,
                              "steps_s": steps_s})  # fmt: skip
-                print(f"{'train':6} {mode:7} {wall:8.2f} {cpu:8.2f} {steps_s:8.2f}", flush=True)
+                print(f"{'train':6} {mode:14} {wall:8.2f} {cpu:8.2f} {steps_s:8.2f}", flush=True)
 
     print("medians, and each arm / native:")
     print(f"  {'job':6} {'figure':8} " + " ".join(f"{m:>15}" for m in MODES) + "   " +
@@ -125,12 +139,15 @@ def main(argv: list[str] | None = None) -> int:
     if med["native-avx2"] > 0:
         print(f"fixed / native-avx2 (the cost where AVX2 is the widest set), train steps: "
               f"{med['fixed'] / med['native-avx2']:.3f}")  # fmt: skip
+    if med["fixed"] > 0:
+        print(f"compatible / fixed (MKL's SSE2 branch instead of the preloaded library), train steps: "
+              f"{med['compatible'] / med['fixed']:.3f}")  # fmt: skip
     for mode in MODES:
         if len(finals[mode]) != 1:
             print(f"WARNING: the {mode} runs did not repeat their own numbers: {sorted(finals[mode])}")
     for mode in MODES[1:]:
         same = finals[mode] == finals["fixed"]
-        print(f"final step's numbers, {mode} vs fixed: {'the same' if same else 'different'}")
+        print(f"base model's bytes and final step's numbers, {mode} vs fixed: {'the same' if same else 'different'}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0
