@@ -1,14 +1,17 @@
 """Whether a speed-up that changes the bits keeps the recipe: old code against new on several seeds, side by side.
 
     python benchmarks/bench_recipe_check.py --new-set old_log_probs=sampler [--base-commit COMMIT | --old-set K=V]
-        [--seeds 0 1 2 3 4] [--model-id tiny-s] [--entry grpo] [--parallel 2] [--margin 1.5] [--windows 8]
-        [--models-root resources] [--keep DIR] [--json out.json]
+        [--new-env K=V] [--old-env K=V] [--seeds 0 1 2 3 4] [--model-id tiny-s] [--entry grpo] [--parallel 2]
+        [--margin 1.5] [--windows 8] [--models-root resources] [--keep DIR] [--json out.json]
 
 The two arms: "old" is this tree as it is (``--old-set``: extra ``--set KEY=VALUE`` for it) or, with
 ``--base-commit``, that commit (a temporary ``git worktree``, as `bench_run_vs_base.py`); "new" is this tree with
-``--new-set``. For every seed both arms run the command of the workflow's rule ``train`` for one entry of
-``config/config.yaml`` (`bandpo.config.jobs.Jobs`: the model's and entry's ``train`` settings, one thread) and then
-score the trained model as the eval rule does (``python -m bandpo.score``: lm-eval, the entry's task, k samples).
+``--new-set``. ``--new-env`` / ``--old-env KEY=VALUE`` change an arm's numerics (e.g. ``--new-env MKL_CBWR=AVX2``:
+MKL without STRICT): that arm's jobs run with ``BANDPO_NUMERICS=native`` and the fixed numerics' variables
+(`bandpo.core.numerics.env`) with these on top, since under ``fixed`` the package resets them as a job starts.
+For every seed both arms run the command of the workflow's rule ``train`` for one entry of ``config/config.yaml``
+(`bandpo.config.jobs.Jobs`: the model's and entry's ``train`` settings, one thread) and then score the trained
+model as the eval rule does (``python -m bandpo.score``: lm-eval, the entry's task, k samples).
 Jobs run ``--parallel`` at a time, the old and the new job of a seed side by side (the DAG runs two jobs on two
 cores), so both arms meet the same machine.
 
@@ -101,7 +104,16 @@ def _run_all(jobs: list[dict], parallel: int) -> None:
 def _record(job: dict) -> None:
     """A finished job's times, into its folder's job.json (what ``--keep`` reuses) and its record."""
     job["record"].update(wall=job["wall"], cpu=job["cpu"])
-    (job["out"] / "job.json").write_text(json.dumps({"sets": job["sets"], "wall": job["wall"], "cpu": job["cpu"]}))
+    record = {"sets": job["sets"], "numerics_env": job["numerics_env"], "wall": job["wall"], "cpu": job["cpu"]}
+    (job["out"] / "job.json").write_text(json.dumps(record))
+
+
+def arm_env(env: dict[str, str], overrides: list[str]) -> dict[str, str]:
+    """A job's environment with an arm's numerics variables (``KEY=VALUE``) on top, under ``BANDPO_NUMERICS=native``
+    so that the package leaves them as set; ``env`` itself without any."""
+    if not overrides:
+        return env
+    return {**env, "BANDPO_NUMERICS": "native", **dict(item.split("=", 1) for item in overrides)}
 
 
 def windows(values: list[float], n: int) -> list[float]:
@@ -146,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--new-set", action="append", default=[], help="KEY=VALUE train setting of the new arm")
     ap.add_argument("--old-set", action="append", default=[], help="KEY=VALUE train setting of the old arm")
+    ap.add_argument("--new-env", action="append", default=[], help="KEY=VALUE numerics variable of the new arm")
+    ap.add_argument("--old-env", action="append", default=[], help="KEY=VALUE numerics variable of the old arm")
     ap.add_argument("--base-commit", help="the old arm runs this commit's code (a temporary worktree)")
     ap.add_argument("--config", default="config/config.yaml")
     ap.add_argument("--model-id", default="tiny-s")
@@ -162,8 +176,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--seeds: at least 2 distinct seeds (the issue asks for 5)")
     if args.parallel < 1 or args.windows < 1 or not args.margin > 0:
         ap.error("--parallel and --windows must be >= 1, --margin > 0")
-    if not args.base_commit and args.new_set == args.old_set:
-        ap.error("the two arms are the same: give --new-set, --old-set or --base-commit")
+    if not args.base_commit and args.new_set == args.old_set and args.new_env == args.old_env:
+        ap.error("the two arms are the same: give --new-set, --old-set, --new-env, --old-env or --base-commit")
+    for item in (*args.new_env, *args.old_env):
+        if "=" not in item or not item.split("=", 1)[0]:
+            ap.error(f"--new-env/--old-env {item!r}: expected KEY=VALUE")
     jobs, root = checked_jobs(ap, args, args.seeds)
     if args.base_commit:
         resolve(args.base_commit)
@@ -176,17 +193,18 @@ def main(argv: list[str] | None = None) -> int:
             tmp = Path(args.keep).resolve()
         else:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bandpo-recipe-")))
-        arms = {"old": (old_tree, args.old_set), "new": (ROOT, args.new_set)}
+        arms = {"old": (old_tree, args.old_set, args.old_env), "new": (ROOT, args.new_set, args.new_env)}
         old_name = args.base_commit or "this tree"
         print(f"{args.model_id} {args.entry}, seeds {args.seeds}, {args.parallel} jobs at once; old = {old_name} "
-              f"{args.old_set}, new = this tree {args.new_set}", flush=True)  # fmt: skip
+              f"{args.old_set} {args.old_env}, new = this tree {args.new_set} {args.new_env}", flush=True)  # fmt: skip
         work, todo = [], []
         for seed in args.seeds:
-            for arm, (tree, sets) in arms.items():
+            for arm, (tree, sets, envs) in arms.items():
                 out = tmp / arm / f"seed{seed}"
-                job = {"arm": arm, "seed": seed, "out": out, "sets": sets}
+                job = {"arm": arm, "seed": seed, "out": out, "sets": sets, "numerics_env": envs}
                 work.append(job)
-                if (out / "job.json").is_file() and json.loads((out / "job.json").read_text())["sets"] == sets:
+                done = json.loads((out / "job.json").read_text()) if (out / "job.json").is_file() else None
+                if done and done["sets"] == sets and done.get("numerics_env", []) == envs:
                     job.update(json.loads((out / "job.json").read_text()))
                     continue
                 shutil.rmtree(out, ignore_errors=True)  # a job stopped half-way starts again
@@ -194,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
                     train_command(jobs, args.model_id, args.entry, seed, out, root, sets),
                     eval_command(jobs, tree, args.model_id, args.entry, seed, out / "model", out / "eval", root),
                 ]
-                todo.append({**job, "cmds": cmds, "cwd": tree, "env": tree_env(tree, env), "record": job,
+                todo.append({**job, "cmds": cmds, "cwd": tree, "env": tree_env(tree, arm_env(env, envs)), "record": job,
                              "done": _record})  # fmt: skip
         if len(todo) < len(work):
             print(f"reusing {len(work) - len(todo)} finished jobs of {tmp}", flush=True)

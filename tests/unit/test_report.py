@@ -1667,6 +1667,12 @@ def test_recipe_check_windows_and_curve_rule(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         rc.main(["--old-set", "steps=4", "--new-set", "steps=4"])
     assert "the two arms are the same" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        rc.main(["--new-env", "MKL_CBWR"])
+    assert "expected KEY=VALUE" in capsys.readouterr().err
+    env = {"BANDPO_NUMERICS": "fixed", "MKL_CBWR": "AVX2,STRICT", "OMP_NUM_THREADS": "1"}
+    assert rc.arm_env(env, []) is env  # an arm without numerics variables runs the jobs' own environment
+    assert rc.arm_env(env, ["MKL_CBWR=AVX2"]) == {**env, "BANDPO_NUMERICS": "native", "MKL_CBWR": "AVX2"}
 
 
 def test_page_and_docs_round_a_value_and_its_csv_text_the_same():
