@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from bandpo import methods
+from bandpo.core import numerics
 from bandpo.data.tiny_math import generate_tiny_math, write_jsonl
 from bandpo.models.sampling import positions, sample_rows
 from bandpo.models.tiny import build_tokenizer, get_size, init_model
@@ -177,7 +178,9 @@ def test_resume_after_sigkill_matches_uninterrupted_run(assets, tmp_path):
     common = ["--model", str(model), "--data", str(data), "--method", "bandpo", "--seed", "5", "--threads", "1",
               "--no-progress", "--set", "steps=8", "--set", "checkpoint_every=2", "--set", "prompts_per_step=4",
               "--set", "samples_per_prompt=4", "--set", "max_new_tokens=12", "--set", "reward=\"random\""]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # the jobs' numerics (with the library MKL needs on a CPU that is not Intel's), as the workflow gives them: the
+    # killed run is `python -c`, which does not restart itself with that library as `python -m bandpo.train` does
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **numerics.env()}
     subprocess.run([sys.executable, "-m", "bandpo.train", *common, "--out", str(tmp_path / "full")],
                    check=True, env=env, capture_output=True, timeout=HANG_GUARD_S)  # fmt: skip
 
