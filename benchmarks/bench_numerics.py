@@ -53,12 +53,12 @@ from bandpo.core import numerics
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("fixed", "native", "native-avx2", "fixed-nostrict", "compatible")
-ARMS = {  # arm -> (BANDPO_NUMERICS, extra variables; "preload": with the MKL library fixed preloads)
+ARMS = {  # arm -> (the numerics it starts from, variables changed; a changed fixed runs as native, see above)
     "fixed": ("fixed", {}),
     "native": ("native", {}),
     "native-avx2": ("native", {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}),
-    "fixed-nostrict": ("native", {**numerics.FIXED, "MKL_CBWR": "AVX2", "preload": "1"}),
-    "compatible": ("native", {**numerics.FIXED, "MKL_CBWR": "COMPATIBLE"}),
+    "fixed-nostrict": ("fixed", {"MKL_CBWR": "AVX2"}),
+    "compatible": ("fixed", {"MKL_CBWR": "COMPATIBLE"}),
 }
 
 
@@ -69,10 +69,10 @@ def mode_env(jobs: Jobs, arm: str) -> dict[str, str]:
         env.pop(key, None)
     env.pop("LD_PRELOAD", None)
     mode, extra = ARMS[arm]
-    extra = dict(extra)
-    if extra.pop("preload", None):
-        extra.update(numerics.mkl_preload("fixed"))
-    return {**env, **numerics.env(mode), **extra}
+    env = {**env, **numerics.env(mode), **extra}
+    if mode == "fixed" and extra:  # under fixed the package would reset the changed variables as the job starts
+        env[numerics.MODE_ENV] = "native"
+    return env
 
 
 def main(argv: list[str] | None = None) -> int:

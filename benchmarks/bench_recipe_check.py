@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                 work.append(job)
                 done = json.loads((out / "job.json").read_text()) if (out / "job.json").is_file() else None
                 if done and done["sets"] == sets and done.get("numerics_env", []) == envs:
-                    job.update(json.loads((out / "job.json").read_text()))
+                    job.update(done)
                     continue
                 shutil.rmtree(out, ignore_errors=True)  # a job stopped half-way starts again
                 cmds = [

@@ -16,8 +16,8 @@ those into different numbers:
   an AMD EPYC (Zen, AVX-512) built the default tiny-s base model with another sha256 than the Intel Xeon that
   published it; with the library preloaded it built the published bytes. `record` reports the branch MKL runs
   (``mkl_branch``), so a process where the branch was not honoured says so. ``COMPATIBLE`` (SSE2, honoured on
-  every vendor) would need no library, but cost 1.3x per tiny-s training step on that machine, and changes every
-  published bit.
+  every vendor) would need no library, but cost 1.48x on the tiny-s training steps on that machine
+  (benchmarks/bench_numerics.py), and changes every published bit.
 - ATen's own vectorised kernels (softmax, log-softmax, cross-entropy, SDPA on CPU, norms, reductions) are compiled
   once per instruction set and chosen at the first dispatch from ``ATEN_CPU_CAPABILITY``; ``avx2`` caps them there.
 - oneDNN (torch's mkldnn backend) caps its JIT kernels at ``ONEDNN_MAX_CPU_ISA`` (``DNNL_MAX_CPU_ISA`` in older
@@ -48,6 +48,7 @@ native, side by side.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import shlex
@@ -88,8 +89,10 @@ def mode() -> str:
     return value
 
 
+@functools.cache
 def cpu_vendor() -> str | None:
-    """The CPU's vendor string (``GenuineIntel``, ``AuthenticAMD``, ...) from /proc/cpuinfo; None where unknown."""
+    """The CPU's vendor string (``GenuineIntel``, ``AuthenticAMD``, ...) from /proc/cpuinfo, read once per process
+    (`env` runs for every job the workflow plans); None where unknown."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
             for line in fh:
