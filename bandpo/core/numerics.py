@@ -31,7 +31,7 @@ them in their environment from the start (`env`, used by `bandpo.config.jobs.Job
 that are not ours (verl's trainer and its Ray workers). The preloaded library must be there when the process
 starts: `env` includes it, and `apply` restarts a ``python -m bandpo.<stage>`` process once with it (before
 anything else runs); another process that imports the package without it (e.g. a test runner) keeps MKL's own
-branch and `record` says so. Thread counts are fixed by each job's ``--threads`` (the config's ``threads``);
+branch, and `record` says so and warns once on stderr. Thread counts are fixed by each job's ``--threads`` (the config's ``threads``);
 ATen's own reductions still split by thread count, so a run is reproducible at its configured thread count.
 `record` says what a process ran with; `bandpo.core.provenance.machine` stores it next to every output, and
 ``results/provenance.json`` collects it per stage and per base model.
@@ -186,15 +186,34 @@ def _shim_loaded() -> bool:
         return False
 
 
+def module_of(argv: list[str]) -> str | None:
+    """The module a Python command line runs with ``-m`` (``python -X dev -u -m bandpo.train ...`` ->
+    ``bandpo.train``), None for a script, ``-c`` or a bare interpreter. Interpreter options may come first; ``-X``
+    and ``-W`` take a value, which may also be attached (``-Xdev``, ``-mbandpo.train``)."""
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-m":
+            return argv[i + 1] if i + 1 < len(argv) else None
+        if arg.startswith("-m"):
+            return arg[2:]
+        if arg in ("-X", "-W"):
+            i += 2
+        elif arg.startswith("-") and arg not in ("-", "-c", "--") and not arg.startswith("-c"):
+            i += 1  # a flag (-u, -O, -B, -I, -E, -s, -Xdev, ...), possibly several in one (-uB)
+        else:
+            return None
+    return None
+
+
 def _restart_with_shim() -> None:
-    """Restart this process once with the library preloaded, if it is ``python -m bandpo.<stage>`` and has not
-    imported torch yet (nothing has run: the package is being imported by its entry point). Other processes carry
-    on; `record` then reports MKL's branch. A build failure is reported on stderr, not raised: importing the
-    package must not fail."""
-    argv = getattr(sys, "orig_argv", [])
-    if os.environ.get(_REEXEC_ENV) or "torch" in sys.modules or len(argv) < 3 or argv[1] != "-m":
-        return
-    if not argv[2].startswith("bandpo"):
+    """Restart this process once with the library preloaded, if it is ``python [options] -m bandpo.<stage>`` and
+    has not imported torch yet (nothing has run: the package is being imported by its entry point). Other
+    processes carry on; `record` then reports MKL's branch and warns. A build failure is reported on stderr, not
+    raised: importing the package must not fail."""
+    argv = list(getattr(sys, "orig_argv", []))
+    module = module_of(argv)
+    if os.environ.get(_REEXEC_ENV) or "torch" in sys.modules or not module or not module.startswith("bandpo"):
         return
     try:
         preload = mkl_preload("fixed")
@@ -255,4 +274,10 @@ def record() -> dict[str, object]:
         branch = mkl_branch()
         if branch is not None:
             out["mkl_branch"] = branch
+            if out["mode"] == "fixed" and branch != FIXED_MKL_BRANCH and not _state.get("warned"):
+                _state["warned"] = True
+                print(f"warning: MKL runs its {branch} branch in this process, not {FIXED_MKL_BRANCH} as the fixed "
+                      "numerics ask (a CPU that is not Intel's, and a process started without the preloaded "
+                      "library): its numbers are this CPU's own. Start it as `python -m bandpo.<stage>`, or with "
+                      "the environment of bandpo.core.numerics.env().", file=sys.stderr)  # fmt: skip
     return out

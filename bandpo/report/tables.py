@@ -606,8 +606,8 @@ def experiment_notes(
             parts.append(collapse_sentence(collapse[collapse["experiment"] == xp]))
         if fam is not None and xp in fam.index:
             parts.append(family_sentence(fam.loc[xp]))
-        if any(parts):
-            out.append((xp, ". ".join(x for x in parts if x) + "."))
+        if any(parts):  # sentences: a description that is a question keeps its "?" without a "." after it
+            out.append((xp, " ".join(x if x.endswith(("?", "!")) else x + "." for x in parts if x)))
     return out
 
 

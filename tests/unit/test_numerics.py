@@ -114,7 +114,7 @@ def _ops(env: dict[str, str]) -> dict:
     proc = subprocess.run([sys.executable, "-c", OPS], env=env, cwd=ROOT, capture_output=True, text=True,
                           timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "stderr": proc.stderr}
 
 
 def test_mode_and_job_environment(monkeypatch):
@@ -150,7 +150,9 @@ def test_guarded_ops_same_bits_as_the_machine_is_and_capped():
         # another vendor's CPU: without the preloaded library MKL silently runs its own branch, other bits
         own = _ops({k: v for k, v in _child_env().items() if k != "LD_PRELOAD"})
         assert own["numerics"]["mkl_branch"] == "AUTO"
+        assert own["stderr"].count("warning: MKL runs its AUTO branch in this process, not AVX2") == 1
         assert any(own["ops"][op] != as_is["ops"][op] for op in as_is["ops"])
+    assert "warning: MKL" not in as_is["stderr"] + capped["stderr"]
     if "avx512f" in FLAGS:
         # the check can see a machine-dependent path: this machine's native kernels give other bits
         native = _ops(_child_env(mode="native"))
@@ -261,3 +263,15 @@ def test_mkl_library_is_built_once_and_a_missing_compiler_is_a_clear_error(tmp_p
     assert preload.split(":")[0] == str(path) and numerics.mkl_preload("native") == {}
     monkeypatch.setattr(numerics, "cpu_vendor", lambda: "GenuineIntel")
     assert numerics.mkl_preload("fixed") == {}
+
+
+def test_module_of_reads_the_module_past_interpreter_options():
+    """The restart applies to ``python [options] -m bandpo.<stage>``: the module is found past interpreter flags and
+    options with values, attached or not; a script, ``-c`` or a bare interpreter runs no module."""
+    py = sys.executable
+    assert numerics.module_of([py, "-m", "bandpo.train", "--seed", "0"]) == "bandpo.train"
+    assert numerics.module_of([py, "-X", "dev", "-u", "-W", "error", "-m", "bandpo.models", "build"]) == "bandpo.models"
+    assert numerics.module_of([py, "-Xdev", "-uB", "-mbandpo.eval"]) == "bandpo.eval"
+    assert numerics.module_of([py, "-c", "import bandpo", "-m", "bandpo.train"]) is None
+    assert numerics.module_of([py, "script.py", "-m", "bandpo.train"]) is None
+    assert numerics.module_of([py]) is None and numerics.module_of([py, "-u", "-m"]) is None

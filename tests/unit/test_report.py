@@ -1446,6 +1446,10 @@ def test_sections_and_primary_comparison():
     assert report.primary_results(scores, specs, n_resamples=500)["verdict"].tolist() == ["unresolved"]
     md = report.leaderboard_markdown(board, notes=report.tables.experiment_notes(specs, primary))
     assert "## probe: tiny-s, subset probe" in md and "## tiny-s\n" in md and "Decision rule: r" in md
+    # a description that asks a question keeps its "?" and no "." after it; the other sentences end in "."
+    specs["probe"]["description"] = "does it hold at the plateau?"
+    ((_, note), _) = report.tables.experiment_notes(specs, primary)
+    assert note.startswith("does it hold at the plateau? Primary metric: m (grpo against bandpo_kl). Decision rule: r.")
 
 
 def test_primary_rule_is_paired():
