@@ -31,8 +31,9 @@ them in their environment from the start (`env`, used by `bandpo.config.jobs.Job
 that are not ours (verl's trainer and its Ray workers). The preloaded library must be there when the process
 starts: `env` includes it, and `apply` restarts a ``python -m bandpo.<stage>`` process once with it (before
 anything else runs); another process that imports the package without it (e.g. a test runner) keeps MKL's own
-branch, and `record` says so and warns once on stderr. Thread counts are fixed by each job's ``--threads`` (the config's ``threads``);
-ATen's own reductions still split by thread count, so a run is reproducible at its configured thread count.
+branch, and `record` says so and warns once on stderr. Thread counts are fixed by each job's ``--threads`` (the
+config's ``threads``); ATen's own reductions still split by thread count, so a run is reproducible at its
+configured thread count.
 `record` says what a process ran with; `bandpo.core.provenance.machine` stores it next to every output, and
 ``results/provenance.json`` collects it per stage and per base model.
 
