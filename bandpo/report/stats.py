@@ -13,7 +13,7 @@ For a (model, entry) and a metric, the unit is one seed's score on one task. Ove
 * **IQM**: interquartile mean of all (seed, task) scores, ``scipy.stats.trim_mean(x, 0.25)``; same bootstrap.
   With fewer than 4 scores nothing is trimmed and the IQM equals the mean.
 * **P(improvement) over the baseline** (``grpo`` by default): per task, the mean over all pairs (seed of the entry,
-  seed of the baseline) of 1[x > y] + 1/2 1[x = y], averaged over tasks; CI by resampling both sets of seeds
+  seed of the baseline) of 1[x > y] + 1/2 1[x = y] (equal within `TIE_TOLERANCE`), averaged over tasks; CI by resampling both sets of seeds
   independently within each task.
 * **paired comparison with the baseline** (the published comparison): seed s of every entry trains from base model s
   (``base_per_seed``), so entry and baseline runs of one seed share their base model and seed. Per seed the paired
@@ -47,6 +47,10 @@ HEADLINE = ("mean", "pass", "maj", "best_bootstrap")  # metric families of the l
 ALL_TASKS = "all"
 FINAL_FRACTION = 0.1  # "final" training statistics: mean over the last 10% of a run's steps
 MDE_TARGET = 0.02  # a 2-point difference (scores are fractions): what the seed count should resolve
+# Scores closer than this are a tie in P(improvement): two runs with the same score (a fraction of problems) can
+# differ in its last float bits when their sums ran in another order; rounding to the tables' 6 digits would
+# otherwise turn a win into a tie
+TIE_TOLERANCE = 1e-9
 POWER, ALPHA = 0.8, 0.05  # of the minimum detectable difference: 80% power, two-sided level 0.05
 MAX_SEEDS = 10_000  # seeds_needed gives up beyond this
 SCORE_RANGE, SCORE_DIFF_RANGE = (0.0, 1.0), (-1.0, 1.0)  # scores are fractions: where their t intervals are cut
@@ -120,9 +124,9 @@ def iqm(*strata: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def _poi_pairs(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Mean over all pairs of 1[x > y] + 1/2 1[x = y], over the last axis of each (batch dims broadcast)."""
-    xx, yy = x[..., :, None], y[..., None, :]
-    return (xx > yy).mean(axis=(-2, -1)) + 0.5 * (xx == yy).mean(axis=(-2, -1))
+    """Mean over all pairs of 1[x > y] + 1/2 1[x = y], over the last axis of each (batch dims broadcast); x = y
+    within `TIE_TOLERANCE`."""
+    return _improvement(x[..., :, None] - y[..., None, :], axis=(-2, -1))
 
 
 def _poi_stat(*xy: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -297,9 +301,9 @@ def holm(pvalues: Sequence[float] | np.ndarray) -> np.ndarray:
     return out
 
 
-def _improvement(d: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Share of positive paired differences, ties counting one half."""
-    return (d > 0).mean(axis=axis) + 0.5 * (d == 0).mean(axis=axis)
+def _improvement(d: np.ndarray, axis: int | tuple[int, ...] = -1) -> np.ndarray:
+    """Share of positive differences, ties (within `TIE_TOLERANCE`) counting one half."""
+    return (d > TIE_TOLERANCE).mean(axis=axis) + 0.5 * (np.abs(d) <= TIE_TOLERANCE).mean(axis=axis)
 
 
 def _per_seed(frame: pd.DataFrame, tasks: Sequence[str]) -> pd.Series:
