@@ -14,8 +14,7 @@ For a (model, entry) and a metric, the unit is one seed's score on one task. Ove
   With fewer than 4 scores nothing is trimmed and the IQM equals the mean.
 * **P(improvement) over the baseline** (``grpo`` by default): per task, the mean over all pairs (seed of the entry,
   seed of the baseline) of 1[x > y] + 1/2 1[x = y] (equal within `TIE_TOLERANCE`), averaged over tasks; CI by
-  resampling both sets of seeds
-  independently within each task.
+  resampling both sets of seeds independently within each task.
 * **paired comparison with the baseline** (the published comparison): seed s of every entry trains from base model s
   (``base_per_seed``), so entry and baseline runs of one seed share their base model and seed. Per seed the paired
   difference d_s = x_s - y_s (over tasks: of each seed's mean over tasks); ``diff`` is their mean with a 95%
