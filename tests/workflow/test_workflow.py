@@ -564,7 +564,8 @@ def test_atlas_measures_mains_first_tiny_base_model(tmp_path):
     assert proc.returncode == 0, proc.output[-3000:]
     assert ("python -m bandpo.report.atlas_measure --model resources/models/tiny-s --data resources/data/tiny-math "
             "--seed 0 "
-            f"--steps {sweep.ATLAS_STEPS} --set prompts_per_step=16 --set steps=64 --threads 1 --no-progress "
+            f"--steps {sweep.ATLAS_STEPS} --set old_log_probs=sampler --set prompts_per_step=16 --set steps=64 "
+            "--threads 1 --no-progress "
             "--out results/embedded/atlas.csv"
             in proc.output)  # fmt: skip
     assert job_counts(proc.output)["atlas"] == 1
