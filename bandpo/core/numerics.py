@@ -200,7 +200,7 @@ def module_of(argv: list[str]) -> str | None:
             return arg[2:]
         if arg in ("-X", "-W"):
             i += 2
-        elif arg.startswith("-") and arg not in ("-", "-c", "--") and not arg.startswith("-c"):
+        elif arg.startswith("-") and arg not in ("-", "--") and not arg.startswith("-c"):
             i += 1  # a flag (-u, -O, -B, -I, -E, -s, -Xdev, ...), possibly several in one (-uB)
         else:
             return None
@@ -212,7 +212,7 @@ def _restart_with_shim() -> None:
     has not imported torch yet (nothing has run: the package is being imported by its entry point). Other
     processes carry on; `record` then reports MKL's branch and warns. A build failure is reported on stderr, not
     raised: importing the package must not fail."""
-    argv = list(getattr(sys, "orig_argv", []))
+    argv = getattr(sys, "orig_argv", [])
     module = module_of(argv)
     if os.environ.get(_REEXEC_ENV) or "torch" in sys.modules or not module or not module.startswith("bandpo"):
         return
@@ -275,10 +275,14 @@ def record() -> dict[str, object]:
         branch = mkl_branch()
         if branch is not None:
             out["mkl_branch"] = branch
-            if out["mode"] == "fixed" and branch != FIXED_MKL_BRANCH and not _state.get("warned"):
-                _state["warned"] = True
-                print(f"warning: MKL runs its {branch} branch in this process, not {FIXED_MKL_BRANCH} as the fixed "
-                      "numerics ask (a CPU that is not Intel's, and a process started without the preloaded "
-                      "library): its numbers are this CPU's own. Start it as `python -m bandpo.<stage>`, or with "
-                      "the environment of bandpo.core.numerics.env().", file=sys.stderr)  # fmt: skip
+            if out["mode"] == "fixed" and branch != FIXED_MKL_BRANCH:
+                _warn_mkl_branch(branch)
     return out
+
+
+@functools.cache  # once per process: `record` runs for every output a process writes
+def _warn_mkl_branch(branch: str) -> None:
+    print(f"warning: MKL runs its {branch} branch in this process, not {FIXED_MKL_BRANCH} as the fixed numerics ask "
+          "(a CPU that is not Intel's, and a process started without the preloaded library): its numbers are this "
+          "CPU's own. Start it as `python -m bandpo.<stage>`, or with the environment of "
+          "bandpo.core.numerics.env().", file=sys.stderr)  # fmt: skip
