@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from bandpo.models.fastlm import FastLlama, prompt_bias
+from bandpo.models.fastlm import FastLlama, gather_rows, prompt_bias
 
 __all__ = ["COMPACT_FRAC", "completion_log_probs_shared", "positions", "sample_rows", "tempered"]
 
@@ -229,7 +229,7 @@ def _completion_log_probs_fast(fast: FastLlama, batch, idx, group, with_entropy,
         )
         bias = torch.zeros(keys.shape, device=idx.device).masked_fill_(~keys, float("-inf")).unsqueeze(1)
         pos = p_mask.sum(1)[inverse].unsqueeze(1) + torch.arange(L, device=idx.device).unsqueeze(0)
-        past = [(k.index_select(0, inverse), v.index_select(0, inverse)) for k, v in kvs]
+        past = [(gather_rows(k, inverse), gather_rows(v, inverse)) for k, v in kvs]
         rest = fast.forward(comp[:, :-1], pos, bias, past=past, weights=weights, sel=sel)
         logits = torch.cat([logits, rest])
         targets = torch.cat([targets, comp[:, 1:].reshape(-1)[sel]])

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from bandpo.models import sampling
-from bandpo.models.fastlm import FastLlama, TinyLlama, light_loadable, load_light
+from bandpo.models.fastlm import FastLlama, TinyLlama, gather_rows, light_loadable, load_light
 from bandpo.models.tiny import build_tokenizer, get_size, init_model
 from bandpo.train.loop import Batch
 
@@ -96,6 +96,24 @@ def test_log_probs_and_gradients_equal_the_hf_forward(tiny):
     assert (lp_f - lp_h)[resp].abs().max() < 1e-5 and (ent_f - ent_h)[resp].abs().max() < 1e-5
     for a, b in zip(g_f, g_h, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_gather_rows_is_index_select_to_the_bit():
+    """`gather_rows`' own backward sums repeated rows in autograd's order: the same gradient, bit for bit, also for a
+    gradient that reaches it sliced (as the update's keys do, through a concatenation)."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 3, 7, 4, generator=gen, requires_grad=True)
+    index = torch.tensor([3, 0, 3, 3, 1, 4, 0, 3])
+    extra = torch.randn(8, 3, 2, 4, generator=gen)
+    weight = torch.randn(8, 3, 9, 4, generator=gen)
+    grads = []
+    for gather in (gather_rows, lambda t, i: t.index_select(0, i)):
+        y = torch.cat([gather(x, index), extra], 2)
+        assert torch.equal(y[:, :, :7], x.detach().index_select(0, index))
+        (grad,) = torch.autograd.grad((y * weight).sum(), x)
+        grads.append(grad)
+    assert torch.equal(grads[0], grads[1])
+    assert gather_rows(x.detach(), index).grad_fn is None
 
 
 def test_sampler_log_probs_are_the_recomputed_ones(tiny):
