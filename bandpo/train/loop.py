@@ -19,8 +19,9 @@ Score:
    is run once and its KV cache shared by its group's completions (`completion_log_probs_shared`, equal to a full
    forward pass of every prompt + completion row up to float rounding); old and new log-probs, the reference's and
    the entropy are those of softmax(logits / ``temperature``), the distribution that sampled (as verl's actor).
-   This pass runs in a worker thread while step 3 grades (`collect`, `policy_view`): neither needs the other, and
-   grading mostly waits for math-verify's worker processes;
+   This pass, and then the first update's forward pass (step 7), run in a worker thread while step 3 grades
+   (`collect`, `policy_view`, `minibatch_log_probs`): neither needs the grades, and grading mostly waits for
+   math-verify's worker processes;
 6. the method's ratio bounds computed ONCE for the whole batch on valid tokens (`ResolvedMethod.bounds`: the
    method is resolved once per run, `bandpo.methods.resolve`), timed inside the step;
 
@@ -374,6 +375,7 @@ class Collected:
     scores: torch.Tensor
     rewards: torch.Tensor
     picked: list[int]  # the rows (of Run.rows) of the batch's prompt groups, in order
+    parts: list[torch.Tensor]  # the step's mini-batches (row indices), in update order (`minibatches`)
 
 
 @dataclass
@@ -389,13 +391,15 @@ class Scored:
     bounds_seconds: float
 
 
-def collect(run: Run, step: int, seed: int) -> tuple[Collected, Future]:
+def collect(run: Run, step: int, seed: int) -> tuple[Collected, Future, Future]:
     """Draw the step's prompts, sample ``samples_per_prompt`` completions of each, grade them, draw the rewards.
 
-    While this thread grades, a worker thread computes the rollout policy's view of the batch (`policy_view`,
-    returned as a future): the two do not depend on each other, and grading mostly waits for math-verify's worker
-    processes, so the forward pass runs in that wait. Grading stays in this thread (math-verify's in-process
-    fallback needs the main thread's signals); the forward pass computes the same numbers in any thread."""
+    While this thread grades, a worker thread computes, in turn, the rollout policy's view of the batch
+    (`policy_view`) and the first update's forward pass (`minibatch_log_probs` of the first mini-batch, with its
+    graph), returned as two futures: neither depends on the grades, and grading mostly waits for math-verify's
+    worker processes, so the forward passes run in that wait. Grading stays in this thread (math-verify's
+    in-process fallback needs the main thread's signals); the forward passes compute the same numbers in any
+    thread, and the first update's weights are the rollout policy's until its optimizer step."""
     cfg = run.cfg
     picked = random.Random(seed).sample(range(len(run.rows)), k=min(cfg.prompts_per_step, len(run.rows)))
     torch.manual_seed(seed)  # the sampler's draws
@@ -403,19 +407,32 @@ def collect(run: Run, step: int, seed: int) -> tuple[Collected, Future]:
         torch.cuda.manual_seed_all(seed)
     with torch.no_grad():
         batch = rollout(run.model, run.tokenizer, [run.rows[i]["prompt"] for i in picked], cfg, run.device)
+    parts = [part.to(run.device) for part in minibatches(cfg, batch.response_mask.shape[0], seed)]
     view = run.background.submit(policy_view, run, batch)
+    first = run.background.submit(minibatch_log_probs, run, batch, parts[0])
     answers = [str(run.rows[i]["answer"]) for i in picked for _ in range(cfg.samples_per_prompt)]
     try:
         scores = torch.tensor(grade_many(batch.texts, answers), dtype=torch.float32)
     except BaseException:
-        if not view.cancel():
-            view.exception()  # wait for it: not left running into a checkpoint or the next step
+        for future in (first, view):
+            if not future.cancel():
+                future.exception()  # wait for it: not left running into a checkpoint or the next step
         raise
     if cfg.reward == "random":
         rewards = torch.bernoulli(torch.full_like(scores, 0.5), generator=torch.Generator().manual_seed(seed))
     else:
         rewards = scores
-    return Collected(batch, scores, rewards, picked), view
+    return Collected(batch, scores, rewards, picked, parts), view, first
+
+
+def minibatch_log_probs(run: Run, batch: Batch, idx: torch.Tensor) -> torch.Tensor:
+    """The policy's log-probs of the completion tokens of rows ``idx`` (len(idx), T), with the graph to its weights
+    (`completion_log_probs_shared`): the forward pass of one update."""
+    with torch.enable_grad():  # grad mode is per thread: set here, in the thread that runs this
+        log_prob, _ = completion_log_probs_shared(
+            run.model, batch, idx, run.cfg.samples_per_prompt, temperature=run.cfg.temperature
+        )
+    return log_prob
 
 
 def policy_view(run: Run, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -468,17 +485,15 @@ def minibatches(cfg: TrainConfig, n_rows: int, seed: int) -> list[torch.Tensor]:
     return parts
 
 
-def update(run: Run, batch: Batch, scored: Scored, seed: int) -> dict[str, list[float]]:
-    """``ppo_epochs`` x ``updates_per_step`` optimizer updates, one per mini-batch (`minibatches`: the first
-    on-policy, all later ones off-policy); returns each update's diagnostics (``offpolicy/<key>``: every update
-    but the very first of the batch)."""
-    cfg, model = run.cfg, run.model
+def update(run: Run, collected: Collected, scored: Scored, first: Future) -> dict[str, list[float]]:
+    """``ppo_epochs`` x ``updates_per_step`` optimizer updates, one per mini-batch (``collected.parts``: the first
+    on-policy, its forward pass ``first`` made while grading; all later ones off-policy); returns each update's
+    diagnostics (``offpolicy/<key>``: every update but the very first of the batch)."""
+    cfg, model, batch = run.cfg, run.model, collected.batch
     mask, old_log_prob, bounds = batch.response_mask, scored.old_log_prob, scored.bounds
     diag: dict[str, list[float]] = defaultdict(list)
-    for u, idx in enumerate(part.to(run.device) for part in minibatches(cfg, mask.shape[0], seed)):
-        log_prob, _ = completion_log_probs_shared(
-            model, batch, idx, cfg.samples_per_prompt, temperature=cfg.temperature
-        )
+    for u, idx in enumerate(collected.parts):
+        log_prob = first.result() if u == 0 else minibatch_log_probs(run, batch, idx)
         part_bounds = (bounds[0][idx], bounds[1][idx]) if bounds is not None else None
         loss, info = run.method.loss(old_log_prob[idx], log_prob, scored.advantages[idx], mask[idx],
                                      bounds=part_bounds)  # fmt: skip
@@ -518,10 +533,10 @@ def train_step(run: Run, step: int) -> dict:
     for group in run.optimizer.param_groups:
         group["lr"] = lr_at(cfg, step)
 
-    collected, view = collect(run, step, seed)
-    rollout_seconds = time.perf_counter() - t0  # sampling and grading (the old-log-prob pass runs meanwhile)
+    collected, view, first = collect(run, step, seed)
+    rollout_seconds = time.perf_counter() - t0  # sampling and grading (two forward passes run meanwhile)
     scored = score(run, collected, view)
-    diag = update(run, collected.batch, scored, seed)
+    diag = update(run, collected, scored, first)
     run.sync()
     step_seconds = time.perf_counter() - t0
 
