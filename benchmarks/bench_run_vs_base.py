@@ -19,7 +19,9 @@ which other jobs on the machine disturb less than wall time) and the ratios base
 medians, and whether the two trees' runs of the seed logged the same numbers.
 
 ``--set KEY=VALUE`` adds a training setting to both trees' runs, ``--this-set KEY=VALUE`` to this tree's only (a
-candidate setting against the older code as it ran).
+candidate setting against the older code as it ran). A setting of the config that the older tree's trainer has no
+field for (``old_log_probs``, newer than ``5bd8c05``) is left out of its command, which then runs as that code
+always did (there: the old log-probs recomputed); the script prints which.
 
 ``--parallel N`` times the DAG's situation instead, N training jobs at once on N cores (seeds ``seed`` ..
 ``seed + N - 1``, training only): per tree the wall time of the N jobs together and their summed CPU time.
@@ -77,11 +79,27 @@ def rooted(args: list[str], models_root: Path) -> list[str]:
 
 
 def train_command(jobs: Jobs, model_id: str, slot: str, seed: int, out: Path, models_root: Path,
-                  extra: list[str]) -> list[str]:  # fmt: skip
-    """The rule ``train``'s command (one thread, into ``out``), ``extra`` ``--set KEY=VALUE`` added."""
+                  extra: list[str], tree: Path = ROOT) -> list[str]:  # fmt: skip
+    """The rule ``train``'s command (one thread, into ``out``), ``extra`` ``--set KEY=VALUE`` added; for an older
+    ``tree``, without the ``--set`` of fields its trainer does not know (`unknown_sets`)."""
     cmd = rooted(jobs.command(model_id, slot, seed, out=str(out), threads=THREADS, python=sys.executable), models_root)
     at = cmd.index("--out")
-    return cmd[:at] + [a for kv in extra for a in ("--set", kv)] + cmd[at:]
+    return known_sets_only(cmd[:at] + [a for kv in extra for a in ("--set", kv)] + cmd[at:], tree)
+
+
+def known_sets_only(cmd: list[str], tree: Path) -> list[str]:
+    """``cmd`` without the ``--set KEY=VALUE`` pairs of `unknown_sets`."""
+    drop = set(unknown_sets(cmd, tree))
+    return [a for i, a in enumerate(cmd) if i not in drop and i - 1 not in drop]
+
+
+def unknown_sets(cmd: list[str], tree: Path) -> list[int]:
+    """The positions in ``cmd`` of each ``--set`` whose field ``tree``'s trainer does not define (no
+    ``    FIELD: type`` line in its ``bandpo/train*`` sources, where every tree keeps ``TrainConfig``)."""
+    package = tree / "bandpo"
+    sources = "\n".join(f.read_text() for f in [*package.glob("train*/**/*.py"), *package.glob("train*.py")])
+    return [i for i, a in enumerate(cmd[:-1]) if a == "--set" and not re.search(
+        rf"^    {re.escape(cmd[i + 1].split('=', 1)[0])}: ", sources, re.M)]  # fmt: skip
 
 
 def _knows_backend(tree: Path, backend: str) -> bool:
@@ -165,14 +183,19 @@ def main(argv: list[str] | None = None) -> int:
                 with tempfile.TemporaryDirectory(prefix="bandpo-runcost-") as tmp:
                     out = Path(tmp) / "run"
                     if args.parallel > 1:  # the DAG's situation: N jobs at once, training only
-                        cmds = [train_command(jobs, args.model_id, args.entry, s, Path(tmp) / f"run{s}", root, sets)
-                                for s in seeds]  # fmt: skip
+                        cmds = [train_command(jobs, args.model_id, args.entry, s, Path(tmp) / f"run{s}", root, sets,
+                                              tree) for s in seeds]  # fmt: skip
                         wall, cpu = _timed(cmds, tree, tree_env(tree, env))
                         rows.append({"tree": name, "repeat": repeat, "wall": wall, "cpu": cpu})
                         print(f"repeat {repeat} {name:4}: {args.parallel} jobs at once, wall {wall:6.1f} s, "
                               f"CPU {cpu:6.1f} s", flush=True)  # fmt: skip
                         continue
-                    cmd = train_command(jobs, args.model_id, args.entry, args.seed, out, root, sets)
+                    cmd = train_command(jobs, args.model_id, args.entry, args.seed, out, root, sets, tree)
+                    if repeat == 0 and name == "base":
+                        full = train_command(jobs, args.model_id, args.entry, args.seed, out, root, sets)
+                        left_out = [full[i + 1] for i in unknown_sets(full, tree)]
+                        if left_out:
+                            print(f"base: left out, its trainer has no such field: {', '.join(left_out)}", flush=True)
                     train_wall, train_cpu = _timed([cmd], tree, tree_env(tree, env))
                     summary = json.loads((out / "run.json").read_text())
                     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]

@@ -1686,6 +1686,22 @@ def test_recipe_check_windows_and_curve_rule(monkeypatch, capsys):
     assert rc.arm_env(env, ["MKL_CBWR=AVX2"]) == {**env, "BANDPO_NUMERICS": "native", "MKL_CBWR": "AVX2"}
 
 
+def test_run_vs_base_leaves_out_settings_an_older_trainer_lacks(monkeypatch, tmp_path):
+    """benchmarks/bench_run_vs_base.py: the older tree's command keeps every ``--set`` its trainer has a field for
+    (a ``TrainConfig`` in bandpo/train.py or bandpo/train/) and drops the others, value included."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("bench_run_vs_base", ROOT / "benchmarks" / "bench_run_vs_base.py")
+    rv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rv)
+    old = tmp_path / "old"
+    (old / "bandpo").mkdir(parents=True)
+    (old / "bandpo" / "train.py").write_text("class TrainConfig:\n    steps: int = 64\n    seed: int = 0\n")
+    cmd = ["python", "-m", "bandpo.train", "--set", "old_log_probs=sampler", "--set", "steps=64", "--out", "x"]
+    assert rv.unknown_sets(cmd, old) == [3]
+    assert rv.known_sets_only(cmd, old) == ["python", "-m", "bandpo.train", "--set", "steps=64", "--out", "x"]
+    assert rv.unknown_sets(cmd, ROOT) == []  # this tree knows both
+
+
 def test_page_and_docs_round_a_value_and_its_csv_text_the_same():
     """The leaderboard page formats full-precision values, the docs the csv's 6 significant digits: one rule
     (`tables.rounded`) makes them print the same, ties included (a paired mean of -30/2400 printed -1.2 on the page
