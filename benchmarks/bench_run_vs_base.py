@@ -30,6 +30,7 @@ always did (there: the old log-probs recomputed); the script prints which.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -96,10 +97,15 @@ def known_sets_only(cmd: list[str], tree: Path) -> list[str]:
 def unknown_sets(cmd: list[str], tree: Path) -> list[int]:
     """The positions in ``cmd`` of each ``--set`` whose field ``tree``'s trainer does not define (no
     ``    FIELD: type`` line in its ``bandpo/train*`` sources, where every tree keeps ``TrainConfig``)."""
-    package = tree / "bandpo"
-    sources = "\n".join(f.read_text() for f in [*package.glob("train*/**/*.py"), *package.glob("train*.py")])
+    sources = _trainer_sources(tree)
     return [i for i, a in enumerate(cmd[:-1]) if a == "--set" and not re.search(
         rf"^    {re.escape(cmd[i + 1].split('=', 1)[0])}: ", sources, re.M)]  # fmt: skip
+
+
+@functools.cache  # read once per tree, not once per job
+def _trainer_sources(tree: Path) -> str:
+    package = tree / "bandpo"
+    return "\n".join(f.read_text() for f in [*package.glob("train*/**/*.py"), *package.glob("train*.py")])
 
 
 def _knows_backend(tree: Path, backend: str) -> bool:
@@ -175,6 +181,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{load[2]:.2f}; base = {args.base_commit} (worktree {base}), this = {ROOT} {args.this_set}",
             flush=True,
         )
+        full = train_command(jobs, args.model_id, args.entry, args.seed, Path("run"), root, args.set)
+        left_out = [full[i + 1] for i in unknown_sets(full, base)]
+        if left_out:
+            print(f"base: left out, its trainer has no such field: {', '.join(left_out)}", flush=True)
         for repeat in range(args.repeats):
             order = ["base", "this"] if repeat % 2 == 0 else ["this", "base"]
             for name in order:
@@ -191,11 +201,6 @@ def main(argv: list[str] | None = None) -> int:
                               f"CPU {cpu:6.1f} s", flush=True)  # fmt: skip
                         continue
                     cmd = train_command(jobs, args.model_id, args.entry, args.seed, out, root, sets, tree)
-                    if repeat == 0 and name == "base":
-                        full = train_command(jobs, args.model_id, args.entry, args.seed, out, root, sets)
-                        left_out = [full[i + 1] for i in unknown_sets(full, tree)]
-                        if left_out:
-                            print(f"base: left out, its trainer has no such field: {', '.join(left_out)}", flush=True)
                     train_wall, train_cpu = _timed([cmd], tree, tree_env(tree, env))
                     summary = json.loads((out / "run.json").read_text())
                     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
