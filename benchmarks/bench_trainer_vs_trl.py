@@ -47,7 +47,9 @@ in a child process with ``train_step`` wrapped by a timer (``--suite-worker``); 
 from a ``TrainerCallback`` and the tokens from ``completion_mask``. "in-step" tokens/s excludes what happens between
 steps; "CPU-time" divides by the trainer process's CPU time over the same span instead of wall time, which a
 busy machine disturbs less (the grader's worker processes are not in it; both trainers grade with the same
-``grade_many``, and the suite's old-log-prob pass runs in a second thread of its process while it grades).
+grader: TRL's reward function calls ``grade_many``, the suite hands each batch to ``bandpo.grader.Grading`` and its
+worker judges while the updates run, each update waiting for its own prompt groups' grades; the suite's first
+forward pass runs in a second thread of its process meanwhile).
 ``--repeats`` alternates the two trainers (suite first on even repeats, TRL first on odd ones) and reports the
 median ratio: the machine is shared, and alternation spreads a busy period over both.
 """

@@ -30,8 +30,9 @@ The modules, in the order an item meets them:
 * `bandpo.grader.precheck`: refusal of answers that could make math-verify run away (towers of powers, ...);
 * `bandpo.grader.pool` / `bandpo.grader.judge`: math-verify in killable worker processes (:func:`start_workers`
   starts them before a job's heavy imports), or in-process under an alarm;
-* `bandpo.grader.api`: the grading functions, the verdict cache and the two time budgets (a timeout never decides
-  a score: an item that overruns the first budget is graded again with 30x the budget; see that module);
+* `bandpo.grader.api`: the grading functions (:class:`Grading`: a batch graded as its items arrive), the verdict
+  cache and the two time budgets (a timeout never decides a score: an item that overruns the first budget is
+  graded again with 30x the budget; see that module);
 * `bandpo.grader.config`: settings, read from ``BANDPO_GRADER_*`` at first use (not at import) or set by
   :func:`configure`; `bandpo.grader.counters`: :func:`stats`, :func:`counting`; `bandpo.grader.version`: provenance.
 
@@ -41,6 +42,7 @@ Every score should be logged with the grader's provenance: :func:`grader_info` o
 
 from bandpo.grader.api import (
     GradeResult,
+    Grading,
     configure,
     grade,
     grade_detailed,
@@ -62,6 +64,7 @@ __all__ = [
     "MODES",
     "Counts",
     "GradeResult",
+    "Grading",
     "configure",
     "counting",
     "extract_answer",

@@ -5,11 +5,12 @@ Time budgets, and why a timeout never decides a score
 An item that needs math-verify gets a first budget (``timeout_s``, 0.8 s by default).  Nearly all take a few ms;
 one that overruns is not scored yet: a wall-clock overrun says as much about the machine's load at that moment as
 about the answer (a rerun of the whole benchmark on another machine changed 4 of 504 scores, each where one item
-had timed out).  Such an item is graded again with ``retry_factor`` times the budget (30x: 24 s by default):
-``grade_many`` does it after the batch, one item at a time, when its other items no longer compete for the
-workers; ``grade`` / ``grade_detailed`` at once.  Only an item that overruns the second budget too is scored 0 and
-counted as a timeout (``grader_timeouts``); overruns of the first budget are counted as ``grader_retries``.  An
-answer math-verify decides in under 0.8 s unloaded thus keeps its score unless the machine slows it down 30-fold.
+had timed out). Such an item is graded again with ``retry_factor`` times the budget (30x: 24 s by default):
+``grade_many`` (and :meth:`Grading.results`, for the items asked for) does it after the first attempts, one item at
+a time, when the other items no longer compete for the workers; ``grade`` / ``grade_detailed`` at once. Only an item
+that overruns the second budget too is scored 0 and counted as a timeout (``grader_timeouts``); overruns of the
+first budget are counted as ``grader_retries``. An answer math-verify decides in under 0.8 s unloaded thus keeps its
+score unless the machine slows it down 30-fold.
 
 A deterministic bound (counting sympy's operations rather than seconds) would be exact, but math-verify offers no
 such count, and the answers that can run away (towers of powers, huge factorials) spend their time inside single
@@ -28,7 +29,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -114,16 +114,21 @@ def _overran(key: tuple[str, str], budget: float) -> bool:
         return _HARD_TIMEOUTS.get(key, 0.0) >= budget
 
 
-def _attempt(key: tuple[str, str], budget: float, final: bool) -> tuple[bool | None, str]:
+def _attempt(
+    key: tuple[str, str], budget: float, final: bool, started: pool.Started | None = None
+) -> tuple[bool | None, str]:
     """One try at math-verify's verdict on a normalised ``(gold, pred)`` pair within ``budget`` seconds.  A pair
     another thread is verifying is waited for rather than verified twice.  ``final``: a timeout now is the pair's
-    outcome, remembered with its budget."""
+    outcome, remembered with its budget.  ``started``: the pair was sent to a worker already (`pool.start`, with
+    this budget); its outcome is this attempt's (or it is forgotten, when the cache or another thread answers)."""
     with _LOCK:
         hit = _VERDICTS.get(key)
         overran = _HARD_TIMEOUTS.get(key, 0.0) >= budget
         running = _INFLIGHT.get(key) if hit is None and not overran else None
         if hit is None and not overran and running is None:
             _INFLIGHT[key] = threading.Event()
+    if started is not None and (hit is not None or overran or running is not None):
+        started.cancel()
     if hit is not None:
         return hit, "math_verify"
     if overran:
@@ -138,7 +143,10 @@ def _attempt(key: tuple[str, str], budget: float, final: bool) -> tuple[bool | N
         return None, "timeout" if overran else "unavailable"
     verdict, method = None, "error"
     try:
-        verdict, method = pool.verify_bounded(key[0], key[1], budget)
+        if started is not None:
+            verdict, method = started.outcome()
+        else:
+            verdict, method = pool.verify_bounded(key[0], key[1], budget)
         if verdict is not None:
             _remember(_VERDICTS, key, verdict, _VERDICT_CACHE_SIZE)
         elif final and method == "timeout":
@@ -289,56 +297,92 @@ def grade_many_detailed(
     """:func:`grade_many` returning :class:`GradeResult` records."""
     if len(responses) != len(references):
         raise ValueError("responses and references differ in length")
-    mode = config.current().mode if mode is None else config.check_mode(mode)
-    first, second = _budgets(timeout_s)
-    n = len(responses)
-    results: list[GradeResult | None] = [None] * n
-    pending: dict[tuple[str, str], list[tuple[int, _Item, float]]] = {}
-    for i in range(n):
+    grading = Grading(len(responses), timeout_s=timeout_s, mode=mode)
+    for i, (response, reference) in enumerate(zip(responses, references, strict=True)):
+        grading.add(i, response, reference)
+    return grading.results()
+
+
+class Grading:
+    """A batch of ``n`` items whose math-verify work runs while the caller goes on: :meth:`add` each item,
+    :meth:`results` when (some of) their scores are needed.  ``add`` decides what it can at once (the fast paths,
+    the verdict cache) and sends a pair that needs math-verify to a worker process straight away, in the order
+    added; ``results`` waits for the verdicts it asks for, then grades the items among them that overran their
+    first budget again with the second, one at a time.  A trainer that adds its first mini-batch's items first
+    can start updating on them while the worker judges the rest.  The scores are those of :func:`grade` item by
+    item; :func:`grade_many` adds all, then asks for all.  Identical pairs are verified once per batch."""
+
+    def __init__(self, n: int, *, timeout_s: float | None = None, mode: str | None = None) -> None:
+        self.mode = config.current().mode if mode is None else config.check_mode(mode)
+        self.first, self.second = _budgets(timeout_s)
+        self._results: list[GradeResult | None] = [None] * n
+        self._added = [False] * n
+        # normalised (gold, pred) still to verify -> its items (index, item, seconds spent preparing)
+        self._pending: dict[tuple[str, str], list[tuple[int, _Item, float]]] = {}
+        self._started: dict[tuple[str, str], pool.Started | None] = {}
+
+    def add(self, i: int, response: Any, reference: Any) -> None:
+        """Item ``i`` (0 <= i < n, each once): ``response`` graded against ``reference``."""
+        if not 0 <= i < len(self._results) or self._added[i]:
+            raise ValueError(f"item {i}: outside 0..{len(self._results) - 1} or added twice")
+        self._added[i] = True
         t0 = time.monotonic()
         try:
-            item = _prepare(responses[i], references[i], mode)
+            item = _prepare(response, reference, self.mode)
         except Exception:
             item = _Item(None, None, (0.0, "error"))
         if item.result is not None:
-            results[i] = GradeResult(item.result[0], item.result[1], item.pred, item.gold, time.monotonic() - t0, mode)
-            counters.tally(item.result[1])
-        else:
-            assert item.key is not None
-            pending.setdefault(item.key, []).append((i, item, time.monotonic() - t0))
+            score, method = item.result
+            self._results[i] = GradeResult(score, method, item.pred, item.gold, time.monotonic() - t0, self.mode)
+            counters.tally(method)
+            return
+        key = item.key
+        assert key is not None
+        if key not in self._pending:
+            self._started[key] = pool.start(key[0], key[1], self.first) if not _overran(key, self.first) else None
+        self._pending.setdefault(key, []).append((i, item, time.monotonic() - t0))
 
-    retry: list[list[tuple[int, _Item, float]]] = []
+    def results(self, items: Sequence[int] | None = None) -> list[GradeResult]:
+        """The results of ``items`` (default: all ``n``, in order), every one of which must have been added."""
+        wanted = range(len(self._results)) if items is None else items
+        missing = [i for i in wanted if not (0 <= i < len(self._added) and self._added[i])]
+        if missing:
+            raise ValueError(f"items never added: {missing[:10]}{' ...' if len(missing) > 10 else ''}")
+        wanted_set = set(wanted)
+        keys = [k for k, entries in self._pending.items() if any(i in wanted_set for i, _, _ in entries)]
+        retry: list[list[tuple[int, _Item, float]]] = []
+        for key in keys:
+            self._run(self._pending.pop(key), self.first, False, retry, self._started.pop(key, None))
+        # Those first attempts are done: items that overran the first budget get the second, one at a time.
+        for entries in sorted(retry, key=lambda e: e[0][0]):
+            counters.count("retried", len(entries))
+            self._run(entries, self.second, True, retry)
+        return [self._results[i] or GradeResult(0.0, "error", None, None, 0.0, self.mode) for i in wanted]
 
-    def run(entries: list[tuple[int, _Item, float]], budget: float, final: bool) -> None:
+    def cancel(self) -> None:
+        """Abandon the batch: pairs sent to a worker that no worker has started yet never start."""
+        for started in self._started.values():
+            if started is not None:
+                started.cancel()
+        self._started.clear()
+
+    def _run(self, entries, budget: float, final: bool, retry: list, started: pool.Started | None = None) -> None:
         key = entries[0][1].key
         assert key is not None
         t0 = time.monotonic()
         try:
-            verdict, method = _attempt(key, budget, final)
+            verdict, method = _attempt(key, budget, final, started)
         except Exception:
             log.debug("grader error", exc_info=True)
             verdict, method = None, "error"
         spent = time.monotonic() - t0
-        if not final and method in counters.NOT_DECIDED and not _overran(key, second):
-            retry.append([(i, item, prep + spent) for i, item, prep in entries])  # list.append is atomic
+        if not final and method in counters.NOT_DECIDED and not _overran(key, self.second):
+            retry.append([(i, item, prep + spent) for i, item, prep in entries])
             return
+        score = _score(verdict)
         for i, item, prep in entries:
-            results[i] = GradeResult(_score(verdict), method, item.pred, item.gold, prep + spent, mode, final)
+            self._results[i] = GradeResult(score, method, item.pred, item.gold, prep + spent, self.mode, final)
         counters.tally(method, len(entries))
-
-    groups = list(pending.values())
-    s = config.current()
-    if s.isolation == "process" and s.workers > 1 and len(groups) > 1:
-        with ThreadPoolExecutor(max_workers=s.workers, thread_name_prefix="bandpo-grader") as ex:
-            list(ex.map(lambda entries: run(entries, first, False), groups))
-    else:
-        for entries in groups:
-            run(entries, first, False)
-    # The batch is done: items that overran the first budget get the second, one at a time.
-    for entries in sorted(retry, key=lambda e: e[0][0]):
-        counters.count("retried", len(entries))
-        run(entries, second, True)
-    return [r if r is not None else GradeResult(0.0, "error", None, None, 0.0, mode) for r in results]
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -130,9 +130,16 @@ class _Pool:
     def broken(self) -> bool:
         return not self.pool.active
 
-    def verify(self, gold: str, pred: str, budget: float) -> tuple[bool | None, str]:
-        """``(verdict, "math_verify")`` within ``budget`` seconds, or ``(None, why not)``: ``timeout`` (the worker
-        overran the budget and is ended), ``unavailable`` (no worker free in time), ``error`` (the worker died)."""
+    def submit(self, gold: str, pred: str, budget: float):
+        """Send one pair to a worker now and return its future; :meth:`outcome` turns it into the verdict. The
+        task is ended with its worker if it runs longer than ``budget`` seconds once a worker has started it."""
+        cpu_s = math.ceil(budget) + _CPU_SLACK_S
+        return self.pool.schedule(verify_in_worker, (gold, pred, cpu_s), timeout=budget)
+
+    def outcome(self, future, budget: float) -> tuple[bool | None, str]:
+        """``(verdict, "math_verify")`` of a submitted pair, or ``(None, why not)``: ``timeout`` (the worker
+        overran the budget and is ended), ``unavailable`` (no worker started it within ``budget`` seconds of this
+        call), ``error`` (the worker died)."""
         from concurrent.futures import CancelledError
         from concurrent.futures import TimeoutError as WaitTimeout  # the builtin TimeoutError from Python 3.11
 
@@ -140,8 +147,6 @@ class _Pool:
 
         # The first task of a pool also waits for the workers to start (once, beyond the item's budget).
         wait = budget if self.ready else budget + STARTUP_TIMEOUT_S
-        cpu_s = math.ceil(budget) + _CPU_SLACK_S
-        future = self.pool.schedule(verify_in_worker, (gold, pred, cpu_s), timeout=budget)
         try:
             verdict = bool(future.result(timeout=wait))
         except WaitTimeout:  # pebble's task timeout (the future is done) or the wait above (it is not)
@@ -152,6 +157,10 @@ class _Pool:
             return None, "error"
         self.ready = True
         return verdict, "math_verify"
+
+    def verify(self, gold: str, pred: str, budget: float) -> tuple[bool | None, str]:
+        """:meth:`submit` then :meth:`outcome`: the verdict within ``budget`` seconds, or ``(None, why not)``."""
+        return self.outcome(self.submit(gold, pred, budget), budget)
 
     def warm(self, timeout_s: float) -> bool:
         try:
@@ -239,6 +248,40 @@ def start_workers(workers: int | None = 1) -> None:
             pool.pool.schedule(_worker_ping)  # pebble forks its workers at the first task
     except Exception:  # the pool is started again, the usual way, at first use
         log.debug("grader workers did not start early", exc_info=True)
+
+
+class Started:
+    """A pair sent to a worker ahead of its verdict (:func:`start`); :meth:`outcome` waits for it."""
+
+    def __init__(self, pool: _Pool, future, budget: float) -> None:
+        self.pool, self.future, self.budget = pool, future, budget
+
+    def outcome(self) -> tuple[bool | None, str]:
+        """As :func:`verify_bounded`, for the pair sent earlier; the ``budget`` seconds of waiting for a worker to
+        start it count from this call (the task's own budget counts from its start, in the worker)."""
+        try:
+            return self.pool.outcome(self.future, self.budget)
+        except Exception:  # the pool broke (e.g. all workers died): the next call starts a new one
+            log.debug("grader worker pool failed", exc_info=True)
+            return None, "error"
+
+    def cancel(self) -> None:
+        """Forget the pair: a task no worker has started never starts; a running one is left to finish."""
+        if not self.future.running():
+            self.future.cancel()
+
+
+def start(gold: str, pred: str, budget: float) -> Started | None:
+    """Send the pair to a worker now, so that its verdict is computed while the caller goes on; ``None`` where
+    workers cannot be used (the caller then asks :func:`verify_bounded`, in its main thread)."""
+    pool = get_pool() if config.current().isolation == "process" else None
+    if pool is None:
+        return None
+    try:
+        return Started(pool, pool.submit(gold, pred, budget), budget)
+    except Exception:  # the pool broke: the caller asks verify_bounded, which starts a new one
+        log.debug("grader worker pool failed", exc_info=True)
+        return None
 
 
 def verify_bounded(gold: str, pred: str, budget: float) -> tuple[bool | None, str]:

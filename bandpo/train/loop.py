@@ -47,8 +47,9 @@ checkpoint and ends with the same metrics as an uninterrupted run (wall-clock fi
 ``model/`` (save_pretrained, renamed into place), ``metrics.jsonl``, ``run.json`` (resolved config, the method's
 ``method_label`` and ``method_params``, timings, versions): ``run.json`` existing means the run is done.
 
-Timings, one name each: per step ``rollout_seconds`` (collect: sampling and grading, with the old-log-prob pass
-running meanwhile), ``update_seconds`` (the rest of score, and update) and
+Timings, one name each: per step ``rollout_seconds`` (collect: sampling, and handing the completions to the
+grader), ``update_seconds`` (score and update, with the waits for grades: math-verify judges while the updates run,
+`Grades`) and
 ``step_seconds`` (the whole step) in metrics.jsonl; ``train_seconds_total`` in run.json is the run's training time
 (the sum of its ``step_seconds``, over every process of a resumed run) and ``process_seconds`` the wall time of the
 last process's loop.
@@ -76,7 +77,7 @@ from bandpo import methods
 from bandpo.core.files import atomic_write_bytes, atomic_write_text, read_jsonl, replace_dir
 from bandpo.core.provenance import machine, versions
 from bandpo.core.schedule import lr_schedule
-from bandpo.grader import counting, grade_many, grader_info, warmup
+from bandpo.grader import Grading, counting, grader_info, warmup
 from bandpo.models.optim import AdamW
 from bandpo.models.sampling import completion_log_probs_shared, sample_rows
 from bandpo.train.settings import TrainConfig
@@ -367,23 +368,55 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
     return lr_schedule(step, cfg.lr, cfg.lr_end, decay_steps=cfg.steps - 1)
 
 
+class Grades:
+    """A rollout batch's grades, judged while the updates run. The grader (`bandpo.grader.Grading`) was handed
+    every completion in update order, so the first mini-batch's are judged first; :meth:`advantages` waits only
+    for the prompt groups of the rows it is asked for. With ``minibatch: group`` an update thus waits for its own
+    groups' grades while math-verify's worker judges the later mini-batches'; with ``random`` rows, the first
+    update's rows span nearly every group and it waits for nearly all, as before."""
+
+    def __init__(self, grading: Grading, n_rows: int, group: int, adv_eps: float, rewards: torch.Tensor | None):
+        self.grading, self.group, self.adv_eps = grading, group, adv_eps
+        self.fixed_rewards = rewards is not None  # reward: random (drawn, not graded)
+        self.scores = torch.zeros(n_rows)  # the grader's 1 / 0
+        self.rewards = rewards if rewards is not None else torch.zeros(n_rows)  # what trains
+        self.seq_adv = torch.zeros(n_rows)  # GRPO advantage per sequence (`group_advantages`)
+        self.graded = torch.zeros(n_rows // group, dtype=torch.bool)  # prompt groups whose grades are in
+
+    def advantages(self, rows: torch.Tensor) -> torch.Tensor:
+        """The sequence advantages of ``rows`` (len(rows),), once the grades of their prompt groups are in."""
+        groups = torch.unique(torch.div(rows.cpu(), self.group, rounding_mode="floor"))
+        todo = groups[~self.graded[groups]]
+        if todo.numel():
+            members = (todo.unsqueeze(1) * self.group + torch.arange(self.group)).reshape(-1)
+            graded = self.grading.results(members.tolist())
+            self.scores[members] = torch.tensor([r.score for r in graded], dtype=torch.float32)
+            if not self.fixed_rewards:
+                self.rewards[members] = self.scores[members]
+            self.seq_adv[members] = group_advantages(self.rewards[members], self.group, self.adv_eps)
+            self.graded[todo] = True
+        return self.seq_adv[rows.cpu()]
+
+    def wait_all(self) -> None:
+        """Every grade in (`scores`, `rewards` complete)."""
+        self.advantages(torch.arange(len(self.scores)))
+
+
 @dataclass
 class Collected:
-    """A rollout batch with its grades and rewards (``scores``: the grader's 1 / 0, ``rewards``: what trains)."""
+    """A rollout batch, its mini-batches and its grades (judged as the updates need them: `Grades`)."""
 
     batch: Batch
-    scores: torch.Tensor
-    rewards: torch.Tensor
+    grades: Grades
     picked: list[int]  # the rows (of Run.rows) of the batch's prompt groups, in order
     parts: list[torch.Tensor]  # the step's mini-batches (row indices), in update order (`minibatches`)
 
 
 @dataclass
 class Scored:
-    """What the updates need from the rollout policy: advantages, old log-probs, token entropy, reference
-    log-probs (with a KL term) and the method's bounds (bounds methods), all (B, T)."""
+    """What the updates need from the rollout policy: old log-probs, token entropy, reference log-probs (with a
+    KL term) and the method's bounds (bounds methods), all (B, T)."""
 
-    advantages: torch.Tensor
     old_log_prob: torch.Tensor
     entropy: torch.Tensor
     ref_log_prob: torch.Tensor | None
@@ -392,14 +425,16 @@ class Scored:
 
 
 def collect(run: Run, step: int, seed: int) -> tuple[Collected, Future, Future]:
-    """Draw the step's prompts, sample ``samples_per_prompt`` completions of each, grade them, draw the rewards.
+    """Draw the step's prompts, sample ``samples_per_prompt`` completions of each, hand them to the grader, draw the
+    rewards.
 
-    While this thread grades, a worker thread computes, in turn, the rollout policy's view of the batch
-    (`policy_view`) and the first update's forward pass (`minibatch_log_probs` of the first mini-batch, with its
-    graph), returned as two futures: neither depends on the grades, and grading mostly waits for math-verify's
-    worker processes, so the forward passes run in that wait. Grading stays in this thread (math-verify's
-    in-process fallback needs the main thread's signals); the forward passes compute the same numbers in any
-    thread, and the first update's weights are the rollout policy's until its optimizer step."""
+    The completions go to the grader in update order (`Grades`): math-verify's worker process judges them while
+    this thread goes on, and each update waits only for its own rows' prompt groups. Meanwhile a worker thread
+    computes, in turn, the rollout policy's view of the batch (`policy_view`) and the first update's forward pass
+    (`minibatch_log_probs` of the first mini-batch, with its graph), returned as two futures: neither depends on the
+    grades. Waiting for grades stays in this thread (math-verify's in-process fallback needs the main thread's
+    signals); the forward passes compute the same numbers in any thread, and the first update's weights are the
+    rollout policy's until its optimizer step."""
     cfg = run.cfg
     picked = random.Random(seed).sample(range(len(run.rows)), k=min(cfg.prompts_per_step, len(run.rows)))
     torch.manual_seed(seed)  # the sampler's draws
@@ -407,22 +442,27 @@ def collect(run: Run, step: int, seed: int) -> tuple[Collected, Future, Future]:
         torch.cuda.manual_seed_all(seed)
     with torch.no_grad():
         batch = rollout(run.model, run.tokenizer, [run.rows[i]["prompt"] for i in picked], cfg, run.device)
-    parts = [part.to(run.device) for part in minibatches(cfg, batch.response_mask.shape[0], seed)]
+    n_rows = batch.response_mask.shape[0]
+    parts = [part.to(run.device) for part in minibatches(cfg, n_rows, seed)]
     view = run.background.submit(policy_view, run, batch)
     first = run.background.submit(minibatch_log_probs, run, batch, parts[0])
     answers = [str(run.rows[i]["answer"]) for i in picked for _ in range(cfg.samples_per_prompt)]
+    grading = Grading(n_rows)
     try:
-        scores = torch.tensor(grade_many(batch.texts, answers), dtype=torch.float32)
+        order = dict.fromkeys([*(int(r) for part in parts for r in part), *range(n_rows)])  # update order, once each
+        for row in order:
+            grading.add(row, batch.texts[row], answers[row])
     except BaseException:
+        grading.cancel()
         for future in (first, view):
             if not future.cancel():
                 future.exception()  # wait for it: not left running into a checkpoint or the next step
         raise
+    rewards = None
     if cfg.reward == "random":
-        rewards = torch.bernoulli(torch.full_like(scores, 0.5), generator=torch.Generator().manual_seed(seed))
-    else:
-        rewards = scores
-    return Collected(batch, scores, rewards, picked, parts), view, first
+        rewards = torch.bernoulli(torch.full((n_rows,), 0.5), generator=torch.Generator().manual_seed(seed))
+    grades = Grades(grading, n_rows, cfg.samples_per_prompt, cfg.adv_eps, rewards)
+    return Collected(batch, grades, picked, parts), view, first
 
 
 def minibatch_log_probs(run: Run, batch: Batch, idx: torch.Tensor) -> torch.Tensor:
@@ -457,17 +497,14 @@ def policy_view(run: Run, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, tor
 
 
 def score(run: Run, collected: Collected, view: Future) -> Scored:
-    """Advantages, the rollout policy's view of the batch (`policy_view`, awaited here) and the method's bounds
-    once for the whole batch, on the valid tokens only."""
-    cfg, batch = run.cfg, collected.batch
-    mask = batch.response_mask
-    seq_adv = group_advantages(collected.rewards, cfg.samples_per_prompt, cfg.adv_eps).to(run.device)
-    advantages = seq_adv.unsqueeze(1).expand_as(mask).contiguous()
+    """The rollout policy's view of the batch (`policy_view`, awaited here) and the method's bounds once for the
+    whole batch, on the valid tokens only."""
+    mask = collected.batch.response_mask
     old_log_prob, entropy, ref_log_prob = view.result()
     t_b = time.perf_counter()
     bounds = run.method.bounds(old_log_prob, mask) if run.method.has_bounds else None
     run.sync()
-    return Scored(advantages, old_log_prob, entropy, ref_log_prob, bounds, time.perf_counter() - t_b)
+    return Scored(old_log_prob, entropy, ref_log_prob, bounds, time.perf_counter() - t_b)
 
 
 def minibatches(cfg: TrainConfig, n_rows: int, seed: int) -> list[torch.Tensor]:
@@ -488,17 +525,19 @@ def minibatches(cfg: TrainConfig, n_rows: int, seed: int) -> list[torch.Tensor]:
 def update(run: Run, collected: Collected, scored: Scored, first: Future) -> dict[str, list[float]]:
     """``ppo_epochs`` x ``updates_per_step`` optimizer updates, one per mini-batch (``collected.parts``: the first
     on-policy, its forward pass ``first`` made while grading; all later ones off-policy); returns each update's
-    diagnostics (``offpolicy/<key>``: every update but the very first of the batch)."""
+    diagnostics (``offpolicy/<key>``: every update but the very first of the batch). Each waits for its rows'
+    grades (`Grades.advantages`)."""
     cfg, model, batch = run.cfg, run.model, collected.batch
     mask, old_log_prob, bounds = batch.response_mask, scored.old_log_prob, scored.bounds
     diag: dict[str, list[float]] = defaultdict(list)
     for u, idx in enumerate(collected.parts):
+        advantages = collected.grades.advantages(idx).to(run.device).unsqueeze(1).expand_as(mask[idx]).contiguous()
         log_prob = first.result() if u == 0 else minibatch_log_probs(run, batch, idx)
         part_bounds = (bounds[0][idx], bounds[1][idx]) if bounds is not None else None
-        loss, info = run.method.loss(old_log_prob[idx], log_prob, scored.advantages[idx], mask[idx],
+        loss, info = run.method.loss(old_log_prob[idx], log_prob, advantages, mask[idx],
                                      bounds=part_bounds)  # fmt: skip
         grad = methods.loss_grad_wrt_log_prob(loss, log_prob)  # policy loss only; keeps the graph: update unchanged
-        info = {**info, **methods.stopped_diagnostics(grad, scored.advantages[idx], old_log_prob[idx], mask[idx])}
+        info = {**info, **methods.stopped_diagnostics(grad, advantages, old_log_prob[idx], mask[idx])}
         if scored.ref_log_prob is not None:
             # k3 estimator of KL(pi || pi_ref): exp(ref - logp) - (ref - logp) - 1, aggregated like the policy loss
             d = (scored.ref_log_prob[idx] - log_prob).clamp(-20, 20)
@@ -534,20 +573,25 @@ def train_step(run: Run, step: int) -> dict:
         group["lr"] = lr_at(cfg, step)
 
     collected, view, first = collect(run, step, seed)
-    rollout_seconds = time.perf_counter() - t0  # sampling and grading (two forward passes run meanwhile)
-    scored = score(run, collected, view)
-    diag = update(run, collected, scored, first)
+    rollout_seconds = time.perf_counter() - t0  # sampling, and the grader's share of the main thread
+    try:
+        scored = score(run, collected, view)
+        diag = update(run, collected, scored, first)
+        collected.grades.wait_all()
+    except BaseException:
+        collected.grades.grading.cancel()
+        raise
     run.sync()
     step_seconds = time.perf_counter() - t0
 
-    batch, rewards = collected.batch, collected.rewards
+    batch, rewards, scores = collected.batch, collected.grades.rewards, collected.grades.scores
     mask = batch.response_mask
     n_tokens = int(mask.sum())
     groups = rewards.view(-1, cfg.samples_per_prompt)
     metrics = {
         "step": step + 1,
         "reward_mean": float(rewards.mean()),
-        "accuracy": float(collected.scores.mean()),
+        "accuracy": float(scores.mean()),
         "mixed_group_frac": float(((groups.max(1).values - groups.min(1).values) > 0).float().mean()),
         "entropy": float(scored.entropy[mask.bool()].mean()) if n_tokens else 0.0,
         "response_length": n_tokens / mask.shape[0],
@@ -562,7 +606,7 @@ def train_step(run: Run, step: int) -> dict:
             metrics[k] = _mean(values)
     subsets = [run.rows[i].get("subset") for i in collected.picked]
     if any(subsets):  # a probe data set: the rollouts' accuracy per subset
-        per_seq = collected.scores.view(-1, cfg.samples_per_prompt).mean(1)
+        per_seq = scores.view(-1, cfg.samples_per_prompt).mean(1)
         for name in ("probe", "rest"):
             picked = [i for i, s in enumerate(subsets) if s == name]
             if picked:  # absent from a step that drew no prompt of the subset

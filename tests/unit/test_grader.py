@@ -687,6 +687,47 @@ def test_grade_many_matches_grade():
         G.grade_many(["a"], [])
 
 
+# Where a worker task records the pairs it judged: fixed at import, like HUNG_LOG.
+JUDGED_LOG = Path(tempfile.gettempdir()) / f"bandpo-test-grader-judged-{os.getpid()}.log"
+
+
+def verify_and_record(gold, pred, cpu_s):
+    """math-verify's real verdict, after recording that a worker judged the pair."""
+    with open(JUDGED_LOG, "a") as f:
+        f.write(f"{gold!r} {pred!r}\n")
+    return _REAL_VERIFY(gold, pred, cpu_s)
+
+
+def test_grading_judges_in_the_worker_as_items_are_added_and_answers_any_subset(worker_task):
+    """`Grading`: the math-verify pairs are judged by a worker as soon as they are added (before any result is
+    asked for), a subset's results can be taken first, and every score is `grade`'s, whatever the order of
+    adding and asking."""
+    items = [*LOADED_ITEMS, (boxed("7"), "7"), ("no answer here", "3"), LOADED_ITEMS[0]]
+    expected = [G.grade(r, g) for r, g in items]
+    api.clear_cache()
+    JUDGED_LOG.unlink(missing_ok=True)
+    assert G.warmup()
+    worker_task(verify_and_record)
+    grading = G.Grading(len(items))
+    for i in reversed(range(len(items))):
+        grading.add(i, *items[i])
+    judged = lambda: JUDGED_LOG.read_text().splitlines() if JUDGED_LOG.exists() else []  # noqa: E731
+    # four distinct pairs need math-verify (the repeat of item 0 is verified once): all judged with no one waiting
+    eventually(lambda: len(judged()) == len(LOADED_ITEMS), f"the worker judged {judged()}")
+    assert [r.score for r in grading.results([5, 1])] == [expected[5], expected[1]]
+    assert [r.score for r in grading.results()] == expected
+    assert [r.method for r in grading.results([0, 6, 4])] == ["math_verify", "math_verify", "exact"]
+    assert len(judged()) == len(LOADED_ITEMS)  # nothing judged twice
+    with pytest.raises(ValueError, match="added twice"):
+        grading.add(0, *items[0])
+    partial = G.Grading(3)
+    partial.add(1, boxed("7"), "7")
+    assert [r.score for r in partial.results([1])] == [1.0]
+    with pytest.raises(ValueError, match=r"never added: \[0, 2\]"):
+        partial.results()
+    JUDGED_LOG.unlink(missing_ok=True)
+
+
 def test_fast_paths_agree_with_math_verify():
     """The plain-number, choice and tuple/interval/set shortcuts must give math-verify's own verdicts."""
 

@@ -610,3 +610,49 @@ def test_old_log_prob_pass_in_a_worker_thread_changes_no_number(assets, tmp_path
     assert a == b and "kl_ref" in a[0]
     wa, wb = (load_file(tmp_path / x / "model" / "model.safetensors") for x in ("threaded", "inline"))
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_updates_that_wait_only_for_their_own_grades_change_no_number(assets, tmp_path, monkeypatch):
+    """The completions go to the grader in update order and each update waits only for its own prompt groups'
+    grades (`bandpo.train.loop.Grades`): with ``minibatch: group`` the run is bit for bit the one whose first update
+    waits for every grade of the batch (the trainer before it); the grader is handed the first mini-batch first."""
+    import bandpo.train.loop as T
+
+    # random rewards: the tiny test model earns no grader reward, and zero advantages would hide a difference
+    overrides = {"reward": "random", "minibatch": "group", "steps": 3, "updates_per_step": 2}
+    added: list[list[int]] = []  # per step, the rows in the order they were handed to the grader
+    parts_seen: list[list[int]] = []  # per step, the mini-batches' rows in update order
+    real_init, real_add, real_minibatches = T.Grading.__init__, T.Grading.add, T.minibatches
+
+    def init(self, *args, **kwargs):
+        added.append([])
+        real_init(self, *args, **kwargs)
+
+    def add(self, i, response, reference):
+        added[-1].append(i)
+        real_add(self, i, response, reference)
+
+    def minibatches(cfg, n_rows, seed):
+        parts = real_minibatches(cfg, n_rows, seed)
+        parts_seen.append([int(r) for part in parts for r in part])
+        return parts
+
+    monkeypatch.setattr(T.Grading, "__init__", init)
+    monkeypatch.setattr(T.Grading, "add", add)
+    monkeypatch.setattr(T, "minibatches", minibatches)
+    train(small_config(assets, tmp_path / "as_needed", **overrides))
+    assert len(added) == 3 and added == parts_seen
+    monkeypatch.undo()
+
+    real_advantages = T.Grades.advantages
+
+    def all_first(self, rows):
+        real_advantages(self, torch.arange(len(self.scores)))  # every grade of the batch first
+        return real_advantages(self, rows)
+
+    monkeypatch.setattr(T.Grades, "advantages", all_first)
+    train(small_config(assets, tmp_path / "all_first", **overrides))
+    a, b = (without_timing(read_metrics(tmp_path / x)) for x in ("as_needed", "all_first"))
+    assert a == b and all(m["mixed_group_frac"] > 0 for m in a)  # non-zero advantages, from the subsets' rewards
+    wa, wb = (load_file(tmp_path / x / "model" / "model.safetensors") for x in ("as_needed", "all_first"))
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
