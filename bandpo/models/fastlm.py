@@ -166,7 +166,7 @@ class FastLlama:
             h = F.rms_norm(x, (self.hidden,), n1, self.eps)
             qkv = F.linear(h, qkv_w)
             if sel is not None:
-                qkv = qkv.new_zeros(B * L, 3 * H * D).index_copy(0, sel, qkv)
+                qkv = qkv.new_zeros(B * L, 3 * H * D).index_copy_(0, sel, qkv)  # in place: no second buffer
             # split in the (B, L, 3, H, D) layout, then permuted: the backward is one cat written in that layout
             qk, v = qkv.view(B, L, 3, H, D).split([2, 1], 2)
             q, k = self._rope(qk.permute(2, 0, 3, 1, 4), cos, sin).unbind(0)  # (B, H, L, D) each

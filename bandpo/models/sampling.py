@@ -89,7 +89,8 @@ class _FastSteps:
         logits, self.prompt_kv = fast.prefill(prompt_ids, prompt_mask, self.weights)
         self.first = logits.float().repeat_interleave(n, 0)  # (B, V): the distribution of completion token 0
         L = self.prompt_kv.shape[0]
-        self.comp_kv = self.prompt_kv.new_zeros(L, 2, G * n, fast.n_heads, max_new_tokens, fast.head_dim)
+        # uninitialised: decode step t writes column t of every row still in the cache before reading columns <= t
+        self.comp_kv = self.prompt_kv.new_empty(L, 2, G * n, fast.n_heads, max_new_tokens, fast.head_dim)
         p_bias = torch.zeros(G, 1, P, device=prompt_ids.device).masked_fill_(prompt_mask.unsqueeze(1) == 0,
                                                                               float("-inf"))  # fmt: skip
         self.p_bias = p_bias.repeat_interleave(n, 0)  # (B, 1, P): the prompt's padding, per cache row
