@@ -599,7 +599,8 @@ class _InlineExecutor:
 
 def test_old_log_prob_pass_in_a_worker_thread_changes_no_number(assets, tmp_path, monkeypatch):
     """The old-log-prob and reference passes and the first update's forward pass run in a worker thread while the
-    main thread grades (`collect`): the run is bit for bit the one that makes them in the main thread."""
+    main thread hands the batch to the grader and waits for the first grades (`collect`, `Grades`): the run is bit
+    for bit the one that makes them in the main thread."""
     overrides = {"reward": "grader", "kl_coef": 0.05, "steps": 2, "method": "bandpo"}
     train(small_config(assets, tmp_path / "threaded", **overrides))
     import bandpo.train.loop as T
