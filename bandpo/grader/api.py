@@ -317,9 +317,9 @@ class Grading:
         self.first, self.second = _budgets(timeout_s)
         self._results: list[GradeResult | None] = [None] * n
         self._added = [False] * n
-        # normalised (gold, pred) still to verify -> its items (index, item, seconds spent preparing)
-        self._pending: dict[tuple[str, str], list[tuple[int, _Item, float]]] = {}
-        self._started: dict[tuple[str, str], pool.Started | None] = {}
+        # normalised (gold, pred) still to verify -> (its worker task, if sent; its items: (index, item, seconds
+        # spent preparing))
+        self._pending: dict[tuple[str, str], tuple[pool.Started | None, list[tuple[int, _Item, float]]]] = {}
 
     def add(self, i: int, response: Any, reference: Any) -> None:
         """Item ``i`` (0 <= i < n, each once): ``response`` graded against ``reference``."""
@@ -339,8 +339,9 @@ class Grading:
         key = item.key
         assert key is not None
         if key not in self._pending:
-            self._started[key] = pool.start(key[0], key[1], self.first) if not _overran(key, self.first) else None
-        self._pending.setdefault(key, []).append((i, item, time.monotonic() - t0))
+            started = pool.start(key[0], key[1], self.first) if not _overran(key, self.first) else None
+            self._pending[key] = (started, [])
+        self._pending[key][1].append((i, item, time.monotonic() - t0))
 
     def results(self, items: Sequence[int] | None = None) -> list[GradeResult]:
         """The results of ``items`` (default: all ``n``, in order), every one of which must have been added."""
@@ -349,10 +350,11 @@ class Grading:
         if missing:
             raise ValueError(f"items never added: {missing[:10]}{' ...' if len(missing) > 10 else ''}")
         wanted_set = set(wanted)
-        keys = [k for k, entries in self._pending.items() if any(i in wanted_set for i, _, _ in entries)]
+        keys = [k for k, (_, entries) in self._pending.items() if any(i in wanted_set for i, _, _ in entries)]
         retry: list[list[tuple[int, _Item, float]]] = []
         for key in keys:
-            self._run(self._pending.pop(key), self.first, False, retry, self._started.pop(key, None))
+            started, entries = self._pending.pop(key)
+            self._run(entries, self.first, False, retry, started)
         # Those first attempts are done: items that overran the first budget get the second, one at a time.
         for entries in sorted(retry, key=lambda e: e[0][0]):
             counters.count("retried", len(entries))
@@ -361,10 +363,10 @@ class Grading:
 
     def cancel(self) -> None:
         """Abandon the batch: pairs sent to a worker that no worker has started yet never start."""
-        for started in self._started.values():
+        for key, (started, entries) in self._pending.items():
             if started is not None:
                 started.cancel()
-        self._started.clear()
+                self._pending[key] = (None, entries)
 
     def _run(self, entries, budget: float, final: bool, retry: list, started: pool.Started | None = None) -> None:
         key = entries[0][1].key
