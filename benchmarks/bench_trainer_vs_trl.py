@@ -27,8 +27,9 @@ Settings, both trainers (defaults; a "step" = one rollout batch):
   training job of the suite starts it (``bandpo.grader.start_workers``: one worker process);
 - updates: 4 optimizer updates per rollout batch on disjoint shuffled mini-batches of 32 sequences (first on-policy,
   the rest off-policy, against the rollout policy's log-probs). The suite: ``minibatch: group``
-  (4 whole prompt groups of 8 per mini-batch, verl's layout; the embedded default ``random`` costs ~5-8% more per
-  step, measured in training runs, not here). TRL: ``generation_batch_size`` 128,
+  (4 whole prompt groups of 8 per mini-batch, verl's layout; the embedded default ``random`` costs about 1.3x a
+  step at these settings: its first update waits for nearly every grade and each update runs most of the prompts;
+  benchmarks/CHANGELOG.md, 2026-12-05). TRL: ``generation_batch_size`` 128,
   ``per_device_train_batch_size`` 32, ``steps_per_generation`` 4, ``gradient_accumulation_steps`` 1,
   ``num_iterations`` 1 (``max_steps`` = 4 x steps); since 4 steps share one generation, TRL computes the old
   log-probs with one extra no-grad forward pass, as ``bandpo.train.loop`` does;
@@ -50,6 +51,9 @@ busy machine disturbs less (the grader's worker processes are not in it; both tr
 grader: TRL's reward function calls ``grade_many``, the suite hands each batch to ``bandpo.grader.Grading`` and its
 worker judges while the updates run, each update waiting for its own prompt groups' grades; the suite's first
 forward pass runs in a second thread of its process meanwhile).
+Both children run under the suite's numerics as its training jobs get them (`bandpo.core.numerics.env`: on a CPU
+that is not Intel's, the preloaded library that lets MKL run its AVX2 branch), so that both use the same kernels;
+the summary prints the MKL branch each side ran.
 ``--repeats`` alternates the two trainers (suite first on even repeats, TRL first on odd ones) and reports the
 median ratio: the machine is shared, and alternation spreads a busy period over both.
 """
@@ -135,7 +139,14 @@ def suite_worker(timings_path: str, train_argv: list[str]) -> int:
 
 
 def child_env(threads: int) -> dict[str, str]:
+    """Both trainers' environment: the suite's numerics as its jobs get them (`bandpo.core.numerics.env`: on a CPU
+    that is not Intel's, with the library that lets MKL run its AVX2 branch), so that both run the same kernels,
+    and the suite's side runs as it does in the workflow; a process started as a script would not restart itself
+    with the library and would run MKL's own branch for that CPU instead."""
+    from bandpo.core import numerics
+
     env = dict(os.environ)
+    env.update(numerics.env())
     env.update({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"})
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     return env
@@ -289,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.steps} timed steps after {args.warmup_steps} warm-up, {args.threads} thread(s); "
           f"trl {versions['trl']}, transformers {versions['transformers']} (TRL side) / {suite_tf} (suite), "
           f"torch {versions['torch']}")  # fmt: skip
+    branches = {name: {str(((rep[name]["raw"].get("machine") or {}).get("numerics") or {}).get("mkl_branch"))
+                       for rep in rows} for name in ("suite", "trl")}  # fmt: skip
+    print(f"MKL branch: suite {'/'.join(sorted(branches['suite']))}, TRL {'/'.join(sorted(branches['trl']))}")
     print(f"{'repeat':>6}  {'trainer':<16} {'tokens/s':>9} {'in-step':>8} {'CPU-time':>9} {'s/step':>7} "
           f"{'resp len':>8} {'reward':>7} {'load':>5}")  # fmt: skip
     for r, rep in enumerate(rows):

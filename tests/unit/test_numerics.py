@@ -137,6 +137,26 @@ def test_mode_and_job_environment(monkeypatch):
     assert "MKL_CBWR=" in jobs.env_prefix()
 
 
+def test_trl_benchmark_runs_both_trainers_under_the_jobs_numerics(monkeypatch):
+    """benchmarks/bench_trainer_vs_trl.py starts the suite's side as a script, which does not restart itself with
+    MKL's library: its children get the jobs' numerics environment (the library included on a CPU that is not
+    Intel's), so that both trainers run MKL's AVX2 branch as a training job does, and the thread count."""
+    import importlib.util
+
+    monkeypatch.setenv(numerics.MODE_ENV, "fixed")
+    monkeypatch.setenv("MKL_CBWR", "AUTO")  # a stray value in the caller's environment is overridden
+    spec = importlib.util.spec_from_file_location(
+        "bench_trainer_vs_trl", ROOT / "benchmarks" / "bench_trainer_vs_trl.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    env = bench.child_env(3)
+    assert {k: env[k] for k in numerics.env()} == numerics.env()
+    assert (env["OMP_NUM_THREADS"], env["MKL_NUM_THREADS"]) == ("3", "3")
+    monkeypatch.setenv(numerics.MODE_ENV, "native")  # the user's opt-out reaches both children
+    assert bench.child_env(1)[numerics.MODE_ENV] == "native"
+
+
 @needs_avx2
 def test_guarded_ops_same_bits_as_the_machine_is_and_capped():
     as_is, capped = _ops(_child_env()), _ops(_child_env(CAP))
