@@ -117,44 +117,58 @@ def _cache_dir() -> Path:
                 / "bandpo")  # fmt: skip
 
 
-def shim_path() -> Path:
-    """Where the preloaded library lives once built: named by its source's hash, so a changed source is rebuilt."""
-    digest = hashlib.sha256(SHIM_SOURCE.encode()).hexdigest()[:12]
-    return _cache_dir() / f"libbandpo-mkl-intel-cpu-{digest}.so"
+def library_path(stem: str, source: str, flags: tuple[str, ...] = ()) -> Path:
+    """Where `build_library` keeps ``source`` built with ``flags``: named by their hash, so a change rebuilds."""
+    digest = hashlib.sha256("\0".join([source, *flags]).encode()).hexdigest()[:12]
+    return _cache_dir() / f"{stem}-{digest}.so"
 
 
-def build_shim() -> Path:
-    """Build `SHIM_SOURCE` into `shim_path` with the C compiler (``$CC``, else cc, gcc or clang), once: written
-    to a temporary name and renamed, so concurrent jobs never preload a half-written file. A missing compiler or a
-    failed build is a RuntimeError that says what to do."""
-    path = shim_path()
+def build_library(stem: str, source: str, flags: tuple[str, ...], purpose: str, instead: str) -> Path:
+    """Build the C ``source`` into a shared library (`library_path`) with the C compiler (``$CC``, else cc, gcc or
+    clang) and ``flags``, once: written to a temporary name and renamed, so concurrent jobs never load a half-written
+    file. A missing compiler or a failed build is a RuntimeError naming ``purpose`` and ``instead`` (what to do
+    without a compiler)."""
+    path = library_path(stem, source, flags)
     if path.is_file():
         return path
     compiler = os.environ.get("CC") or next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
     if not compiler:
         raise RuntimeError(
-            f"BANDPO_NUMERICS=fixed on this {cpu_vendor()} CPU needs a C compiler to build a one-line library that "
-            "lets MKL run the same AVX2 code as on Intel CPUs (bandpo.core.numerics); install one (e.g. "
-            "`apt-get install gcc`) or set BANDPO_NUMERICS=native (results then depend on the CPU)"
+            f"{purpose} needs a C compiler (none found): install one (e.g. `apt-get install gcc`) or {instead}"
         )
     path.parent.mkdir(parents=True, exist_ok=True)
     src = path.with_name(f".{path.stem}.{os.getpid()}.c")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        src.write_text(SHIM_SOURCE)
+        src.write_text(source)
         try:
-            proc = subprocess.run([*shlex.split(compiler), "-shared", "-fPIC", "-O2", "-o", str(tmp), str(src)],
+            proc = subprocess.run([*shlex.split(compiler), "-shared", "-fPIC", *flags, "-o", str(tmp), str(src)],
                                   capture_output=True, text=True, env={**os.environ, "LD_PRELOAD": ""})  # fmt: skip
             error = proc.stderr.strip()[-2000:] if proc.returncode != 0 else None
         except OSError as err:
             error = str(err)
         if error is not None:
-            raise RuntimeError(f"building {path.name} with {compiler} failed (bandpo.core.numerics): {error}")
+            raise RuntimeError(f"building {path.name} with {compiler} failed ({purpose}): {error}")
         os.replace(tmp, path)
     finally:
         src.unlink(missing_ok=True)
         tmp.unlink(missing_ok=True)
     return path
+
+
+_SHIM = ("libbandpo-mkl-intel-cpu", SHIM_SOURCE, ("-O2",))
+
+
+def shim_path() -> Path:
+    """Where the preloaded library lives once built (`library_path`)."""
+    return library_path(*_SHIM)
+
+
+def build_shim() -> Path:
+    """Build `SHIM_SOURCE` into `shim_path`, once (`build_library`)."""
+    return build_library(*_SHIM, purpose=f"BANDPO_NUMERICS=fixed on this {cpu_vendor()} CPU (bandpo.core.numerics: "
+                         "a one-line library that lets MKL run the same AVX2 code as on Intel CPUs)",
+                         instead="set BANDPO_NUMERICS=native (results then depend on the CPU)")  # fmt: skip
 
 
 def mkl_preload(numerics: str | None = None) -> dict[str, str]:
