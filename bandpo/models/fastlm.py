@@ -27,6 +27,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from bandpo.models import ckernel
+
 __all__ = ["CharTokenizer", "FastLlama", "TinyLlama", "gather_rows", "light_loadable", "load_light"]
 
 _ATTR = "_bandpo_fastllama"
@@ -205,13 +207,17 @@ class FastLlama:
                                    sel=sel)  # fmt: skip
         return logits, torch.stack([torch.stack(kv) for kv in kvs])
 
-    def decode(self, tok, pos, prompt_kv, prompt_bias_rows, slots, n, comp_kv, col: int, weights):
+    def decode(self, tok, pos, prompt_kv, prompt_bias_rows, slots, n, comp_kv, col: int, weights, scratch=None):
         """One token per cache row: ``tok`` (b,) at positions ``pos`` (b,); row r is slot ``slots[r]`` of the
         (G n) layout, i.e. continues prompt ``slots[r] // n``. Attention is split: the prompt part attends to the
         prompt's keys held ONCE per prompt (``prompt_kv`` (layers, 2, G, H, P, D), masked by ``prompt_bias_rows``
         (b, 1, P)), computed as one (n x P) product per prompt; the completion part to the row's own keys in
         ``comp_kv`` (layers, 2, b, H, T, D), into whose column ``col`` this token's keys and values are written.
-        One softmax over both parts: the attention of the full sequence. Returns the logits (b, V)."""
+        One softmax over both parts: the attention of the full sequence. Returns the logits (b, V).
+
+        ``scratch``: a float32 tensor of at least P + T + 4 elements: the attention of each layer is then
+        `bandpo.models.ckernel.attention` (the same function in one C call, equal up to float rounding) instead of
+        the PyTorch operations below."""
         b = tok.shape[0]
         H, D = self.n_heads, self.head_dim
         G = prompt_kv.shape[2]
@@ -221,6 +227,15 @@ class FastLlama:
         x = F.embedding(tok, self.embed).unsqueeze(1)  # (b, 1, hidden)
         P = prompt_kv.shape[4]
         full = b == G * n
+        if scratch is not None:
+            cos_rows, sin_rows = cos_t[pos], sin_t[pos]  # (b, D)
+            for i, (n1, qkv_w, o, n2, gu, d) in enumerate(weights):
+                qkv = F.linear(F.rms_norm(x, (self.hidden,), n1, self.eps), qkv_w).view(b, 3, H, D)
+                a = ckernel.attention(qkv, cos_rows, sin_rows, prompt_kv[i, 0], prompt_kv[i, 1], prompt_bias_rows,
+                                      slots, n, comp_kv[i, 0], comp_kv[i, 1], col, scale, scratch,
+                                      check=i == 0)  # fmt: skip
+                x = self._mlp(x + F.linear(a.view(b, 1, H * D), o), n2, gu, d)
+            return self._logits(x)[:, 0]
         for i, (n1, qkv_w, o, n2, gu, d) in enumerate(weights):
             h = F.rms_norm(x, (self.hidden,), n1, self.eps)
             qkv = F.linear(h, qkv_w).view(b, 3, H, 1, D)  # L = 1: a unit length axis

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from bandpo.models import ckernel
 from bandpo.models.fastlm import FastLlama, gather_rows, prompt_bias
 
 __all__ = ["COMPACT_FRAC", "completion_log_probs_shared", "positions", "sample_rows", "tempered"]
@@ -34,7 +35,7 @@ def tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 
 @torch.no_grad()
 def sample_rows(model, prompt_ids, prompt_mask, n: int, max_new_tokens: int, temperature: float, eos: int,
-                with_entropy: bool = False, with_log_probs: bool = False):  # fmt: skip
+                with_entropy: bool = False, with_log_probs: bool = False, kernel: str = "torch"):  # fmt: skip
     """``n`` completions per prompt of the left-padded ``prompt_ids`` / ``prompt_mask`` (G, P); row r of the result
     continues prompt r // n.
 
@@ -46,10 +47,17 @@ def sample_rows(model, prompt_ids, prompt_mask, n: int, max_new_tokens: int, tem
 
     One loop (`_sample_loop`) for every model; what differs is how the next token's logits are computed and how
     finished rows leave the KV cache: `_FastSteps` on `bandpo.models.fastlm.FastLlama` (one preallocated cache),
-    `_HFSteps` through the model's own forward pass and cache classes."""
+    `_HFSteps` through the model's own forward pass and cache classes.
+
+    ``kernel``: how `FastLlama` computes each token's attention, ``torch`` (PyTorch operations) or ``c`` (one C
+    call per layer, `bandpo.models.ckernel`: equal up to float rounding, so other draws; CPU, x86-64, a model
+    `FastLlama` covers; otherwise a ValueError)."""
+    ckernel.check(kernel)
     fast = FastLlama.for_model(model)
+    if kernel == "c" and (fast is None or prompt_ids.device.type != "cpu"):
+        raise ValueError("sampler_kernel: c needs a model the suite's FastLlama covers, on the CPU; use torch")
     steps = (
-        _FastSteps(fast, prompt_ids, prompt_mask, n, max_new_tokens)
+        _FastSteps(fast, prompt_ids, prompt_mask, n, max_new_tokens, kernel == "c")
         if fast is not None
         else _HFSteps(model, prompt_ids, prompt_mask, n, max_new_tokens)
     )
@@ -83,7 +91,7 @@ class _FastSteps:
     """`bandpo.models.fastlm.FastLlama`: the prompt's KV cache computed once, the completions' in one preallocated
     tensor from which finished rows are dropped."""
 
-    def __init__(self, fast: FastLlama, prompt_ids, prompt_mask, n, max_new_tokens) -> None:
+    def __init__(self, fast: FastLlama, prompt_ids, prompt_mask, n, max_new_tokens, c_kernel: bool = False) -> None:
         G, P = prompt_ids.shape
         self.fast, self.n, self.weights = fast, n, fast.weights()
         logits, self.prompt_kv = fast.prefill(prompt_ids, prompt_mask, self.weights)
@@ -95,6 +103,7 @@ class _FastSteps:
                                                                               float("-inf"))  # fmt: skip
         self.p_bias = p_bias.repeat_interleave(n, 0)  # (B, 1, P): the prompt's padding, per cache row
         self.row_pos = prompt_mask.sum(1).repeat_interleave(n)  # position of completion token 0
+        self.scratch = torch.empty(P + max_new_tokens + 4) if c_kernel else None  # `ckernel.attention`'s
 
     def drop(self, keep: torch.Tensor) -> None:
         self.comp_kv = self.comp_kv.index_select(2, keep)
@@ -102,7 +111,7 @@ class _FastSteps:
 
     def next(self, tok: torch.Tensor, t: int, rows: torch.Tensor) -> torch.Tensor:
         return self.fast.decode(tok, self.row_pos + t, self.prompt_kv, self.p_bias, rows, self.n, self.comp_kv, t,
-                                self.weights)  # fmt: skip
+                                self.weights, self.scratch)  # fmt: skip
 
 
 def _sample_loop(steps, B: int, max_new_tokens: int, temperature: float, eos: int, with_entropy: bool,

@@ -152,7 +152,7 @@ def rollout(model, tokenizer, prompts: list[str], cfg: TrainConfig, device: torc
     own = cfg.old_log_probs == "sampler"
     completion, response_mask, entropy, *log_prob = sample_rows(
         model, prompt_ids, prompt_mask, n, cfg.max_new_tokens, cfg.temperature, tokenizer.eos_token_id,
-        with_entropy=own, with_log_probs=own,
+        with_entropy=own, with_log_probs=own, kernel=cfg.sampler_kernel,
     )  # fmt: skip
     is_eos = (completion == tokenizer.eos_token_id) & response_mask
     truncated = ~is_eos.any(1)

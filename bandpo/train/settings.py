@@ -17,6 +17,7 @@ from typing import Any
 
 from bandpo import methods
 from bandpo.core.options import check_fields, parse_assignments
+from bandpo.models.ckernel import KERNELS
 
 PROG = "python -m bandpo.train"
 # Fields that measure wall-clock time: they differ between two runs of the same seed, everything else is identical.
@@ -85,6 +86,12 @@ class TrainConfig:
     sampler: the sampler's own, computed while drawing from the same weights and distribution, with no extra pass
     (about 15% less time per step); they equal the recomputed ones up to float rounding (within ~1e-6 in log-prob on
     tiny-s), so the first ratio is 1 within that, not exactly."""
+    sampler_kernel: str = "torch"
+    """How the rollouts' sampler computes each decoded token's attention (`bandpo.models.ckernel`). torch
+    (default): PyTorch operations. c: the same arithmetic in one C call per layer and token (compiled once for the
+    x86-64 baseline, the same bits on any x86-64 CPU); equal up to float rounding (about 3e-7 relative), so draws
+    and numbers differ from torch's: a recipe's choice, checked with benchmarks/bench_recipe_check.py. Needs a C
+    compiler and a model the suite's FastLlama covers, on the CPU."""
     lr: float = 5e-4
     """AdamW learning rate (of the first step)."""
     lr_end: float | None = 1e-4
@@ -154,6 +161,8 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 problems.append(f"{name}: must be a finite number >= 0, got {value!r}")
+        if self.sampler_kernel not in KERNELS:
+            problems.append(f"sampler_kernel: must be one of {', '.join(KERNELS)}, got {self.sampler_kernel!r}")
         if self.old_log_probs not in ("sampler", "recompute"):
             problems.append(f"old_log_probs: must be 'sampler' or 'recompute', got {self.old_log_probs!r}")
         if self.minibatch not in ("group", "random"):
