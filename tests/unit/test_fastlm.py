@@ -256,15 +256,17 @@ def test_lm_eval_plain_sampling_takes_the_suite_sampler(tiny, monkeypatch):
     assert ref.shape[0] == 4 and len(generate_calls) == 1  # top-k: HF generate, not the suite sampler
 
 
-def test_compile_benchmark_rejects_bad_input(tmp_path):
+def test_sampler_benchmark_rejects_bad_input(tmp_path):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_sampler_compile.py"
-    spec = importlib.util.spec_from_file_location("bench_sampler_compile", path)
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_sampler.py"
+    spec = importlib.util.spec_from_file_location("bench_sampler", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     with pytest.raises(SystemExit, match="must be >= 1"):
         bench.main(["--repeats", "0"])
     with pytest.raises(SystemExit, match="not a tiny Llama"):
         bench.main(["--model", str(tmp_path / "missing")])
+    with pytest.raises(SystemExit):  # argparse: not a variant
+        bench.main(["--variants", "cuda"])
