@@ -4,7 +4,9 @@ what it cannot run."""
 
 from __future__ import annotations
 
+import os
 import platform
+import shutil
 
 import pytest
 import torch
@@ -16,6 +18,9 @@ from bandpo.models.tiny import build_tokenizer, get_size, init_model
 from bandpo.train.settings import TrainConfig
 
 pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86-64 only")
+needs_cc = pytest.mark.skipif(
+    not (os.environ.get("CC") or any(shutil.which(c) for c in ("cc", "gcc", "clang"))), reason="no C compiler"
+)
 
 PROMPTS = ["Q: Compute 48-6+5.\nA: ", "Q: 1+1?\nA: ", "Q: Solve for x: 3x+8=32.\nA: "]
 
@@ -61,6 +66,7 @@ def _decode_both(fast, ids, mask, n, cols, rows=None):
     return out
 
 
+@needs_cc
 def test_c_attention_is_the_torch_decode(model):
     m, tokenizer = model
     fast = FastLlama.for_model(m)
@@ -75,6 +81,7 @@ def test_c_attention_is_the_torch_decode(model):
             torch.testing.assert_close(c_logits, torch_logits, rtol=1e-5, atol=1e-5)
 
 
+@needs_cc
 @pytest.mark.parametrize("D", [8, 16, 20])
 def test_a_row_gets_the_same_bits_in_any_batch_and_with_any_padding(D):
     """A row's output depends on its own prompt and completion only: not on the other rows, nor on how far its
@@ -103,6 +110,7 @@ def test_a_row_gets_the_same_bits_in_any_batch_and_with_any_padding(D):
         assert torch.equal(batch_ck[r], alone_ck[0]) and torch.equal(batch_cv[r], alone_cv[0])
 
 
+@needs_cc
 def test_c_sampler_draws_as_the_torch_sampler_and_repeats_itself(model):
     m, tokenizer = model
     ids, mask = _prompts(tokenizer)
@@ -122,6 +130,7 @@ def test_c_sampler_draws_as_the_torch_sampler_and_repeats_itself(model):
     assert (lp_t - lp_c)[same].abs().max() < 1e-5 and (ent_t - ent_c)[same].abs().max() < 1e-5
 
 
+@needs_cc
 def test_kernel_refuses_bad_input(model):
     m, tokenizer = model
     fast = FastLlama.for_model(m)
@@ -176,6 +185,7 @@ def test_a_missing_compiler_is_a_clear_error(tmp_path, monkeypatch):
     assert numerics.library_path("x", "a", ("-O2",)) != numerics.library_path("x", "a", ("-O3",))
 
 
+@needs_cc
 def test_the_bits_do_not_depend_on_the_code_the_compiler_emits(tmp_path, monkeypatch):
     """The library is built for the x86-64 baseline; built for AVX2 machines (``-march=x86-64-v3``, FMA units
     included) it must give the same bits: no contraction, no reassociation, no libm (an AVX2 CPU runs the test)."""
