@@ -220,15 +220,11 @@ class FastLlama:
         the PyTorch operations below."""
         b = tok.shape[0]
         H, D = self.n_heads, self.head_dim
-        G = prompt_kv.shape[2]
         scale = D**-0.5
         cos_t, sin_t = self._tables(tok.device)
-        cos, sin = cos_t[pos].view(b, 1, 1, 1, D), sin_t[pos].view(b, 1, 1, 1, D)
+        cos_rows, sin_rows = cos_t[pos], sin_t[pos]  # (b, D)
         x = F.embedding(tok, self.embed).unsqueeze(1)  # (b, 1, hidden)
-        P = prompt_kv.shape[4]
-        full = b == G * n
         if scratch is not None:
-            cos_rows, sin_rows = cos_t[pos], sin_t[pos]  # (b, D)
             for i, (n1, qkv_w, o, n2, gu, d) in enumerate(weights):
                 qkv = F.linear(F.rms_norm(x, (self.hidden,), n1, self.eps), qkv_w).view(b, 3, H, D)
                 a = ckernel.attention(qkv, cos_rows, sin_rows, prompt_kv[i, 0], prompt_kv[i, 1], prompt_bias_rows,
@@ -236,6 +232,9 @@ class FastLlama:
                                       check=i == 0)  # fmt: skip
                 x = self._mlp(x + F.linear(a.view(b, 1, H * D), o), n2, gu, d)
             return self._logits(x)[:, 0]
+        cos, sin = cos_rows.view(b, 1, 1, 1, D), sin_rows.view(b, 1, 1, 1, D)
+        G, P = prompt_kv.shape[2], prompt_kv.shape[4]
+        full = b == G * n
         for i, (n1, qkv_w, o, n2, gu, d) in enumerate(weights):
             h = F.rms_norm(x, (self.hidden,), n1, self.eps)
             qkv = F.linear(h, qkv_w).view(b, 3, H, 1, D)  # L = 1: a unit length axis
