@@ -564,7 +564,8 @@ def test_atlas_measures_mains_first_tiny_base_model(tmp_path):
     assert proc.returncode == 0, proc.output[-3000:]
     assert ("python -m bandpo.report.atlas_measure --model resources/models/tiny-s --data resources/data/tiny-math "
             "--seed 0 "
-            f"--steps {sweep.ATLAS_STEPS} --set old_log_probs=sampler --set prompts_per_step=16 --set steps=64 "
+            f"--steps {sweep.ATLAS_STEPS} --set old_log_probs=sampler --set prompts_per_step=16 "
+            "--set sampler_kernel=c --set steps=64 "
             "--threads 1 --no-progress "
             "--out results/embedded/atlas.csv"
             in proc.output)  # fmt: skip
@@ -1199,8 +1200,8 @@ def test_benchmarks_readme_quotes_the_published_run():
     elapsed = f"{rules['all']['elapsed_min']:.1f} minutes"
     assert f"took **{elapsed}** first job to last" in text
     assert f"tiny-s main training job {rules['train tiny-s (main)']['fixed_s']:.2f} s" in text
-    assert f"**{elapsed}** first job to last (`results/dag_rules.csv`) against 85.7 for `c02db17`'s run" in log
-    builds = f"tiny-s 311 -> {rules['model build tiny-s']['wall_s_mean']:.0f} s, tiny-m 476 -> "
+    assert f"**{elapsed}** first job to last (`results/dag_rules.csv`) against 65.7 for `3c287b2`'s run" in log
+    builds = f"tiny-s 215 -> {rules['model build tiny-s']['wall_s_mean']:.0f} s, tiny-m 342 -> "
     assert builds + f"{rules['model build tiny-m']['wall_s_mean']:.0f} s" in log
     assert f"tiny-s main training job: {rules['train tiny-s (main)']['fixed_s']:.2f} s" in log
 
