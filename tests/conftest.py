@@ -11,6 +11,7 @@ Also here: `snakemake`, the project's Snakefile run in a working directory of it
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import resource
 import shutil
@@ -56,17 +57,36 @@ def snakemake(workdir: Path, *args: str, configfile: Path | None = None, env=Non
     return proc
 
 
+KEEP_SMOKE_RUN = "BANDPO_SMOKE_RUN"  # a new, empty folder: pytest sessions of one checkout in a row share one smoke run
+
+
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory):
     """config/smoke.yaml through the whole DAG, once per pytest session: (workdir, process). The tests that build on
     it (the no-op rerun, added method entries, the crash and resume, the SLURM profile) share it; those that add jobs
     write into the workdir, so `process.reference` is a copy of results/smoke as the uninterrupted run left it, the
-    reference of every comparison."""
+    reference of every comparison.
+
+    With $BANDPO_SMOKE_RUN set (.ci/run: a new temporary folder, for the sessions it runs one after the other on one
+    checkout), the first session keeps its run there and later sessions start from a copy of it (its workdir, with
+    Snakemake's records and the files' times, and the process's return code, output and times) instead of running
+    the same DAG on the same code again. Never point it at a folder kept from other code."""
     if importlib.util.find_spec("snakemake") is None:
         pytest.skip("snakemake is not installed")
     wd = tmp_path_factory.mktemp("smoke")
-    proc = snakemake(wd, "--cores", "2", configfile=SMOKE, timeout=900)
-    assert proc.returncode == 0, proc.output[-5000:]
+    keep = Path(os.environ[KEEP_SMOKE_RUN]) if os.environ.get(KEEP_SMOKE_RUN) else None
+    if keep is not None and (keep / "process.json").is_file():
+        shutil.copytree(keep / "workdir", wd, symlinks=True, dirs_exist_ok=True)
+        proc = subprocess.CompletedProcess([], 0)
+        for key, value in json.loads((keep / "process.json").read_text()).items():
+            setattr(proc, key, value)
+    else:
+        proc = snakemake(wd, "--cores", "2", configfile=SMOKE, timeout=900)
+        assert proc.returncode == 0, proc.output[-5000:]
+        if keep is not None:
+            shutil.copytree(wd, keep / "workdir", symlinks=True)
+            fields = {k: getattr(proc, k) for k in ("args", "returncode", "output", "seconds", "cpu_seconds")}
+            (keep / "process.json").write_text(json.dumps(fields))
     proc.reference = tmp_path_factory.mktemp("smoke-reference") / "smoke"
     shutil.copytree(wd / "results" / "smoke", proc.reference)
     return wd, proc
