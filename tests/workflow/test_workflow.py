@@ -24,7 +24,6 @@ from conftest import snakemake
 from bandpo.config import run_lock, sweep, validate
 
 ROOT = Path(__file__).resolve().parents[2]
-SNAKEFILE = ROOT / "Snakefile"
 CONFIGS = {name: ROOT / "config" / f"{name}.yaml" for name in ("config", "smoke", "gpu")}
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("snakemake") is None, reason="snakemake is not installed")
