@@ -15,13 +15,14 @@
 import os
 import sys
 
-# bandpo is installed (`pip install -e .` in dev and CI, or its wheel): the sweep model, its schema and the lm-eval
-# tasks come from the package (bandpo/config/sweep.py, bandpo/schemas/, bandpo/score/lm_eval_tasks/).
-from bandpo.config.run_lock import clear_stale_locks
-from bandpo.config.validate import ConfigError, validate_config
+# bandpo is installed (`pip install -e .` in dev and CI, or its wheel): the run plan, the config's schema and the
+# lm-eval tasks come from the package (bandpo/plan/, bandpo/schemas/, bandpo/score/lm_eval_tasks/).
+from bandpo.plan.run_lock import clear_stale_locks
+from bandpo.plan.runs import Plan
+from bandpo.plan.validate import ConfigError, validate_config
 
 # A run killed by SIGKILL leaves Snakemake's lock files behind; with no other run alive here they are stale, and the
-# plain command clears them instead of asking for --unlock (bandpo/config/run_lock.py). Jobs re-parsing this file
+# plain command clears them instead of asking for --unlock (bandpo/plan/run_lock.py). Jobs re-parsing this file
 # (cluster executors) are not the main process and leave the locks alone.
 if workflow.is_main_process and clear_stale_locks():
     print("Removed the lock files of a Snakemake run that was killed (no other run is alive here).", file=sys.stderr)
@@ -32,10 +33,12 @@ if not workflow.overwrite_configfiles:
     workflow.configfile(os.path.join(workflow.basedir, "config", "config.yaml"))
 
 try:
-    # registry checks (bandpo.methods, which imports torch) are skipped for a config already checked unchanged
+    # The config read once into the run plan: validated (registry checks, which import torch, are skipped for a
+    # config already checked unchanged), then every job built and checked (bandpo/plan/runs.py).
     _validated = validate_config(
         config, cache_dir=os.path.join(".snakemake", "bandpo-config-checked"), root=workflow.basedir
     )
+    PLAN = Plan(_validated, workflow.basedir)
 except ConfigError as _err:
     # A config error, not a broken Snakefile: one line naming the config file and the field, without the location
     # and traceback in the Snakefile that Snakemake prints for an exception raised here (WorkflowError included).
@@ -43,6 +46,10 @@ except ConfigError as _err:
     raise SystemExit(f"Invalid config ({_files}): {_err}") from None
 config.clear()
 config.update(_validated)
+# Each job's spec file (results/{profile}/plan/), an input of its rule: rewritten only where its settings changed,
+# so exactly those jobs rerun. Jobs that re-parse this file (cluster executors) find them written.
+if workflow.is_main_process:
+    PLAN.write_specs()
 
 
 report: "workflow/report/workflow.rst"

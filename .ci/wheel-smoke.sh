@@ -42,7 +42,7 @@ print(f"bandpo {bandpo.__version__} from {bandpo.__file__}")
 EOF
 
 step "config validation (the schema and the task YAMLs from the package; the method registry)"
-"$PY" -c "import sys; from bandpo.config import validate; validate.validate_config(validate.load_yaml(sys.argv[1])); print('ok')" \
+"$PY" -c "import sys; from bandpo.plan import validate; validate.validate_config(validate.load_yaml(sys.argv[1])); print('ok')" \
     "$ROOT/config/smoke.yaml"
 
 step "ratio bounds of the registered methods (python -m bandpo.report.bounds_table)"

@@ -7,10 +7,12 @@ older commit, side by side.
 The older commit is checked out for the run as a detached ``git worktree`` in a temporary folder (removed at the
 end, also on an error; ``benchmarks/_worktree.py``). Per tree, alternately (base first on even repeats):
 ``python -m bandpo.train --help`` (interpreter + the trainer's module imports) and a one-step run of the default
-trainer (``--set steps=1``, one thread) whose "other" is its wall time minus the logged ``step_seconds``
+trainer (`TrainConfig`'s defaults with ``steps=1``, one thread: this tree reads it from a spec file, ``--spec FILE``
+as the workflow runs a job, the older tree gets the same settings as flags, ``_worktree.legacy_train_command``)
+whose "other" is its wall time minus the logged ``step_seconds``
 (everything but the step: imports, grader workers, model load, checkpoint-free publishing of model/, metrics and
 run.json). Each runs with ``PYTHONPATH`` set to its tree and the environment of the config's jobs
-(`bandpo.config.jobs.Jobs.env`, one thread). CPU seconds are the child process's user + system time including its
+(`bandpo.plan.runs.Plan.env`, one thread). CPU seconds are the child process's user + system time including its
 grader workers (what the job costs a core); for the one-step run they include the step.
 """
 
@@ -25,10 +27,11 @@ import tempfile
 from pathlib import Path
 
 from _timing import timed_process
-from _worktree import base_worktree, resolve, tree_env
+from _worktree import base_worktree, resolve, train_command, tree_env
 
-from bandpo.config.jobs import Jobs
-from bandpo.config.validate import load_yaml, validate_config
+from bandpo.plan.runs import Plan
+from bandpo.plan.validate import load_yaml, validate_config
+from bandpo.train.settings import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"{name}: {path} not found")
     if not (ROOT / args.config).is_file():
         ap.error(f"--config {args.config}: not a file")
-    env = {**Jobs(validate_config(load_yaml(ROOT / args.config), root=ROOT), ROOT).env(), "OMP_NUM_THREADS": "1"}
+    env = {**Plan(validate_config(load_yaml(ROOT / args.config), root=ROOT), ROOT).env(), "OMP_NUM_THREADS": "1"}
     resolve(args.base_commit)
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     rows: dict[str, dict[str, list[float]]] = {"base": {}, "this": {}}
@@ -62,9 +65,9 @@ def main(argv: list[str] | None = None) -> int:
                 r.setdefault("help_wall", []).append(w)
                 r.setdefault("help_cpu", []).append(c)
                 with tempfile.TemporaryDirectory(prefix="bandpo-startup-") as tmp:
-                    cmd = [sys.executable, "-m", "bandpo.train", "--model", str(model), "--data", str(data),
-                           "--out", tmp + "/run", "--seed", "0", "--threads", "1", "--no-progress",
-                           "--set", "steps=1"]  # fmt: skip
+                    run = TrainConfig(model=str(model), data=str(data), out=tmp + "/run", seed=0, threads=1,
+                                      progress=False, steps=1)  # fmt: skip
+                    cmd = train_command(run, tree, tmp + "/spec.json")
                     w, c = timed_process(cmd, tree, tree_env(tree, env))
                     step = json.loads(Path(tmp, "run", "run.json").read_text())["train_seconds_total"]
                 r.setdefault("run_wall", []).append(w)

@@ -3,7 +3,7 @@
     python benchmarks/bench_numerics.py [--config config/config.yaml] [--model-id tiny-s] [--build-steps 150]
         [--train-steps 8] [--repeats 3] [--json out.json]
 
-Times two jobs as the workflow runs them (`bandpo.config.jobs.Jobs`: the rules' command lines and environment,
+Times two jobs as the workflow runs them (`bandpo.plan.runs.Plan`: the rules' command lines and environment,
 one thread) under five numerics, alternating within each repeat (the order reversed on odd repeats):
 
 - ``fixed``: ``BANDPO_NUMERICS=fixed``, the default (MKL's AVX2 reproducibility branch with STRICT, ATen's AVX2
@@ -24,8 +24,9 @@ would reset them to `bandpo.core.numerics.FIXED` as the job starts (before 2026-
 The jobs:
 
 - a base-model build (``python -m bandpo.models build``, the model's size, ``--build-steps`` pretraining steps);
-- a training run (rule ``train``'s command for the default GRPO entry, ``--train-steps`` steps) from the built base
-  model ``resources/models/<model-id>`` (build it first: ``snakemake --cores all resources/models/tiny-s/config.json``).
+- a training run (rule ``train``'s command for the default GRPO entry, ``python -m bandpo.train --spec FILE``,
+  ``--train-steps`` steps) from the built base model ``resources/models/<model-id>`` (build it first: ``snakemake
+  --cores all resources/models/tiny-s/config.json``).
 
 Prints per job the wall seconds, CPU seconds and, for training, the seconds spent in steps (``train_seconds_total``
 of run.json), their medians and the ratios of each arm to native. fixed / native above 1 is what the same bits on
@@ -47,9 +48,9 @@ from pathlib import Path
 
 from _timing import timed_process
 
-from bandpo.config.jobs import Jobs
-from bandpo.config.validate import load_yaml, validate_config
 from bandpo.core import numerics
+from bandpo.plan.runs import Plan
+from bandpo.plan.validate import load_yaml, validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("fixed", "native", "native-avx2", "fixed-nostrict", "compatible")
@@ -62,9 +63,9 @@ ARMS = {  # arm -> (the numerics it starts from, variables changed; a changed fi
 }
 
 
-def mode_env(jobs: Jobs, arm: str) -> dict[str, str]:
-    """The job's environment (`Jobs.env`, one thread) under the numerics of ``arm`` (`ARMS`)."""
-    env = {**os.environ, **jobs.env(), "OMP_NUM_THREADS": "1"}
+def mode_env(plan: Plan, arm: str) -> dict[str, str]:
+    """The job's environment (`Plan.env`, one thread) under the numerics of ``arm`` (`ARMS`)."""
+    env = {**os.environ, **plan.env(), "OMP_NUM_THREADS": "1"}
     for key in (*numerics.FIXED, "MKL_ENABLE_INSTRUCTIONS"):
         env.pop(key, None)
     env.pop("LD_PRELOAD", None)
@@ -88,13 +89,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 1 or args.build_steps < 1 or args.train_steps < 1:
         ap.error("--repeats, --build-steps and --train-steps must be >= 1")
     cfg = validate_config(load_yaml(ROOT / args.config), root=ROOT)
-    jobs = Jobs(cfg, ROOT)
-    if args.model_id not in jobs.models or jobs.models[args.model_id]["source"] != "tiny":
+    plan = Plan(cfg, ROOT)
+    if args.model_id not in plan.models or plan.models[args.model_id]["source"] != "tiny":
         ap.error(f"--model-id {args.model_id!r}: not a tiny model of {args.config}")
-    base = jobs.model_dir(args.model_id, 0)
+    if plan.trainer != "local" or (args.model_id, args.entry, 0) not in plan.train_specs:
+        ap.error(f"--entry {args.entry!r}: {args.config} trains no local run of it on {args.model_id}, seed 0")
+    base = plan.model_dir(args.model_id, 0)
     if not (ROOT / base / "config.json").is_file():
         ap.error(f"build the base model first: snakemake --cores all {base}/config.json")
-    data = jobs.pretrain_data(args.model_id)
+    data = plan.pretrain_data(args.model_id)
 
     rows: list[dict] = []
     finals: dict[str, set] = {m: set() for m in MODES}
@@ -105,19 +108,17 @@ def main(argv: list[str] | None = None) -> int:
         for repeat in range(args.repeats):
             order = MODES if repeat % 2 == 0 else MODES[::-1]
             for mode in order:
-                env = mode_env(jobs, mode)
+                env = mode_env(plan, mode)
                 out = Path(tmp) / f"{mode}{repeat}"
-                build = [sys.executable, "-m", "bandpo.models", "build", *jobs.tiny_build_args(args.model_id, 0)]
+                build = [sys.executable, "-m", "bandpo.models", "build", *plan.tiny_build_args(args.model_id, 0)]
                 build[build.index("--out") + 1] = str(out / "model")
                 build += ["--data", data, "--steps", str(args.build_steps), "--threads", "1", "--no-progress"]
                 wall, cpu = timed_process(build, ROOT, env)
                 weights = hashlib.sha256((out / "model" / "model.safetensors").read_bytes()).hexdigest()
                 rows.append({"job": "build", "mode": mode, "repeat": repeat, "wall_s": wall, "cpu_s": cpu})
                 print(f"{'build':6} {mode:14} {wall:8.2f} {cpu:8.2f}", flush=True)
-                train = jobs.command(args.model_id, args.entry, 0, out=str(out / "run"), threads=1,
-                                     python=sys.executable)  # fmt: skip
-                at = train.index("--out")
-                train = train[:at] + ["--set", f"steps={args.train_steps}"] + train[at:]
+                train = plan.train_command(args.model_id, args.entry, 0, out / "spec.json", python=sys.executable,
+                                           out=str(out / "run"), threads=1, steps=args.train_steps)  # fmt: skip
                 wall, cpu = timed_process(train, ROOT, env)
                 summary = json.loads((out / "run" / "run.json").read_text())
                 steps_s = summary["train_seconds_total"]

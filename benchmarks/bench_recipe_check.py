@@ -4,14 +4,16 @@
         [--new-env K=V] [--old-env K=V] [--seeds 0 1 2 3 4] [--model-id tiny-s] [--entry grpo] [--parallel 2]
         [--margin 1.5] [--windows 8] [--models-root resources] [--keep DIR] [--json out.json]
 
-The two arms: "old" is this tree as it is (``--old-set``: extra ``--set KEY=VALUE`` for it) or, with
-``--base-commit``, that commit (a temporary ``git worktree``, as `bench_run_vs_base.py`); "new" is this tree with
-``--new-set``. ``--new-env`` / ``--old-env KEY=VALUE`` change an arm's numerics (e.g. ``--new-env MKL_CBWR=AVX2``:
-MKL without STRICT): that arm's jobs run with ``BANDPO_NUMERICS=native`` and the fixed numerics' variables
+The two arms: "old" is this tree as it is (``--old-set KEY=VALUE``: a training setting, a `TrainConfig` field, for
+it) or, with ``--base-commit``, that commit (a temporary ``git worktree``, as `bench_run_vs_base.py`: the same
+settings as the flags its trainer took, less those it has no field for); "new" is this tree with ``--new-set``.
+``--new-env`` / ``--old-env KEY=VALUE`` change an arm's numerics (e.g. ``--new-env MKL_CBWR=AVX2``: MKL without
+STRICT): that arm's jobs run with ``BANDPO_NUMERICS=native`` and the fixed numerics' variables
 (`bandpo.core.numerics.env`) with these on top, since under ``fixed`` the package resets them as a job starts.
 For every seed both arms run the command of the workflow's rule ``train`` for one entry of ``config/config.yaml``
-(`bandpo.config.jobs.Jobs`: the model's and entry's ``train`` settings, one thread) and then score the trained
-model as the eval rule does (``python -m bandpo.score``: lm-eval, the entry's task, k samples).
+(`bandpo.plan.runs.Plan`: the model's and entry's ``train`` settings, one thread; this tree reads the run's spec
+file) and then score the trained model as the eval rule does (``python -m bandpo.score``: lm-eval, the entry's
+task, k samples).
 Jobs run ``--parallel`` at a time, the old and the new job of a seed side by side (the DAG runs two jobs on two
 cores), so both arms meet the same machine.
 
@@ -51,7 +53,7 @@ import time
 from pathlib import Path
 
 from _worktree import base_worktree, resolve, tree_env
-from bench_run_vs_base import checked_jobs, eval_command, train_command
+from bench_run_vs_base import checked_plan, checked_sets, eval_command, train_command
 
 from bandpo.report.stats import paired_tests
 
@@ -181,11 +183,13 @@ def main(argv: list[str] | None = None) -> int:
     for item in (*args.new_env, *args.old_env):
         if "=" not in item or not item.split("=", 1)[0]:
             ap.error(f"--new-env/--old-env {item!r}: expected KEY=VALUE")
-    jobs, root = checked_jobs(ap, args, args.seeds)
+    plan, root = checked_plan(ap, args, args.seeds)
+    new_sets = checked_sets(ap, plan, args, "--new-set", args.new_set)
+    old_sets = checked_sets(ap, plan, args, "--old-set", args.old_set)
     if args.base_commit:
         resolve(args.base_commit)
-    env = {**jobs.env(), "OMP_NUM_THREADS": "1"}
-    task = jobs.tasks_of(args.entry)[0]["task"]
+    env = {**plan.env(), "OMP_NUM_THREADS": "1"}
+    task = plan.tasks_of(args.entry)[0]["task"]
 
     with contextlib.ExitStack() as stack:
         old_tree = stack.enter_context(base_worktree(args.base_commit)) if args.base_commit else ROOT
@@ -193,13 +197,14 @@ def main(argv: list[str] | None = None) -> int:
             tmp = Path(args.keep).resolve()
         else:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bandpo-recipe-")))
-        arms = {"old": (old_tree, args.old_set, args.old_env), "new": (ROOT, args.new_set, args.new_env)}
+        arms = {"old": (old_tree, args.old_set, old_sets, args.old_env), "new": (ROOT, args.new_set, new_sets,
+                                                                                   args.new_env)}  # fmt: skip
         old_name = args.base_commit or "this tree"
         print(f"{args.model_id} {args.entry}, seeds {args.seeds}, {args.parallel} jobs at once; old = {old_name} "
               f"{args.old_set} {args.old_env}, new = this tree {args.new_set} {args.new_env}", flush=True)  # fmt: skip
         work, todo = [], []
         for seed in args.seeds:
-            for arm, (tree, sets, envs) in arms.items():
+            for arm, (tree, sets, settings, envs) in arms.items():
                 out = tmp / arm / f"seed{seed}"
                 job = {"arm": arm, "seed": seed, "out": out, "sets": sets, "numerics_env": envs}
                 work.append(job)
@@ -209,8 +214,8 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 shutil.rmtree(out, ignore_errors=True)  # a job stopped half-way starts again
                 cmds = [
-                    train_command(jobs, args.model_id, args.entry, seed, out, root, sets),
-                    eval_command(jobs, tree, args.model_id, args.entry, seed, out / "model", out / "eval", root),
+                    train_command(plan, args.model_id, args.entry, seed, out, root, settings, tree),
+                    eval_command(plan, tree, args.model_id, args.entry, seed, out / "model", out / "eval", root),
                 ]
                 todo.append({**job, "cmds": cmds, "cwd": tree, "env": tree_env(tree, arm_env(env, envs)), "record": job,
                              "done": _record})  # fmt: skip

@@ -1,8 +1,9 @@
 """Cost of one default embedded training run (one method, one seed) per model size, on one core.
 
 Runs exactly the command the Snakemake rule ``train`` runs for each tiny model main trains the entry on
-(`bandpo.config.jobs.Jobs`: the rule's command line and environment, the model's and the entry's ``train``
-settings applied; here with ``--threads 1`` and a temporary run folder), one run at a time, and prints its wall
+(`bandpo.plan.runs.Plan`: ``python -m bandpo.train --spec FILE`` and the rule's environment, the model's and the
+entry's ``train`` settings in the spec; here with ``threads`` 1 and a temporary run folder), one run at a time, and
+prints its wall
 time split into training (the sum of the logged ``step_seconds``) and everything else (imports, grader start,
 model load, saving), its CPU time, and the wall time as a share of its budget (2 minutes for tiny-s,
 4 minutes for tiny-m)::
@@ -30,24 +31,26 @@ import tempfile
 import time
 from pathlib import Path
 
-from bandpo.config.jobs import Jobs
-from bandpo.config.sweep import cell_models, model_path
-from bandpo.config.validate import load_yaml, validate_config
+from bandpo.plan.runs import Plan
+from bandpo.plan.sweep import cell_models, model_path
+from bandpo.plan.validate import load_yaml, validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET_S = {"tiny-s": 120.0, "tiny-m": 240.0}  # the local trainer's per-run targets (one core)
 THREADS = 1
 
 
-def run_command(cfg: dict, model_id: str, slot: str, seed: int, out: str, threads: int = THREADS) -> list[str]:
-    """``python -m bandpo.train ...`` as the workflow's rule ``train`` runs it (`bandpo.config.jobs.Jobs.command`),
-    into ``out`` with ``threads`` threads; ``slot`` is the entry id for main's runs."""
-    return Jobs(cfg, ROOT).command(model_id, slot, seed, out=out, threads=threads, python=sys.executable)
+def run_command(cfg: dict, model_id: str, slot: str, seed: int, out: str, spec: str,
+                threads: int = THREADS) -> list[str]:  # fmt: skip
+    """``python -m bandpo.train --spec SPEC`` as the workflow's rule ``train`` runs it
+    (`bandpo.plan.runs.Plan.train_command`), its spec written to ``spec``: into ``out`` with ``threads`` threads;
+    ``slot`` is the entry id for main's runs."""
+    return Plan(cfg, ROOT).train_command(model_id, slot, seed, spec, python=sys.executable, out=out, threads=threads)
 
 
 def run_env(cfg: dict, threads: int = THREADS) -> dict[str, str]:
-    """The job's environment as the rule sets it (`bandpo.config.jobs.Jobs.env`), with ``threads`` BLAS threads."""
-    return {**os.environ, **Jobs(cfg, ROOT).env(), "OMP_NUM_THREADS": str(threads)}
+    """The job's environment as the rule sets it (`bandpo.plan.runs.Plan.env`), with ``threads`` BLAS threads."""
+    return {**os.environ, **Plan(cfg, ROOT).env(), "OMP_NUM_THREADS": str(threads)}
 
 
 def time_run(cmd: list[str], out: Path, env: dict[str, str]) -> dict:
@@ -77,11 +80,14 @@ def main(argv: list[str] | None = None) -> int:
     if not (ROOT / args.config).is_file():
         ap.error(f"--config {args.config}: not a file")
     cfg = validate_config(load_yaml(ROOT / args.config), root=ROOT)  # defaults filled in
-    jobs = Jobs(cfg, ROOT)
-    if args.entry not in jobs.slots or args.entry not in jobs.entries:
+    plan = Plan(cfg, ROOT)
+    if args.entry not in plan.slots or args.entry not in plan.entries:
         ap.error(f"--entry {args.entry!r} is not a method entry of {args.config}'s main experiment")
+    if plan.trainer != "local" or args.seed not in plan.seeds_of(args.entry):
+        ap.error(f"--seed {args.seed}: not a local run of {args.config} (entry {args.entry!r} trains seeds "
+                 f"{plan.seeds_of(args.entry)}, trainer {plan.trainer})")  # fmt: skip
     # the tiny models main trains the entry on
-    models = [m for m in cell_models(cfg, jobs.xp_of(args.entry), args.entry) if jobs.models[m]["source"] == "tiny"]
+    models = [m for m in cell_models(cfg, plan.xp_of(args.entry), args.entry) if plan.models[m]["source"] == "tiny"]
     missing = [m for m in models if not (ROOT / model_path(cfg, m, args.seed) / "config.json").is_file()]
     if missing or not models:
         ap.error(f"build the models first (missing: {', '.join(missing) or 'no tiny models in the config'})")
@@ -96,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     for repeat in range(args.repeats):
         for model_id in models:  # one run at a time, sizes alternating across repeats
             with tempfile.TemporaryDirectory(prefix="bandpo-cost-") as tmp:
-                cmd = run_command(cfg, model_id, args.entry, args.seed, tmp)
-                r = time_run(cmd, Path(tmp), run_env(cfg))
+                cmd = run_command(cfg, model_id, args.entry, args.seed, f"{tmp}/run", f"{tmp}/spec.json")
+                r = time_run(cmd, Path(tmp) / "run", run_env(cfg))
             r.update(model=model_id, repeat=repeat, budget_s=BUDGET_S.get(model_id, float("nan")))
             rows.append(r)
             other = r["wall_s"] - r["train_s"]

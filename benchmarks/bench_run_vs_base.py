@@ -7,20 +7,23 @@
 The older commit is checked out for the run as a detached ``git worktree`` in a temporary folder (removed at the
 end, also on an error; ``benchmarks/_worktree.py``). Runs, alternately (base first on even repeats, this tree first
 on odd ones) and never at the same time, the command the workflow's rule ``train`` runs for one model x entry x
-seed of ``config/config.yaml`` (`bandpo.config.jobs.Jobs.command` with its environment, ``Jobs.env``: the model's and
-entry's ``train`` settings applied; here one thread), each with ``python -m`` from its own tree (``PYTHONPATH`` set
-to the tree, so an editable install elsewhere does not interfere), on the same base model and data (the paths under
+seed of ``config/config.yaml`` (`bandpo.plan.runs.Plan.train_spec`, the model's and entry's ``train`` settings
+applied, with the jobs' environment, ``Plan.env``; here one thread): in this tree ``python -m bandpo.train --spec
+FILE`` (`Plan.train_command`), in the older one the same settings as the flags and ``--set KEY=VALUE`` its trainer
+took (`_worktree.legacy_train_command`), each with ``python -m`` from its own tree (``PYTHONPATH`` set to the tree,
+so an editable install elsewhere does not interfere), on the same base model and data (the paths under
 ``resources/`` taken from ``--models-root``); then, unless ``--no-eval``, the scoring of the trained model as the
-workflow's eval rule does it (``python -m bandpo.score`` with ``Jobs.eval_args``: lm-eval, the config's tasks, model
-args and batch size; an older tree's own entry point and task folder), alone in its lm-eval process (so the whole
+workflow's eval rule does it (``python -m bandpo.score``, `Plan.eval_spec`: lm-eval, the config's tasks, model args
+and batch size; this tree reads it as a spec file, the older one as flags, with its own entry point and task
+folder), alone in its lm-eval process (so the whole
 start-up of lm-eval is charged to the run: a group of 3 seeds shares it; the ratio is conservative for a change that
 does not touch the start-up). Prints per run wall seconds, CPU seconds (the child processes' user + system time,
 which other jobs on the machine disturb less than wall time) and the ratios base / this tree per repeat and as
 medians, and whether the two trees' runs of the seed logged the same numbers.
 
-``--set KEY=VALUE`` adds a training setting to both trees' runs, ``--this-set KEY=VALUE`` to this tree's only (a
-candidate setting against the older code as it ran). A setting of the config that the older tree's trainer has no
-field for (``old_log_probs``, newer than ``5bd8c05``) is left out of its command, which then runs as that code
+``--set KEY=VALUE`` adds a training setting (a `TrainConfig` field) to both trees' runs, ``--this-set KEY=VALUE`` to
+this tree's only (a candidate setting against the older code as it ran). A setting that the older tree's trainer has
+no field for (``old_log_probs``, newer than ``5bd8c05``) is left out of its command, which then runs as that code
 always did (there: the old log-probs recomputed); the script prints which.
 
 ``--parallel N`` times the DAG's situation instead, N training jobs at once on N cores (seeds ``seed`` ..
@@ -30,7 +33,7 @@ always did (there: the old log-probs recomputed); the script prints which.
 from __future__ import annotations
 
 import argparse
-import functools
+import dataclasses
 import json
 import os
 import re
@@ -42,11 +45,24 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from _worktree import base_worktree, entry_module, resolve, tasks_dir, tree_env
+from _worktree import (
+    base_worktree,
+    entry_module,
+    legacy_train_command,
+    resolve,
+    tasks_dir,
+    tree_env,
+    unknown_sets,
+)
+from _worktree import train_command as tree_train_command
 
-from bandpo.config.jobs import Jobs
-from bandpo.config.validate import load_yaml, validate_config
+from bandpo.core.options import parse_assignments
+from bandpo.plan.runs import Plan
+from bandpo.plan.validate import load_yaml, validate_config
+from bandpo.score.spec import EvalRun
+from bandpo.train.settings import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 THREADS = 1
@@ -68,44 +84,40 @@ def _timed(cmds: list[list[str]], cwd: Path, env: dict[str, str]) -> tuple[float
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def rooted(args: list[str], models_root: Path) -> list[str]:
-    """The job's arguments with every path under ``resources/`` (an argument, or the value of ``NAME=PATH``) taken
-    from ``models_root`` instead (absolute, so that both trees read the same base model and data)."""
-
-    def one(arg: str) -> str:
-        m = re.fullmatch(r"([\w.-]+=)?resources/(.+)", arg)
-        return f"{m[1] or ''}{models_root / m[2]}" if m else arg
-
-    return [one(a) for a in args]
+def rooted(path: str, models_root: Path) -> str:
+    """A path under ``resources/`` taken from ``models_root`` instead (absolute, so that both trees read the same
+    base model and data); any other path as it is."""
+    m = re.fullmatch(r"resources/(.+)", path)
+    return str(models_root / m[1]) if m else path
 
 
-def train_command(jobs: Jobs, model_id: str, slot: str, seed: int, out: Path, models_root: Path,
-                  extra: list[str], tree: Path = ROOT) -> list[str]:  # fmt: skip
-    """The rule ``train``'s command (one thread, into ``out``), ``extra`` ``--set KEY=VALUE`` added; for an older
-    ``tree``, without the ``--set`` of fields its trainer does not know (`unknown_sets`)."""
-    cmd = rooted(jobs.command(model_id, slot, seed, out=str(out), threads=THREADS, python=sys.executable), models_root)
-    at = cmd.index("--out")
-    return known_sets_only(cmd[:at] + [a for kv in extra for a in ("--set", kv)] + cmd[at:], tree)
+def planned_run(plan: Plan, model_id: str, slot: str, seed: int) -> TrainConfig:
+    """The run ``model_id`` x ``slot`` x ``seed`` as the run plan builds it (`Plan.train_spec`); for a seed the config
+    does not train, its first seed's run with this seed and this seed's base model (no setting depends on the
+    seed)."""
+    if (model_id, slot, seed) in plan.train_specs:
+        return plan.train_spec(model_id, slot, seed)
+    first = plan.train_spec(model_id, slot, plan.seeds_of(slot)[0])
+    return dataclasses.replace(first, model=plan.model_dir(model_id, seed), seed=seed,
+                               out=plan.run_dir(model_id, slot, seed))  # fmt: skip
 
 
-def known_sets_only(cmd: list[str], tree: Path) -> list[str]:
-    """``cmd`` without the ``--set KEY=VALUE`` pairs of `unknown_sets`."""
-    drop = set(unknown_sets(cmd, tree))
-    return [a for i, a in enumerate(cmd) if i not in drop and i - 1 not in drop]
+def run_spec(plan: Plan, model_id: str, slot: str, seed: int, out: Path, models_root: Path,
+             sets: dict[str, Any]) -> TrainConfig:  # fmt: skip
+    """The rule ``train``'s run (`planned_run`; one thread, into ``out``, its base model and data under
+    ``models_root``) with ``sets`` (`TrainConfig` field values) applied, validated (ValueError: a bad setting)."""
+    spec = planned_run(plan, model_id, slot, seed)
+    run = dataclasses.replace(spec, model=rooted(spec.model, models_root), data=rooted(spec.data, models_root),
+                              out=str(out), threads=THREADS, **sets)  # fmt: skip
+    run.validate()
+    return run
 
 
-def unknown_sets(cmd: list[str], tree: Path) -> list[int]:
-    """The positions in ``cmd`` of each ``--set`` whose field ``tree``'s trainer does not define (no
-    ``    FIELD: type`` line in its ``bandpo/train*`` sources, where every tree keeps ``TrainConfig``)."""
-    sources = _trainer_sources(tree)
-    return [i for i, a in enumerate(cmd[:-1]) if a == "--set" and not re.search(
-        rf"^    {re.escape(cmd[i + 1].split('=', 1)[0])}: ", sources, re.M)]  # fmt: skip
-
-
-@functools.cache  # read once per tree, not once per job
-def _trainer_sources(tree: Path) -> str:
-    package = tree / "bandpo"
-    return "\n".join(f.read_text() for f in [*package.glob("train*/**/*.py"), *package.glob("train*.py")])
+def train_command(plan: Plan, model_id: str, slot: str, seed: int, out: Path, models_root: Path,
+                  sets: dict[str, Any], tree: Path = ROOT) -> list[str]:  # fmt: skip
+    """`run_spec`'s run as ``tree`` runs it (`_worktree.train_command`): this tree reads it from a spec file beside
+    ``out`` (``OUT.spec.json``), an older tree gets it as flags, less the settings its trainer does not define."""
+    return tree_train_command(run_spec(plan, model_id, slot, seed, out, models_root, sets), tree, f"{out}.spec.json")
 
 
 def _knows_backend(tree: Path, backend: str) -> bool:
@@ -113,37 +125,62 @@ def _knows_backend(tree: Path, backend: str) -> bool:
     return backend == "hf" or any(f'"{backend}"' in f.read_text() for f in (tree / "bandpo").rglob("*.py"))
 
 
-def eval_command(jobs: Jobs, tree: Path, model_id: str, slot: str, seed: int, model: Path, out: Path,
+def eval_command(plan: Plan, tree: Path, model_id: str, slot: str, seed: int, model: Path, out: Path,
                  models_root: Path) -> list[str]:  # fmt: skip
-    """The scoring rule's command for one trained model, with ``tree``'s entry point and lm-eval task folder: the
-    arguments of `Jobs.eval_args` up to its run folders, then this run's (``--run MODEL OUT SEED``). A tree that
-    does not know the config's backend (``bandpo-tiny`` is newer than ``5bd8c05``) scores with lm-eval's ``hf``."""
-    args = jobs.eval_args(model_id, slot, [seed])
-    args = rooted(args[: args.index("--run")], models_root)
-    args[args.index("--include-path") + 1] = str(tasks_dir(tree))
-    if "--backend" in args and not _knows_backend(tree, args[args.index("--backend") + 1]):
-        args[args.index("--backend") + 1] = "hf"  # an older tree scores with lm-eval's hf backend, as it did
-    return [sys.executable, "-m", entry_module(tree, "bandpo.score"), *args, "--threads", str(THREADS),
+    """The scoring rule's job (`Plan.eval_spec`) for one trained model (``--run MODEL OUT SEED``), with ``tree``'s
+    lm-eval task folder: this tree reads it from a spec file written beside ``out`` (``OUT.spec.json``,
+    `Plan.eval_command`), an older tree gets it as the flags its entry point took. A tree that does not know the
+    config's backend (``bandpo-tiny`` is newer than ``5bd8c05``) scores with lm-eval's ``hf``."""
+    job = plan.eval_spec(model_id, slot, [seed])
+    changes = {"runs": [EvalRun(str(model), str(out), seed)], "include_path": str(tasks_dir(tree)), "threads": THREADS,
+               "tasks": {name: data and rooted(data, models_root) for name, data in job.tasks.items()}}  # fmt: skip
+    if tree == ROOT:
+        return plan.eval_command(model_id, slot, [seed], f"{out}.spec.json", python=sys.executable, **changes)
+    job = dataclasses.replace(job, **changes)
+    backend = job.backend if _knows_backend(tree, job.backend) else "hf"  # an older tree scores with hf, as it did
+    args = ["--include-path", job.include_path, "--backend", backend, "--model-args",
+            json.dumps(job.model_args, sort_keys=True), "--batch-size", str(job.batch_size)]  # fmt: skip
+    args += [a for name, data in job.tasks.items() for a in ("--task", f"{name}={data}" if data else name)]
+    args += ["--apply-chat-template"] if job.apply_chat_template else []
+    args += ["--limit", str(job.limit)] if job.limit else []
+    return [sys.executable, "-m", entry_module(tree, "bandpo.score"), *args, "--threads", str(job.threads),
             "--run", str(model), str(out), str(seed)]  # fmt: skip
 
 
-def checked_jobs(ap: argparse.ArgumentParser, args: argparse.Namespace, seeds) -> tuple[Jobs, Path]:
-    """The `Jobs` of ``args.config`` and the resolved ``args.models_root``, after checking (through ``ap.error``)
-    that the config exists, ``args.model_id`` is one of its models, ``args.entry`` a method entry of its main
-    experiment, and that the base models of ``seeds`` and the entry's data are under the models root."""
+def checked_plan(ap: argparse.ArgumentParser, args: argparse.Namespace, seeds) -> tuple[Plan, Path]:
+    """The `Plan` of ``args.config`` and the resolved ``args.models_root``, after checking (through ``ap.error``)
+    that the config exists and trains locally, ``args.model_id`` is one of its models, ``args.entry`` a method entry
+    of its main experiment, and that the base models of ``seeds`` and the entry's data are under the models root."""
     if not (ROOT / args.config).is_file():
         ap.error(f"--config {args.config}: not a file")
-    jobs = Jobs(validate_config(load_yaml(ROOT / args.config), root=ROOT), ROOT)
-    if args.model_id not in jobs.models:
-        ap.error(f"--model-id {args.model_id!r}: not a model of {args.config} ({', '.join(jobs.models)})")
-    if args.entry not in jobs.slots or args.entry not in jobs.entries:
+    plan = Plan(validate_config(load_yaml(ROOT / args.config), root=ROOT), ROOT)
+    if plan.trainer != "local":
+        ap.error(f"--config {args.config}: trainer {plan.trainer!r}; these runs are the local trainer's")
+    if args.model_id not in plan.models:
+        ap.error(f"--model-id {args.model_id!r}: not a model of {args.config} ({', '.join(plan.models)})")
+    if args.entry not in plan.slots or args.entry not in plan.entries:
         ap.error(f"--entry {args.entry!r}: not a method entry of {args.config}'s main experiment")
+    if (args.model_id, args.entry, plan.seeds_of(args.entry)[0]) not in plan.train_specs:
+        ap.error(f"--model-id {args.model_id!r}: {args.config} does not train it with --entry {args.entry!r}")
     root = Path(args.models_root).resolve()
-    needed = [jobs.model_dir(args.model_id, s) for s in seeds] + [jobs.data_dir(jobs.xp_of(args.entry)["data"])]
-    missing = [p for p in rooted(list(dict.fromkeys(needed)), root) if not Path(p).is_dir()]  # one model per size
+    needed = [plan.model_dir(args.model_id, s) for s in seeds] + [plan.data_dir(plan.xp_of(args.entry)["data"])]
+    missing = [p for p in (rooted(p, root) for p in dict.fromkeys(needed)) if not Path(p).is_dir()]  # one per size
     if missing:
         ap.error(f"--models-root {args.models_root}: missing {', '.join(missing)} (build them with the DAG)")
-    return jobs, root
+    return plan, root
+
+
+def checked_sets(ap: argparse.ArgumentParser, plan: Plan, args: argparse.Namespace, option: str,
+                 items: list[str]) -> dict[str, Any]:  # fmt: skip
+    """``KEY=VALUE`` items of ``option`` as `TrainConfig` field values (`bandpo.core.options.parse_assignments`),
+    checked on the run of ``args.model_id`` x ``args.entry`` (through ``ap.error``: an unknown field, a bad
+    value)."""
+    try:
+        sets = parse_assignments(items, TrainConfig)
+        run_spec(plan, args.model_id, args.entry, plan.seeds_of(args.entry)[0], Path("run"), Path("."), sets)
+    except (TypeError, ValueError) as e:
+        ap.error(f"{option}: {' '.join(str(e).split())}")
+    return sets
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,18 +193,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--models-root", default="resources", help="folder holding models/ and data/ (default resources)")
     ap.add_argument("--no-eval", action="store_true", help="time training only")
-    ap.add_argument("--set", action="append", default=[], help="extra --set KEY=VALUE for both trainers")
-    ap.add_argument("--this-set", action="append", default=[], help="extra --set KEY=VALUE for this tree's trainer")
+    ap.add_argument("--set", action="append", default=[], help="KEY=VALUE training setting for both trees' runs")
+    ap.add_argument("--this-set", action="append", default=[], help="KEY=VALUE training setting for this tree's runs")
     ap.add_argument("--parallel", type=int, default=1, help="N training jobs at once (seeds seed..seed+N-1)")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     if args.repeats < 1 or args.parallel < 1:
         ap.error("--repeats and --parallel must be >= 1")
     seeds = range(args.seed, args.seed + args.parallel)
-    jobs, root = checked_jobs(ap, args, seeds)
+    plan, root = checked_plan(ap, args, seeds)
+    both = checked_sets(ap, plan, args, "--set", args.set)
+    sets = {"base": both, "this": {**both, **checked_sets(ap, plan, args, "--this-set", args.this_set)}}
     resolve(args.base_commit)  # an unknown commit fails here, before anything runs
-    env = {**jobs.env(), "OMP_NUM_THREADS": str(THREADS)}
-    task = jobs.tasks_of(args.entry)[0]["task"]
+    env = {**plan.env(), "OMP_NUM_THREADS": str(THREADS)}
+    task = plan.tasks_of(args.entry)[0]["task"]
     try:
         load = os.getloadavg()
     except OSError:
@@ -181,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{load[2]:.2f}; base = {args.base_commit} (worktree {base}), this = {ROOT} {args.this_set}",
             flush=True,
         )
-        full = train_command(jobs, args.model_id, args.entry, args.seed, Path("run"), root, args.set)
+        full = legacy_train_command(run_spec(plan, args.model_id, args.entry, args.seed, Path("run"), root,
+                                             sets["base"]), None)  # fmt: skip
         left_out = [full[i + 1] for i in unknown_sets(full, base)]
         if left_out:
             print(f"base: left out, its trainer has no such field: {', '.join(left_out)}", flush=True)
@@ -189,18 +229,17 @@ def main(argv: list[str] | None = None) -> int:
             order = ["base", "this"] if repeat % 2 == 0 else ["this", "base"]
             for name in order:
                 tree = trees[name]
-                sets = args.set + (args.this_set if name == "this" else [])
                 with tempfile.TemporaryDirectory(prefix="bandpo-runcost-") as tmp:
                     out = Path(tmp) / "run"
                     if args.parallel > 1:  # the DAG's situation: N jobs at once, training only
-                        cmds = [train_command(jobs, args.model_id, args.entry, s, Path(tmp) / f"run{s}", root, sets,
-                                              tree) for s in seeds]  # fmt: skip
+                        cmds = [train_command(plan, args.model_id, args.entry, s, Path(tmp) / f"run{s}", root,
+                                              sets[name], tree) for s in seeds]  # fmt: skip
                         wall, cpu = _timed(cmds, tree, tree_env(tree, env))
                         rows.append({"tree": name, "repeat": repeat, "wall": wall, "cpu": cpu})
                         print(f"repeat {repeat} {name:4}: {args.parallel} jobs at once, wall {wall:6.1f} s, "
                               f"CPU {cpu:6.1f} s", flush=True)  # fmt: skip
                         continue
-                    cmd = train_command(jobs, args.model_id, args.entry, args.seed, out, root, sets, tree)
+                    cmd = train_command(plan, args.model_id, args.entry, args.seed, out, root, sets[name], tree)
                     train_wall, train_cpu = _timed([cmd], tree, tree_env(tree, env))
                     summary = json.loads((out / "run.json").read_text())
                     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -214,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
                         "reward_per_step": [m["reward_mean"] for m in metrics],
                     }
                     if not args.no_eval:
-                        ecmd = eval_command(jobs, tree, args.model_id, args.entry, args.seed, out / "model",
+                        ecmd = eval_command(plan, tree, args.model_id, args.entry, args.seed, out / "model",
                                             Path(tmp) / "eval", root)  # fmt: skip
                         r["eval_wall"], r["eval_cpu"] = _timed([ecmd], tree, tree_env(tree, env))
                         r["eval_metrics"] = json.loads((Path(tmp) / "eval" / f"{task}.json").read_text())["metrics"]

@@ -3,9 +3,9 @@
     python benchmarks/bench_score_backend.py [--config config/config.yaml] [--model-id tiny-s] [--seeds 0 1 2]
         [--repeats 3] [--json out.json]
 
-Runs the command the workflow's scoring rule runs for the base model of ``--model-id`` (`bandpo.config.jobs.Jobs`:
-``python -m bandpo.score`` with the rule's arguments and environment, one thread; one lm-eval process scoring the
-given seeds, as ``eval.group_seeds`` groups them), once with ``--backend hf`` and once with ``--backend bandpo-tiny``
+Runs the command the workflow's scoring rule runs for the base model of ``--model-id`` (`bandpo.plan.runs.Plan`:
+``python -m bandpo.score --spec FILE`` with the rule's job and environment, one thread; one lm-eval process scoring
+the given seeds, as ``eval.group_seeds`` groups them), once with backend ``hf`` and once with ``bandpo-tiny``
 (`bandpo.score.tiny_lm`), alternating within each repeat (the order reversed on odd repeats), each into a
 temporary folder. Prints per job the wall and CPU seconds and the start-up the job itself recorded (lm-eval ready:
 ``seconds.process_startup`` of its summaries), their medians and the ratios hf / bandpo-tiny, and whether the two
@@ -17,6 +17,7 @@ Needs the base model and data the DAG builds (``snakemake --cores all resources/
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -26,22 +27,21 @@ from pathlib import Path
 
 from _timing import timed_process
 
-from bandpo.config.jobs import Jobs
-from bandpo.config.validate import load_yaml, validate_config
 from bandpo.core.files import read_jsonl
+from bandpo.plan.runs import Plan
+from bandpo.plan.validate import load_yaml, validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
 BACKENDS = ("hf", "bandpo-tiny")
 
 
-def score_command(jobs: Jobs, model_id: str, seeds: list[int], backend: str, out: Path) -> list[str]:
-    """The scoring rule's command for the base model's ``seeds``, with ``backend``, writing under ``out``."""
-    args = jobs.eval_args(model_id, "base", seeds)
-    args[args.index("--backend") + 1] = backend
-    for i, a in enumerate(args):  # each --run's output folder -> out/seed<s>
-        if a == "--run":
-            args[i + 2] = str(out / f"seed{args[i + 3]}")
-    return [sys.executable, "-m", "bandpo.score", *args, "--threads", "1"]
+def score_command(plan: Plan, model_id: str, seeds: list[int], backend: str, out: Path) -> list[str]:
+    """The scoring rule's command for the base model's ``seeds`` (`Plan.eval_command`), with ``backend``, writing
+    under ``out`` (each seed into ``out/seed<s>``; its spec file ``OUT.spec.json``)."""
+    job = plan.eval_spec(model_id, "base", seeds)
+    runs = [dataclasses.replace(r, out_dir=str(out / f"seed{r.seed}")) for r in job.runs]
+    return plan.eval_command(model_id, "base", seeds, f"{out}.spec.json", python=sys.executable, runs=runs,
+                             backend=backend, threads=1)  # fmt: skip
 
 
 def outputs(out: Path, seeds: list[int]) -> dict:
@@ -67,12 +67,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--repeats must be >= 1")
     cfg = validate_config(load_yaml(ROOT / args.config), root=ROOT)
     cfg["eval"]["backend"] = "hf"  # any; each job sets its own
-    jobs = Jobs(cfg, ROOT)
-    if args.model_id not in jobs.models or jobs.models[args.model_id]["source"] != "tiny":
+    plan = Plan(cfg, ROOT)
+    if args.model_id not in plan.models or plan.models[args.model_id]["source"] != "tiny":
         ap.error(f"--model-id {args.model_id!r}: not a tiny model of {args.config}")
-    if not (ROOT / jobs.model_dir(args.model_id, args.seeds[0]) / "config.json").is_file():
-        ap.error(f"build the base model first: snakemake --cores all {jobs.model_dir(args.model_id, 0)}/config.json")
-    env = {**os.environ, **jobs.env(), "OMP_NUM_THREADS": "1"}
+    if not (ROOT / plan.model_dir(args.model_id, args.seeds[0]) / "config.json").is_file():
+        ap.error(f"build the base model first: snakemake --cores all {plan.model_dir(args.model_id, 0)}/config.json")
+    env = {**os.environ, **plan.env(), "OMP_NUM_THREADS": "1"}
     rows, seen = [], {}
     print(f"{args.model_id} base model, seeds {args.seeds}, one thread, {args.repeats} repeat(s); load average "
           f"{os.getloadavg()[0]:.2f}")  # fmt: skip
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         for repeat in range(args.repeats):
             for backend in BACKENDS if repeat % 2 == 0 else BACKENDS[::-1]:
                 out = Path(tmp) / f"{backend}{repeat}"
-                wall, cpu = timed_process(score_command(jobs, args.model_id, args.seeds, backend, out), ROOT, env)
+                wall, cpu = timed_process(score_command(plan, args.model_id, args.seeds, backend, out), ROOT, env)
                 got = outputs(out, args.seeds)
                 startup = statistics.mean(g["startup"] for g in got.values())
                 seen.setdefault(backend, []).append(

@@ -43,8 +43,9 @@ Settings, both trainers (defaults; a "step" = one rollout batch):
 Measurement, identical for both: ``--warmup-steps`` rollout batches first (not timed), then the wall time from the
 start of the first timed rollout batch to the end of the last one's last update (whatever each trainer does between
 steps - logging, metrics, checkpoints - included), and the completion tokens generated in those batches, counted
-up to and including the first EOS (no padding). The suite's side runs ``python -m bandpo.train``'s own ``main``
-in a child process with ``train_step`` wrapped by a timer (``--suite-worker``); TRL's side takes the same points
+up to and including the first EOS (no padding). The suite's side runs ``python -m bandpo.train --spec FILE``'s own
+``main`` (the run's `TrainConfig`, ``--suite-set KEY=VALUE`` applied, written as a spec file) in a child process
+with ``train_step`` wrapped by a timer (``--suite-worker``); TRL's side takes the same points
 from a ``TrainerCallback`` and the tokens from ``completion_mask``. "in-step" tokens/s excludes what happens between
 steps; "CPU-time" divides by the trainer process's CPU time over the same span instead of wall time, which a
 busy machine disturbs less (the grader's worker processes are not in it; both trainers grade with the same
@@ -61,6 +62,7 @@ median ratio: the machine is shared, and alternation spreads a busy period over 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import inspect
 import json
 import os
@@ -160,22 +162,31 @@ def run_child(cmd: list[str], log_path: Path, env: dict[str, str]) -> None:
         raise SystemExit(f"command failed (exit {proc.returncode}): {' '.join(cmd)}\n--- log tail ---\n{tail}")
 
 
+def suite_run(args, out: str):
+    """The suite's run (`bandpo.train.settings.TrainConfig`, validated): the settings above, ``--suite-set`` on top
+    (`bandpo.core.options.parse_assignments`); ValueError naming a bad one."""
+    from bandpo.core.options import parse_assignments
+    from bandpo.train.settings import TrainConfig, from_dict
+
+    return from_dict({
+        "model": args.model, "data": args.data, "out": out, "method": "grpo", "seed": args.seed,
+        "threads": args.threads, "progress": False, "steps": args.warmup_steps + args.steps, "prompts_per_step": 16,
+        "samples_per_prompt": 8, "max_new_tokens": 48, "temperature": 1.0, "updates_per_step": 4, "lr": 2e-4,
+        "weight_decay": 0.01, "grad_clip": 1.0, "kl_coef": 0.0, "lr_end": None, "minibatch": "group",
+        **parse_assignments(args.suite_set, TrainConfig),
+    })  # fmt: skip
+
+
 def run_suite(args, work: Path, tag: str) -> dict:
     timings = work / f"suite-{tag}.json"
-    total = args.warmup_steps + args.steps
-    cmd = [
-        sys.executable, str(Path(__file__).resolve()), "--suite-worker", str(timings), "--",
-        "--model", args.model, "--data", args.data, "--method", "grpo", "--seed", str(args.seed),
-        "--out", str(work / f"suite-run-{tag}"), "--threads", str(args.threads), "--no-progress",
-        "--set", f"steps={total}", "--set", "prompts_per_step=16", "--set", "samples_per_prompt=8",
-        "--set", "max_new_tokens=48", "--set", "temperature=1.0", "--set", "updates_per_step=4",
-        "--set", "lr=2e-4", "--set", "weight_decay=0.01", "--set", "grad_clip=1.0", "--set", "kl_coef=0",
-        "--set", "lr_end=null", "--set", 'minibatch="group"',
-    ]  # fmt: skip
-    cmd += [a for kv in args.suite_set for a in ("--set", kv)]
+    spec = work / f"suite-{tag}.spec.json"
+    run = suite_run(args, str(work / f"suite-run-{tag}"))
+    spec.write_text(json.dumps(dataclasses.asdict(run), indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--suite-worker", str(timings), "--", "--spec", str(spec)]
     run_child(cmd, work / f"suite-{tag}.log", child_env(args.threads))
     result = json.loads(timings.read_text(encoding="utf-8"))
     result["command"] = cmd
+    result["spec"] = dataclasses.asdict(run)
     return result
 
 
@@ -245,6 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.steps < 1 or args.warmup_steps < 0 or args.repeats < 1:
         ap.error("--steps and --repeats must be >= 1, --warmup-steps >= 0")
+    try:
+        suite_run(args, "-")
+    except ValueError as e:
+        ap.error(f"--suite-set: {' '.join(str(e).split())}")
     for name in ("model", "data"):
         path = Path(getattr(args, name))
         path = path if path.is_absolute() else ROOT / path

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bandpo.config.sweep import BASE_ENTRY, MAIN, run_folder, slot_id
+from bandpo.plan.sweep import BASE_ENTRY, MAIN, run_folder, slot_id
 from bandpo.report.axis import select_setting
 from bandpo.report.steps import OFFPOLICY, read_steps, update_keys
 from bandpo.report.tables import write_csv

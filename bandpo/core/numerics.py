@@ -27,7 +27,7 @@ those into different numbers:
 ``BANDPO_NUMERICS=native`` (the machine's fastest kernels, results then depend on the CPU). `apply` puts them into
 ``os.environ``; ``bandpo/__init__.py`` calls it, so every entry point (``python -m bandpo.<stage>``, the lm-eval
 model class, the verl plugin) has them before any of its modules imports torch, and the workflow's jobs also get
-them in their environment from the start (`env`, used by `bandpo.config.jobs.Jobs.env`), which covers processes
+them in their environment from the start (`env`, used by `bandpo.plan.runs.Plan.env`), which covers processes
 that are not ours (verl's trainer and its Ray workers). The preloaded library must be there when the process
 starts: `env` includes it, and `apply` restarts a ``python -m bandpo.<stage>`` process once with it (before
 anything else runs); another process that imports the package without it (e.g. a test runner) keeps MKL's own

@@ -11,11 +11,9 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
 from bandpo.core.options import allowed_types, unknown_names
+from bandpo.core.protocol import AGG_MODES, DEFAULT_DUAL_CLIP_C
 
-AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
-DEFAULT_DUAL_CLIP_C = 10.0
-"""The dual-clip constant c (the paper's 10): the default of `SurrogateConfig`, `bandpo.train.loop.TrainConfig`,
-`bandpo.verl.command.VerlRun` and the fallback of `bandpo.verl.plugin` when verl's config lacks clip_ratio_c."""
+__all__ = ["AGG_MODES", "DEFAULT_DUAL_CLIP_C", "MethodConfig", "SurrogateConfig"]
 
 
 @dataclass(frozen=True)

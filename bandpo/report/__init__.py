@@ -61,7 +61,7 @@ parameter label is its runs' ``method_label`` (run.json), else ``k=v, ...`` of t
 ``figures/<name>.png`` and the HTML embeds them, so both read the same in either place.
 """
 
-from bandpo.config.sweep import BASE_ENTRY
+from bandpo.plan.sweep import BASE_ENTRY
 from bandpo.report.cli import LEADERBOARD_FILES, PUBLISHED_TABLES, build_report, main, provenance, publish
 from bandpo.report.experiments import build_sections, entropy_shift_results, of_experiment, primary_results
 from bandpo.report.figures import (

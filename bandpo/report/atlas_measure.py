@@ -69,12 +69,13 @@ gradients beyond the tolerance) and the derived region disagree as ``unexplained
 
 Command line::
 
-    python -m bandpo.report.atlas_measure --model resources/models/tiny-s/seed0 --data resources/data/tiny-math --out
-    atlas.csv
-        [--steps 6] [--seed 0] [--threads 1] [--set KEY=VALUE ...] [--synthetic-only] [--no-progress]
+    python -m bandpo.report.atlas_measure --spec results/embedded/plan/atlas.json --out atlas.csv [--steps 6]
+    python -m bandpo.report.atlas_measure --model resources/models/tiny-s --data resources/data/tiny-math --out ...
+        [--synthetic-only] [--no-progress]
 
-``--set`` takes `bandpo.train.loop.TrainConfig` fields (the run whose first ``--steps`` steps are measured; its
-``steps`` is the length of the learning-rate schedule). Deterministic for a seed at a fixed thread count.
+``--spec`` is the measured run (`bandpo.train.settings.TrainConfig`, as the workflow's run plan writes it: its
+``steps`` is the length of the learning-rate schedule, of which the first ``--steps`` are measured); by hand,
+``--model`` and ``--data`` measure GRPO with TrainConfig's defaults. Deterministic for a run's spec.
 """
 
 from __future__ import annotations
@@ -93,11 +94,12 @@ import torch
 from torch import Tensor
 
 from bandpo import methods
-from bandpo.config.sweep import ATLAS_STEPS
 from bandpo.methods.band import band_bounds
 from bandpo.methods.diagnostics import loss_grad_wrt_log_prob
 from bandpo.models.optim import AdamW
+from bandpo.plan.sweep import ATLAS_STEPS
 from bandpo.report.atlas import COLUMNS, SLICES, atlas_markdown
+from bandpo.train.settings import TrainConfig, from_dict, read_spec
 
 PROG = "python -m bandpo.report.atlas_measure"
 DELTA = 0.05  # BandPO's radius (paper), and DPPO's thresholds set equal to it
@@ -365,11 +367,10 @@ class _Recorder:
         return self._method.loss(old_log_prob, log_prob, advantages, response_mask, **kwargs)
 
 
-def rollout_batches(model: str | Path, data: str | Path, steps: int, seed: int = 0, threads: int = 1,
-                    overrides: Sequence[str] = (), progress: bool = False) -> Iterator[tuple[Tensor, ...]]:  # fmt: skip
+def rollout_batches(cfg: TrainConfig, steps: int, progress: bool = False) -> Iterator[tuple[Tensor, ...]]:
     """The (old_log_prob, log_prob, advantages, response_mask) of every mini-batch update of the first ``steps``
-    steps of a local-trainer run (`bandpo.train.loop.TrainConfig`: GRPO unless ``overrides`` say otherwise, ``--set``
-    style ``key=value``), as the run's loss saw them. The run is the trainer's own: its `train_step` (rollouts,
+    steps of the local-trainer run ``cfg`` (`bandpo.train.settings.TrainConfig`, validated), as the run's loss saw
+    them. The run is the trainer's own: its `train_step` (rollouts,
     grading, advantages, old log-probs, mini-batch updates) on a `bandpo.train.loop.Run` set up as
     `bandpo.train.loop.train`
     sets it up; nothing is written."""
@@ -378,14 +379,9 @@ def rollout_batches(model: str | Path, data: str | Path, steps: int, seed: int =
 
     from bandpo.grader import warmup
     from bandpo.train import loop as trainer
-    from bandpo.train.settings import TrainConfig, apply_overrides
 
-    model, data = Path(model), Path(data)
-    if not (model / "config.json").is_file():
-        raise FileNotFoundError(f"model folder not found (no config.json): {model}")
-    cfg = TrainConfig(model=str(model), data=str(data), out="-", seed=seed, threads=threads, progress=False)
-    cfg = apply_overrides(cfg, list(overrides))
-    cfg.validate()
+    if not (Path(cfg.model) / "config.json").is_file():
+        raise FileNotFoundError(f"model folder not found (no config.json): {cfg.model}")
     if not 1 <= steps <= cfg.steps:
         raise ValueError(f"steps must be in [1, {cfg.steps}] (the run's steps), got {steps}")
     methods.load_env_method_modules()
@@ -403,7 +399,7 @@ def rollout_batches(model: str | Path, data: str | Path, steps: int, seed: int =
         reference = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=torch.float32).to(device).eval()
         reference.requires_grad_(False)
     optimizer = AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    recorder = _Recorder(cfg.resolve_method())
+    recorder = _Recorder(methods.resolve(cfg.method, cfg.params, cfg.loss_settings()))
     run = trainer.Run(cfg, recorder, policy, reference, tokenizer, optimizer, rows, device)
     try:
         for step in tqdm(range(steps), desc="atlas rollouts", disable=not progress, file=sys.stderr):
@@ -418,48 +414,32 @@ def rollout_batches(model: str | Path, data: str | Path, steps: int, seed: int =
 # The atlas, and its command line
 
 
-def build_atlas(model: str | Path | None = None, data: str | Path | None = None, steps: int = ATLAS_STEPS,
-                seed: int = 0, threads: int = 1, overrides: Sequence[str] = (),
-                progress: bool = False) -> pd.DataFrame:  # fmt: skip
-    """The atlas table: every pair on the synthetic grid, and (with ``model`` and ``data``) on every mini-batch of
-    the first ``steps`` steps of a GRPO run from ``model`` (`rollout_batches`)."""
+def build_atlas(run: TrainConfig | None = None, steps: int = ATLAS_STEPS, progress: bool = False) -> pd.DataFrame:
+    """The atlas table: every pair on the synthetic grid, and (with a ``run``) on every mini-batch of the first
+    ``steps`` steps of that run (`rollout_batches`)."""
     sources = {"synthetic": evaluate(*synthetic_grid())}
-    if model is not None:
-        parts = [evaluate(*batch) for batch in rollout_batches(model, data, steps, seed, threads, overrides, progress)]
+    if run is not None:
+        parts = [evaluate(*batch) for batch in rollout_batches(run, steps, progress)]
         sources["real"] = Tokens.cat(parts)
     return atlas_table(sources)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", help="base model folder (Hugging Face; config.json), e.g. resources/models/tiny-s/seed0")
-    ap.add_argument("--data", help="tiny-math folder with train.jsonl (or a JSONL file)")
+    ap.add_argument("--spec", help="the measured run's spec file (JSON: every TrainConfig field; the workflow's run "
+                    "plan writes it), e.g. GRPO from resources/models/tiny-s")  # fmt: skip
+    ap.add_argument("--model", help="by hand, instead of --spec: a base model folder (GRPO, TrainConfig's defaults)")
+    ap.add_argument("--data", help="with --model: a tiny-math folder with train.jsonl (or a JSONL file)")
     ap.add_argument("--out", required=True, help="the atlas CSV to write")
-    ap.add_argument(
-        "--steps",
-        type=int,
-        default=ATLAS_STEPS,
-        help=f"training steps whose mini-batches are measured (default {ATLAS_STEPS})",
-    )
-    ap.add_argument("--seed", type=int, default=0, help="the run's seed (default 0)")
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    ap.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a bandpo.train.loop.TrainConfig field of the run (repeatable), e.g. --set steps=64",
-    )
+    ap.add_argument("--steps", type=int, default=ATLAS_STEPS,
+                    help=f"training steps whose mini-batches are measured (default {ATLAS_STEPS})")  # fmt: skip
     ap.add_argument("--synthetic-only", action="store_true", help="the synthetic grid only (no model, no data)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
-    if not args.synthetic_only and (args.model is None or args.data is None):
-        ap.error("--model and --data are required (or --synthetic-only)")
     t0 = time.perf_counter()
     try:
-        table = build_atlas(None if args.synthetic_only else args.model, args.data, args.steps, args.seed,
-                            args.threads, args.overrides, not args.no_progress)  # fmt: skip
+        run = None if args.synthetic_only else _run(args)
+        table = build_atlas(run, args.steps, not args.no_progress)
     except (FileNotFoundError, ValueError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
@@ -469,6 +449,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(atlas_markdown(table))
     print(f"{PROG}: wrote {args.out} ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
     return 0
+
+
+def _run(args: argparse.Namespace) -> TrainConfig:
+    """The measured run: the spec file, or GRPO from ``--model`` on ``--data`` with TrainConfig's defaults."""
+    if args.spec:
+        return read_spec(args.spec)
+    if args.model is None or args.data is None:
+        raise ValueError("give --spec, or --model and --data (or --synthetic-only)")
+    return from_dict({"model": args.model, "data": args.data, "out": "-", "progress": False})
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ An axis (config ``axes:``) names a trainer field (``key``, e.g. ``updates_per_st
 its cells: experiments that each set that field to one value. This module reads an axis from the same frames as
 the rest of the report:
 
-- `with_reuse`: a cell whose settings equal main's reuses main's runs (``reuse``, filled in by `bandpo.config.sweep`);
+- `with_reuse`: a cell whose settings equal main's reuses main's runs (``reuse``, filled in by `bandpo.plan.sweep`);
 the
   report copies main's rows into that cell, so every cell has all its runs;
 - `run_outcomes`: per run, the outcomes the rules read (entropy as the mean of the per-step rollout entropy -- the
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bandpo.config.sweep import BASE_ENTRY, MAIN, slot_seeds
+from bandpo.plan.sweep import BASE_ENTRY, MAIN, slot_seeds
 from bandpo.report.stats import minimum_detectable_difference, t_interval
 from bandpo.report.tables import fmt, rounded
 from bandpo.report.training import final_window

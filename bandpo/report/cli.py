@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from bandpo.config.sweep import MAIN
 from bandpo.core.files import atomic_write_bytes, atomic_write_text
+from bandpo.plan.sweep import MAIN
 from bandpo.report.atlas import load_atlas
 from bandpo.report.axis import (
     UPDATE_MEANS,

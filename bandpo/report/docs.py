@@ -592,7 +592,7 @@ def horizon_holds(res: Results) -> str:
 
 
 def _dag_table(dag: pd.DataFrame) -> str:
-    """A DAG run's per-rule cost table (a dag_rules.csv of `python -m bandpo.config.budget times --csv`), with the
+    """A DAG run's per-rule cost table (a dag_rules.csv of `python -m bandpo.plan.budget times --csv`), with the
     median fixed cost per job (``fixed_s``: wall time minus the steps or scorings the job recorded) where the table has
     it."""
     fixed = "fixed_s" in dag.columns

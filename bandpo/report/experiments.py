@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bandpo.config.sweep import BASE_ENTRY, MAIN
+from bandpo.plan.sweep import BASE_ENTRY, MAIN
 from bandpo.report.stats import (
     SCORE_DIFF_RANGE,
     bootstrap_ci,

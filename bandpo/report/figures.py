@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bandpo.config.sweep import BASE_ENTRY
 from bandpo.core.files import atomic_write_bytes
+from bandpo.plan.sweep import BASE_ENTRY
 from bandpo.report.stats import ALL_TASKS, DEFAULT_BASELINE, bootstrap_ci, mean_of_means
 from bandpo.report.tables import entry_order
 from bandpo.report.training import seed_bands

@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bandpo.config.sweep import BASE_ENTRY, MAIN, split_slot
 from bandpo.core.files import read_jsonl
 from bandpo.core.run_contract import check_outputs, read_run
+from bandpo.plan.sweep import BASE_ENTRY, MAIN, split_slot
 from bandpo.score.lm_eval_results import FILTER_NAME, lm_eval_task_scores
 
 EVAL_SCHEMA_PREFIX = "bandpo-bench/eval-summary/"

@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from bandpo.config.sweep import BASE_ENTRY
+from bandpo.plan.sweep import BASE_ENTRY
 from bandpo.report.atlas import HEAD as ATLAS_HEAD
 from bandpo.report.atlas import NOTE as ATLAS_NOTE
 from bandpo.report.atlas import atlas_cells, atlas_pairs

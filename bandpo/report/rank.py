@@ -30,8 +30,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from bandpo.config.sweep import MAIN
 from bandpo.core.files import atomic_write_text
+from bandpo.plan.sweep import MAIN
 from bandpo.report.load import load_eval_scores
 from bandpo.report.stats import DEFAULT_BASELINE, four_verdict, paired_comparison, summary_tests
 from bandpo.report.tables import write_csv

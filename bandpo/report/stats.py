@@ -513,7 +513,7 @@ def power_table(stats: pd.DataFrame, families: Sequence[str] = ("mean", "pass"))
                "seeds_for_target"]  # fmt: skip
     if stats.empty or "diff_sd" not in stats:
         return pd.DataFrame(columns=columns)
-    from bandpo.config.sweep import BASE_ENTRY
+    from bandpo.plan.sweep import BASE_ENTRY
 
     rows = []
     sel = stats[(stats["task"] == ALL_TASKS) & stats["metric"].isin(families) & (stats["entry"] != BASE_ENTRY)]

@@ -16,8 +16,8 @@ from typing import Any
 
 import pandas as pd
 
-from bandpo.config.sweep import BASE_ENTRY
 from bandpo.core.files import atomic_write_text
+from bandpo.plan.sweep import BASE_ENTRY
 from bandpo.report.atlas import NOTE as ATLAS_NOTE
 from bandpo.report.atlas import atlas_markdown
 from bandpo.report.load import params_label, parse_metric

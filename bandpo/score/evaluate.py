@@ -52,13 +52,13 @@ import time
 import zlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bandpo.core.files import atomic_move, atomic_write_text
 from bandpo.core.provenance import machine, versions
 from bandpo.score.lm_eval_results import FILTER_NAME, lm_eval_task_scores
+from bandpo.score.spec import BACKENDS, EvalJob, EvalRun, read_spec
 
 __all__ = [
     "BOOTSTRAP_RESAMPLES",
@@ -258,17 +258,6 @@ def summarize_task(results: Mapping[str, Any], task: str, filter_name: str = FIL
 # --------------------------------------------------------------------------------------------------------------
 # driver
 # --------------------------------------------------------------------------------------------------------------
-@dataclass
-class EvalRun:
-    """One checkpoint to score: its model folder, its output folder, the evaluation seed, and where it sits in the
-    sweep (``meta``: profile, model, entry, experiment, ..., and ``run_dir`` for a trained run; see `run_method`)."""
-
-    model_dir: str
-    out_dir: str
-    seed: int = 0
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
 def run_method(meta: Mapping[str, Any]) -> dict[str, Any]:
     """The method of a scored run, from the one record of it: the run's ``run.json`` in ``meta["run_dir"]``
     (``method``, else ``config.method``; ``method_params``, its full parameters; ``trainer``, absent = the local
@@ -486,17 +475,15 @@ def _task_arg(text: str) -> tuple[str, str | None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bandpo.score", description=__doc__.split("\n")[0])
-    ap.add_argument("--include-path", required=True, help="folder of lm-eval task YAMLs (bandpo/score/lm_eval_tasks)")
-    ap.add_argument("--task", action="append", required=True, type=_task_arg, help="NAME[=DATA_FILE], repeatable")
-    ap.add_argument("--run", action="append", nargs=3, metavar=("MODEL_DIR", "OUT_DIR", "SEED"), required=True)
+    ap.add_argument("--spec", default=None, help="the job's spec file (JSON: bandpo.score.spec.EvalJob), as the "
+                    "workflow's run plan writes it; no other option beside it")  # fmt: skip
+    ap.add_argument("--include-path", help="folder of lm-eval task YAMLs (bandpo/score/lm_eval_tasks)")
+    ap.add_argument("--task", action="append", type=_task_arg, help="NAME[=DATA_FILE], repeatable")
+    ap.add_argument("--run", action="append", nargs=3, metavar=("MODEL_DIR", "OUT_DIR", "SEED"))
     ap.add_argument("--meta", action="append", default=[], help="JSON object per --run: its place in the sweep "
                     "(model, entry, ...; run_dir of a trained run, whose run.json names the method)")  # fmt: skip
-    ap.add_argument(
-        "--backend",
-        default="hf",
-        choices=["hf", "vllm", "bandpo-tiny"],
-        help="lm-eval model: hf, vllm, or the suite's own class for its tiny Llamas (bandpo.score.tiny_lm)",
-    )
+    ap.add_argument("--backend", default="hf", choices=BACKENDS,
+                    help="lm-eval model: hf, vllm, or the suite's tiny Llamas' (bandpo.score.tiny_lm)")  # fmt: skip
     ap.add_argument("--model-args", default="{}", help="JSON object of lm-eval model_args")
     ap.add_argument("--batch-size", default="1024")
     ap.add_argument("--threads", type=int, default=1)
@@ -504,22 +491,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--bootstrap-iters", type=int, default=1000, help="lm-eval's stderr bootstrap (non-mean metrics)")
     ap.add_argument("--limit", type=int, default=None, help="problems per task (testing only)")
     args = ap.parse_args(argv)
-    if args.meta and len(args.meta) != len(args.run):
-        ap.error("give one --meta per --run, or none")
-    metas = [json.loads(m) for m in args.meta] or [{} for _ in args.run]
-    runs = [EvalRun(m, o, int(s), meta) for (m, o, s), meta in zip(args.run, metas, strict=True)]
-    batch: int | str = int(args.batch_size) if args.batch_size.isdigit() else args.batch_size
-    evaluate_runs(
-        runs,
-        dict(args.task),
-        args.include_path,
-        backend=args.backend,
-        model_args=json.loads(args.model_args),
-        batch_size=batch,
-        threads=args.threads,
-        apply_chat_template=args.apply_chat_template,
-        bootstrap_iters=args.bootstrap_iters,
-        limit=args.limit,
-        log=lambda s: print(s, file=sys.stderr, flush=True),
-    )
+    try:
+        job = read_spec(args.spec) if args.spec else _job_from_flags(args)
+    except ValueError as e:
+        ap.error(str(e))
+    evaluate_runs(job.runs, job.tasks, job.include_path, backend=job.backend, model_args=job.model_args,
+                  batch_size=job.batch_size, threads=job.threads, apply_chat_template=job.apply_chat_template,
+                  bootstrap_iters=job.bootstrap_iters, limit=job.limit,
+                  log=lambda s: print(s, file=sys.stderr, flush=True))  # fmt: skip
     return 0
+
+
+def _job_from_flags(args: argparse.Namespace) -> EvalJob:
+    """The job the flags describe (``--include-path``, ``--task``, ``--run`` required); ValueError naming the flag."""
+    given = {"--include-path": args.include_path, "--task": args.task, "--run": args.run}
+    missing = [flag for flag, value in given.items() if not value]
+    if missing:
+        raise ValueError(f"give --spec, or {', '.join(missing)}")
+    if args.meta and len(args.meta) != len(args.run):
+        raise ValueError("give one --meta per --run, or none")
+    metas = [json.loads(m) for m in args.meta] or [{} for _ in args.run]
+    batch: int | str = int(args.batch_size) if args.batch_size.isdigit() else args.batch_size
+    job = EvalJob(runs=[EvalRun(m, o, int(s), meta) for (m, o, s), meta in zip(args.run, metas, strict=True)],
+                  tasks=dict(args.task), include_path=args.include_path, backend=args.backend,
+                  model_args=json.loads(args.model_args), batch_size=batch, threads=args.threads,
+                  apply_chat_template=args.apply_chat_template, bootstrap_iters=args.bootstrap_iters,
+                  limit=args.limit)  # fmt: skip
+    job.validate()
+    return job

@@ -40,12 +40,10 @@ Update:
    probe's measurement after the step's updates (``probe/p_correct``, ``probe/accuracy``: `probe_metrics`; its
    time and grades are not part of the step's ``step_seconds`` and ``grader_*``).
 
-Crash safety: metrics go to ``metrics.jsonl.partial`` and are renamed at the end; checkpoints (model, optimizer,
-RNG states, step, the metrics so far) are written through `bandpo.core.files.atomic_write_bytes` (a temporary file,
-then a rename). A run killed at any point and started again with the same arguments resumes from its last
-checkpoint and ends with the same metrics as an uninterrupted run (wall-clock fields aside). Outputs, in order:
-``model/`` (save_pretrained, renamed into place), ``metrics.jsonl``, ``run.json`` (resolved config, the method's
-``method_label`` and ``method_params``, timings, versions): ``run.json`` existing means the run is done.
+Crash safety (`bandpo.train.runfiles`): a run killed at any point and started again with the same settings resumes
+from its last checkpoint and ends with the same metrics as an uninterrupted run (wall-clock fields aside); its
+outputs are published in order, ``model/``, ``metrics.jsonl``, then ``run.json``: ``run.json`` existing means the
+run is done.
 
 Timings, one name each: per step ``rollout_seconds`` (collect: sampling, and handing the completions to the
 grader), ``update_seconds`` (score and update, with the waits for grades: math-verify judges while the updates run,
@@ -57,12 +55,7 @@ last process's loop.
 
 from __future__ import annotations
 
-import dataclasses
-import io
-import json
-import os
 import random
-import shutil
 import sys
 import time
 from collections import defaultdict
@@ -72,51 +65,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm import tqdm
 
 from bandpo import methods
-from bandpo.core.files import atomic_write_bytes, atomic_write_text, read_jsonl, replace_dir
-from bandpo.core.provenance import machine, versions
 from bandpo.core.schedule import lr_schedule
-from bandpo.grader import Grading, counting, grader_info, warmup
+from bandpo.grader import Grading, counting, warmup
 from bandpo.models.optim import AdamW
 from bandpo.models.sampling import completion_log_probs_shared, sample_rows
+from bandpo.train.runfiles import Checkpoint, load_policy, load_probe_rows, load_rows, publish
 from bandpo.train.settings import TrainConfig
-
-# ----------------------------------------------------------------------------------------------------------------
-# Data
-PROBE_SPLIT = "validation.jsonl"  # where probe_every measures: never the test split lm-eval scores
-
-
-def load_probe_rows(cfg: TrainConfig) -> list[dict]:
-    """The probe rows measured every ``probe_every`` steps: the ``subset == "probe"`` rows of the validation split
-    beside the training data; [] when probing is off. ValueError naming the file when there are none."""
-    if not cfg.probe_every:
-        return []
-    path = (Path(cfg.data) if Path(cfg.data).is_dir() else Path(cfg.data).parent) / PROBE_SPLIT
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"probe_every: {path} not found (a probe data set: bandpo.data.tiny_math tiny-math --probe)"
-        )
-    rows = [r for r in read_jsonl(path) if r.get("subset") == "probe"]
-    if not rows:
-        raise ValueError(f"probe_every: {path} has no rows with subset 'probe' (not a probe data set?)")
-    return rows
-
-
-def load_rows(path: str | os.PathLike) -> list[dict]:
-    path = Path(path)
-    if path.is_dir():
-        path = path / "train.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"training data not found: {path}")
-    rows = read_jsonl(path)
-    for i, row in enumerate(rows, 1):
-        if not isinstance(row.get("prompt"), str) or "answer" not in row:
-            raise ValueError(f"{path}: row {i}: a row needs a string 'prompt' and an 'answer'")
-    if not rows:
-        raise ValueError(f"{path}: no rows")
-    return rows
-
 
 # ----------------------------------------------------------------------------------------------------------------
 # Rollouts and log-probs
@@ -179,32 +136,7 @@ def group_advantages(rewards: torch.Tensor, group: int, eps: float) -> torch.Ten
     return ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True, unbiased=True) + eps)).view(-1)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Checkpoints
-
-
-def _save_checkpoint(obj: Any, path: Path) -> None:
-    """``torch.save`` into memory, then `bandpo.core.files.atomic_write_bytes`: a crash leaves the old checkpoint."""
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
-
-
-def _rng_state() -> dict:
-    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def _step_seed(seed: int, step: int) -> int:
+def step_seed(seed: int, step: int) -> int:
     """Every random draw of a step derives from (seed, step): a resumed run draws exactly what it would have."""
     return (seed * 1_000_003 + step * 7919 + 12345) % (2**63 - 1)
 
@@ -245,29 +177,21 @@ def train(cfg: TrainConfig) -> dict:
     methods.load_env_method_modules()  # the start of a run: methods of the user's own modules ($BANDPO_METHOD_MODULES)
     cfg.validate()
     torch.set_num_threads(cfg.threads)
-    if cfg.device == "auto":
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    else:
-        device = torch.device(cfg.device)
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    ckpt_path = out / "checkpoint" / "ckpt.pt"
-    partial_metrics = out / "metrics.jsonl.partial"
-
     rows = load_rows(cfg.data)
     problem = cfg.minibatch_problem(min(cfg.prompts_per_step, len(rows)))
     if problem:
         raise ValueError(f"{cfg.data}: {len(rows)} rows are too few: {problem}")
     warmup()  # start the grader's workers now, not inside the first timed step
-    method = cfg.resolve_method()
+    method = methods.resolve(cfg.method, cfg.params, cfg.loss_settings())
 
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     model, tokenizer = load_policy(cfg.model, device)
     if cfg.chat_template and not getattr(tokenizer, "chat_template", None):
-        raise ValueError(
-            f"chat_template: the tokenizer of {cfg.model} has no chat template (an instruct model has one)"
-        )
+        raise ValueError(f"chat_template: the tokenizer of {cfg.model} has no chat template (instruct models have one)")
     model.eval()  # no dropout anywhere: rollout, old log-probs and updates see the same function
     reference = None
     if cfg.kl_coef > 0:
@@ -275,89 +199,29 @@ def train(cfg: TrainConfig) -> dict:
         reference.requires_grad_(False)
     optimizer = AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     run = Run(cfg, method, model, reference, tokenizer, optimizer, rows, device, load_probe_rows(cfg))
-
-    start_step, history = 0, []
-    if ckpt_path.is_file():
-        ckpt = torch.load(ckpt_path, map_location=device, weights_only=False)
-        if ckpt["identity"] != cfg.identity():
-            raise RuntimeError(f"{ckpt_path} belongs to a different run configuration; remove {out} to start over")
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        _set_rng_state(ckpt["rng"])
-        start_step, history = ckpt["step"], ckpt["metrics"]
-    atomic_write_text(partial_metrics, "".join(json.dumps(m) + "\n" for m in history))
-
-    from tqdm import tqdm
+    checkpoint = Checkpoint(out, cfg.identity())
+    start_step, history = checkpoint.resume(model, optimizer, device)
 
     bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, desc=f"{cfg.method} s{cfg.seed}",
                disable=not cfg.progress, file=sys.stderr, mininterval=1.0)  # fmt: skip
     t_run = time.perf_counter()
-    metrics_file = open(partial_metrics, "a", encoding="utf-8")
     try:
         for step in bar:
             with counting() as graded:  # grader_items, grader_slow_frac, grader_timeouts of this step
                 m = train_step(run, step)
             m.update(graded.metrics())
             if cfg.probe_every and ((step + 1) % cfg.probe_every == 0 or step + 1 == cfg.steps):
-                m.update(probe_metrics(run, _step_seed(cfg.seed, step)))  # not counted in the step's time or grades
+                m.update(probe_metrics(run, step_seed(cfg.seed, step)))  # not counted in the step's time or grades
             history.append(m)
-            metrics_file.write(json.dumps(m) + "\n")
-            metrics_file.flush()
+            checkpoint.log(m)
             bar.set_postfix(reward=f"{m['reward_mean']:.3f}", entropy=f"{m['entropy']:.3f}")
             if (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
-                _save_checkpoint(
-                    {"identity": cfg.identity(), "step": step + 1, "model": model.state_dict(),
-                     "optimizer": optimizer.state_dict(), "rng": _rng_state(), "metrics": history},
-                    ckpt_path,
-                )  # fmt: skip
+                checkpoint.save(step + 1, model, optimizer, history)
     finally:
-        metrics_file.close()
+        checkpoint.close()
         run.background.shutdown()
     process_seconds = time.perf_counter() - t_run
-
-    # Publish: model/ (renamed into place), metrics.jsonl, then run.json last.
-    tmp_model = out / "model.tmp"
-    shutil.rmtree(tmp_model, ignore_errors=True)
-    model.save_pretrained(tmp_model)
-    tokenizer.save_pretrained(tmp_model)
-    replace_dir(tmp_model, out / "model")
-    os.replace(partial_metrics, out / "metrics.jsonl")
-    summary = {
-        "config": dataclasses.asdict(cfg),
-        "method": method.name,
-        "method_label": method.label,
-        "method_params": method.params.to_dict(),
-        "method_modules": sorted(methods.loaded_method_modules()),
-        "grader": grader_info(),
-        "steps": cfg.steps,
-        "resumed_from_step": start_step,
-        "process_seconds": process_seconds,
-        "train_seconds_total": sum(m["step_seconds"] for m in history),
-        "final": {k: history[-1][k] for k in ("reward_mean", "entropy", "response_length")} if history else {},
-        "versions": versions("torch", "transformers"),
-        "machine": machine(),
-        "device": str(device),
-    }
-    atomic_write_text(out / "run.json", json.dumps(summary, indent=2, default=str))
-    if not cfg.keep_checkpoint:
-        shutil.rmtree(out / "checkpoint", ignore_errors=True)
-    return summary
-
-
-def load_policy(model_dir: str, device: torch.device):
-    """(model, tokenizer) in float32 on ``device``. The suite's tiny models (`bandpo.models.fastlm.light_loadable`) load
-    without transformers (`bandpo.models.fastlm.load_light`: the same weights, layout and saved files, computed by
-    `bandpo.models.fastlm.FastLlama`), which saves a job about 4 CPU-seconds of imports; any other model through
-    transformers' Auto classes."""
-    from bandpo.models.fastlm import light_loadable, load_light
-
-    if light_loadable(model_dir):
-        model, tokenizer = load_light(model_dir)
-        return model.to(device), tokenizer
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device), tokenizer
+    return publish(cfg, run, checkpoint, history, start_step, process_seconds)
 
 
 def lr_at(cfg: TrainConfig, step: int) -> float:
@@ -568,7 +432,7 @@ def train_step(run: Run, step: int) -> dict:
     """One rollout batch and its updates: collect -> score -> update; returns the step's metrics."""
     cfg = run.cfg
     t0 = time.perf_counter()
-    seed = _step_seed(cfg.seed, step)
+    seed = step_seed(cfg.seed, step)
     for group in run.optimizer.param_groups:
         group["lr"] = lr_at(cfg, step)
 

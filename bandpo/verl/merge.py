@@ -14,7 +14,7 @@
    ...; verl's other metrics keep their names). verl does not log the reward function's ``acc``: ``accuracy`` is
    derived from the mean score, which `verl_reward.py` makes +1 / -1 (so it does not hold for a reward manager
    that changes the score, such as DAPO's overlong penalty);
-3. ``run.json`` holds the contract's fields (trainer, config = the VerlRun fields given by ``--config``, method,
+3. ``run.json`` holds the contract's fields (trainer, config = the VerlRun fields of the run's ``--spec``, method,
    method_label and method_params = every parameter, defaults included, steps, train_seconds_total, versions) plus
    the merge command and the reward's grader (`grader`: name, mode = the config's ``grader_mode``, version, id).
 
@@ -34,6 +34,8 @@ from pathlib import Path
 
 from bandpo.core.files import atomic_write_text, read_jsonl, replace_dir
 from bandpo.core.provenance import machine, versions
+from bandpo.verl import command
+from bandpo.verl.spec import read_spec
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -138,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run-dir", required=True)
     ap.add_argument("--base-model", required=True)
     ap.add_argument("--meta", default="{}")
-    ap.add_argument("--config", default="{}", help="the run's VerlRun fields as JSON (run.json's config)")
+    ap.add_argument("--spec", required=True, help="the run's spec file (bandpo.verl.spec.VerlRun; run.json's config)")
     ap.add_argument("--backend", default="fsdp", choices=["fsdp", "megatron"])
     args = ap.parse_args(argv)
     run = Path(args.run_dir)
@@ -178,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(parent, ignore_errors=True)
     rows = read_verl_metrics(run / "verl_metrics.jsonl")
     atomic_write_text(run / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
-    config = json.loads(args.config)
+    config = json.loads(json.dumps(command.record(read_spec(args.spec)), default=str))
     info = {
         "trainer": "verl",
         "config": config,

@@ -12,7 +12,7 @@ M=${MODEL:?set MODEL to a tiny model dir}; D=${DATA:?set DATA to a tiny-math dir
 run() {  # name device method params seed
   local t0=$(date +%s.%N)
   timeout 300 python3 -m bandpo.train --model $M --data $D --method $3 --params "$4" --seed $5 --out /tmp/runs/$1 \
-     --threads ${THREADS:-4} --no-progress --set steps=$S --set device=$2 > /tmp/runs/$1.log 2>&1
+     --threads ${THREADS:-4} --no-progress --steps $S --device $2 > /tmp/runs/$1.log 2>&1
   local rc=$?; local t1=$(date +%s.%N)
   echo "$1 device=$2 method=$3 rc=$rc wall_s=$(python3 -c "print(round($t1-$t0,1))")" | tee -a $OUT/runs.txt
   [ $rc -eq 0 ] || tail -30 /tmp/runs/$1.log | tee -a $OUT/runs.txt

@@ -113,7 +113,7 @@ def test_cli_reports_a_fetch_error_in_one_line(tmp_path, capsys):
 
 
 def test_real_lm_configs_pin_the_same_model_and_pass_validation():
-    from bandpo.config.validate import validate_config
+    from bandpo.plan.validate import validate_config
 
     local = yaml.safe_load((ROOT / "config" / "real-lm.yaml").read_text())
     verl = yaml.safe_load((ROOT / "config" / "real-lm-verl.yaml").read_text())
@@ -131,7 +131,7 @@ def test_real_lm_configs_pin_the_same_model_and_pass_validation():
 
 
 def test_ci_sized_profiles_are_valid_and_differ_only_in_size(tmp_path):
-    from bandpo.config.validate import validate_config
+    from bandpo.plan.validate import validate_config
 
     for name in ("real-lm", "real-lm-verl"):
         committed = yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text())

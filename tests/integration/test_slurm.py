@@ -27,7 +27,7 @@ import pytest
 import yaml
 from conftest import snakemake
 
-from bandpo.config.sweep import (
+from bandpo.plan.sweep import (
     cell_models,
     eval_rule_name,
     eval_seed_groups,
@@ -39,7 +39,7 @@ from bandpo.config.sweep import (
     split_slot,
     xp_entries,
 )
-from bandpo.config.validate import ConfigError, validate_config
+from bandpo.plan.validate import ConfigError, validate_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAKEFILE = ROOT / "Snakefile"
@@ -177,7 +177,7 @@ def sacct(env, *fields: str) -> list[dict[str, str]]:
 
 
 def eval_rule_of(cfg: dict, slot: str) -> str:
-    """The scoring rule of a slot (`bandpo.config.sweep.eval_seed_groups`, `eval_rule_name`)."""
+    """The scoring rule of a slot (`bandpo.plan.sweep.eval_seed_groups`, `eval_rule_name`)."""
     experiment = split_slot(slot)[1]
     group = next(g for g in eval_seed_groups(cfg, experiment) if slot in g["slots"])
     return eval_rule_name("eval_group", experiment, group["primary"])

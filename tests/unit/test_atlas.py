@@ -5,6 +5,8 @@ real-rollout path on a tiny model built here; input errors; the report's atlas s
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import subprocess
 import sys
@@ -20,6 +22,7 @@ from bandpo.methods.band import band_bounds
 from bandpo.models.tiny import build_tokenizer, get_size, init_model
 from bandpo.report import atlas_measure as atlas
 from bandpo.report.atlas import COLUMNS, SLICES, atlas_markdown, load_atlas
+from bandpo.train.settings import TrainConfig, from_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -187,12 +190,19 @@ def assets(tmp_path_factory):
     return base / "model", base / "data"
 
 
-SMALL_RUN = ["prompts_per_step=4", "samples_per_prompt=4", "max_new_tokens=12", "reward=random", "lr=0.05", "steps=4"]
+SMALL_RUN = {"prompts_per_step": 4, "samples_per_prompt": 4, "max_new_tokens": 12, "reward": "random", "lr": 0.05,
+             "steps": 4}  # fmt: skip
+
+
+def small_run(model, data, seed: int = 0) -> TrainConfig:
+    """A short GRPO run of the measured kind (its spec, as the run plan writes one)."""
+    return from_dict({"model": str(model), "data": str(data), "out": "-", "seed": seed, "progress": False,
+                      **SMALL_RUN})  # fmt: skip
 
 
 def test_real_rollouts_are_the_trainers_minibatches(assets):
     model, data = assets
-    batches = list(atlas.rollout_batches(model, data, steps=2, overrides=SMALL_RUN))
+    batches = list(atlas.rollout_batches(small_run(model, data), steps=2))
     assert len(batches) == 2 * 4  # updates_per_step = 4 mini-batches per step
     for i, (old, new, adv, mask) in enumerate(batches):
         assert old.shape == new.shape == adv.shape == mask.shape and mask.dtype == torch.bool
@@ -204,31 +214,31 @@ def test_real_rollouts_are_the_trainers_minibatches(assets):
 
 def test_real_rollout_atlas_runs_and_is_deterministic(assets):
     model, data = assets
-    first = atlas.build_atlas(model, data, steps=2, overrides=SMALL_RUN)
-    again = atlas.build_atlas(model, data, steps=2, overrides=SMALL_RUN)
+    first = atlas.build_atlas(small_run(model, data), steps=2)
+    again = atlas.build_atlas(small_run(model, data), steps=2)
     pd.testing.assert_frame_equal(first, again)
     real = first[first["source"] == "real"]
     assert len(real) == len(atlas.PAIRS) * len(SLICES) and (real["batches"] == 8).all()
     assert (real["tokens"] > 0).any() and (first["unexplained"] == 0).all()
-    other = atlas.build_atlas(model, data, steps=2, seed=1, overrides=SMALL_RUN)
+    other = atlas.build_atlas(small_run(model, data, seed=1), steps=2)
     assert not other[other["source"] == "real"]["tokens"].equals(real["tokens"].reset_index(drop=True))
 
 
 def test_cli(assets, tmp_path, capsys):
     model, data = assets
     out = tmp_path / "atlas.csv"
-    small = [a for s in SMALL_RUN for a in ("--set", s)]
-    args = ["--data", str(data), "--out", str(out), "--no-progress"]
-    assert atlas.main([*args, "--model", str(tmp_path / "nothing")]) == 2
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(dataclasses.asdict(small_run(model, data))))
+    small = ["--spec", str(spec)]
+    args = ["--out", str(out), "--no-progress"]
+    assert atlas.main([*args, "--data", str(data), "--model", str(tmp_path / "nothing")]) == 2
     assert "error: model folder not found (no config.json)" in capsys.readouterr().err and not out.exists()
-    assert atlas.main([*args, "--model", str(model), "--steps", "9", *small]) == 2
+    assert atlas.main([*args, "--steps", "9", *small]) == 2
     assert "error: steps must be in [1, 4] (the run's steps), got 9" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        atlas.main(["--out", str(out)])  # neither --model nor --synthetic-only: a usage error
-    assert "--model and --data are required" in capsys.readouterr().err
+    assert atlas.main(["--out", str(out)]) == 2  # neither --spec, --model nor --synthetic-only
+    assert "give --spec, or --model and --data" in capsys.readouterr().err
     cmd = [sys.executable, "-m", "bandpo.report.atlas_measure"]
-    proc = subprocess.run([*cmd, *args, "--model", str(model), "--steps", "1",
-                           *small], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    proc = subprocess.run([*cmd, *args, "--steps", "1", *small], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     table = load_atlas(out)
     assert set(table["source"]) == {"synthetic", "real"} and (table[table["source"] == "real"]["batches"] == 4).all()

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from bandpo.config import sweep, validate
+from bandpo.plan import sweep, validate
 from bandpo.report import axis
 from bandpo.report.cli import main as report_main
 
@@ -274,19 +274,20 @@ def test_bad_axis_config_is_rejected_naming_the_field(case):
 
 
 def test_set_file_overrides_the_trainer(tmp_path):
-    from bandpo.train.loop import TrainConfig
-    from bandpo.train.settings import apply_overrides, read_set_file
+    import json
 
-    path = tmp_path / "s.json"
+    from bandpo.train.settings import read_spec
+
+    spec, path = tmp_path / "spec.json", tmp_path / "s.json"
+    spec.write_text(json.dumps({"model": "m", "data": "d", "out": "o"}))
     path.write_text('{"updates_per_step": 8}')
-    cfg = apply_overrides(TrainConfig(), read_set_file(path))
-    assert cfg.updates_per_step == 8
+    assert read_spec(spec, [str(path)]).updates_per_step == 8
     path.write_text("[8]")
     with pytest.raises(ValueError, match=re.escape(f"--set-file {path}: expected a JSON object")):
-        read_set_file(path)
+        read_spec(spec, [str(path)])
     path.write_text('{"updates_per_stp": 8}')
     with pytest.raises(ValueError, match="did you mean 'updates_per_step'"):
-        apply_overrides(TrainConfig(), read_set_file(path))
+        read_spec(spec, [str(path)])
     assert _cfg()["axes"]["offpolicy"]["key"] == "updates_per_step"
 
 

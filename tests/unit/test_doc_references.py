@@ -293,7 +293,7 @@ def test_existence_checks():
 
 def test_smoke_config_header_counts_its_jobs():
     """config/smoke.yaml's header says how many jobs the smoke DAG runs on a fresh checkout (`snakemake -n`)."""
-    from bandpo.config import sweep, validate
+    from bandpo.plan import sweep, validate
 
     text = (ROOT / "config" / "smoke.yaml").read_text(encoding="utf-8")
     header = "".join(line for line in text.splitlines(keepends=True) if line.startswith("#")).split("\n\n")[0]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bandpo.config.validate import TASKS_DIR
 from bandpo.core.files import read_jsonl
+from bandpo.plan.validate import TASKS_DIR
 from bandpo.score import evaluate as ev
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -89,7 +89,7 @@ def test_the_graph_sees_the_imports():
     graph = import_graph()
     assert "bandpo.core.files" in graph["bandpo.core.run_contract"]
     assert "bandpo.score.lm_eval_results" in graph["bandpo.score.evaluate"]
-    assert "bandpo.config.sweep" in graph["bandpo.report.load"]
+    assert "bandpo.plan.sweep" in graph["bandpo.report.load"]
     assert {"bandpo.report.load", "bandpo.report.cli"} <= graph["bandpo.report"] | graph["bandpo.report.__main__"]
 
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from bandpo.config.jobs import Jobs
-from bandpo.config.validate import load_yaml, validate_config
 from bandpo.core import numerics
+from bandpo.plan.runs import Plan
+from bandpo.plan.validate import load_yaml, validate_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CAP = {"MKL_ENABLE_INSTRUCTIONS": "AVX2"}  # MKL as on a CPU without AVX-512 (ATen and oneDNN are capped by FIXED)
@@ -131,7 +131,7 @@ def test_mode_and_job_environment(monkeypatch):
     with pytest.raises(ValueError, match="BANDPO_NUMERICS='fast': expected one of fixed, native"):
         numerics.mode()
     monkeypatch.delenv(numerics.MODE_ENV)
-    jobs = Jobs(validate_config(load_yaml(ROOT / "config" / "config.yaml"), root=ROOT), ROOT)
+    jobs = Plan(validate_config(load_yaml(ROOT / "config" / "config.yaml"), root=ROOT), ROOT)
     env = jobs.env()
     assert all(env[k] == v for k, v in numerics.FIXED.items()), "every job starts under the fixed numerics"
     assert "MKL_CBWR=" in jobs.env_prefix()
@@ -191,7 +191,7 @@ def _build_and_train(tmp: Path, data: Path, env: dict[str, str]) -> dict[str, ob
     _run(["bandpo.models", "build", "--size", "tiny-s", "--data", str(data), "--out", str(tmp / "model"),
           "--steps", "30", "--eval-limit", "4", "--threads", "1", "--no-progress"], env)  # fmt: skip
     _run(["bandpo.train", "--model", str(tmp / "model"), "--data", str(data), "--method", "grpo", "--seed", "0",
-          "--set", "steps=2", "--set", "prompts_per_step=4", "--out", str(tmp / "run"), "--threads", "1",
+          "--steps", "2", "--prompts-per-step", "4", "--out", str(tmp / "run"), "--threads", "1",
           "--no-progress"], env)  # fmt: skip
     from bandpo.train.settings import TIMING_KEYS
 

@@ -21,8 +21,8 @@ import pandas as pd
 import pytest
 
 from bandpo import report
-from bandpo.config import sweep
 from bandpo.methods import BUCKET_LABELS
+from bandpo.plan import sweep
 from bandpo.report import bounds_table as bounds_script
 from bandpo.report.smoke import SMOKE_PROFILES, write_section
 
@@ -1397,7 +1397,7 @@ def test_snakemake_report(tmp_path):
 
 
 def test_split_slot():
-    from bandpo.config.sweep import split_slot
+    from bandpo.plan.sweep import split_slot
 
     assert split_slot("grpo@probe") == ("grpo", "probe")
     assert split_slot("bandpo_kl@random-reward") == ("bandpo_kl", "random-reward")
@@ -1687,19 +1687,35 @@ def test_recipe_check_windows_and_curve_rule(monkeypatch, capsys):
 
 
 def test_run_vs_base_leaves_out_settings_an_older_trainer_lacks(monkeypatch, tmp_path):
-    """benchmarks/bench_run_vs_base.py: the older tree's command keeps every ``--set`` its trainer has a field for
-    (a ``TrainConfig`` in bandpo/train.py or bandpo/train/) and drops the others, value included."""
+    """benchmarks/_worktree.py (bench_run_vs_base.py, bench_recipe_check.py): an older tree's command carries this
+    tree's run as flags and a ``--set`` per setting, keeps every ``--set`` its trainer has a field for (a
+    ``TrainConfig`` in bandpo/train.py or bandpo/train/) and drops the others, value included; this tree's command
+    reads the run's spec file."""
+    from bandpo.train.settings import TrainConfig, read_spec
+
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("bench_run_vs_base", ROOT / "benchmarks" / "bench_run_vs_base.py")
-    rv = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(rv)
+    spec = importlib.util.spec_from_file_location("_worktree", ROOT / "benchmarks" / "_worktree.py")
+    wt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(wt)
     old = tmp_path / "old"
     (old / "bandpo").mkdir(parents=True)
     (old / "bandpo" / "train.py").write_text("class TrainConfig:\n    steps: int = 64\n    seed: int = 0\n")
     cmd = ["python", "-m", "bandpo.train", "--set", "old_log_probs=sampler", "--set", "steps=64", "--out", "x"]
-    assert rv.unknown_sets(cmd, old) == [3]
-    assert rv.known_sets_only(cmd, old) == ["python", "-m", "bandpo.train", "--set", "steps=64", "--out", "x"]
-    assert rv.unknown_sets(cmd, ROOT) == []  # this tree knows both
+    assert wt.unknown_sets(cmd, old) == [3]
+    assert wt.known_sets_only(cmd, old) == ["python", "-m", "bandpo.train", "--set", "steps=64", "--out", "x"]
+    assert wt.unknown_sets(cmd, ROOT) == []  # this tree knows both
+    run = TrainConfig(model="m", data="d", out="o", params={"delta": 0.1}, seed=3, threads=1, progress=False, steps=7,
+                      lr_end=None)  # fmt: skip
+    full = wt.legacy_train_command(run, None, "python")
+    assert full[:13] == ["python", "-m", "bandpo.train", "--model", "m", "--data", "d", "--method", "grpo",
+                         "--params", '{"delta": 0.1}', "--seed", "3"]  # fmt: skip
+    assert full[-5:] == ["--out", "o", "--threads", "1", "--no-progress"]
+    assert "lr_end=null" in full and "minibatch=random" in full  # JSON, text as it is
+    assert wt.unknown_sets(full, ROOT) == []  # every setting, none of the run's own fields
+    assert wt.legacy_train_command(run, old, "python") == [*full[:13], "--set", "steps=7", *full[-5:]]
+    this = wt.train_command(run, ROOT, tmp_path / "spec.json", "python")
+    assert this == ["python", "-m", "bandpo.train", "--spec", str(tmp_path / "spec.json")]
+    assert read_spec(tmp_path / "spec.json") == run
 
 
 def test_page_and_docs_round_a_value_and_its_csv_text_the_same():

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from bandpo.data.tiny_math import generate_tiny_math, write_jsonl
 from bandpo.models.sampling import positions, sample_rows
 from bandpo.models.tiny import build_tokenizer, get_size, init_model
 from bandpo.train.loop import TrainConfig, group_advantages, lr_at, train
-from bandpo.train.settings import TIMING_KEYS, apply_overrides, check_overrides
+from bandpo.train.settings import TIMING_KEYS, from_dict, read_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,29 +60,31 @@ def without_timing(metrics: list[dict]) -> list[dict]:
 
 def test_config_errors_name_the_field(tmp_path):
     with pytest.raises(ValueError, match="unknown method 'grpoo'"):
-        TrainConfig(model="m", data="d", out="o", method="grpoo").validate()
+        methods.resolve("grpoo", {}, TrainConfig().loss_settings())
     with pytest.raises(ValueError, match="delta"):
-        TrainConfig(model="m", data="d", out="o", method="bandpo", params={"delta": -1.0}).validate()
+        methods.resolve("bandpo", {"delta": -1.0}, TrainConfig().loss_settings())
     with pytest.raises(ValueError, match="samples_per_prompt"):
         TrainConfig(model="m", data="d", out="o", samples_per_prompt=1).validate()
     with pytest.raises(ValueError, match="lr: must be a finite number > 0"):
         TrainConfig(model="m", data="d", out="o", lr=float("nan")).validate()
-    with pytest.raises(ValueError, match="unknown field 'stepz' \\(did you mean 'steps'\\?\\)"):
-        apply_overrides(TrainConfig(), ["stepz=3"])
-    with pytest.raises(ValueError, match="--set steps=1.5: expected int"):
-        apply_overrides(TrainConfig(), ["steps=1.5"])
-    cfg = apply_overrides(TrainConfig(), ["steps=7", "lr=1e-3", "dual_clip_c=null", "kl_coef=0"])
+    with pytest.raises(ValueError, match="dual_clip_c: must be null or a finite number > 1"):
+        TrainConfig(model="m", data="d", out="o", dual_clip_c=1.0).validate()
+    run = {"model": "m", "data": "d", "out": "o"}
+    cfg = from_dict({**run, "steps": 7, "lr": 1e-3, "dual_clip_c": None, "kl_coef": 0})
     assert (cfg.steps, cfg.lr, cfg.dual_clip_c, cfg.kl_coef) == (7, 1e-3, None, 0.0)
-    # the workflow's train: overrides are checked the same way at DAG start (keys, types and ranges)
-    check_overrides({"steps": 3, "lr": 1e-3, "minibatch": "group", "prompts_per_step": 8})
+    # a spec file (the run plan's) and the config's settings are checked the same way: names, types, ranges
     for bad, match in [
         ({"stpes": 3}, "unknown training setting 'stpes' \\(did you mean 'steps'\\?\\)"),
         ({"steps": 0}, "steps: must be an integer >= 1"),
+        ({"steps": 1.5}, "training setting 'steps': expected int"),
         ({"keep_checkpoint": 1}, "training setting 'keep_checkpoint': expected bool"),
-        ({"seed": 1}, "'seed' is set by the workflow itself"),
     ]:
         with pytest.raises(ValueError, match=match):
-            check_overrides(bad)
+            from_dict({**run, **bad})
+        spec = tmp_path / "spec.json"
+        spec.write_text(json.dumps({**run, **bad}))
+        with pytest.raises(ValueError, match=f"(?s)^--spec {re.escape(str(spec))}: .*" + match):
+            read_spec(spec)
     # the CLI turns these into a usage error, not a stack trace
     proc = subprocess.run([sys.executable, "-m", "bandpo.train", "--model", "m", "--data", "d", "--out", "o",
                            "--method", "bandpo", "--params", '{"divergence": "klx"}'],
@@ -176,8 +179,8 @@ def test_resume_after_sigkill_matches_uninterrupted_run(assets, tmp_path):
     comes at a fixed point (the run stops there and says so), not after a guessed number of seconds."""
     model, data = assets
     common = ["--model", str(model), "--data", str(data), "--method", "bandpo", "--seed", "5", "--threads", "1",
-              "--no-progress", "--set", "steps=8", "--set", "checkpoint_every=2", "--set", "prompts_per_step=4",
-              "--set", "samples_per_prompt=4", "--set", "max_new_tokens=12", "--set", "reward=\"random\""]  # fmt: skip
+              "--no-progress", "--steps", "8", "--checkpoint-every", "2", "--prompts-per-step", "4",
+              "--samples-per-prompt", "4", "--max-new-tokens", "12", "--reward", "random"]  # fmt: skip
     # the jobs' numerics (with the library MKL needs on a CPU that is not Intel's), as the workflow gives them: the
     # killed run is `python -c`, which does not restart itself with that library as `python -m bandpo.train` does
     env = {**os.environ, "PYTHONPATH": str(ROOT), **numerics.env()}
@@ -371,7 +374,7 @@ def test_trainer_log_probs_are_the_samplers_at_any_temperature(assets, eos_heavy
 
 
 def test_minibatch_layouts(assets, tmp_path):
-    with pytest.raises(ValueError, match="minibatch: must be 'group' or 'random'"):
+    with pytest.raises(ValueError, match="minibatch: must be one of group, random"):
         TrainConfig(model="m", data="d", out="o", minibatch="seq").validate()
     with pytest.raises(ValueError, match="at least one prompt group per mini-batch"):
         TrainConfig(model="m", data="d", out="o", prompts_per_step=2, updates_per_step=4, minibatch="group").validate()
@@ -509,7 +512,7 @@ def test_probe_every_needs_probe_rows(assets, tmp_path):
         finally:
             (data / "validation.jsonl").unlink()
     with pytest.raises(ValueError, match="probe_every: must be an integer >= 0"):
-        check_overrides({"probe_every": -1})
+        from_dict({"model": "m", "data": "d", "out": "o", "probe_every": -1})
 
 
 def test_cli_help_shows_every_field_with_its_default_and_doc():
@@ -523,21 +526,23 @@ def test_cli_help_shows_every_field_with_its_default_and_doc():
     proc = subprocess.run([sys.executable, "-m", "bandpo.train", "--help"], capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, "COLUMNS": "100"}, check=True)  # fmt: skip
     flat = "".join(ch for ch in proc.stdout if not ch.isspace() and ch not in "│╭╮╰╯─")
-    docs = {}  # field -> attribute docstring, read from the source as tyro reads it
-    body = ast.parse(inspect.getsource(train_module.TrainConfig)).body[0].body
-    for node, nxt in zip(body, body[1:], strict=False):
-        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
-            docs[node.target.id] = nxt.value.value
+    docs = {}  # field -> attribute docstring, read from the source as tyro reads it (the shared protocol's too)
+    for cls in train_module.TrainConfig.__mro__[:-1]:
+        body = ast.parse(inspect.getsource(cls)).body[0].body
+        for node, nxt in zip(body, body[1:], strict=False):
+            if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+                docs.setdefault(node.target.id, nxt.value.value)
     for f in dataclasses.fields(TrainConfig):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         shown = {"": "''", "{}": "'{}'"}.get(str(default), str(default))
         assert f"--{f.name.replace('_', '-')}" in flat, f.name
         assert "".join(docs[f.name].split()) + f"(default:{shown})" in flat, f.name
-    assert "--set" in flat and "--method-module" in flat and "grpo" in flat  # the compatibility path, the methods
+    assert "--spec" in flat and "--method-module" in flat and "grpo" in flat  # the workflow's path, the methods
 
 
-def test_cli_flags_and_set_build_the_same_config(tmp_path, monkeypatch, capsys):
-    """The generated flags and the workflow's --set path give the same TrainConfig; --set is applied last."""
+def test_cli_flags_and_spec_build_the_same_config(tmp_path, monkeypatch, capsys):
+    """The generated flags and the workflow's --spec path give the same TrainConfig; --set-file applies over the
+    spec; a field flag beside --spec, or a set file without one, is a usage error."""
     seen = []
     monkeypatch.setattr(
         "bandpo.train.loop.train", lambda cfg: seen.append(cfg) or {"final": {}, "train_seconds_total": 0}
@@ -546,22 +551,26 @@ def test_cli_flags_and_set_build_the_same_config(tmp_path, monkeypatch, capsys):
 
     common = ["--model", "m", "--data", "d", "--out", str(tmp_path), "--method", "bandpo", "--params", '{"delta": 0.1}']
     main([*common, "--steps", "7", "--lr-end", "None", "--samples-per-prompt", "4", "--no-progress"])
-    main([*common, "--set", "steps=7", "--set", "lr_end=null", "--set", "samples_per_prompt=4", "--set",
-          "progress=false"])  # fmt: skip
-    main([*common, "--steps", "3", "--lr-end", "None", "--samples-per-prompt", "4", "--no-progress", "--set",
-          "steps=7"])  # fmt: skip
-    assert seen[0] == seen[1] == seen[2]
+    spec, chosen = tmp_path / "spec.json", tmp_path / "chosen.json"
+    run = {"model": "m", "data": "d", "out": str(tmp_path), "method": "bandpo", "params": {"delta": 0.1}}
+    spec.write_text(json.dumps({**run, "steps": 3, "lr_end": None, "samples_per_prompt": 4, "progress": False}))
+    chosen.write_text(json.dumps({"steps": 7}))
+    main(["--spec", str(spec), "--set-file", str(chosen)])
+    assert seen[0] == seen[1]
     assert (seen[0].steps, seen[0].lr_end, seen[0].samples_per_prompt, seen[0].params) == (7, None, 4, {"delta": 0.1})
     # bad values: a usage error naming the field (test_config_errors_name_the_field: and no stack trace)
-    for bad in (["--steps", "x"], ["--lr", "-1"], ["--params", "[1]"], ["--set", "stepz=3"], ["--dual-clip-c", "1"]):
+    for bad in (["--steps", "x"], ["--lr", "-1"], ["--params", "[1]"], ["--dual-clip-c", "1"]):
         try:
             status = main([*common, *bad])
         except SystemExit as e:  # tyro's own parse errors exit
             status = e.code
         err = capsys.readouterr().err
         assert status == 2, (bad, err)
-        name = bad[1].split("=")[0] if bad[0] == "--set" else bad[0].lstrip("-").replace("-", "_")
+        name = bad[0].lstrip("-").replace("-", "_")
         assert name.replace("_", "") in err.replace("_", "").replace("-", ""), (bad, err)
+    for bad, says in ((["--spec", str(spec), "--steps", "9"], "give no field flag beside it"),
+                      ([*common, "--set-file", str(chosen)], "give the spec too")):  # fmt: skip
+        assert main(bad) == 2 and says in capsys.readouterr().err
 
 
 def test_a_training_job_does_not_import_dynamo(assets, tmp_path):
@@ -571,8 +580,8 @@ def test_a_training_job_does_not_import_dynamo(assets, tmp_path):
     code = (
         "import sys\nfrom bandpo.train.cli import main\n"
         f"rc = main(['--model', {str(model)!r}, '--data', {str(data)!r}, '--out', {str(tmp_path / 'run')!r},"
-        " '--set', 'steps=1', '--set', 'prompts_per_step=2', '--set', 'samples_per_prompt=2',"
-        " '--set', 'max_new_tokens=6', '--set', 'reward=random', '--no-progress'])\n"
+        " '--steps', '1', '--prompts-per-step', '2', '--samples-per-prompt', '2',"
+        " '--max-new-tokens', '6', '--reward', 'random', '--no-progress'])\n"
         "print(rc, 'torch._dynamo' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)

@@ -17,8 +17,9 @@ from verl.workers.config import ActorConfig, PolicyLossConfig  # noqa: E402
 
 from bandpo import methods
 from bandpo.methods.__main__ import describe, main  # noqa: E402
+from bandpo.verl import command  # noqa: E402
 from bandpo.verl import plugin as verl_plugin  # noqa: E402
-from bandpo.verl.command import VerlRun  # noqa: E402
+from bandpo.verl.spec import VerlRun  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -268,14 +269,14 @@ def verl_run(method: str, params: dict) -> VerlRun:
 
 def test_dppo_kl_runs_as_verls_own_loss_mode_with_its_thresholds():
     run = verl_run("dppo_kl", {"clip_ratio_low": 0.05, "clip_ratio_high": 0.08})
-    o = dict(x.split("=", 1) for x in run.overrides())
+    o = dict(x.split("=", 1) for x in command.overrides(run))
     assert o["actor_rollout_ref.actor.policy_loss.loss_mode"] == "'dppo_kl'"
     assert o["actor_rollout_ref.actor.clip_ratio_low"] == "0.05"
     assert o["actor_rollout_ref.actor.clip_ratio_high"] == "0.08"
     assert o["actor_rollout_ref.actor.clip_ratio_c"] == repr(run.dual_clip_c)  # the truncation cap = the shared c
     assert verl_plugin.verl_loss_name("dppo_kl") == "dppo_kl"
     assert "bandpo.dppo_kl" not in verl_plugin.registered_names()
-    assert get_policy_loss_fn(run.loss_mode) is POLICY_LOSS_REGISTRY["dppo_kl"]
+    assert get_policy_loss_fn(command.loss_mode(run)) is POLICY_LOSS_REGISTRY["dppo_kl"]
     with pytest.raises(ValueError, match="verl's own loss"):
         verl_plugin.verl_policy_loss("dppo_kl")
 
@@ -283,12 +284,12 @@ def test_dppo_kl_runs_as_verls_own_loss_mode_with_its_thresholds():
 @pytest.mark.parametrize("method", VERL_METHODS)
 def test_every_verl_method_maps_to_verls_keys(method):
     run = verl_run(method, PARAMS[method])
-    o = dict(x.split("=", 1) for x in run.overrides())
+    o = dict(x.split("=", 1) for x in command.overrides(run))
     assert o["actor_rollout_ref.actor.policy_loss.loss_mode"] == f"'{method}'"
     for name, value in PARAMS[method].items():
         where = "" if name in ACTOR_KEYS else "policy_loss."
         assert o[f"actor_rollout_ref.actor.{where}{name}"] == repr(value), name
-    assert verl_run("grpo", {}).loss_mode == "bandpo.grpo"  # the suite's own methods are unchanged
+    assert command.loss_mode(verl_run("grpo", {})) == "bandpo.grpo"  # the suite's own methods are unchanged
 
 
 def test_verl_overrides_compose_in_verls_config():
@@ -300,7 +301,7 @@ def test_verl_overrides_compose_in_verls_config():
     config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
     with initialize_config_dir(config_dir=config_dir, version_base=None):
         for method in ("dppo_kl", "clip_cov", "sapo", "dro"):
-            cfg = compose("ppo_trainer", overrides=verl_run(method, PARAMS[method]).overrides())
+            cfg = compose("ppo_trainer", overrides=command.overrides(verl_run(method, PARAMS[method])))
             actor = cfg.actor_rollout_ref.actor
             assert actor.policy_loss.loss_mode == method
             for name, value in PARAMS[method].items():

@@ -24,8 +24,9 @@ from verl.workers.config import ActorConfig  # noqa: E402
 
 from bandpo import methods
 from bandpo.methods import registry  # noqa: E402
+from bandpo.verl import command  # noqa: E402
 from bandpo.verl import plugin as verl_plugin  # noqa: E402
-from bandpo.verl.command import VerlRun  # noqa: E402
+from bandpo.verl.spec import VerlRun  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -299,8 +300,17 @@ def test_method_config_errors(raw, match):
 # Command builder against verl's own Hydra config
 
 
+def paper_protocol() -> dict:
+    """config/gpu.yaml's ``train:``: the paper's protocol, as the GPU profile's runs get it."""
+    import yaml
+
+    return yaml.safe_load(open(ROOT / "config" / "gpu.yaml", encoding="utf-8"))["train"]
+
+
 def sweep_run(**kw) -> VerlRun:
+    """A run of the paper's protocol (config/gpu.yaml's), ``kw`` over it."""
     spec = {
+        **paper_protocol(),
         "model": "Qwen/Qwen2.5-3B-Instruct",
         "method": "bandpo",
         "params": {"divergence": "chi2", "delta": 0.05},
@@ -337,7 +347,7 @@ def test_overrides_compose_validate_and_carry_the_method(compose):
     from verl.utils.config import omega_conf_to_dataclass, validate_config
 
     run = sweep_run()
-    cfg = compose(run.overrides())
+    cfg = compose(command.overrides(run))
     validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))  # as main()
     actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
     assert actor.policy_loss.loss_mode == "bandpo.bandpo"
@@ -375,7 +385,7 @@ def test_lr_end_is_verls_cosine_decay_to_that_rate(compose):
     from verl.utils.torch_functional import get_cosine_schedule_with_warmup
 
     run = sweep_run(lr=5e-4, lr_end=1e-4, steps=64)
-    optim = compose(run.overrides()).actor_rollout_ref.actor.optim
+    optim = compose(command.overrides(run)).actor_rollout_ref.actor.optim
     assert (optim.lr_scheduler_type, optim.min_lr_ratio, optim.lr_warmup_steps_ratio) == ("cosine", 0.2, 0.0)
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=optim.lr)
     sched = get_cosine_schedule_with_warmup(opt, 0, 64, min_lr_ratio=optim.min_lr_ratio, num_cycles=optim.num_cycles)
@@ -386,7 +396,7 @@ def test_lr_end_is_verls_cosine_decay_to_that_rate(compose):
         sched.step()
     assert lrs[0] == pytest.approx(5e-4) and lrs[-1] == pytest.approx(1e-4, rel=0.01)
     assert all(a >= b for a, b in itertools.pairwise(lrs))
-    assert compose(sweep_run().overrides()).actor_rollout_ref.actor.optim.lr_scheduler_type == "constant"
+    assert compose(command.overrides(sweep_run())).actor_rollout_ref.actor.optim.lr_scheduler_type == "constant"
     for bad in (0.0, 2e-6):
         with pytest.raises(ValueError, match="lr_end"):
             sweep_run(lr_end=bad)
@@ -394,7 +404,7 @@ def test_lr_end_is_verls_cosine_decay_to_that_rate(compose):
 
 @pytest.mark.parametrize("method", sorted(PARAMS))
 def test_every_method_composes(compose, method):
-    cfg = compose(sweep_run(method=method, params=PARAMS[method]).overrides())
+    cfg = compose(command.overrides(sweep_run(method=method, params=PARAMS[method])))
     assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == f"bandpo.{method}"
     raw = cfg.ray_kwargs.ray_init.runtime_env.env_vars[verl_plugin.ENV_VAR]
     assert verl_plugin.method_config(method, raw) == methods.make_config(method, PARAMS[method])
@@ -417,7 +427,8 @@ def test_dapo_entry_is_the_dapo_recipe_in_verls_own_config(compose):
     from verl.utils.config import omega_conf_to_dataclass, validate_config
 
     entry = _gpu_entry("dapo")
-    cfg = compose(sweep_run(method=entry["method"], params=entry.get("params", {}), **entry["verl"]).overrides())
+    run = sweep_run(method=entry["method"], params=entry.get("params", {}), **entry.get("train", {}))
+    cfg = compose(command.overrides(run))
     validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))  # as main()
     a = cfg.actor_rollout_ref.actor
     assert a.policy_loss.loss_mode == "bandpo.clip_higher"
@@ -440,7 +451,7 @@ def test_dapo_entry_is_the_dapo_recipe_in_verls_own_config(compose):
 # config/gpu.yaml's rows in verl's composed config: (lr_warmup_steps, weight_decay, total_epochs, dynamic sampling,
 # loss_agg_mode, kl_loss_coef, max_response_length, reward manager). The dapo row: the authors' dapo_official.sh;
 # bandpo_kl_ds: their bandpo__grpo_plus_ray_bandkl005_filter_groups.sh (24 epochs, filter_groups, else the paper's
-# BandPO); every other row: the paper's protocol, VerlRun's defaults.
+# BandPO); every other row: the paper's protocol, config/gpu.yaml's train:.
 PAPER_ROW = (0, 0.01, 10, False, "seq-mean-token-mean", 0.001, 4096, "naive")
 GPU_ROWS = {
     "dapo": (10, 0.1, 20, True, "token-mean", 0.0, 4608, "dapo"),
@@ -467,8 +478,8 @@ def test_gpu_rows_carry_their_protocol_in_verls_config(compose, entry_id):
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngine
 
     entry = _gpu_entry(entry_id)
-    run = sweep_run(method=entry["method"], params=entry.get("params", {}), **entry.get("verl", {}))
-    cfg = compose(run.overrides())
+    run = sweep_run(method=entry["method"], params=entry.get("params", {}), **entry.get("train", {}))
+    cfg = compose(command.overrides(run))
     a = cfg.actor_rollout_ref.actor
     fg = cfg.algorithm.filter_groups
     got = (a.optim.lr_warmup_steps, a.optim.weight_decay, cfg.trainer.total_epochs, fg.enable, a.loss_agg_mode,
@@ -494,7 +505,7 @@ def test_gpu_rows_carry_their_protocol_in_verls_config(compose, entry_id):
 
 def test_lr_warmup_steps_is_a_count_of_steps():
     assert sweep_run(lr_warmup_steps=0).lr_warmup_steps == 0
-    with pytest.raises(ValueError, match="lr_warmup_steps must be >= 0"):
+    with pytest.raises(ValueError, match="lr_warmup_steps: must be an integer >= 0"):
         sweep_run(lr_warmup_steps=-1)
 
 
@@ -504,7 +515,7 @@ def test_extra_overrides_splice_a_shared_group():
     group = ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc"]
     run = sweep_run(extra_overrides=[group, "reward.reward_manager.name=dapo"])
     assert run.extra_overrides == [*group, "reward.reward_manager.name=dapo"]
-    assert run.overrides()[-3:] == run.extra_overrides == dataclasses.asdict(run)["extra_overrides"]
+    assert command.overrides(run)[-3:] == run.extra_overrides == dataclasses.asdict(run)["extra_overrides"]
 
 
 def test_dapo_reward_manager_applies_the_overlong_penalty_past_4096_tokens(compose):
@@ -517,7 +528,7 @@ def test_dapo_reward_manager_applies_the_overlong_penalty_past_4096_tokens(compo
     from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
 
     entry = _gpu_entry("dapo")
-    cfg = compose(sweep_run(method=entry["method"], params={}, **entry["verl"]).overrides())
+    cfg = compose(command.overrides(sweep_run(method=entry["method"], params={}, **entry.get("train", {}))))
 
     class Tok:
         def decode(self, ids, skip_special_tokens=True):
@@ -547,10 +558,10 @@ def test_dapo_reward_manager_applies_the_overlong_penalty_past_4096_tokens(compo
 
 
 def test_grader_mode_reaches_verls_reward(compose):
-    cfg = compose(sweep_run(grader_mode="lenient").overrides())
+    cfg = compose(command.overrides(sweep_run(grader_mode="lenient")))
     assert cfg.reward.custom_reward_function.reward_kwargs.grader_mode == "lenient"
     assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.BANDPO_GRADER_MODE == "lenient"
-    with pytest.raises(ValueError, match="grader_mode 'strict' is not one of lenient, strict-answer-line"):
+    with pytest.raises(ValueError, match="grader_mode: must be one of lenient, strict-answer-line"):
         sweep_run(grader_mode="strict")
 
 
@@ -558,11 +569,11 @@ def test_wrong_keys_fail_here_not_on_a_cluster(compose):
     from hydra.errors import ConfigCompositionException
 
     with pytest.raises(ConfigCompositionException):  # verl's PolicyLossConfig is closed
-        compose(sweep_run(extra_overrides=["actor_rollout_ref.actor.policy_loss.delta=0.1"]).overrides())
+        compose(command.overrides(sweep_run(extra_overrides=["actor_rollout_ref.actor.policy_loss.delta=0.1"])))
     with pytest.raises(ValueError, match="did you mean 'seed'"):
         sweep_run(sed=1)
     with pytest.raises(ValueError, match="'delta' = -1.0 must be > 0"):
-        sweep_run(params={"delta": -1})
+        command.overrides(sweep_run(params={"delta": -1}))
     with pytest.raises(ValueError, match="multiple of updates_per_step"):
         sweep_run(updates_per_step=3)
 
@@ -573,7 +584,7 @@ def test_command_line_through_verl_cli():
     import yaml
 
     run = sweep_run(method="dcpo", params={"cap": 5})
-    cmd = run.shell_command().replace(f"{run.python} -m", f"{sys.executable} -m", 1)
+    cmd = command.shell_command(run).replace(f"{run.python} -m", f"{sys.executable} -m", 1)
     assert cmd.startswith("BANDPO_METHOD_CONFIG=")
     out = subprocess.run(["bash", "-c", cmd + " --cfg job"], capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -656,15 +667,15 @@ def test_protocol_table_is_true():
         assert local == default_cell(TrainConfig, name), name
         assert verl == default_cell(VerlRun, name), name
     # each listed verl key is what VerlRun emits for that field: present, and it follows the field's value
-    base = dict(sweep_run().protocol_overrides())
-    emitted = dict(o.split("=", 1) for o in sweep_run().overrides() if not o.startswith("+"))
+    base = dict(command.protocol_overrides(sweep_run()))
+    emitted = dict(o.split("=", 1) for o in command.overrides(sweep_run()) if not o.startswith("+"))
     for name, (cell, *_) in table.items():
         listed = tuple(k.strip().strip("`") for k in cell.split(",")) if cell != "—" else ()
         assert listed == keys.get(name, ()), name
         if not listed:
             continue
         other = {"params": {}} if name == "method" else {}  # the other method's parameters
-        changed = sweep_run(**{name: CHANGED[name]}, **other).protocol_overrides()
+        changed = command.protocol_overrides(sweep_run(**{name: CHANGED[name]}, **other))
         for key in listed:
             assert key in changed and changed[key] != base.get(key), (name, key)
             assert key in emitted or (name == "lr_end" and key not in base), (name, key)  # min_lr_ratio: lr_end set
@@ -678,7 +689,7 @@ def test_one_dual_clip_default():
     c = methods.DEFAULT_DUAL_CLIP_C
     assert c == 10.0
     assert methods.SurrogateConfig().dual_clip_c == TrainConfig().dual_clip_c == sweep_run().dual_clip_c == c
-    assert f"actor_rollout_ref.actor.clip_ratio_c={c!r}" in sweep_run().overrides()
+    assert f"actor_rollout_ref.actor.clip_ratio_c={c!r}" in command.overrides(sweep_run())
     assert verl_plugin._dual_clip_c(None) == verl_plugin._dual_clip_c({}) == c
     assert verl_plugin._dual_clip_c({"clip_ratio_c": 3.0}) == 3.0
 
@@ -692,11 +703,11 @@ def test_cpu_profile_serves_a_steps_requests_as_one_batch(compose):
     from bandpo.verl.cpu import server_options
 
     path = ROOT / "config" / "verl-cpu.yaml"
-    profile = yaml.safe_load(open(path, encoding="utf-8"))["verl"]
+    profile = yaml.safe_load(open(path, encoding="utf-8"))["train"]
     run = sweep_run(**profile)
-    cfg = compose(run.overrides())
+    cfg = compose(command.overrides(run))
     rollout = cfg.actor_rollout_ref.rollout
     assert rollout.name == "hf" and server_options(rollout) == {"max_batch": 32 * 8}
-    assert "engine_kwargs.hf" not in " ".join(sweep_run().overrides())  # a vllm run has no such key
+    assert "engine_kwargs.hf" not in " ".join(command.overrides(sweep_run()))  # a vllm run has no such key
     with pytest.raises(ValueError, match="unknown engine_kwargs.hf"):
         server_options(OmegaConf.create({"engine_kwargs": {"hf": {"max_batchs": 4}}}))

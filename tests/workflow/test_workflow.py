@@ -7,10 +7,10 @@ Every snakemake call runs in a temporary working directory (``-d``), so nothing 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib.util
 import json
 import re
-import shlex
 import subprocess
 import sys
 import time
@@ -21,7 +21,10 @@ import pytest
 import yaml
 from conftest import snakemake
 
-from bandpo.config import run_lock, sweep, validate
+from bandpo.plan import run_lock, sweep, validate
+from bandpo.plan.runs import Plan
+from bandpo.verl import command
+from bandpo.verl.spec import read_spec as read_verl_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = {name: ROOT / "config" / f"{name}.yaml" for name in ("config", "smoke", "gpu")}
@@ -31,6 +34,11 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("snakemake") is None, r
 
 def read_config(name: str) -> dict:
     return yaml.safe_load(CONFIGS[name].read_text())
+
+
+def verl_line(spec: Path) -> str:
+    """The shell line verl's job runs for a run's spec file (``python -m bandpo.verl.launch --spec`` prints it)."""
+    return command.shell_command(read_verl_spec(spec))
 
 
 def job_counts(output: str) -> dict[str, int]:
@@ -80,7 +88,7 @@ def test_defaults_are_filled_in():
 def test_group_size_16_at_the_same_rollout_count_is_a_config_setting():
     """Group size 16 at the default rollout count (TrainConfig: 32 prompts x 8 = 16 x 16 = 256 completions per
     step) needs no code: a method entry or an experiment sets train: {samples_per_prompt: 16, prompts_per_step: 16};
-    the config validates and the run's overrides (its --set arguments) carry both."""
+    the config validates and the run plan's specs carry both."""
     from bandpo.train.loop import TrainConfig
 
     default = TrainConfig()
@@ -89,18 +97,16 @@ def test_group_size_16_at_the_same_rollout_count_is_a_config_setting():
     raw = read_config("config")
     raw["methods"].append({"id": "grpo_g16", "method": "grpo", "train": dict(g16)})  # an entry of main
     raw["experiments"]["group16"] = {**raw["experiments"]["random-reward"], "train": {"steps": 8, **g16}}
-    cfg = validate.validate_config(raw)
-    entry = sweep.train_overrides(cfg, "tiny-s", "grpo_g16")
-    assert entry["samples_per_prompt"] == entry["prompts_per_step"] == 16 and entry["steps"] == 64
-    assert sweep.train_overrides(cfg, "tiny-s", "grpo")["steps"] == 64 and "samples_per_prompt" not in cfg["train"]
-    xp = sweep.train_overrides(cfg, "tiny-s", "bandpo_kl", "group16")
-    assert {k: xp[k] for k in ("samples_per_prompt", "prompts_per_step", "steps")} == {**g16, "steps": 8}
-    args = sweep.set_args(entry)
-    assert "samples_per_prompt=16" in args and "prompts_per_step=16" in args
+    plan = Plan(validate.validate_config(raw))
+    entry = plan.train_spec("tiny-s", "grpo_g16", 0)
+    assert entry.samples_per_prompt == entry.prompts_per_step == 16 and entry.steps == 64
+    assert plan.train_spec("tiny-s", "grpo", 0).steps == 64 and "samples_per_prompt" not in plan.config["train"]
+    xp = plan.train_spec("tiny-s", "bandpo_kl@group16", 0)
+    assert (xp.samples_per_prompt, xp.prompts_per_step, xp.steps) == (16, 16, 8)
     bad = {**raw, "methods": [*raw["methods"][:-1], {"id": "grpo_g16", "method": "grpo",
                                                      "train": {"samples_per_prompt": 1}}]}  # fmt: skip
-    with pytest.raises(validate.ConfigError, match="samples_per_prompt"):
-        validate.validate_config(bad)
+    with pytest.raises(validate.ConfigError, match=r"the run tiny-s/grpo_g16/seed0\): .*samples_per_prompt"):
+        Plan(validate.validate_config(bad))
 
 
 @pytest.mark.parametrize("name", ["config", "smoke", "gpu"])
@@ -171,7 +177,7 @@ def test_primary_pair_runs_seeds_of_its_own():
     """primary.seeds: both compare entries train and score those seeds on every model of the experiment they run
     on; the other entries and the base models keep the experiment's seeds; the new keys of primary and select
     validate (and validation stays idempotent)."""
-    from bandpo.config import budget
+    from bandpo.plan import budget
 
     raw = _smoke_without_primary_seeds()
     plain = validate.validate_config(raw)
@@ -211,7 +217,7 @@ def test_primary_pair_runs_seeds_of_its_own():
 
 def test_budget_seeds_what_if_keeps_the_primary_pairs_extra_seeds(tmp_path):
     """`budget plan --seeds N`: the pair keeps as many seeds beyond its experiment's as the config gives it."""
-    from bandpo.config import budget
+    from bandpo.plan import budget
 
     path = write_config(tmp_path, _with_primary_seeds(_smoke_without_primary_seeds(), [0, 1, 2], [2, 3, 4]))
     cfg = budget.load_config(path, seeds=4, root=ROOT)
@@ -274,7 +280,7 @@ BAD_CASES = {  # case: (mutation of config/smoke.yaml, regex the error message m
     "train_typo": (_set(["train", "stpes"], 3), r"config error at train\.stpes: .*'stpes' \(did you mean 'steps'\?\)"),
     "model_train_bad_value": (
         _set(["models", 0, "train", "lr"], 0),
-        r"models\[0\]\.train\.lr \(model 'smoke-tiny'\): .*lr: must be a finite number > 0",
+        r"models\[0\]\.train\.lr \(the run smoke-tiny/grpo/seed0\): lr: must be a finite number > 0",
     ),
     "entry_train_typo": (
         _set(["methods", 1, "train", "updates_per_stp"], 2),
@@ -295,7 +301,8 @@ BAD_CASES = {  # case: (mutation of config/smoke.yaml, regex the error message m
     ),
     "experiment_bad_reward": (
         _set(["experiments", "random-reward", "train", "reward"], "coin"),
-        r"experiments\.random-reward\.train\.reward: .*'grader' or 'random'",
+        r"experiments\.random-reward\.train\.reward \(the run smoke-tiny/grpo@random-reward/seed0\): reward: must be "
+        r"one of grader, random",
     ),
     "experiment_primary_not_an_entry": (
         _set(["experiments", "probe", "primary", "compare"], ["bandpo_kl", "dcpo"]),
@@ -353,7 +360,7 @@ BAD_CASES = {  # case: (mutation of config/smoke.yaml, regex the error message m
 def test_bad_config_is_rejected_naming_the_field(case):
     mutate, pattern = BAD_CASES[case]
     with pytest.raises(validate.ConfigError) as exc:
-        validate.validate_config(bad(mutate))
+        Plan(validate.validate_config(bad(mutate)))  # as the Snakefile reads a config
     assert re.search(pattern, str(exc.value)), str(exc.value)
 
 
@@ -391,13 +398,15 @@ def test_gpu_dry_run_dynamic_sampling_rows(tmp_path):
     both verl commands; the authors' epochs, warmup and weight decay per row (docs/paper-protocol.md)."""
     raw = read_config("gpu")
     rows = {e["id"]: e for e in raw["methods"]}
-    assert rows["dapo"]["verl"]["extra_overrides"][0] is rows["bandpo_kl_ds"]["verl"]["extra_overrides"][0]
+    assert rows["dapo"]["train"]["extra_overrides"][0] is rows["bandpo_kl_ds"]["train"]["extra_overrides"][0]
     run = "results/gpu/runs/r1-distill-qwen-7b/{}/seed2/model/config.json"
     expected = {"dapo": ("token-mean", 10, 0.1, 20), "bandpo_kl_ds": ("seq-mean-token-mean", 0, 0.01, 24)}
     for entry, (agg, warmup, wd, epochs) in expected.items():
         proc = snakemake(tmp_path / entry, "-n", "-p", run.format(entry), configfile=CONFIGS["gpu"])
         assert proc.returncode == 0, proc.output[-3000:]
-        line = next(x for x in proc.output.splitlines() if "verl.trainer.main_ppo" in x)
+        spec = f"results/gpu/plan/train/r1-distill-qwen-7b/{entry}/seed2.json"
+        assert f"python -m bandpo.verl.launch --spec {spec}" in proc.output
+        line = verl_line(tmp_path / entry / spec)
         for key in ("enable=true", "metric=acc", "max_num_gen_batches=100"):
             assert f" algorithm.filter_groups.{key}" in line, (entry, key)
         assert f"actor_rollout_ref.actor.loss_agg_mode='\"'\"'{agg}'\"'\"'" in line
@@ -415,12 +424,17 @@ def test_gpu_dry_run_commands(tmp_path):
     ]
     proc = snakemake(tmp_path, "-n", "-p", *targets, configfile=CONFIGS["gpu"])
     assert proc.returncode == 0, proc.output[-3000:]
-    out = proc.output
+    spec = "results/gpu/plan/train/qwen2.5-3b-instruct/bandpo_tv/seed1.json"
+    assert f"python -m bandpo.verl.launch --spec {spec}" in proc.output
+    verl = verl_line(tmp_path / spec)
+    eval_spec = json.loads((tmp_path / "results/gpu/plan/eval/qwen2.5-3b-instruct/bandpo_tv/seed1.json").read_text())
+    out = proc.output + "\n" + verl
     assert "python -m verl.trainer.main_ppo" in out
     assert "actor_rollout_ref.actor.policy_loss.loss_mode='\"'\"'bandpo.bandpo'\"'\"'" in out
     assert 'BANDPO_METHOD_CONFIG=\'{"bandpo":{"cap":10.0,"delta":0.05,"divergence":"tv"' in out
     assert "bandpo.verl.merge --run-dir results/gpu/runs/qwen2.5-3b-instruct/bandpo_tv/seed1" in out
-    assert "python -m bandpo.score" in out and "--backend vllm" in out and "--apply-chat-template" in out
+    assert "python -m bandpo.score --spec results/gpu/plan/eval/qwen2.5-3b-instruct/bandpo_tv/seed1.json" in out
+    assert eval_spec["backend"] == "vllm" and eval_spec["apply_chat_template"] is True
     # the paper's grader (grader.mode) in verl's reward (keyword and Ray workers' env) and in lm-eval scoring
     assert "+reward.custom_reward_function.reward_kwargs.grader_mode='\"'\"'math-dapo'\"'\"'" in out
     assert "BANDPO_GRADER_MODE=math-dapo" in out
@@ -435,14 +449,17 @@ def test_grader_mode_reaches_every_job_that_grades(tmp_path):
     proc = snakemake(tmp_path / "wd", "-n", "-p", configfile=write_config(tmp_path, cfg))
     assert proc.returncode == 0, proc.output[-3000:]
     lines = proc.output.splitlines()
-    for command in ("python -m bandpo.train", "python -m bandpo.score", "python -m bandpo.models build"):
-        found = [line for line in lines if command in line]
-        assert found and all("BANDPO_GRADER_MODE=math-dapo" in line for line in found), command
+    for job in ("python -m bandpo.train", "python -m bandpo.score", "python -m bandpo.models build"):
+        found = [line for line in lines if job in line]
+        assert found and all("BANDPO_GRADER_MODE=math-dapo" in line for line in found), job
     cfg = validate.validate_config(read_config("smoke"))
     assert cfg["grader"] == {"mode": "lenient"}  # the default
     bad = yaml.safe_load((ROOT / "config" / "verl-cpu.yaml").read_text())
-    bad["verl"]["grader_mode"] = "lenient"
-    with pytest.raises(validate.ConfigError, match=r"verl\.grader_mode: set the grader once, as grader\.mode"):
+    bad["train"]["grader_mode"] = "lenient"
+    with pytest.raises(validate.ConfigError, match=r"train\.grader_mode: set the grader once, as grader\.mode"):
+        validate.validate_config(bad)
+    bad["verl"] = bad.pop("train")  # the retired key: a pointer to where its settings went
+    with pytest.raises(validate.ConfigError, match=r"config error at verl: verl's settings moved under train:"):
         validate.validate_config(bad)
 
 
@@ -544,16 +561,15 @@ def test_atlas_measures_mains_first_tiny_base_model(tmp_path):
         0,
         sweep.ATLAS_STEPS,
     )
-    assert spec["train"] == sweep.train_overrides(cfg, "tiny-s", "grpo")
+    assert spec["train"] == sweep.run_settings(cfg, "tiny-s", "grpo")
     proc = snakemake(tmp_path, "-n", "-p", "--cores", "1", "results/embedded/leaderboard.html")
     assert proc.returncode == 0, proc.output[-3000:]
-    assert ("python -m bandpo.report.atlas_measure --model resources/models/tiny-s --data resources/data/tiny-math "
-            "--seed 0 "
-            f"--steps {sweep.ATLAS_STEPS} --set old_log_probs=sampler --set prompts_per_step=16 "
-            "--set sampler_kernel=c --set steps=64 "
-            "--threads 1 --no-progress "
-            "--out results/embedded/atlas.csv"
-            in proc.output)  # fmt: skip
+    assert (f"python -m bandpo.report.atlas_measure --spec results/embedded/plan/atlas.json "
+            f"--steps {sweep.ATLAS_STEPS} --no-progress --out results/embedded/atlas.csv" in proc.output)  # fmt: skip
+    measured = json.loads((tmp_path / "results/embedded/plan/atlas.json").read_text())
+    grpo = dataclasses.asdict(Plan(cfg).train_spec("tiny-s", "grpo", 0))
+    same = ("model", "data", "method", "params", "seed", "steps", "prompts_per_step", "old_log_probs", "sampler_kernel")
+    assert {k: measured[k] for k in same} == {k: grpo[k] for k in same}  # the first steps of main's GRPO run
     assert job_counts(proc.output)["atlas"] == 1
     assert sweep.atlas_spec(validate.validate_config(read_config("smoke")))["steps"] == 3  # smoke runs 3 steps
     assert sweep.atlas_spec(validate.validate_config(read_config("gpu"))) is None  # hub models only
@@ -680,11 +696,11 @@ def test_smoke_dag_end_to_end(smoke_run):
     assert set(scores["metric"]) >= {"mean", "pass", "maj"}
     assert set(scores["grader"]) == {summary["grader"]["id"]} and "/lenient@" in summary["grader"]["id"]
     assert not (wd / "results" / "leaderboard.csv").exists()  # smoke does not publish
-    # every rule logs and records a benchmark; `python -m bandpo.config.budget times` sums them per rule kind
+    # every rule logs and records a benchmark; `python -m bandpo.plan.budget times` sums them per rule kind
     tsv = list((wd / "logs" / "smoke" / "benchmarks").rglob("*.tsv"))
     assert tsv
     log = sorted((wd / ".snakemake" / "log").glob("*.snakemake.log"))[0]  # the smoke run's log: its time stamps
-    table = subprocess.run([sys.executable, "-m", "bandpo.config.budget", "times",
+    table = subprocess.run([sys.executable, "-m", "bandpo.plan.budget", "times",
                             str(wd / "logs" / "smoke" / "benchmarks"), "--log", str(log),
                             "--csv", str(wd / "dag_rules.csv")], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
     assert table.returncode == 0, table.stderr
@@ -701,7 +717,7 @@ def test_smoke_dag_end_to_end(smoke_run):
         cfg["seeds"]
     )  # one lm-eval process scored all seeds of the entry
     # the fixed cost per job (benchmark file's wall time minus the steps / the scoring the job's records hold)
-    fixed = subprocess.run([sys.executable, "-m", "bandpo.config.budget", "times",
+    fixed = subprocess.run([sys.executable, "-m", "bandpo.plan.budget", "times",
                             str(wd / "logs" / "smoke" / "benchmarks"), "--results", str(wd / "results" / "smoke")],
                            cwd=ROOT, capture_output=True, text=True)  # fmt: skip
     assert fixed.returncode == 0, fixed.stderr
@@ -820,12 +836,12 @@ def test_smoke_rerun_is_a_fast_noop(smoke_run):
 
 
 def test_stale_locks_are_cleared_only_when_no_run_is_alive(tmp_path):
-    """bandpo.config.run_lock: a live run's flock protects its Snakemake locks; a dead run's are removed."""
+    """bandpo.plan.run_lock: a live run's flock protects its Snakemake locks; a dead run's are removed."""
     locks = tmp_path / ".snakemake" / "locks"
     locks.mkdir(parents=True)
     (locks / "0.output.lock").write_text("results/x\n")
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from bandpo.config import run_lock; "
+        [sys.executable, "-c", "import sys, time; from bandpo.plan import run_lock; "
          "print(len(run_lock.clear_stale_locks(sys.argv[1])), flush=True); time.sleep(60)",
          str(tmp_path / ".snakemake")],
         stdout=subprocess.PIPE, text=True,
@@ -1093,18 +1109,25 @@ def test_a_new_method_ranks_against_the_published_runs_without_rerunning_them(sm
 
 
 def test_run_cost_benchmark_runs_the_rules_command(tmp_path):
-    """benchmarks/bench_run_cost.py times the command the rule train runs (so its figures are the DAG's)."""
+    """benchmarks/bench_run_cost.py times the job the rule train runs (so its figures are the DAG's): the same entry
+    point and the spec the DAG's run plan writes, but for its own out folder and threads."""
     spec = importlib.util.spec_from_file_location("bench_run_cost", ROOT / "benchmarks" / "bench_run_cost.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     cfg = validate.validate_config(read_config("config"))
     for model in ("tiny-s", "tiny-m"):
         run = f"results/embedded/runs/{model}/bandpo_kl/seed1"
-        proc = snakemake(tmp_path, "-n", "-p", f"{run}/run.json")
+        proc = snakemake(tmp_path / "wd", "-n", "-p", f"{run}/run.json")
         assert proc.returncode == 0, proc.output[-3000:]
-        cmd = bench.run_command(cfg, model, "bandpo_kl", 1, run)
-        assert cmd[1:3] == ["-m", "bandpo.train"]
-        assert shlex.join(cmd[1:]) in proc.output
+        dag_spec = f"results/embedded/plan/train/{model}/bandpo_kl/seed1.json"
+        assert f"python -m bandpo.train --spec {dag_spec}" in proc.output
+        mine = tmp_path / f"{model}.json"
+        cmd = bench.run_command(cfg, model, "bandpo_kl", 1, str(tmp_path / "out"), str(mine), threads=2)
+        assert cmd[1:] == ["-m", "bandpo.train", "--spec", str(mine)]
+        ours, dags = json.loads(mine.read_text()), json.loads((tmp_path / "wd" / dag_spec).read_text())
+        assert (ours.pop("out"), ours.pop("threads"), dags.pop("out"), dags.pop("threads")) == (
+            str(tmp_path / "out"), 2, run, 1)  # fmt: skip
+        assert ours == dags
 
 
 def _measured_separation_d() -> int | None:
@@ -1121,11 +1144,11 @@ def _measured_separation_d() -> int | None:
 
 
 def test_budget_estimate_counts_the_dags_jobs_and_reproduces_the_measured_run():
-    """`python -m bandpo.config.budget plan`: its job list has the DAG's counts (sweep.expected_jobs, which the dry-run
+    """`python -m bandpo.plan.budget plan`: its job list has the DAG's counts (sweep.expected_jobs, which the dry-run
     tests compare with snakemake), and applied to the published run's own config it gives back that run's elapsed
     time (results/dag_rules.csv) within 5%; a planned config that trains more steps costs more. Without the D the
     published run's selection picked (the command line's default) its unit costs are the same."""
-    from bandpo.config import budget
+    from bandpo.plan import budget
 
     cfg = validate.validate_config(read_config("config"))
     expected = sweep.expected_jobs(cfg)
@@ -1155,11 +1178,11 @@ def test_budget_estimate_counts_the_dags_jobs_and_reproduces_the_measured_run():
 
 
 def test_benchmarks_readme_quotes_the_published_run():
-    """benchmarks/README.md's entries of `python -m bandpo.config.budget`: the published run's elapsed time and the
+    """benchmarks/README.md's entries of `python -m bandpo.plan.budget`: the published run's elapsed time and the
     fixed cost of a tiny-s main training job (results/dag_rules.csv), and the seed counts `plan` estimates from that
     table, as its command line computes them; benchmarks/CHANGELOG.md's record of that run against the one before it
     and of the same seed counts."""
-    from bandpo.config import budget
+    from bandpo.plan import budget
 
     rules, measured_cfg = budget.read_measured(ROOT / "results")
     model = budget.CostModel(rules, measured_cfg)

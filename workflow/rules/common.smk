@@ -4,44 +4,44 @@ import json
 import re
 import shlex
 
-from bandpo.config.jobs import Jobs
-from bandpo.config.sweep import MAIN, BASE_ENTRY, base_models, cell_models, eval_groups, eval_rule_name, eval_seed_groups, job_resources, runs, score_groups, slot_seeds, slots
+from bandpo.plan.sweep import MAIN, BASE_ENTRY, base_models, cell_models, eval_groups, eval_rule_name, eval_seed_groups, job_resources, runs, score_groups, slot_seeds, slots
 
-# Every job's folders, environment and command line come from one place, bandpo.config.jobs.Jobs (the benchmarks that
-# time a job as the DAG runs it use the same): the functions below only hand its answers to the rules.
-JOBS = Jobs(config, workflow.basedir)
-PROFILE = JOBS.profile
-RESULTS = JOBS.results
+# Every job's folders, environment and spec file come from one place, the run plan (bandpo.plan.runs.Plan, built in
+# the Snakefile; the benchmarks that run a job as the DAG does use the same): the functions below only hand its
+# answers to the rules.
+
+PROFILE = PLAN.profile
+RESULTS = PLAN.results
 PUBLISH_DIR = config["publish_dir"]  # where the published page goes (results, or a settled experiment's own folder)
-RUNS = JOBS.runs_dir
-EVAL = JOBS.eval_root
-LOGS = JOBS.logs
+RUNS = PLAN.runs_dir
+EVAL = PLAN.eval_root
+LOGS = PLAN.logs
 BENCH = f"logs/{PROFILE}/benchmarks"  # rule benchmarks (benchmarks/ at the top holds the perf scripts)
-TASKS_DIR = JOBS.tasks_dir  # lm-eval's task YAMLs, shipped in the package
-VERL_REWARD = JOBS.verl_reward  # verl loads its reward function by path: the one file of workflow/scripts
+TASKS_DIR = PLAN.tasks_dir  # lm-eval's task YAMLs, shipped in the package
+VERL_REWARD = PLAN.verl_reward  # verl loads its reward function by path: the one file of workflow/scripts
 
-DATA = JOBS.data
-MODELS = JOBS.models
-ENTRIES = JOBS.entries
-EXPERIMENTS = JOBS.experiments  # completed by bandpo.config.sweep: main (the sweep) and the other experiments
+DATA = PLAN.data
+MODELS = PLAN.models
+ENTRIES = PLAN.entries
+EXPERIMENTS = PLAN.experiments  # completed by bandpo.plan.sweep: main (the sweep) and the other experiments
 # A slot is an experiment's method entry, the {entry} wildcard and folder name: the entry id in main,
-# {entry}@{experiment} elsewhere (bandpo.config.sweep.slot_id). SLOTS: slot -> {"experiment", "entry"}.
-SLOTS = JOBS.slots
+# {entry}@{experiment} elsewhere (bandpo.plan.sweep.slot_id). SLOTS: slot -> {"experiment", "entry"}.
+SLOTS = PLAN.slots
 RUNS_ALL = runs(config)  # (model, slot, seed) of every training run
 EVAL_GROUPS = eval_groups(config)  # (model, slot) of every scored group
 BUILTIN_SLOTS = list(slots(config, builtin=True))  # trained by rule train / train_verl; the others by their own
 TRAIN_DATA = list(config["train_data"])
-THREADS = JOBS.threads
-# the folders and helpers of the rules, from bandpo.config.jobs.Jobs
-xp_of, entry_of, tasks_of = JOBS.xp_of, JOBS.entry_of, JOBS.tasks_of
-data_dir, data_file, model_dir, run_dir, eval_dir = JOBS.data_dir, JOBS.data_file, JOBS.model_dir, JOBS.run_dir, JOBS.eval_dir
-select_file, run_meta, _checkpoint = JOBS.select_file, JOBS.run_meta, JOBS.checkpoint
+THREADS = PLAN.threads
+# the folders and helpers of the rules, from bandpo.plan.runs.Plan
+xp_of, entry_of, tasks_of = PLAN.xp_of, PLAN.entry_of, PLAN.tasks_of
+data_dir, data_file, model_dir, run_dir, eval_dir = PLAN.data_dir, PLAN.data_file, PLAN.model_dir, PLAN.run_dir, PLAN.eval_dir
+select_file, run_meta, _checkpoint = PLAN.select_file, PLAN.run_meta, PLAN.checkpoint
 
 
 def seeds_of(slot):
-    """The seeds a slot trains and scores (bandpo.config.sweep.slot_seeds): its experiment's seeds, or for the two
+    """The seeds a slot trains and scores (bandpo.plan.sweep.slot_seeds): its experiment's seeds, or for the two
     entries of its primary.compare the experiment's primary.seeds where set."""
-    return slot_seeds(config, SLOTS[slot]["experiment"], SLOTS[slot]["entry"])
+    return PLAN.seeds_of(slot)
 
 
 def _alternatives(ids):
@@ -65,13 +65,13 @@ wildcard_constraints:
 
 # Environment of every job: no network in the embedded profile, one BLAS pool per job, quiet tokenizers, the grader.
 # BANDPO_GRADER_MODE: the config's grader for every job that grades (bandpo.grader reads it).
-GRADER_MODE = JOBS.grader_mode
-ENV = JOBS.env_prefix()  # every job's environment (bandpo.config.jobs.Jobs.env)
+GRADER_MODE = PLAN.grader_mode
+ENV = PLAN.env_prefix()  # every job's environment (bandpo.plan.runs.Plan.env)
 # Methods of the user's own modules, imported where a run starts (trainer, verl's workers): handed to the jobs through
 # this process's environment, which the local and SLURM executors pass on, not through the jobs' params (a rerun
 # trigger): adding a module and its entry runs that entry's jobs only (tests/workflow/test_workflow.py, marker dag).
 # The config alone says which modules a run imports: empty when it names none.
-os.environ["BANDPO_METHOD_MODULES"] = os.pathsep.join(JOBS.method_modules())
+os.environ["BANDPO_METHOD_MODULES"] = os.pathsep.join(PLAN.method_modules())
 
 
 envvars:
@@ -128,35 +128,35 @@ def q(x):
 
 
 def _tiny_math_args(wildcards):
-    return shlex.join(JOBS.tiny_math_args(wildcards.data))
+    return shlex.join(PLAN.tiny_math_args(wildcards.data))
 
 
 def _real_args(wildcards):
-    return shlex.join(JOBS.real_args(wildcards.data))
+    return shlex.join(PLAN.real_args(wildcards.data))
 
 # base models (models.smk)
 
 
 def _tiny_build_args(wildcards):
-    return shlex.join(JOBS.tiny_build_args(wildcards.model, getattr(wildcards, "seed", None)))
+    return shlex.join(PLAN.tiny_build_args(wildcards.model, getattr(wildcards, "seed", None)))
 
 
 def _pretrain_data(wildcards):
-    return JOBS.pretrain_data(wildcards.model)
+    return PLAN.pretrain_data(wildcards.model)
 
 
 def _hub_args(wildcards):
-    return shlex.join(JOBS.hub_args(wildcards.model))
+    return shlex.join(PLAN.hub_args(wildcards.model))
 
 
 def _pypi_args(wildcards):
-    return shlex.join(JOBS.pypi_args(wildcards.model))
+    return shlex.join(PLAN.pypi_args(wildcards.model))
 
 # training (train.smk)
 
 
-def _local_train_args(wildcards):
-    return shlex.join(JOBS.train_args(wildcards.model, wildcards.entry, wildcards.seed))
+def _train_spec(wildcards):
+    return PLAN.spec_file("train", wildcards.model, wildcards.entry, wildcards.seed)
 
 
 def _train_select_input(wildcards):
@@ -164,12 +164,8 @@ def _train_select_input(wildcards):
     return [select_file(experiment)] if EXPERIMENTS[experiment].get("select") else []
 
 
-def _verl_run(wildcards):
-    return JOBS.verl_run(wildcards.model, wildcards.entry, wildcards.seed)
-
-
 def _verl_gpus(wildcards):
-    return JOBS.verl_gpus(wildcards.model, wildcards.entry)
+    return PLAN.verl_gpus(wildcards.model, wildcards.entry, wildcards.seed)
 
 # scoring (eval.smk)
 
@@ -185,18 +181,14 @@ def _task_data_files(slot):
     return [data_file(t["data"], "test") for t in tasks_of(slot)]
 
 
-def _eval_args(model_id, slot, seeds):
-    return shlex.join(JOBS.eval_args(model_id, slot, seeds))
+def _eval_spec(model_id, slot, seeds):
+    return PLAN.eval_spec_file(model_id, slot, seeds)
 
 # the report (report.smk)
 
-# The equivalence atlas's model, seed, data and training settings (bandpo.config.sweep.atlas_spec); None: no atlas job.
-ATLAS = JOBS.atlas()
+# The equivalence atlas's run (bandpo.plan.runs.Plan.atlas_run, its spec file); None: no atlas job.
+ATLAS = PLAN.atlas_run
 ATLAS_CSV = [f"{RESULTS}/atlas.csv"] if ATLAS else []  # an input of the report and of the publication
-
-
-def _atlas_args():
-    return shlex.join(JOBS.atlas_args())
 
 
 def all_base_models():

@@ -11,9 +11,9 @@
 
 
 # One evaluation rule per experiment and seed list (its seeds and tasks fix the rule's outputs): eval_group / eval_run
-# for main, eval_group_<experiment> / eval_run_<experiment> (bandpo.config.sweep.eval_rule_name) for the others; an
+# for main, eval_group_<experiment> / eval_run_<experiment> (bandpo.plan.sweep.eval_rule_name) for the others; an
 # experiment whose primary pair runs seeds of its own (primary.seeds) scores the pair with a rule of its own,
-# eval_group_primary / eval_group_<experiment>_primary (bandpo.config.sweep.eval_seed_groups).
+# eval_group_primary / eval_group_<experiment>_primary (bandpo.plan.sweep.eval_seed_groups).
 for _xp_id, _xp in EXPERIMENTS.items():
     for _group in eval_seed_groups(config, _xp_id):
 
@@ -23,6 +23,7 @@ for _xp_id, _xp in EXPERIMENTS.items():
                 name:
                     eval_rule_name("eval_group", _xp_id, _group["primary"])
                 input:
+                    spec=lambda w: _eval_spec(w.model, w.entry, seeds_of(w.entry)),
                     models=lambda w: [_checkpoint(w.model, w.entry, s) for s in seeds_of(w.entry)],
                     runs=lambda w: _run_records(w.model, w.entry, seeds_of(w.entry)),
                     data=lambda w: _task_data_files(w.entry),
@@ -31,7 +32,6 @@ for _xp_id, _xp in EXPERIMENTS.items():
                 wildcard_constraints:
                     entry=_alternatives(_group["slots"]),
                 params:
-                    args=lambda w: _eval_args(w.model, w.entry, seeds_of(w.entry)),
                     env=ENV,  # the job's environment, grader.mode included: a change reruns the job (params are a rerun trigger)
                 threads: THREADS
                 resources:
@@ -42,7 +42,7 @@ for _xp_id, _xp in EXPERIMENTS.items():
                 benchmark:
                     f"{BENCH}/eval/{{model}}/{{entry}}.tsv"
                 shell:
-                    "{params.env} python -m bandpo.score {params.args} --threads {threads} > {log} 2>&1"
+                    "{params.env} python -m bandpo.score --spec {input.spec} > {log} 2>&1"
 
         else:
 
@@ -50,6 +50,7 @@ for _xp_id, _xp in EXPERIMENTS.items():
                 name:
                     eval_rule_name("eval_run", _xp_id, _group["primary"])
                 input:
+                    spec=lambda w: _eval_spec(w.model, w.entry, [int(w.seed)]),
                     model=lambda w: _checkpoint(w.model, w.entry, w.seed),
                     run=lambda w: _run_records(w.model, w.entry, [w.seed]),
                     data=lambda w: _task_data_files(w.entry),
@@ -58,7 +59,6 @@ for _xp_id, _xp in EXPERIMENTS.items():
                 wildcard_constraints:
                     entry=_alternatives(_group["slots"]),
                 params:
-                    args=lambda w: _eval_args(w.model, w.entry, [int(w.seed)]),
                     env=ENV,  # the job's environment, grader.mode included: a change reruns the job (params are a rerun trigger)
                 threads: THREADS
                 resources:
@@ -69,4 +69,4 @@ for _xp_id, _xp in EXPERIMENTS.items():
                 benchmark:
                     f"{BENCH}/eval/{{model}}/{{entry}}/seed{{seed}}.tsv"
                 shell:
-                    "{params.env} python -m bandpo.score {params.args} --threads {threads} > {log} 2>&1"
+                    "{params.env} python -m bandpo.score --spec {input.spec} > {log} 2>&1"

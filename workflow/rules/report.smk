@@ -51,16 +51,17 @@ if ATLAS:
 
     # The equivalence atlas (bandpo.report.atlas_measure): where clipping rules that look different act the same, on a synthetic
     # grid and on every mini-batch of the first GRPO steps from main's first tiny model and seed (the sweep's own
-    # training settings, bandpo.config.sweep.atlas_spec); a section of the leaderboard page, published as
+    # training settings, bandpo.plan.sweep.atlas_spec); a section of the leaderboard page, published as
     # results/atlas.csv and shown in docs/methods.md. tiny-s: 23 s CPU (37 s wall on a loaded 2-core machine).
     rule atlas:
         input:
-            model=f"{ATLAS['model_dir']}/config.json",
-            train=data_file(ATLAS["data"], "train"),
+            spec=PLAN.atlas_spec_file,
+            model=f"{ATLAS.model}/config.json",
+            train=f"{ATLAS.data}/train.jsonl",
         output:
             ATLAS_CSV,
         params:
-            args=_atlas_args(),
+            steps=PLAN.atlas_steps(),
             env=ENV,
         threads: THREADS
         resources:
@@ -70,8 +71,8 @@ if ATLAS:
         benchmark:
             f"{BENCH}/atlas.tsv"
         shell:
-            "{params.env} python -m bandpo.report.atlas_measure {params.args} --threads {threads} --no-progress --out {output} "
-            "> {log} 2>&1"
+            "{params.env} python -m bandpo.report.atlas_measure --spec {input.spec} --steps {params.steps} --no-progress "
+            "--out {output} > {log} 2>&1"
 
 
 rule report:

@@ -4,10 +4,12 @@
 
 if config["trainer"] == "verl":
 
-    # verl on Ray with vLLM rollouts: the command built by bandpo.verl.command (method parameters travel in
-    # BANDPO_METHOD_CONFIG through Ray's runtime_env). verl resumes from its latest checkpoint when rerun.
+    # verl on Ray with vLLM rollouts: the run's spec (bandpo.verl.spec.VerlRun) -> verl's command line
+    # (bandpo.verl.launch, bandpo.verl.command; method parameters travel in BANDPO_METHOD_CONFIG through Ray's
+    # runtime_env). verl resumes from its latest checkpoint when rerun.
     rule train_verl:
         input:
+            spec=_train_spec,
             model=base_model,
             train=f"resources/data/_verl/{PROFILE}/train.parquet",
             val=f"resources/data/_verl/{PROFILE}/val.parquet",
@@ -16,8 +18,6 @@ if config["trainer"] == "verl":
             metrics=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/verl_metrics.jsonl",
         wildcard_constraints:
             entry=_alternatives(BUILTIN_SLOTS),
-        params:
-            cmd=lambda w: _verl_run(w).shell_command(),
         threads: THREADS
         resources:
             gpu=_verl_gpus,
@@ -27,12 +27,13 @@ if config["trainer"] == "verl":
         benchmark:
             f"{BENCH}/train/{{model}}/{{entry}}/seed{{seed}}.tsv"
         shell:
-            "{params.cmd} > {log} 2>&1"
+            "python -m bandpo.verl.launch --spec {input.spec} > {log} 2>&1"
 
     # verl's FSDP checkpoint of the last step -> a Hugging Face model (python -m verl.model_merger merge),
     # verl's JSONL log -> metrics.jsonl, and run.json: the run contract (bandpo/schemas/run.schema.yaml), checked.
     rule merge_verl:
         input:
+            spec=_train_spec,
             ckpt=rules.train_verl.output.ckpt,
             metrics=rules.train_verl.output.metrics,
         output:
@@ -43,7 +44,6 @@ if config["trainer"] == "verl":
             run=lambda w: run_dir(w.model, w.entry, w.seed),
             base=lambda w: model_dir(w.model, w.seed),
             meta=lambda w: q(json.dumps(run_meta(w.model, w.entry, w.seed), sort_keys=True)),
-            config=lambda w: q(json.dumps(__import__("dataclasses").asdict(_verl_run(w)), sort_keys=True)),
         resources:
             **res("merge_verl"),
         log:
@@ -52,15 +52,17 @@ if config["trainer"] == "verl":
             f"{BENCH}/merge/{{model}}/{{entry}}/seed{{seed}}.tsv"
         shell:
             "python -m bandpo.verl.merge --run-dir {params.run} --base-model {params.base} "
-            "--meta {params.meta} --config {params.config} > {log} 2>&1"
+            "--meta {params.meta} --spec {input.spec} > {log} 2>&1"
 
 else:
 
-    # The local trainer (bandpo.train.loop): CPU by default, one job per core. It publishes its outputs itself (model/
-    # renamed into place, then metrics.jsonl, then run.json) and resumes from its checkpoint/ when a killed job is
-    # started again, so it writes straight into the run folder.
+    # The local trainer (bandpo.train.loop): CPU by default, one job per core; the run's settings are its spec file
+    # (bandpo.train.settings.TrainConfig, from the run plan). It publishes its outputs itself (model/ renamed into
+    # place, then metrics.jsonl, then run.json) and resumes from its checkpoint/ when a killed job is started again,
+    # so it writes straight into the run folder.
     rule train:
         input:
+            spec=_train_spec,
             model=base_model,
             train=lambda w: data_file(xp_of(w.entry)["data"], "train"),
             select=_train_select_input,
@@ -71,9 +73,8 @@ else:
         wildcard_constraints:
             entry=_alternatives(BUILTIN_SLOTS),
         params:
-            args=_local_train_args,
             env=ENV,  # the job's environment, grader.mode included: a change reruns the job (params are a rerun trigger)
-            run=lambda w: run_dir(w.model, w.entry, w.seed),
+            select=lambda w, input: " ".join(f"--set-file {f}" for f in input.select),
         threads: THREADS
         resources:
             **res("train"),
@@ -82,5 +83,4 @@ else:
         benchmark:
             f"{BENCH}/train/{{model}}/{{entry}}/seed{{seed}}.tsv"
         shell:
-            "{params.env} python -m bandpo.train {params.args} --out {params.run} --threads {threads} --no-progress "
-            "> {log} 2>&1"
+            "{params.env} python -m bandpo.train --spec {input.spec} {params.select} > {log} 2>&1"

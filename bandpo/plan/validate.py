@@ -18,7 +18,8 @@ must be > 0``.
 from __future__ import annotations
 
 import copy
-import dataclasses
+import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -26,7 +27,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from bandpo.config.sweep import (
+import yaml
+from jsonschema import Draft202012Validator, validators
+from jsonschema.exceptions import best_match
+
+from bandpo.core.files import package_data
+from bandpo.core.options import check_fields
+from bandpo.data.real import REAL_DATASETS
+from bandpo.data.tiny_math import ProbeSpec
+from bandpo.plan.sweep import (
     MAIN,
     THREADED_RULES,
     by_id,
@@ -38,11 +47,10 @@ from bandpo.config.sweep import (
     method_module_specs,
     model_data,
     reused_entries,
-    slot_id,
-    train_overrides,
-    xp_entries,
 )
-from bandpo.core.files import package_data
+from bandpo.train.settings import RUN_FIELDS, TrainConfig
+from bandpo.verl.spec import RUN_FIELDS as VERL_RUN_FIELDS
+from bandpo.verl.spec import VerlRun
 
 SCHEMA_PATH = package_data("schemas", "config.schema.yaml")
 TASKS_DIR = package_data("score", "lm_eval_tasks")  # the lm-eval task YAMLs (and their utils.py hooks)
@@ -65,16 +73,12 @@ def _path_str(path: Sequence[Any]) -> str:
 
 
 def load_yaml(path: str | os.PathLike) -> Any:
-    import yaml
-
     with open(path, encoding="utf-8") as f:
         return yaml.safe_load(f)
 
 
 def _validator_with_defaults(schema: Mapping[str, Any]):
     """A Draft 2020-12 validator that also fills in ``default`` values of absent properties."""
-    from jsonschema import Draft202012Validator, validators
-
     base = Draft202012Validator
 
     def set_defaults(validator, properties, instance, schema):
@@ -88,8 +92,6 @@ def _validator_with_defaults(schema: Mapping[str, Any]):
 
 
 def _schema_errors(config: dict, schema: Mapping[str, Any]) -> list[str]:
-    from jsonschema.exceptions import best_match
-
     validator = _validator_with_defaults(schema)
     errors = list(validator.iter_errors(config))
     if not errors:
@@ -149,6 +151,7 @@ def validate_config(
     if not isinstance(config, Mapping) or not config:
         raise ConfigError("config error at <top level>: empty config (pass --configfile config/<profile>.yaml)")
     cfg = json.loads(json.dumps(config))  # plain, deep copy (YAML may hold tuples, ...)
+    _check_retired_keys(cfg)
     errors = _schema_errors(cfg, load_yaml(schema_path))
     if errors:
         extra = f" (and {len(errors) - 1} more: {'; '.join(errors[1:4])})" if len(errors) > 1 else ""
@@ -168,8 +171,6 @@ def validate_config(
                               "elsewhere, or rename the profile")  # fmt: skip
 
     # data sets
-    from bandpo.data.real import REAL_DATASETS
-
     for i, d in enumerate(cfg["data"]):
         if d["source"] == "real" and d["name"] not in REAL_DATASETS:
             fail(["data", i, "name"], f"unknown real data set {d['name']!r}; known: {', '.join(sorted(REAL_DATASETS))}")
@@ -241,29 +242,31 @@ def validate_config(
     else:
         check_registries(cfg, root)
 
-    if cfg["trainer"] == "verl":
-        if cfg.get("val_data") is None:
-            cfg["val_data"] = cfg["eval"]["tasks"][0]["data"]
-        from bandpo.core.options import unknown_names
-        from bandpo.verl.command import VerlRun
-
-        known = sorted(f.name for f in dataclasses.fields(VerlRun))
-        for where, mapping in [(["verl"], cfg["verl"])] + [
-            ([key, i, "verl"], item["verl"]) for key in ("models", "methods") for i, item in enumerate(cfg[key])
-        ]:
-            if "grader_mode" in mapping:  # one grader for every job that grades
-                fail([*where, "grader_mode"], "set the grader once, as grader.mode (it also grades evaluation)")
-            bad = sorted(set(mapping) - set(known))
-            if bad:
-                fail(where, f"unknown VerlRun field(s) {unknown_names(bad, known)}; valid: {', '.join(known)}")
+    if cfg["trainer"] == "verl" and cfg.get("val_data") is None:
+        cfg["val_data"] = cfg["eval"]["tasks"][0]["data"]
+    _check_train_levels(cfg)
     return cfg
+
+
+def _check_retired_keys(cfg: dict[str, Any]) -> None:
+    """A key the config format no longer has, with what replaced it (before the schema's "unknown key"). An empty
+    ``verl: {}`` (the default the old format wrote into every resolved config, e.g. a published provenance.json's)
+    is dropped: it set nothing."""
+    places = [(["verl"], cfg)] + [
+        ([key, i, "verl"], item) for key in ("models", "methods") for i, item in enumerate(cfg.get(key) or [])
+        if isinstance(item, dict)
+    ]  # fmt: skip
+    for path, mapping in places:
+        if mapping.get("verl") == {}:
+            del mapping["verl"]
+        elif "verl" in mapping:
+            fail(path, "verl's settings moved under train: (one key for both trainers: the shared protocol and the "
+                       "configured trainer's own fields)")  # fmt: skip
 
 
 def _registry_fingerprint(cfg: Mapping[str, Any], root: str | os.PathLike) -> str:
     """Hash of the completed config and of the bandpo sources (size, mtime): the registries' answer cannot change
     unless one of them does. Computed without importing bandpo (no torch import)."""
-    import hashlib
-    import importlib.util
 
     h = hashlib.sha256(json.dumps(cfg, sort_keys=True).encode())
     spec = importlib.util.find_spec("bandpo")
@@ -277,10 +280,10 @@ def _registry_fingerprint(cfg: Mapping[str, Any], root: str | os.PathLike) -> st
 
 
 def check_registries(cfg: Mapping[str, Any], root: str | os.PathLike = ".") -> None:
-    """Model sizes and method entries against the bandpo registries (imports torch: a few seconds)."""
-
-    # tiny model sizes
-    from bandpo.models.tiny import SIZES
+    """Model sizes and method entries against the bandpo registries. Both registries import torch (a few seconds),
+    so they are imported here, when a config is checked that was not checked unchanged before (`validate_config`'s
+    cache), and not by every Snakemake start."""
+    from bandpo.models.tiny import SIZES  # imports torch: see the docstring
 
     for i, m in enumerate(cfg["models"]):
         if m["source"] == "tiny" and m["size"] not in SIZES:
@@ -288,8 +291,6 @@ def check_registries(cfg: Mapping[str, Any], root: str | os.PathLike = ".") -> N
                  _entry_label(cfg, "models", i))  # fmt: skip
 
     # the probe's data design (bandpo.data.tiny_math.ProbeSpec checks kinds, levels, last digit, decoy share)
-    from bandpo.data.tiny_math import ProbeSpec
-
     for i, d in enumerate(cfg["data"]):
         if d.get("probe") is not None:
             try:
@@ -298,7 +299,7 @@ def check_registries(cfg: Mapping[str, Any], root: str | os.PathLike = ".") -> N
                 fail(["data", i, "probe"], str(e), _entry_label(cfg, "data", i))
 
     # methods of the user's own modules, then the method entries: the registry validates names and parameters
-    from bandpo import methods
+    from bandpo import methods  # imports torch: see the docstring
 
     for i, spec in enumerate(method_module_specs(cfg, root) if cfg.get("method_modules") else []):
         try:
@@ -320,32 +321,29 @@ def check_registries(cfg: Mapping[str, Any], root: str | os.PathLike = ".") -> N
             m = _PARAM_IN_MESSAGE.search(str(e))
             fail(["methods", i, "params"] + ([m.group(1)] if m else []), str(e), label)
 
-    # train: overrides (only the local trainer reads them), each level on its own and merged per run
-    if cfg.get("trainer", "local") == "local":
-        from bandpo.train.settings import check_overrides
 
-        levels = [(["train"], cfg.get("train") or {}, "")]
-        for key in ("models", "methods"):
-            for i, item in enumerate(cfg[key]):
-                levels.append(([key, i, "train"], item.get("train") or {}, _entry_label(cfg, key, i)))
-        for path, overrides, label in levels:
-            for k in overrides:
-                try:
-                    check_overrides({k: overrides[k]})
-                except ValueError as e:
-                    fail(path + [k], str(e), label)
-        for xp_id, xp in (cfg.get("experiments") or {}).items():
-            for k in xp.get("train") or {}:
-                try:
-                    check_overrides({k: xp["train"][k]})
-                except ValueError as e:
-                    fail(["experiments", xp_id, "train", k], str(e))
-            for model in xp["models"]:
-                for entry in xp_entries(cfg, xp_id, builtin=True):
-                    try:
-                        check_overrides(train_overrides(cfg, model, entry, xp_id))
-                    except ValueError as e:
-                        fail(["train"], f"the run {model}/{slot_id(xp_id, entry)}: {e}")
+def _check_train_levels(cfg: Mapping[str, Any]) -> None:
+    """Each ``train:`` mapping (top level, per model, per method entry, per experiment) against the trainer's
+    settings dataclass: names (with a did-you-mean hint) and types, the error at the key's own path. The ranges and
+    the settings of each run as merged are checked once, when the run plan builds the runs
+    (`bandpo.plan.runs.Plan`)."""
+    verl = cfg["trainer"] == "verl"
+    schema, fixed = (VerlRun, VERL_RUN_FIELDS) if verl else (TrainConfig, RUN_FIELDS)
+    levels = [(["train"], cfg.get("train") or {}, "")]
+    for key in ("models", "methods"):
+        for i, item in enumerate(cfg[key]):
+            levels.append(([key, i, "train"], item.get("train") or {}, _entry_label(cfg, key, i)))
+    levels += [(["experiments", x, "train"], xp.get("train") or {}, "") for x, xp in cfg["experiments"].items()]
+    for path, settings, label in levels:
+        for key, value in settings.items():
+            if key == "grader_mode":
+                fail(path + [key], "set the grader once, as grader.mode (it also grades evaluation)", label)
+            if key in fixed:
+                fail(path + [key], f"training setting {key!r} is set by the workflow itself, not by train:", label)
+            try:
+                check_fields({key: value}, schema, "training setting")
+            except ValueError as e:
+                fail(path + [key], str(e), label)
 
 
 def complete_experiments(cfg: dict[str, Any]) -> None:

@@ -1,16 +1,17 @@
-"""The sweep a validated config describes, listed for the rules (`bandpo.config.validate` checks and completes the
+"""The sweep a validated config describes, listed for the rules (`bandpo.plan.validate` checks and completes the
 config first): its runs, slots (and each slot's seeds) and score groups, their folders, each run's trainer settings
 and base model, the job counts a fresh run schedules. Used by the Snakefile and workflow/rules/*.smk, the report and
 the tests."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from bandpo.train.settings import TrainConfig
 
 BASE_ENTRY = "base"  # the reserved method-entry id of the untrained base model (the step-0 row)
 MAIN = "main"  # the experiment of the sweep itself (models x methods x seeds); runs without one belong to it
@@ -43,8 +44,9 @@ def by_id(items: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
     return {item["id"]: item for item in items}
 
 
-def train_overrides(cfg: Mapping[str, Any], model_id: str, entry_id: str, experiment: str = "main") -> dict[str, Any]:
-    """Trainer settings of one run: global ``train`` < the model's ``train`` < the method entry's ``train`` < the
+def run_settings(cfg: Mapping[str, Any], model_id: str, entry_id: str, experiment: str = MAIN) -> dict[str, Any]:
+    """The ``train:`` settings of one run (protocol and trainer fields, `bandpo.train.settings.TrainConfig` or
+    `bandpo.verl.spec.VerlRun`): global ``train`` < the model's ``train`` < the method entry's ``train`` < the
     experiment's ``train``."""
     out = dict(cfg.get("train") or {})
     out.update(by_id(cfg["models"])[model_id].get("train") or {})
@@ -76,35 +78,12 @@ def pretrain_seed(cfg: Mapping[str, Any], model_id: str, seed: int | str | None 
     return base + int(seed) if per_seed_base(cfg, model_id) else base
 
 
-def format_set_value(value: Any) -> str:
-    """A config value as the VALUE of ``--set KEY=VALUE`` (read back as JSON by
-    `bandpo.core.options.parse_assignments`):
-    text as it is, anything else as JSON (true, null, 0.0002, {"a": 1})."""
-    return value if isinstance(value, str) else json.dumps(value)
-
-
-def set_args(overrides: Mapping[str, Any]) -> list[str]:
-    """``--set key=value`` arguments for bandpo.train.loop, in a stable (sorted) order."""
-    out: list[str] = []
-    for key in sorted(overrides):
-        out += ["--set", f"{key}={format_set_value(overrides[key])}"]
-    return out
-
-
 THREADED_RULES = ("model_tiny", "train", "eval_group", "eval_run")  # their commands run `threads` threads
 
 
 def job_resources(cfg: Mapping[str, Any], rule: str) -> dict[str, int]:
     """One rule's job request (mem_mb, runtime, cpus_per_task): ``resources.default`` < ``resources.<rule>``."""
     return {**cfg["resources"]["default"], **(cfg["resources"].get(rule) or {})}
-
-
-def verl_fields(cfg: Mapping[str, Any], model_id: str, entry_id: str) -> dict[str, Any]:
-    """VerlRun fields of one run: global ``verl`` < the model's ``verl`` < the method entry's ``verl``."""
-    out = dict(cfg.get("verl") or {})
-    out.update(by_id(cfg["models"])[model_id].get("verl") or {})
-    out.update(by_id(cfg["methods"])[entry_id].get("verl") or {})
-    return out
 
 
 def model_data(cfg: Mapping[str, Any], model: Mapping[str, Any]) -> str:
@@ -143,7 +122,7 @@ def slot_seeds(cfg: Mapping[str, Any], experiment: str, entry: str) -> list[int]
     runs the entry on: for the two entries of ``primary.compare`` the experiment's ``primary.seeds`` when set (a
     superset of its ``seeds``: more seed pairs where the question is), else the experiment's ``seeds``; the
     base-model entry ``base`` always has the experiment's ``seeds``. ``cfg``: a completed config (experiments
-    filled in by `bandpo.config.validate`)."""
+    filled in by `bandpo.plan.validate`)."""
     xp = cfg["experiments"][experiment]
     primary = xp.get("primary") or {}
     if entry != BASE_ENTRY and primary.get("seeds") and entry in (primary.get("compare") or ()):
@@ -176,24 +155,20 @@ def reused_entries(cfg: Mapping[str, Any], experiment: str) -> list[str]:
             e in main["methods"]
             and seeds_among_mains(e)
             and set(models) <= set(cell_models(cfg, main, e))
-            and all(
-                _same_settings(train_overrides(cfg, m, e, experiment), train_overrides(cfg, m, e, MAIN)) for m in models
-            )
+            and all(_same_settings(run_settings(cfg, m, e, experiment), run_settings(cfg, m, e, MAIN)) for m in models)
         ):
             out.append(e)
     return out
 
 
 def _same_settings(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    """Whether two sets of trainer overrides give the same TrainConfig: equal where both set a key, and a key set
-    on one side only holds TrainConfig's default (read only then: importing the trainer costs a torch import)."""
+    """Whether two runs' settings give the same TrainConfig: equal where both set a key, and a key set on one side
+    only holds TrainConfig's default."""
     if any(a[k] != b[k] for k in a.keys() & b.keys()):
         return False
     one_sided = {k: v for k, v in [*a.items(), *b.items()] if (k in a) != (k in b)}
     if not one_sided:
         return True
-    from bandpo.train.loop import TrainConfig
-
     defaults = TrainConfig()
     return all(hasattr(defaults, k) and getattr(defaults, k) == v for k, v in one_sided.items())
 

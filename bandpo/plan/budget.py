@@ -1,8 +1,8 @@
 """What a DAG run cost per rule, and what a config's DAG will cost before it runs.
 
-    python -m bandpo.config.budget times logs/embedded/benchmarks [--cores 2] [--log .snakemake/log/X.snakemake.log]
+    python -m bandpo.plan.budget times logs/embedded/benchmarks [--cores 2] [--log .snakemake/log/X.snakemake.log]
                                          [--csv results/dag_rules.csv] [--results results/embedded]
-    python -m bandpo.config.budget plan [--config config/config.yaml] [--measured results] [--cores 2]
+    python -m bandpo.plan.budget plan [--config config/config.yaml] [--measured results] [--cores 2]
                                         [--fixed-s 8] [--planned-fixed-s 7] [--separation-d 16]
                                         [--measured-separation-d 4] [--rl-steps tiny-s=48] [--build-steps tiny-s=1400]
                                         [--only main] [--seeds 5] [--budget-min 90]
@@ -70,8 +70,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bandpo.config.sweep import base_models, by_id, eval_groups, runs, slot_seeds, split_slot, train_overrides
-from bandpo.config.validate import load_yaml, validate_config
+from bandpo.plan.sweep import base_models, by_id, eval_groups, run_settings, runs, slot_seeds, split_slot
+from bandpo.plan.validate import load_yaml, validate_config
+from bandpo.train.settings import TrainConfig, typed_fields
 
 __all__ = ["CostModel", "estimate", "fixed_costs", "jobs", "kind_label", "load_config", "read_measured", "summarize",
            "table"]  # fmt: skip
@@ -217,14 +218,8 @@ def times(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
 def _d(cfg: Mapping[str, Any], model: str, entry: str, experiment: str) -> tuple[int, int, int]:
     """(steps, D, completions per step) of a run: D = updates_per_step x ppo_epochs, completions = prompts_per_step
     x samples_per_prompt (TrainConfig's defaults where the config is silent)."""
-    from bandpo.train.loop import TrainConfig
-
-    t = {"steps": TrainConfig.steps, "updates_per_step": TrainConfig.updates_per_step,
-         "ppo_epochs": TrainConfig.ppo_epochs, "prompts_per_step": TrainConfig.prompts_per_step,
-         "samples_per_prompt": TrainConfig.samples_per_prompt,
-         **train_overrides(cfg, model, entry, experiment)}  # fmt: skip
-    completions = int(t["prompts_per_step"]) * int(t["samples_per_prompt"])
-    return int(t["steps"]), int(t["updates_per_step"]) * int(t["ppo_epochs"]), completions
+    t = TrainConfig(**typed_fields(run_settings(cfg, model, entry, experiment)))
+    return int(t.steps), t.updates_per_step * t.ppo_epochs, t.prompts_per_step * t.samples_per_prompt
 
 
 def _build_steps(cfg: Mapping[str, Any], model: str) -> int:
@@ -426,7 +421,7 @@ def plan(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
-        prog="python -m bandpo.config.budget",
+        prog="python -m bandpo.plan.budget",
         description=__doc__.split("\n\n``times``")[0] + "\n\n(the cost model: this module's docstring)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -1,0 +1,162 @@
+"""One run of verl's trainer: `VerlRun`, the shared protocol (`bandpo.core.protocol.Protocol`) extended with the
+fields only verl has (its own protocol knobs, the cluster, the reward, logging).
+
+A run of the workflow is one spec file of these fields, written by the run plan (`bandpo.plan.runs`) and read by
+the job (``python -m bandpo.verl.launch --spec FILE``, `read_spec`), which turns it into verl's command line
+(`bandpo.verl.command`). Imports nothing heavy (no torch, no method registry): the run plan checks every run with
+`VerlRun.validate` at DAG start. The defaults of the shared fields are the embedded CPU profile's; the paper's
+protocol is written out in ``config/gpu.yaml``.
+
+    run = VerlRun(model="Qwen/Qwen2.5-3B-Instruct", method="bandpo", params={"divergence": "kl"}, seed=0,
+                  train_files="resources/data/train.parquet", val_files="resources/data/val.parquet",
+                  output_dir="results/gpu/runs/qwen3b/bandpo/seed0", prompts_per_step=256, samples_per_prompt=16)
+    subprocess.run(command.command(run), env={**os.environ, **command.env(run)}, check=True)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bandpo.core.options import check_fields
+from bandpo.core.protocol import Protocol, raise_problems
+from bandpo.grader.config import MODES as GRADER_MODES
+
+# Fields the run plan sets for every run (the run, its data and folders, the grader, the user's modules): not
+# settings of the config's ``train:``.
+RUN_FIELDS = ("model", "method", "params", "seed", "train_files", "val_files", "output_dir", "reward_fn_path",
+              "method_modules", "grader_mode")  # fmt: skip
+
+
+@dataclass(kw_only=True)
+class VerlRun(Protocol):
+    """One run of the sweep through verl: model x method (with its parameters) x seed, the protocol, and verl's own
+    settings. Required: ``model`` (HF id or local path), ``method`` (a registered name), ``train_files`` /
+    ``val_files`` (verl parquet files, one path or several), ``output_dir`` (the run directory: checkpoints and the
+    verl JSONL log go there). ``extra_overrides`` are appended last to verl's command line, so they win (e.g. the
+    DAPO recipe's dynamic sampling and overlong penalty)."""
+
+    model: str
+    method: str
+    train_files: str | Sequence[str]
+    val_files: str | Sequence[str]
+    output_dir: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    # --- protocol knobs only verl has (the local trainer: k3, no entropy bonus, plain softmax sampling, no prompt
+    # limit, steps instead of epochs, no lr warmup); defaults: the paper's
+    lr_warmup_steps: int = 0
+    """Linear warmup from 0 to lr over this many training steps; 0 = none (the paper). verl: optim.lr_warmup_steps,
+    where <= 0 hands over to lr_warmup_steps_ratio, which the command sets to 0.0."""
+    kl_loss_type: str = "low_var_kl"
+    """verl's KL estimator of the KL loss (low_var_kl: k3)."""
+    entropy_coeff: float = 0.0
+    """Entropy bonus coefficient."""
+    top_p: float = 1.0
+    """Nucleus sampling of the rollouts (1.0: plain softmax)."""
+    max_prompt_length: int = 1024
+    """Longest prompt in tokens (verl: data.max_prompt_length)."""
+    total_epochs: int = 10
+    """Passes over the training data when ``steps`` is None."""
+    # --- cluster and memory (not part of the protocol)
+    nnodes: int = 1
+    n_gpus_per_node: int = 8
+    rollout_name: str = "vllm"
+    """verl's rollout engine: vllm on GPUs; hf with bandpo.verl.cpu's server on CPU."""
+    rollout_tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.6
+    ppo_max_token_len_per_gpu: int = 16384
+    """Dynamic batch size: tokens per micro-batch."""
+    save_freq: int = 100
+    """Steps between checkpoints; the last step is always saved (as an HF model too) when > 0."""
+    # --- reward, logging
+    reward_fn_path: str | None = None
+    """A Python file with the training grader; None = verl's default for the data."""
+    reward_fn_name: str = "compute_score"
+    grader_mode: str = "math-dapo"
+    """bandpo.grader's mode for the reward (BANDPO_GRADER_MODE in every worker, and the reward function's
+    grader_mode keyword when reward_fn_path is set): the paper's rule, verl's math_dapo, by default."""
+    project_name: str = "bandpo-bench"
+    experiment_name: str | None = None
+    """verl's run name; default <model basename>-<method>-seed<seed>."""
+    logger: Sequence[str] = ("console", "file")
+    python: str = "python"
+    method_modules: Sequence[str] = ()
+    """Modules of your own that register methods (names, or .py paths made absolute here): BANDPO_METHOD_MODULES."""
+    verl_modules: Sequence[str] = ()
+    """Backend modules verl imports in every process after bandpo.verl.plugin (VERL_USE_EXTERNAL_MODULES), e.g. the
+    cpu platform and hf rollout of bandpo.verl.cpu."""
+    env_vars: Mapping[str, str] = field(default_factory=dict)
+    """Extra variables for the driver and every worker."""
+    extra_overrides: Sequence[str | Sequence[str]] = ()
+    """Hydra overrides appended last; a list inside the list is spliced in (a YAML alias can share a group of
+    them)."""
+
+    def __post_init__(self) -> None:
+        self.extra_overrides = [
+            o for item in self.extra_overrides for o in ([item] if isinstance(item, str) else list(item))
+        ]
+        self.method_modules = [os.path.abspath(m) if m.endswith(".py") else m for m in self.method_modules]
+        self.logger, self.verl_modules = list(self.logger), list(self.verl_modules)  # as a spec file reads back
+
+    def validate(self) -> None:
+        """Every field checked, all problems in one ValueError (`problems`)."""
+        raise_problems("verl run", self.problems())
+
+    def problems(self) -> list[str]:
+        """What is wrong with the settings, one ``field: why`` line each (empty: nothing). The method's name and
+        parameters are the method registry's to check (`bandpo.verl.command`, where the job starts)."""
+        problems = self.protocol_problems()
+        if self.dual_clip_c is None:
+            problems.append("dual_clip_c: verl's clip_ratio_c cannot be switched off: give a number > 1")
+        if self.lr_end is not None and isinstance(self.lr, (int, float)) and not 0 < self.lr_end <= self.lr:
+            problems.append(f"lr_end: must be in (0, lr = {self.lr}] (verl's min_lr_ratio), got {self.lr_end}")
+        if self.grader_mode not in GRADER_MODES:
+            problems.append(f"grader_mode: must be one of {', '.join(GRADER_MODES)}, got {self.grader_mode!r}")
+        if not isinstance(self.lr_warmup_steps, int) or self.lr_warmup_steps < 0:
+            problems.append(f"lr_warmup_steps: must be an integer >= 0 (0: no warmup), got {self.lr_warmup_steps!r}")
+        if not isinstance(self.total_epochs, int) or self.total_epochs < 1:
+            problems.append(f"total_epochs: must be an integer >= 1, got {self.total_epochs!r}")
+        if (
+            isinstance(self.prompts_per_step, int)
+            and isinstance(self.updates_per_step, int)
+            and self.updates_per_step >= 1
+            and self.prompts_per_step % self.updates_per_step
+        ):
+            problems.append(
+                f"updates_per_step: prompts_per_step ({self.prompts_per_step}) must be a multiple of "
+                f"updates_per_step ({self.updates_per_step}): verl counts a mini-batch in prompts"
+            )
+        return problems
+
+    @property
+    def run_name(self) -> str:
+        if self.experiment_name:
+            return self.experiment_name
+        return f"{os.path.basename(self.model.rstrip('/'))}-{self.method}-seed{self.seed}"
+
+    @classmethod
+    def from_mapping(cls, spec: Mapping[str, Any], what: str = "verl run key") -> VerlRun:
+        """A validated VerlRun from field values (a run's spec, e.g. YAML or JSON); ValueError naming the key for an
+        unknown name (with a did-you-mean hint), a wrong type or a value out of range."""
+        run = cls(**check_fields(spec, cls, what))
+        run.validate()
+        return run
+
+
+def read_spec(path: str | os.PathLike) -> VerlRun:
+    """The run a spec file describes, validated; ValueError naming the file and field."""
+    try:
+        values = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"--spec {path}: {e}") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"--spec {path}: expected a JSON object of VerlRun fields, got {type(values).__name__}")
+    try:
+        return VerlRun.from_mapping(values)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"--spec {path}: {e}") from None

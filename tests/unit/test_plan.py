@@ -1,0 +1,103 @@
+"""The run plan (bandpo.plan.runs): a config read once into typed jobs, each written to the spec file its job reads."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bandpo.core.protocol import Protocol
+from bandpo.plan.runs import Plan, load_plan
+from bandpo.plan.validate import ConfigError, validate_config
+from bandpo.score.spec import read_spec as read_eval_spec
+from bandpo.train.settings import TrainConfig, read_spec
+from bandpo.verl.spec import VerlRun
+from bandpo.verl.spec import read_spec as read_verl_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = sorted((ROOT / "config").glob("*.yaml"))
+
+
+def smoke() -> dict:
+    return yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_every_shipped_config_plans_typed_runs_that_round_trip_through_their_spec_files(path, tmp_path, monkeypatch):
+    """Each committed config builds its plan, and every spec file reads back as the job reads it: the same
+    dataclass, field for field."""
+    monkeypatch.chdir(tmp_path)  # spec files are written relative to the working directory, as the DAG's are
+    plan = load_plan(path, root=ROOT)
+    written = plan.write_specs()
+    assert written and all(Path(p).is_file() for p in written)
+    for (model, slot, seed), run in plan.train_specs.items():
+        spec = plan.spec_file("train", model, slot, seed)
+        if plan.trainer == "verl":
+            assert isinstance(run, VerlRun) and read_verl_spec(spec) == run
+        else:
+            assert isinstance(run, TrainConfig) and read_spec(spec) == run
+    for file in Path(plan.plan_dir, "eval").rglob("*.json"):
+        read_eval_spec(file).validate()
+
+
+def test_one_protocol_for_both_trainers():
+    """The shared settings are declared once (`Protocol`), with one default: both trainers extend it."""
+    shared = {f.name: f.default for f in dataclasses.fields(Protocol)}
+    for cls in (TrainConfig, VerlRun):
+        assert issubclass(cls, Protocol)
+        assert {f.name: f.default for f in dataclasses.fields(cls) if f.name in shared} == shared
+
+
+def test_settings_merge_top_model_entry_experiment_and_reach_the_spec(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    raw = smoke()
+    raw["train"] = {**raw.get("train", {}), "lr": 1e-3, "weight_decay": 0.02, "grad_clip": 0.5}
+    raw["models"][0].setdefault("train", {})["lr"] = 2e-3
+    raw["methods"][0]["train"] = {"weight_decay": 0.03}
+    raw["experiments"]["random-reward"].setdefault("train", {})["grad_clip"] = 0.7
+    plan = Plan(validate_config(raw))
+    model, entry = raw["models"][0]["id"], raw["methods"][0]["id"]
+    main = plan.train_spec(model, entry, 0)
+    assert (main.lr, main.weight_decay, main.grad_clip) == (2e-3, 0.03, 0.5)
+    control = plan.train_spec(model, f"{entry}@random-reward", 0)
+    assert (control.lr, control.weight_decay, control.grad_clip, control.reward) == (2e-3, 0.03, 0.7, "random")
+    plan.write_specs()
+    spec = json.loads(Path(plan.spec_file("train", model, entry, 0)).read_text())
+    assert (spec["lr"], spec["weight_decay"], spec["grad_clip"]) == (2e-3, 0.03, 0.5)
+
+
+def test_a_spec_file_is_rewritten_only_where_its_settings_changed(tmp_path, monkeypatch):
+    """What makes Snakemake rerun exactly the jobs a setting reaches: unchanged spec files keep their time."""
+    monkeypatch.chdir(tmp_path)
+    raw = smoke()
+    Plan(validate_config(raw)).write_specs()
+    times = {p: p.stat().st_mtime_ns for p in Path("results").rglob("*.json")}
+    assert Plan(validate_config(raw)).write_specs() == []
+    changed = copy.deepcopy(raw)
+    changed["experiments"]["random-reward"]["train"]["steps"] = 2
+    rewritten = Plan(validate_config(changed)).write_specs()
+    assert rewritten and all("@random-reward" in p for p in rewritten)
+    assert all(p.stat().st_mtime_ns == t for p, t in times.items() if str(p) not in rewritten)
+    assert {os.path.basename(os.path.dirname(p)) for p in rewritten} == {
+        slot for slot in Plan(validate_config(changed)).slots if slot.endswith("@random-reward") and "base" not in slot
+    }
+
+
+def test_a_bad_setting_is_reported_at_the_key_that_set_it():
+    raw = smoke()
+    raw["methods"][1]["train"] = {"lr": -1.0}
+    with pytest.raises(ConfigError, match=r"config error at methods\[1\]\.train\.lr \(the run .*\): lr: must be"):
+        Plan(validate_config(raw))
+    raw = smoke()
+    raw["train"] = {**raw.get("train", {}), "samples_per_prompt": 1}
+    with pytest.raises(ConfigError, match=r"config error at train\.samples_per_prompt \(the run .*\): samples_per"):
+        Plan(validate_config(raw))
+    raw = smoke()
+    raw["train"] = {**raw.get("train", {}), "out": "elsewhere"}
+    with pytest.raises(ConfigError, match=r"train\.out: training setting 'out' is set by the workflow itself"):
+        validate_config(raw)
