@@ -68,8 +68,8 @@ import torch
 
 from bandpo.core.files import new_tmp_dir, publish_dir, read_jsonl, write_json
 from bandpo.core.provenance import machine, versions, weights_sha256
-from bandpo.core.schedule import lr_schedule
-from bandpo.models.optim import AdamW
+from bandpo.runtime.optim import AdamW
+from bandpo.runtime.schedule import lr_schedule
 
 SPECIAL_TOKENS: tuple[str, ...] = ("<pad>", "<eos>", "<unk>")
 # printable ASCII plus newline: covers every tiny-math prompt and answer; anything else maps to <unk>
@@ -403,13 +403,13 @@ def sample_completions(
     seed: int = 0,
     batch_size: int = 1024,
 ) -> tuple[list[list[str]], dict]:
-    """``k`` samples per prompt with the trainer's KV-cached sampler (`bandpo.models.sampling.sample_rows`: plain
+    """``k`` samples per prompt with the trainer's KV-cached sampler (`bandpo.runtime.sampling.sample_rows`: plain
     softmax sampling, each prompt pre-filled once for its ``k`` rows), at most ``batch_size`` rows per chunk.
 
     Returns completions (prompt-major) and stats: mean token entropy (nats, of the sampling distribution
     softmax(logits / T), over generated tokens up to and including EOS) and mean completion length in tokens.
     """
-    from bandpo.models.sampling import sample_rows
+    from bandpo.runtime.sampling import sample_rows
 
     model.eval()
     # sort by prompt length so that chunks need little padding; results are put back in order below

@@ -96,8 +96,8 @@ from bandpo import methods
 from bandpo.config.sweep import ATLAS_STEPS
 from bandpo.methods.band import band_bounds
 from bandpo.methods.diagnostics import loss_grad_wrt_log_prob
-from bandpo.models.optim import AdamW
 from bandpo.report.atlas import COLUMNS, SLICES, atlas_markdown
+from bandpo.runtime.optim import AdamW
 
 PROG = "python -m bandpo.report.atlas_measure"
 DELTA = 0.05  # BandPO's radius (paper), and DPPO's thresholds set equal to it

@@ -17,7 +17,7 @@ from typing import Any
 
 from bandpo import methods
 from bandpo.core.options import check_fields, parse_assignments
-from bandpo.models.ckernel import KERNELS
+from bandpo.runtime.ckernel import KERNELS
 
 PROG = "python -m bandpo.train"
 # Fields that measure wall-clock time: they differ between two runs of the same seed, everything else is identical.
@@ -87,7 +87,7 @@ class TrainConfig:
     (about 15% less time per step); they equal the recomputed ones up to float rounding (within ~1e-6 in log-prob on
     tiny-s), so the first ratio is 1 within that, not exactly."""
     sampler_kernel: str = "torch"
-    """How the rollouts' sampler computes each decoded token's attention (`bandpo.models.ckernel`). torch
+    """How the rollouts' sampler computes each decoded token's attention (`bandpo.runtime.ckernel`). torch
     (default): PyTorch operations. c: the same arithmetic in one C call per layer and token (compiled once for the
     x86-64 baseline, the same bits on any x86-64 CPU); equal up to float rounding (about 3e-7 relative), so draws
     and numbers differ from torch's: a recipe's choice, checked with benchmarks/bench_recipe_check.py. Needs a C

@@ -235,8 +235,8 @@ class HFRolloutServer:
     by default, only ends a batch that never fills: gaps of up to 0.8 s between bursts were seen).
 
     ``sampler``: ``"suite"`` draws plain-sampling batches (temperature > 0, no top-k / top-p) of a model
-    `bandpo.models.fastlm.FastLlama` covers (the suite's tiny Llamas) with the suite's sampler
-    (`bandpo.models.sampling.sample_rows`, the local trainer's: each distinct prompt pre-filled once for its samples;
+    `bandpo.runtime.fastlm.FastLlama` covers (the suite's tiny Llamas) with the suite's sampler
+    (`bandpo.runtime.sampling.sample_rows`, the local trainer's: each distinct prompt pre-filled once for its samples;
     the
     same distribution softmax(logits / T), EOS ends a completion, the sampled tokens' log-probs under it);
     everything else, and ``"generate"``, goes through transformers ``generate``. The other methods are the control
@@ -398,7 +398,7 @@ class HFRolloutServer:
 
     def _suite_samples(self, key: tuple[int, float, float, int]) -> bool:
         """Whether a batch with sampling settings ``key`` goes to the suite's sampler (see the class docstring)."""
-        from bandpo.models.fastlm import FastLlama
+        from bandpo.runtime.fastlm import FastLlama
 
         _, temperature, top_p, top_k = key
         return (
@@ -425,7 +425,7 @@ class HFRolloutServer:
         """`_generate_batch` with the suite's sampler. The requests of one prompt (verl sends a prompt's samples
         as separate requests) become adjacent rows of one pre-filled prompt when every prompt has as many
         requests; otherwise each request is a prompt of its own."""
-        from bandpo.models.sampling import sample_rows
+        from bandpo.runtime.sampling import sample_rows
 
         order: dict[tuple[int, ...], list[int]] = {}
         for i, p in enumerate(prompts):

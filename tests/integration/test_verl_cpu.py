@@ -128,12 +128,12 @@ def test_hf_server_suite_sampler_serves_plain_sampling(tiny_model, monkeypatch):
     tokens' log-probs under softmax(logits / T). Other settings, and sampler "generate", go to HF generate."""
     from transformers import AutoModelForCausalLM
 
-    import bandpo.models.sampling
+    import bandpo.runtime.sampling
     from bandpo.verl.cpu import HFRolloutServer
 
     drawn = []  # (prompts pre-filled, samples per prompt) of each call of the suite's sampler
-    real = bandpo.models.sampling.sample_rows
-    monkeypatch.setattr(bandpo.models.sampling, "sample_rows", lambda m, ids, mask, n, *a, **k: drawn.append(
+    real = bandpo.runtime.sampling.sample_rows
+    monkeypatch.setattr(bandpo.runtime.sampling, "sample_rows", lambda m, ids, mask, n, *a, **k: drawn.append(
         (ids.shape[0], n)) or real(m, ids, mask, n, *a, **k))  # fmt: skip
     model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
     eos = model.generation_config.eos_token_id

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from bandpo.models import ckernel
+from bandpo.runtime import ckernel
 
 __all__ = ["CharTokenizer", "FastLlama", "TinyLlama", "gather_rows", "light_loadable", "load_light"]
 
@@ -216,7 +216,7 @@ class FastLlama:
         One softmax over both parts: the attention of the full sequence. Returns the logits (b, V).
 
         ``scratch``: a float32 tensor of at least P + T + 4 elements: the attention of each layer is then
-        `bandpo.models.ckernel.attention` (the same function in one C call, equal up to float rounding) instead of
+        `bandpo.runtime.ckernel.attention` (the same function in one C call, equal up to float rounding) instead of
         the PyTorch operations below."""
         b = tok.shape[0]
         H, D = self.n_heads, self.head_dim

@@ -1,6 +1,6 @@
 """The sampler's attention step in C: one call per layer and decoded token (``sampler_kernel: c``).
 
-`bandpo.models.fastlm.FastLlama.decode` spends most of a token's time in PyTorch operations too small to pay for
+`bandpo.runtime.fastlm.FastLlama.decode` spends most of a token's time in PyTorch operations too small to pay for
 their dispatch (rotary embedding, the cache write, two tiny batched products per part, a softmax over the joined
 parts, per layer and token). `attention` does the same arithmetic in one C function, for each cache row ``r`` and
 head ``h`` (``D`` = head_dim, ``P`` the padded prompt length, ``col`` the token's completion column):
