@@ -70,27 +70,35 @@ pass).
 
 Shapes: every token tensor is ``(batch, response_length)``; ``response_mask`` is bool or 0/1 of the same shape.
 
-Modules (everything is re-exported here: ``from bandpo.methods import X`` / ``methods.X``)
-------------------------------------------------------------------------------------------
+Modules (their names in `__all__` are re-exported here: ``from bandpo.methods import X`` / ``methods.X``)
+--------------------------------------------------------------------------------------------------------
 ``config``        `MethodConfig` (typed, validated parameters), `SurrogateConfig`, `AGG_MODES`, `DEFAULT_DUAL_CLIP_C`
-``params``        the built-in methods' parameter dataclasses (`GRPOConfig`, ..., `GSPOConfig`)
 ``registry``      `register_bounds` / `register_loss`, `get_method`, `list_methods`, `make_config`, `resolve`,
                   `ResolvedMethod`, `compute_bounds` / `compute_loss`
 ``user_modules``  `load_method_modules`, `load_env_method_modules`, `loaded_method_modules`, `method_module_of`
-``bounds``        `on_valid_tokens`, `constant_bounds` and the built-in bounds methods
-``surrogate``     `ppo_surrogate`, `aggregate_loss`, `prepare_inputs`
-``losses``        the built-in whole-loss methods (`cispo_loss`, `gspo_loss`)
+``surrogate``     `ppo_surrogate` and the building blocks of a method: `on_valid_tokens`, `constant_bounds`,
+                  `prepare_inputs`, `aggregate_loss`, `check_shapes`, `check_bounds`, `global_batch_kwargs`
+``builtin``       the built-in methods, each its config dataclass beside its function (`GRPOConfig` and
+                  `fixed_clip_bounds`, ..., `GSPOConfig` and `gspo_loss`)
+``band``          the Band operator's math (`band_bounds`, the divergences)
 ``verl_losses``   verl's own policy losses as methods (`VERL_METHODS`, `VerlLossConfig`, `verl_loss`)
 ``diagnostics``   `clip_diagnostics`, `stopped_diagnostics`, `BUCKET_EDGES`, `BUCKET_LABELS`
 """
 
-from bandpo.methods.bounds import (
+from bandpo.methods.builtin import (
+    BandPOConfig,
+    BandPOUpperConfig,
+    CISPOConfig,
+    ClipHigherConfig,
+    DCPOConfig,
+    GRPOConfig,
+    GSPOConfig,
     bandpo_bounds,
     bandpo_upper_bounds,
-    constant_bounds,
+    cispo_loss,
     dcpo_bounds,
     fixed_clip_bounds,
-    on_valid_tokens,
+    gspo_loss,
 )
 from bandpo.methods.config import AGG_MODES, DEFAULT_DUAL_CLIP_C, MethodConfig, SurrogateConfig
 from bandpo.methods.diagnostics import (
@@ -99,16 +107,6 @@ from bandpo.methods.diagnostics import (
     clip_diagnostics,
     loss_grad_wrt_log_prob,
     stopped_diagnostics,
-)
-from bandpo.methods.losses import cispo_loss, gspo_loss
-from bandpo.methods.params import (
-    BandPOConfig,
-    BandPOUpperConfig,
-    CISPOConfig,
-    ClipHigherConfig,
-    DCPOConfig,
-    GRPOConfig,
-    GSPOConfig,
 )
 from bandpo.methods.registry import (
     Method,
@@ -124,7 +122,7 @@ from bandpo.methods.registry import (
     register_verl_loss,
     resolve,
 )
-from bandpo.methods.surrogate import aggregate_loss, ppo_surrogate, prepare_inputs
+from bandpo.methods.surrogate import aggregate_loss, constant_bounds, on_valid_tokens, ppo_surrogate, prepare_inputs
 from bandpo.methods.user_modules import (
     METHOD_MODULES_ENV,
     load_env_method_modules,

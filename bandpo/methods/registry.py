@@ -14,11 +14,14 @@ from torch import Tensor
 
 from bandpo.core.options import unknown_names
 from bandpo.methods.config import MethodConfig, SurrogateConfig
-from bandpo.methods.surrogate import _check_bounds, _check_shapes, ppo_surrogate
+from bandpo.methods.surrogate import check_bounds, check_shapes, ppo_surrogate
 
 FILE_MODULE_PREFIX = "bandpo_method_module_"  # the module names `load_method_modules` gives the .py files it imports
 METHOD_MODULES_ENV = "BANDPO_METHOD_MODULES"  # the user modules a run imports (bandpo.methods.user_modules)
-_LOADED_MODULES: dict[str, Any] = {}  # the user modules imported in this process, by name or absolute .py path
+LOADED_MODULES: dict[str, Any] = {}
+"""The user modules imported in this process, by name or absolute .py path: filled by
+`bandpo.methods.user_modules.load_method_modules`, named by `get_method`'s message for an unknown method. It lives
+here, below user_modules, because both modules need it."""
 
 
 def _display_path(path: str) -> str:
@@ -60,7 +63,7 @@ class Method:
 
     @property
     def origin(self) -> str:
-        """Where its function is defined (`function_origin`): ``bandpo.methods.bounds.bandpo_bounds``,
+        """Where its function is defined (`function_origin`): ``bandpo.methods.builtin.bandpo_bounds``,
         ``tests/example_method.py:half_clip_bounds``."""
         return function_origin(self.fn)
 
@@ -146,7 +149,7 @@ def get_method(name: str) -> Method:
         return _METHODS[name]
     except (KeyError, TypeError):
         pass
-    loaded = [_display_path(m) if m.endswith(".py") else m for m in _LOADED_MODULES]
+    loaded = [_display_path(m) if m.endswith(".py") else m for m in LOADED_MODULES]
     if loaded:
         hint = (
             f"none of the loaded method modules ({', '.join(loaded)}) registers it: check the name there, or list "
@@ -211,14 +214,14 @@ class ResolvedMethod:
         """
         if not self.has_bounds:
             raise ValueError(f"method {self.name!r} is a whole-loss method: it has no ratio bounds")
-        _check_shapes(response_mask, old_log_prob=old_log_prob)
+        check_shapes(response_mask, old_log_prob=old_log_prob)
         with torch.no_grad():
             lower, upper = self.method.fn(old_log_prob.detach(), response_mask, self.params)
         try:
-            _check_shapes(response_mask, lower=lower, upper=upper)
+            check_shapes(response_mask, lower=lower, upper=upper)
         except (TypeError, ValueError) as e:
             raise type(e)(f"{self._who()}: its bounds function returned a bad (lower, upper): {e}") from None
-        _check_bounds(lower, upper, response_mask, old_log_prob, self._who)  # lower <= 1 <= upper: one reduction
+        check_bounds(lower, upper, response_mask, old_log_prob, self._who)  # lower <= 1 <= upper: one reduction
         return lower.detach(), upper.detach()
 
     def loss(
@@ -245,7 +248,7 @@ class ResolvedMethod:
         if not self.has_bounds:
             if bounds is not None:
                 raise ValueError(f"method {self.name!r} is a whole-loss method: it takes no precomputed bounds")
-            _check_shapes(response_mask, old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages)
+            check_shapes(response_mask, old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages)
             return self.method.fn(
                 old_log_prob,
                 log_prob,

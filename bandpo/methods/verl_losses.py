@@ -45,7 +45,7 @@ from torch import Tensor
 from bandpo.methods.config import MethodConfig, SurrogateConfig
 from bandpo.methods.diagnostics import clip_diagnostics, loss_grad_wrt_log_prob, stopped_diagnostics
 from bandpo.methods.registry import register_verl_loss
-from bandpo.methods.surrogate import _global_info, prepare_inputs
+from bandpo.methods.surrogate import global_batch_kwargs, prepare_inputs
 
 # PolicyLossConfig's fields (actor_rollout_ref.actor.policy_loss.<key>); every other knob is an ActorConfig field.
 POLICY_LOSS_KEYS = frozenset(
@@ -285,7 +285,7 @@ def _actor_config(params: VerlLossConfig, settings: SurrogateConfig, info: tuple
 def verl_actor_config(params: VerlLossConfig, settings: SurrogateConfig, global_batch_info: Mapping[str, Any] | None):
     """The verl ``ActorConfig`` that verl's loss reads: this method's knobs, the shared settings and the call's
     global batch info (cached per distinct values; treat it as read-only)."""
-    info = _global_info(global_batch_info)
+    info = global_batch_kwargs(global_batch_info)
     return _actor_config(params, settings, tuple(sorted((k, _plain(v)) for k, v in info.items())))
 
 

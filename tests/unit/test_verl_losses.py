@@ -322,7 +322,7 @@ def test_methods_listing(capsys):
     )
     assert rows["dppo_kl"]["params"] == {"clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": None}
     assert rows["dppo_kl"]["source"] == "verl.trainer.ppo.core_algos.POLICY_LOSS_REGISTRY['dppo_kl']"
-    assert rows["bandpo"]["source"] == "bandpo.methods.bounds.bandpo_bounds"
+    assert rows["bandpo"]["source"] == "bandpo.methods.builtin.bandpo_bounds"
     assert rows["bandpo"]["params"]["delta"] == 0.05
     assert describe("gpg")["params"] == {}
     assert main([]) == 0
