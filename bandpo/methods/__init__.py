@@ -29,7 +29,7 @@ Built in (``list_methods()``)::
     gspo          loss    PPO clip on the sequence ratio s = exp(mean_t log r_t)       (sequence level)
     dppo_tv, dppo_kl, clip_cov, kl_cov, sapo, geo_mean, gpg, dro
                   verl    verl's own registered policy losses, called through verl's registry
-                          (`bandpo.methods.verl_losses`); in a verl run they are verl's own loss_mode
+                          (`bandpo.verl.losses`); in a verl run they are verl's own loss_mode
 
 ``python -m bandpo.methods`` lists every registered method with its kind, parameters, defaults and source, the
 methods of your own modules too (``$BANDPO_METHOD_MODULES``, ``--method-module``: each with its file).
@@ -81,7 +81,6 @@ Modules (their names in `__all__` are re-exported here: ``from bandpo.methods im
 ``builtin``       the built-in methods, each its config dataclass beside its function (`GRPOConfig` and
                   `fixed_clip_bounds`, ..., `GSPOConfig` and `gspo_loss`)
 ``band``          the Band operator's math (`band_bounds`, the divergences)
-``verl_losses``   verl's own policy losses as methods (`VERL_METHODS`, `VerlLossConfig`, `verl_loss`)
 ``diagnostics``   `clip_diagnostics`, `stopped_diagnostics`, `BUCKET_EDGES`, `BUCKET_LABELS`
 """
 
@@ -130,7 +129,6 @@ from bandpo.methods.user_modules import (
     loaded_method_modules,
     method_module_of,
 )
-from bandpo.methods.verl_losses import VERL_METHODS, VerlLossConfig, verl_actor_config, verl_loss
 
 __all__ = [
     "AGG_MODES",
@@ -149,8 +147,6 @@ __all__ = [
     "MethodConfig",
     "ResolvedMethod",
     "SurrogateConfig",
-    "VERL_METHODS",
-    "VerlLossConfig",
     "aggregate_loss",
     "bandpo_bounds",
     "bandpo_upper_bounds",
@@ -179,6 +175,4 @@ __all__ = [
     "register_verl_loss",
     "resolve",
     "stopped_diagnostics",
-    "verl_actor_config",
-    "verl_loss",
 ]

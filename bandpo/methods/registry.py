@@ -1,8 +1,10 @@
 """The method registry: registration by decorator (`register_bounds`, `register_loss`), look-up (`get_method`,
-`list_methods`, `make_config`), and a method resolved once per run (`resolve` -> `ResolvedMethod`)."""
+`list_methods`, `make_config`), and a method resolved once per run (`resolve` -> `ResolvedMethod`). The built-in
+methods are registered by the modules of `BUILTIN_METHOD_MODULES`, loaded before the first look-up."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 from collections.abc import Callable, Mapping
@@ -54,7 +56,7 @@ def function_origin(fn: Callable[..., Any]) -> str:
 @dataclass(frozen=True)
 class Method:
     """A registered method: its name, kind ("bounds", "loss" or "verl": a policy loss that verl ships, called
-    through verl's registry by `bandpo.methods.verl_losses`), function and config class."""
+    through verl's registry by `bandpo.verl.losses`), function and config class."""
 
     name: str
     kind: str
@@ -95,6 +97,8 @@ def _register(kind: str, name: str, config: type[MethodConfig]):
         raise TypeError(f"method {name!r}: config must be a MethodConfig subclass, got {config!r}")
 
     def decorator(fn):
+        if fn.__module__ not in BUILTIN_METHOD_MODULES:  # a name of a built-in method is taken, whatever the order
+            load_builtin_methods()
         method = Method(name=name, kind=kind, fn=fn, config_cls=config)
         old = _METHODS.get(name)
         if old is not None and (old.fn.__module__, old.fn.__qualname__) != (fn.__module__, fn.__qualname__):
@@ -128,23 +132,48 @@ def register_loss(name: str, config: type[MethodConfig]):
 
 def register_verl_loss(name: str, config: type[MethodConfig]):
     """Decorator: register an adapter of a policy loss that verl ships (same signature as a whole loss; see
-    `bandpo.methods.verl_losses`)."""
+    `bandpo.verl.losses`)."""
     return _register("verl", name, config)
 
 
 KINDS = ("bounds", "loss", "verl")
+
+BUILTIN_METHOD_MODULES = ("bandpo.methods.builtin", "bandpo.verl.losses")
+"""The modules whose import registers the built-in methods: this package's own (`bandpo.methods.builtin`) and the
+policy losses verl ships (`bandpo.verl.losses`, which lives with the rest of the verl knowledge in bandpo.verl).
+`load_builtin_methods` imports them by name on the first look-up, once this package is imported: so the registry,
+below every stage, imports no stage at import, and bandpo.verl.losses, which imports this registry, makes no
+import cycle. Neither module imports verl, nor runs user code."""
+_builtins_loaded = False
+
+
+def load_builtin_methods() -> None:
+    """Import `BUILTIN_METHOD_MODULES` (once per process); every look-up (`get_method`, `list_methods`) calls it
+    first, so a look-up always sees the built-in methods."""
+    global _builtins_loaded
+    if _builtins_loaded:
+        return
+    _builtins_loaded = True  # set first: the modules register through this registry while they are imported
+    try:
+        for module in BUILTIN_METHOD_MODULES:
+            importlib.import_module(module)
+    except BaseException:
+        _builtins_loaded = False
+        raise
 
 
 def list_methods(kind: str | None = None) -> list[str]:
     """Registered method names, sorted; ``kind`` = "bounds", "loss" or "verl" filters."""
     if kind is not None and kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)} or None, got {kind!r}")
+    load_builtin_methods()
     return sorted(n for n, m in _METHODS.items() if kind is None or m.kind == kind)
 
 
 def get_method(name: str) -> Method:
     """The registered method ``name``; ValueError with the registered choices otherwise, asking whether the module
     that defines it was left out (``method_modules`` in the config, ``--method-module`` on a command line)."""
+    load_builtin_methods()
     try:
         return _METHODS[name]
     except (KeyError, TypeError):

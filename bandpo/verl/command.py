@@ -6,7 +6,7 @@ decay 0.01, grad clip 1.0, k3 ("low_var_kl") KL loss 0.001, no entropy bonus, du
 prompts <= 1024 and responses <= 4096 tokens, temperature 1.0, top_p 1.0, 10 epochs, one node of 8 GPUs, the +1 / -1
 reward of the paper's grader, verl's math_dapo rule (``grader_mode``).
 Every method runs through the same verl entry point and differs only in ``policy_loss.loss_mode=bandpo.<method>``
-and its parameters; a loss verl ships (kind "verl", `bandpo.methods.verl_losses`) runs as verl's own loss_mode
+and its parameters; a loss verl ships (kind "verl", `bandpo.verl.losses`) runs as verl's own loss_mode
 (``dppo_kl``, ``clip_cov``, ...) with its parameters as verl's own config keys (`VerlRun.method_overrides`).
 
 How the method's parameters reach verl's workers: ``BANDPO_METHOD_CONFIG`` (inline JSON, see
@@ -209,7 +209,7 @@ class VerlRun:
     @property
     def loss_mode(self) -> str:
         """verl's loss_mode: ``bandpo.<method>``, or verl's own name for a method of kind "verl" (a loss verl ships,
-        `bandpo.methods.verl_losses`: ``dppo_kl`` runs as verl's ``dppo_kl``)."""
+        `bandpo.verl.losses`: ``dppo_kl`` runs as verl's ``dppo_kl``)."""
         m = methods.get_method(self.method)
         return m.config_cls.verl_loss_mode if m.kind == "verl" else f"bandpo.{self.method}"
 

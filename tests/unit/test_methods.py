@@ -46,6 +46,30 @@ def test_registry_lists_builtins_with_kinds():
         methods.list_methods("other")
 
 
+def test_the_built_in_methods_load_by_name_without_importing_verl():
+    """The registry loads the modules of BUILTIN_METHOD_MODULES on its first look-up: verl's losses
+    (bandpo.verl.losses) are methods of every process that looks a method up, and neither the registry nor they
+    import verl; a method of a user module cannot take a built-in name, whichever is registered first."""
+    from bandpo.methods import registry
+
+    assert registry.BUILTIN_METHOD_MODULES == ("bandpo.methods.builtin", "bandpo.verl.losses")
+    code = (
+        "import sys\n"
+        "from bandpo import methods\n"
+        "loaded = 'bandpo.verl.losses' in sys.modules\n"
+        "from bandpo.methods import GRPOConfig, register_bounds\n"
+        "try:\n"
+        "    register_bounds('gpg', config=GRPOConfig)(lambda *a: None)\n"
+        "except ValueError as e:\n"
+        "    print('already registered (by bandpo.verl.losses.verl_gpg_loss' in str(e))\n"
+        "print(loaded, methods.list_methods('verl'), 'verl' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "True"
+    assert out[1] == "False " + str(methods.list_methods("verl")) + " False"
+    assert len(methods.list_methods("verl")) == 8
+
+
 def test_unknown_method_asks_for_the_method_module(monkeypatch):
     """An unknown name lists the registered methods and asks whether the module that defines it was left out."""
     from bandpo.methods import registry  # the record of loaded modules lives there

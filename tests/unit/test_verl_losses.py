@@ -1,4 +1,4 @@
-"""verl's own policy losses as methods (bandpo.methods.verl_losses): parity with verl's registered functions called
+"""verl's own policy losses as methods (bandpo.verl.losses): parity with verl's registered functions called
 directly, the parameters reach verl, the stopped-token diagnostic equals the clip fractions of the bounds methods,
 the verl command runs verl's own loss_mode, and ``python -m bandpo.methods`` lists everything."""
 
@@ -17,6 +17,7 @@ from verl.workers.config import ActorConfig, PolicyLossConfig  # noqa: E402
 
 from bandpo import methods
 from bandpo.methods.__main__ import describe, main  # noqa: E402
+from bandpo.verl import losses as verl_losses  # noqa: E402
 from bandpo.verl import plugin as verl_plugin  # noqa: E402
 from bandpo.verl.command import VerlRun  # noqa: E402
 
@@ -119,7 +120,7 @@ def test_defaults_are_verls():
             elif f.name == "dro_beta":
                 assert policy_loss.dro_beta is None and value == 1.0  # verl has no default: the placeholder
             else:
-                assert value == getattr(policy_loss if f.name in methods.verl_losses.POLICY_LOSS_KEYS else actor,
+                assert value == getattr(policy_loss if f.name in verl_losses.POLICY_LOSS_KEYS else actor,
                                         f.name), (method, f.name)  # fmt: skip
 
 
@@ -204,10 +205,10 @@ def test_dppo_truncation_cap_is_the_shared_dual_clip_unless_set():
     new[0, :3] = old[0, :3] + 2.7  # r ~ 15: truncated at 10, not at 20
     settings = methods.SurrogateConfig(dual_clip_c=DUAL_CLIP_C)
     cfg = methods.make_config("dppo_tv", {"clip_ratio_high": 1.0})
-    assert methods.verl_actor_config(cfg, settings, {}).clip_ratio_c == DUAL_CLIP_C
-    assert methods.verl_actor_config(cfg, methods.SurrogateConfig(dual_clip_c=None), {}).clip_ratio_c == 20.0
+    assert verl_losses.verl_actor_config(cfg, settings, {}).clip_ratio_c == DUAL_CLIP_C
+    assert verl_losses.verl_actor_config(cfg, methods.SurrogateConfig(dual_clip_c=None), {}).clip_ratio_c == 20.0
     explicit = methods.make_config("dppo_tv", {"clip_ratio_c": 4.0})
-    assert methods.verl_actor_config(explicit, settings, {}).clip_ratio_c == 4.0
+    assert verl_losses.verl_actor_config(explicit, settings, {}).clip_ratio_c == 4.0
     loss10, _, _ = ours("dppo_tv", {"clip_ratio_high": 1.0}, "token-mean", old, new, adv, mask, None, {})
     loss20, _, _ = theirs("dppo_tv", {"clip_ratio_high": 1.0, "clip_ratio_c": 20.0}, "token-mean", old, new, adv,
                           mask, None, {})  # fmt: skip
