@@ -30,7 +30,8 @@ global batch info; ``clip_cov`` picks its tokens with ``torch.randperm`` (the gl
 
 This module registers its methods in the method registry when the registry loads the built-in methods
 (`bandpo.methods.registry.BUILTIN_METHOD_MODULES`): it is verl knowledge, so it lives in bandpo.verl beside the
-plugin, and the registry (below every stage) names it rather than importing it.
+plugin, and the registry (below every stage) names it rather than importing it. It imports verl only when one of
+its losses is called: every process that looks a method up loads it, and the local pipeline runs without verl.
 """
 
 from __future__ import annotations
@@ -265,8 +266,8 @@ DESCRIPTIONS = {
 
 @functools.lru_cache(maxsize=64)
 def _actor_config(params: VerlLossConfig, settings: SurrogateConfig, info: tuple[tuple[str, Any], ...]):
-    # verl is imported at the call, not at the top (an ordering reason): `import verl` imports bandpo.verl.plugin
-    # (its entry point), whose method registry loads this module while verl is still being imported
+    # verl at the call, an optional dependency here: the registry loads this module in every process that looks a
+    # method up (local training, scoring, the config check), which must not pay verl's import (~6 CPU-seconds)
     from verl.workers.config import ActorConfig, PolicyLossConfig
 
     keys = params.verl_keys(settings)
@@ -319,7 +320,7 @@ def verl_loss(
     metrics as ``verl/<name>`` (e.g. ``verl/pg_clipfrac``). The gradient needs a graph: a ``log_prob`` without
     one (e.g. under ``torch.no_grad``) is replaced by a leaf copy and the loss comes back detached.
     """
-    # at the call, not at the top: `import verl` loads this module through bandpo.verl.plugin (see _actor_config)
+    # verl at the call, an optional dependency here (see _actor_config)
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
     no_grad = not (torch.is_grad_enabled() and log_prob.requires_grad)

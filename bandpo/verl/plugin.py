@@ -57,6 +57,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+import yaml
 from torch import Tensor
 
 from bandpo import methods
@@ -115,8 +116,6 @@ def _parse(raw: str) -> dict[str, dict[str, Any]]:
         with open(text, encoding="utf-8") as fh:
             content = fh.read()
         if text.endswith((".yaml", ".yml")):
-            import yaml
-
             data = yaml.safe_load(content)
         else:
             try:
