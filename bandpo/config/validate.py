@@ -280,7 +280,7 @@ def check_registries(cfg: Mapping[str, Any], root: str | os.PathLike = ".") -> N
     """Model sizes and method entries against the bandpo registries (imports torch: a few seconds)."""
 
     # tiny model sizes
-    from bandpo.models.tiny import SIZES
+    from bandpo.models.sizes import SIZES
 
     for i, m in enumerate(cfg["models"]):
         if m["source"] == "tiny" and m["size"] not in SIZES:
