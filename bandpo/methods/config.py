@@ -14,7 +14,7 @@ from bandpo.core.options import allowed_types, unknown_names
 
 AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 DEFAULT_DUAL_CLIP_C = 10.0
-"""The dual-clip constant c (the paper's 10): the default of `SurrogateConfig`, `bandpo.train.loop.TrainConfig`,
+"""The dual-clip constant c (the paper's 10): the default of `SurrogateConfig`, `bandpo.train.settings.TrainConfig`,
 `bandpo.verl.command.VerlRun` and the fallback of `bandpo.verl.plugin` when verl's config lacks clip_ratio_c."""
 
 

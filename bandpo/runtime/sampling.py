@@ -1,7 +1,7 @@
 """KV-cached ancestral sampling from a causal LM: the one sampler of the suite, used by the trainer's rollouts
-(`bandpo.train.loop`) and by the tiny models' sampled accuracy (`bandpo.models.tiny.sample_completions`); and the
-trainer's
-log-probs of sampled completions (`completion_log_probs_shared`), under the same softmax(logits / temperature).
+(`bandpo.train.loop`), the tiny models' sampled accuracy (`bandpo.models.tiny.sample_completions`), the scoring
+(`bandpo.score`) and verl's CPU rollout (`bandpo.verl.hf_rollout`); and the trainer's log-probs of sampled
+completions (`completion_log_probs_shared`), under the same softmax(logits / temperature).
 
 Plain sampling from softmax(logits / temperature) (no top-k, no top-p). Each prompt is pre-filled once and its KV
 cache repeated for its ``n`` rows; rows that have emitted EOS stop, and once they are ``COMPACT_FRAC`` of the rows
@@ -28,8 +28,8 @@ def positions(mask: torch.Tensor) -> torch.Tensor:
 
 
 def tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """``logits / temperature``: the logits of the sampling distribution; at 1.0 the logits themselves (no division,
-    so that T = 1 runs are bit-for-bit what they were before the trainer took the temperature into account)."""
+    """``logits / temperature``: the logits of the sampling distribution; at 1.0 the logits themselves (no division:
+    no operation, and no new tensor, where it would change nothing)."""
     return logits if temperature == 1.0 else logits / temperature
 
 

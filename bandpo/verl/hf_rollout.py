@@ -51,17 +51,17 @@ class HFRolloutServer:
     task, started by the first call, gathers requests until ``max_batch`` are queued or the queue has not grown for
     ``batch_wait_s``, then serves the queue in batches of at most ``max_batch`` requests with the same sampling
     settings. ``max_batch=1`` serves one request at a time. verl's agent loop hands a step's requests over in
-    bursts (in the CPU profile 256 requests came as 3-4 bursts, tens of ms apart, then one burst per batch served,
-    since a batch being served holds the actor's event loop): a short quiet window split every step into 3-4
-    batches, each paying the whole sequential decode. Set ``max_batch`` to a step's request count (prompts x
-    samples): the step is then one batch, served as soon as its last request is queued (the quiet window, 2 s
-    by default, only ends a batch that never fills: gaps of up to 0.8 s between bursts were seen).
+    bursts (tens of ms apart, and the next one waits while a batch being served holds the actor's event loop), so a
+    short quiet window would split every step into several batches, each paying the whole sequential decode. Set
+    ``max_batch`` to a step's request count (prompts x samples): the step is then one batch, served as soon as its
+    last request is queued (the quiet window, 2 s by default, only ends a batch that never fills; the gaps between
+    bursts measured: benchmarks/CHANGELOG.md).
 
     ``sampler``: ``"suite"`` draws plain-sampling batches (temperature > 0, no top-k / top-p) of a model
     `bandpo.runtime.fastlm.FastLlama` covers (the suite's tiny Llamas) with the suite's sampler
-    (`bandpo.runtime.sampling.sample_rows`, the local trainer's: each distinct prompt pre-filled once for its samples;
-    the
-    same distribution softmax(logits / T), EOS ends a completion, the sampled tokens' log-probs under it);
+    (`bandpo.runtime.sampling.sample_rows`, the local trainer's: each distinct prompt pre-filled once for its
+    samples; the same distribution softmax(logits / T), EOS ends a completion, the sampled tokens' log-probs under
+    it);
     everything else, and ``"generate"``, goes through transformers ``generate``. The other methods are the control
     calls verl makes on a replica's servers (sleep / wake-up, cache control, profiling), which have nothing to do
     here.

@@ -124,7 +124,7 @@ class DPPOKLConfig(DPPOTVConfig):
     """DPPO-Binary-KL (arXiv 2602.04879; verl ``dppo_kl``): as DPPO-Binary-TV with the binary KL
     p_old log(p_old / p) + (1 - p_old) log((1 - p_old) / (1 - p)) against the thresholds, in the direction the
     advantage pushes. Fields and defaults: `DPPOTVConfig` (thresholds 0.2: verl's ActorConfig default, not the
-    paper's; the threshold is now a binary-KL value, not a probability difference)."""
+    paper's; the threshold here is a binary-KL value, not a probability difference)."""
 
     verl_loss_mode = "dppo_kl"
 
