@@ -15,7 +15,7 @@ as the HF module with far fewer operations, on the model's own parameters (no co
 The results equal the HF forward pass up to float rounding (different but equivalent operation order; checked to
 1e-5 in tests/unit/test_fastlm.py), not bit for bit. `FastLlama.for_model` returns ``None`` for a model it does not
 cover (another architecture, biases, a non-default rotary embedding, attention or logit soft-capping, any hook on a
-module), and the callers then use the HF module as before.
+module), and the callers then use the HF module itself.
 """
 
 from __future__ import annotations

@@ -200,8 +200,9 @@ POLL_INTERVAL_S = 0.05  # verl's ReplayBuffer: 2.0
 
 @functools.cache
 def _polling_replay_buffer() -> type:
-    # imported on first use, not at the top (an ordering reason): importing verl's trainer resolves verl's platform,
-    # and verl imports this module (VERL_USE_EXTERNAL_MODULES) before the cpu platform is registered and in use
+    # imported on first use, not at the top (an ordering reason): importing verl's trainer resolves verl's platform
+    # once per process, so at the top it would do so before this module registers the cpu platform (with
+    # VERL_PLATFORM=cpu: "Unknown platform 'cpu'")
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
     class PollingReplayBuffer(ReplayBuffer):
