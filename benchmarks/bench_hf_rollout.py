@@ -1,4 +1,4 @@
-"""The CPU verl profile's rollout server (`bandpo.verl.cpu.HFRolloutServer`): three ways of serving one step.
+"""The CPU verl profile's rollout server (`bandpo.verl.hf_rollout.HFRolloutServer`): three ways of serving one step.
 
 verl's agent loop sends every sample of a step to the rollout server at once, one ``generate`` call per sample. This
 benchmark makes the same calls (``--prompts`` prompts of the data set x ``--samples`` samples each, all awaited
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from transformers import AutoTokenizer
 
-    from bandpo.verl.cpu import HFRolloutServer
+    from bandpo.verl.hf_rollout import HFRolloutServer
 
     torch.set_num_threads(args.threads)
     tokenizer = AutoTokenizer.from_pretrained(args.model)

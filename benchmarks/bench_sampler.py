@@ -1,10 +1,10 @@
 """The suite's sampler, one rollout batch, in several variants side by side: the PyTorch decode (``torch``), the C
-attention kernel (``c``, ``sampler_kernel: c``, `bandpo.models.ckernel`) and ``torch.compile`` of the per-token
+attention kernel (``c``, ``sampler_kernel: c``, `bandpo.runtime.ckernel`) and ``torch.compile`` of the per-token
 step (``compile``, issue #23's lead).
 
 One rollout batch of the local trainer (``--prompts`` training prompts x ``--samples`` completions, at most
-``--max-new-tokens`` tokens, temperature 1, one thread) is drawn by `bandpo.models.sampling.sample_rows` with the
-model's `bandpo.models.fastlm.FastLlama`, ``--repeats`` times per variant, the variants taking turns (round-robin,
+``--max-new-tokens`` tokens, temperature 1, one thread) is drawn by `bandpo.runtime.sampling.sample_rows` with the
+model's `bandpo.runtime.fastlm.FastLlama`, ``--repeats`` times per variant, the variants taking turns (round-robin,
 so that a change in the machine's load meets them all). ``compile`` wraps ``FastLlama.decode`` in
 ``torch.compile(dynamic=True)`` (the batch shrinks as rows finish and the cache grows by a column per token, so
 shapes are dynamic); its first batch, which compiles, is timed apart. Prints each variant's median time of a
@@ -18,7 +18,7 @@ rounds differently, so a draw may flip now and then; ``compile`` computes the sa
 Started as a script, it runs MKL's own branch on a CPU that is not Intel's (the line "MKL branch" says which);
 the jobs' AVX2 branch needs ``python -m`` or the environment of `bandpo.core.numerics.env` (the decode's matrix
 products are MKL's in every variant). ``c`` needs a C compiler, ``compile`` a C++ one (inductor's code generation);
-both need a model `bandpo.models.fastlm.load_light` loads.
+both need a model `bandpo.runtime.fastlm.load_light` loads.
 """
 
 from __future__ import annotations
@@ -49,12 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from bandpo.core import numerics
-    from bandpo.models import ckernel
-    from bandpo.models.fastlm import FastLlama, light_loadable, load_light
-    from bandpo.models.sampling import sample_rows
+    from bandpo.runtime import ckernel
+    from bandpo.runtime.fastlm import FastLlama, light_loadable, load_light
+    from bandpo.runtime.sampling import sample_rows
 
     if not light_loadable(args.model):
-        raise SystemExit(f"{args.model}: not a tiny Llama that bandpo.models.fastlm.load_light loads")
+        raise SystemExit(f"{args.model}: not a tiny Llama that bandpo.runtime.fastlm.load_light loads")
     train = Path(args.data) / "train.jsonl"
     if not train.is_file():
         raise SystemExit(f"{train}: no such file")

@@ -6,7 +6,7 @@ every 2 s, so the generation phase of a step (``timing_s/gen``) lasts a whole nu
 ``config/verl-cpu.yaml`` selects the suite's subclass that polls every 0.05 s (``trainer.v1.sampler.custom_sampler``).
 The baseline runs without those two overrides (verl's buffer).
 
-``--compare rollout``: `bandpo.verl.cpu.HFRolloutServer` as it was before it served a step as one batch with the
+``--compare rollout``: `bandpo.verl.hf_rollout.HFRolloutServer` as it was before it served a step as one batch with the
 suite's sampler (transformers ``generate``, a 0.01 s quiet window: ``engine_kwargs.hf.sampler=generate``,
 ``batch_wait_s=0.01``), against the profile's server (a step's 256 requests as one batch, the suite's sampler).
 

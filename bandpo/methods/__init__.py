@@ -29,7 +29,7 @@ Built in (``list_methods()``)::
     gspo          loss    PPO clip on the sequence ratio s = exp(mean_t log r_t)       (sequence level)
     dppo_tv, dppo_kl, clip_cov, kl_cov, sapo, geo_mean, gpg, dro
                   verl    verl's own registered policy losses, called through verl's registry
-                          (`bandpo.methods.verl_losses`); in a verl run they are verl's own loss_mode
+                          (`bandpo.verl.losses`); in a verl run they are verl's own loss_mode
 
 ``python -m bandpo.methods`` lists every registered method with its kind, parameters, defaults and source, the
 methods of your own modules too (``$BANDPO_METHOD_MODULES``, ``--method-module``: each with its file).
@@ -70,27 +70,34 @@ pass).
 
 Shapes: every token tensor is ``(batch, response_length)``; ``response_mask`` is bool or 0/1 of the same shape.
 
-Modules (everything is re-exported here: ``from bandpo.methods import X`` / ``methods.X``)
-------------------------------------------------------------------------------------------
+Modules (their names in `__all__` are re-exported here: ``from bandpo.methods import X`` / ``methods.X``)
+--------------------------------------------------------------------------------------------------------
 ``config``        `MethodConfig` (typed, validated parameters), `SurrogateConfig`, `AGG_MODES`, `DEFAULT_DUAL_CLIP_C`
-``params``        the built-in methods' parameter dataclasses (`GRPOConfig`, ..., `GSPOConfig`)
 ``registry``      `register_bounds` / `register_loss`, `get_method`, `list_methods`, `make_config`, `resolve`,
                   `ResolvedMethod`, `compute_bounds` / `compute_loss`
 ``user_modules``  `load_method_modules`, `load_env_method_modules`, `loaded_method_modules`, `method_module_of`
-``bounds``        `on_valid_tokens`, `constant_bounds` and the built-in bounds methods
-``surrogate``     `ppo_surrogate`, `aggregate_loss`, `prepare_inputs`
-``losses``        the built-in whole-loss methods (`cispo_loss`, `gspo_loss`)
-``verl_losses``   verl's own policy losses as methods (`VERL_METHODS`, `VerlLossConfig`, `verl_loss`)
+``surrogate``     `ppo_surrogate` and the building blocks of a method: `on_valid_tokens`, `constant_bounds`,
+                  `prepare_inputs`, `aggregate_loss`, `check_shapes`, `check_bounds`, `global_batch_kwargs`
+``builtin``       the built-in methods, each its config dataclass beside its function (`GRPOConfig` and
+                  `fixed_clip_bounds`, ..., `GSPOConfig` and `gspo_loss`)
+``band``          the Band operator's math (`band_bounds`, the divergences)
 ``diagnostics``   `clip_diagnostics`, `stopped_diagnostics`, `BUCKET_EDGES`, `BUCKET_LABELS`
 """
 
-from bandpo.methods.bounds import (
+from bandpo.methods.builtin import (
+    BandPOConfig,
+    BandPOUpperConfig,
+    CISPOConfig,
+    ClipHigherConfig,
+    DCPOConfig,
+    GRPOConfig,
+    GSPOConfig,
     bandpo_bounds,
     bandpo_upper_bounds,
-    constant_bounds,
+    cispo_loss,
     dcpo_bounds,
     fixed_clip_bounds,
-    on_valid_tokens,
+    gspo_loss,
 )
 from bandpo.methods.config import AGG_MODES, DEFAULT_DUAL_CLIP_C, MethodConfig, SurrogateConfig
 from bandpo.methods.diagnostics import (
@@ -99,16 +106,6 @@ from bandpo.methods.diagnostics import (
     clip_diagnostics,
     loss_grad_wrt_log_prob,
     stopped_diagnostics,
-)
-from bandpo.methods.losses import cispo_loss, gspo_loss
-from bandpo.methods.params import (
-    BandPOConfig,
-    BandPOUpperConfig,
-    CISPOConfig,
-    ClipHigherConfig,
-    DCPOConfig,
-    GRPOConfig,
-    GSPOConfig,
 )
 from bandpo.methods.registry import (
     Method,
@@ -124,7 +121,7 @@ from bandpo.methods.registry import (
     register_verl_loss,
     resolve,
 )
-from bandpo.methods.surrogate import aggregate_loss, ppo_surrogate, prepare_inputs
+from bandpo.methods.surrogate import aggregate_loss, constant_bounds, on_valid_tokens, ppo_surrogate, prepare_inputs
 from bandpo.methods.user_modules import (
     METHOD_MODULES_ENV,
     load_env_method_modules,
@@ -132,7 +129,6 @@ from bandpo.methods.user_modules import (
     loaded_method_modules,
     method_module_of,
 )
-from bandpo.methods.verl_losses import VERL_METHODS, VerlLossConfig, verl_actor_config, verl_loss
 
 __all__ = [
     "AGG_MODES",
@@ -151,8 +147,6 @@ __all__ = [
     "MethodConfig",
     "ResolvedMethod",
     "SurrogateConfig",
-    "VERL_METHODS",
-    "VerlLossConfig",
     "aggregate_loss",
     "bandpo_bounds",
     "bandpo_upper_bounds",
@@ -181,6 +175,4 @@ __all__ = [
     "register_verl_loss",
     "resolve",
     "stopped_diagnostics",
-    "verl_actor_config",
-    "verl_loss",
 ]

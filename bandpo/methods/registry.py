@@ -1,8 +1,10 @@
 """The method registry: registration by decorator (`register_bounds`, `register_loss`), look-up (`get_method`,
-`list_methods`, `make_config`), and a method resolved once per run (`resolve` -> `ResolvedMethod`)."""
+`list_methods`, `make_config`), and a method resolved once per run (`resolve` -> `ResolvedMethod`). The built-in
+methods are registered by the modules of `BUILTIN_METHOD_MODULES`, loaded before the first look-up."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 from collections.abc import Callable, Mapping
@@ -14,11 +16,14 @@ from torch import Tensor
 
 from bandpo.core.options import unknown_names
 from bandpo.methods.config import MethodConfig, SurrogateConfig
-from bandpo.methods.surrogate import _check_bounds, _check_shapes, ppo_surrogate
+from bandpo.methods.surrogate import check_bounds, check_shapes, ppo_surrogate
 
 FILE_MODULE_PREFIX = "bandpo_method_module_"  # the module names `load_method_modules` gives the .py files it imports
 METHOD_MODULES_ENV = "BANDPO_METHOD_MODULES"  # the user modules a run imports (bandpo.methods.user_modules)
-_LOADED_MODULES: dict[str, Any] = {}  # the user modules imported in this process, by name or absolute .py path
+LOADED_MODULES: dict[str, Any] = {}
+"""The user modules imported in this process, by name or absolute .py path: filled by
+`bandpo.methods.user_modules.load_method_modules`, named by `get_method`'s message for an unknown method. It lives
+here, below user_modules, because both modules need it."""
 
 
 def _display_path(path: str) -> str:
@@ -51,7 +56,7 @@ def function_origin(fn: Callable[..., Any]) -> str:
 @dataclass(frozen=True)
 class Method:
     """A registered method: its name, kind ("bounds", "loss" or "verl": a policy loss that verl ships, called
-    through verl's registry by `bandpo.methods.verl_losses`), function and config class."""
+    through verl's registry by `bandpo.verl.losses`), function and config class."""
 
     name: str
     kind: str
@@ -60,7 +65,7 @@ class Method:
 
     @property
     def origin(self) -> str:
-        """Where its function is defined (`function_origin`): ``bandpo.methods.bounds.bandpo_bounds``,
+        """Where its function is defined (`function_origin`): ``bandpo.methods.builtin.bandpo_bounds``,
         ``tests/example_method.py:half_clip_bounds``."""
         return function_origin(self.fn)
 
@@ -92,6 +97,8 @@ def _register(kind: str, name: str, config: type[MethodConfig]):
         raise TypeError(f"method {name!r}: config must be a MethodConfig subclass, got {config!r}")
 
     def decorator(fn):
+        if fn.__module__ not in BUILTIN_METHOD_MODULES:  # a name of a built-in method is taken, whatever the order
+            load_builtin_methods()
         method = Method(name=name, kind=kind, fn=fn, config_cls=config)
         old = _METHODS.get(name)
         if old is not None and (old.fn.__module__, old.fn.__qualname__) != (fn.__module__, fn.__qualname__):
@@ -125,28 +132,53 @@ def register_loss(name: str, config: type[MethodConfig]):
 
 def register_verl_loss(name: str, config: type[MethodConfig]):
     """Decorator: register an adapter of a policy loss that verl ships (same signature as a whole loss; see
-    `bandpo.methods.verl_losses`)."""
+    `bandpo.verl.losses`)."""
     return _register("verl", name, config)
 
 
 KINDS = ("bounds", "loss", "verl")
+
+BUILTIN_METHOD_MODULES = ("bandpo.methods.builtin", "bandpo.verl.losses")
+"""The modules whose import registers the built-in methods: this package's own (`bandpo.methods.builtin`) and the
+policy losses verl ships (`bandpo.verl.losses`, which lives with the rest of the verl knowledge in bandpo.verl).
+`load_builtin_methods` imports them by name on the first look-up, once this package is imported: so the registry,
+below every stage, imports no stage at import, and bandpo.verl.losses, which imports this registry, makes no
+import cycle. Neither module imports verl, nor runs user code."""
+_builtins_loaded = False
+
+
+def load_builtin_methods() -> None:
+    """Import `BUILTIN_METHOD_MODULES` (once per process); every look-up (`get_method`, `list_methods`) calls it
+    first, so a look-up always sees the built-in methods."""
+    global _builtins_loaded
+    if _builtins_loaded:
+        return
+    _builtins_loaded = True  # set first: the modules register through this registry while they are imported
+    try:
+        for module in BUILTIN_METHOD_MODULES:
+            importlib.import_module(module)
+    except BaseException:
+        _builtins_loaded = False
+        raise
 
 
 def list_methods(kind: str | None = None) -> list[str]:
     """Registered method names, sorted; ``kind`` = "bounds", "loss" or "verl" filters."""
     if kind is not None and kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)} or None, got {kind!r}")
+    load_builtin_methods()
     return sorted(n for n, m in _METHODS.items() if kind is None or m.kind == kind)
 
 
 def get_method(name: str) -> Method:
     """The registered method ``name``; ValueError with the registered choices otherwise, asking whether the module
     that defines it was left out (``method_modules`` in the config, ``--method-module`` on a command line)."""
+    load_builtin_methods()
     try:
         return _METHODS[name]
     except (KeyError, TypeError):
         pass
-    loaded = [_display_path(m) if m.endswith(".py") else m for m in _LOADED_MODULES]
+    loaded = [_display_path(m) if m.endswith(".py") else m for m in LOADED_MODULES]
     if loaded:
         hint = (
             f"none of the loaded method modules ({', '.join(loaded)}) registers it: check the name there, or list "
@@ -211,14 +243,14 @@ class ResolvedMethod:
         """
         if not self.has_bounds:
             raise ValueError(f"method {self.name!r} is a whole-loss method: it has no ratio bounds")
-        _check_shapes(response_mask, old_log_prob=old_log_prob)
+        check_shapes(response_mask, old_log_prob=old_log_prob)
         with torch.no_grad():
             lower, upper = self.method.fn(old_log_prob.detach(), response_mask, self.params)
         try:
-            _check_shapes(response_mask, lower=lower, upper=upper)
+            check_shapes(response_mask, lower=lower, upper=upper)
         except (TypeError, ValueError) as e:
             raise type(e)(f"{self._who()}: its bounds function returned a bad (lower, upper): {e}") from None
-        _check_bounds(lower, upper, response_mask, old_log_prob, self._who)  # lower <= 1 <= upper: one reduction
+        check_bounds(lower, upper, response_mask, old_log_prob, self._who)  # lower <= 1 <= upper: one reduction
         return lower.detach(), upper.detach()
 
     def loss(
@@ -245,7 +277,7 @@ class ResolvedMethod:
         if not self.has_bounds:
             if bounds is not None:
                 raise ValueError(f"method {self.name!r} is a whole-loss method: it takes no precomputed bounds")
-            _check_shapes(response_mask, old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages)
+            check_shapes(response_mask, old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages)
             return self.method.fn(
                 old_log_prob,
                 log_prob,

@@ -1,6 +1,7 @@
-"""The clipped PPO surrogate every bounds method is trained by (`ppo_surrogate`), and its building blocks, which
-whole-loss methods use too: input checks (`prepare_inputs`) and the aggregation of per-token losses
-(`aggregate_loss`, verl's conventions)."""
+"""The clipped PPO surrogate every bounds method is trained by (`ppo_surrogate`), and the building blocks methods
+are written with: bounds on the valid tokens (`on_valid_tokens`, `constant_bounds`), input checks
+(`check_shapes`, `prepare_inputs`, `check_bounds`) and the aggregation of per-token losses (`aggregate_loss`,
+verl's conventions, with `global_batch_kwargs`)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,35 @@ from torch import Tensor
 from bandpo.methods.config import AGG_MODES, SurrogateConfig
 from bandpo.methods.diagnostics import clip_diagnostics
 
-_GLOBAL_BATCH_KEYS = ("dp_size", "batch_num_tokens", "global_batch_size", "loss_scale_factor")
+GLOBAL_BATCH_KEYS = ("dp_size", "batch_num_tokens", "global_batch_size", "loss_scale_factor")
+"""The keys of ``global_batch_info`` (verl's data-parallel normalisation), the keyword arguments of `aggregate_loss`."""
 
 
-def _check_shapes(response_mask: Tensor, **tensors: Tensor | None) -> None:
+def on_valid_tokens(fn: Callable[[Tensor], tuple[Tensor, Tensor]], old_log_prob: Tensor, response_mask: Tensor):
+    """Evaluate an elementwise ``fn(log_p_valid) -> (lower, upper)`` on the valid tokens only.
+
+    The valid old log-probs are gathered into one flat tensor (one host sync for the count), ``fn`` runs on them,
+    and the results are scattered back; padding gets the neutral interval [1, 1].
+    """
+    valid = response_mask.bool()
+    lower = torch.ones_like(old_log_prob)
+    upper = torch.ones_like(old_log_prob)
+    lo, hi = fn(old_log_prob.detach()[valid])
+    lower[valid] = lo.to(lower.dtype)
+    upper[valid] = hi.to(upper.dtype)
+    return lower, upper
+
+
+def constant_bounds(old_log_prob: Tensor, response_mask: Tensor, lower: float, upper: float):
+    """The fixed interval [lower, upper] on valid tokens, [1, 1] on padding (no gather needed)."""
+    valid = response_mask.bool()
+    one = torch.ones_like(old_log_prob)
+    return torch.where(valid, one * lower, one), torch.where(valid, one * upper, one)
+
+
+def check_shapes(response_mask: Tensor, **tensors: Tensor | None) -> None:
+    """Raise unless ``response_mask`` is a (batch, response_length) tensor and every named tensor (None: skipped)
+    a tensor of its shape; the messages name the tensor."""
     if not torch.is_tensor(response_mask):
         raise TypeError(f"response_mask must be a torch.Tensor, got {type(response_mask).__name__}")
     if response_mask.dim() != 2:
@@ -43,7 +69,7 @@ def _check_finite(valid: Tensor, **tensors: Tensor) -> None:
         raise ValueError(f"non-finite values on valid (unmasked) tokens ({detail}); check the rollout / model outputs")
 
 
-def _check_bounds(
+def check_bounds(
     lower: Tensor, upper: Tensor, response_mask: Tensor, old_log_prob: Tensor, who: Callable[[], str]
 ) -> None:
     """Raise unless lower <= 1 <= upper on every valid token (``who()``: the method, for the message).
@@ -81,11 +107,13 @@ def _check_bounds(
     )
 
 
-def _global_info(global_batch_info: Mapping[str, Any] | None) -> dict[str, Any]:
+def global_batch_kwargs(global_batch_info: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``global_batch_info`` (None: {}) as keyword arguments of `aggregate_loss`; ValueError on a key outside
+    `GLOBAL_BATCH_KEYS`."""
     info = dict(global_batch_info or {})
-    unknown = [k for k in info if k not in _GLOBAL_BATCH_KEYS]
+    unknown = [k for k in info if k not in GLOBAL_BATCH_KEYS]
     if unknown:
-        raise ValueError(f"unknown global_batch_info key(s) {unknown}; valid: {', '.join(_GLOBAL_BATCH_KEYS)}")
+        raise ValueError(f"unknown global_batch_info key(s) {unknown}; valid: {', '.join(GLOBAL_BATCH_KEYS)}")
     return info
 
 
@@ -141,7 +169,7 @@ def aggregate_loss(
 def prepare_inputs(old_log_prob, log_prob, advantages, response_mask, settings, rollout_is_weights=None):
     """Shape / finiteness checks; returns (old_log_prob, log_prob, advantages, rollout_is_weights) with padding
     replaced by neutral values (0, 0, 0, 0) so that nothing non-finite reaches the loss or its gradient."""
-    _check_shapes(
+    check_shapes(
         response_mask,
         old_log_prob=old_log_prob,
         log_prob=log_prob,
@@ -197,7 +225,7 @@ def ppo_surrogate(
         (loss: 0-d tensor, metrics: dict of 0-d tensors from `clip_diagnostics`).
     """
     settings = SurrogateConfig.from_params(settings)
-    _check_shapes(response_mask, lower=lower, upper=upper)
+    check_shapes(response_mask, lower=lower, upper=upper)
     old_log_prob, log_prob, advantages, rollout_is_weights = prepare_inputs(
         old_log_prob, log_prob, advantages, response_mask, settings, rollout_is_weights
     )
@@ -215,6 +243,6 @@ def ppo_surrogate(
     if rollout_is_weights is not None:
         token_loss = token_loss * rollout_is_weights
 
-    loss = aggregate_loss(token_loss, response_mask, settings.loss_agg_mode, **_global_info(global_batch_info))
+    loss = aggregate_loss(token_loss, response_mask, settings.loss_agg_mode, **global_batch_kwargs(global_batch_info))
     metrics = clip_diagnostics(old_log_prob, log_ratio, advantages, response_mask, lower, upper, settings.dual_clip_c)
     return loss, metrics

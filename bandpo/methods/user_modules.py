@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from bandpo.methods.registry import _LOADED_MODULES, FILE_MODULE_PREFIX, METHOD_MODULES_ENV, list_methods
+from bandpo.methods.registry import FILE_MODULE_PREFIX, LOADED_MODULES, METHOD_MODULES_ENV, list_methods
 
 _METHOD_SOURCES: dict[str, str] = {}  # method name -> the module (absolute .py path or module name) that added it
 
@@ -50,11 +50,11 @@ def load_method_modules(specs: Iterable[str] | str | None, root: str | os.PathLi
 
 
 def _load(spec: str, root: str | os.PathLike | None) -> str:
-    """Import one module (once per process); returns its key in ``_LOADED_MODULES``."""
+    """Import one module (once per process); returns its key in ``LOADED_MODULES``."""
     if spec.endswith(".py"):
         path = Path(spec) if Path(spec).is_absolute() else Path(root or os.getcwd()) / spec
         key = str(path.resolve())
-        if key in _LOADED_MODULES:
+        if key in LOADED_MODULES:
             return key
         if not path.is_file():
             raise ImportError(f"method module {spec!r}: file not found ({path})")
@@ -67,12 +67,12 @@ def _load(spec: str, root: str | os.PathLike | None) -> str:
         except Exception as e:
             del sys.modules[name]
             raise ImportError(f"method module {spec!r} ({path}) failed to import: {type(e).__name__}: {e}") from e
-        _LOADED_MODULES[key] = module
+        LOADED_MODULES[key] = module
         return key
-    if spec in _LOADED_MODULES:
+    if spec in LOADED_MODULES:
         return spec
     try:
-        _LOADED_MODULES[spec] = importlib.import_module(spec)
+        LOADED_MODULES[spec] = importlib.import_module(spec)
     except ImportError as e:
         raise ImportError(
             f"method module {spec!r} is not importable ({e}); give a module on sys.path / PYTHONPATH or "
@@ -83,7 +83,7 @@ def _load(spec: str, root: str | os.PathLike | None) -> str:
 
 def loaded_method_modules() -> list[str]:
     """The user modules imported by `load_method_modules` in this process (names, or absolute file paths)."""
-    return list(_LOADED_MODULES)
+    return list(LOADED_MODULES)
 
 
 def method_module_of(method: str) -> str | None:

@@ -1,3 +1,3 @@
-"""Stage 2, models: the tiny base models built and pretrained here (`tiny`), a hub snapshot or a package-index
-model (`pypi`) downloaded, and what reads them fast: the lean forward pass (`fastlm`), the suite's one sampler
-(`sampling`) and AdamW (`optim`) (``python -m bandpo.models``)."""
+"""Stage 2, models: the tiny base models built and pretrained here (`tiny`), a hub snapshot (`hub`) or a
+package-index model (`pypi`) downloaded (``python -m bandpo.models``). What runs a model (the sampler, the lean
+forward pass, the optimiser) is the shared runtime, `bandpo.runtime`."""

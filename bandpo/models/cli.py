@@ -20,7 +20,8 @@ import torch
 from bandpo.core.files import read_jsonl, write_json
 from bandpo.core.options import parse_assignments
 from bandpo.models.hub import DEFAULT_ALLOW_PATTERNS, download_model
-from bandpo.models.tiny import SIZES, SizeSpec, build_model, load_model, sample_accuracy
+from bandpo.models.sizes import SIZES, SizeSpec
+from bandpo.models.tiny import build_model, load_model, sample_accuracy
 
 
 def _fmt(x: float) -> str:

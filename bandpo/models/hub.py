@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import huggingface_hub
+
 from bandpo.core.files import new_tmp_dir, publish_dir, write_json
 from bandpo.core.provenance import weights_sha256
 
@@ -34,12 +36,12 @@ def download_model(
     token: str | bool | None = None,
     snapshot_download: Callable[..., str] | None = None,
 ) -> Path:
-    """Download a hub model with ``huggingface_hub.snapshot_download`` into ``out_dir`` (same layout as a tiny
-    model: config, weights, tokenizer files at the top level), atomically, with an ``info.json``."""
+    """Download a hub model with ``huggingface_hub.snapshot_download`` (or the ``snapshot_download`` given, a
+    stand-in for tests) into ``out_dir`` (same layout as a tiny model: config, weights, tokenizer files at the top
+    level), atomically, with an ``info.json``."""
     if not repo_id or repo_id.count("/") != 1 or any(not part for part in repo_id.split("/")):
         raise ValueError(f"repo_id must look like 'owner/name', got {repo_id!r}")
-    if snapshot_download is None:
-        from huggingface_hub import snapshot_download
+    snapshot_download = snapshot_download or huggingface_hub.snapshot_download
     out_dir = Path(out_dir)
     tmp = new_tmp_dir(out_dir)
     t0 = time.time()

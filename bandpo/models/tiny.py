@@ -1,10 +1,8 @@
-"""Models: the embedded profile's tiny pretrained LMs, and hub snapshots for the GPU profile.
+"""The embedded profile's tiny base models: built, pretrained and evaluated here.
 
-Tiny models
------------
 ``build_model`` makes a character-level tokenizer and a Llama-architecture causal LM of one registered size
-(:data:`SIZES`), pretrains it on tiny-math's train split and saves both with ``save_pretrained`` (plus a
-``generation_config.json`` for true temperature-1.0 sampling, i.e. ``top_k=0``, and an ``info.json``), so
+(`bandpo.models.sizes.SIZES`), pretrains it on tiny-math's train split and saves both with ``save_pretrained``
+(plus a ``generation_config.json`` for true temperature-1.0 sampling, i.e. ``top_k=0``, and an ``info.json``), so
 everything downstream loads it with ``from_pretrained`` like a hub model. The output directory is built under a
 temporary name beside the target and renamed at the end: a crash never leaves a directory that looks complete.
 
@@ -26,28 +24,10 @@ probability over every other token, so that samples at T=1.0 are much noisier th
 sampled against 52% greedy on the test split). That is the regime of real base LLMs, whose sampled accuracy lies
 well below what they can produce, and it gives GRPO something to learn in two CPU-minutes: sharpening onto the
 answers the model already ranks first, with a token entropy (~0.43 nats) that starts high enough for the clipping
-methods to differ. Without smoothing (the previous default) the base scored 34% sampled / 47% greedy with entropy
-0.13, and 100 GRPO steps gained only ~4 points, almost all from dropping direct guesses.
+methods to differ (benchmarks/CHANGELOG.md, "the tiny models' recipe", has the base model without smoothing).
 
-Deterministic from the seed at a fixed thread count (CPU). Measured with one thread while another job used the
-second core (seed 0; test split, 300 problems x 8 samples at T=1.0, graded by ``bandpo.grader.grade``; greedy:
-T=0.05)::
-
-    size    architecture                   params   steps  build wall/CPU  test acc  L1 / L2 / L3        greedy  entropy
-    tiny-s  d64, 4 layers, 4 heads, ff 172 204,544  2800   385 s / 233 s   0.240     0.38 / 0.23 / 0.11  0.520   0.44
-    tiny-m  d128, 3 layers, 4 heads, ff 344 606,464 2400   472 s / 314 s   0.340     0.47 / 0.33 / 0.21  0.757   0.43
-
-Entropy: mean token entropy (nats) of the sampled answers. ``tiny-m`` has ~0.6M rather than 1M parameters: at
-about the same CPU time a 1.0M model (d128, 5 layers: 2000 steps, ~455 s CPU) reached 0.34 validation accuracy,
-the 3-layer model 0.60 (3000 steps, ~420 s CPU; both without smoothing); per-step cost grows with depth more than
-with width here.
-
-CLI::
-
-    python -m bandpo.models build --size tiny-s --data resources/data/tiny-math --out resources/models/tiny-s \\
-        --seed 0 --threads 1
-    python -m bandpo.models eval --model resources/models/tiny-s --data resources/data/tiny-math/test.jsonl --k 8
-    python -m bandpo.models download --repo-id Qwen/Qwen2.5-3B-Instruct --out resources/models/qwen2.5-3b
+Deterministic from the seed at a fixed thread count (CPU); the sizes and what they reach: `bandpo.models.sizes`.
+The command line: `bandpo.models.cli` (``python -m bandpo.models build`` / ``eval``).
 """
 
 from __future__ import annotations
@@ -60,16 +40,29 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from tokenizers import Regex, Tokenizer, decoders, pre_tokenizers
+from tokenizers.models import WordLevel
+from tqdm.auto import tqdm
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GenerationConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+)
 
 from bandpo.core.files import new_tmp_dir, publish_dir, read_jsonl, write_json
 from bandpo.core.provenance import machine, versions, weights_sha256
-from bandpo.core.schedule import lr_schedule
-from bandpo.models.optim import AdamW
+from bandpo.grader import grade, grader_id
+from bandpo.models.sizes import SizeSpec, get_size
+from bandpo.runtime.optim import AdamW
+from bandpo.runtime.sampling import sample_rows
+from bandpo.runtime.schedule import lr_schedule
 
 SPECIAL_TOKENS: tuple[str, ...] = ("<pad>", "<eos>", "<unk>")
 # printable ASCII plus newline: covers every tiny-math prompt and answer; anything else maps to <unk>
@@ -79,64 +72,14 @@ STOP_STRING = "}"  # a tiny-math answer ends with the closing brace of \boxed{..
 
 
 # --------------------------------------------------------------------------------------------------------------
-# sizes
-# --------------------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SizeSpec:
-    """Architecture and pretraining recipe of one tiny model size (Llama, tied embeddings, no biases)."""
-
-    hidden_size: int
-    num_layers: int
-    num_heads: int
-    intermediate_size: int
-    steps: int
-    lr: float
-    batch_size: int = 32
-    warmup_steps: int = 100
-    decay_frac: float = 0.9  # warmup, constant, then linear decay to min_lr_frac over the last decay_frac of steps
-    min_lr_frac: float = 0.0
-    weight_decay: float = 0.01
-    direct_frac: float = 0.25  # share of targets that are the bare \boxed{answer} instead of the worked line
-    label_smoothing: float = 0.0  # of the pretraining cross-entropy: T=1.0 samples noisier than the argmax
-    pack_len: int = 128  # the examples of a batch are packed into rows of this many tokens (0: pad instead)
-    eval_k: int = 8  # samples per validation problem for info.json's base accuracy
-    max_position_embeddings: int = 256
-
-
-# Measured on the 2-core machine, one thread each (see the module docstring for the figures).
-SIZES: dict[str, SizeSpec] = {
-    "tiny-s": SizeSpec(hidden_size=64, num_layers=4, num_heads=4, intermediate_size=172, steps=2800, lr=3e-3,
-                       label_smoothing=0.03),
-    "tiny-m": SizeSpec(hidden_size=128, num_layers=3, num_heads=4, intermediate_size=344, steps=2400, lr=2e-3,
-                       label_smoothing=0.03),
-    # for unit tests only: seconds to build, not meant to be right
-    "tiny-test": SizeSpec(
-        hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, steps=20, lr=3e-3, batch_size=8,
-        warmup_steps=5, eval_k=2,
-    ),
-}  # fmt: skip
-
-
-def get_size(size: str | SizeSpec, **overrides: Any) -> SizeSpec:
-    spec = size if isinstance(size, SizeSpec) else SIZES.get(size)
-    if spec is None:
-        raise ValueError(f"unknown model size {size!r}; known: {sorted(SIZES)}")
-    overrides = {k: v for k, v in overrides.items() if v is not None}
-    return dataclasses.replace(spec, **overrides) if overrides else spec
-
-
-# --------------------------------------------------------------------------------------------------------------
 # tokenizer and model
 # --------------------------------------------------------------------------------------------------------------
 def build_tokenizer(model_max_length: int = 256):
     """Character-level tokenizer (WordLevel over printable ASCII + newline, one token per character) wrapped in
     ``PreTrainedTokenizerFast``: pad/eos/unk specials, left padding (for generation), no BOS, no chat template,
     no clean-up of spaces on decode."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARSET)}
-    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tk = Tokenizer(WordLevel(vocab=vocab, unk_token="<unk>"))
     tk.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     tk.decoder = decoders.Fuse()
     return PreTrainedTokenizerFast(
@@ -151,8 +94,6 @@ def build_tokenizer(model_max_length: int = 256):
 
 
 def llama_config(spec: SizeSpec, tokenizer):
-    from transformers import LlamaConfig
-
     return LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=spec.hidden_size,
@@ -169,8 +110,6 @@ def llama_config(spec: SizeSpec, tokenizer):
 
 
 def init_model(spec: SizeSpec, tokenizer, seed: int = 0):
-    from transformers import LlamaForCausalLM
-
     torch.manual_seed(seed)
     model = LlamaForCausalLM(llama_config(spec, tokenizer))
     model.generation_config = make_generation_config(tokenizer)
@@ -179,8 +118,6 @@ def init_model(spec: SizeSpec, tokenizer, seed: int = 0):
 
 def make_generation_config(tokenizer, max_new_tokens: int = MAX_NEW_TOKENS):
     """Plain sampling at T=1.0 (``top_k=0``: HF would otherwise apply top-k 50)."""
-    from transformers import GenerationConfig
-
     return GenerationConfig(
         do_sample=True,
         temperature=1.0,
@@ -198,8 +135,7 @@ def count_parameters(model) -> int:
 
 
 def load_model(model_dir: str | os.PathLike):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    """(model, tokenizer) of a saved model folder, through transformers' Auto classes, the model in eval mode."""
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     model.eval()
@@ -305,6 +241,32 @@ def packing_isolates(model) -> bool:
         model.train(was_training)
 
 
+def make_optimizer(model, spec: SizeSpec) -> AdamW:
+    """Pretraining's AdamW: weight decay ``spec.weight_decay`` on the weight matrices, none on norms and vectors."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)
+    return AdamW(
+        [{"params": decay, "weight_decay": spec.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=spec.lr,
+        betas=(0.9, 0.98),
+        eps=1e-8,
+    )
+
+
+def pretrain_loss(model, input_ids, position_ids, labels, label_smoothing: float) -> torch.Tensor:
+    """The batch's cross-entropy over its answer tokens (labels -100 elsewhere), label-smoothed when
+    ``label_smoothing`` > 0 (else the model's own loss)."""
+    if label_smoothing <= 0:
+        return model(input_ids=input_ids, position_ids=position_ids, labels=labels, use_cache=False).loss
+    logits = model(input_ids=input_ids, position_ids=position_ids, use_cache=False).logits
+    # position t predicts token t + 1
+    return torch.nn.functional.cross_entropy(
+        logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100,
+        label_smoothing=label_smoothing,
+    )  # fmt: skip
+
+
 def pretrain(
     model,
     tokenizer,
@@ -315,8 +277,6 @@ def pretrain(
     log_every: int = 100,
 ) -> dict:
     """Supervised pretraining on tiny-math rows (loss on answer tokens + EOS only). Returns loss history."""
-    from tqdm.auto import tqdm
-
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id
     prompts = _encode(tokenizer, [r["prompt"] for r in rows])
@@ -329,15 +289,7 @@ def pretrain(
     rng = random.Random(seed)
 
     model.train()
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)
-    opt = AdamW(
-        [{"params": decay, "weight_decay": spec.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=spec.lr,
-        betas=(0.9, 0.98),
-        eps=1e-8,
-    )
+    opt = make_optimizer(model, spec)
     multiplier = lr_lambda(spec)  # the learning rate of step k is spec.lr * multiplier(k) (torch's LambdaLR's)
     packing = spec.pack_len > 0 and packing_isolates(model)
     if spec.pack_len > 0 and not packing:
@@ -360,15 +312,7 @@ def pretrain(
             input_ids, position_ids, label_t = pack_sequences(seqs, labels, spec.pack_len, pad)
         else:
             input_ids, position_ids, label_t = pad_sequences(seqs, labels, pad)
-        if spec.label_smoothing > 0:
-            logits = model(input_ids=input_ids, position_ids=position_ids, use_cache=False).logits
-            # position t predicts token t + 1; smoothed cross-entropy over the answer tokens
-            loss = torch.nn.functional.cross_entropy(
-                logits[:, :-1].flatten(0, 1).float(), label_t[:, 1:].flatten(), ignore_index=-100,
-                label_smoothing=spec.label_smoothing,
-            )  # fmt: skip
-        else:
-            loss = model(input_ids=input_ids, position_ids=position_ids, labels=label_t, use_cache=False).loss
+        loss = pretrain_loss(model, input_ids, position_ids, label_t, spec.label_smoothing)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -403,14 +347,12 @@ def sample_completions(
     seed: int = 0,
     batch_size: int = 1024,
 ) -> tuple[list[list[str]], dict]:
-    """``k`` samples per prompt with the trainer's KV-cached sampler (`bandpo.models.sampling.sample_rows`: plain
+    """``k`` samples per prompt with the trainer's KV-cached sampler (`bandpo.runtime.sampling.sample_rows`: plain
     softmax sampling, each prompt pre-filled once for its ``k`` rows), at most ``batch_size`` rows per chunk.
 
     Returns completions (prompt-major) and stats: mean token entropy (nats, of the sampling distribution
     softmax(logits / T), over generated tokens up to and including EOS) and mean completion length in tokens.
     """
-    from bandpo.models.sampling import sample_rows
-
     model.eval()
     # sort by prompt length so that chunks need little padding; results are put back in order below
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
@@ -457,8 +399,6 @@ def sample_accuracy(
         model, tok = load_model(model)
         tokenizer = tokenizer or tok
     if grader is None:
-        from bandpo.grader import grade, grader_id
-
         grader, grader_name = grade, grader_id()  # name/mode@version: the mode of BANDPO_GRADER_MODE
     else:
         grader_name = getattr(grader, "__qualname__", str(grader))
@@ -505,10 +445,7 @@ def sample_accuracy(
 
 
 # --------------------------------------------------------------------------------------------------------------
-# atomic directories
-# --------------------------------------------------------------------------------------------------------------
-# --------------------------------------------------------------------------------------------------------------
-# build / download
+# build
 # --------------------------------------------------------------------------------------------------------------
 def build_model(
     size: str | SizeSpec,

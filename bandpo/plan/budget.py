@@ -223,7 +223,7 @@ def _d(cfg: Mapping[str, Any], model: str, entry: str, experiment: str) -> tuple
 
 
 def _build_steps(cfg: Mapping[str, Any], model: str) -> int:
-    from bandpo.models.tiny import SIZES
+    from bandpo.models.sizes import SIZES
 
     m = by_id(cfg["models"])[model]
     return int((m.get("build") or {}).get("steps", SIZES[m.get("size", model)].steps))

@@ -35,6 +35,7 @@ from bandpo.core.files import package_data
 from bandpo.core.options import check_fields
 from bandpo.data.real import REAL_DATASETS
 from bandpo.data.tiny_math import ProbeSpec
+from bandpo.models.sizes import SIZES
 from bandpo.plan.sweep import (
     MAIN,
     THREADED_RULES,
@@ -280,10 +281,9 @@ def _registry_fingerprint(cfg: Mapping[str, Any], root: str | os.PathLike) -> st
 
 
 def check_registries(cfg: Mapping[str, Any], root: str | os.PathLike = ".") -> None:
-    """Model sizes and method entries against the bandpo registries. Both registries import torch (a few seconds),
-    so they are imported here, when a config is checked that was not checked unchanged before (`validate_config`'s
-    cache), and not by every Snakemake start."""
-    from bandpo.models.tiny import SIZES  # imports torch: see the docstring
+    """Model sizes and method entries against the bandpo registries. The method registry imports torch (a few
+    seconds), so it is imported here, when a config is checked that was not checked unchanged before
+    (`validate_config`'s cache), and not by every Snakemake start."""
 
     for i, m in enumerate(cfg["models"]):
         if m["source"] == "tiny" and m["size"] not in SIZES:

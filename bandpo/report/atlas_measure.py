@@ -96,9 +96,9 @@ from torch import Tensor
 from bandpo import methods
 from bandpo.methods.band import band_bounds
 from bandpo.methods.diagnostics import loss_grad_wrt_log_prob
-from bandpo.models.optim import AdamW
 from bandpo.plan.sweep import ATLAS_STEPS
 from bandpo.report.atlas import COLUMNS, SLICES, atlas_markdown
+from bandpo.runtime.optim import AdamW
 from bandpo.train.settings import TrainConfig, from_dict, read_spec
 
 PROG = "python -m bandpo.report.atlas_measure"

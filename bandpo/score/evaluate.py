@@ -428,8 +428,8 @@ _SUITE_HFLM = None
 
 def suite_sampler_hflm():
     """lm-eval's ``HFLM`` (the ``hf`` backend) with one change: where a request is plain sampling (``do_sample``,
-    temperature > 0, no top-k / top-p, stopping at EOS only) from a model `bandpo.models.fastlm.FastLlama` covers (the
-    tiny Llamas), its completions are drawn by the suite's sampler (`bandpo.models.sampling.sample_rows`, the
+    temperature > 0, no top-k / top-p, stopping at EOS only) from a model `bandpo.runtime.fastlm.FastLlama` covers (the
+    tiny Llamas), its completions are drawn by the suite's sampler (`bandpo.runtime.sampling.sample_rows`, the
     trainer's),
     not by HF ``generate``: the same distribution (softmax(logits / T), EOS ends a completion, at most
     ``max_gen_toks`` tokens), several times faster; other requests and models go to ``generate`` as before. Draws
@@ -440,7 +440,7 @@ def suite_sampler_hflm():
         return _SUITE_HFLM
     from lm_eval.models.huggingface import HFLM
 
-    from bandpo.models.fastlm import FastLlama
+    from bandpo.runtime.fastlm import FastLlama
     from bandpo.score.tiny_lm import plain_sampling, sample_completions
 
     class SuiteSamplerHFLM(HFLM):

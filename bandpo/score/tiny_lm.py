@@ -4,7 +4,7 @@ lm-eval stays the scorer (its task YAMLs, requests, filters, metrics and output 
 ours, registered in lm-eval's model registry (``lm_eval.api.registry.register_model``) and named by the config's
 ``eval.backend: bandpo-tiny``. Importing lm-eval's HF backend (``lm_eval.models.huggingface``: transformers' Auto
 classes, and through them scikit-learn and torch._dynamo) costs several seconds of every scoring process; this
-class loads a `bandpo.models.fastlm.light_loadable` folder with `bandpo.models.fastlm.load_light` (the weights from
+class loads a `bandpo.runtime.fastlm.light_loadable` folder with `bandpo.runtime.fastlm.load_light` (the weights from
 safetensors, the character tokenizer from the ``tokenizers`` library) and imports no transformers at all.
 
 It answers ``generate_until`` requests the way the ``hf`` backend of `bandpo.score.evaluate` does for these models,
@@ -34,8 +34,8 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.utils import Collator, handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
 from tqdm import tqdm
 
-from bandpo.models.fastlm import light_loadable, load_light
-from bandpo.models.sampling import sample_rows
+from bandpo.runtime.fastlm import light_loadable, load_light
+from bandpo.runtime.sampling import sample_rows
 
 NAME = "bandpo-tiny"
 PLAIN_SAMPLING_KEYS = {"do_sample", "temperature", "top_k", "top_p", "until", "max_gen_toks"}
@@ -59,7 +59,7 @@ def sample_completions(model, context: torch.Tensor, mask: torch.Tensor, new: in
     """Each left-padded context row (B, P) followed by a sampled completion of at most ``new`` tokens, padded with
     ``pad`` after EOS: (B, P + T). lm-eval's repeats of a prompt are adjacent rows (its batches are sorted by
     context); when the batch is equal runs of identical rows, each prompt is pre-filled once for its n rows, as in
-    training (`bandpo.models.sampling.sample_rows`)."""
+    training (`bandpo.runtime.sampling.sample_rows`)."""
     same = (context[1:] == context[:-1]).all(1) & (mask[1:] == mask[:-1]).all(1)
     dev = context.device
     starts = torch.cat([torch.ones(1, dtype=torch.bool, device=dev), ~same]).nonzero().squeeze(1)
@@ -86,7 +86,7 @@ class TinyLM(LM):
         if str(device) != "cpu" or str(dtype) not in ("float32", "torch.float32", "auto"):
             raise ValueError(f"{NAME}: scores on cpu in float32 only (got device={device}, dtype={dtype})")
         if not light_loadable(pretrained):
-            raise ValueError(f"{NAME}: {pretrained} is not a tiny Llama folder the suite built (bandpo.models.fastlm."
+            raise ValueError(f"{NAME}: {pretrained} is not a tiny Llama folder the suite built (bandpo.runtime.fastlm."
                              "light_loadable); score it with --backend hf")  # fmt: skip
         if str(batch_size).startswith("auto"):
             raise ValueError(f"{NAME}: batch_size must be a number (got {batch_size!r})")

@@ -6,7 +6,7 @@ Collect:
 
 1. draw ``prompts_per_step`` training problems (seeded by (seed, step): a resumed run draws the same ones);
 2. roll out ``samples_per_prompt`` completions each with KV-cached ancestral sampling at ``temperature`` from the
-   model's plain softmax (top_k = 0, top_p = 1), with the suite's sampler (`bandpo.models.sampling.sample_rows`): each
+   model's plain softmax (top_k = 0, top_p = 1), with the suite's sampler (`bandpo.runtime.sampling.sample_rows`): each
    prompt is pre-filled ONCE and its KV cache shared by the ``samples_per_prompt`` rows of its group, and rows that
    have emitted EOS are dropped from the batch and the cache once they are a quarter of it;
 3. reward = ``bandpo.grader.grade(completion, answer)`` (1 or 0), the same grader that scores evaluation;
@@ -31,8 +31,8 @@ Update:
    prompt groups, as verl counts mini-batches in prompts, or random sequences, partitioned afresh each pass; the
    first update is on-policy, all later ones off-policy, which is what makes clipping act), each prompt of a
    mini-batch run once with its KV cache shared by its completions and the mini-batch's all-padding columns
-   trimmed: loss = the method's loss (+ optional k3 KL to the reference), AdamW (`bandpo.models.optim`: torch's, bit for
-   bit, without importing torch._dynamo), gradient clipping;
+   trimmed: loss = the method's loss (+ optional k3 KL to the reference), AdamW (`bandpo.runtime.optim`: torch's, bit
+   for bit, without importing torch._dynamo), gradient clipping;
    ``stopped_frac*``: tokens whose policy-loss gradient is 0 with A != 0, the same measure for every method
    (`bandpo.methods.stopped_diagnostics`);
 8. one line of metrics.jsonl; a checkpoint every ``checkpoint_every`` steps. On a probe data set (rows with
@@ -68,10 +68,10 @@ import torch
 from tqdm import tqdm
 
 from bandpo import methods
-from bandpo.core.schedule import lr_schedule
 from bandpo.grader import Grading, counting, warmup
-from bandpo.models.optim import AdamW
-from bandpo.models.sampling import completion_log_probs_shared, sample_rows
+from bandpo.runtime.optim import AdamW
+from bandpo.runtime.sampling import completion_log_probs_shared, sample_rows
+from bandpo.runtime.schedule import lr_schedule
 from bandpo.train.runfiles import Checkpoint, load_policy, load_probe_rows, load_rows, publish
 from bandpo.train.settings import TrainConfig
 
@@ -226,7 +226,7 @@ def train(cfg: TrainConfig) -> dict:
 
 def lr_at(cfg: TrainConfig, step: int) -> float:
     """The learning rate of step ``step`` (0-based): ``lr``, or linear from ``lr`` to ``lr_end`` over the run
-    (`bandpo.models.tiny.lr_schedule`: no warmup, decay from the first step to the last)."""
+    (`bandpo.runtime.schedule.lr_schedule`: no warmup, decay from the first step to the last)."""
     if cfg.lr_end is None:
         return cfg.lr
     return lr_schedule(step, cfg.lr, cfg.lr_end, decay_steps=cfg.steps - 1)

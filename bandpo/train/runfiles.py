@@ -24,7 +24,7 @@ from bandpo import methods
 from bandpo.core.files import atomic_write_bytes, atomic_write_text, read_jsonl, replace_dir
 from bandpo.core.provenance import machine, versions
 from bandpo.grader import grader_info
-from bandpo.models.fastlm import light_loadable, load_light
+from bandpo.runtime.fastlm import light_loadable, load_light
 from bandpo.train.settings import TrainConfig
 
 PROBE_SPLIT = "validation.jsonl"  # where probe_every measures: never the test split lm-eval scores
@@ -68,9 +68,9 @@ def load_probe_rows(cfg: TrainConfig) -> list[dict]:
 
 
 def load_policy(model_dir: str, device: torch.device):
-    """(model, tokenizer) in float32 on ``device``. The suite's tiny models (`bandpo.models.fastlm.light_loadable`)
-    load without transformers' model classes (`bandpo.models.fastlm.load_light`: the same weights, layout and saved
-    files, computed by `bandpo.models.fastlm.FastLlama`); any other model through transformers' Auto classes."""
+    """(model, tokenizer) in float32 on ``device``. The suite's tiny models (`bandpo.runtime.fastlm.light_loadable`)
+    load without transformers' model classes (`bandpo.runtime.fastlm.load_light`: the same weights, layout and saved
+    files, computed by `bandpo.runtime.fastlm.FastLlama`); any other model through transformers' Auto classes."""
     if light_loadable(model_dir):
         model, tokenizer = load_light(model_dir)
         return model.to(device), tokenizer

@@ -70,7 +70,7 @@ class TrainConfig(Protocol):
     sampler: the sampler's own, computed while drawing from the same weights and distribution, with no extra pass;
     they equal the recomputed ones up to float rounding, so the first ratio is 1 within that, not exactly."""
     sampler_kernel: str = "torch"
-    """How the rollouts' sampler computes each decoded token's attention (`bandpo.models.ckernel`). torch
+    """How the rollouts' sampler computes each decoded token's attention (`bandpo.runtime.ckernel`). torch
     (default): PyTorch operations. c: the same arithmetic in one C call per layer and token (compiled once for the
     x86-64 baseline, the same bits on any x86-64 CPU); equal up to float rounding, so draws and numbers differ from
     torch's: a recipe's choice, checked with benchmarks/bench_recipe_check.py. Needs a C compiler and a model the

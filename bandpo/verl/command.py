@@ -2,7 +2,7 @@
 ``python -m verl.trainer.main_ppo`` and the environment of the driver and every Ray worker.
 
 Every method runs through the same verl entry point and differs only in ``policy_loss.loss_mode=bandpo.<method>``
-and its parameters; a loss verl ships (kind "verl", `bandpo.methods.verl_losses`) runs as verl's own loss_mode
+and its parameters; a loss verl ships (kind "verl", `bandpo.verl.losses`) runs as verl's own loss_mode
 (``dppo_kl``, ``clip_cov``, ...) with its parameters as verl's own config keys (`method_overrides`).
 
 How the method's parameters reach verl's workers: ``BANDPO_METHOD_CONFIG`` (inline JSON, see
@@ -99,7 +99,7 @@ def resolved_params(run: VerlRun) -> dict[str, Any]:
 
 def loss_mode(run: VerlRun) -> str:
     """verl's loss_mode: ``bandpo.<method>``, or verl's own name for a method of kind "verl" (a loss verl ships,
-    `bandpo.methods.verl_losses`: ``dppo_kl`` runs as verl's ``dppo_kl``)."""
+    `bandpo.verl.losses`: ``dppo_kl`` runs as verl's ``dppo_kl``)."""
     m = methods.get_method(run.method)
     return m.config_cls.verl_loss_mode if m.kind == "verl" else f"bandpo.{run.method}"
 

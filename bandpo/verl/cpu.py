@@ -12,41 +12,28 @@ lists it), in the driver and in every Ray worker. Importing it registers, and ch
   auto-detected; ``VERL_PLATFORM=cpu`` selects it (set it for the driver and, through Ray's runtime_env, for the
   workers). Ray's resource is still called ``GPU``: verl's resource pools ask for GPUs, so the driver declares one
   fake GPU per trainer process (``+ray_kwargs.ray_init.num_gpus=N``).
-* rollout ``hf`` in verl's two rollout registries (``actor_rollout_ref.rollout.name=hf``): a `HFReplica` starts one
-  `HFRolloutServer` Ray actor that serves a step's requests as one batch, drawn by the suite's sampler for the
-  tiny Llamas (else transformers ``generate``), and returns each token's log-probability under the sampling
-  temperature (its settings: ``engine_kwargs.hf``, `server_options`; `bandpo.verl.command` sets ``max_batch`` to
-  a step's request count); the trainer workers' `HFServerAdapter` pushes the actor's weights to it after every
-  update (verl's "naive" weight sync).
+* rollout ``hf`` in verl's two rollout registries (``actor_rollout_ref.rollout.name=hf``): the suite's sampler
+  (or transformers ``generate``) in a Ray actor, `bandpo.verl.hf_rollout`.
 * two adjustments when the cpu platform is selected: the warning verl's agent loop logs for every sample of a
   llama model (`QUIET_LOGGERS`) is silenced, and verl asks ``torch.distributed`` for the backend
   ``"cpu:gloo,<device>:<backend>"``, which on this platform reads ``"cpu:gloo,cpu:gloo"`` and torch rejects the
   repeated device. `_dedup_backend` wraps ``torch.distributed.init_process_group`` to drop exact repeats
   (nothing else is changed, and only in processes with ``VERL_PLATFORM=cpu``).
-
 * replay buffer ``PollingReplayBuffer`` (``trainer.v1.sampler.custom_sampler``, verl's extension point for the
   sampler; `config/verl-cpu.yaml` selects it): verl's own sync ``ReplayBuffer`` that looks for finished rollouts
   every `POLL_INTERVAL_S` seconds instead of verl's 2.0. The trainer waits for a step's rollouts by polling, so
-  with verl's default the generation phase of a step lasts a whole number of 2-second polls (6.03, 8.04, 10.05 s
-  in a 6-step run here) while the work inside it took 4-5 s. Only the waiting changes; what is sampled and trained
+  with verl's default the generation phase of a step lasts a whole number of 2-second polls, rounding the work
+  inside it up (benchmarks/CHANGELOG.md has the measurement). Only the waiting changes; what is sampled and trained
   is verl's. It does not take verl's DAPO group filtering (a custom sampler gets no ``filter_groups`` settings):
   the profile has no dynamic-sampling row.
-
-Known limits: one server per replica, which batches the requests that reach it together (`HFRolloutServer`), no
-multi-modal input, no tensor parallelism; rollouts are not bit-reproducible across runs (requests reach the server
-in the order Ray delivers them).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import dataclasses
 import functools
 import logging
 import os
-import sys
-import time
 import types
 from typing import Any
 
@@ -54,13 +41,12 @@ import torch
 from verl.plugin.platform.platform_base import PlatformBase
 from verl.plugin.platform.platform_manager import PlatformRegistry
 
+from bandpo.verl import hf_rollout
+
 logger = logging.getLogger(__name__)
 
 PLATFORM = "cpu"
-ROLLOUT = "hf"
 PLATFORM_ENV = "VERL_PLATFORM"
-SERVER_NAME = "bandpo_hf_rollout_{rank}"  # Ray actor name of replica `rank`'s server
-SAMPLERS = ("suite", "generate")  # HFRolloutServer's samplers
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -198,373 +184,12 @@ if cpu_selected() and not getattr(torch.distributed.init_process_group, "_bandpo
     torch.distributed.init_process_group = _dedup_backend(torch.distributed.init_process_group)
 
 # verl's agent loop builds a token helper per sample, and for a llama config.json each build warns that no
-# model-specific builder is registered (256 warnings a step, 16,384 in a 64-step run of the profile, each relayed by
-# Ray to the driver's log). The generic builder is the right one for the tiny llamas: keep its errors only.
+# model-specific builder is registered (one warning per sample, each relayed by Ray to the driver's log). The
+# generic builder is the right one for the tiny llamas: keep its errors only.
 QUIET_LOGGERS = ("verl.utils.tokenizer.continuous_token_wiring",)
 if cpu_selected():
     for _name in QUIET_LOGGERS:
         logging.getLogger(_name).setLevel(logging.ERROR)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# The rollout: a Ray actor holding a transformers model
-
-
-@dataclasses.dataclass
-class _Request:
-    """One queued ``generate`` call: its prompt, the sampling settings it can be batched under, and its future."""
-
-    prompt_ids: list[int]
-    key: tuple[int, float, float, int]  # (max new tokens, temperature, top_p, top_k)
-    future: asyncio.Future
-    arrived: float = dataclasses.field(default_factory=time.monotonic)
-
-
-class HFRolloutServer:
-    """One rollout server (a Ray actor): token ids in, sampled token ids and their log-probs out.
-
-    ``generate`` is the method verl's ``LLMServerClient`` calls, once per sample and all of a step's samples at
-    once (verl's agent loop awaits them together). The server batches them: a call queues its request, and a flush
-    task, started by the first call, gathers requests until ``max_batch`` are queued or the queue has not grown for
-    ``batch_wait_s``, then serves the queue in batches of at most ``max_batch`` requests with the same sampling
-    settings. ``max_batch=1`` serves one request at a time. verl's agent loop hands a step's requests over in
-    bursts (in the CPU profile 256 requests came as 3-4 bursts, tens of ms apart, then one burst per batch served,
-    since a batch being served holds the actor's event loop): a short quiet window split every step into 3-4
-    batches, each paying the whole sequential decode. Set ``max_batch`` to a step's request count (prompts x
-    samples): the step is then one batch, served as soon as its last request is queued (the quiet window, 2 s
-    by default, only ends a batch that never fills: gaps of up to 0.8 s between bursts were seen).
-
-    ``sampler``: ``"suite"`` draws plain-sampling batches (temperature > 0, no top-k / top-p) of a model
-    `bandpo.models.fastlm.FastLlama` covers (the suite's tiny Llamas) with the suite's sampler
-    (`bandpo.models.sampling.sample_rows`, the local trainer's: each distinct prompt pre-filled once for its samples;
-    the
-    same distribution softmax(logits / T), EOS ends a completion, the sampled tokens' log-probs under it);
-    everything else, and ``"generate"``, goes through transformers ``generate``. The other methods are the control
-    calls verl makes on a replica's servers (sleep / wake-up, cache control, profiling), which have nothing to do
-    here.
-    """
-
-    def __init__(
-        self,
-        model_path: str,
-        response_length: int,
-        max_model_len: int | None,
-        dtype: str,
-        seed: int,
-        max_batch: int = 256,
-        batch_wait_s: float = 2.0,
-        sampler: str = "suite",
-    ):
-        from transformers import AutoModelForCausalLM
-
-        if int(max_batch) < 1 or float(batch_wait_s) < 0:
-            raise ValueError(
-                f"hf rollout: max_batch must be >= 1 and batch_wait_s >= 0, got {max_batch}, {batch_wait_s}"
-            )
-        if sampler not in SAMPLERS:
-            raise ValueError(f"hf rollout: sampler must be one of {SAMPLERS}, got {sampler!r}")
-        torch.manual_seed(seed)
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
-        self.model.eval()
-        self.response_length = int(response_length)
-        self.max_model_len = max_model_len
-        gen = self.model.generation_config
-        eos = gen.eos_token_id if gen.eos_token_id is not None else self.model.config.eos_token_id
-        self.eos_token_id = eos
-        self.pad_token_id = gen.pad_token_id if gen.pad_token_id is not None else eos
-        self.weight_version = 0
-        self.max_batch = int(max_batch)
-        self.batch_wait_s = float(batch_wait_s)
-        self.sampler = sampler
-        # per served batch: its requests, the sampler used, the first request's wait in the queue, the seconds to
-        # sample it (also printed to stderr, which Ray forwards to the training log)
-        self.batch_log: list[dict[str, Any]] = []
-        self._queue: list[_Request] = []
-        self._flusher: asyncio.Task | None = None
-        self._grew: asyncio.Event | None = None  # set by every queued request (made with the flush task)
-
-    def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> int:
-        target = self.model.state_dict()
-        missing = [k for k in target if k not in state_dict and not self._tied(k)]
-        unknown = [k for k in state_dict if k not in target]
-        if missing or unknown:
-            raise KeyError(f"hf rollout: weights do not match the model (missing {missing[:5]}, unknown {unknown[:5]})")
-        with torch.no_grad():
-            for name, value in state_dict.items():
-                target[name].copy_(value.to(target[name].dtype))
-        self.weight_version = version
-        return len(state_dict)
-
-    def _tied(self, name: str) -> bool:
-        return name == "lm_head.weight" and bool(getattr(self.model.config, "tie_word_embeddings", False))
-
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **kwargs):
-        from verl.workers.rollout.replica import TokenOutput
-
-        if any(kwargs.get(k) is not None for k in ("image_data", "video_data", "audio_data")):
-            raise ValueError("the hf rollout takes text prompts only")
-        if not prompt_ids:
-            raise ValueError(f"request {request_id}: empty prompt")
-        params = dict(sampling_params)
-        max_new = int(params.pop("max_tokens", params.pop("max_new_tokens", self.response_length)))
-        max_new = min(max_new, self.response_length)
-        if self.max_model_len:
-            max_new = min(max_new, int(self.max_model_len) - len(prompt_ids))
-        if max_new < 1:
-            raise ValueError(f"request {request_id}: prompt of {len(prompt_ids)} tokens leaves no room to generate")
-        key = (max_new, float(params.get("temperature", 1.0)), float(params.get("top_p", 1.0)),
-               int(params.get("top_k", -1)))  # fmt: skip
-        loop = asyncio.get_running_loop()
-        request = _Request([int(t) for t in prompt_ids], key, loop.create_future())
-        self._queue.append(request)
-        if self._flusher is None or self._flusher.done():
-            self._grew = asyncio.Event()  # of this event loop
-            self._flusher = loop.create_task(self._flush())
-        self._grew.set()
-        token_ids, log_probs = await request.future
-        return TokenOutput(
-            token_ids=token_ids,
-            log_probs=log_probs if params.get("logprobs") else None,
-            stop_reason="completed",
-            extra_fields={"global_steps": self.weight_version},
-        )
-
-    async def _flush(self) -> None:
-        """Serve the queue until it is empty: gather requests while they keep arriving, then batch them."""
-        while len(self._queue) < self.max_batch:  # each new request restarts the quiet window
-            assert self._grew is not None
-            self._grew.clear()
-            try:
-                await asyncio.wait_for(self._grew.wait(), self.batch_wait_s)
-            except asyncio.TimeoutError:
-                break
-        while self._queue:
-            key = self._queue[0].key
-            batch = [r for r in self._queue if r.key == key][: self.max_batch]
-            taken = {id(r) for r in batch}
-            self._queue = [r for r in self._queue if id(r) not in taken]
-            t0 = time.monotonic()
-            try:
-                results = self._generate_batch([r.prompt_ids for r in batch], key)
-            except Exception as exc:  # every waiting caller gets the error, none hangs
-                for r in batch:
-                    if not r.future.done():
-                        r.future.set_exception(exc)
-            else:
-                for r, result in zip(batch, results, strict=True):
-                    if not r.future.done():
-                        r.future.set_result(result)
-                first = min(r.arrived for r in batch)
-                served = {"requests": len(batch), "sampler": "suite" if self._suite_samples(key) else "generate",
-                          "queued_s": round(t0 - first, 3), "sample_s": round(time.monotonic() - t0, 3)}  # fmt: skip
-                self.batch_log.append(served)
-                print(f"[bandpo.verl.cpu] served {served['requests']} requests ({served['sampler']}): the first "
-                      f"queued {served['queued_s']:.2f} s, sampled in {served['sample_s']:.2f} s",
-                      file=sys.stderr, flush=True)  # fmt: skip
-            await asyncio.sleep(0)  # let requests that arrived meanwhile join the queue
-
-    def _generate_batch(self, prompts: list[list[int]], key: tuple[int, float, float, int]):
-        """Sample one completion per prompt, the batch in one left-padded pass; per prompt (token ids up to and
-        including the first EOS, their log-probs under the sampling temperature)."""
-        max_new, temperature, top_p, top_k = key
-        if self._suite_samples(key):
-            return self._sample_batch(prompts, max_new, temperature)
-        ids, mask = self._left_padded(prompts)
-        width = ids.shape[1]
-        sample = temperature > 0
-        gen_kwargs: dict[str, Any] = {
-            "max_new_tokens": max_new,
-            "do_sample": sample,
-            "eos_token_id": self.eos_token_id,
-            "pad_token_id": self.pad_token_id,
-            "return_dict_in_generate": True,
-            "output_logits": True,
-        }
-        if sample:
-            gen_kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k if top_k > 0 else 0)
-        with torch.no_grad():
-            out = self.model.generate(ids, attention_mask=mask, **gen_kwargs)
-        tokens = out.sequences[:, width:]  # (B, new tokens); rows that ended early are padded after their EOS
-        logits = torch.stack(out.logits, dim=1).float()  # (B, new tokens, vocab), unprocessed
-        if sample and temperature != 1.0:
-            logits = logits / temperature
-        log_probs = torch.log_softmax(logits, dim=-1).gather(-1, tokens[..., None]).squeeze(-1)
-        results = []
-        for row, row_log_probs in zip(tokens.tolist(), log_probs.tolist(), strict=True):
-            finished = self._ends(row)
-            n = len(row) if finished is None else finished + 1
-            results.append((row[:n], row_log_probs[:n]))
-        return results
-
-    def _suite_samples(self, key: tuple[int, float, float, int]) -> bool:
-        """Whether a batch with sampling settings ``key`` goes to the suite's sampler (see the class docstring)."""
-        from bandpo.models.fastlm import FastLlama
-
-        _, temperature, top_p, top_k = key
-        return (
-            self.sampler == "suite"
-            and temperature > 0
-            and top_p >= 1.0
-            and top_k <= 0
-            and isinstance(self.eos_token_id, int)
-            and FastLlama.for_model(self.model) is not None
-        )
-
-    def _left_padded(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Token ids and attention mask (len(prompts), longest), padded on the left: every prompt ends where
-        generation starts."""
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), int(self.pad_token_id), dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            mask[i, width - len(p) :] = 1
-        return ids, mask
-
-    def _sample_batch(self, prompts: list[list[int]], max_new: int, temperature: float):
-        """`_generate_batch` with the suite's sampler. The requests of one prompt (verl sends a prompt's samples
-        as separate requests) become adjacent rows of one pre-filled prompt when every prompt has as many
-        requests; otherwise each request is a prompt of its own."""
-        from bandpo.models.sampling import sample_rows
-
-        order: dict[tuple[int, ...], list[int]] = {}
-        for i, p in enumerate(prompts):
-            order.setdefault(tuple(p), []).append(i)
-        counts = {len(v) for v in order.values()}
-        if len(counts) == 1:
-            n = counts.pop()
-            distinct = [list(p) for p in order]
-            rows = [i for members in order.values() for i in members]  # row r answers request rows[r]
-        else:
-            n, distinct, rows = 1, prompts, list(range(len(prompts)))
-        ids, mask = self._left_padded(distinct)
-        with torch.no_grad():
-            tokens, resp, _, log_probs = sample_rows(self.model, ids, mask, n, max_new, temperature,
-                                                     int(self.eos_token_id), with_log_probs=True)  # fmt: skip
-        lengths = resp.sum(1).tolist()
-        results: list[Any] = [None] * len(prompts)
-        for r, (row, row_log_probs) in enumerate(zip(tokens.tolist(), log_probs.tolist(), strict=True)):
-            results[rows[r]] = (row[: lengths[r]], row_log_probs[: lengths[r]])
-        return results
-
-    def _ends(self, token_ids: list[int]) -> int | None:
-        eos = self.eos_token_id
-        eos_set = set(eos) if isinstance(eos, (list, tuple)) else {eos}
-        for i, t in enumerate(token_ids):
-            if t in eos_set:
-                return i
-        return None
-
-    # control calls from verl's RolloutReplica: no device memory to release or restore
-    async def wake_up(self) -> None: ...
-    async def sleep(self) -> None: ...
-    async def clear_kv_cache(self) -> None: ...
-    async def release_kv_cache(self) -> None: ...
-    async def resume_kv_cache(self) -> None: ...
-    async def abort_all_requests(self, reject_request: bool = False) -> None: ...
-    async def resume_generation(self) -> None: ...
-    async def start_profile(self, **kwargs: Any) -> None: ...
-    async def stop_profile(self) -> None: ...
-
-
-def _model_path(model_config: Any) -> str:
-    path = getattr(model_config, "local_path", None) or getattr(model_config, "path", None)
-    if path is None and hasattr(model_config, "get"):
-        path = model_config.get("local_path") or model_config.get("path")
-    if not path:
-        raise ValueError("hf rollout: the model config names no model path")
-    return str(path)
-
-
-def server_options(rollout_config: Any) -> dict[str, Any]:
-    """`HFRolloutServer`'s batching and sampler settings from the rollout config's ``engine_kwargs.hf``
-    (``+actor_rollout_ref.rollout.engine_kwargs.hf.max_batch=256``: the keys ``max_batch``, ``batch_wait_s``,
-    ``sampler``); the server's defaults for those not given. Any other key is an error."""
-    engine = getattr(rollout_config, "engine_kwargs", None) or {}
-    given = dict(engine.get("hf") or {})
-    unknown = sorted(set(given) - {"max_batch", "batch_wait_s", "sampler"})
-    if unknown:
-        raise ValueError(f"hf rollout: unknown engine_kwargs.hf key(s) {unknown}; known: max_batch, batch_wait_s, "
-                         "sampler")  # fmt: skip
-    return given
-
-
-def _load_replica_class():
-    from verl.workers.rollout.replica import RolloutMode, RolloutReplica
-
-    class HFReplica(RolloutReplica):
-        """A rollout replica served by one `HFRolloutServer` actor (hybrid mode: it shares the trainer's node)."""
-
-        async def launch_servers(self) -> None:
-            import ray
-
-            if self.rollout_mode != RolloutMode.HYBRID:
-                raise NotImplementedError(f"hf rollout: only hybrid mode is supported, not {self.rollout_mode}")
-            cfg = self.config
-            options = server_options(cfg)
-            server = (
-                ray.remote(HFRolloutServer)
-                .options(name=SERVER_NAME.format(rank=self.replica_rank), num_cpus=1, max_concurrency=4096)
-                .remote(
-                    _model_path(self.model_config),
-                    cfg.response_length,
-                    cfg.max_model_len,
-                    "float32",
-                    int(getattr(cfg, "seed", 0) or 0),
-                    **options,
-                )
-            )
-            self.servers = [server]
-            self._server_handle = server
-            self._server_address = f"hf-rollout-{self.replica_rank}"
-
-    return HFReplica
-
-
-def _server_adapter_base():
-    from verl.workers.rollout.base import BaseRollout
-
-    return BaseRollout
-
-
-class HFServerAdapter(_server_adapter_base()):
-    """The trainer worker's side of the hf rollout: sends the actor's weights to its replica's server."""
-
-    def __init__(self, config: Any, model_config: Any, device_mesh: Any, *args: Any, **kwargs: Any):
-        super().__init__(config, model_config, device_mesh, *args, **kwargs)
-        self._server = None
-        self._version = 0
-
-    def _rank_and_leader(self) -> tuple[int, bool]:
-        cfg = self.config
-        per_replica = cfg.tensor_model_parallel_size * cfg.data_parallel_size * cfg.pipeline_model_parallel_size
-        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
-        return rank // per_replica, rank % per_replica == 0
-
-    async def resume(self, tags: list[str]) -> None:
-        return None
-
-    async def release(self) -> None:
-        return None
-
-    async def update_weights(self, weights, wire_format: str = "named_tensors", **kwargs: Any) -> None:
-        import ray
-
-        if wire_format != "named_tensors":
-            raise NotImplementedError(f"hf rollout: weight format {wire_format!r} is not supported")
-        replica, leader = self._rank_and_leader()
-        state = {}
-        for name, tensor in weights:  # every rank must drain the generator (it may gather shards collectively)
-            if hasattr(tensor, "full_tensor"):
-                tensor = tensor.full_tensor()
-            if leader:
-                state[name] = tensor.detach().to("cpu", copy=True)
-        if not leader:
-            return
-        if self._server is None:
-            self._server = ray.get_actor(SERVER_NAME.format(rank=replica))
-        self._version = int(kwargs.get("global_steps") or self._version + 1)
-        await self._server.load_weights.remote(state, self._version)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -575,6 +200,9 @@ POLL_INTERVAL_S = 0.05  # verl's ReplayBuffer: 2.0
 
 @functools.cache
 def _polling_replay_buffer() -> type:
+    # imported on first use, not at the top (an ordering reason): importing verl's trainer resolves verl's platform
+    # once per process, so at the top it would do so before this module registers the cpu platform (with
+    # VERL_PLATFORM=cpu: "Unknown platform 'cpu'")
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
     class PollingReplayBuffer(ReplayBuffer):
@@ -599,12 +227,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _register_rollout() -> None:
-    from verl.workers.rollout import base as rollout_base
-    from verl.workers.rollout.replica import RolloutReplicaRegistry
-
-    rollout_base._ROLLOUT_REGISTRY[(ROLLOUT, "async")] = f"{__name__}.HFServerAdapter"
-    RolloutReplicaRegistry.register(ROLLOUT, _load_replica_class)
-
-
-_register_rollout()
+hf_rollout.register_rollout()

@@ -13,6 +13,8 @@ import argparse
 import io
 from pathlib import Path
 
+import pandas as pd
+
 from bandpo.core.files import atomic_write_bytes, read_jsonl
 
 
@@ -39,8 +41,6 @@ def verl_rows(paths: list[str], split: str) -> list[dict]:
 
 
 def write_parquet(rows: list[dict], out: str) -> None:
-    import pandas as pd
-
     buf = io.BytesIO()
     pd.DataFrame(rows).to_parquet(buf, index=False)
     atomic_write_bytes(out, buf.getvalue())

@@ -32,8 +32,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from bandpo import grader, methods
 from bandpo.core.files import atomic_write_text, read_jsonl, replace_dir
 from bandpo.core.provenance import machine, versions
+from bandpo.core.run_contract import check_run
 from bandpo.verl import command
 from bandpo.verl.spec import read_spec
 
@@ -95,9 +100,6 @@ def cast_to_base_dtype(model_dir: Path, base_model: Path) -> str:
     bfloat16: the model is read in the base dtype directly (never through the config's bfloat16, which would round
     the weights) and written back with a config that says so.
     """
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
     base = AutoConfig.from_pretrained(base_model)
     dtype = getattr(base, "dtype", None) or getattr(base, "torch_dtype", None) or torch.float32
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
@@ -113,8 +115,6 @@ def reward_grader(config: dict) -> dict | None:
     mode = config.get("grader_mode")
     if mode is None:
         return None
-    from bandpo import grader
-
     return {"name": grader.GRADER_NAME, "mode": mode, "version": grader.GRADER_VERSION, "id": grader.grader_id(mode)}
 
 
@@ -125,8 +125,6 @@ def method_record(config: dict) -> dict:
     ``{"method_params": config["params"]}`` when the config names no method."""
     if not config.get("method"):
         return {"method_params": config.get("params", {})}
-    from bandpo import methods
-
     methods.load_method_modules(config.get("method_modules") or [])
     params = methods.make_config(config["method"], config.get("params") or {})
     out = {"method": config["method"], "method_label": params.label(), "method_params": params.to_dict()}
@@ -197,8 +195,6 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(),
     }
     atomic_write_text(run / "run.json", json.dumps(info, indent=2) + "\n")
-    from bandpo.core.run_contract import check_run
-
     check_run(run)
     print(f"merged step {step} -> {final}")
     return 0

@@ -15,7 +15,7 @@ No fork of verl and no monkey-patching: the losses go through verl's public regi
   and, through Ray's runtime_env, for the workers.
 
 Selecting a method in a verl run: ``actor_rollout_ref.actor.policy_loss.loss_mode=bandpo.<method>``; a method of
-kind "verl" (`bandpo.methods.verl_losses`: dppo_kl, clip_cov, ...) is verl's own loss and runs as verl's own
+kind "verl" (`bandpo.verl.losses`: dppo_kl, clip_cov, ...) is verl's own loss and runs as verl's own
 ``loss_mode`` (``dppo_kl``, ...) with its parameters as verl's config keys (`bandpo.verl.command.VerlRun`); it is
 not registered as ``bandpo.<method>``.
 
@@ -57,6 +57,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+import yaml
 from torch import Tensor
 
 from bandpo import methods
@@ -88,7 +89,7 @@ logger = logging.getLogger(__name__)
 
 def verl_loss_name(method: str) -> str:
     """verl's name of a suite method: ``bandpo.<method>`` (verl already owns e.g. ``gspo`` and ``cispo``), except a
-    method of kind "verl" (`bandpo.methods.verl_losses`), which is verl's own loss: its verl loss_mode."""
+    method of kind "verl" (`bandpo.verl.losses`), which is verl's own loss: its verl loss_mode."""
     m = methods.get_method(method)  # validates the name
     if m.kind == "verl":
         return m.config_cls.verl_loss_mode
@@ -115,8 +116,6 @@ def _parse(raw: str) -> dict[str, dict[str, Any]]:
         with open(text, encoding="utf-8") as fh:
             content = fh.read()
         if text.endswith((".yaml", ".yml")):
-            import yaml
-
             data = yaml.safe_load(content)
         else:
             try:

@@ -287,7 +287,7 @@ def test_sampler_and_log_probs_on_the_real_model_with_left_padding(real_model):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from bandpo.models.sampling import completion_log_probs_shared
+    from bandpo.runtime.sampling import completion_log_probs_shared
     from bandpo.train.loop import Batch, TrainConfig, chat_prompts, rollout
 
     folder, _ = real_model

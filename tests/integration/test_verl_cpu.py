@@ -42,7 +42,7 @@ def tiny_model(tmp_path_factory):
 def test_hf_server_returns_the_models_log_probs(tiny_model):
     from transformers import AutoModelForCausalLM
 
-    from bandpo.verl.cpu import HFRolloutServer
+    from bandpo.verl.hf_rollout import HFRolloutServer
 
     server = HFRolloutServer(str(tiny_model), response_length=12, max_model_len=64, dtype="float32", seed=0)
     prompt = build_tokenizer()("12+7=", add_special_tokens=False)["input_ids"]
@@ -78,7 +78,7 @@ def test_hf_server_batches_concurrent_requests(tiny_model, monkeypatch):
     one batch per sampling setting, and each still gets its own prompt's tokens and log-probs."""
     from transformers import AutoModelForCausalLM
 
-    from bandpo.verl.cpu import HFRolloutServer
+    from bandpo.verl.hf_rollout import HFRolloutServer
 
     server = HFRolloutServer(str(tiny_model), response_length=10, max_model_len=64, dtype="float32", seed=0,
                              max_batch=8)  # fmt: skip
@@ -128,12 +128,12 @@ def test_hf_server_suite_sampler_serves_plain_sampling(tiny_model, monkeypatch):
     tokens' log-probs under softmax(logits / T). Other settings, and sampler "generate", go to HF generate."""
     from transformers import AutoModelForCausalLM
 
-    import bandpo.models.sampling
-    from bandpo.verl.cpu import HFRolloutServer
+    import bandpo.runtime.sampling
+    from bandpo.verl.hf_rollout import HFRolloutServer
 
     drawn = []  # (prompts pre-filled, samples per prompt) of each call of the suite's sampler
-    real = bandpo.models.sampling.sample_rows
-    monkeypatch.setattr(bandpo.models.sampling, "sample_rows", lambda m, ids, mask, n, *a, **k: drawn.append(
+    real = bandpo.runtime.sampling.sample_rows
+    monkeypatch.setattr(bandpo.runtime.sampling, "sample_rows", lambda m, ids, mask, n, *a, **k: drawn.append(
         (ids.shape[0], n)) or real(m, ids, mask, n, *a, **k))  # fmt: skip
     model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
     eos = model.generation_config.eos_token_id
@@ -211,7 +211,8 @@ def test_verl_step_benchmark_try_changes_one_setting_of_the_profile():
 def test_cpu_platform_is_registered_and_opt_in():
     from verl.plugin.platform.platform_manager import PlatformRegistry
 
-    import bandpo.verl.cpu as vc
+    import bandpo.verl.cpu  # noqa: F401 - its import registers the platform and the hf rollout
+    from bandpo.verl import hf_rollout
 
     platform = PlatformRegistry.get("cpu")()
     assert platform.device_name == "cpu" and platform.communication_backend_name() == "gloo"
@@ -219,7 +220,7 @@ def test_cpu_platform_is_registered_and_opt_in():
     assert torch.ones(2).to(platform.current_device()).device.type == "cpu"
     from verl.workers.rollout.base import get_rollout_class
 
-    assert get_rollout_class("hf") is vc.HFServerAdapter
+    assert get_rollout_class("hf") is hf_rollout.HFServerAdapter
 
 
 def test_polling_replay_buffer_is_verls_sync_buffer_polling_faster():

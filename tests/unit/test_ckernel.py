@@ -1,4 +1,4 @@
-"""bandpo.models.ckernel: the sampler's attention step in C computes the PyTorch decode's function (logits to float
+"""bandpo.runtime.ckernel: the sampler's attention step in C computes the PyTorch decode's function (logits to float
 rounding, the KV cache to the bit), the same bits for a row whatever its batch or its prompt's padding, and refuses
 what it cannot run."""
 
@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from bandpo.core import numerics
-from bandpo.models import ckernel, sampling
-from bandpo.models.fastlm import FastLlama
 from bandpo.models.tiny import build_tokenizer, get_size, init_model
+from bandpo.runtime import ckernel, sampling
+from bandpo.runtime.fastlm import FastLlama
 from bandpo.train.settings import TrainConfig
 
 pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86-64 only")

@@ -328,8 +328,8 @@ def test_the_suites_own_model_class_gives_the_hf_backends_completions(tmp_path):
     """``bandpo-tiny`` (bandpo.score.tiny_lm, from lm-eval's model registry) and the ``hf`` backend score a tiny Llama
     the suite built with the same completions and metrics for a seed; the own class never imports transformers."""
     pytest.importorskip("lm_eval")
-    from bandpo.models.fastlm import light_loadable
     from bandpo.models.tiny import build_tokenizer, get_size, init_model
+    from bandpo.runtime.fastlm import light_loadable
 
     tok = build_tokenizer()
     model_dir = tmp_path / "tiny"

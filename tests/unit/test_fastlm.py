@@ -1,4 +1,4 @@
-"""bandpo.models.fastlm: the lean Llama forward computes the HF model's function (logits, log-probs, gradients) up to
+"""bandpo.runtime.fastlm: the lean Llama forward computes the HF model's function (logits, log-probs, gradients) up to
 float
 rounding; the sampler on it draws from the model's softmax; the transformers-free loader holds the same weights,
 tokenizes and decodes as the HF tokenizer and saves what HF loads back."""
@@ -10,9 +10,9 @@ import json
 import pytest
 import torch
 
-from bandpo.models import sampling
-from bandpo.models.fastlm import FastLlama, TinyLlama, gather_rows, light_loadable, load_light
 from bandpo.models.tiny import build_tokenizer, get_size, init_model
+from bandpo.runtime import sampling
+from bandpo.runtime.fastlm import FastLlama, TinyLlama, gather_rows, light_loadable, load_light
 from bandpo.train.loop import Batch
 
 PROMPTS = ["Q: Compute 48-6+5.\nA: ", "Q: 1+1?\nA: ", "Q: Solve for x: 3x+8=32.\nA: "]

@@ -102,9 +102,10 @@ def test_no_import_cycle_among_bandpo_modules():
 
 # bandpo's packages from the ground floor up. A module may import its own package and the floors below it, never
 # a floor above: the ground floor (core) holds what several stages share (file writes, settings by name, provenance,
-# the run contract, the learning-rate schedule); the methods and the grader serve every stage that trains or
-# scores; config plans the whole DAG, so it validates against the stages below it; the report reads them all.
-FLOORS = ("core", "methods", "grader", "data", "models", "train", "verl", "score", "config", "report")
+# the run contract); the runtime runs a model for every stage (sampler, lean forward pass, optimiser, schedule);
+# the methods and the grader serve every stage that trains or scores; config plans the whole DAG, so it validates
+# against the stages below it; the report reads them all.
+FLOORS = ("core", "runtime", "methods", "grader", "data", "models", "train", "verl", "score", "plan", "report")
 
 
 def floor(module: str) -> int | None:

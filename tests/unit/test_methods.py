@@ -15,7 +15,7 @@ import torch
 
 from bandpo import methods
 from bandpo.methods import BUCKET_LABELS, aggregate_loss, band, compute_bounds, compute_loss, ppo_surrogate, registry
-from bandpo.methods import bounds as bounds_module
+from bandpo.methods import builtin as builtin_module
 
 torch.set_num_threads(1)
 
@@ -46,11 +46,35 @@ def test_registry_lists_builtins_with_kinds():
         methods.list_methods("other")
 
 
+def test_the_built_in_methods_load_by_name_without_importing_verl():
+    """The registry loads the modules of BUILTIN_METHOD_MODULES on its first look-up: verl's losses
+    (bandpo.verl.losses) are methods of every process that looks a method up, and neither the registry nor they
+    import verl; a method of a user module cannot take a built-in name, whichever is registered first."""
+    from bandpo.methods import registry
+
+    assert registry.BUILTIN_METHOD_MODULES == ("bandpo.methods.builtin", "bandpo.verl.losses")
+    code = (
+        "import sys\n"
+        "from bandpo import methods\n"
+        "loaded = 'bandpo.verl.losses' in sys.modules\n"
+        "from bandpo.methods import GRPOConfig, register_bounds\n"
+        "try:\n"
+        "    register_bounds('gpg', config=GRPOConfig)(lambda *a: None)\n"
+        "except ValueError as e:\n"
+        "    print('already registered (by bandpo.verl.losses.verl_gpg_loss' in str(e))\n"
+        "print(loaded, methods.list_methods('verl'), 'verl' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "True"
+    assert out[1] == "False " + str(methods.list_methods("verl")) + " False"
+    assert len(methods.list_methods("verl")) == 8
+
+
 def test_unknown_method_asks_for_the_method_module(monkeypatch):
     """An unknown name lists the registered methods and asks whether the module that defines it was left out."""
-    from bandpo.methods import registry as user_modules  # the record of loaded modules lives there
+    from bandpo.methods import registry  # the record of loaded modules lives there
 
-    monkeypatch.setattr(user_modules, "_LOADED_MODULES", {})
+    monkeypatch.setattr(registry, "LOADED_MODULES", {})
     with pytest.raises(ValueError) as err:
         methods.get_method("grpoo")
     assert str(err.value).startswith("unknown method 'grpoo' (did you mean 'grpo'?) (registered: bandpo, ")
@@ -60,7 +84,7 @@ def test_unknown_method_asks_for_the_method_module(monkeypatch):
     )
     assert "(registered: " + ", ".join(methods.list_methods()) + ")" in str(err.value)
     # with modules loaded, the message names them: the method is not in any of them
-    monkeypatch.setattr(user_modules, "_LOADED_MODULES", {"/somewhere/my_methods.py": None, "pkg.more": None})
+    monkeypatch.setattr(registry, "LOADED_MODULES", {"/somewhere/my_methods.py": None, "pkg.more": None})
     with pytest.raises(ValueError, match=r"none of the loaded method modules \(/somewhere/my_methods.py, pkg.more\)"):
         methods.make_config("no_such_clip")
 
@@ -253,13 +277,13 @@ def test_bandpo_cap_relax_and_custom_divergence():
 
 def test_bounds_are_computed_on_valid_tokens_only(monkeypatch):
     seen = []
-    real = bounds_module.band_bounds
+    real = builtin_module.band_bounds
 
     def spy(x, divergence, delta):
         seen.append(x.numel())
         return real(x, divergence, delta)
 
-    monkeypatch.setattr(bounds_module, "band_bounds", spy)
+    monkeypatch.setattr(builtin_module, "band_bounds", spy)
     old = torch.full((4, 6), float("nan"))  # padding may hold anything
     mask = torch.zeros(4, 6, dtype=torch.bool)
     mask[:, :2] = True
@@ -661,7 +685,7 @@ def test_methods_listing_shows_user_modules_with_their_files(tmp_path):
     assert by_name["half_clip"]["method_module"] == str(repo / "tests/example_method.py")
     assert by_name["half_clip"]["config"] == "tests/example_method.py:HalfClipConfig"
     assert by_name["side_effect_clip"]["file"] == str(module)
-    assert by_name["grpo"]["source"] == "bandpo.methods.bounds.fixed_clip_bounds"
+    assert by_name["grpo"]["source"] == "bandpo.methods.builtin.fixed_clip_bounds"
     assert by_name["grpo"]["method_module"] is None
     # a module that is not there: a usage error naming it, no traceback
     proc = subprocess.run([*cmd, "--method-module", "no_such.py"], env=env, cwd=repo, capture_output=True, text=True)

@@ -15,12 +15,11 @@ from bandpo.models import cli as models_cli
 from bandpo.models import hub
 from bandpo.models import tiny as models
 from bandpo.models.hub import download_model
+from bandpo.models.sizes import SIZES, get_size
 from bandpo.models.tiny import (
     CHARSET,
-    SIZES,
     build_model,
     build_tokenizer,
-    get_size,
     init_model,
     lr_lambda,
     pretrain,

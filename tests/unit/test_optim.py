@@ -1,4 +1,4 @@
-"""bandpo.models.optim.AdamW against torch.optim.AdamW: the same bits, step for step, and no torch._dynamo import."""
+"""bandpo.runtime.optim.AdamW against torch.optim.AdamW: the same bits, step for step, and no torch._dynamo import."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from bandpo.models.optim import AdamW
+from bandpo.runtime.optim import AdamW
 
 
 def _twin_params(seed: int) -> tuple[list[torch.nn.Parameter], list[torch.nn.Parameter]]:
@@ -99,7 +99,7 @@ def test_no_dynamo_import():
     """The point of the class: building and stepping it leaves torch._dynamo unimported (torch.optim's does not)."""
     code = (
         "import sys, torch\n"
-        "from bandpo.models.optim import AdamW\n"
+        "from bandpo.runtime.optim import AdamW\n"
         "p = torch.nn.Parameter(torch.ones(3)); o = AdamW([p]); p.grad = torch.ones(3); o.step(); o.zero_grad()\n"
         "o.load_state_dict(o.state_dict())\n"
         "print('torch._dynamo' in sys.modules)\n"

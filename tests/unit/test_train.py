@@ -20,8 +20,8 @@ from safetensors.torch import load_file
 from bandpo import methods
 from bandpo.core import numerics
 from bandpo.data.tiny_math import generate_tiny_math, write_jsonl
-from bandpo.models.sampling import positions, sample_rows
 from bandpo.models.tiny import build_tokenizer, get_size, init_model
+from bandpo.runtime.sampling import positions, sample_rows
 from bandpo.train.loop import TrainConfig, group_advantages, lr_at, train
 from bandpo.train.settings import TIMING_KEYS, from_dict, read_spec
 
@@ -574,8 +574,8 @@ def test_cli_flags_and_spec_build_the_same_config(tmp_path, monkeypatch, capsys)
 
 
 def test_a_training_job_does_not_import_dynamo(assets, tmp_path):
-    """torch._dynamo costs ~1 s of CPU per process: neither the optimizer (bandpo.models.optim) nor the light model load
-    (bandpo.models.fastlm) may pull it into a training job."""
+    """torch._dynamo costs ~1 s of CPU per process: neither the optimizer (bandpo.runtime.optim) nor the light model
+    load (bandpo.runtime.fastlm) may pull it into a training job."""
     model, data = assets
     code = (
         "import sys\nfrom bandpo.train.cli import main\n"

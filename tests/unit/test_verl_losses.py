@@ -1,4 +1,4 @@
-"""verl's own policy losses as methods (bandpo.methods.verl_losses): parity with verl's registered functions called
+"""verl's own policy losses as methods (bandpo.verl.losses): parity with verl's registered functions called
 directly, the parameters reach verl, the stopped-token diagnostic equals the clip fractions of the bounds methods,
 the verl command runs verl's own loss_mode, and ``python -m bandpo.methods`` lists everything."""
 
@@ -18,6 +18,7 @@ from verl.workers.config import ActorConfig, PolicyLossConfig  # noqa: E402
 from bandpo import methods
 from bandpo.methods.__main__ import describe, main  # noqa: E402
 from bandpo.verl import command  # noqa: E402
+from bandpo.verl import losses as verl_losses  # noqa: E402
 from bandpo.verl import plugin as verl_plugin  # noqa: E402
 from bandpo.verl.spec import VerlRun  # noqa: E402
 
@@ -120,7 +121,7 @@ def test_defaults_are_verls():
             elif f.name == "dro_beta":
                 assert policy_loss.dro_beta is None and value == 1.0  # verl has no default: the placeholder
             else:
-                assert value == getattr(policy_loss if f.name in methods.verl_losses.POLICY_LOSS_KEYS else actor,
+                assert value == getattr(policy_loss if f.name in verl_losses.POLICY_LOSS_KEYS else actor,
                                         f.name), (method, f.name)  # fmt: skip
 
 
@@ -205,10 +206,10 @@ def test_dppo_truncation_cap_is_the_shared_dual_clip_unless_set():
     new[0, :3] = old[0, :3] + 2.7  # r ~ 15: truncated at 10, not at 20
     settings = methods.SurrogateConfig(dual_clip_c=DUAL_CLIP_C)
     cfg = methods.make_config("dppo_tv", {"clip_ratio_high": 1.0})
-    assert methods.verl_actor_config(cfg, settings, {}).clip_ratio_c == DUAL_CLIP_C
-    assert methods.verl_actor_config(cfg, methods.SurrogateConfig(dual_clip_c=None), {}).clip_ratio_c == 20.0
+    assert verl_losses.verl_actor_config(cfg, settings, {}).clip_ratio_c == DUAL_CLIP_C
+    assert verl_losses.verl_actor_config(cfg, methods.SurrogateConfig(dual_clip_c=None), {}).clip_ratio_c == 20.0
     explicit = methods.make_config("dppo_tv", {"clip_ratio_c": 4.0})
-    assert methods.verl_actor_config(explicit, settings, {}).clip_ratio_c == 4.0
+    assert verl_losses.verl_actor_config(explicit, settings, {}).clip_ratio_c == 4.0
     loss10, _, _ = ours("dppo_tv", {"clip_ratio_high": 1.0}, "token-mean", old, new, adv, mask, None, {})
     loss20, _, _ = theirs("dppo_tv", {"clip_ratio_high": 1.0, "clip_ratio_c": 20.0}, "token-mean", old, new, adv,
                           mask, None, {})  # fmt: skip
@@ -323,7 +324,7 @@ def test_methods_listing(capsys):
     )
     assert rows["dppo_kl"]["params"] == {"clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": None}
     assert rows["dppo_kl"]["source"] == "verl.trainer.ppo.core_algos.POLICY_LOSS_REGISTRY['dppo_kl']"
-    assert rows["bandpo"]["source"] == "bandpo.methods.bounds.bandpo_bounds"
+    assert rows["bandpo"]["source"] == "bandpo.methods.builtin.bandpo_bounds"
     assert rows["bandpo"]["params"]["delta"] == 0.05
     assert describe("gpg")["params"] == {}
     assert main([]) == 0

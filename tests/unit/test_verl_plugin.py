@@ -700,7 +700,7 @@ def test_cpu_profile_serves_a_steps_requests_as_one_batch(compose):
     import yaml
     from omegaconf import OmegaConf
 
-    from bandpo.verl.cpu import server_options
+    from bandpo.verl.hf_rollout import server_options
 
     path = ROOT / "config" / "verl-cpu.yaml"
     profile = yaml.safe_load(open(path, encoding="utf-8"))["train"]

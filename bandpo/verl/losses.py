@@ -28,8 +28,10 @@ Caveats, all verl's and kept as they are: ``sapo`` aggregates seq-mean-token-mea
 global batch info; ``clip_cov`` picks its tokens with ``torch.randperm`` (the global RNG); verl clamps log r at
 +-20 (``log_ratio_clamp`` does not apply; ``clip_cov``, ``kl_cov``, ``dro`` do not clamp).
 
-verl is imported on the first call, not at import: ``import verl`` imports the suite's plugin, which imports this
-package.
+This module registers its methods in the method registry when the registry loads the built-in methods
+(`bandpo.methods.registry.BUILTIN_METHOD_MODULES`): it is verl knowledge, so it lives in bandpo.verl beside the
+plugin, and the registry (below every stage) names it rather than importing it. It imports verl only when one of
+its losses is called: every process that looks a method up loads it, and the local pipeline runs without verl.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from torch import Tensor
 from bandpo.methods.config import MethodConfig, SurrogateConfig
 from bandpo.methods.diagnostics import clip_diagnostics, loss_grad_wrt_log_prob, stopped_diagnostics
 from bandpo.methods.registry import register_verl_loss
-from bandpo.methods.surrogate import _global_info, prepare_inputs
+from bandpo.methods.surrogate import global_batch_kwargs, prepare_inputs
 
 # PolicyLossConfig's fields (actor_rollout_ref.actor.policy_loss.<key>); every other knob is an ActorConfig field.
 POLICY_LOSS_KEYS = frozenset(
@@ -122,7 +124,7 @@ class DPPOKLConfig(DPPOTVConfig):
     """DPPO-Binary-KL (arXiv 2602.04879; verl ``dppo_kl``): as DPPO-Binary-TV with the binary KL
     p_old log(p_old / p) + (1 - p_old) log((1 - p_old) / (1 - p)) against the thresholds, in the direction the
     advantage pushes. Fields and defaults: `DPPOTVConfig` (thresholds 0.2: verl's ActorConfig default, not the
-    paper's; the threshold is now a binary-KL value, not a probability difference)."""
+    paper's; the threshold here is a binary-KL value, not a probability difference)."""
 
     verl_loss_mode = "dppo_kl"
 
@@ -264,6 +266,8 @@ DESCRIPTIONS = {
 
 @functools.lru_cache(maxsize=64)
 def _actor_config(params: VerlLossConfig, settings: SurrogateConfig, info: tuple[tuple[str, Any], ...]):
+    # verl at the call, an optional dependency here: the registry loads this module in every process that looks a
+    # method up (local training, scoring, the config check), which must not pay verl's import (~6 CPU-seconds)
     from verl.workers.config import ActorConfig, PolicyLossConfig
 
     keys = params.verl_keys(settings)
@@ -285,7 +289,7 @@ def _actor_config(params: VerlLossConfig, settings: SurrogateConfig, info: tuple
 def verl_actor_config(params: VerlLossConfig, settings: SurrogateConfig, global_batch_info: Mapping[str, Any] | None):
     """The verl ``ActorConfig`` that verl's loss reads: this method's knobs, the shared settings and the call's
     global batch info (cached per distinct values; treat it as read-only)."""
-    info = _global_info(global_batch_info)
+    info = global_batch_kwargs(global_batch_info)
     return _actor_config(params, settings, tuple(sorted((k, _plain(v)) for k, v in info.items())))
 
 
@@ -316,6 +320,7 @@ def verl_loss(
     metrics as ``verl/<name>`` (e.g. ``verl/pg_clipfrac``). The gradient needs a graph: a ``log_prob`` without
     one (e.g. under ``torch.no_grad``) is replaced by a leaf copy and the loss comes back detached.
     """
+    # verl at the call, an optional dependency here (see _actor_config)
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
     no_grad = not (torch.is_grad_enabled() and log_prob.requires_grad)

@@ -1,6 +1,6 @@
 """The sampler's attention step in C: one call per layer and decoded token (``sampler_kernel: c``).
 
-`bandpo.models.fastlm.FastLlama.decode` spends most of a token's time in PyTorch operations too small to pay for
+`bandpo.runtime.fastlm.FastLlama.decode` spends most of a token's time in PyTorch operations too small to pay for
 their dispatch (rotary embedding, the cache write, two tiny batched products per part, a softmax over the joined
 parts, per layer and token). `attention` does the same arithmetic in one C function, for each cache row ``r`` and
 head ``h`` (``D`` = head_dim, ``P`` the padded prompt length, ``col`` the token's completion column):
@@ -33,10 +33,11 @@ import platform
 import torch
 
 from bandpo.core import numerics
+from bandpo.core.protocol import SAMPLER_KERNELS
 
 __all__ = ["KERNELS", "SOURCE", "attention", "check"]
 
-KERNELS = ("torch", "c")
+KERNELS = SAMPLER_KERNELS  # the training setting sampler_kernel (bandpo.core.protocol)
 """The values of ``sampler_kernel``: PyTorch operations (`FastLlama.decode`), or this module's C function."""
 
 MAX_HEAD_DIM = 256

@@ -1,7 +1,7 @@
 """KV-cached ancestral sampling from a causal LM: the one sampler of the suite, used by the trainer's rollouts
-(`bandpo.train.loop`) and by the tiny models' sampled accuracy (`bandpo.models.tiny.sample_completions`); and the
-trainer's
-log-probs of sampled completions (`completion_log_probs_shared`), under the same softmax(logits / temperature).
+(`bandpo.train.loop`), the tiny models' sampled accuracy (`bandpo.models.tiny.sample_completions`), the scoring
+(`bandpo.score`) and verl's CPU rollout (`bandpo.verl.hf_rollout`); and the trainer's log-probs of sampled
+completions (`completion_log_probs_shared`), under the same softmax(logits / temperature).
 
 Plain sampling from softmax(logits / temperature) (no top-k, no top-p). Each prompt is pre-filled once and its KV
 cache repeated for its ``n`` rows; rows that have emitted EOS stop, and once they are ``COMPACT_FRAC`` of the rows
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from bandpo.models import ckernel
-from bandpo.models.fastlm import FastLlama, gather_rows, prompt_bias
+from bandpo.runtime import ckernel
+from bandpo.runtime.fastlm import FastLlama, gather_rows, prompt_bias
 
 __all__ = ["COMPACT_FRAC", "completion_log_probs_shared", "positions", "sample_rows", "tempered"]
 
@@ -28,8 +28,8 @@ def positions(mask: torch.Tensor) -> torch.Tensor:
 
 
 def tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """``logits / temperature``: the logits of the sampling distribution; at 1.0 the logits themselves (no division,
-    so that T = 1 runs are bit-for-bit what they were before the trainer took the temperature into account)."""
+    """``logits / temperature``: the logits of the sampling distribution; at 1.0 the logits themselves (no division:
+    no operation, and no new tensor, where it would change nothing)."""
     return logits if temperature == 1.0 else logits / temperature
 
 
@@ -46,11 +46,11 @@ def sample_rows(model, prompt_ids, prompt_mask, n: int, max_new_tokens: int, tem
     trainer's old log-probs (`completion_log_probs_shared` at the same temperature) recompute.
 
     One loop (`_sample_loop`) for every model; what differs is how the next token's logits are computed and how
-    finished rows leave the KV cache: `_FastSteps` on `bandpo.models.fastlm.FastLlama` (one preallocated cache),
+    finished rows leave the KV cache: `_FastSteps` on `bandpo.runtime.fastlm.FastLlama` (one preallocated cache),
     `_HFSteps` through the model's own forward pass and cache classes.
 
     ``kernel``: how `FastLlama` computes each token's attention, ``torch`` (PyTorch operations) or ``c`` (one C
-    call per layer, `bandpo.models.ckernel`: equal up to float rounding, so other draws; CPU, x86-64, a model
+    call per layer, `bandpo.runtime.ckernel`: equal up to float rounding, so other draws; CPU, x86-64, a model
     `FastLlama` covers; otherwise a ValueError)."""
     ckernel.check(kernel)
     fast = FastLlama.for_model(model)
@@ -88,7 +88,7 @@ class _HFSteps:
 
 
 class _FastSteps:
-    """`bandpo.models.fastlm.FastLlama`: the prompt's KV cache computed once, the completions' in one preallocated
+    """`bandpo.runtime.fastlm.FastLlama`: the prompt's KV cache computed once, the completions' in one preallocated
     tensor from which finished rows are dropped."""
 
     def __init__(self, fast: FastLlama, prompt_ids, prompt_mask, n, max_new_tokens, c_kernel: bool = False) -> None:
@@ -205,8 +205,9 @@ def completion_log_probs_shared(model, batch, idx: torch.Tensor, group: int, wit
 
 
 def _completion_log_probs_fast(fast: FastLlama, batch, idx, group, with_entropy, temperature):
-    """`completion_log_probs_shared` on `bandpo.models.fastlm.FastLlama`: the same two passes, each over its real tokens
-    only (the prompts' padding and the completions' columns past EOS are left out of the per-token products)."""
+    """`completion_log_probs_shared` on `bandpo.runtime.fastlm.FastLlama`: the same two passes, each over its real
+    tokens only (the prompts' padding and the completions' columns past EOS are left out of the per-token
+    products)."""
     T = batch.response_mask.shape[1]
     groups = torch.div(idx, group, rounding_mode="floor")
     uniq, inverse = torch.unique(groups, return_inverse=True)

@@ -15,19 +15,24 @@ as the HF module with far fewer operations, on the model's own parameters (no co
 The results equal the HF forward pass up to float rounding (different but equivalent operation order; checked to
 1e-5 in tests/unit/test_fastlm.py), not bit for bit. `FastLlama.for_model` returns ``None`` for a model it does not
 cover (another architecture, biases, a non-default rotary embedding, attention or logit soft-capping, any hook on a
-module), and the callers then use the HF module as before.
+module), and the callers then use the HF module itself.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer
+from torch.nn.modules import module as nn_module
 
-from bandpo.models import ckernel
+from bandpo.runtime import ckernel
 
 __all__ = ["CharTokenizer", "FastLlama", "TinyLlama", "gather_rows", "light_loadable", "load_light"]
 
@@ -38,8 +43,6 @@ def _has_hooks(model) -> bool:
     for m in model.modules():
         if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or getattr(m, "_backward_pre_hooks", None):
             return True
-    from torch.nn.modules import module as nn_module
-
     return bool(nn_module._global_forward_hooks or nn_module._global_forward_pre_hooks)
 
 
@@ -91,11 +94,10 @@ class FastLlama:
     def supports(model) -> bool:
         if type(model) is TinyLlama:
             return not _has_hooks(model) and all(p.dtype == torch.float32 for p in model.parameters())
-        try:
-            from transformers import LlamaForCausalLM
-        except ImportError:  # pragma: no cover
-            return False
-        if type(model) is not LlamaForCausalLM or _has_hooks(model):
+        # a LlamaForCausalLM exists only once transformers is imported: looked up, not imported, so that this module
+        # stays free of transformers' import (the light load's point, `load_light`)
+        transformers = sys.modules.get("transformers")
+        if transformers is None or type(model) is not transformers.LlamaForCausalLM or _has_hooks(model):
             return False
         cfg = model.config
         rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
@@ -216,7 +218,7 @@ class FastLlama:
         One softmax over both parts: the attention of the full sequence. Returns the logits (b, V).
 
         ``scratch``: a float32 tensor of at least P + T + 4 elements: the attention of each layer is then
-        `bandpo.models.ckernel.attention` (the same function in one C call, equal up to float rounding) instead of
+        `bandpo.runtime.ckernel.attention` (the same function in one C call, equal up to float rounding) instead of
         the PyTorch operations below."""
         b = tok.shape[0]
         H, D = self.n_heads, self.head_dim
@@ -376,8 +378,6 @@ class TinyLlama(torch.nn.Module):
 
     def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=False, **_ignored):
         """HF-style full forward (no cache): ``.logits`` (B, L, V); padding keys hidden by ``attention_mask``."""
-        from types import SimpleNamespace
-
         B, L = input_ids.shape
         if position_ids is None:
             position_ids = torch.arange(L, device=input_ids.device).expand(B, L)
@@ -390,8 +390,6 @@ class TinyLlama(torch.nn.Module):
         return SimpleNamespace(logits=fast.forward(input_ids, position_ids, bias))
 
     def save_pretrained(self, out_dir) -> None:
-        from safetensors.torch import save_file
-
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         for name in ("config.json", "generation_config.json"):
@@ -407,8 +405,6 @@ class CharTokenizer:
     without special tokens, with left or right padding; decode skipping special tokens; save)."""
 
     def __init__(self, source: Path) -> None:
-        from tokenizers import Tokenizer
-
         self.source = source
         self._tk = Tokenizer.from_file(str(source / "tokenizer.json"))
         self._tk.no_padding()
@@ -503,10 +499,6 @@ def light_loadable(model_dir) -> bool:
 def load_light(model_dir):
     """(model, tokenizer) of a `light_loadable` folder without importing transformers: a `TinyLlama` in eval
     mode holding the saved float32 weights, and a `CharTokenizer`."""
-    from types import SimpleNamespace
-
-    from safetensors.torch import load_file
-
     src = Path(model_dir)
     cfg = SimpleNamespace(**json.loads((src / "config.json").read_text()))
     with torch.device("meta"):
