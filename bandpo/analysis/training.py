@@ -10,8 +10,9 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+from scipy.stats import bootstrap
 
-from bandpo.report.stats import FINAL_FRACTION, bootstrap_ci, mean_of_means, seeded_rng, t_interval
+from bandpo.analysis.stats import FINAL_FRACTION, bootstrap_ci, mean_of_means, seeded_rng, t_interval
 
 
 def _logged(df: pd.DataFrame, column: str) -> pd.Series:
@@ -140,8 +141,6 @@ def seed_bands(
     """Mean over seeds of ``value`` at each ``x`` within each ``by`` group, with a percentile-bootstrap CI over
     seeds: one vectorised `scipy.stats.bootstrap` per group (all x at once; x values where some seed has no value
     are bootstrapped on their own). Columns: *by, x, mean, ci_low, ci_high, n_seeds."""
-    from scipy.stats import bootstrap
-
     rows = []
     for key, g in data.groupby(list(by), sort=True):
         key = key if isinstance(key, tuple) else (key,)

@@ -1,7 +1,7 @@
 """The leaderboard's experiments: one section per (experiment, subset), and each experiment's primary comparison.
 
 An experiment (``experiments:`` of the workflow config; ``main`` is the sweep itself) is read from the files: the
-``experiment`` of every evaluation summary and run folder (`bandpo.report.load`). Its scores are reported on their
+``experiment`` of every evaluation summary and run folder (`bandpo.analysis.load`). Its scores are reported on their
 own (statistics, baseline, P(improvement) within the experiment), once per ``subset`` when its tasks score parts of
 the data (the probe's ``probe`` and ``rest``), so a row of the leaderboard is (experiment, subset, model, entry).
 
@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bandpo.config.sweep import BASE_ENTRY, MAIN
-from bandpo.report.stats import (
+from bandpo.analysis.leaderboard import entry_graders, entry_labels, headline_label, leaderboard
+from bandpo.analysis.stats import (
     SCORE_DIFF_RANGE,
     bootstrap_ci,
     four_verdict,
@@ -40,8 +40,8 @@ from bandpo.report.stats import (
     summary_tests,
     t_interval,
 )
-from bandpo.report.tables import entry_graders, entry_labels, headline_label, leaderboard
-from bandpo.report.training import run_stats
+from bandpo.analysis.training import run_stats
+from bandpo.config.sweep import BASE_ENTRY, MAIN
 
 SECTION_KEYS = ["experiment", "subset"]
 PRIMARY_COLUMNS = ["experiment", "model", "task", "metric", "role", "treatment", "control", "n_treatment",

@@ -27,7 +27,7 @@ For a (model, entry) and a metric, the unit is one seed's score on one task. Ove
   power, for the seeds used: exact, from the noncentral t (`minimum_detectable_difference`, `paired_t_power`);
   ``seeds_for_target`` the fewest seeds whose MDE at this SD is at most ``MDE_TARGET`` (2 points),
   `seeds_needed`. The SD behind both is itself an estimate from the few seeds run.
-* training columns: `bandpo.report.training`.
+* training columns: `bandpo.analysis.training`.
 """
 
 from __future__ import annotations
@@ -41,6 +41,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import brentq
+from scipy.stats import bootstrap, nct, trim_mean
+from scipy.stats import t as student_t
+
+from bandpo.config.sweep import BASE_ENTRY
 
 DEFAULT_BASELINE = "grpo"
 HEADLINE = ("mean", "pass", "maj", "best_bootstrap")  # metric families of the leaderboard, at k = n samples
@@ -80,8 +85,6 @@ def bootstrap_ci(
     NaN when resampling is off or a stratum has fewer than 2 observations (one seed has no spread to resample)."""
     if n_resamples <= 0 or not samples or any(len(s) < 2 for s in samples):
         return float("nan"), float("nan")
-    from scipy.stats import bootstrap
-
     res = bootstrap(
         tuple(np.asarray(s, dtype=np.float64) for s in samples),
         statistic,
@@ -106,9 +109,7 @@ def t_interval(
     x = x[np.isfinite(x)]
     if x.size < 2:
         return float("nan"), float("nan")
-    from scipy.stats import t
-
-    half = float(t.ppf((1 + confidence) / 2, x.size - 1) * np.std(x, ddof=1) / math.sqrt(x.size))
+    half = float(student_t.ppf((1 + confidence) / 2, x.size - 1) * np.std(x, ddof=1) / math.sqrt(x.size))
     m = float(x.mean())
     return max(m - half, bounds[0]), min(m + half, bounds[1])
 
@@ -118,8 +119,6 @@ def mean_of_means(*strata: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def iqm(*strata: np.ndarray, axis: int = -1) -> np.ndarray:
-    from scipy.stats import trim_mean
-
     return trim_mean(np.concatenate(strata, axis=axis), 0.25, axis=axis)
 
 
@@ -167,9 +166,7 @@ def paired_t_power(diff: float, sd: float, n: int, alpha: float = ALPHA) -> floa
 
 
 def _power_at(nc: float, df: int, alpha: float) -> float:
-    from scipy.stats import nct, t
-
-    crit = t.ppf(1 - alpha / 2, df)
+    crit = student_t.ppf(1 - alpha / 2, df)
     # both tails as upper tails: nct.cdf(-crit, df, nc) returns NaN for some large nc, nct.sf(crit, df, -nc) does not
     return float(nct.sf(crit, df, nc) + nct.sf(crit, df, -nc))
 
@@ -178,11 +175,8 @@ def _power_at(nc: float, df: int, alpha: float) -> float:
 def _noncentrality_for_power(n: int, alpha: float, power: float) -> float:
     """The noncentrality at which the two-sided paired t-test from ``n`` pairs has power ``power`` (the power
     rises with it from ``alpha`` at 0): bracketed from the t-quantile approximation, solved by Brent's method."""
-    from scipy.optimize import brentq
-    from scipy.stats import t
-
     df = n - 1
-    hi = max(1.0, float(t.ppf(1 - alpha / 2, df) + t.ppf(power, df)))
+    hi = max(1.0, float(student_t.ppf(1 - alpha / 2, df) + student_t.ppf(power, df)))
     while _power_at(hi, df, alpha) < power:  # the approximation falls short of the power: widen the bracket
         hi *= 2
     return float(brentq(lambda nc: _power_at(nc, df, alpha) - power, 0.0, hi, xtol=1e-12, rtol=1e-14, maxiter=200))
@@ -249,8 +243,6 @@ def paired_tests(d: Sequence[float] | np.ndarray, margin: float = math.nan) -> d
 def summary_tests(mean: float, sd: float, n: int, margin: float = math.nan) -> dict[str, float]:
     """`paired_tests`' p-values from the differences' mean, SD (ddof 1) and count alone (as leaderboard.csv holds
     them): p_value (difference from 0, two-sided) and p_equivalence (TOST within ``margin``; NaN without one)."""
-    from scipy.stats import t
-
     nan = float("nan")
     out = {"p_value": nan, "p_equivalence": nan}
     n = int(n) if n == n else 0
@@ -262,10 +254,10 @@ def summary_tests(mean: float, sd: float, n: int, margin: float = math.nan) -> d
         out["p_value"] = 0.0 if mean != 0 else 1.0
         out["p_equivalence"] = (0.0 if abs(mean) < margin else 1.0) if has_margin else nan
         return out
-    out["p_value"] = float(2 * t.sf(abs(mean) / se, n - 1))
+    out["p_value"] = float(2 * student_t.sf(abs(mean) / se, n - 1))
     if has_margin:
-        p_low = float(t.sf((mean + margin) / se, n - 1))  # H0: mean <= -margin
-        p_high = float(t.cdf((mean - margin) / se, n - 1))  # H0: mean >= +margin
+        p_low = float(student_t.sf((mean + margin) / se, n - 1))  # H0: mean <= -margin
+        p_high = float(student_t.cdf((mean - margin) / se, n - 1))  # H0: mean >= +margin
         out["p_equivalence"] = max(p_low, p_high)
     return out
 
@@ -513,8 +505,6 @@ def power_table(stats: pd.DataFrame, families: Sequence[str] = ("mean", "pass"))
                "seeds_for_target"]  # fmt: skip
     if stats.empty or "diff_sd" not in stats:
         return pd.DataFrame(columns=columns)
-    from bandpo.config.sweep import BASE_ENTRY
-
     rows = []
     sel = stats[(stats["task"] == ALL_TASKS) & stats["metric"].isin(families) & (stats["entry"] != BASE_ENTRY)]
     sel = sel[sel["diff_sd"].notna()]
