@@ -53,10 +53,9 @@ def leaderboard(
     (Student t over seeds: the interval the tables show), L_iqm, L_poi, L_poi_ci_low, L_poi_ci_high
     (rliable's P(improvement) over ``baseline``, all seed pairs), and the paired comparison with the baseline
     (`bandpo.analysis.stats.paired_comparison`): L_diff, L_diff_ci_low, L_diff_ci_high, L_diff_t_ci_low,
-    L_diff_t_ci_high, L_diff_sd, L_diff_poi,
-    L_diff_poi_ci_low, L_diff_poi_ci_high, L_mde, L_seeds_for_target, L_n_pairs, L_unpaired; then the training
-    columns of `run_stats`. ``params`` is the entry's label
-    from ``labels`` ((model, entry) -> the runs' ``method_label``, `entry_labels`), else `params_label` of its
+    L_diff_t_ci_high, L_diff_sd, L_diff_poi, L_diff_poi_ci_low, L_diff_poi_ci_high, L_mde, L_seeds_for_target,
+    L_n_pairs, L_unpaired; then the training columns of `run_stats`. ``params`` is the entry's label from
+    ``labels`` ((model, entry) -> the runs' ``method_label``, `entry_labels`), else `params_label` of its
     parameters; ``params_json`` the parameters as canonical JSON; ``grader`` the grader(s) of its scores from
     ``graders`` (`entry_graders`)."""
     overall = stats[stats["task"] == ALL_TASKS] if not stats.empty else stats
@@ -65,14 +64,7 @@ def leaderboard(
         keys |= set(map(tuple, overall[["model", "entry"]].to_numpy()))
     if not per_entry.empty:
         keys |= set(map(tuple, per_entry[["model", "entry"]].to_numpy()))
-    ident: dict[tuple[str, str], dict[str, Any]] = {}
-    for frame in (per_run, overall):  # eval identity wins over run.json's (same values when both exist)
-        if frame is None or frame.empty:
-            continue
-        for r in frame.drop_duplicates(["model", "entry"]).itertuples():
-            ident.setdefault((r.model, r.entry), {}).update(
-                {k: getattr(r, k) for k in ("profile", "method", "params") if isinstance(getattr(r, k), str)}
-            )
+    ident = _identities(per_run, overall)
     rows = []
     for model, entry in sorted(keys):
         meta = ident.get((model, entry), {})
@@ -89,36 +81,61 @@ def leaderboard(
         sub = overall[(overall["model"] == model) & (overall["entry"] == entry)] if not overall.empty else overall
         row["n_seeds"] = int(sub["n_seeds"].max()) if not sub.empty else 0
         row["baseline"] = sub["baseline"].dropna().iloc[0] if not sub.empty and sub["baseline"].notna().any() else ""
-        for family in HEADLINE:
-            s = sub[sub["metric"] == family] if not sub.empty else sub
-            if s.empty:
-                continue
-            r = s.iloc[0]
-            label = r["label"]
-            row.update(
-                {
-                    label: r["mean"],
-                    f"{label}_ci_low": r["ci_low"],
-                    f"{label}_ci_high": r["ci_high"],
-                    f"{label}_t_ci_low": r["t_ci_low"],
-                    f"{label}_t_ci_high": r["t_ci_high"],
-                    f"{label}_iqm": r["iqm"],
-                    f"{label}_poi": r["poi"],
-                    f"{label}_poi_ci_low": r["poi_ci_low"],
-                    f"{label}_poi_ci_high": r["poi_ci_high"],
-                    **{f"{label}_{c}": r[c] for c in PAIRED_COLUMNS if c in r},
-                }
-            )
+        row.update(_headline_columns(sub))
         t = per_entry[(per_entry["model"] == model) & (per_entry["entry"] == entry)] if not per_entry.empty else None
         if t is not None and not t.empty:
             row.update({c: t.iloc[0][c] for c in per_entry.columns if c not in ("model", "entry")})
         rows.append(row)
-    board = pd.DataFrame(rows)
+    return _ordered(pd.DataFrame(rows))
+
+
+def _identities(per_run: pd.DataFrame | None, overall: pd.DataFrame) -> dict[tuple[str, str], dict[str, Any]]:
+    """(model, entry) -> its profile, method and parameters, from the runs and the scores' statistics (the scores'
+    identity wins over run.json's; both hold the same values when both exist)."""
+    ident: dict[tuple[str, str], dict[str, Any]] = {}
+    for frame in (per_run, overall):
+        if frame is None or frame.empty:
+            continue
+        for r in frame.drop_duplicates(["model", "entry"]).itertuples():
+            ident.setdefault((r.model, r.entry), {}).update(
+                {k: getattr(r, k) for k in ("profile", "method", "params") if isinstance(getattr(r, k), str)}
+            )
+    return ident
+
+
+def _headline_columns(sub: pd.DataFrame) -> dict[str, Any]:
+    """One (model, entry)'s statistics over tasks (``sub``: its rows of stats.csv with task "all"), as the
+    leaderboard's columns of each headline metric (`leaderboard`)."""
+    out: dict[str, Any] = {}
+    for family in HEADLINE:
+        s = sub[sub["metric"] == family] if not sub.empty else sub
+        if s.empty:
+            continue
+        r = s.iloc[0]
+        label = r["label"]
+        out.update(
+            {
+                label: r["mean"],
+                f"{label}_ci_low": r["ci_low"],
+                f"{label}_ci_high": r["ci_high"],
+                f"{label}_t_ci_low": r["t_ci_low"],
+                f"{label}_t_ci_high": r["t_ci_high"],
+                f"{label}_iqm": r["iqm"],
+                f"{label}_poi": r["poi"],
+                f"{label}_poi_ci_low": r["poi_ci_low"],
+                f"{label}_poi_ci_high": r["poi_ci_high"],
+                **{f"{label}_{c}": r[c] for c in PAIRED_COLUMNS if c in r},
+            }
+        )
+    return out
+
+
+def _ordered(board: pd.DataFrame) -> pd.DataFrame:
+    """The leaderboard's rows in display order: per model, the base model first, then by mean@k, best first."""
     if board.empty:
         return board
-    for c in ("n_runs",):
-        if c in board:
-            board[c] = board[c].fillna(0).astype(int)
+    if "n_runs" in board:
+        board["n_runs"] = board["n_runs"].fillna(0).astype(int)
     sort_col = headline_label(board, "mean")
     board["_base"] = board["entry"] != BASE_ENTRY
     board["_score"] = -board[sort_col].astype(float) if sort_col else 0.0
