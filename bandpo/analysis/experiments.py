@@ -12,10 +12,10 @@ unit is the per-seed difference treatment - control; its mean with the 95% paire
 control) has no treatment and control: each run's final token entropy is paired with its own entropy at step 1
 (the base model's: the rollout policy of step 1), the same way (`entropy_shift_results`).
 
-Both also give, as a secondary and descriptive column, the rule the first published run was fixed with (before
-issue #21): the difference of the seed means with a 95% percentile-bootstrap interval that resamples each side's
-seeds independently (``bootstrap_ci_low``, ``bootstrap_ci_high``, ``bootstrap_verdict``); it ignores the pairing and
-is too narrow at 3-5 seeds (docs/statistics.md).
+Both also give, as a secondary and descriptive column, the bootstrap rule: the difference of the seed means with a
+95% percentile-bootstrap interval that resamples each side's seeds independently (``bootstrap_ci_low``,
+``bootstrap_ci_high``, ``bootstrap_verdict``). It ignores the pairing and is too narrow at 3-5 seeds; it stays beside
+the paired rule because the runs decided by it are read with it (docs/statistics.md).
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def _diff_of_means(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def _verdict(lo: float, hi: float, above: str, below: str, neither: str, missing: str = NO_INTERVAL) -> str:
-    """The bootstrap rule's verdict from an interval (before issue #21): ``above`` if it lies above 0, ``below``
+    """The bootstrap rule's verdict from an interval: ``above`` if it lies above 0, ``below``
     if below, else ``neither``; ``missing`` without an interval."""
     if np.isnan(lo) or np.isnan(hi):
         return missing
@@ -191,7 +191,7 @@ def primary_results(
     secondary (the config's ``demoted``: its reason). Seeds only one side has are left out (n_treatment,
     n_control and n_pairs show them). Descriptive, beside it: the difference of the two
     sides' seed means with a percentile-bootstrap interval resampling each side's seeds on their own
-    (``bootstrap_*``, the rule before issue #21)."""
+    (``bootstrap_*``, the bootstrap rule)."""
     rows = []
     for xp, spec in specs.items():
         primary = (spec or {}).get("primary") or {}
@@ -289,7 +289,7 @@ def entropy_shift_results(
     ``equivalent`` (unchanged within the config's ``entropy_margin``), ``entropy rises`` / ``entropy falls``
     (interval above / below 0), else ``unresolved``. Rows have `PRIMARY_COLUMNS`: treatment = the entry, control =
     ``step 1``, treatment_mean / control_mean = mean final / step-1 entropy of its runs, difference and interval in
-    nats. Secondary (``bootstrap_*``, the rule before issue #21): the percentile-bootstrap interval of the mean
+    nats. Secondary (``bootstrap_*``, the bootstrap rule): the percentile-bootstrap interval of the mean
     final entropy against the step-1 entropy averaged over every run of the experiment on that model, as a
     difference."""
     rows = []

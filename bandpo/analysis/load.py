@@ -217,7 +217,7 @@ def grader_label(summary: Mapping[str, Any]) -> str:
     if isinstance(g.get("id"), str):
         return g["id"]
     if g.get("name") and g.get("version"):
-        return f"{g['name']}/{g.get('mode') or 'lenient'}@{g['version']}"  # before modes existed: lenient only
+        return f"{g['name']}/{g.get('mode') or 'lenient'}@{g['version']}"  # a summary that names no mode: lenient
     return ""
 
 

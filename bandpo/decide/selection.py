@@ -21,9 +21,9 @@ from bandpo.config.sweep import BASE_ENTRY
 from bandpo.core.files import atomic_write_text, write_csv
 
 # The selection rules (config `select.rule`), each with the sentence the page prints under the selection's table.
-# Revision 2, `largest-learning-compared`, was declared after the publication run of 0bafd06, where revision 1 chose
-# D = 1, the on-policy null at which every bound rule trains the same run, so that the separation run could not
-# separate anything; revision 1 stays, unchanged, for the runs it selected.
+# `largest-learning-compared` reads only the cells that run both compared arms: at a cell where every bound rule trains
+# the same run (the on-policy null, D = 1) nothing can separate them. Both stay, so that a published selection is
+# made again with the rule it used (their history: docs/experiments.md, "separation").
 SELECT_RULES = {
     "largest-learning": (
         "rule largest-learning, fixed before the axis ran: the largest value at which the entry's paired gain over "
@@ -56,7 +56,7 @@ def select_setting(
     those of the axis's cell that scores them (main's, reused, in the default config).
     ``largest-learning-compared``: the same among the cells that run both arms of the experiment's
     ``primary.compare`` (a cell that runs the control alone, such as the on-policy null D = 1, cannot be chosen);
-    the table lists those cells only (`SELECT_RULES`). ``min_gain`` (revision 3, points of mean@k, default 0): a
+    the table lists those cells only (`SELECT_RULES`). ``min_gain`` (points of mean@k, default 0): a
     cell qualifies only if the interval lies above it, a margin so that the choice does not flip between reruns
     whose gain at a borderline cell straddles 0."""
     sel = experiments[experiment]["select"]

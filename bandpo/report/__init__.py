@@ -52,7 +52,7 @@ Outputs of `build_report` (``--out``, default: the results folder itself; every 
     figures/{name}.csv             the data each figure plotted (an experiment's figures are placeholders, left off
                                    the page, when it has no runs)
     primary.csv            each experiment's primary comparison (paired treatment - control, 95% paired t
-                           interval, verdict; the earlier bootstrap rule beside it)
+                           interval, verdict; the bootstrap rule beside it)
     axis.csv, axis_runs.csv   the design axes' rules, and per run of an axis cell (with the config's axes)
 
 With ``atlas.csv`` in the results folder (the equivalence atlas, rule ``atlas``: `bandpo.train.atlas`) the Markdown

@@ -16,7 +16,7 @@ from bandpo.report.text import fmt, rounded
 
 
 def _ci(est: float, lo: float, hi: float, scale: float = 1.0, digits: int = 3) -> str:
-    """Signed, with its interval, rounded as every page and doc rounds (`bandpo.report.tables.rounded`)."""
+    """Signed, with its interval, rounded as every page and doc rounds (`bandpo.report.text.rounded`)."""
     if not np.isfinite(est):
         return ""
 
@@ -37,7 +37,7 @@ def axis_panels(
     selections: Mapping[str, pd.DataFrame] | None = None,
     select_rules: Mapping[str, str | Mapping[str, Any]] | None = None,
 ) -> list[Panel]:
-    """The page's sections of each axis (`bandpo.report.tables.Panel`): its rules as fixed in the config with the
+    """The page's sections of each axis (`bandpo.report.board.Panel`): its rules as fixed in the config with the
     verdicts, the per-value table of the paired differences, and each selection the axis made (``select_rules``:
     the selecting experiment's ``select`` (its `SELECT_RULES` name and ``min_gain``) or the rule's name alone,
     ``largest-learning`` where not given)."""

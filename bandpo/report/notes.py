@@ -145,7 +145,7 @@ def unpaired_lines(board: pd.DataFrame) -> list[str]:
 
 
 def power_lines(power: pd.DataFrame) -> list[str]:
-    """One sentence per (model, metric) of `bandpo.report.stats.power_table`, in points."""
+    """One sentence per (model, metric) of `bandpo.analysis.stats.power_table`, in points."""
     out = []
     for r in power.itertuples():
         need = r.seeds_for_target
@@ -174,7 +174,7 @@ def _points(v: Any, sign: bool = True) -> str:
 
 
 def _score_result(r: Any) -> str:
-    """The sentence of a score comparison of primary.csv (`bandpo.report.experiments.primary_results`): every
+    """The sentence of a score comparison of primary.csv (`bandpo.analysis.experiments.primary_results`): every
     number named by what it is, from this row."""
     margin = (f"against the equivalence margin ±{fmt(r.margin, 100.0, 1)} points" if r.margin == r.margin
               else "no equivalence margin declared")  # fmt: skip
@@ -208,7 +208,7 @@ def _entropy_result(r: Any) -> str:
 
 
 def family_sentence(f: Any) -> str:
-    """One experiment's family of secondaries (`bandpo.report.experiments.family_verdicts`), in words."""
+    """One experiment's family of secondaries (`bandpo.analysis.experiments.family_verdicts`), in words."""
     return (
         f"Secondaries: {int(f.n_tests)} paired tests against the baseline (every other trained entry and metric of "
         f"the experiment, Holm-adjusted at 5%): {int(f.better)} better, {int(f.worse)} worse, {int(f.equivalent)} "
@@ -218,7 +218,7 @@ def family_sentence(f: Any) -> str:
 
 
 def collapse_sentence(rows: pd.DataFrame) -> str:
-    """The entropy fall of each run of one experiment (`bandpo.report.experiments.collapse_factors`), per entry."""
+    """The entropy fall of each run of one experiment (`bandpo.analysis.experiments.collapse_factors`), per entry."""
     parts = []
     for (model, entry), g in rows.groupby(["model", "entry"], sort=True):
         factors = ", ".join(f"{f:.1f}" for f in g["factor"])

@@ -11,7 +11,8 @@ from bandpo.decide.selection import select_setting
 from bandpo.report.board import Board
 from bandpo.report.docs.cells import ci, md_table, num, row_series
 
-# Rule revision 3 (config/config.yaml, separation): applied to a republished axis that no experiment selects from
+# The separation run's selection rule (config/config.yaml), applied to a published axis that no experiment of its own
+# config selects from (config/offpolicy.yaml): the regime the separation run trained at
 SEPARATION_RULE = {"axis": "offpolicy", "rule": "largest-learning-compared", "entry": "grpo", "fallback": 4,
                    "min_gain": 2.0}  # fmt: skip
 
@@ -129,7 +130,7 @@ def axis_table(board: Board) -> str:
 
 def selection_table(board: Board) -> str:
     """The selection rule's table (`selection`): per D, GRPO's paired gain over the base model, whether its
-    interval lies above the rule's minimum (0, or revision 3's ``min_gain``) and the cell chosen."""
+    interval lies above the rule's minimum (0, or the rule's ``min_gain``) and the cell chosen."""
     name, _setting, t = selection(board)
     cfg = board.experiments.get(name) or {}
     min_gain = float((cfg.get("select") or SEPARATION_RULE).get("min_gain") or 0.0)

@@ -15,7 +15,7 @@ METRIC = "mean@8"
 
 def num(v: float, digits: int = 1, scale: float = 100.0, sign: bool = False) -> str:
     """A number as the docs print it (``—`` for NaN; ``sign``: always signed), rounded as the leaderboard page
-    rounds it (`bandpo.report.tables.rounded`: 6 significant digits, then half away from zero)."""
+    rounds it (`bandpo.report.text.rounded`: 6 significant digits, then half away from zero)."""
     if v is None or not np.isfinite(v):
         return "—"
     return f"{rounded(v, scale, digits):{'+' if sign else ''}.{digits}f}"

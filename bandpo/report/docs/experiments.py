@@ -32,7 +32,7 @@ def entropy_changes(board: Board) -> pd.DataFrame:
 
 def entropy_shift(board: Board) -> str:
     """Per rule and pooled: step-1 and final entropy, the paired t interval of final - step 1, the primary verdict
-    (primary.csv: the paired rule) and the verdict of the bootstrap rule fixed before issue #21."""
+    (primary.csv: the paired rule) and the verdict of the bootstrap rule (secondary)."""
     changes = entropy_changes(board)
     verdicts = board.primary[board.primary.experiment == "random-reward"].set_index("treatment")
     by_seed = changes.groupby("seed", as_index=False)[["first", "final", "change"]].mean()

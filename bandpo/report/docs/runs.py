@@ -58,7 +58,7 @@ VERL_PROFILE = "verl-cpu"
 
 def verl_beside(board: Board) -> str:
     """Per entry, verl's runs beside the local trainer's runs of the same base model and seed (results/verl-cpu/local)
-    (beside.csv, `bandpo.report.tables.beside_table`): mean@8 of each, the per-seed differences and their mean,
+    (beside.csv, `bandpo.analysis.leaderboard.beside_table`): mean@8 of each, the per-seed differences and their mean,
     the training accuracy over the last 10% of steps, and the training seconds per run (blank where absent)."""
 
     def mean(col: pd.Series, fmt: Callable[[float], str]) -> str:

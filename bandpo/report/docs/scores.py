@@ -72,8 +72,8 @@ def headline(board: Board) -> str:
 
 
 def primary(board: Board) -> str:
-    """primary.csv as it stands: scores in points, entropies in nats; the paired rule, then the bootstrap rule the
-    published run was fixed with before issue #21 (secondary)."""
+    """primary.csv as it stands: scores in points, entropies in nats; the paired rule, then the bootstrap rule
+    (secondary)."""
     rows = []
     for p in row_series(board.primary):
         entropy = p["metric"].startswith("entropy")
@@ -128,7 +128,7 @@ def spread(board: Board) -> str:
 
 
 def power(board: Board) -> str:
-    """The power of the comparisons with GRPO (bandpo.report.stats.power_table of stats.csv)."""
+    """The power of the comparisons with GRPO (bandpo.analysis.stats.power_table of stats.csv)."""
     rows = []
     for p in row_series(power_table(board.stats)):
         where = p["experiment"] + (f" ({p['subset']})" if p["subset"] else "")
