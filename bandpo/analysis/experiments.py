@@ -361,7 +361,7 @@ def _is_primary_cell(
 
 
 def family_verdicts(
-    board: pd.DataFrame,
+    table: pd.DataFrame,
     specs: Mapping[str, Mapping[str, Any]],
     task_subsets: Mapping[str, str] | None = None,
     axes: Mapping[str, Mapping[str, Any]] | None = None,
@@ -373,25 +373,25 @@ def family_verdicts(
     ``L_n_pairs``; `summary_tests`) for each headline metric L of `FAMILY_FAMILIES`, every trained entry other
     than the baseline (the base rows, which compare the untrained model, are not), every model and subset of the
     experiment, except its primary comparison (`_is_primary_cell`: tested alone at 5%). The margin is the
-    experiment's (`_family_margin`), in points of every metric. Per L the board gains L_p, L_p_equivalence (raw),
+    experiment's (`_family_margin`), in points of every metric. Per L the table gains L_p, L_p_equivalence (raw),
     L_p_holm, L_p_equivalence_holm (adjusted within the experiment's family, each set of p-values on its own),
     L_margin, L_verdict (raw) and L_verdict_holm (`four_verdict` on the adjusted p-values; for the primary cell
     both are the primary's unadjusted verdict) and L_role (``primary``, ``secondary`` or empty for rows without a
-    test). Returns (board, family): the family table has one row per experiment (`FAMILY_COLUMNS`): the tests,
+    test). Returns (table, family): the family table has one row per experiment (`FAMILY_COLUMNS`): the tests,
     how many 95% intervals exclude 0, how many would by chance were every difference 0 (alpha x tests), and the
     Holm verdicts' counts."""
-    if board.empty:
-        return board, pd.DataFrame(columns=FAMILY_COLUMNS)
-    board = board.copy()
-    labels = {f: headline_label(board, f) for f in FAMILY_FAMILIES}
-    labels = {f: lab for f, lab in labels.items() if lab and f"{lab}_diff_sd" in board}
+    if table.empty:
+        return table, pd.DataFrame(columns=FAMILY_COLUMNS)
+    table = table.copy()
+    labels = {f: headline_label(table, f) for f in FAMILY_FAMILIES}
+    labels = {f: lab for f, lab in labels.items() if lab and f"{lab}_diff_sd" in table}
     cells: dict[str, list[tuple[int, str]]] = {}  # experiment -> [(row index, label)] of the family
     for lab in labels.values():
         for c, default in (("p", np.nan), ("p_equivalence", np.nan), ("p_holm", np.nan),
                            ("p_equivalence_holm", np.nan), ("margin", np.nan), ("verdict", ""),
                            ("verdict_holm", ""), ("role", "")):  # fmt: skip
-            board[f"{lab}_{c}"] = default
-    for i, r in board.iterrows():
+            table[f"{lab}_{c}"] = default
+    for i, r in table.iterrows():
         xp = str(r.get("experiment") or MAIN)
         if r["entry"] in (BASE_ENTRY, r.get("baseline")) or not r.get("baseline"):
             continue
@@ -403,7 +403,7 @@ def family_verdicts(
             verdict = four_verdict(r[f"{lab}_diff"], tests["p_value"], tests["p_equivalence"], "better", "worse",
                                    alpha)  # fmt: skip
             primary_cell = _is_primary_cell(specs.get(xp) or {}, r, family, task_subsets or {})
-            board.loc[i, [f"{lab}_p", f"{lab}_p_equivalence", f"{lab}_margin", f"{lab}_verdict", f"{lab}_role"]] = [
+            table.loc[i, [f"{lab}_p", f"{lab}_p_equivalence", f"{lab}_margin", f"{lab}_verdict", f"{lab}_role"]] = [
                 tests["p_value"],
                 tests["p_equivalence"],
                 margin,
@@ -411,7 +411,7 @@ def family_verdicts(
                 "primary" if primary_cell else "secondary",
             ]
             if primary_cell:
-                board.loc[i, [f"{lab}_p_holm", f"{lab}_p_equivalence_holm", f"{lab}_verdict_holm"]] = [
+                table.loc[i, [f"{lab}_p_holm", f"{lab}_p_equivalence_holm", f"{lab}_verdict_holm"]] = [
                     tests["p_value"],
                     tests["p_equivalence"],
                     verdict,
@@ -421,20 +421,20 @@ def family_verdicts(
     rows = []
     for xp, members in cells.items():
         for raw, adjusted in (("p", "p_holm"), ("p_equivalence", "p_equivalence_holm")):
-            p = np.array([board.loc[i, f"{lab}_{raw}"] for i, lab in members], dtype=np.float64)
+            p = np.array([table.loc[i, f"{lab}_{raw}"] for i, lab in members], dtype=np.float64)
             for (i, lab), v in zip(members, holm(p), strict=True):
-                board.loc[i, f"{lab}_{adjusted}"] = v
+                table.loc[i, f"{lab}_{adjusted}"] = v
         verdicts = []
         for i, lab in members:
-            v = four_verdict(board.loc[i, f"{lab}_diff"], board.loc[i, f"{lab}_p_holm"],
-                             board.loc[i, f"{lab}_p_equivalence_holm"], "better", "worse", alpha)  # fmt: skip
-            board.loc[i, f"{lab}_verdict_holm"] = v
+            v = four_verdict(table.loc[i, f"{lab}_diff"], table.loc[i, f"{lab}_p_holm"],
+                             table.loc[i, f"{lab}_p_equivalence_holm"], "better", "worse", alpha)  # fmt: skip
+            table.loc[i, f"{lab}_verdict_holm"] = v
             verdicts.append(v)
-        excluding = sum(1 for i, lab in members if board.loc[i, f"{lab}_p"] < alpha)
+        excluding = sum(1 for i, lab in members if table.loc[i, f"{lab}_p"] < alpha)
         rows.append({"experiment": xp, "n_tests": len(members), "n_excluding_0": excluding,
                      "expected_by_chance": alpha * len(members),
                      **{v: verdicts.count(v) for v in ("better", "worse", "equivalent", "unresolved")}})  # fmt: skip
-    return board, pd.DataFrame(rows, columns=FAMILY_COLUMNS)
+    return table, pd.DataFrame(rows, columns=FAMILY_COLUMNS)
 
 
 def collapse_factors(per_run: pd.DataFrame, specs: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:

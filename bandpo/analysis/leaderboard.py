@@ -130,22 +130,22 @@ def _headline_columns(sub: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
-def _ordered(board: pd.DataFrame) -> pd.DataFrame:
+def _ordered(table: pd.DataFrame) -> pd.DataFrame:
     """The leaderboard's rows in display order: per model, the base model first, then by mean@k, best first."""
-    if board.empty:
-        return board
-    if "n_runs" in board:
-        board["n_runs"] = board["n_runs"].fillna(0).astype(int)
-    sort_col = headline_label(board, "mean")
-    board["_base"] = board["entry"] != BASE_ENTRY
-    board["_score"] = -board[sort_col].astype(float) if sort_col else 0.0
-    board = board.sort_values(["model", "_base", "_score", "entry"], na_position="last", kind="stable")
-    return board.drop(columns=["_base", "_score"]).reset_index(drop=True)
+    if table.empty:
+        return table
+    if "n_runs" in table:
+        table["n_runs"] = table["n_runs"].fillna(0).astype(int)
+    sort_col = headline_label(table, "mean")
+    table["_base"] = table["entry"] != BASE_ENTRY
+    table["_score"] = -table[sort_col].astype(float) if sort_col else 0.0
+    table = table.sort_values(["model", "_base", "_score", "entry"], na_position="last", kind="stable")
+    return table.drop(columns=["_base", "_score"]).reset_index(drop=True)
 
 
-def headline_label(board: pd.DataFrame, family: str) -> str | None:
+def headline_label(table: pd.DataFrame, family: str) -> str | None:
     """The leaderboard column of a metric family (``mean`` -> ``mean@8``), None if absent."""
-    for c in board.columns:
+    for c in table.columns:
         if "_ci_" in c or c.endswith(("_iqm", "_poi")) or any(c.endswith(f"_{p}") for p in PAIRED_COLUMNS):
             continue
         fam, _ = parse_metric(c)
@@ -155,18 +155,18 @@ def headline_label(board: pd.DataFrame, family: str) -> str | None:
 
 
 def per_task_table(
-    stats: pd.DataFrame, board: pd.DataFrame, families: Sequence[str] = ("mean", "pass")
+    stats: pd.DataFrame, table: pd.DataFrame, families: Sequence[str] = ("mean", "pass")
 ) -> pd.DataFrame:
     """One row per (model, entry), in the leaderboard's order, with each task's headline scores: for task T and
     metric label L (k = the task's n), columns ``T L``, ``T L_ci_low``, ``T L_ci_high`` (the t interval over
     seeds). Empty with one task."""
-    if stats.empty or board.empty:
+    if stats.empty or table.empty:
         return pd.DataFrame()
     per = stats[(stats["task"] != ALL_TASKS) & stats["metric"].isin(families)]
     per = per[per["k"] == per.groupby(["task", "metric"])["k"].transform("max")]  # pass@n, not pass@2 ...
     if per["task"].nunique() < 2:
         return pd.DataFrame()
-    out = board[["profile", "model", "entry", "method", "params", "params_json", "n_seeds", "baseline"]].copy()
+    out = table[["profile", "model", "entry", "method", "params", "params_json", "n_seeds", "baseline"]].copy()
     for (task, label), g in per.groupby(["task", "label"], sort=True):
         name = f"{task} {label}"
         values = g.set_index(["model", "entry"])[["mean", "t_ci_low", "t_ci_high"]]

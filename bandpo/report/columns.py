@@ -41,29 +41,29 @@ def ci_column(key: str, head: str, scale: float = 100.0, digits: int = 1, interv
     )
 
 
-def baseline_of(board: pd.DataFrame) -> str:
-    return next((b for b in board.get("baseline", []) if isinstance(b, str) and b), DEFAULT_BASELINE)
+def baseline_of(table: pd.DataFrame) -> str:
+    return next((b for b in table.get("baseline", []) if isinstance(b, str) and b), DEFAULT_BASELINE)
 
 
-def identity_columns(board: pd.DataFrame) -> list[Column]:
+def identity_columns(table: pd.DataFrame) -> list[Column]:
     cols = [
         Column("entry", "entry", lambda r: str(r["entry"])),
         Column("method", "method", lambda r: str(r.get("method") or "")),
         Column("params", "params", lambda r: str(r.get("params") or "")),
     ]
-    if "n_seeds" in board:
+    if "n_seeds" in table:
         cols.append(
             Column("n_seeds", "seeds", lambda r: fmt(r.get("n_seeds"), 1.0, 0), lambda r: as_float(r["n_seeds"]))
         )
     return cols
 
 
-def display_columns(board: pd.DataFrame) -> list[Column]:
+def display_columns(table: pd.DataFrame) -> list[Column]:
     """The columns of the leaderboard tables (Markdown and HTML)."""
-    cols = identity_columns(board)
-    baseline = baseline_of(board)
+    cols = identity_columns(table)
+    baseline = baseline_of(table)
     for family in HEADLINE:
-        label = headline_label(board, family)
+        label = headline_label(table, family)
         if not label:
             continue
         cols.append(ci_column(label, label.replace("_bootstrap", " (bootstrap)") + " %", interval=T_INTERVAL))
@@ -78,16 +78,16 @@ def display_columns(board: pd.DataFrame) -> list[Column]:
                 Column(f"{label}_diff_poi", f"{label} P(>{baseline})", lambda r, c=label: poi_text(r, c),
                         lambda r, c=label: as_float(r.get(f"{c}_diff_poi")))
             )  # fmt: skip
-            if f"{label}_verdict_holm" in board:  # `bandpo.analysis.experiments.family_verdicts`
+            if f"{label}_verdict_holm" in table:  # `bandpo.analysis.experiments.family_verdicts`
                 cols.append(Column(f"{label}_verdict_holm", "verdict",
                                    lambda r, c=label: verdict_text(r, c)))  # fmt: skip
-    if "entropy_final" in board:
+    if "entropy_final" in table:
         cols.append(ci_column("entropy_final", "entropy (final)", 1.0, 3))
-    if "clipfrac" in board:
+    if "clipfrac" in table:
         cols.append(Column("clipfrac", "clipped %", lambda r: fmt(r.get("clipfrac"), 100.0, 2),
                             lambda r: as_float(r.get("clipfrac"))))  # fmt: skip
     for key, head in (("train_seconds_mean", "train time / run"),):  # the total over seeds: leaderboard.csv
-        if key in board:
+        if key in table:
             cols.append(Column(key, head, lambda r, k=key: fmt_seconds(r.get(k)), lambda r, k=key: as_float(r.get(k))))
     return cols
 
@@ -125,8 +125,8 @@ def verdict_text(r: Mapping[str, Any], label: str) -> str:
     return f"{verdict} (primary)" if r.get(f"{label}_role") == "primary" else verdict
 
 
-def max_seeds(board: pd.DataFrame) -> int:
-    return int(board["n_seeds"].max()) if "n_seeds" in board and len(board) else 0
+def max_seeds(table: pd.DataFrame) -> int:
+    return int(table["n_seeds"].max()) if "n_seeds" in table and len(table) else 0
 
 
 def by_model(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
@@ -154,6 +154,6 @@ def sections(table: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
     return out
 
 
-def page_title(board: pd.DataFrame, title: str | None) -> str:
-    profile = next((p for p in board.get("profile", []) if isinstance(p, str) and p), "")
+def page_title(table: pd.DataFrame, title: str | None) -> str:
+    profile = next((p for p in table.get("profile", []) if isinstance(p, str) and p), "")
     return title or f"BandPO-Bench leaderboard: {profile or 'results'}"

@@ -58,23 +58,23 @@ POWER_NOTE = (
 )
 
 
-def seed_counts(board: pd.DataFrame) -> list[int]:
+def seed_counts(table: pd.DataFrame) -> list[int]:
     """The distinct seed counts of the trained rows (the base rows left out)."""
-    if board.empty or "n_seeds" not in board:
+    if table.empty or "n_seeds" not in table:
         return []
-    rows = board[board["entry"] != BASE_ENTRY] if "entry" in board else board
+    rows = table[table["entry"] != BASE_ENTRY] if "entry" in table else table
     return sorted({int(n) for n in rows["n_seeds"].dropna() if int(n) > 0})
 
 
-def stats_note(board: pd.DataFrame, base_per_seed: bool | None = None) -> str:
+def stats_note(table: pd.DataFrame, base_per_seed: bool | None = None) -> str:
     """How to read the tables (`STATS_NOTE`), with the sentence on base models that ``base_per_seed`` (the config's
     key; None when unknown) makes true."""
-    return STATS_NOTE.format(baseline=baseline_of(board), seeds=BASE_MODELS[base_per_seed])
+    return STATS_NOTE.format(baseline=baseline_of(table), seeds=BASE_MODELS[base_per_seed])
 
 
-def seeds_note(board: pd.DataFrame) -> str:
-    """The seed counts of the rows and the t quantile each gives, computed from the board."""
-    counts = seed_counts(board)
+def seeds_note(table: pd.DataFrame) -> str:
+    """The seed counts of the rows and the t quantile each gives, computed from the table."""
+    counts = seed_counts(table)
     if not counts:
         return ""
     quantiles = ", ".join(f"{student_t.ppf(0.975, n - 1):.2f} at {n} seeds" for n in counts if n >= 2)
@@ -86,13 +86,13 @@ def seeds_note(board: pd.DataFrame) -> str:
     )
 
 
-def intervals_note(board: pd.DataFrame, alpha: float = 0.05) -> str:
+def intervals_note(table: pd.DataFrame, alpha: float = 0.05) -> str:
     """How many paired Δ intervals of mean@k the tables show (every trained entry against the baseline), how many
     exclude 0, and how many would by chance were no entry different (alpha of them)."""
-    label = headline_label(board, "mean") if not board.empty else None
-    if not label or f"{label}_diff_t_ci_low" not in board:
+    label = headline_label(table, "mean") if not table.empty else None
+    if not label or f"{label}_diff_t_ci_low" not in table:
         return ""
-    rows = board[(board["entry"] != BASE_ENTRY) & board[f"{label}_diff_t_ci_low"].notna()]
+    rows = table[(table["entry"] != BASE_ENTRY) & table[f"{label}_diff_t_ci_low"].notna()]
     n = len(rows)
     if not n:
         return ""
@@ -104,26 +104,26 @@ def intervals_note(board: pd.DataFrame, alpha: float = 0.05) -> str:
     )
 
 
-def power_note(board: pd.DataFrame) -> str:
+def power_note(table: pd.DataFrame) -> str:
     """`POWER_NOTE` with the 95% interval of an SD estimated from the fewest seeds of the rows (chi-square)."""
-    counts = [n for n in seed_counts(board) if n >= 2]
+    counts = [n for n in seed_counts(table) if n >= 2]
     if counts:
         df = counts[0] - 1
         low, high = math.sqrt(df / chi2.ppf(0.975, df)), math.sqrt(df / chi2.ppf(0.025, df))
         sd_range = f"at {counts[0]} seeds its 95% interval runs from {low:.2f} to {high:.1f} times the estimate"
     else:
         sd_range = "no row has 2 seeds"
-    return POWER_NOTE.format(baseline=baseline_of(board), sd_range=sd_range)
+    return POWER_NOTE.format(baseline=baseline_of(table), sd_range=sd_range)
 
 
-def reading_notes(board: pd.DataFrame, base_per_seed: bool | None = None) -> list[str]:
-    """The "How to read these numbers" paragraphs of the page and the Markdown, each computed from the board."""
-    return [x for x in (stats_note(board, base_per_seed), seeds_note(board), intervals_note(board)) if x]
+def reading_notes(table: pd.DataFrame, base_per_seed: bool | None = None) -> list[str]:
+    """The "How to read these numbers" paragraphs of the page and the Markdown, each computed from the table."""
+    return [x for x in (stats_note(table, base_per_seed), seeds_note(table), intervals_note(table)) if x]
 
 
-def grader_note(board: pd.DataFrame) -> str:
-    """One sentence naming the grader(s) behind the board's scores; "" when none is recorded."""
-    graders = sorted({g for cell in board.get("grader", []) if isinstance(cell, str) for g in cell.split("; ") if g})
+def grader_note(table: pd.DataFrame) -> str:
+    """One sentence naming the grader(s) behind the table's scores; "" when none is recorded."""
+    graders = sorted({g for cell in table.get("grader", []) if isinstance(cell, str) for g in cell.split("; ") if g})
     if not graders:
         return ""
     return (
@@ -134,12 +134,12 @@ def grader_note(board: pd.DataFrame) -> str:
     )
 
 
-def unpaired_lines(board: pd.DataFrame) -> list[str]:
+def unpaired_lines(table: pd.DataFrame) -> list[str]:
     """One sentence per leaderboard row whose paired comparison left seeds out (the ``*_unpaired`` columns)."""
     out = []
-    for col in [c for c in board.columns if c.endswith("_unpaired")]:
+    for col in [c for c in table.columns if c.endswith("_unpaired")]:
         label = col.removesuffix("_unpaired")
-        for _, r in board[board[col].notna() & (board[col].astype(str) != "")].iterrows():
+        for _, r in table[table[col].notna() & (table[col].astype(str) != "")].iterrows():
             out.append(f"{r['model']} / {r['entry']}, {label}: left out of the paired comparison: {r[col]}.")
     return out
 

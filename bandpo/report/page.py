@@ -57,9 +57,9 @@ def _static(name: str) -> str:
     return resources.files("bandpo.report").joinpath("static", name).read_text(encoding="utf-8")
 
 
-def _experiment_column(board: pd.DataFrame) -> str:
+def _experiment_column(table: pd.DataFrame) -> str:
     """The column the experiment filter reads: ``experiment`` when the leaderboard has one, else ``profile``."""
-    return "experiment" if "experiment" in board else "profile"
+    return "experiment" if "experiment" in table else "profile"
 
 
 def _cell(col: Column, r: Mapping[str, Any]) -> dict[str, Any]:
