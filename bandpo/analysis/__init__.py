@@ -1,8 +1,8 @@
 """The analysis: a profile's run outputs and scores read into frames, and every statistic the report shows,
 computed from them. Pure pandas, numpy and scipy: no rendering, no method registry, no torch. Modules:
 
-    load         the run outputs and lm-eval's results files (the one reader of lm-eval's results, also used by
-                 bandpo.score.evaluate); `load_run` reads one run folder; the bounds table and the atlas
+    load         the run outputs and the scores in lm-eval's results files (read as bandpo.score.evaluate reads
+                 them: `bandpo.score.lm_eval_results`); `load_run` reads one run folder; the bounds table, the atlas
     stats        bootstrap CIs, IQM, probability of improvement, paired differences from the baseline, minimum
                  detectable difference and seeds needed, the tests and verdicts, power, a rerun's agreement
     training     the training statistics of each run and entry (`run_stats`), the bands over seeds of the curves

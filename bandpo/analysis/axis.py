@@ -15,7 +15,7 @@ the rest of the report:
       resolved at the largest value;
   (c) accuracy -- the paired score difference (arm - control) at each value;
   every slope is the mean of per-seed least-squares slopes (each seed's runs share their base model, so the
-  slope is paired within a seed) with a Student-t interval over seeds;
+  slope is paired within a seed) with a Student-t interval over seeds.
 
 The selection rule an experiment applies to an axis (``select``), whose setting the trainer reads back, is a
 decision of the DAG: `bandpo.decide.selection`; the page's sections of an axis: `bandpo.report.axis`.

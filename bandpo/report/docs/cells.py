@@ -10,7 +10,7 @@ import pandas as pd
 
 from bandpo.report.text import rounded
 
-METRIC = "mean@8"
+METRIC = "mean@8"  # the score the docs quote: the leaderboard's headline
 
 
 def num(v: float, digits: int = 1, scale: float = 100.0, sign: bool = False) -> str:
@@ -22,6 +22,7 @@ def num(v: float, digits: int = 1, scale: float = 100.0, sign: bool = False) -> 
 
 
 def ci(v: float, lo: float, hi: float, digits: int = 1, scale: float = 100.0, sign: bool = False) -> str:
+    """``value [lo, hi]`` (`num`); "—" without a value."""
     if v is None or not np.isfinite(v):
         return "—"
     return f"{num(v, digits, scale, sign)} [{num(lo, digits, scale, sign)}, {num(hi, digits, scale, sign)}]"
@@ -43,8 +44,10 @@ def md_table(head: Sequence[str], rows: Sequence[Sequence[str]], right: int = 1)
 
 
 def row_series(frame: pd.DataFrame) -> list[pd.Series]:
+    """The frame's rows, each a Series indexed by column."""
     return [r for _, r in frame.iterrows()]
 
 
 def margin_text(v: float) -> str:
+    """An equivalence margin as ``±x`` points; "—" when none was declared (NaN)."""
     return "—" if v != v else f"±{num(v)}"
