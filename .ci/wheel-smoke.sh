@@ -45,8 +45,8 @@ step "config validation (the schema and the task YAMLs from the package; the met
 "$PY" -c "import sys; from bandpo.plan import validate; validate.validate_config(validate.load_yaml(sys.argv[1])); print('ok')" \
     "$ROOT/config/smoke.yaml"
 
-step "ratio bounds of the registered methods (python -m bandpo.report.bounds_table)"
-"$PY" -m bandpo.report.bounds_table --out bounds.csv
+step "ratio bounds of the registered methods (python -m bandpo.methods.bounds_table)"
+"$PY" -m bandpo.methods.bounds_table --out bounds.csv
 "$PY" -c "import pandas as pd; t = pd.read_csv('bounds.csv'); assert len(t) > 1000 and (t.r_lo <= t.r_hi).all()"
 
 step "a tiny run: data, a tiny-test model, 2 training steps, the run contract"

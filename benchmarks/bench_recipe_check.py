@@ -22,7 +22,7 @@ It prints, and ``--json`` keeps:
 - speed: the sum over seeds of the runs' training time (``step_seconds``), old / new, and the same for each job's
   wall and CPU time (the job process and its children, from ``os.wait4``);
 - the score: final mean@k per seed and the paired difference new - old in points, with its 90% t interval and the
-  two tests of `bandpo.report.stats.paired_tests` (TOST within ``--margin``, 1.5 points by default);
+  two tests of `bandpo.analysis.stats.paired_tests` (TOST within ``--margin``, 1.5 points by default);
 - the curves: per-step ``entropy`` and ``reward_mean`` in ``--windows`` equal windows of steps; per window the mean
   over seeds of new - old against the seed spread (the SD across seeds of the old arm's window means);
 - the verdict: SAME RECIPE when the 90% interval lies inside +-margin and every window of both curves differs by at
@@ -55,7 +55,7 @@ from pathlib import Path
 from _worktree import base_worktree, resolve, tree_env
 from bench_run_vs_base import checked_plan, checked_sets, eval_command, train_command
 
-from bandpo.report.stats import paired_tests
+from bandpo.analysis.stats import paired_tests
 
 ROOT = Path(__file__).resolve().parents[1]
 CURVES = ("entropy", "reward_mean")

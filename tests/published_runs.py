@@ -32,10 +32,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from bandpo.analysis.steps import OFFPOLICY, read_steps, update_keys
+from bandpo.core.files import write_csv
+from bandpo.decide.selection import select_setting
 from bandpo.plan.sweep import BASE_ENTRY, MAIN, run_folder, slot_id
-from bandpo.report.axis import select_setting
-from bandpo.report.steps import OFFPOLICY, read_steps, update_keys
-from bandpo.report.tables import write_csv
 from bandpo.score.lm_eval_results import FILTER_NAME
 
 
@@ -82,7 +82,7 @@ def rebuild_run_outputs(published: Path, dest: Path, with_labels: bool = True) -
         if "experiment" not in frame:
             frame["experiment"] = MAIN
         frame["experiment"] = frame["experiment"].fillna(MAIN)
-    # the tables hold a reusing cell's copies of main's rows (bandpo.report.axis.with_reuse); the report makes them
+    # the tables hold a reusing cell's copies of main's rows (bandpo.analysis.axis.with_reuse); the report makes them
     # again from main's runs, so they are not rebuilt as runs of their own
     experiments = published_experiments(published) or {}
     copies = {(x, e) for x, v in experiments.items() for e in v.get("reuse") or []}
@@ -235,7 +235,8 @@ def rebuild_published(published: Path, out: Path, work: Path) -> list[Path]:
     """The report of today's code on the inputs behind the published tables: run outputs rebuilt under ``work``
     (`rebuild_run_outputs`), the report built into ``out`` with the published experiments (`published_experiments`)
     and the published figures embedded in the page. Returns the paths of `REBUILT_FILES` under ``out``."""
-    from bandpo.report import bounds_table, build_report
+    from bandpo.methods import bounds_table
+    from bandpo.report import build_report
 
     results = rebuild_run_outputs(published, work)
     bounds_table.main(["--out", str(results / "bounds.csv")])

@@ -150,6 +150,12 @@ def publish_dir(tmp_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
     return replace_dir(tmp_dir, out_dir)
 
 
+def write_csv(frame: Any, path: str | os.PathLike) -> Path:
+    """A pandas frame as CSV, atomically, in the format of every published table: no index, numbers to 6
+    significant digits, ``\\n`` line ends (what the pages and docs round from: `bandpo.report.text.rounded`)."""
+    return atomic_write_text(path, frame.to_csv(index=False, float_format="%.6g", lineterminator="\n"))
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> Path:
     """``obj`` as indented JSON, atomically (`atomic_write_text`)."""
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")

@@ -11,13 +11,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bandpo.core.atlas_table import STEPS as ATLAS_STEPS
 from bandpo.train.settings import TrainConfig
 
 BASE_ENTRY = "base"  # the reserved method-entry id of the untrained base model (the step-0 row)
 MAIN = "main"  # the experiment of the sweep itself (models x methods x seeds); runs without one belong to it
-ATLAS_STEPS = (
-    6  # training steps whose mini-batches the equivalence atlas measures (bandpo.report.atlas_measure's default)
-)
 SLOT_SEP = "@"  # run folders of other experiments: {entry}@{experiment} (ids cannot hold "@")
 
 
@@ -255,7 +253,7 @@ def base_models(cfg: Mapping[str, Any]) -> list[str]:
 
 
 def atlas_spec(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
-    """What the equivalence atlas (`bandpo.report.atlas_measure`, rule ``atlas``) measures on: the first tiny model of
+    """What the equivalence atlas (`bandpo.train.atlas`, rule ``atlas``) measures on: the first tiny model of
     the main
     experiment with its first seed (its base model folder), main's data, and the training settings main's runs of
     that model get (global ``train`` < the model's ``train`` < main's ``train``), so that its real rollouts are

@@ -1,27 +1,32 @@
-"""The report stage: every run's metrics and lm-eval scores turned into a leaderboard, statistics and figures.
+"""The report stage: renders a profile's statistics (`bandpo.analysis`) as the leaderboard's tables, pages, figures
+and the generated blocks of the docs, all around one object, the board (`board.Board`).
 
-It reads files only (the run outputs, the evaluation files and a bounds table); it imports no method registry
-and no torch. Modules:
+It reads files only (the run outputs, the evaluation files, the bounds table and the atlas); it imports no method
+registry and no torch. Modules:
 
-    load       the run outputs and lm-eval's results files (the one reader of lm-eval's results, also used by
-               bandpo.score.evaluate); `load_run` reads one run folder
-    stats      bootstrap CIs, IQM, probability of improvement, paired differences from the baseline, minimum
-               detectable difference and seeds needed, training statistics (pure functions)
-    tables     the leaderboard frame, the per-task frame, their columns, the Markdown
-    experiments  one section per (experiment, subset); each experiment's primary comparison
-    page       the self-contained HTML page (Jinja2 template, CSS and JS in templates/ and static/)
-    atlas      the equivalence atlas's table (atlas.csv, computed by bandpo.report.atlas_measure): columns, reader,
-    Markdown
+    board      `Board`: the leaderboard, its tables, the config that shaped them and the text the pages print; read
+               back from a published folder by `Board.read`
+    build      `build_report`: a profile's results -> its board -> the tables, figures and pages
+    text       numbers and Markdown cells as every page and doc prints them (`rounded`)
+    columns    the columns of the leaderboard tables and the tables of one page (`sections`)
+    notes      the pages' sentences: how to read the numbers, power, each experiment's note
+    markdown   leaderboard.md, and beside.md
+    page       leaderboard.html (Jinja2 template, CSS and JS in templates/ and static/)
     figures    the figures, each built from data with the data it plotted
-    steps      steps.csv: the per-step training metrics, compact (`steps_table`, `write_steps`, `read_steps`)
-    cli        build_report, publish, provenance and ``python -m bandpo.report build|publish``
+    axis       the page's sections of each design axis
+    atlas      the equivalence atlas's section
+    smoke      the real-LM smoke section of the published page
+    docs       the generated blocks of README.md and docs/*.md (``python -m bandpo.report docs``)
+    publish    `publish` and `provenance`: a profile's report copied to the top-level results/
+    compare    a rerun against the published run (``compare``, ``compare --exact``), a profile beside another
+    cli        ``python -m bandpo.report build|publish|compare|beside|smoke|docs``
 
 Outputs of `build_report` (``--out``, default: the results folder itself; every file written atomically)::
 
     leaderboard.csv        one row per (experiment, subset, model, entry): numbers as fractions, CI / IQM /
                            P(improvement) columns, the paired difference from the baseline (same base model and
                            seed) with its CI and P(improvement), its SD, MDE and the seeds an MDE of 2 points needs;
-                           statistics within each (experiment, subset) (bandpo.report.experiments); runs without an
+                           statistics within each (experiment, subset) (bandpo.analysis.experiments); runs without an
                            experiment belong to main
     leaderboard.md         the same, one table per (experiment, subset, model size) (and per task when there are
                            several), in percent, with the experiments' notes, notes on the statistics, the power of
@@ -34,10 +39,10 @@ Outputs of `build_report` (``--out``, default: the results folder itself; every 
     runs.csv               one row per training run: final entropy / reward, clip fraction, training time
     steps.csv              one row per (run, step): entropy, reward, accuracy, KL, clip fractions overall / by
                            direction / by old-probability bucket, stopped fractions by advantage sign, the probe's
-                           measurement (bandpo.report.steps): runs.csv's training columns and the training figures
+                           measurement (bandpo.analysis.steps): runs.csv's training columns and the training figures
                            recompute from it
     figures/bounds.png             (a) ratio bounds, (b) probability-change bounds against old probability, from
-                                   the bounds table (bandpo.report.bounds_table)
+                                   the bounds table (bandpo.methods.bounds_table)
     figures/training_curves.png    token entropy and reward against step, mean over seeds with a 95% CI band
     figures/clipfrac_buckets.png   clip fraction by old-probability bucket (as logged) and direction
     figures/final_scores.png       final mean@k and pass@k with 95% CIs, per model size
@@ -47,11 +52,11 @@ Outputs of `build_report` (``--out``, default: the results folder itself; every 
     figures/{name}.csv             the data each figure plotted (an experiment's figures are placeholders, left off
                                    the page, when it has no runs)
     primary.csv            each experiment's primary comparison (paired treatment - control, 95% paired t
-                           interval, verdict; the earlier bootstrap rule beside it)
+                           interval, verdict; the bootstrap rule beside it)
+    axis.csv, axis_runs.csv   the design axes' rules, and per run of an axis cell (with the config's axes)
 
-With ``atlas.csv`` in the results folder (the equivalence atlas, rule ``atlas``: `bandpo.report.atlas_measure`) the
-Markdown and
-the page get an "Equivalence atlas" section, and `publish` copies the table.
+With ``atlas.csv`` in the results folder (the equivalence atlas, rule ``atlas``: `bandpo.train.atlas`) the Markdown
+and the page get an "Equivalence atlas" section, and `publish` copies the table.
 
 The entry ``base`` is the untrained base model (the step-0 row); it has scores but no training run. An entry's
 parameter label is its runs' ``method_label`` (run.json), else ``k=v, ...`` of their parameters.
@@ -61,9 +66,9 @@ parameter label is its runs' ``method_label`` (run.json), else ``k=v, ...`` of t
 ``figures/<name>.png`` and the HTML embeds them, so both read the same in either place.
 """
 
-from bandpo.plan.sweep import BASE_ENTRY
-from bandpo.report.cli import LEADERBOARD_FILES, PUBLISHED_TABLES, build_report, main, provenance, publish
-from bandpo.report.experiments import build_sections, entropy_shift_results, of_experiment, primary_results
+from bandpo.report.board import Board, Panel
+from bandpo.report.build import build_report
+from bandpo.report.cli import main
 from bandpo.report.figures import (
     EXPERIMENT_FIGURES,
     FIGURE_CAPTIONS,
@@ -78,92 +83,31 @@ from bandpo.report.figures import (
     save_figure,
     training_curves_figure,
 )
-from bandpo.report.load import (
-    Run,
-    load_bounds,
-    load_eval_scores,
-    load_run,
-    load_run_metrics,
-    load_run_summaries,
-    load_runs,
-    params_label,
-)
+from bandpo.report.markdown import leaderboard_markdown
 from bandpo.report.page import leaderboard_html
-from bandpo.report.stats import (
-    ALL_TASKS,
-    DEFAULT_BASELINE,
-    MDE_TARGET,
-    metric_label,
-    minimum_detectable_difference,
-    paired_comparison,
-    paired_t_power,
-    power_table,
-    probability_of_improvement,
-    rerun_agreement,
-    score_stats,
-    seeds_needed,
-    t_interval,
-)
-from bandpo.report.steps import read_steps, steps_table, write_steps
-from bandpo.report.tables import entry_labels, entry_order, leaderboard, leaderboard_markdown, per_task_table
-from bandpo.report.training import run_stats, seed_bands
-from bandpo.score.lm_eval_results import lm_eval_task_scores
+from bandpo.report.publish import LEADERBOARD_FILES, PUBLISHED_TABLES, provenance, publish
 
 __all__ = [
-    "ALL_TASKS",
     "EXPERIMENT_FIGURES",
-    "BASE_ENTRY",
-    "DEFAULT_BASELINE",
     "FIGURES",
     "FIGURE_CAPTIONS",
     "LEADERBOARD_FILES",
-    "MDE_TARGET",
     "PUBLISHED_TABLES",
     "SIMPLEX",
-    "Run",
+    "Board",
+    "Panel",
     "bounds_figure",
     "build_report",
-    "build_sections",
     "clipfrac_data",
     "clipfrac_figure",
-    "entry_labels",
-    "entry_order",
     "entry_palette",
     "final_scores_figure",
-    "leaderboard",
     "leaderboard_html",
     "leaderboard_markdown",
-    "lm_eval_task_scores",
-    "load_bounds",
-    "load_eval_scores",
-    "load_run",
-    "load_run_metrics",
-    "load_run_summaries",
-    "load_runs",
     "main",
-    "metric_label",
-    "minimum_detectable_difference",
-    "t_interval",
-    "of_experiment",
-    "paired_comparison",
-    "paired_t_power",
-    "params_label",
-    "per_task_table",
     "placeholder_figure",
-    "power_table",
-    "primary_results",
-    "entropy_shift_results",
-    "probability_of_improvement",
     "provenance",
     "publish",
-    "rerun_agreement",
-    "run_stats",
     "save_figure",
-    "score_stats",
-    "seed_bands",
-    "seeds_needed",
-    "read_steps",
-    "steps_table",
-    "write_steps",
     "training_curves_figure",
 ]

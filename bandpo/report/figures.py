@@ -2,8 +2,8 @@
 saves the figure with `save_figure` and the data beside it as CSV. With nothing to plot a builder returns a
 placeholder figure that says so, and an empty frame.
 
-Every series comes from files: the run metrics (`bandpo.report.load`), the statistics (`bandpo.report.stats`) and
-the bounds table written by `bandpo.report.bounds_table` (the report imports no method registry).
+Every series comes from files: the run metrics (`bandpo.analysis.load`), the statistics (`bandpo.analysis.stats`)
+and the bounds table written by `bandpo.methods.bounds_table` (the report imports no method registry).
 """
 
 from __future__ import annotations
@@ -17,14 +17,16 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import matplotlib
+import matplotlib.ticker
 import numpy as np
 import pandas as pd
 
+from bandpo.analysis.leaderboard import entry_order
+from bandpo.analysis.stats import ALL_TASKS, DEFAULT_BASELINE, bootstrap_ci, mean_of_means
+from bandpo.analysis.training import seed_bands
 from bandpo.core.files import atomic_write_bytes
 from bandpo.plan.sweep import BASE_ENTRY
-from bandpo.report.stats import ALL_TASKS, DEFAULT_BASELINE, bootstrap_ci, mean_of_means
-from bandpo.report.tables import entry_order
-from bandpo.report.training import seed_bands
 
 FIGURES = ("bounds", "training_curves", "clipfrac_buckets", "final_scores", "random_reward_entropy", "probe_curves",
            "probe_clipfrac_buckets", "offpolicy_dose", "offpolicy_entropy")  # fmt: skip
@@ -55,20 +57,27 @@ EXPERIMENT_FIGURES = {"random_reward_entropy": "random-reward", "probe_curves": 
 
 
 def _pyplot():
-    import matplotlib
-
+    """matplotlib.pyplot, drawing off-screen (Agg). Imported here, on the first figure, rather than with the module:
+    importing pyplot (or seaborn, which imports it) fixes the backend of the whole process, and a process that only
+    imports the report (the doc blocks, a notebook) keeps its own."""
     matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # not at the top: the backend is set first (see the docstring)
 
     return plt
+
+
+def _seaborn():
+    """seaborn, imported after `_pyplot` set the backend (seaborn imports pyplot)."""
+    _pyplot()
+    import seaborn as sns  # not at the top: it imports pyplot, after the backend is set (`_pyplot`)
+
+    return sns
 
 
 @contextlib.contextmanager
 def _style():
     """seaborn's whitegrid style, and text taken literally: an entry named ``a$b$`` is not parsed as mathtext."""
-    import matplotlib
-    import seaborn as sns
-
+    sns = _seaborn()
     with matplotlib.rc_context({"text.parse_math": False}), sns.axes_style("whitegrid"):
         yield
 
@@ -95,7 +104,7 @@ def placeholder_figure(title: str, message: str):
 
 def entry_palette(entries: Iterable[str], baseline: str | None = DEFAULT_BASELINE) -> dict[str, Any]:
     """One colour per entry, the same in every figure (the base model grey)."""
-    import seaborn as sns
+    sns = _seaborn()
 
     order = entry_order(entries, baseline)
     others = [e for e in order if e != BASE_ENTRY]
@@ -110,13 +119,13 @@ SIMPLEX = "simplex limit"
 
 
 def bounds_figure(data: pd.DataFrame) -> tuple[Any, pd.DataFrame]:
-    """The paper's bound figure from a bounds table (`bandpo.report.load.load_bounds`): (a) ratio bounds
+    """The paper's bound figure from a bounds table (`bandpo.analysis.load.load_bounds`): (a) ratio bounds
     r_lo(p), r_hi(p); (b) allowed probability change p (r - 1); one line per method in the table's order, and the
     rows of method "simplex limit" (r in [0, 1/p], i.e. q in [0, 1]) dashed. Returns (figure, the table)."""
-    import seaborn as sns
+    sns = _seaborn()
 
     if data.empty:
-        return placeholder_figure("ratio bounds", "no bounds table (bandpo.report.bounds_table)"), data
+        return placeholder_figure("ratio bounds", "no bounds table (bandpo.methods.bounds_table)"), data
     plt = _pyplot()
     long = pd.concat(
         [
@@ -182,8 +191,7 @@ def training_curves_figure(
     """Token entropy and reward against step per method entry: mean over seeds with a 95% bootstrap band over
     seeds (`seed_bands`); one row of panels per model size, entropy on a log axis. Returns the plotted bands:
     model, entry, metric, step, mean, ci_low, ci_high, n_seeds."""
-    import matplotlib.ticker
-    import seaborn as sns
+    sns = _seaborn()
 
     present = [c for c in columns if c in metrics and metrics[c].notna().any()]
     cols = ["model", "entry", "metric", "step", "mean", "ci_low", "ci_high", "n_seeds"]
@@ -276,7 +284,7 @@ def clipfrac_figure(
     """Clip fraction by old-probability bucket (x) and direction (columns), one bar per method entry, one row of
     panels per model size; bars are means over seeds of each run's mean over steps, with 95% bootstrap CIs.
     Returns (figure, `clipfrac_data`'s frame)."""
-    import seaborn as sns
+    sns = _seaborn()
 
     data, which = clipfrac_data(metrics) if not metrics.empty else (pd.DataFrame(), "")
     if data.empty:
@@ -325,7 +333,7 @@ def final_scores_figure(
     """Final mean@k and pass@k per method entry with the 95% stratified-bootstrap CIs of `score_stats` (over tasks:
     ``task == "all"``), one row of panels per model size. Returns the plotted rows: model, entry, metric, label,
     mean, ci_low, ci_high (fractions)."""
-    import seaborn as sns
+    sns = _seaborn()
 
     cols = ["model", "entry", "metric", "label", "mean", "ci_low", "ci_high"]
     data = stats[(stats["task"] == ALL_TASKS) & stats["metric"].isin(families)][cols] if not stats.empty else None
@@ -387,7 +395,7 @@ AXIS_DOSE_COLUMNS = ["panel", "model", "arm", "value", "estimate", "ci_low", "ci
 
 
 def axis_dose_figure(results: pd.DataFrame, label: str = "D", baseline: str | None = DEFAULT_BASELINE):
-    """Dose-response of an axis (`bandpo.report.axis.axis_results`): per arm, the upper clip fraction in the lowest
+    """Dose-response of an axis (`bandpo.analysis.axis.axis_results`): per arm, the upper clip fraction in the lowest
     bucket and the paired entropy difference from the control against the axis value, mean over seeds with its t
     interval. Returns the plotted rows (`AXIS_DOSE_COLUMNS`)."""
     panels = {"clip upper low": "upper clip fraction, p < 0.2 (%)", "entropy auc diff": "entropy - GRPO's (nats)"}

@@ -13,43 +13,37 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
-import os
 from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import pandas as pd
 
 from bandpo.plan.sweep import BASE_ENTRY
 from bandpo.report.atlas import HEAD as ATLAS_HEAD
 from bandpo.report.atlas import NOTE as ATLAS_NOTE
 from bandpo.report.atlas import atlas_cells, atlas_pairs
-from bandpo.report.tables import (
+from bandpo.report.board import Board, Panel
+from bandpo.report.columns import (
     Column,
-    Panel,
     baseline_of,
     by_model,
     display_columns,
-    grader_note,
     max_seeds,
     page_title,
-    power_lines,
-    power_note,
-    reading_notes,
     sections,
     task_columns,
-    unpaired_lines,
 )
+from bandpo.report.notes import grader_note, power_lines, power_note, reading_notes, unpaired_lines
 
 PARAMS_SEPARATOR = ", "  # the only place a params cell may break: between two "key=value" parts
 
 
 @cache
-def _environment():
-    import jinja2
-
+def _environment() -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.PackageLoader("bandpo.report", "templates"),
         autoescape=True,
@@ -63,9 +57,9 @@ def _static(name: str) -> str:
     return resources.files("bandpo.report").joinpath("static", name).read_text(encoding="utf-8")
 
 
-def _experiment_column(board: pd.DataFrame) -> str:
+def _experiment_column(table: pd.DataFrame) -> str:
     """The column the experiment filter reads: ``experiment`` when the leaderboard has one, else ``profile``."""
-    return "experiment" if "experiment" in board else "profile"
+    return "experiment" if "experiment" in table else "profile"
 
 
 def _cell(col: Column, r: Mapping[str, Any]) -> dict[str, Any]:
@@ -111,80 +105,85 @@ def _atlas(atlas: pd.DataFrame | None) -> dict[str, Any] | None:
     return {"note": ATLAS_NOTE, "pairs": atlas_pairs(atlas), "head": ATLAS_HEAD, "rows": atlas_cells(atlas)}
 
 
-def leaderboard_html(
-    board: pd.DataFrame,
-    figures: Mapping[str, str | os.PathLike] | None = None,
-    captions: Mapping[str, str] | None = None,
-    title: str | None = None,
-    per_task: pd.DataFrame | None = None,
-    notes: Sequence[tuple[str, str]] = (),
-    power: pd.DataFrame | None = None,
-    panels: Sequence[Panel] = (),
-    atlas: pd.DataFrame | None = None,
-    base_per_seed: bool | None = None,
-) -> str:
-    """A standalone HTML page of the leaderboard: one sortable table per (experiment, subset, model size) (and per
-    task when there are several), filters by experiment and model size, the experiments' ``notes`` (experiment,
-    text), notes on how to read the numbers and on power (``power``: `bandpo.report.stats.power_table`), and
-    ``figures`` (name -> PNG file) embedded as data URIs with their ``captions``, ``panels`` (`Panel`: heading,
-    sentences, a table of text) after the tables, and the equivalence atlas (``atlas``: atlas.csv,
-    `bandpo.report.atlas`) when given."""
+def leaderboard_html(board: Board, embed_figures: bool = True) -> str:
+    """A standalone HTML page of the board: one sortable table per (experiment, subset, model size) (and per task
+    when there are several), filters by experiment and model size, the experiments' notes, notes on how to read
+    the numbers and on power, the board's figures embedded as data URIs with their captions (``embed_figures``),
+    its panels after the tables, and the equivalence atlas when it has one."""
     script = _static("leaderboard.js")
     script_hash = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
     csp = (
         f"default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'sha256-{script_hash}'; "
         "base-uri 'none'; form-action 'none'"
     )
-    exp_col = _experiment_column(board)
-    cols = display_columns(board)
-    tables = [_table(g, cols, m, "leaderboard", exp_col, heading) for heading, m, g in sections(board)]
-    task_tables = []
-    if per_task is not None and not per_task.empty:
-        tcols = task_columns(per_task)
-        task_tables = [_table(g, tcols, str(m), "per-task", exp_col) for m, g in by_model(per_task)]
-    figs = [
-        {
-            "name": name,
-            "caption": (captions or {}).get(name, name),
-            "src": "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii"),
-        }
-        for name, path in (figures or {}).items()
-    ]
-    baseline = baseline_of(board)
-    reading = reading_notes(board, base_per_seed)
-    if power is not None and not power.empty:
-        reading += [power_note(board), *power_lines(power)]
-    reading += unpaired_lines(board)
-    reading += [grader_note(board)] if grader_note(board) else []
+    table = board.leaderboard
+    exp_col = _experiment_column(table)
     return (
         _environment()
         .get_template("leaderboard.html.j2")
         .render(
-            title=page_title(board, title),
+            title=page_title(table, board.title),
             csp=csp,
             css=_static("leaderboard.css"),
             script=script,
-            n_entries=board["entry"].nunique() if not board.empty else 0,
-            models=list(dict.fromkeys(board["model"].astype(str))) if not board.empty else [],
-            experiments=sorted({str(x) for x in board[exp_col].dropna() if str(x)}) if exp_col in board else [],
-            max_seeds=max_seeds(board),
-            baseline=baseline,
-            tables=tables,
-            task_tables=task_tables,
-            experiment_notes=[{"name": xp, "text": text} for xp, text in notes],
-            notes=reading,
-            atlas=_atlas(atlas),
-            figures=figs,
-            panels=[
-                {
-                    "heading": pn.heading,
-                    "lines": list(pn.lines),
-                    "heads": [str(c) for c in pn.table.columns] if pn.table is not None else [],
-                    "rows": [[str(v) for v in r] for r in pn.table.itertuples(index=False)]
-                    if pn.table is not None
-                    else [],
-                }
-                for pn in panels
-            ],  # fmt: skip
+            n_entries=table["entry"].nunique() if not table.empty else 0,
+            models=list(dict.fromkeys(table["model"].astype(str))) if not table.empty else [],
+            experiments=sorted({str(x) for x in table[exp_col].dropna() if str(x)}) if exp_col in table else [],
+            max_seeds=max_seeds(table),
+            baseline=baseline_of(table),
+            tables=_tables(table, exp_col),
+            task_tables=_task_tables(board.per_task, exp_col),
+            experiment_notes=[{"name": xp, "text": text} for xp, text in board.notes],
+            notes=_reading(board),
+            atlas=_atlas(board.atlas),
+            figures=_figures(board) if embed_figures else [],
+            panels=[_panel(pn) for pn in board.panels],
         )
     )
+
+
+def _tables(table: pd.DataFrame, exp_col: str) -> list[dict[str, Any]]:
+    """The leaderboard's tables, one per (experiment, subset, model size)."""
+    cols = display_columns(table)
+    return [_table(g, cols, m, "leaderboard", exp_col, heading) for heading, m, g in sections(table)]
+
+
+def _task_tables(per_task: pd.DataFrame | None, exp_col: str) -> list[dict[str, Any]]:
+    """The per-task tables, one per model size; none with a single task."""
+    if per_task is None or per_task.empty:
+        return []
+    tcols = task_columns(per_task)
+    return [_table(g, tcols, str(m), "per-task", exp_col) for m, g in by_model(per_task)]
+
+
+def _figures(board: Board) -> list[dict[str, str]]:
+    """Each figure of the board with its caption and its PNG as a data URI."""
+    return [
+        {
+            "name": name,
+            "caption": board.captions.get(name, name),
+            "src": "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii"),
+        }
+        for name, path in board.figures.items()
+    ]
+
+
+def _reading(board: Board) -> list[str]:
+    """The paragraphs on how to read the numbers, on power and on unpaired seeds, and the grader's sentence."""
+    table = board.leaderboard
+    reading = reading_notes(table, board.base_per_seed)
+    if board.power is not None and not board.power.empty:
+        reading += [power_note(table), *power_lines(board.power)]
+    reading += unpaired_lines(table)
+    reading += [grader_note(table)] if grader_note(table) else []
+    return reading
+
+
+def _panel(panel: Panel) -> dict[str, Any]:
+    """A panel for the template: its heading, sentences, and its table's header and rows as text."""
+    return {
+        "heading": panel.heading,
+        "lines": list(panel.lines),
+        "heads": [str(c) for c in panel.table.columns] if panel.table is not None else [],
+        "rows": [[str(v) for v in r] for r in panel.table.itertuples(index=False)] if panel.table is not None else [],
+    }

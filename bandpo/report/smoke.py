@@ -59,7 +59,7 @@ def smoke_rows(results: str | Path = "results") -> pd.DataFrame:
             def of(col: str, scale: float = 1.0, run=run):
                 return float(run[col]) * scale if run is not None and col in run and pd.notna(run[col]) else None
 
-            rows.append({  # runs.csv (bandpo.report.training.run_stats): final = mean over the last 10% of steps
+            rows.append({  # runs.csv (bandpo.analysis.training.run_stats): final = mean over the last 10% of steps
                 "trainer": "base model (no training)" if entry == "base" else trainer,
                 "model": model, "entry": entry, "seed": int(seed),
                 "steps": int(run["steps"]) if run is not None and pd.notna(run.get("steps")) else None,

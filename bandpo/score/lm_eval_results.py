@@ -1,6 +1,6 @@
 """Reading lm-eval's aggregated results file: the one reader of its scores, shared by evaluation
 (`bandpo.score.evaluate`,
-which writes the summaries) and the report (`bandpo.report.load`, which reads every score back from the same file).
+which writes the summaries) and the report (`bandpo.analysis.load`, which reads every score back from the same file).
 
 A leaf module: the standard library only, so that lm-eval's hooks do not import the report's pandas and Jinja2.
 """

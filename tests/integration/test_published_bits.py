@@ -6,7 +6,7 @@ From a fresh working directory (``snakemake -d``, nothing of the checkout's run 
 and settings (`bandpo.core.numerics` fixed). Then:
 
 * the base model's weights sha256 equals the one `results/provenance.json` records for ``resources/models/tiny-s``;
-* the run's digest (`bandpo.report.cli.run_digests`: the per-step metrics without timings, the trained weights)
+* the run's digest (`bandpo.report.publish.run_digests`: the per-step metrics without timings, the trained weights)
   equals the published digest of ``tiny-s/grpo/seed0``.
 
 On a mismatch the message names both CPU models (the publication's, from provenance.json, and this one). A few
@@ -38,7 +38,7 @@ def _published() -> dict:
 @pytest.mark.published_bits
 def test_the_published_base_model_and_run_are_rebuilt_bit_for_bit_on_this_cpu(tmp_path):
     from bandpo.core.provenance import machine, weights_sha256
-    from bandpo.report.cli import run_digests
+    from bandpo.report.publish import run_digests
 
     prov = _published()
     (base,) = [m for m in prov["base_models"] if m["path"] == BASE]

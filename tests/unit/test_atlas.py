@@ -1,5 +1,4 @@
-"""The equivalence atlas (bandpo.report.atlas_measure): the derivation's identities on the synthetic grid, checked
-against the
+"""The equivalence atlas (bandpo.train.atlas): the derivation's identities on the synthetic grid, checked against the
 tensors directly (not through the atlas's own region functions); stop masks against the clip diagnostics; the
 real-rollout path on a tiny model built here; input errors; the report's atlas section and its publication."""
 
@@ -17,11 +16,13 @@ import pytest
 import torch
 
 from bandpo import methods
+from bandpo.analysis.load import load_atlas
+from bandpo.core.atlas_table import COLUMNS, SLICES
 from bandpo.data.tiny_math import generate_tiny_math, write_jsonl
 from bandpo.methods.band import band_bounds
 from bandpo.models.tiny import build_tokenizer, get_size, init_model
-from bandpo.report import atlas_measure as atlas
-from bandpo.report.atlas import COLUMNS, SLICES, atlas_markdown, load_atlas
+from bandpo.report.atlas import atlas_markdown
+from bandpo.train import atlas
 from bandpo.train.settings import TrainConfig, from_dict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -237,12 +238,12 @@ def test_cli(assets, tmp_path, capsys):
     assert "error: steps must be in [1, 4] (the run's steps), got 9" in capsys.readouterr().err
     assert atlas.main(["--out", str(out)]) == 2  # neither --spec, --model nor --synthetic-only
     assert "give --spec, or --model and --data" in capsys.readouterr().err
-    cmd = [sys.executable, "-m", "bandpo.report.atlas_measure"]
+    cmd = [sys.executable, "-m", "bandpo.train.atlas"]
     proc = subprocess.run([*cmd, *args, "--steps", "1", *small], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     table = load_atlas(out)
     assert set(table["source"]) == {"synthetic", "real"} and (table[table["source"] == "real"]["batches"] == 4).all()
-    assert proc.stdout.strip() == atlas_markdown(table)
+    assert proc.stdout.splitlines() == atlas.summary(table)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -282,4 +283,5 @@ def test_report_shows_and_publishes_the_atlas(tmp_path):
     assert (tmp_path / "top" / "atlas.csv").read_bytes() == (results / "atlas.csv").read_bytes()
     # without an atlas, no section (the page rebuilt from the published tables: tests/unit/test_report.py)
     board = pd.read_csv(results / "leaderboard.csv", keep_default_na=False, na_values=[""])
-    assert "Equivalence atlas" not in report.leaderboard_markdown(board) + report.leaderboard_html(board)
+    bare = report.Board(board)
+    assert "Equivalence atlas" not in report.leaderboard_markdown(bare) + report.leaderboard_html(bare)

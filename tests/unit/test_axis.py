@@ -1,5 +1,6 @@
-"""Design axes (config ``axes``; bandpo.report.axis): reuse of main's runs, the pre-registered rules (a)-(c) on
-synthetic runs whose answer is known, the selection rule, and the trainer's --set-file."""
+"""Design axes (config ``axes``; bandpo.analysis.axis, bandpo.decide.selection): reuse of main's runs, the
+pre-registered rules (a)-(c) on synthetic runs whose answer is known, the selection rule, and the trainer's
+--set-file."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ import pandas as pd
 import pytest
 import yaml
 
+from bandpo.analysis import axis
+from bandpo.decide import selection
+from bandpo.decide.cli import main as decide_main
 from bandpo.plan import sweep, validate
-from bandpo.report import axis
-from bandpo.report.cli import main as report_main
+from bandpo.report.axis import axis_panels
 
 AXES = {"off": {"key": "updates_per_step", "label": "D", "cells": ["off-1", "off-4", "off-8"],
                 "primary": {"task": "t", "control": "grpo", "rules": {}}}}  # fmt: skip
@@ -104,18 +107,18 @@ def _select_scores(gains):
 
 
 def test_selection_takes_the_largest_value_that_still_learns():
-    setting, table = axis.select_setting(_select_scores({"off-1": 0.1, "off-4": 0.1, "off-8": 0.0}),
+    setting, table = selection.select_setting(_select_scores({"off-1": 0.1, "off-4": 0.1, "off-8": 0.0}),
                                          EXPERIMENTS, AXES, "sep")  # fmt: skip
     assert setting == {"updates_per_step": 4}
     assert table.set_index("value")["qualifies"].to_dict() == {1.0: True, 4.0: True, 8.0: False}
     assert table[table["selected"]]["value"].tolist() == [4.0]
-    setting, _ = axis.select_setting(_select_scores({"off-1": 0.1, "off-4": 0.1, "off-8": 0.1}), EXPERIMENTS, AXES,
+    setting, _ = selection.select_setting(_select_scores({"off-1": 0.1, "off-4": 0.1, "off-8": 0.1}), EXPERIMENTS, AXES,
                                      "sep")  # fmt: skip
     assert setting == {"updates_per_step": 8}
 
 
 def test_selection_falls_back_when_nothing_learns(tmp_path):
-    setting, table = axis.select_setting(_select_scores({"off-1": -0.05, "off-4": 0.0, "off-8": 0.0}),
+    setting, table = selection.select_setting(_select_scores({"off-1": -0.05, "off-4": 0.0, "off-8": 0.0}),
                                          EXPERIMENTS, AXES, "sep")  # fmt: skip
     assert setting == {"updates_per_step": 4} and not table["selected"].any()
 
@@ -130,23 +133,25 @@ def test_selection_revision_2_never_picks_a_cell_without_the_compared_arms():
            "sep": {"primary": {"compare": ["arm", "grpo"]},
                    "select": {**EXPERIMENTS["sep"]["select"], "rule": "largest-learning-compared"}}}  # fmt: skip
     only_null = _select_scores({"off-1": 0.1, "off-4": 0.0, "off-8": 0.0})
-    assert axis.select_setting(only_null, EXPERIMENTS, AXES, "sep")[0] == {"updates_per_step": 1}  # revision 1
-    setting, table = axis.select_setting(only_null, xps, AXES, "sep")
+    assert selection.select_setting(only_null, EXPERIMENTS, AXES, "sep")[0] == {"updates_per_step": 1}  # revision 1
+    setting, table = selection.select_setting(only_null, xps, AXES, "sep")
     assert setting == {"updates_per_step": 4} and not table["selected"].any()
     assert table["value"].tolist() == [4.0, 8.0]  # the null cell is not read
-    setting, table = axis.select_setting(_select_scores({"off-1": 0.1, "off-4": 0.1, "off-8": 0.1}), xps, AXES, "sep")
+    setting, table = selection.select_setting(
+        _select_scores({"off-1": 0.1, "off-4": 0.1, "off-8": 0.1}), xps, AXES, "sep"
+    )
     assert setting == {"updates_per_step": 8} and table[table["selected"]]["value"].tolist() == [8.0]
-    *_, chosen = axis.axis_panels(axis.axis_results(_outcomes(0.01, 0.01), AXES), AXES, {"sep": table},
+    *_, chosen = axis_panels(axis.axis_results(_outcomes(0.01, 0.01), AXES), AXES, {"sep": table},
                                   {"sep": "largest-learning-compared"})  # fmt: skip
-    assert chosen.lines == (axis.SELECT_RULES["largest-learning-compared"],)
+    assert chosen.lines == (selection.SELECT_RULES["largest-learning-compared"],)
     bad = {**xps, "sep": {**xps["sep"], "select": {**xps["sep"]["select"], "rule": "largest"}}}
     with pytest.raises(ValueError, match="unknown selection rule 'largest'"):
-        axis.select_setting(only_null, bad, AXES, "sep")
+        selection.select_setting(only_null, bad, AXES, "sep")
 
 
 def test_select_command_needs_scores(tmp_path):
     (tmp_path / "eval").mkdir()
-    code = report_main(
+    code = decide_main(
         [
             "select",
             "--results",
@@ -293,8 +298,10 @@ def test_set_file_overrides_the_trainer(tmp_path):
 
 def test_panels_show_the_rules_the_per_value_table_and_the_selection():
     res = axis.axis_results(_outcomes(0.01, 0.01), AXES)
-    _, sel = axis.select_setting(_select_scores({"off-1": 0.1, "off-4": 0.1, "off-8": 0.0}), EXPERIMENTS, AXES, "sep")
-    rules, per_value, chosen = axis.axis_panels(res, AXES, {"sep": sel})
+    _, sel = selection.select_setting(
+        _select_scores({"off-1": 0.1, "off-4": 0.1, "off-8": 0.0}), EXPERIMENTS, AXES, "sep"
+    )
+    rules, per_value, chosen = axis_panels(res, AXES, {"sep": sel})
     assert "Verdict: off, m: (a) holds and (b) holds for arm" in rules.lines
     assert list(rules.table["holds"]) == ["yes", "yes"]
     assert list(per_value.table["D"]) == ["4", "8"] and set(per_value.table["arm"]) == {"arm"}
@@ -306,7 +313,7 @@ def test_panels_show_the_rules_the_per_value_table_and_the_selection():
 
 
 def test_secondary_entropy_pairs_by_seed():
-    from bandpo.report.experiments import entropy_pair_results
+    from bandpo.analysis.experiments import entropy_pair_results
 
     per_run = pd.DataFrame([{"experiment": "sep", "model": "m", "entry": e, "seed": s, "entropy_final": v + 0.01 * s}
                             for e, v in (("grpo", 0.1), ("arm", 0.2), ("other", 0.1)) for s in range(4)])  # fmt: skip
@@ -323,7 +330,7 @@ def test_rule_revision_3_on_the_published_axis_chooses_main_setting():
     (then in results/; git history); recomputed here on its republication under the fixed numerics
     (results/offpolicy/): D = 4 qualifies, D = 8 (the cell a rerun on another CPU model chose under revision 2,
     whose interval lies below 2 points) and D = 16 do not."""
-    from bandpo.report.docs import SEPARATION_RULE
+    from bandpo.report.docs.axes import SEPARATION_RULE
 
     root = Path(__file__).resolve().parents[2]
     published = json.loads((root / "results" / "offpolicy" / "provenance.json").read_text())["config"]
@@ -332,7 +339,7 @@ def test_rule_revision_3_on_the_published_axis_chooses_main_setting():
     experiments["separation"] = {"select": SEPARATION_RULE, "primary": {"compare": ["bandpo_kl", "grpo"]}}
     assert SEPARATION_RULE["min_gain"] == 2.0
     cfg = yaml.safe_load((root / "config" / "config.yaml").read_text())
-    setting, table = axis.select_setting(scores, experiments, published["axes"], "separation")
+    setting, table = selection.select_setting(scores, experiments, published["axes"], "separation")
     assert setting == {"updates_per_step": cfg["experiments"]["separation"]["train"]["updates_per_step"]} == {
         "updates_per_step": 4}  # fmt: skip
     by_d = table.set_index("value")

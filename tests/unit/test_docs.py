@@ -12,11 +12,16 @@ import pandas as pd
 import pytest
 import yaml
 
+from bandpo.analysis.stats import t_interval
 from bandpo.report import docs
-from bandpo.report.stats import t_interval
+from bandpo.report.board import Board
+from bandpo.report.docs import axes as axis_blocks
+from bandpo.report.docs import experiments as experiment_blocks
+from bandpo.report.docs import runs as run_blocks
+from bandpo.report.docs import scores as score_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = docs.Results(ROOT / "results")
+RESULTS = Board.read(ROOT / "results")
 DOCS = sorted({p for pattern in docs.DOC_FILES for p in ROOT.glob(pattern)})
 
 
@@ -110,7 +115,7 @@ def _flat(text: str) -> str:
 
 
 def test_readme_claims():
-    text, b = read("README.md"), RESULTS.board
+    text, b = read("README.md"), RESULTS.leaderboard
     assert len(text) <= 10_000
     flat = _flat(text)
     cfg = RESULTS.provenance["config"]
@@ -135,8 +140,8 @@ def test_readme_claims():
     # the separation run: five rules at D = 4, fixed before the run by revision 3 on the published axis, fresh seeds
     sep = xps["separation"]
     assert len(sep["methods"]) == 5 and "select" not in sep and sep["train"] == {"updates_per_step": 4}
-    _name, setting, _table = RESULTS.part("offpolicy").selection
-    assert setting == {"updates_per_step": 4} and docs.SEPARATION_RULE["min_gain"] == 2.0
+    _name, setting, _table = axis_blocks.selection(RESULTS.part("offpolicy"))
+    assert setting == {"updates_per_step": 4} and axis_blocks.SEPARATION_RULE["min_gain"] == 2.0
     assert sep["seeds"] == list(range(10, 15)) and sep["primary"]["seeds"] == list(range(10, 20))
     assert not set(sep["primary"]["seeds"]) & set(xps["main"]["primary"]["seeds"])  # fresh: no main run repeated
     assert "(five rules at D = 4, fixed before the run by rule revision 3 on the published axis; fresh seeds 10-14, " \
@@ -178,7 +183,7 @@ def test_readme_method_example_is_the_worked_example():
 
 def test_results_claims():
     """docs/results.md's section headings and prose against the published tables."""
-    text, b, runs = _flat(read("docs/results.md")), RESULTS.board, RESULTS.runs
+    text, b, runs = _flat(read("docs/results.md")), RESULTS.leaderboard, RESULTS.runs
     entries = b.groupby(["experiment", "model"])["entry"].agg(set)
     steps = runs.groupby(["experiment", "model"])["steps"].agg(set)
     seeds = runs.groupby(["experiment", "entry"])["seed"].agg(lambda s: sorted(set(s)))
@@ -193,11 +198,11 @@ def test_results_claims():
     # random reward: GRPO and BandPO-KL, 3 seeds, 32 steps; the rules of one seed share the step-1 entropy
     assert entries[("random-reward", "tiny-s")] == {"grpo", "bandpo_kl"} and steps[("random-reward", "tiny-s")] == {32}
     assert "tiny-s, GRPO and BandPO-KL, 3 seeds, 32 steps" in text and seeds[("random-reward", "grpo")] == [0, 1, 2]
-    changes = docs.entropy_changes(RESULTS)
+    changes = experiment_blocks.entropy_changes(RESULTS)
     assert (changes.groupby("seed")["first"].nunique() == 1).all() and "so the same step-1 entropy" in text
     # probe and axis: published from their own configs, not in the top-level tables
     assert not {"probe", "offpolicy-D4"} & set(b["experiment"])
-    probe = RESULTS.part("probe").board
+    probe = RESULTS.part("probe").leaderboard
     assert set(probe["entry"]) == {"base", "grpo", "bandpo_kl"} and set(probe["n_seeds"]) == {5}
     assert "tiny-s-probe, GRPO and BandPO-KL, 5 seeds" in text
     off = RESULTS.part("offpolicy").runs
@@ -230,7 +235,7 @@ def test_primary_rules_are_the_paired_comparisons_of_the_leaderboard():
         inside = r.margin == r.margin and -r.margin < r.ci90_low and r.ci90_high < r.margin
         expected = "equivalent" if inside else (f"{winner} better" if winner else "unresolved")
         assert r.verdict == expected
-    changes = docs.entropy_changes(RESULTS)
+    changes = experiment_blocks.entropy_changes(RESULTS)
     for r in p[(p.metric == "entropy_final") & (p.experiment == "random-reward")].itertuples():
         lo, hi = t_interval(changes.loc[changes.entry == r.treatment, "change"])
         assert (r.ci_low, r.ci_high) == pytest.approx((lo, hi), abs=2e-6)
@@ -299,8 +304,8 @@ def test_axis_rules_recompute_from_the_published_files(folder):
     from config/offpolicy.yaml in results/offpolicy/) are `axis_results` of the per-run outcomes (axis_runs.csv),
     and those outcomes are `run_outcomes` of steps.csv (its all/<key> columns: the all-updates statistics the rules
     read) and scores.csv: every number of the axis sections recomputes from the committed files."""
-    from bandpo.report.axis import STEP_MEANS, axis_results, run_outcomes
-    from bandpo.report.steps import read_steps
+    from bandpo.analysis.axis import STEP_MEANS, axis_results, run_outcomes
+    from bandpo.analysis.steps import read_steps
 
     res = RESULTS.part(folder) if folder else RESULTS
     cfg = res.provenance["config"]
@@ -310,7 +315,7 @@ def test_axis_rules_recompute_from_the_published_files(folder):
     assert list(again["rule"]) == list(published["rule"]) and list(again["arm"]) == list(published["arm"])
     for col in ("n", "estimate", "ci_low", "ci_high", "mde"):
         np.testing.assert_allclose(again[col].astype(float), published[col].astype(float), rtol=2e-3, atol=1e-6)
-    assert [docs._holds(v) for v in again["holds"]] == [docs._holds(v) for v in published["holds"]]
+    assert [axis_blocks._holds(v) for v in again["holds"]] == [axis_blocks._holds(v) for v in published["holds"]]
     metrics = read_steps(res.folder / "steps.csv")
     recomputed = run_outcomes(metrics, res.scores, cfg["axes"], cfg["experiments"])
     assert list(recomputed["entry"]) == list(outcomes["entry"]) and len(recomputed) == len(outcomes)
@@ -320,8 +325,8 @@ def test_axis_rules_recompute_from_the_published_files(folder):
                                    err_msg=col)  # fmt: skip
     # the separation run trained at the setting the selection picks from the published scores (the republished axis:
     # what rule revision 3, which fixed the next separation run's regime, picks from it)
-    name, setting, table = res.selection
-    select = cfg["experiments"][name]["select"] if name in cfg["experiments"] else docs.SEPARATION_RULE
+    name, setting, table = axis_blocks.selection(res)
+    select = cfg["experiments"][name]["select"] if name in cfg["experiments"] else axis_blocks.SEPARATION_RULE
     assert select["axis"] in cfg["axes"] and len(setting) == 1
     assert table["selected"].sum() in (0, table["model"].nunique())
 
@@ -332,9 +337,9 @@ def test_verl_profile_tables_recompute_from_the_published_files():
     and its per-rule table agree (docs/verl.md quotes both)."""
     import pandas as pd
 
-    from bandpo.report.tables import beside_table
+    from bandpo.analysis.leaderboard import beside_table
 
-    verl = ROOT / "results" / docs.VERL_PROFILE
+    verl = ROOT / "results" / run_blocks.VERL_PROFILE
     published = pd.read_csv(verl / "beside.csv")
     again = beside_table(verl, verl / "local")
     assert yaml.safe_load((ROOT / "config" / "verl-cpu.yaml").read_text())["beside"] == "results/verl-cpu/local"
@@ -345,7 +350,9 @@ def test_verl_profile_tables_recompute_from_the_published_files():
         else:
             assert again[col].astype(str).tolist() == published[col].astype(str).tolist(), col
     runs = pd.read_csv(verl / "runs.csv")
-    assert set(runs["profile"]) == {docs.VERL_PROFILE} and set(runs["entry"]) == set(published["entry"]) - {"base"}
+    assert set(runs["profile"]) == {run_blocks.VERL_PROFILE} and set(runs["entry"]) == set(published["entry"]) - {
+        "base"
+    }
     dag = pd.read_csv(verl / "dag_rules.csv").set_index("rule")
     assert dag.loc["train tiny-s (main)", "jobs"] == len(runs) == dag.loc["merge", "jobs"]
 
@@ -369,7 +376,7 @@ def test_generated_sentences_recompute_from_the_published_files():
     from scipy.stats import t
 
     page = read("results/leaderboard.md")
-    runs, board, steps = RESULTS.runs, RESULTS.board, pd.read_csv(ROOT / "results" / "steps.csv")
+    runs, board, steps = RESULTS.runs, RESULTS.leaderboard, pd.read_csv(ROOT / "results" / "steps.csv")
     first = steps.sort_values("step").groupby(["experiment", "model", "entry", "seed"])["entropy"].first()
     checked = 0
     for xp, s in _sentences(page, "Result on"):
@@ -452,7 +459,7 @@ def test_generated_sentences_recompute_from_the_published_files():
 def test_planned_seeds_table_recomputes():
     """docs/statistics.md's planned MDEs are the exact MDE at the SD assumed and the seeds planned, and the config
     plans those seeds for the primary pair."""
-    from bandpo.report.stats import minimum_detectable_difference
+    from bandpo.analysis.stats import minimum_detectable_difference
 
     text = read("docs/statistics.md")
     cfg = yaml.safe_load(read("config/config.yaml"))["experiments"]
@@ -480,7 +487,7 @@ def test_horizon_seeds_and_separation_sentences_recompute():
     text, runs, p = _flat(read("README.md")), RESULTS.runs, RESULTS.primary
     steps = pd.read_csv(ROOT / "results" / "steps.csv")
     first = steps.sort_values("step").groupby(["experiment", "model", "entry", "seed"])["entropy"].first()
-    sentence = docs.horizon(RESULTS)
+    sentence = experiment_blocks.horizon(RESULTS)
     assert sentence in text
     h = runs[runs.experiment == "horizon"]
     assert sentence.startswith(f"at {int(h['steps'].max())} steps, bandpo_kl − grpo mean@8 ")
@@ -493,13 +500,13 @@ def test_horizon_seeds_and_separation_sentences_recompute():
         assert (int(m[2]), int(m[3])) == (sum(f >= 5 for f in falls), len(falls))
     late = p.query("experiment == 'horizon' and metric == 'mean@8'").iloc[0]
     assert f"over {late.n_pairs} seed pairs, {late.verdict} (margin ±{100 * late.margin:.1f}, MDE" in sentence
-    rows = docs.entropy_rows("horizon")(RESULTS)
+    rows = experiment_blocks.entropy_rows("horizon")(RESULTS)
     assert rows in _flat(read("docs/results.md"))
     for e in p.query("experiment == 'horizon' and metric.str.startswith('entropy')").itertuples():
         d = f"{e.difference:+.3f} [{e.ci_low:+.3f}, {e.ci_high:+.3f}]"
         assert f"bandpo_kl − grpo {d} nats ({e.verdict}, margin ±{e.margin:.3f})" in rows
     # does the 64-step verdict hold at 256 steps: the two primary rows' verdicts, steps and pairs
-    holds = docs.horizon_holds(RESULTS)
+    holds = experiment_blocks.horizon_holds(RESULTS)
     assert holds in text
     early = p.query("experiment == 'main' and model == 'tiny-s' and metric == 'mean@8'").iloc[0]
     if early.verdict == late.verdict:
@@ -514,7 +521,7 @@ def test_horizon_seeds_and_separation_sentences_recompute():
     # seeds: per experiment, the primary pair's and the other entries' seed counts in scores.csv
     sc = RESULTS.scores.query("name == 'mean@8' and entry != 'base'")
     n = sc.groupby(["experiment", "entry"])["seed"].nunique()
-    seeds = docs.seeds_summary(RESULTS)
+    seeds = score_blocks.seeds_summary(RESULTS)
     assert seeds in text
     assert f"main {n['main', 'grpo']} for the primary pair, {n['main', 'dcpo']} for the other entries" in seeds
     assert (
@@ -522,7 +529,7 @@ def test_horizon_seeds_and_separation_sentences_recompute():
     )
     assert f"horizon {n['horizon', 'grpo']} for the primary pair" in seeds
     # the separation run's regime: fixed in the config before the run
-    sep = docs.separation(RESULTS)
+    sep = experiment_blocks.separation(RESULTS)
     assert sep in text and sep.startswith("at updates_per_step = 4 (fixed before the run), bandpo_kl − grpo mean@8")
     row = p.query("experiment == 'separation' and metric == 'mean@8'").iloc[0]
     assert (

@@ -37,7 +37,7 @@ def imported_modules(path: Path, modules: set[str]) -> set[str]:
         else:
             continue
         for t in targets:
-            while t and t not in modules:  # bandpo.report.load.x -> bandpo.report.load
+            while t and t not in modules:  # bandpo.analysis.load.x -> bandpo.analysis.load
                 t = t.rpartition(".")[0]
             if t and t != name:
                 out.add(t)
@@ -89,8 +89,8 @@ def test_the_graph_sees_the_imports():
     graph = import_graph()
     assert "bandpo.core.files" in graph["bandpo.core.run_contract"]
     assert "bandpo.score.lm_eval_results" in graph["bandpo.score.evaluate"]
-    assert "bandpo.plan.sweep" in graph["bandpo.report.load"]
-    assert {"bandpo.report.load", "bandpo.report.cli"} <= graph["bandpo.report"] | graph["bandpo.report.__main__"]
+    assert "bandpo.plan.sweep" in graph["bandpo.analysis.load"]
+    assert {"bandpo.report.build", "bandpo.report.cli"} <= graph["bandpo.report"] | graph["bandpo.report.__main__"]
 
 
 def test_no_import_cycle_among_bandpo_modules():
@@ -102,10 +102,12 @@ def test_no_import_cycle_among_bandpo_modules():
 
 # bandpo's packages from the ground floor up. A module may import its own package and the floors below it, never
 # a floor above: the ground floor (core) holds what several stages share (file writes, settings by name, provenance,
-# the run contract); the runtime runs a model for every stage (sampler, lean forward pass, optimiser, schedule);
-# the methods and the grader serve every stage that trains or scores; config plans the whole DAG, so it validates
-# against the stages below it; the report reads them all.
-FLOORS = ("core", "runtime", "methods", "grader", "data", "models", "train", "verl", "score", "plan", "report")
+# the run contract, the training protocol both trainers share); the runtime runs a model for every stage (sampler,
+# lean forward pass, optimiser, schedule); the methods and the grader serve every stage that trains or scores; the
+# run plan reads the config into every stage's jobs, so it stands above them; the analysis reads what they wrote, the
+# decisions the DAG feeds back into its jobs (decide) are made from it, and the report renders it all.
+FLOORS = ("core", "runtime", "methods", "grader", "data", "models", "train", "verl", "score", "plan", "analysis",
+          "decide", "report")  # fmt: skip
 
 
 def floor(module: str) -> int | None:
@@ -138,7 +140,18 @@ def test_a_cycle_is_found():
 def test_evaluation_does_not_import_the_report():
     """The lm-eval hooks (bandpo.score.evaluate, loaded by every task YAML) import neither the report nor
     pandas/Jinja2."""
-    banned = "('pandas', 'jinja2', 'bandpo.report')"
+    banned = "('pandas', 'jinja2', 'bandpo.report', 'bandpo.analysis')"
     code = f"import sys, bandpo.score.evaluate; print([m for m in {banned} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_analysis_decisions_and_report_import_no_trainer():
+    """The analysis, the decisions and the report read files only: importing them (and their command lines) loads
+    neither torch nor a method registry nor the trainer; what needs those runs as a stage of its own
+    (bandpo.methods.bounds_table, bandpo.train.atlas)."""
+    banned = "('torch', 'bandpo.methods', 'bandpo.train.loop')"
+    code = (f"import sys, bandpo.analysis, bandpo.decide.cli, bandpo.report.cli; "
+            f"print([m for m in {banned} if m in sys.modules])")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

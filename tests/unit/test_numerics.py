@@ -223,7 +223,7 @@ def test_build_and_training_same_bytes_as_the_machine_is_and_capped(tmp_path):
 
 def _published(folder: Path, metrics: list[dict], score: str = "0.5") -> Path:
     """A published folder as `python -m bandpo.report publish` writes it, from one run folder with ``metrics``."""
-    from bandpo.report.cli import run_digests
+    from bandpo.report.publish import run_digests
 
     run = folder / "src" / "runs" / "tiny-s" / "grpo" / "seed0"
     (run / "model").mkdir(parents=True)
@@ -240,7 +240,7 @@ def _published(folder: Path, metrics: list[dict], score: str = "0.5") -> Path:
 
 
 def test_exact_compare_names_the_first_difference(tmp_path, capsys):
-    from bandpo.report.cli import compare_exact, exact_compare
+    from bandpo.report.compare import compare_exact, exact_compare
 
     step = {"step": 1, "entropy": 0.41, "step_seconds": 1.0}
     a = _published(tmp_path / "a", [step])

@@ -1,4 +1,4 @@
-"""Ranking a new method entry against the published runs (bandpo.report.rank): the base-model check and the
+"""Ranking a new method entry against the published runs (bandpo.decide.rank): the base-model check and the
 paired table, on scores made here. The whole route through the DAG: tests/workflow/test_workflow.py
 (test_a_new_method_ranks_against_the_published_runs_without_rerunning_them, marker dag)."""
 
@@ -10,7 +10,7 @@ import math
 import pandas as pd
 import pytest
 
-from bandpo.report.rank import base_check, published_margins, rank_frame, rank_markdown
+from bandpo.decide.rank import base_check, published_margins, rank_frame, rank_markdown
 
 
 def _scores(rows):

@@ -20,11 +20,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bandpo import report
+from bandpo import analysis, report
+from bandpo.analysis.leaderboard import beside_table
 from bandpo.methods import BUCKET_LABELS
+from bandpo.methods import bounds_table as bounds_script
 from bandpo.plan import sweep
-from bandpo.report import bounds_table as bounds_script
+from bandpo.report import Board
+from bandpo.report.notes import experiment_notes
 from bandpo.report.smoke import SMOKE_PROFILES, write_section
+from bandpo.score.lm_eval_results import lm_eval_task_scores
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = "testprof"
@@ -180,7 +184,7 @@ def built(tmp_path_factory):
 
 def test_load_eval_scores_reads_lm_evals_file(built):
     results, _ = built
-    scores = report.load_eval_scores(results)
+    scores = analysis.load_eval_scores(results)
     assert list(scores.columns[:12]) == [
         "profile",
         "experiment",
@@ -218,10 +222,10 @@ def test_every_score_names_its_grader(built, tmp_path):
     assert set(pd.read_csv(results / "leaderboard.csv")["grader"]) == {GRADER_ID}
     assert f"Scores graded by {GRADER_ID}" in (results / "leaderboard.md").read_text()
     assert f"Scores graded by {GRADER_ID}" in (results / "leaderboard.html").read_text()
-    assert report.load.grader_label({"grader": {"name": "bandpo.grader", "version": "0.1.r1"}}) == (
+    assert analysis.load.grader_label({"grader": {"name": "bandpo.grader", "version": "0.1.r1"}}) == (
         "bandpo.grader/lenient@0.1.r1"
     )
-    assert report.load.grader_label({}) == ""
+    assert analysis.load.grader_label({}) == ""
 
 
 def test_load_eval_scores_falls_back_to_the_summary(tmp_path):
@@ -229,7 +233,7 @@ def test_load_eval_scores_falls_back_to_the_summary(tmp_path):
     write_eval(root, "m", "grpo", 0, "grpo", {}, 0.4, with_lm_file=False)
     (root / "eval" / "m" / "grpo" / "seed0" / "notes.json").write_text('{"anything": 1}')  # not a summary: ignored
     with pytest.warns(UserWarning, match="missing"):
-        scores = report.load_eval_scores(root)
+        scores = analysis.load_eval_scores(root)
     assert len(scores) == len(METRICS)
     assert scores.loc[scores["name"] == f"mean@{N}", "value"].item() == pytest.approx(0.9)
     assert scores["source"].str.endswith(f"{TASK}.json").all()
@@ -237,10 +241,10 @@ def test_load_eval_scores_falls_back_to_the_summary(tmp_path):
 
 def test_load_runs(built):
     results, _ = built
-    metrics = report.load_run_metrics(results)
+    metrics = analysis.load_run_metrics(results)
     assert len(metrics) == 2 * len(ENTRIES) * len(SEEDS) * 10
     assert {"entropy", "reward_mean", "offpolicy/clipfrac_upper/p0.0-0.2"} <= set(metrics.columns)
-    runs = report.load_run_summaries(results)
+    runs = analysis.load_run_summaries(results)
     assert len(runs) == 2 * len(ENTRIES) * len(SEEDS)
     assert runs.loc[runs.seed == 2, "train_seconds"].eq(30.0).all()
 
@@ -254,7 +258,7 @@ def test_a_finished_run_must_follow_the_run_contract(tmp_path):
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     metrics.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "entropy"}) + "\n" for r in rows))
     with pytest.raises(ValueError, match=r"run .*/runs/m/grpo/seed0: metrics.jsonl line 1 lacks the key 'entropy'"):
-        report.load_run_summaries(root)
+        analysis.load_run_summaries(root)
 
 
 def test_runs_without_run_json_are_read_from_metrics(tmp_path):
@@ -266,9 +270,9 @@ def test_runs_without_run_json_are_read_from_metrics(tmp_path):
     live = root / "runs" / "m" / "live" / "seed0"
     live.mkdir(parents=True)
     (live / "metrics.jsonl.partial").write_text('{"step": 1}\n')
-    runs = report.load_run_summaries(root)
+    runs = analysis.load_run_summaries(root)
     assert runs[["entry", "train_seconds", "finished", "steps"]].values.tolist() == [["ext", 4.0, False, 4]]
-    assert set(report.load_run_metrics(root)["entry"]) == {"ext"}
+    assert set(analysis.load_run_metrics(root)["entry"]) == {"ext"}
 
 
 def test_labels_come_from_run_json(tmp_path):
@@ -276,18 +280,18 @@ def test_labels_come_from_run_json(tmp_path):
     root = tmp_path / PROFILE
     write_run(root, "m", "labelled", 0, "bandpo", {"divergence": "kl", "delta": 0.05, "cap": 10.0}, 0.1, label="KL")
     write_run(root, "m", "plain", 0, "bandpo", {"divergence": "kl", "delta": 0.05, "cap": 10.0}, 0.1)
-    summaries = report.load_run_summaries(root)
-    assert report.entry_labels(summaries) == {
+    summaries = analysis.load_run_summaries(root)
+    assert analysis.entry_labels(summaries) == {
         ("m", "labelled"): "KL",
         ("m", "plain"): "cap=10.0, delta=0.05, divergence=kl",
     }
-    per_run, per_entry = report.run_stats(report.load_run_metrics(root), summaries)
-    board = report.leaderboard(pd.DataFrame(), per_entry, per_run, report.entry_labels(summaries))
+    per_run, per_entry = analysis.run_stats(analysis.load_run_metrics(root), summaries)
+    board = analysis.leaderboard(pd.DataFrame(), per_entry, per_run, analysis.entry_labels(summaries))
     assert dict(zip(board["entry"], board["params"], strict=True)) == {
         "labelled": "KL",
         "plain": "cap=10.0, delta=0.05, divergence=kl",
     }
-    assert report.params_label('{"b": 1, "a": "x"}') == "a=x, b=1" and report.params_label(None) == ""
+    assert analysis.params_label('{"b": 1, "a": "x"}') == "a=x, b=1" and analysis.params_label(None) == ""
 
 
 def test_one_reader_of_lm_eval_results():
@@ -300,11 +304,11 @@ def test_one_reader_of_lm_eval_results():
         "configs": {TASK: {"repeats": 8}},
         "n-samples": {TASK: {"effective": 300}},
     }  # fmt: skip
-    values, stderr = report.lm_eval_task_scores(results, TASK, "all_k")
+    values, stderr = lm_eval_task_scores(results, TASK, "all_k")
     assert values == {"mean@8": 0.5, "pass@8": 0.75} and stderr == {"mean@8": 0.01, "pass@8": None}
     summary = evaluate.summarize_task(results, TASK)
     assert (summary["metrics"], summary["stderr"], summary["k"], summary["n_problems"]) == (values, stderr, 8, 300)
-    assert report.lm_eval_task_scores(results, "absent", "all_k") == ({}, {})
+    assert lm_eval_task_scores(results, "absent", "all_k") == ({}, {})
     with pytest.raises(KeyError, match="not in lm-eval's results"):
         evaluate.summarize_task(results, "absent")
 
@@ -321,23 +325,23 @@ def test_the_report_reads_files_only():
 
 
 def test_probability_of_improvement():
-    assert report.probability_of_improvement([3, 4, 5], [0, 1, 2])[0] == 1.0
-    assert report.probability_of_improvement([0, 1, 2], [3, 4, 5])[0] == 0.0
-    assert report.probability_of_improvement([1, 1], [1, 1])[0] == 0.5
+    assert analysis.probability_of_improvement([3, 4, 5], [0, 1, 2])[0] == 1.0
+    assert analysis.probability_of_improvement([0, 1, 2], [3, 4, 5])[0] == 0.0
+    assert analysis.probability_of_improvement([1, 1], [1, 1])[0] == 0.5
     # pairs: (1>0) (1=1) (1<2) (3>0) (3>1) (3>2) -> (4 + 0.5) / 6
-    est, lo, hi = report.probability_of_improvement([1, 3], [0, 1, 2], n_resamples=300)
+    est, lo, hi = analysis.probability_of_improvement([1, 3], [0, 1, 2], n_resamples=300)
     assert est == pytest.approx(4.5 / 6) and 0 <= lo <= est <= hi <= 1
     # two tasks: averaged; deterministic given the seed
     x, y = {"a": [1, 2, 3], "b": [0, 0, 0]}, {"a": [0, 0, 0], "b": [1, 1, 1]}
-    assert report.probability_of_improvement(x, y)[0] == 0.5
-    assert report.probability_of_improvement(x, y, rng=7) == report.probability_of_improvement(x, y, rng=7)
+    assert analysis.probability_of_improvement(x, y)[0] == 0.5
+    assert analysis.probability_of_improvement(x, y, rng=7) == analysis.probability_of_improvement(x, y, rng=7)
     # one score summed in two orders differs in its last bits: still a tie, as it is
     # once the tables round it to 6 digits (the published main tiny-m pass@2 of seed 6 was such a pair)
     a, b = sum([0.1, 0.2, 0.3]) / 3, sum([0.3, 0.2, 0.1]) / 3
     assert a != b and abs(a - b) < 1e-12
-    assert report.probability_of_improvement([a], [b])[0] == 0.5
+    assert analysis.probability_of_improvement([a], [b])[0] == 0.5
     frame = lambda v: pd.DataFrame({"seed": [0], "task": ["t"], "value": [v]})  # noqa: E731
-    assert report.paired_comparison(frame(a), frame(b), n_resamples=10)["diff_poi"] == 0.5
+    assert analysis.paired_comparison(frame(a), frame(b), n_resamples=10)["diff_poi"] == 0.5
 
 
 @pytest.fixture
@@ -370,7 +374,7 @@ def test_statistics_agree_with_rliable(rliable):
          "metric": "mean", "value": scores[s, j], "name": "mean@8", "n": 8}
         for entry, scores in (("x", x), ("grpo", y)) for s in range(n_seeds) for j, t in enumerate(tasks)
     ]  # fmt: skip
-    stats = report.score_stats(pd.DataFrame(rows), baseline="grpo", n_resamples=4000)
+    stats = analysis.score_stats(pd.DataFrame(rows), baseline="grpo", n_resamples=4000)
     ours = stats[(stats.entry == "x") & (stats.task == "all")].iloc[0]
     reps, seed = 4000, np.random.RandomState(0)
     point, ci = library.get_interval_estimates(
@@ -395,9 +399,9 @@ def test_statistics_agree_with_rliable(rliable):
 
 def test_score_stats(built):
     results, _ = built
-    scores = report.load_eval_scores(results)
-    stats = report.score_stats(scores, n_resamples=500)
-    again = report.score_stats(scores, n_resamples=500)
+    scores = analysis.load_eval_scores(results)
+    stats = analysis.score_stats(scores, n_resamples=500)
+    again = analysis.score_stats(scores, n_resamples=500)
     pd.testing.assert_frame_equal(stats, again)  # seeded
     row = stats[
         (stats.model == "tiny-s") & (stats.entry == "bandpo_kl") & (stats.task == "all") & (stats.metric == "mean")
@@ -438,7 +442,7 @@ def test_paired_difference_and_its_interval_by_hand():
     d = np.array([0.03, -0.01, 0.05, 0.02, 0.04])
     y = np.array([0.30, 0.40, 0.25, 0.35, 0.45])  # the base models differ much more than the methods do
     scores = _scores({"x": dict(enumerate(y + d)), "grpo": dict(enumerate(y))})
-    row = report.score_stats(scores, n_resamples=20000).query("entry == 'x' and task == 'all'").iloc[0]
+    row = analysis.score_stats(scores, n_resamples=20000).query("entry == 'x' and task == 'all'").iloc[0]
     assert row.n_pairs == 5 and row["diff"] == pytest.approx(d.mean(), abs=1e-12)
     assert row.diff_sd == pytest.approx(np.std(d, ddof=1), abs=1e-12)
     exact = np.array([d[list(idx)].mean() for idx in itertools.product(range(5), repeat=5)])
@@ -447,7 +451,7 @@ def test_paired_difference_and_its_interval_by_hand():
     assert row.diff_poi == pytest.approx(0.8)  # 4 of 5 seeds improve
     # pairing removes the base models' spread: the all-pairs P(improvement) sees mostly that spread
     assert row.poi < 0.7 and row.diff_ci_low > 0
-    assert row.mde == pytest.approx(report.minimum_detectable_difference(np.std(d, ddof=1), 5))
+    assert row.mde == pytest.approx(analysis.minimum_detectable_difference(np.std(d, ddof=1), 5))
 
 
 def test_t_intervals_of_the_mean_and_of_the_paired_differences():
@@ -456,23 +460,25 @@ def test_t_intervals_of_the_mean_and_of_the_paired_differences():
     from scipy import stats as st
 
     x = np.array([0.31, 0.36, 0.33])
-    lo, hi = report.t_interval(x)
+    lo, hi = analysis.t_interval(x)
     ref = st.t.interval(0.95, 2, loc=x.mean(), scale=st.sem(x))
     assert (lo, hi) == pytest.approx(ref, abs=1e-12)
     assert hi - lo == pytest.approx(2 * 4.303 * np.std(x, ddof=1) / math.sqrt(3), abs=1e-3)
-    assert all(math.isnan(v) for v in report.t_interval([0.3])) and report.t_interval([0.2, np.nan, 0.4])[0] < 0.2
-    assert report.t_interval([0.0, 0.1, 0.9], bounds=(0.0, 1.0)) == pytest.approx((0.0, 1.0))  # a score's range
+    assert all(math.isnan(v) for v in analysis.t_interval([0.3])) and analysis.t_interval([0.2, np.nan, 0.4])[0] < 0.2
+    assert analysis.t_interval([0.0, 0.1, 0.9], bounds=(0.0, 1.0)) == pytest.approx((0.0, 1.0))  # a score's range
     d = np.array([0.03, -0.01, 0.05])
     y = np.array([0.30, 0.40, 0.25])
     scores = _scores({"x": dict(enumerate(y + d)), "grpo": dict(enumerate(y))})
-    row = report.score_stats(scores, n_resamples=2000).query("entry == 'x' and task == 'all'").iloc[0]
+    row = analysis.score_stats(scores, n_resamples=2000).query("entry == 'x' and task == 'all'").iloc[0]
     assert (row.diff_t_ci_low, row.diff_t_ci_high) == pytest.approx(
         st.t.interval(0.95, 2, loc=d.mean(), scale=st.sem(d)), abs=1e-12
     )
-    assert (row.t_ci_low, row.t_ci_high) == pytest.approx(report.t_interval(y + d), abs=1e-12)
+    assert (row.t_ci_low, row.t_ci_high) == pytest.approx(analysis.t_interval(y + d), abs=1e-12)
     assert row.diff_t_ci_low < row.diff_ci_low and row.diff_t_ci_high > row.diff_ci_high  # the bootstrap's narrower
-    board = report.leaderboard(report.score_stats(scores, n_resamples=200), pd.DataFrame(columns=["model", "entry"]))
-    md = report.leaderboard_markdown(board)
+    board = analysis.leaderboard(
+        analysis.score_stats(scores, n_resamples=200), pd.DataFrame(columns=["model", "entry"])
+    )
+    md = report.leaderboard_markdown(Board(board))
     x_row = board.set_index("entry").loc["x"]
     shown = f"{100 * x_row['mean@8']:.1f} [{100 * x_row['mean@8_t_ci_low']:.1f}, {100 * x_row['mean@8_t_ci_high']:.1f}]"
     assert shown in md  # the tables show the t interval
@@ -485,26 +491,26 @@ def test_minimum_detectable_difference_is_exact():
     from scipy import stats as st
 
     for sd, n in ((1.0, 2), (1.0, 3), (0.0177, 3), (2.0, 5), (0.03, 10), (0.01, 200)):
-        mde = report.minimum_detectable_difference(sd, n)
-        assert report.stats.paired_t_power(mde, sd, n) == pytest.approx(0.8, abs=1e-6)
+        mde = analysis.minimum_detectable_difference(sd, n)
+        assert analysis.stats.paired_t_power(mde, sd, n) == pytest.approx(0.8, abs=1e-6)
         approx = (st.t.ppf(0.975, n - 1) + st.t.ppf(0.8, n - 1)) * sd / math.sqrt(n)
         if n <= 10:  # few seeds: the approximation is too small (at 200 both agree to 1e-4)
-            assert mde > approx and report.stats.paired_t_power(approx, sd, n) < 0.8
+            assert mde > approx and analysis.stats.paired_t_power(approx, sd, n) < 0.8
         assert mde == pytest.approx(approx, rel=0.2 if n <= 3 else 0.02)
     # at 3 seeds: 5.653 SDs / sqrt(3) (the approximation: (4.303 + 1.061) / sqrt(3), 77% power)
-    assert report.minimum_detectable_difference(1.0, 3) * math.sqrt(3) == pytest.approx(5.6535, abs=1e-3)
-    assert report.stats.paired_t_power((4.303 + 1.061) / math.sqrt(3), 1.0, 3) == pytest.approx(0.766, abs=1e-3)
-    mdes = [report.minimum_detectable_difference(1.0, n) for n in range(2, 60)]
+    assert analysis.minimum_detectable_difference(1.0, 3) * math.sqrt(3) == pytest.approx(5.6535, abs=1e-3)
+    assert analysis.stats.paired_t_power((4.303 + 1.061) / math.sqrt(3), 1.0, 3) == pytest.approx(0.766, abs=1e-3)
+    mdes = [analysis.minimum_detectable_difference(1.0, n) for n in range(2, 60)]
     assert all(a > b for a, b in zip(mdes, mdes[1:], strict=False))
     # large n: the normal approximation (z_0.975 + z_0.8) sd / sqrt(n)
-    assert report.minimum_detectable_difference(1.0, 5000) * math.sqrt(5000) == pytest.approx(2.8016, abs=2e-3)
-    assert math.isnan(report.minimum_detectable_difference(1.0, 1))
-    assert report.minimum_detectable_difference(0.0, 3) == 0
-    assert math.isnan(report.minimum_detectable_difference(float("nan"), 3))
+    assert analysis.minimum_detectable_difference(1.0, 5000) * math.sqrt(5000) == pytest.approx(2.8016, abs=2e-3)
+    assert math.isnan(analysis.minimum_detectable_difference(1.0, 1))
+    assert analysis.minimum_detectable_difference(0.0, 3) == 0
+    assert math.isnan(analysis.minimum_detectable_difference(float("nan"), 3))
     for sd in (0.005, 0.01, 0.03):
-        n = int(report.seeds_needed(sd, 0.02))
-        assert report.minimum_detectable_difference(sd, n) <= 0.02 < report.minimum_detectable_difference(sd, n - 1)
-    assert report.seeds_needed(0.0) == 2 and math.isinf(report.seeds_needed(10.0, 0.02))
+        n = int(analysis.seeds_needed(sd, 0.02))
+        assert analysis.minimum_detectable_difference(sd, n) <= 0.02 < analysis.minimum_detectable_difference(sd, n - 1)
+    assert analysis.seeds_needed(0.0) == 2 and math.isinf(analysis.seeds_needed(10.0, 0.02))
 
 
 def test_paired_t_power_matches_monte_carlo():
@@ -515,28 +521,28 @@ def test_paired_t_power_matches_monte_carlo():
     rng = np.random.default_rng(20260301)
     reps = 200_000
     for sd, n in ((0.0177, 3), (1.0, 5)):
-        mde = report.minimum_detectable_difference(sd, n)
+        mde = analysis.minimum_detectable_difference(sd, n)
         approx = (st.t.ppf(0.975, n - 1) + st.t.ppf(0.8, n - 1)) * sd / math.sqrt(n)
         crit = st.t.ppf(0.975, n - 1)
         for d in (mde, approx, 0.0):
             x = rng.normal(d, sd, size=(reps, n))
             tstat = x.mean(axis=1) / (x.std(axis=1, ddof=1) / math.sqrt(n))
             rate = float((np.abs(tstat) > crit).mean())
-            exact = report.stats.paired_t_power(d, sd, n) if d else 0.05
+            exact = analysis.stats.paired_t_power(d, sd, n) if d else 0.05
             assert rate == pytest.approx(exact, abs=0.005), (sd, n, d)
-        assert report.stats.paired_t_power(mde, sd, n) - report.stats.paired_t_power(approx, sd, n) > 0.005
+        assert analysis.stats.paired_t_power(mde, sd, n) - analysis.stats.paired_t_power(approx, sd, n) > 0.005
 
 
 def test_unmatched_seeds_are_left_out_and_named(tmp_path):
     scores = _scores({"x": {0: 0.5, 1: 0.6, 2: 0.7, 3: 0.9}, "grpo": {0: 0.4, 1: 0.5, 2: 0.6, 4: 0.1}})
-    stats = report.score_stats(scores, n_resamples=200)
+    stats = analysis.score_stats(scores, n_resamples=200)
     row = stats.query("entry == 'x' and task == 'all'").iloc[0]
     assert row.n_pairs == 3 and row["diff"] == pytest.approx(0.1)  # seeds 0-2 only
     assert row.unpaired == "seed(s) 3 only in x; seed(s) 4 only in grpo"
-    board = report.leaderboard(stats, pd.DataFrame(columns=["model", "entry"]))
-    md = report.leaderboard_markdown(board)
+    board = analysis.leaderboard(stats, pd.DataFrame(columns=["model", "entry"]))
+    md = report.leaderboard_markdown(Board(board))
     assert "## Unpaired seeds" in md and "m / x, mean@8: left out of the paired comparison: seed(s) 3 only in x" in md
-    nothing = report.score_stats(_scores({"x": {0: 0.5}, "grpo": {1: 0.4}}), n_resamples=200)
+    nothing = analysis.score_stats(_scores({"x": {0: 0.5}, "grpo": {1: 0.4}}), n_resamples=200)
     alone = nothing.query("entry == 'x' and task == 'all'").iloc[0]
     assert alone.n_pairs == 0 and math.isnan(alone["diff"]) and "only in x" in alone.unpaired
 
@@ -544,15 +550,15 @@ def test_unmatched_seeds_are_left_out_and_named(tmp_path):
 def test_power_is_published_per_model_and_metric(built):
     results, _ = built
     stats = pd.read_csv(results / "stats.csv")
-    power = report.power_table(stats)
+    power = analysis.power_table(stats)
     assert set(power["model"]) == {"tiny-s", "tiny-m"} and set(power["label"]) == {f"mean@{N}", f"pass@{N}"}
     row = power[(power.model == "tiny-s") & (power.label == f"mean@{N}")].iloc[0]
     trained = stats[(stats.model == "tiny-s") & (stats.task == "all") & (stats.metric == "mean")]
     trained = trained[~trained.entry.isin(["base", "grpo"])]
     assert row.n_comparisons == len(trained) and row.n_seeds == 3
     assert row.sd == pytest.approx(math.sqrt((trained["diff_sd"] ** 2).mean()))
-    assert row.mde == pytest.approx(report.minimum_detectable_difference(row.sd, 3))
-    assert row.seeds_for_target == report.seeds_needed(row.sd)
+    assert row.mde == pytest.approx(analysis.minimum_detectable_difference(row.sd, 3))
+    assert row.seeds_for_target == analysis.seeds_needed(row.sd)
     md = (results / "leaderboard.md").read_text()
     assert "## Power" in md and f"tiny-s, mean@{N}: SD of the paired differences" in md
     assert "Minimum detectable difference" in (results / "leaderboard.html").read_text()
@@ -568,7 +574,7 @@ def test_rerun_agreement_flags_rows_outside_and_broken_claims(built, tmp_path, c
     kl = (rerun.model == "tiny-s") & (rerun.entry == "bandpo_kl")
     rerun.loc[kl, label] = rerun.loc[kl, f"{label}_t_ci_high"] + 0.05  # outside its published (t) interval
     rerun.loc[kl, f"{label}_diff"] = -0.01  # and its paired difference changes sign
-    table = report.rerun_agreement(board, rerun, [label])
+    table = analysis.rerun_agreement(board, rerun, [label])
     row = table[(table.model == "tiny-s") & (table.entry == "bandpo_kl")].iloc[0]
     published_claim = board.loc[kl, f"{label}_diff_t_ci_low"].iloc[0] > 0
     assert not row.inside and row.claim == (1 if published_claim else 0)
@@ -586,7 +592,7 @@ def test_rerun_agreement_flags_rows_outside_and_broken_claims(built, tmp_path, c
     # a rerun whose whole-task rows read back with a float column of blanks still matches the published rows
     published = board.assign(experiment="main", subset="")
     blank = rerun.assign(experiment="main", subset=float("nan"))
-    assert len(report.rerun_agreement(published, blank, [label])) == len(table)
+    assert len(analysis.rerun_agreement(published, blank, [label])) == len(table)
 
 
 def test_stratified_over_tasks_and_one_seed():
@@ -610,7 +616,7 @@ def test_stratified_over_tasks_and_one_seed():
                 }
             )
     rows.append({**rows[0], "entry": "solo", "task": "a", "value": 0.5})
-    stats = report.score_stats(pd.DataFrame(rows), baseline=None, n_resamples=400)
+    stats = analysis.score_stats(pd.DataFrame(rows), baseline=None, n_resamples=400)
     overall = stats[(stats.entry == "x") & (stats.task == "all")].iloc[0]
     assert overall["mean"] == pytest.approx((0.2 + 0.85) / 2)  # tasks weigh equally
     assert overall.iqm == pytest.approx(1.3 / 3)  # trim_mean([.1,.2,.3,.8,.9], .25) = mean(.2,.3,.8)
@@ -627,21 +633,21 @@ def test_several_tasks_with_different_k(tmp_path):
         for seed, mean in enumerate(means):
             write_eval(root, "m", entry, seed, method, {}, mean, task="aime", n=4, summary_k=False)
             write_eval(root, "m", entry, seed, method, {}, mean / 2, task="math", n=8)
-    scores = report.load_eval_scores(root)
+    scores = analysis.load_eval_scores(root)
     assert set(scores["task"]) == {"aime", "math"} and scores["source"].str.endswith("lm_eval_results.json").all()
-    stats = report.score_stats(scores, n_resamples=200)
+    stats = analysis.score_stats(scores, n_resamples=200)
     overall = stats[(stats.task == "all") & (stats.entry == "bandpo_kl")].set_index("label")
     assert set(overall.index) == {"mean@n", "pass@n", "maj@n", "best@n_bootstrap"}
     assert overall.loc["mean@n", "mean"] == pytest.approx((0.45 + 0.225) / 2)
     assert overall.loc["pass@n", "mean"] == pytest.approx((1.5 * 0.45 + 2 * 0.225) / 2)  # pass@4 of aime, @8 of math
     assert overall.loc["mean@n", "poi"] == 1.0
-    board = report.leaderboard(stats, pd.DataFrame(columns=["model", "entry"]))
+    board = analysis.leaderboard(stats, pd.DataFrame(columns=["model", "entry"]))
     assert list(board["entry"]) == ["bandpo_kl", "grpo"] and "mean@n" in board
-    tasks = report.per_task_table(stats, board)
+    tasks = analysis.per_task_table(stats, board)
     assert {"aime mean@4", "math mean@8", "aime pass@4", "math pass@8", "aime mean@4_ci_low"} <= set(tasks.columns)
-    md = report.leaderboard_markdown(board, per_task=tasks)
+    md = report.leaderboard_markdown(Board(board, per_task=tasks))
     assert "## m: per task" in md and "aime mean@4 %" in md
-    page = report.leaderboard_html(board, per_task=tasks)
+    page = report.leaderboard_html(Board(board, per_task=tasks))
     assert page.count("<table") == 2 and 'data-key="math pass@8"' in page
 
 
@@ -703,7 +709,7 @@ def test_figures_exist(built):
 
 
 def test_bounds_table(tmp_path):
-    """The bound figure's data (bandpo.report.bounds_table): closed forms of the registered bounds."""
+    """The bound figure's data (bandpo.methods.bounds_table): closed forms of the registered bounds."""
     data = bounds_script.bounds_table(delta=0.1)
     labels = {"BandPO-KL", "BandPO-TV", "BandPO-chi2", "GRPO", "Clip-Higher", "DCPO", report.SIMPLEX}
     assert set(data["method"]) == labels and data["delta"].eq(0.1).all()
@@ -723,10 +729,10 @@ def test_bounds_table(tmp_path):
     assert (grpo.r_hi > 1 / grpo.p).all()  # fixed clipping leaves the simplex near p = 1: 1.2 > 1/p
     # the CLI writes the same table, and the report reads it back unchanged
     assert bounds_script.main(["--out", str(tmp_path / "b.csv")]) == 0
-    pd.testing.assert_frame_equal(report.load_bounds(tmp_path / "b.csv"), data, check_dtype=False)
+    pd.testing.assert_frame_equal(analysis.load_bounds(tmp_path / "b.csv"), data, check_dtype=False)
     (tmp_path / "bad.csv").write_text("method,p\nx,0.5\n")
     with pytest.raises(ValueError, match="bad.csv: not a bounds table, missing column"):
-        report.load_bounds(tmp_path / "bad.csv")
+        analysis.load_bounds(tmp_path / "bad.csv")
 
 
 def test_bounds_figure_draws_the_table(close_figures):
@@ -753,13 +759,13 @@ def test_bounds_figure_draws_the_table(close_figures):
 
 def test_training_curves_figure(built, close_figures):
     results, _ = built
-    metrics = report.load_run_metrics(results)
+    metrics = analysis.load_run_metrics(results)
     fig, bands = report.training_curves_figure(metrics, n_resamples=200)
     axes = np.asarray(fig.axes).reshape(2, 2)
     assert [ax.get_title() for ax in axes.ravel()] == [f"{m}: {c}" for m in ("tiny-m", "tiny-s") for c in
                                                         ("entropy", "reward_mean")]  # fmt: skip
     assert axes[0, 0].get_yscale() == "log" and axes[0, 1].get_ylabel() == "reward_mean (mean over seeds)"
-    order = report.entry_order(ENTRIES)
+    order = analysis.entry_order(ENTRIES)
     assert _legend_texts(axes[0, 1].get_legend()) == order  # one legend, every entry in the display order
     # each entry's line is its mean over seeds at every step, with a CI band around it
     ax = axes[1, 1]  # tiny-s, reward
@@ -778,14 +784,14 @@ def test_training_curves_figure(built, close_figures):
 
 def test_clipfrac_figure(built, close_figures):
     results, _ = built
-    metrics = report.load_run_metrics(results)
+    metrics = analysis.load_run_metrics(results)
     fig, data = report.clipfrac_figure(metrics, n_resamples=200)
     assert set(data["bucket"]) == set(BUCKET_LABELS) and set(data["entry"]) == set(ENTRIES)
     axes = np.asarray(fig.axes).reshape(2, 2)
     upper = axes[1, 0]  # tiny-s, upper
     assert upper.get_title().startswith("tiny-s: upper clip") and "off-policy updates" in upper.get_ylabel()
     assert [t.get_text() for t in upper.get_xticklabels()] == list(BUCKET_LABELS)
-    assert _legend_texts(axes[0, 1].get_legend()) == report.entry_order(ENTRIES)
+    assert _legend_texts(axes[0, 1].get_legend()) == analysis.entry_order(ENTRIES)
     # bar heights: percent of the off-policy statistic, 0.2% x (bucket index + 1) x 2 for the upper side
     heights = sorted(round(p.get_height(), 6) for p in upper.patches if p.get_height() > 0)
     expected = sorted(round(100 * 0.002 * (j + 1) * 2, 6) for j in range(len(BUCKET_LABELS)) for _ in ENTRIES)
@@ -808,14 +814,14 @@ def test_clipfrac_buckets_come_from_the_logged_columns(close_figures):
 
 def test_final_scores_figure(built, close_figures):
     results, _ = built
-    stats = report.score_stats(report.load_eval_scores(results), n_resamples=200)
+    stats = analysis.score_stats(analysis.load_eval_scores(results), n_resamples=200)
     fig, data = report.final_scores_figure(stats)
     assert set(data["label"]) == {f"mean@{N}", f"pass@{N}"} and set(data["entry"]) == {"base", *ENTRIES}
     axes = np.asarray(fig.axes).reshape(2, 2)
     ax = axes[1, 0]  # tiny-s, mean@8
     assert ax.get_title() == f"tiny-s: mean@{N}" and ax.get_xlabel() == f"mean@{N} (%)"
     entries = [t.get_text() for t in ax.get_yticklabels()]
-    assert entries == report.entry_order(["base", *ENTRIES])
+    assert entries == analysis.entry_order(["base", *ENTRIES])
     widths = [p.get_width() for p in ax.patches]
     d = data[(data.model == "tiny-s") & (data.metric == "mean")].set_index("entry")
     assert np.allclose(widths, [100 * d.loc[e, "mean"] for e in entries])
@@ -1029,7 +1035,7 @@ def _random_metrics(seed: int = 0) -> pd.DataFrame:
     """Per-step metrics of a small run set with full-precision random values: two experiments, runs with and
     without off-policy updates, a step count not a multiple of 10, the probe's keys every 4th step, a key only
     some runs log."""
-    from bandpo.report.steps import lowest_bucket
+    from bandpo.analysis.steps import lowest_bucket
 
     rng = np.random.default_rng(seed)
     rows = []
@@ -1062,7 +1068,7 @@ def _summaries_of(metrics: pd.DataFrame) -> pd.DataFrame:
     """runs.csv's training columns of each experiment, as the report computes them (`run_stats` per experiment)."""
     frames = []
     for xp, g in metrics.groupby("experiment", sort=True):
-        per_run, _ = report.run_stats(g, pd.DataFrame(columns=report.load.SUMMARY_COLUMNS))
+        per_run, _ = analysis.run_stats(g, pd.DataFrame(columns=analysis.load.SUMMARY_COLUMNS))
         frames.append(per_run.assign(experiment=xp))
     return pd.concat(frames, ignore_index=True).set_index(["experiment", "model", "entry", "seed"]).sort_index()
 
@@ -1082,8 +1088,8 @@ def test_steps_csv_recomputes_the_run_statistics_and_figure_data(tmp_path):
     final = mean over the last 10% of steps, final reward and accuracy, clip fraction) and the clip-fraction
     figure's data recompute from the file alone, within its rounding; runs without off-policy updates keep their
     all-updates statistics (flag offpolicy = 0)."""
+    from bandpo.analysis.steps import read_steps, write_steps
     from bandpo.report.figures import clipfrac_data
-    from bandpo.report.steps import read_steps, write_steps
 
     metrics = _random_metrics()
     path = write_steps(metrics, tmp_path / "steps.csv")
@@ -1116,7 +1122,7 @@ def test_steps_csv_recomputes_the_run_statistics_and_figure_data(tmp_path):
     assert len(probe) == 2 * 3 * 4 and (probe["step"] % 4 == 0).all()
     # a design axis' runs also keep the all-updates statistics its rules read (all/<key>), which read_steps gives
     # back under the plain names: the axis' per-run outcomes recompute from the file
-    from bandpo.report.axis import UPDATE_MEANS
+    from bandpo.analysis.axis import UPDATE_MEANS
 
     keys = [k for k in UPDATE_MEANS if k in metrics]
     assert "clipfrac_upper/p0.0-0.2" in keys
@@ -1134,7 +1140,7 @@ def test_steps_csv_recomputes_the_run_statistics_and_figure_data(tmp_path):
 
 def test_report_writes_steps_csv_that_recomputes_runs_csv(built):
     """The report's own steps.csv (build_report) and runs.csv agree."""
-    from bandpo.report.steps import read_steps
+    from bandpo.analysis.steps import read_steps
 
     results, _ = built
     steps = read_steps(results / "steps.csv")
@@ -1146,7 +1152,7 @@ def test_report_writes_steps_csv_that_recomputes_runs_csv(built):
 def test_published_steps_csv_recomputes_the_published_runs_csv():
     """results/steps.csv, where published, gives results/runs.csv's training columns; until a publication run
     writes it (the run folders of the published run are not committed), the report and the DAG must publish it."""
-    from bandpo.report.steps import read_steps
+    from bandpo.analysis.steps import read_steps
 
     published = ROOT / "results"
     assert "steps.csv" in report.PUBLISHED_TABLES and '"steps.csv"' in REPORT_RULE
@@ -1241,7 +1247,7 @@ def test_provenance_records_base_model_checksums_and_numerics(tmp_path):
     model, torch CPU capability and thread counts of the jobs, grouped."""
     import hashlib
 
-    from bandpo.report.cli import base_models, numerics
+    from bandpo.report.publish import base_models, numerics
 
     facts = {"cpu_model": "Xeon", "torch_cpu_capability": "AVX512", "torch_threads": 1, "torch_interop_threads": 1}
     folders = []
@@ -1280,7 +1286,7 @@ def test_cli_errors_and_unembedded_page(built, tmp_path):
     assert report.main(["build", "--results", str(tmp_path / "empty")]) == 2  # nothing to report: a clear error
     results, _ = built
     board = pd.read_csv(results / "leaderboard.csv")
-    page = report.leaderboard_html(board)
+    page = report.leaderboard_html(Board(board))
     assert "<img" not in page and "<figure" not in page and page.count("<table") == 2
 
 
@@ -1425,8 +1431,8 @@ def _experiment_scores() -> pd.DataFrame:
 def test_sections_and_primary_comparison():
     scores = _experiment_scores()
     empty = pd.DataFrame(columns=["profile", "experiment", "model", "entry", "seed", "step"])
-    summaries = pd.DataFrame(columns=report.load.SUMMARY_COLUMNS)
-    board, stats, _ = report.build_sections(scores, empty, summaries, "grpo", 200, 0.95, 0)
+    summaries = pd.DataFrame(columns=analysis.load.SUMMARY_COLUMNS)
+    board, stats, _ = analysis.build_sections(scores, empty, summaries, "grpo", 200, 0.95, 0)
     assert list(board.columns[:2]) == ["experiment", "subset"]
     assert sorted(map(tuple, board[["experiment", "subset", "entry"]].to_numpy())) == sorted(
         (x, s, e) for x, s in (("main", ""), ("probe", "probe"), ("probe", "rest")) for e in ("grpo", "bandpo_kl")
@@ -1437,7 +1443,7 @@ def test_sections_and_primary_comparison():
     assert rest.loc["bandpo_kl", "mean@8"] == pytest.approx(rest.loc["grpo", "mean@8"])
     specs = {"probe": {"primary": {"task": "tiny_math_probe", "compare": ["bandpo_kl", "grpo"], "metric": "m",
                                    "rule": "r"}}, "main": {"primary": {"metric": "m", "rule": "r"}}}  # fmt: skip
-    primary = report.primary_results(scores, specs, n_resamples=500)
+    primary = analysis.primary_results(scores, specs, n_resamples=500)
     (row,) = primary.itertuples()
     assert (row.experiment, row.treatment, row.control, row.metric) == ("probe", "bandpo_kl", "grpo", "mean@8")
     assert row.difference == pytest.approx(0.10) and row.n_treatment == row.n_control == row.n_pairs == 5
@@ -1448,14 +1454,14 @@ def test_sections_and_primary_comparison():
     assert row.bootstrap_verdict == "bandpo_kl better"
     # the reversed comparison: the control better; on the rest subset: no difference, unresolved
     specs["probe"]["primary"]["compare"] = ["grpo", "bandpo_kl"]
-    assert report.primary_results(scores, specs, n_resamples=500)["verdict"].tolist() == ["bandpo_kl better"]
+    assert analysis.primary_results(scores, specs, n_resamples=500)["verdict"].tolist() == ["bandpo_kl better"]
     specs["probe"]["primary"]["task"] = "tiny_math_rest"
-    assert report.primary_results(scores, specs, n_resamples=500)["verdict"].tolist() == ["unresolved"]
-    md = report.leaderboard_markdown(board, notes=report.tables.experiment_notes(specs, primary))
+    assert analysis.primary_results(scores, specs, n_resamples=500)["verdict"].tolist() == ["unresolved"]
+    md = report.leaderboard_markdown(Board(board, notes=tuple(experiment_notes(specs, primary))))
     assert "## probe: tiny-s, subset probe" in md and "## tiny-s\n" in md and "Decision rule: r" in md
     # a description that asks a question keeps its "?" and no "." after it; the other sentences end in "."
     specs["probe"]["description"] = "does it hold at the plateau?"
-    ((_, note), _) = report.tables.experiment_notes(specs, primary)
+    ((_, note), _) = experiment_notes(specs, primary)
     assert note.startswith("does it hold at the plateau? Primary metric: m (grpo against bandpo_kl). Decision rule: r.")
 
 
@@ -1476,7 +1482,7 @@ def test_primary_rule_is_paired():
     rows.append({**rows[-1], "seed": 7, "value": 0.9})  # a seed the control lacks: left out of the pairs
     scores = pd.DataFrame(rows)
     specs = {"main": {"primary": {"metric": "m", "rule": "r", "compare": ["bandpo_kl", "grpo"]}}}
-    (row,) = report.primary_results(scores, specs, n_resamples=2000).itertuples()
+    (row,) = analysis.primary_results(scores, specs, n_resamples=2000).itertuples()
     assert (row.n_treatment, row.n_control, row.n_pairs) == (6, 5, 5)
     assert row.difference == pytest.approx(d.mean(), abs=1e-12)
     assert row.treatment_mean - row.control_mean == pytest.approx(row.difference, abs=1e-12)
@@ -1486,9 +1492,9 @@ def test_primary_rule_is_paired():
     assert row.bootstrap_ci_low < 0 < row.bootstrap_ci_high and row.bootstrap_verdict == "unresolved"
     # the reverse: the control better; one pair: no interval, no verdict
     specs["main"]["primary"]["compare"] = ["grpo", "bandpo_kl"]
-    assert report.primary_results(scores, specs, n_resamples=200)["verdict"].tolist() == ["bandpo_kl better"]
+    assert analysis.primary_results(scores, specs, n_resamples=200)["verdict"].tolist() == ["bandpo_kl better"]
     one = scores[scores["seed"].isin([0, 7])]
-    (row,) = report.primary_results(one, specs, n_resamples=200).itertuples()
+    (row,) = analysis.primary_results(one, specs, n_resamples=200).itertuples()
     assert row.n_pairs == 1 and math.isnan(row.ci_low) and row.verdict == "no interval (fewer than 2 pairs)"
 
 
@@ -1512,12 +1518,12 @@ def test_entropy_rule_of_the_random_reward_control():
     specs = {"random-reward": {"primary": {"metric": "final entropy", "score": "entropy", "rule": "r"}}}
 
     def shifts(metrics: pd.DataFrame) -> pd.DataFrame:
-        _, _, per_run = report.build_sections(
+        _, _, per_run = analysis.build_sections(
             pd.DataFrame(columns=["experiment", "model", "entry", "seed"]), metrics,
-            pd.DataFrame(columns=report.load.SUMMARY_COLUMNS), "grpo", 0, 0.95, 0,
+            pd.DataFrame(columns=analysis.load.SUMMARY_COLUMNS), "grpo", 0, 0.95, 0,
         )  # fmt: skip
         assert (per_run["entropy_first"] == 0.45 + 0.001 * per_run["seed"]).all()  # runs.csv keeps step 1's entropy
-        return report.entropy_shift_results(per_run, specs, n_resamples=500)
+        return analysis.entropy_shift_results(per_run, specs, n_resamples=500)
 
     from scipy import stats as st
 
@@ -1533,10 +1539,10 @@ def test_entropy_rule_of_the_random_reward_control():
     lo, hi = st.t.interval(0.95, 2, loc=change.mean(), scale=st.sem(change))
     assert (res.loc["grpo", "ci_low"], res.loc["grpo", "ci_high"]) == pytest.approx((lo, hi), abs=1e-9)
     # primary_results leaves such an experiment alone; one seed gives no interval, not a verdict
-    assert report.primary_results(_experiment_scores(), specs).empty
+    assert analysis.primary_results(_experiment_scores(), specs).empty
     one = shifts(_entropy_metrics({"grpo": 0.08}, seeds=1))
     assert one["verdict"].tolist() == ["no interval (fewer than 2 pairs)"]
-    ((_, note),) = report.tables.experiment_notes(specs, res.reset_index())
+    ((_, note),) = experiment_notes(specs, res.reset_index())
     assert (
         "Result on tiny-s, grpo: final entropy" in note
         and "against 0.451 at step 1 (the same runs' step-1 entropy), paired difference" in note
@@ -1554,12 +1560,12 @@ def test_entropy_rule_is_paired_within_runs():
             rows.append({"profile": PROFILE, "experiment": "random-reward", "model": "tiny-s", "entry": "grpo",
                          "seed": seed, "step": step,
                          "entropy": start + (0.03 + 0.001 * seed if step > 1 else 0.0)})  # fmt: skip
-    _, _, per_run = report.build_sections(
+    _, _, per_run = analysis.build_sections(
         pd.DataFrame(columns=["experiment", "model", "entry", "seed"]), pd.DataFrame(rows),
-        pd.DataFrame(columns=report.load.SUMMARY_COLUMNS), "grpo", 0, 0.95, 0,
+        pd.DataFrame(columns=analysis.load.SUMMARY_COLUMNS), "grpo", 0, 0.95, 0,
     )  # fmt: skip
     specs = {"random-reward": {"primary": {"metric": "final entropy", "score": "entropy", "rule": "r"}}}
-    (row,) = report.entropy_shift_results(per_run, specs, n_resamples=2000).itertuples()
+    (row,) = analysis.entropy_shift_results(per_run, specs, n_resamples=2000).itertuples()
     assert row.difference == pytest.approx(0.031) and row.ci_low > 0.02 and row.verdict == "entropy rises"
     assert row.bootstrap_ci_low < 0 < row.bootstrap_ci_high and row.bootstrap_verdict == "unmoved"
 
@@ -1611,12 +1617,12 @@ def test_beside_pairs_each_run_with_the_other_trainers_run(tmp_path, capsys):
     other = _report_folder(tmp_path / "local", "embedded",
                            {("grpo", 0): 0.35, ("grpo", 2): 0.5, ("base", 0): 0.2, ("dcpo", 0): 0.3},
                            {("grpo", 0): 0.15, ("grpo", 2): 0.1, ("dcpo", 0): 0.1})  # fmt: skip
-    table = report.tables.beside_table(ours, other)
+    table = beside_table(ours, other)
     assert [(r.entry, r.seed) for r in table.itertuples()] == [("base", 0), ("grpo", 0), ("grpo", 1)]  # ours only
     grpo0 = table[(table["entry"] == "grpo") & (table["seed"] == 0)].iloc[0]
     assert grpo0["diff"] == pytest.approx(-0.05) and grpo0["entropy_final_other"] == pytest.approx(0.15)
     assert table.loc[(table["entry"] == "grpo") & (table["seed"] == 1), "mean@8_other"].isna().all()  # no match
-    assert report.tables.beside_table(ours, other).equals(table)
+    assert beside_table(ours, other).equals(table)
 
     assert report.main(["beside", "--results", str(ours), "--other", str(other)]) == 0
     md = (ours / "beside.md").read_text()
@@ -1722,8 +1728,8 @@ def test_page_and_docs_round_a_value_and_its_csv_text_the_same():
     """The leaderboard page formats full-precision values, the docs the csv's 6 significant digits: one rule
     (`tables.rounded`) makes them print the same, ties included (a paired mean of -30/2400 printed -1.2 on the page
     and -1.3 in the docs before)."""
-    from bandpo.report.docs import num
-    from bandpo.report.tables import fmt
+    from bandpo.report.docs.cells import num
+    from bandpo.report.text import fmt
 
     tie = (-0.0125 * 3 + 1e-17) / 3  # a tie whose float sits a bit off -0.0125
     assert fmt(tie, 100) == fmt(float(f"{tie:.6g}"), 100) == num(tie) == "-1.3"
@@ -1748,7 +1754,7 @@ def test_paired_tests_are_scipys_t_tests_and_tost_is_the_90_interval_inside_the_
         n = int(rng.integers(2, 12))
         d = rng.normal(rng.normal(0, 0.02), 0.015, n)
         margin = float(rng.uniform(0.005, 0.04))
-        out = report.stats.paired_tests(d, margin)
+        out = analysis.stats.paired_tests(d, margin)
         assert out["p_value"] == pytest.approx(st.ttest_1samp(d, 0.0).pvalue, rel=1e-9)
         lower = st.ttest_1samp(d, -margin, alternative="greater").pvalue  # H0: mean <= -margin
         upper = st.ttest_1samp(d, margin, alternative="less").pvalue  # H0: mean >= +margin
@@ -1756,14 +1762,14 @@ def test_paired_tests_are_scipys_t_tests_and_tost_is_the_90_interval_inside_the_
         lo, hi = st.t.interval(0.90, n - 1, loc=d.mean(), scale=st.sem(d))
         assert (out["ci90_low"], out["ci90_high"]) == pytest.approx((lo, hi))
         assert (out["p_equivalence"] < 0.05) == (-margin < lo and hi < margin)
-    assert np.isnan(report.stats.paired_tests([0.01, 0.02])["p_equivalence"])  # no margin: no equivalence test
-    assert np.isnan(report.stats.paired_tests([0.01])["p_value"])  # one pair: no test
-    same = report.stats.paired_tests([0.01, 0.01, 0.01], 0.02)
+    assert np.isnan(analysis.stats.paired_tests([0.01, 0.02])["p_equivalence"])  # no margin: no equivalence test
+    assert np.isnan(analysis.stats.paired_tests([0.01])["p_value"])  # one pair: no test
+    same = analysis.stats.paired_tests([0.01, 0.01, 0.01], 0.02)
     assert same["p_value"] == 0.0 and same["p_equivalence"] == 0.0
 
 
 def test_four_verdicts():
-    v = report.stats.four_verdict
+    v = analysis.stats.four_verdict
     assert v(0.03, 0.01, 0.9, "better", "worse") == "better" and v(-0.03, 0.01, 0.9, "b", "w") == "w"
     assert v(0.001, 0.5, 0.01, "b", "w") == "equivalent"
     assert v(0.004, 0.01, 0.01, "b", "w") == "equivalent"  # resolved but inside the margin: too small to act on
@@ -1771,15 +1777,15 @@ def test_four_verdicts():
 
 
 def test_holm_step_down():
-    adjusted = report.stats.holm([0.01, 0.04, 0.03, np.nan, 0.5])
+    adjusted = analysis.stats.holm([0.01, 0.04, 0.03, np.nan, 0.5])
     # sorted 0.01, 0.03, 0.04, 0.5 (m = 4): x4, x3, x2, x1, made non-decreasing, capped at 1
     np.testing.assert_allclose(adjusted, [0.04, 0.09, 0.09, np.nan, 0.5])
-    assert report.stats.holm([0.3, 0.6])[1] == 0.6 and report.stats.holm([0.6, 0.9]).max() <= 1.0
-    assert np.isnan(report.stats.holm([np.nan])).all()
+    assert analysis.stats.holm([0.3, 0.6])[1] == 0.6 and analysis.stats.holm([0.6, 0.9]).max() <= 1.0
+    assert np.isnan(analysis.stats.holm([np.nan])).all()
 
 
 def test_family_verdicts_adjust_the_secondaries_and_leave_the_primary_alone():
-    from bandpo.report.experiments import family_verdicts, margin_of
+    from bandpo.analysis.experiments import family_verdicts, margin_of
 
     def row(entry, diff, sd, n=10, experiment="main"):
         return {"experiment": experiment, "subset": "", "model": "tiny-s", "entry": entry, "baseline": "grpo",
@@ -1799,7 +1805,7 @@ def test_family_verdicts_adjust_the_secondaries_and_leave_the_primary_alone():
     assert by.loc["base", "mean@8_role"] == "" and by.loc["grpo", "mean@8_role"] == ""  # no test in these rows
     members = ["a", "b", "c"]
     p = by.loc[members, "mean@8_p"].to_numpy()
-    np.testing.assert_allclose(by.loc[members, "mean@8_p_holm"], report.stats.holm(p))
+    np.testing.assert_allclose(by.loc[members, "mean@8_p_holm"], analysis.stats.holm(p))
     assert by.loc["a", "mean@8_verdict_holm"] == "better" and by.loc["c", "mean@8_verdict_holm"] == "equivalent"
     assert by.loc["b", "mean@8_verdict_holm"] == "unresolved"
     (f,) = family.itertuples()

@@ -550,7 +550,7 @@ def test_primary_seeds_dry_run(tmp_path, group_seeds):
 
 
 def test_atlas_measures_mains_first_tiny_base_model(tmp_path):
-    """The rule atlas (bandpo.report.atlas_measure) runs on main's first tiny model and seed with main's data and the
+    """The rule atlas (bandpo.train.atlas) runs on main's first tiny model and seed with main's data and the
     training
     settings of main's GRPO run of that model, before the report; no atlas without a tiny model in main."""
     cfg = validate.validate_config(read_config("config"))
@@ -564,7 +564,7 @@ def test_atlas_measures_mains_first_tiny_base_model(tmp_path):
     assert spec["train"] == sweep.run_settings(cfg, "tiny-s", "grpo")
     proc = snakemake(tmp_path, "-n", "-p", "--cores", "1", "results/embedded/leaderboard.html")
     assert proc.returncode == 0, proc.output[-3000:]
-    assert (f"python -m bandpo.report.atlas_measure --spec results/embedded/plan/atlas.json "
+    assert (f"python -m bandpo.train.atlas --spec results/embedded/plan/atlas.json "
             f"--steps {sweep.ATLAS_STEPS} --no-progress --out results/embedded/atlas.csv" in proc.output)  # fmt: skip
     measured = json.loads((tmp_path / "results/embedded/plan/atlas.json").read_text())
     grpo = dataclasses.asdict(Plan(cfg).train_spec("tiny-s", "grpo", 0))
@@ -1131,14 +1131,15 @@ def test_run_cost_benchmark_runs_the_rules_command(tmp_path):
 
 
 def _measured_separation_d() -> int | None:
-    """The D the published run's selection rule picked, made again from its scores.csv (`bandpo.report.docs`); None
-    when the published config fixed the separation run's D in advance (no select rule)."""
-    from bandpo.report.docs import Results
+    """The D the published run's selection rule picked, made again from its scores.csv (`bandpo.report.docs.axes`);
+    None when the published config fixed the separation run's D in advance (no select rule)."""
+    from bandpo.report.board import Board
+    from bandpo.report.docs.axes import selection
 
-    res = Results(ROOT / "results")
-    if not any(v.get("select") for v in res.provenance["config"]["experiments"].values()):
+    board = Board.read(ROOT / "results")
+    if not any(v.get("select") for v in board.experiments.values()):
         return None
-    _name, setting, _table = res.selection
+    _name, setting, _table = selection(board)
     (d,) = (int(v) for v in setting.values())
     return d
 

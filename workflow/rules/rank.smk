@@ -1,4 +1,4 @@
-# Rank a new method entry against the published runs without rerunning them (bandpo.report.rank):
+# Rank a new method entry against the published runs without rerunning them (bandpo.decide.rank):
 #
 #   snakemake --cores all results/embedded/rank/<entry>.md
 #
@@ -27,7 +27,7 @@ checkpoint base_check:
     log:
         f"{LOGS}/rank/base_check_{{model}}.log",
     shell:
-        "python -m bandpo.report base-check --published {params.published:q} --model {wildcards.model} "
+        "python -m bandpo.decide base-check --published {params.published:q} --model {wildcards.model} "
         "--dirs {params.dirs:q} --out {output} > {log} 2>&1"
 
 
@@ -49,5 +49,5 @@ rule rank:
     log:
         f"{LOGS}/rank/{{entry}}.log",
     shell:
-        "python -m bandpo.report rank --results {params.results} --entry {wildcards.entry} "
+        "python -m bandpo.decide rank --results {params.results} --entry {wildcards.entry} "
         "--published {params.published:q} --checks {input.checks:q} --out {output.md} > {log} 2>&1"

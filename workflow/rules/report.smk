@@ -1,6 +1,6 @@
 # Report: every run's metrics and lm-eval scores -> leaderboard (csv / md / html), statistics and figures
 # (bandpo.report, which reads files only; the bound figure's table is written first by
-# bandpo.report.bounds_table, which needs the method registry). With `publish: true` (the embedded default)
+# bandpo.methods.bounds_table, which needs the method registry). With `publish: true` (the embedded default)
 # the leaderboard and figures are also copied to the top-level results/ folder, the published results page, with
 # provenance.json (git commit, package versions, the resolved config, each base model's weights sha256 and build
 # machine, and the CPU model / torch CPU capability / thread counts the training and evaluation jobs ran with).
@@ -22,8 +22,8 @@ REPORT_TABLES += ["axis.csv", "axis_runs.csv"] if REPORT_AXES else []
 SELECTING = [x for x, v in EXPERIMENTS.items() if v.get("select")]
 
 
-# The setting an experiment's select rule chooses from its axis's scores (bandpo.report.axis.select_setting), read by
-# that experiment's training jobs (bandpo.train.loop --set-file); the table beside it says why.
+# The setting an experiment's select rule chooses from its axis's scores (bandpo.decide.selection.select_setting),
+# read by that experiment's training jobs (bandpo.train.loop --set-file); the table beside it says why.
 rule select:
     input:
         select_inputs,
@@ -43,13 +43,13 @@ rule select:
     benchmark:
         f"{BENCH}/select/{{experiment}}.tsv"
     shell:
-        "python -m bandpo.report select --results {params.results} --experiment {wildcards.experiment} "
+        "python -m bandpo.decide select --results {params.results} --experiment {wildcards.experiment} "
         "--experiments-json {params.experiments:q} --axes-json {params.axes:q} --out {output.setting} > {log} 2>&1"
 
 
 if ATLAS:
 
-    # The equivalence atlas (bandpo.report.atlas_measure): where clipping rules that look different act the same, on a synthetic
+    # The equivalence atlas (bandpo.train.atlas): where clipping rules that look different act the same, on a synthetic
     # grid and on every mini-batch of the first GRPO steps from main's first tiny model and seed (the sweep's own
     # training settings, bandpo.plan.sweep.atlas_spec); a section of the leaderboard page, published as
     # results/atlas.csv and shown in docs/methods.md. tiny-s: 23 s CPU (37 s wall on a loaded 2-core machine).
@@ -71,7 +71,7 @@ if ATLAS:
         benchmark:
             f"{BENCH}/atlas.tsv"
         shell:
-            "{params.env} python -m bandpo.report.atlas_measure --spec {input.spec} --steps {params.steps} --no-progress "
+            "{params.env} python -m bandpo.train.atlas --spec {input.spec} --steps {params.steps} --no-progress "
             "--out {output} > {log} 2>&1"
 
 
@@ -109,7 +109,7 @@ rule report:
     benchmark:
         f"{BENCH}/report.tsv"
     shell:
-        "(python -m bandpo.report.bounds_table --out {output.bounds} && "
+        "(python -m bandpo.methods.bounds_table --out {output.bounds} && "
         "python -m bandpo.report build --results {params.results} --bounds {output.bounds} "
         "--experiments-json {params.experiments:q} --axes-json {params.axes:q} --base-per-seed {params.base_per_seed}) "
         "> {log} 2>&1"

@@ -69,13 +69,15 @@ gradients beyond the tolerance) and the derived region disagree as ``unexplained
 
 Command line::
 
-    python -m bandpo.report.atlas_measure --spec results/embedded/plan/atlas.json --out atlas.csv [--steps 6]
-    python -m bandpo.report.atlas_measure --model resources/models/tiny-s --data resources/data/tiny-math --out ...
+    python -m bandpo.train.atlas --spec results/embedded/plan/atlas.json --out atlas.csv [--steps 6]
+    python -m bandpo.train.atlas --model resources/models/tiny-s --data resources/data/tiny-math --out ...
         [--synthetic-only] [--no-progress]
 
 ``--spec`` is the measured run (`bandpo.train.settings.TrainConfig`, as the workflow's run plan writes it: its
 ``steps`` is the length of the learning-rate schedule, of which the first ``--steps`` are measured); by hand,
-``--model`` and ``--data`` measure GRPO with TrainConfig's defaults. Deterministic for a run's spec.
+``--model`` and ``--data`` measure GRPO with TrainConfig's defaults. Deterministic for a run's spec. It runs the
+trainer, so it is a job of the training stage; the table's shape (`bandpo.core.atlas_table`) is shared with the
+report, which renders it (`bandpo.report.atlas`).
 """
 
 from __future__ import annotations
@@ -92,16 +94,21 @@ from typing import Any
 import pandas as pd
 import torch
 from torch import Tensor
+from tqdm import tqdm
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from bandpo import methods
+from bandpo.core.atlas_table import COLUMNS, SLICES
+from bandpo.core.atlas_table import STEPS as ATLAS_STEPS
+from bandpo.core.files import write_csv
+from bandpo.grader import warmup
 from bandpo.methods.band import band_bounds
 from bandpo.methods.diagnostics import loss_grad_wrt_log_prob
-from bandpo.plan.sweep import ATLAS_STEPS
-from bandpo.report.atlas import COLUMNS, SLICES, atlas_markdown
 from bandpo.runtime.optim import AdamW
+from bandpo.train import loop as trainer
 from bandpo.train.settings import TrainConfig, from_dict, read_spec
 
-PROG = "python -m bandpo.report.atlas_measure"
+PROG = "python -m bandpo.train.atlas"
 DELTA = 0.05  # BandPO's radius (paper), and DPPO's thresholds set equal to it
 CAP = 10.0  # BandPO's cap on r_hi (BandPOConfig default)
 DUAL_C = methods.DEFAULT_DUAL_CLIP_C  # the dual clip c = 10 of the shared surrogate
@@ -280,7 +287,7 @@ def evaluate(old_log_prob: Tensor, log_prob: Tensor, advantages: Tensor, respons
 
 
 def slices(tokens: Tokens) -> dict[str, Tensor]:
-    """The token masks of `bandpo.report.atlas.SLICES`: all, by the sign of A, by old probability p < 0.2 or not."""
+    """The token masks of `bandpo.core.atlas_table.SLICES`: all, by the sign of A, by old probability p < 0.2 or not."""
     p = tokens.old_log_prob.exp()
     every = torch.ones_like(p, dtype=torch.bool)
     out = {"all": every, "adv>0": tokens.advantages > 0, "adv<0": tokens.advantages < 0, "p<0.2": p < P_SMALL,
@@ -290,7 +297,7 @@ def slices(tokens: Tokens) -> dict[str, Tensor]:
 
 
 def compare(tokens: Tokens, pair: Pair, source: str, rtol: float = RTOL, atol: float = ATOL) -> list[dict]:
-    """One row per slice (`bandpo.report.atlas.COLUMNS`) of the pair's comparison on these tokens."""
+    """One row per slice (`bandpo.core.atlas_table.COLUMNS`) of the pair's comparison on these tokens."""
     g_a, g_b = tokens.grads[pair.a], tokens.grads[pair.b]
     stop_a, stop_b = g_a == 0, g_b == 0  # every token here is valid with A != 0
     differ = grads_differ(g_a, g_b, rtol, atol) | (stop_a != stop_b)
@@ -374,12 +381,6 @@ def rollout_batches(cfg: TrainConfig, steps: int, progress: bool = False) -> Ite
     grading, advantages, old log-probs, mini-batch updates) on a `bandpo.train.loop.Run` set up as
     `bandpo.train.loop.train`
     sets it up; nothing is written."""
-    from tqdm import tqdm
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from bandpo.grader import warmup
-    from bandpo.train import loop as trainer
-
     if not (Path(cfg.model) / "config.json").is_file():
         raise FileNotFoundError(f"model folder not found (no config.json): {cfg.model}")
     if not 1 <= steps <= cfg.steps:
@@ -424,6 +425,16 @@ def build_atlas(run: TrainConfig | None = None, steps: int = ATLAS_STEPS, progre
     return atlas_table(sources)
 
 
+def summary(table: pd.DataFrame) -> list[str]:
+    """One line per pair and source of the atlas (its slice ``all``): the tokens, how many the two rules treat
+    differently, how many the derivation predicts, and how many of those disagree (0 when the derivation holds).
+    The table itself is rendered by the report (`bandpo.report.atlas`)."""
+    rows = table[table["slice"] == "all"]
+    return [f"{r.pair} ({r.source}): {int(r.tokens)} tokens, {int(r.grad_differ)} with a different gradient, "
+            f"{int(r.predicted)} in the derived region, {int(r.unexplained)} unexplained"
+            for r in rows.itertuples()]  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("--spec", help="the measured run's spec file (JSON: every TrainConfig field; the workflow's run "
@@ -443,10 +454,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
-    from bandpo.report.tables import write_csv
-
     write_csv(table, Path(args.out))
-    print(atlas_markdown(table))
+    print("\n".join(summary(table)))
     print(f"{PROG}: wrote {args.out} ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
     return 0
 

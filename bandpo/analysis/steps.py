@@ -4,7 +4,7 @@ Every per-run statistic of ``runs.csv`` that comes from training (entropy at ste
 accuracy, clip fraction) and every training figure (entropy and reward curves, clip fraction by old-probability
 bucket and direction, the probe's curves) is a function of these rows, so a reader recomputes them from the
 committed file without the run folders (tests/unit/test_report.py checks it, through
-`bandpo.report.training.run_stats`).
+`bandpo.analysis.training.run_stats`).
 
 Columns, in order (a metric column only when some run logged it):
 
@@ -28,7 +28,7 @@ Columns, in order (a metric column only when some run logged it):
     probe/p_correct, probe/accuracy         the probe's measurement (every ``probe_every`` steps; empty elsewhere)
     all/<key>                               for the runs of a design axis' cells only: the statistic over ALL the
                                             step's updates (the first, on-policy one included), as the axis' rules
-                                            read it (`bandpo.report.axis.UPDATE_MEANS`: clip fractions, stopped
+                                            read it (`bandpo.analysis.axis.UPDATE_MEANS`: clip fractions, stopped
                                             fractions, approx_kl); empty for the other runs
 
 Numbers are written with `STEP_DIGITS` significant digits: a statistic recomputed from the file agrees with the
@@ -81,7 +81,7 @@ def update_keys() -> list[str]:
 def steps_table(
     metrics: pd.DataFrame, all_updates: Sequence[str] = (), experiments: Collection[str] = ()
 ) -> pd.DataFrame:
-    """The rows of steps.csv from the runs' metrics (`bandpo.report.load.run_metrics`: one row per run and step),
+    """The rows of steps.csv from the runs' metrics (`bandpo.analysis.load.run_metrics`: one row per run and step),
     sorted by experiment, model, entry, seed and step. A run's update statistics are its off-policy ones
     (``offpolicy/<key>``, flag ``offpolicy`` = 1) when it logged any, else those over all its updates (flag 0).
     ``all_updates``: keys whose all-updates value is also kept, as ``all/<key>``, for the runs of
@@ -133,12 +133,12 @@ def write_steps(
 
 
 def read_steps(path: str | os.PathLike, profile: str = "") -> pd.DataFrame:
-    """steps.csv as a frame of the layout of `bandpo.report.load.run_metrics` (profile, experiment, model, entry,
+    """steps.csv as a frame of the layout of `bandpo.analysis.load.run_metrics` (profile, experiment, model, entry,
     seed, step, metric columns; ``profile`` is not in the file: the published results are one profile's), with the
     update statistics of the off-policy rows under their ``offpolicy/<key>`` names (and the plain names left empty
     there), and each ``all/<key>`` column back under ``<key>`` where it is filled (a design axis' run: the
     all-updates value the run logged under that name), so that the report's functions
-    (`bandpo.report.training.run_stats`, `bandpo.report.axis.run_outcomes`, the figures' data) read it as they read
+    (`bandpo.analysis.training.run_stats`, `bandpo.analysis.axis.run_outcomes`, the figures' data) read it as they read
     the run folders."""
     frame = pd.read_csv(path, keep_default_na=False, na_values=[""])
     frame.insert(0, "profile", profile)

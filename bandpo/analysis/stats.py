@@ -27,7 +27,7 @@ For a (model, entry) and a metric, the unit is one seed's score on one task. Ove
   power, for the seeds used: exact, from the noncentral t (`minimum_detectable_difference`, `paired_t_power`);
   ``seeds_for_target`` the fewest seeds whose MDE at this SD is at most ``MDE_TARGET`` (2 points),
   `seeds_needed`. The SD behind both is itself an estimate from the few seeds run.
-* training columns: `bandpo.report.training`.
+* training columns: `bandpo.analysis.training`.
 """
 
 from __future__ import annotations
@@ -41,6 +41,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import brentq
+from scipy.stats import bootstrap, nct, trim_mean
+from scipy.stats import t as student_t
+
+from bandpo.plan.sweep import BASE_ENTRY
 
 DEFAULT_BASELINE = "grpo"
 HEADLINE = ("mean", "pass", "maj", "best_bootstrap")  # metric families of the leaderboard, at k = n samples
@@ -80,8 +85,6 @@ def bootstrap_ci(
     NaN when resampling is off or a stratum has fewer than 2 observations (one seed has no spread to resample)."""
     if n_resamples <= 0 or not samples or any(len(s) < 2 for s in samples):
         return float("nan"), float("nan")
-    from scipy.stats import bootstrap
-
     res = bootstrap(
         tuple(np.asarray(s, dtype=np.float64) for s in samples),
         statistic,
@@ -106,9 +109,7 @@ def t_interval(
     x = x[np.isfinite(x)]
     if x.size < 2:
         return float("nan"), float("nan")
-    from scipy.stats import t
-
-    half = float(t.ppf((1 + confidence) / 2, x.size - 1) * np.std(x, ddof=1) / math.sqrt(x.size))
+    half = float(student_t.ppf((1 + confidence) / 2, x.size - 1) * np.std(x, ddof=1) / math.sqrt(x.size))
     m = float(x.mean())
     return max(m - half, bounds[0]), min(m + half, bounds[1])
 
@@ -118,8 +119,6 @@ def mean_of_means(*strata: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def iqm(*strata: np.ndarray, axis: int = -1) -> np.ndarray:
-    from scipy.stats import trim_mean
-
     return trim_mean(np.concatenate(strata, axis=axis), 0.25, axis=axis)
 
 
@@ -167,9 +166,7 @@ def paired_t_power(diff: float, sd: float, n: int, alpha: float = ALPHA) -> floa
 
 
 def _power_at(nc: float, df: int, alpha: float) -> float:
-    from scipy.stats import nct, t
-
-    crit = t.ppf(1 - alpha / 2, df)
+    crit = student_t.ppf(1 - alpha / 2, df)
     # both tails as upper tails: nct.cdf(-crit, df, nc) returns NaN for some large nc, nct.sf(crit, df, -nc) does not
     return float(nct.sf(crit, df, nc) + nct.sf(crit, df, -nc))
 
@@ -178,11 +175,8 @@ def _power_at(nc: float, df: int, alpha: float) -> float:
 def _noncentrality_for_power(n: int, alpha: float, power: float) -> float:
     """The noncentrality at which the two-sided paired t-test from ``n`` pairs has power ``power`` (the power
     rises with it from ``alpha`` at 0): bracketed from the t-quantile approximation, solved by Brent's method."""
-    from scipy.optimize import brentq
-    from scipy.stats import t
-
     df = n - 1
-    hi = max(1.0, float(t.ppf(1 - alpha / 2, df) + t.ppf(power, df)))
+    hi = max(1.0, float(student_t.ppf(1 - alpha / 2, df) + student_t.ppf(power, df)))
     while _power_at(hi, df, alpha) < power:  # the approximation falls short of the power: widen the bracket
         hi *= 2
     return float(brentq(lambda nc: _power_at(nc, df, alpha) - power, 0.0, hi, xtol=1e-12, rtol=1e-14, maxiter=200))
@@ -223,7 +217,7 @@ def seeds_needed(sd: float, target: float = MDE_TARGET, alpha: float = ALPHA, po
 
 
 # ------------------------------------------------------------------------------------------------------------
-# Four verdicts (issue #37): better, worse, equivalent within a margin fixed before the runs, or unresolved
+# Four verdicts: better, worse, equivalent within a margin fixed before the runs, or unresolved
 # ------------------------------------------------------------------------------------------------------------
 EQUIVALENCE_CONFIDENCE = 0.90  # two one-sided tests at 5% each <=> the 90% interval inside [-margin, +margin]
 EQUIVALENT, UNRESOLVED = "equivalent", "unresolved"
@@ -249,8 +243,6 @@ def paired_tests(d: Sequence[float] | np.ndarray, margin: float = math.nan) -> d
 def summary_tests(mean: float, sd: float, n: int, margin: float = math.nan) -> dict[str, float]:
     """`paired_tests`' p-values from the differences' mean, SD (ddof 1) and count alone (as leaderboard.csv holds
     them): p_value (difference from 0, two-sided) and p_equivalence (TOST within ``margin``; NaN without one)."""
-    from scipy.stats import t
-
     nan = float("nan")
     out = {"p_value": nan, "p_equivalence": nan}
     n = int(n) if n == n else 0
@@ -262,10 +254,10 @@ def summary_tests(mean: float, sd: float, n: int, margin: float = math.nan) -> d
         out["p_value"] = 0.0 if mean != 0 else 1.0
         out["p_equivalence"] = (0.0 if abs(mean) < margin else 1.0) if has_margin else nan
         return out
-    out["p_value"] = float(2 * t.sf(abs(mean) / se, n - 1))
+    out["p_value"] = float(2 * student_t.sf(abs(mean) / se, n - 1))
     if has_margin:
-        p_low = float(t.sf((mean + margin) / se, n - 1))  # H0: mean <= -margin
-        p_high = float(t.cdf((mean - margin) / se, n - 1))  # H0: mean >= +margin
+        p_low = float(student_t.sf((mean + margin) / se, n - 1))  # H0: mean <= -margin
+        p_high = float(student_t.cdf((mean - margin) / se, n - 1))  # H0: mean >= +margin
         out["p_equivalence"] = max(p_low, p_high)
     return out
 
@@ -380,6 +372,11 @@ def _baseline_entry(scores: pd.DataFrame, baseline: str | None) -> str | None:
     return by_method[0] if len(by_method) == 1 else None
 
 
+STATS_COLUMNS = ["profile", "model", "entry", "method", "params", "task", "metric", "k", "label", "n_seeds", "mean",
+                 "ci_low", "ci_high", "t_ci_low", "t_ci_high", "iqm", "iqm_ci_low", "iqm_ci_high", "poi", "poi_ci_low",
+                 "poi_ci_high", "baseline", *PAIRED_COLUMNS]  # fmt: skip
+
+
 def score_stats(
     scores: pd.DataFrame,
     baseline: str | None = DEFAULT_BASELINE,
@@ -390,42 +387,40 @@ def score_stats(
     """Statistics of the evaluation scores (`load_eval_scores`), one row per (model, entry, task, metric, k).
 
     ``task`` is each task and ``"all"``: the aggregate over tasks of every headline metric (mean@n, pass@n, maj@n,
-    best@n_bootstrap, where n is the task's sample count), stratified by task. Columns: profile, model, entry,
-    method, params, task, metric, k, label, n_seeds, mean, ci_low, ci_high (percentile bootstrap), t_ci_low,
-    t_ci_high (Student t over the per-seed means), iqm, iqm_ci_low, iqm_ci_high, poi,
-    poi_ci_low, poi_ci_high, baseline, then the paired comparison with the baseline (`paired_comparison`: n_pairs,
-    diff, diff_ci_low, diff_ci_high, diff_sd, diff_poi, diff_poi_ci_low, diff_poi_ci_high, mde, seeds_for_target,
+    best@n_bootstrap, where n is the task's sample count), stratified by task. Columns (`STATS_COLUMNS`): profile,
+    model, entry, method, params, task, metric, k, label, n_seeds, mean, ci_low, ci_high (percentile bootstrap),
+    t_ci_low, t_ci_high (Student t over the per-seed means), iqm, iqm_ci_low, iqm_ci_high, poi, poi_ci_low,
+    poi_ci_high, baseline, then the paired comparison with the baseline (`paired_comparison`: n_pairs, diff,
+    diff_ci_low, diff_ci_high, diff_sd, diff_poi, diff_poi_ci_low, diff_poi_ci_high, mde, seeds_for_target,
     unpaired). ``poi`` is rliable's P(entry > baseline) over all seed pairs (unpaired); ``diff_poi`` the same on
     the paired differences. Both are NaN in the baseline's own row."""
-    columns = [
-        "profile",
-        "model",
-        "entry",
-        "method",
-        "params",
-        "task",
-        "metric",
-        "k",
-        "label",
-        "n_seeds",
-        "mean",
-        "ci_low",
-        "ci_high",
-        "t_ci_low",
-        "t_ci_high",
-        "iqm",
-        "iqm_ci_low",
-        "iqm_ci_high",
-        "poi",
-        "poi_ci_low",
-        "poi_ci_high",
-        "baseline",
-        *PAIRED_COLUMNS,
-    ]
     if scores.empty:
-        return pd.DataFrame(columns=columns)
-    scores = scores.copy()
-    # n = samples per problem; when a summary does not say, the largest pass@k of that run and task
+        return pd.DataFrame(columns=STATS_COLUMNS)
+    data = _stat_groups(scores)
+    ident = scores.groupby(["model", "entry"], sort=False)[["profile", "method", "params"]].first()
+    rows = []
+    for model, frame in data.groupby("model", sort=True):
+        base_entry = _baseline_entry(frame, baseline)
+        for (entry, task, metric, k_key), g in frame.groupby(["entry", "group_task", "metric", "group_k"], sort=True):
+            key = (model, entry, task, metric, k_key)
+            ref = None
+            if base_entry is not None and entry != base_entry:
+                ref = frame[(frame["entry"] == base_entry) & (frame["group_task"] == task)
+                            & (frame["metric"] == metric) & (frame["group_k"] == k_key)]  # fmt: skip
+            ks = g["k"].dropna().unique()
+            k = float(ks[0]) if len(ks) == 1 else float("nan")
+            profile, method, params = ident.loc[(model, entry)]
+            rows.append({"profile": profile, "model": model, "entry": entry, "method": method, "params": params,
+                         "task": task, "metric": metric, "k": k, "label": metric_label(metric, k),
+                         "n_seeds": int(g["seed"].nunique()),
+                         **_group_stats(g, ref, key, base_entry, n_resamples, confidence, seed)})  # fmt: skip
+    return pd.DataFrame(rows, columns=STATS_COLUMNS)
+
+
+def _stat_groups(scores: pd.DataFrame) -> pd.DataFrame:
+    """The scores, each row once within its own task (``group_task`` = its task, ``group_k`` = its k, -1 for none)
+    and each headline score once more over tasks (``group_task`` "all", ``group_k`` -2: every task contributes its
+    own k = n, the samples per problem; when a summary does not say n, the largest pass@k of that run and task)."""
     n = scores["n"].astype(float)
     largest_k = (
         scores["k"]
@@ -435,69 +430,38 @@ def score_stats(
     )
     n = n.fillna(largest_k.astype(float))
     headline = scores["metric"].isin(HEADLINE) & ((scores["metric"] != "pass") | (scores["k"].astype(float) == n))
-    # group_k: the metric's k within a task; -2 over tasks, where each task contributes its k = n
     per_task = scores.assign(group_task=scores["task"], group_k=scores["k"].astype(float).fillna(-1.0))
     overall = scores[headline].assign(group_task=ALL_TASKS, group_k=-2.0)
-    data = pd.concat([per_task, overall], ignore_index=True)
-    ident = scores.groupby(["model", "entry"], sort=False)[["profile", "method", "params"]].first()
+    return pd.concat([per_task, overall], ignore_index=True)
 
-    rows = []
-    for model, frame in data.groupby("model", sort=True):
-        base_entry = _baseline_entry(frame, baseline)
-        for (entry, task, metric, k_key), g in frame.groupby(["entry", "group_task", "metric", "group_k"], sort=True):
-            strata = {t: gt["value"].to_numpy(np.float64) for t, gt in g.groupby("task", sort=True)}
-            samples = list(strata.values())
-            key = (model, entry, task, metric, k_key)
-            mean = float(mean_of_means(*samples))
-            lo, hi = bootstrap_ci(samples, mean_of_means, n_resamples, seeded_rng(seed, "mean", *key), confidence)
-            t_lo, t_hi = t_interval(_per_seed(g, sorted(strata)).to_numpy(np.float64), confidence, SCORE_RANGE)
-            iqm_value = float(iqm(*samples))
-            iqm_lo, iqm_hi = bootstrap_ci(samples, iqm, n_resamples, seeded_rng(seed, "iqm", *key), confidence)
-            poi = (float("nan"),) * 3
-            paired = dict.fromkeys(PAIRED_COLUMNS, float("nan")) | {"n_pairs": 0, "unpaired": ""}
-            if base_entry is not None and entry != base_entry:
-                ref = frame[
-                    (frame["entry"] == base_entry)
-                    & (frame["group_task"] == task)
-                    & (frame["metric"] == metric)
-                    & (frame["group_k"] == k_key)
-                ]
-                if not ref.empty:
-                    y = {t: gt["value"].to_numpy(np.float64) for t, gt in ref.groupby("task", sort=True)}
-                    poi = probability_of_improvement(strata, y, n_resamples, confidence, seeded_rng(seed, "poi", *key))
-                    paired = paired_comparison(g, ref, n_resamples, confidence, seeded_rng(seed, "paired", *key),
-                                               (str(entry), str(base_entry)))  # fmt: skip
-            ks = g["k"].dropna().unique()
-            k = float(ks[0]) if len(ks) == 1 else float("nan")
-            profile, method, params = ident.loc[(model, entry)]
-            rows.append(
-                {
-                    "profile": profile,
-                    "model": model,
-                    "entry": entry,
-                    "method": method,
-                    "params": params,
-                    "task": task,
-                    "metric": metric,
-                    "k": k,
-                    "label": metric_label(metric, k),
-                    "n_seeds": int(g["seed"].nunique()),
-                    "mean": mean,
-                    "ci_low": lo,
-                    "ci_high": hi,
-                    "t_ci_low": t_lo,
-                    "t_ci_high": t_hi,
-                    "iqm": iqm_value,
-                    "iqm_ci_low": iqm_lo,
-                    "iqm_ci_high": iqm_hi,
-                    "poi": poi[0],
-                    "poi_ci_low": poi[1],
-                    "poi_ci_high": poi[2],
-                    "baseline": base_entry,
-                    **paired,
-                }
-            )
-    return pd.DataFrame(rows, columns=columns)
+
+def _group_stats(
+    g: pd.DataFrame,
+    ref: pd.DataFrame | None,
+    key: tuple,
+    base_entry: str | None,
+    n_resamples: int,
+    confidence: float,
+    seed: int,
+) -> dict[str, Any]:
+    """The statistics of one (model, entry, task, metric, k) group of `score_stats`: mean, its percentile-bootstrap
+    and t intervals, IQM, and against the baseline's group ``ref`` (None or empty: none) P(improvement) and the
+    paired comparison. Every resampling is seeded by ``seed`` and the group's ``key``."""
+    strata = {t: gt["value"].to_numpy(np.float64) for t, gt in g.groupby("task", sort=True)}
+    samples = list(strata.values())
+    lo, hi = bootstrap_ci(samples, mean_of_means, n_resamples, seeded_rng(seed, "mean", *key), confidence)
+    t_lo, t_hi = t_interval(_per_seed(g, sorted(strata)).to_numpy(np.float64), confidence, SCORE_RANGE)
+    iqm_lo, iqm_hi = bootstrap_ci(samples, iqm, n_resamples, seeded_rng(seed, "iqm", *key), confidence)
+    poi = (float("nan"),) * 3
+    paired = dict.fromkeys(PAIRED_COLUMNS, float("nan")) | {"n_pairs": 0, "unpaired": ""}
+    if ref is not None and not ref.empty:
+        y = {t: gt["value"].to_numpy(np.float64) for t, gt in ref.groupby("task", sort=True)}
+        poi = probability_of_improvement(strata, y, n_resamples, confidence, seeded_rng(seed, "poi", *key))
+        paired = paired_comparison(g, ref, n_resamples, confidence, seeded_rng(seed, "paired", *key),
+                                   (str(key[1]), str(base_entry)))  # fmt: skip
+    return {"mean": float(mean_of_means(*samples)), "ci_low": lo, "ci_high": hi, "t_ci_low": t_lo, "t_ci_high": t_hi,
+            "iqm": float(iqm(*samples)), "iqm_ci_low": iqm_lo, "iqm_ci_high": iqm_hi, "poi": poi[0],
+            "poi_ci_low": poi[1], "poi_ci_high": poi[2], "baseline": base_entry, **paired}  # fmt: skip
 
 
 def power_table(stats: pd.DataFrame, families: Sequence[str] = ("mean", "pass")) -> pd.DataFrame:
@@ -513,8 +477,6 @@ def power_table(stats: pd.DataFrame, families: Sequence[str] = ("mean", "pass"))
                "seeds_for_target"]  # fmt: skip
     if stats.empty or "diff_sd" not in stats:
         return pd.DataFrame(columns=columns)
-    from bandpo.plan.sweep import BASE_ENTRY
-
     rows = []
     sel = stats[(stats["task"] == ALL_TASKS) & stats["metric"].isin(families) & (stats["entry"] != BASE_ENTRY)]
     sel = sel[sel["diff_sd"].notna()]

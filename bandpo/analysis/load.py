@@ -1,4 +1,5 @@
-"""Reading the run outputs: training runs (``runs/``), evaluation summaries and lm-eval's results files (``eval/``).
+"""Reading the run outputs: training runs (``runs/``), evaluation summaries and lm-eval's results files (``eval/``),
+and the two tables other stages write for the report (the bounds table, the equivalence atlas).
 
 Layout of one profile's results folder (``results/{profile}``)::
 
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bandpo.core.atlas_table import COLUMNS as ATLAS_COLUMNS
 from bandpo.core.files import read_jsonl
 from bandpo.core.run_contract import check_outputs, read_run
 from bandpo.plan.sweep import BASE_ENTRY, MAIN, split_slot
@@ -215,7 +217,7 @@ def grader_label(summary: Mapping[str, Any]) -> str:
     if isinstance(g.get("id"), str):
         return g["id"]
     if g.get("name") and g.get("version"):
-        return f"{g['name']}/{g.get('mode') or 'lenient'}@{g['version']}"  # before modes existed: lenient only
+        return f"{g['name']}/{g.get('mode') or 'lenient'}@{g['version']}"  # a summary that names no mode: lenient
     return ""
 
 
@@ -295,7 +297,7 @@ def load_eval_scores(results_dir: str | os.PathLike) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# The bounds table (written by bandpo.report.bounds_table)
+# The tables other stages write: the bounds table (bandpo.methods.bounds_table), the atlas (bandpo.train.atlas)
 
 BOUNDS_COLUMNS = ["method", "p", "r_lo", "r_hi", "dq_lo", "dq_hi", "delta"]
 
@@ -307,3 +309,16 @@ def load_bounds(path: str | os.PathLike) -> pd.DataFrame:
     if missing:
         raise ValueError(f"{path}: not a bounds table, missing column(s) {', '.join(missing)}")
     return df
+
+
+def load_atlas(path: str | os.PathLike) -> pd.DataFrame | None:
+    """``atlas.csv`` as a frame (columns `bandpo.core.atlas_table.COLUMNS`), or None when the file does not exist;
+    ValueError naming the missing columns otherwise."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    table = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    missing = [c for c in ATLAS_COLUMNS if c not in table]
+    if missing:
+        raise ValueError(f"{path}: not an atlas table, missing column(s) {', '.join(missing)}")
+    return table

@@ -1,13 +1,12 @@
 """The ratio bounds of the built-in methods against the old probability p: the data of the report's bound figure.
 
-    python -m bandpo.report.bounds_table --out results/embedded/bounds.csv [--delta 0.1] [--cap 10]
+    python -m bandpo.methods.bounds_table --out results/embedded/bounds.csv [--delta 0.1] [--cap 10]
 
-Columns: method, p, r_lo, r_hi, dq_lo = p (r_lo - 1), dq_hi = p (r_hi - 1), delta. The bounds come from the
-method registry (`bandpo.methods.compute_bounds`, torch), which is why this runs as its own step and the report
-(bandpo.report, files only) just reads the table. BandPO uses radius ``delta``; ``cap`` caps BandPO's and DCPO's
-r_hi (default: none, the uncapped region). The rows of method "simplex limit" are r in [0, 1/p], i.e. the new
-probability q = p r in [0, 1].
-"""
+Columns: method, p, r_lo, r_hi, dq_lo = p (r_lo - 1), dq_hi = p (r_hi - 1), delta. The bounds come from the method
+registry (`bandpo.methods.compute_bounds`, torch), which is why this runs as its own step beside the methods and the
+report (files only) just reads the table (`bandpo.analysis.load.load_bounds`). BandPO uses radius ``delta``; ``cap``
+caps BandPO's and DCPO's r_hi (default: none, the uncapped region). The rows of method "simplex limit" are
+r in [0, 1/p], i.e. the new probability q = p r in [0, 1]."""
 
 from __future__ import annotations
 
@@ -16,8 +15,10 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+import torch
 
 from bandpo.core.files import atomic_write_text
+from bandpo.methods import compute_bounds
 
 BOUND_METHODS = (  # (label in the figure, method, parameters)
     ("BandPO-KL", "bandpo", {"divergence": "kl"}),
@@ -27,15 +28,11 @@ BOUND_METHODS = (  # (label in the figure, method, parameters)
     ("Clip-Higher", "clip_higher", {}),
     ("DCPO", "dcpo", {}),
 )
-SIMPLEX = "simplex limit"  # the same name as bandpo.report.SIMPLEX
+SIMPLEX = "simplex limit"  # the dashed rows of the bound figure (bandpo.report.figures.SIMPLEX)
 
 
 def bounds_table(delta: float = 0.1, p: Sequence[float] | None = None, cap: float | None = None) -> pd.DataFrame:
     """The table (see the module docstring) on the grid ``p`` (default: 397 points in [0.005, 0.995])."""
-    import torch
-
-    from bandpo.methods import compute_bounds
-
     grid = np.asarray(p if p is not None else np.linspace(0.005, 0.995, 397), dtype=np.float64)
     log_p = torch.log(torch.as_tensor(grid, dtype=torch.float64)).unsqueeze(0)
     mask = torch.ones_like(log_p, dtype=torch.bool)

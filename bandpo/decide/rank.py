@@ -10,14 +10,14 @@ published GRPO scores of base model m and seed s are the scores a GRPO run here 
    DAG trains and scores GRPO here too, and the entry is paired with that instead.
 2. `rank_table` (rule ``rank``): per model and metric, the entry's scores paired by seed with GRPO's (published or
    rerun, as the check decided): the mean paired difference with its 95% paired t interval and one of the four
-   verdicts of the published page (`bandpo.report.stats.four_verdict`): equivalent when the 90% paired t interval
+   verdicts of the published page (`bandpo.analysis.stats.four_verdict`): equivalent when the 90% paired t interval
    lies inside the margin main's primary declared for that model in the published ``primary.csv`` (fixed before
    the publication run, so a ranker cannot pick it; none published: no equivalence), else better / worse when the
    95% interval excludes 0, else unresolved; and, when paired with the published runs, its place among the
    published entries of that model by mean.
 
-    python -m bandpo.report base-check --published results --model tiny-s --dirs resources/models/tiny-s --out X.json
-    python -m bandpo.report rank --results results/embedded --entry half_clip --published results \\
+    python -m bandpo.decide base-check --published results --model tiny-s --dirs resources/models/tiny-s --out X.json
+    python -m bandpo.decide rank --results results/embedded --entry half_clip --published results \\
         --checks results/embedded/rank/base/tiny-s.json --out results/embedded/rank/half_clip.md
 """
 
@@ -30,11 +30,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from bandpo.core.files import atomic_write_text
+from bandpo.analysis.load import load_eval_scores
+from bandpo.analysis.stats import DEFAULT_BASELINE, four_verdict, paired_comparison, summary_tests
+from bandpo.core.files import atomic_write_text, write_csv
+from bandpo.core.provenance import weights_sha256
 from bandpo.plan.sweep import MAIN
-from bandpo.report.load import load_eval_scores
-from bandpo.report.stats import DEFAULT_BASELINE, four_verdict, paired_comparison, summary_tests
-from bandpo.report.tables import write_csv
 
 RANK_METRICS = ("mean@8", "pass@8")  # the leaderboard's headline metrics
 BASELINE = DEFAULT_BASELINE
@@ -51,8 +51,6 @@ def base_check(published: str | os.PathLike, model: str, dirs: Sequence[str | os
     """Whether the base model folders ``dirs`` of ``model`` built here are the published ones: per folder the sha256
     of its weights now (`bandpo.core.provenance.weights_sha256`) against the published provenance's record of the
     same path. ``match`` is True only when every folder is recorded there and equal."""
-    from bandpo.core.provenance import weights_sha256
-
     prov = _published_provenance(published)
     recorded = {m["path"]: m.get("weights_sha256") for m in prov.get("base_models") or []}
     folders = []

@@ -1,7 +1,7 @@
 """The leaderboard's experiments: one section per (experiment, subset), and each experiment's primary comparison.
 
 An experiment (``experiments:`` of the workflow config; ``main`` is the sweep itself) is read from the files: the
-``experiment`` of every evaluation summary and run folder (`bandpo.report.load`). Its scores are reported on their
+``experiment`` of every evaluation summary and run folder (`bandpo.analysis.load`). Its scores are reported on their
 own (statistics, baseline, P(improvement) within the experiment), once per ``subset`` when its tasks score parts of
 the data (the probe's ``probe`` and ``rest``), so a row of the leaderboard is (experiment, subset, model, entry).
 
@@ -12,10 +12,10 @@ unit is the per-seed difference treatment - control; its mean with the 95% paire
 control) has no treatment and control: each run's final token entropy is paired with its own entropy at step 1
 (the base model's: the rollout policy of step 1), the same way (`entropy_shift_results`).
 
-Both also give, as a secondary and descriptive column, the rule the first published run was fixed with (before
-issue #21): the difference of the seed means with a 95% percentile-bootstrap interval that resamples each side's
-seeds independently (``bootstrap_ci_low``, ``bootstrap_ci_high``, ``bootstrap_verdict``); it ignores the pairing and
-is too narrow at 3-5 seeds (docs/statistics.md).
+Both also give, as a secondary and descriptive column, the bootstrap rule: the difference of the seed means with a
+95% percentile-bootstrap interval that resamples each side's seeds independently (``bootstrap_ci_low``,
+``bootstrap_ci_high``, ``bootstrap_verdict``). It ignores the pairing and is too narrow at 3-5 seeds; it stays beside
+the paired rule because the runs decided by it are read with it (docs/statistics.md).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bandpo.plan.sweep import BASE_ENTRY, MAIN
-from bandpo.report.stats import (
+from bandpo.analysis.leaderboard import entry_graders, entry_labels, headline_label, leaderboard
+from bandpo.analysis.stats import (
     SCORE_DIFF_RANGE,
     bootstrap_ci,
     four_verdict,
@@ -40,8 +40,8 @@ from bandpo.report.stats import (
     summary_tests,
     t_interval,
 )
-from bandpo.report.tables import entry_graders, entry_labels, headline_label, leaderboard
-from bandpo.report.training import run_stats
+from bandpo.analysis.training import run_stats
+from bandpo.plan.sweep import BASE_ENTRY, MAIN
 
 SECTION_KEYS = ["experiment", "subset"]
 PRIMARY_COLUMNS = ["experiment", "model", "task", "metric", "role", "treatment", "control", "n_treatment",
@@ -110,7 +110,7 @@ def _diff_of_means(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def _verdict(lo: float, hi: float, above: str, below: str, neither: str, missing: str = NO_INTERVAL) -> str:
-    """The bootstrap rule's verdict from an interval (before issue #21): ``above`` if it lies above 0, ``below``
+    """The bootstrap rule's verdict from an interval: ``above`` if it lies above 0, ``below``
     if below, else ``neither``; ``missing`` without an interval."""
     if np.isnan(lo) or np.isnan(hi):
         return missing
@@ -191,7 +191,7 @@ def primary_results(
     secondary (the config's ``demoted``: its reason). Seeds only one side has are left out (n_treatment,
     n_control and n_pairs show them). Descriptive, beside it: the difference of the two
     sides' seed means with a percentile-bootstrap interval resampling each side's seeds on their own
-    (``bootstrap_*``, the rule before issue #21)."""
+    (``bootstrap_*``, the bootstrap rule)."""
     rows = []
     for xp, spec in specs.items():
         primary = (spec or {}).get("primary") or {}
@@ -289,7 +289,7 @@ def entropy_shift_results(
     ``equivalent`` (unchanged within the config's ``entropy_margin``), ``entropy rises`` / ``entropy falls``
     (interval above / below 0), else ``unresolved``. Rows have `PRIMARY_COLUMNS`: treatment = the entry, control =
     ``step 1``, treatment_mean / control_mean = mean final / step-1 entropy of its runs, difference and interval in
-    nats. Secondary (``bootstrap_*``, the rule before issue #21): the percentile-bootstrap interval of the mean
+    nats. Secondary (``bootstrap_*``, the bootstrap rule): the percentile-bootstrap interval of the mean
     final entropy against the step-1 entropy averaged over every run of the experiment on that model, as a
     difference."""
     rows = []
@@ -361,7 +361,7 @@ def _is_primary_cell(
 
 
 def family_verdicts(
-    board: pd.DataFrame,
+    table: pd.DataFrame,
     specs: Mapping[str, Mapping[str, Any]],
     task_subsets: Mapping[str, str] | None = None,
     axes: Mapping[str, Mapping[str, Any]] | None = None,
@@ -373,25 +373,25 @@ def family_verdicts(
     ``L_n_pairs``; `summary_tests`) for each headline metric L of `FAMILY_FAMILIES`, every trained entry other
     than the baseline (the base rows, which compare the untrained model, are not), every model and subset of the
     experiment, except its primary comparison (`_is_primary_cell`: tested alone at 5%). The margin is the
-    experiment's (`_family_margin`), in points of every metric. Per L the board gains L_p, L_p_equivalence (raw),
+    experiment's (`_family_margin`), in points of every metric. Per L the table gains L_p, L_p_equivalence (raw),
     L_p_holm, L_p_equivalence_holm (adjusted within the experiment's family, each set of p-values on its own),
     L_margin, L_verdict (raw) and L_verdict_holm (`four_verdict` on the adjusted p-values; for the primary cell
     both are the primary's unadjusted verdict) and L_role (``primary``, ``secondary`` or empty for rows without a
-    test). Returns (board, family): the family table has one row per experiment (`FAMILY_COLUMNS`): the tests,
+    test). Returns (table, family): the family table has one row per experiment (`FAMILY_COLUMNS`): the tests,
     how many 95% intervals exclude 0, how many would by chance were every difference 0 (alpha x tests), and the
     Holm verdicts' counts."""
-    if board.empty:
-        return board, pd.DataFrame(columns=FAMILY_COLUMNS)
-    board = board.copy()
-    labels = {f: headline_label(board, f) for f in FAMILY_FAMILIES}
-    labels = {f: lab for f, lab in labels.items() if lab and f"{lab}_diff_sd" in board}
+    if table.empty:
+        return table, pd.DataFrame(columns=FAMILY_COLUMNS)
+    table = table.copy()
+    labels = {f: headline_label(table, f) for f in FAMILY_FAMILIES}
+    labels = {f: lab for f, lab in labels.items() if lab and f"{lab}_diff_sd" in table}
     cells: dict[str, list[tuple[int, str]]] = {}  # experiment -> [(row index, label)] of the family
     for lab in labels.values():
         for c, default in (("p", np.nan), ("p_equivalence", np.nan), ("p_holm", np.nan),
                            ("p_equivalence_holm", np.nan), ("margin", np.nan), ("verdict", ""),
                            ("verdict_holm", ""), ("role", "")):  # fmt: skip
-            board[f"{lab}_{c}"] = default
-    for i, r in board.iterrows():
+            table[f"{lab}_{c}"] = default
+    for i, r in table.iterrows():
         xp = str(r.get("experiment") or MAIN)
         if r["entry"] in (BASE_ENTRY, r.get("baseline")) or not r.get("baseline"):
             continue
@@ -403,7 +403,7 @@ def family_verdicts(
             verdict = four_verdict(r[f"{lab}_diff"], tests["p_value"], tests["p_equivalence"], "better", "worse",
                                    alpha)  # fmt: skip
             primary_cell = _is_primary_cell(specs.get(xp) or {}, r, family, task_subsets or {})
-            board.loc[i, [f"{lab}_p", f"{lab}_p_equivalence", f"{lab}_margin", f"{lab}_verdict", f"{lab}_role"]] = [
+            table.loc[i, [f"{lab}_p", f"{lab}_p_equivalence", f"{lab}_margin", f"{lab}_verdict", f"{lab}_role"]] = [
                 tests["p_value"],
                 tests["p_equivalence"],
                 margin,
@@ -411,7 +411,7 @@ def family_verdicts(
                 "primary" if primary_cell else "secondary",
             ]
             if primary_cell:
-                board.loc[i, [f"{lab}_p_holm", f"{lab}_p_equivalence_holm", f"{lab}_verdict_holm"]] = [
+                table.loc[i, [f"{lab}_p_holm", f"{lab}_p_equivalence_holm", f"{lab}_verdict_holm"]] = [
                     tests["p_value"],
                     tests["p_equivalence"],
                     verdict,
@@ -421,20 +421,20 @@ def family_verdicts(
     rows = []
     for xp, members in cells.items():
         for raw, adjusted in (("p", "p_holm"), ("p_equivalence", "p_equivalence_holm")):
-            p = np.array([board.loc[i, f"{lab}_{raw}"] for i, lab in members], dtype=np.float64)
+            p = np.array([table.loc[i, f"{lab}_{raw}"] for i, lab in members], dtype=np.float64)
             for (i, lab), v in zip(members, holm(p), strict=True):
-                board.loc[i, f"{lab}_{adjusted}"] = v
+                table.loc[i, f"{lab}_{adjusted}"] = v
         verdicts = []
         for i, lab in members:
-            v = four_verdict(board.loc[i, f"{lab}_diff"], board.loc[i, f"{lab}_p_holm"],
-                             board.loc[i, f"{lab}_p_equivalence_holm"], "better", "worse", alpha)  # fmt: skip
-            board.loc[i, f"{lab}_verdict_holm"] = v
+            v = four_verdict(table.loc[i, f"{lab}_diff"], table.loc[i, f"{lab}_p_holm"],
+                             table.loc[i, f"{lab}_p_equivalence_holm"], "better", "worse", alpha)  # fmt: skip
+            table.loc[i, f"{lab}_verdict_holm"] = v
             verdicts.append(v)
-        excluding = sum(1 for i, lab in members if board.loc[i, f"{lab}_p"] < alpha)
+        excluding = sum(1 for i, lab in members if table.loc[i, f"{lab}_p"] < alpha)
         rows.append({"experiment": xp, "n_tests": len(members), "n_excluding_0": excluding,
                      "expected_by_chance": alpha * len(members),
                      **{v: verdicts.count(v) for v in ("better", "worse", "equivalent", "unresolved")}})  # fmt: skip
-    return board, pd.DataFrame(rows, columns=FAMILY_COLUMNS)
+    return table, pd.DataFrame(rows, columns=FAMILY_COLUMNS)
 
 
 def collapse_factors(per_run: pd.DataFrame, specs: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:

@@ -10,8 +10,9 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+from scipy.stats import bootstrap
 
-from bandpo.report.stats import FINAL_FRACTION, bootstrap_ci, mean_of_means, seeded_rng, t_interval
+from bandpo.analysis.stats import FINAL_FRACTION, bootstrap_ci, mean_of_means, seeded_rng, t_interval
 
 
 def _logged(df: pd.DataFrame, column: str) -> pd.Series:
@@ -41,46 +42,24 @@ def _clipfrac_column(metrics: pd.DataFrame) -> str | None:
     return None
 
 
+RUN_COLUMNS = ["profile", "model", "entry", "method", "params", "seed", "steps", "entropy_first", "entropy_final",
+               "entropy_auc", "reward_final", "accuracy_final", "clipfrac", "train_seconds"]  # fmt: skip
+ENTRY_COLUMNS = ["model", "entry", "n_runs", "entropy_final", "entropy_final_ci_low", "entropy_final_ci_high",
+                 "reward_final", "clipfrac", "train_seconds_mean", "train_seconds_total"]  # fmt: skip
+
+
 def run_stats(
     metrics: pd.DataFrame, summaries: pd.DataFrame, confidence: float = 0.95
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Training statistics. Returns (per_run, per_entry).
 
-    per_run: one row per run with entropy_first (at its first logged step: the base model's, since the rollout
-    policy of step 1 is the base model), entropy_final, reward_final and accuracy_final (mean over the last 10% of
-    steps; the reward's scale is the trainer's, accuracy is comparable across trainers), entropy_auc (the mean of
-    the per-step entropy: the area under the entropy curve per step), clipfrac (mean
-    over steps, off-policy updates when logged), train_seconds, steps. per_entry: one row per (model, entry) with
-    n_runs, entropy_final (mean over seeds) and its Student-t interval, reward_final, clipfrac, train_seconds_mean
-    (per run) and train_seconds_total (all seeds)."""
-    run_cols = [
-        "profile",
-        "model",
-        "entry",
-        "method",
-        "params",
-        "seed",
-        "steps",
-        "entropy_first",
-        "entropy_final",
-        "entropy_auc",
-        "reward_final",
-        "accuracy_final",
-        "clipfrac",
-        "train_seconds",
-    ]
-    entry_cols = [
-        "model",
-        "entry",
-        "n_runs",
-        "entropy_final",
-        "entropy_final_ci_low",
-        "entropy_final_ci_high",
-        "reward_final",
-        "clipfrac",
-        "train_seconds_mean",
-        "train_seconds_total",
-    ]
+    per_run (`RUN_COLUMNS`): one row per run with entropy_first (at its first logged step: the base model's, since
+    the rollout policy of step 1 is the base model), entropy_final, reward_final and accuracy_final (mean over the
+    last 10% of steps; the reward's scale is the trainer's, accuracy is comparable across trainers), entropy_auc
+    (the mean of the per-step entropy: the area under the entropy curve per step), clipfrac (mean over steps,
+    off-policy updates when logged), train_seconds, steps. per_entry (`ENTRY_COLUMNS`): one row per (model, entry)
+    with n_runs, entropy_final (mean over seeds) and its Student-t interval, reward_final, clipfrac,
+    train_seconds_mean (per run) and train_seconds_total (all seeds)."""
     per_run = []
     clip_col = _clipfrac_column(metrics) if not metrics.empty else None
     info = summaries.set_index(["model", "entry", "seed"]) if not summaries.empty else None
@@ -105,9 +84,14 @@ def run_stats(
             s = info.loc[(model, entry, seed_)]
             row.update(method=s["method"], params=s["params"], train_seconds=s["train_seconds"])
         per_run.append(row)
-    per_run_df = pd.DataFrame(per_run, columns=run_cols)
+    per_run_df = pd.DataFrame(per_run, columns=RUN_COLUMNS)
+    return per_run_df, entry_stats(per_run_df, confidence)
+
+
+def entry_stats(per_run: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+    """`run_stats`' per_entry: the runs of each (model, entry) summarised over seeds (`ENTRY_COLUMNS`)."""
     per_entry = []
-    for (model, entry), g in per_run_df.groupby(["model", "entry"], sort=True):
+    for (model, entry), g in per_run.groupby(["model", "entry"], sort=True):
         ent = g["entropy_final"].dropna().to_numpy(np.float64)
         lo, hi = t_interval(ent, confidence, (0.0, math.inf))
         secs = g["train_seconds"].dropna()
@@ -125,7 +109,7 @@ def run_stats(
                 "train_seconds_total": float(secs.sum()) if len(secs) else float("nan"),
             }
         )
-    return per_run_df, pd.DataFrame(per_entry, columns=entry_cols)
+    return pd.DataFrame(per_entry, columns=ENTRY_COLUMNS)
 
 
 def seed_bands(
@@ -140,8 +124,6 @@ def seed_bands(
     """Mean over seeds of ``value`` at each ``x`` within each ``by`` group, with a percentile-bootstrap CI over
     seeds: one vectorised `scipy.stats.bootstrap` per group (all x at once; x values where some seed has no value
     are bootstrapped on their own). Columns: *by, x, mean, ci_low, ci_high, n_seeds."""
-    from scipy.stats import bootstrap
-
     rows = []
     for key, g in data.groupby(list(by), sort=True):
         key = key if isinstance(key, tuple) else (key,)

@@ -1,0 +1,3 @@
+from bandpo.decide.cli import main
+
+raise SystemExit(main())

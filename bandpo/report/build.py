@@ -1,0 +1,239 @@
+"""`build_report`: one profile's results (``results/{profile}``: runs/ and eval/) turned into its board
+(`bandpo.report.board.Board`: the statistics of `bandpo.analysis`), written as the published tables, the figures
+and the two pages (``python -m bandpo.report build``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from bandpo.analysis.axis import RESULT_COLUMNS, UPDATE_MEANS, axis_cells, axis_results, run_outcomes, with_reuse
+from bandpo.analysis.experiments import (
+    build_sections,
+    collapse_factors,
+    entropy_pair_results,
+    entropy_shift_results,
+    family_verdicts,
+    of_experiment,
+    primary_results,
+)
+from bandpo.analysis.leaderboard import per_task_table
+from bandpo.analysis.load import (
+    BOUNDS_COLUMNS,
+    load_atlas,
+    load_bounds,
+    load_eval_scores,
+    load_runs,
+    run_metrics,
+    run_summaries,
+)
+from bandpo.analysis.stats import DEFAULT_BASELINE, power_table
+from bandpo.analysis.steps import write_steps
+from bandpo.core.files import atomic_write_text, write_csv
+from bandpo.plan.sweep import MAIN
+from bandpo.report.axis import axis_panels
+from bandpo.report.board import ATLAS_TABLE, Board
+from bandpo.report.figures import (
+    EXPERIMENT_FIGURES,
+    FIGURE_CAPTIONS,
+    FIGURES,
+    PROBE_CURVES,
+    axis_dose_figure,
+    axis_entropy_figure,
+    bounds_figure,
+    clipfrac_figure,
+    final_scores_figure,
+    save_figure,
+    training_curves_figure,
+)
+from bandpo.report.markdown import leaderboard_markdown
+from bandpo.report.notes import experiment_notes
+from bandpo.report.page import leaderboard_html
+
+OFFPOLICY_AXIS = "offpolicy"  # the axis the page's two axis figures show (config axes.offpolicy)
+
+
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    """What a build reads of a profile's results: the scores, the runs' per-step metrics and one summary per run,
+    each with the rows main's runs lend the experiments that reuse them (`bandpo.analysis.axis.with_reuse`)."""
+
+    scores: pd.DataFrame
+    metrics: pd.DataFrame
+    summaries: pd.DataFrame
+
+
+def build_report(
+    results_dir: str | os.PathLike,
+    out_dir: str | os.PathLike | None = None,
+    baseline: str | None = DEFAULT_BASELINE,
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    bounds: str | os.PathLike | None = None,
+    embed_figures: bool = True,
+    experiments: Mapping[str, Mapping] | None = None,
+    axes: Mapping[str, Mapping] | None = None,
+    page_figures: str | os.PathLike | None = None,
+    base_per_seed: bool | None = None,
+) -> dict[str, Path]:
+    """Load everything under ``results_dir`` (= ``results/{profile}``), compute the statistics, write the tables
+    and figures into ``out_dir`` (default: ``results_dir``). ``bounds`` is the bounds table of the bound figure
+    (default ``results_dir/bounds.csv``; without it the figure is a placeholder). ``experiments``: the config's
+    experiments ({id: {description, primary}}) whose notes and primary comparisons (primary.csv) the page shows;
+    the sections themselves come from the files (`bandpo.analysis.experiments`); an experiment's ``reuse`` entries
+    are main's runs, copied into it (`bandpo.analysis.axis.with_reuse`). ``axes``: the config's design axes, whose
+    rules are written to axis.csv (per run: axis_runs.csv). ``page_figures``: the folder whose PNGs the HTML page
+    embeds (default: the figures written here; a rebuild from the published tables, whose runs hold no per-step
+    curves, embeds the published ones). ``base_per_seed``: the config's key (None: unknown), for the sentence on
+    base models of the page. ``results_dir/atlas.csv`` (the equivalence atlas, `bandpo.train.atlas`), when present,
+    becomes a section of the page and the Markdown. Returns {name: path} of what was written."""
+    results_dir = Path(results_dir)
+    out = Path(out_dir) if out_dir is not None else results_dir
+    if not results_dir.is_dir():
+        raise FileNotFoundError(f"results folder not found: {results_dir}")
+    bounds = Path(bounds) if bounds is not None else results_dir / "bounds.csv"
+    if not bounds.is_file() and bounds != results_dir / "bounds.csv":
+        raise FileNotFoundError(f"bounds table not found: {bounds}")
+    specs = dict(experiments or {})
+    inputs = read_inputs(results_dir, specs)
+    board = make_board(results_dir, inputs, specs, axes or {}, baseline, n_resamples, confidence, seed,
+                       base_per_seed)  # fmt: skip
+    bounds_table = load_bounds(bounds) if bounds.is_file() else pd.DataFrame(columns=BOUNDS_COLUMNS)
+    written = write_figures(out / "figures", draw_figures(inputs.metrics, board, bounds_table, baseline, seed))
+    for name, frame in board.tables():
+        written[name] = write_csv(frame, out / name)
+    # the per-step metrics behind runs.csv, the figures and (all/<key> of the axes' runs) axis_runs.csv
+    cells = [c for axis in board.axes.values() for c in axis["cells"]]
+    written["steps.csv"] = write_steps(inputs.metrics, out / "steps.csv", UPDATE_MEANS, cells)
+    present = set(board.leaderboard["experiment"])
+    shown = [name for name in FIGURES if EXPERIMENT_FIGURES.get(name, MAIN) in present | {MAIN}]
+    page_dir = Path(page_figures) if page_figures is not None else out / "figures"
+    delta = float(bounds_table["delta"].iloc[0]) if not bounds_table.empty else float("nan")
+    board = dataclasses.replace(
+        board,
+        figures={name: page_dir / f"{name}.png" for name in shown},
+        captions={name: text.format(delta=delta) for name, text in FIGURE_CAPTIONS.items()},
+    )
+    written["leaderboard.md"] = atomic_write_text(out / "leaderboard.md", leaderboard_markdown(board))
+    written["leaderboard.html"] = atomic_write_text(out / "leaderboard.html", leaderboard_html(board, embed_figures))
+    return written
+
+
+def read_inputs(results_dir: Path, specs: Mapping[str, Mapping[str, Any]]) -> Inputs:
+    """The scores (`load_eval_scores`) and runs (`load_runs`) under ``results_dir``, main's reused rows added."""
+    runs = load_runs(results_dir)
+    return Inputs(
+        scores=with_reuse(load_eval_scores(results_dir), specs),
+        metrics=with_reuse(run_metrics(runs, results_dir.name), specs),
+        summaries=with_reuse(run_summaries(runs, results_dir.name), specs),
+    )
+
+
+def make_board(
+    results_dir: Path,
+    inputs: Inputs,
+    specs: Mapping[str, Mapping[str, Any]],
+    axes: Mapping[str, Mapping[str, Any]],
+    baseline: str | None,
+    n_resamples: int,
+    confidence: float,
+    seed: int,
+    base_per_seed: bool | None,
+) -> Board:
+    """The board of one profile (its figures not yet named): the leaderboard with each experiment's family of
+    secondaries, the statistics, the primary comparisons, the design axes whose cells ran (with the selections
+    their experiments made, ``results_dir/select/*.csv``), the notes, the power table and the atlas. ValueError
+    when there is nothing to report."""
+    scores = inputs.scores
+    table, stats, per_run = build_sections(scores, inputs.metrics, inputs.summaries, baseline, n_resamples,
+                                           confidence, seed)  # fmt: skip
+    subsets = scores[["task", "subset"]].drop_duplicates() if {"task", "subset"} <= set(scores) else None
+    task_subsets = {} if subsets is None else dict(zip(subsets["task"], subsets["subset"].fillna(""), strict=True))
+    table, family = family_verdicts(table, specs, task_subsets, axes)
+    if table.empty:
+        raise ValueError(
+            f"nothing to report under {results_dir}: no runs/*/*/seed*/metrics.jsonl and no "
+            "eval/*/*/seed*/*.json evaluation summaries"
+        )
+    primary = primary_tables(scores, per_run, specs, n_resamples, confidence, seed)
+    ran = {a: v for a, v in axes.items() if any(c in specs for c in v["cells"])}
+    outcomes = run_outcomes(inputs.metrics, scores, ran, specs)
+    axis_table = axis_results(outcomes, ran)
+    selections = {p.stem: pd.read_csv(p) for p in sorted((results_dir / "select").glob("*.csv"))}
+    rules = {x: v["select"] for x, v in specs.items() if v.get("select")}
+    notes = experiment_notes(specs, primary, family, collapse_factors(per_run, specs))
+    return Board(
+        leaderboard=table,
+        stats=stats,
+        scores=scores,
+        runs=per_run,
+        primary=primary,
+        axis=axis_table if ran else None,
+        axis_runs=outcomes if ran else None,
+        atlas=load_atlas(results_dir / ATLAS_TABLE),
+        experiments=specs,
+        axes=ran,
+        base_per_seed=base_per_seed,
+        per_task=per_task_table(of_experiment(stats, MAIN), of_experiment(table, MAIN)),
+        notes=tuple(notes),
+        power=power_table(stats),
+        panels=tuple(axis_panels(axis_table, ran, selections, rules)),
+    )
+
+
+def primary_tables(
+    scores: pd.DataFrame,
+    per_run: pd.DataFrame,
+    specs: Mapping[str, Mapping[str, Any]],
+    n_resamples: int,
+    confidence: float,
+    seed: int,
+) -> pd.DataFrame:
+    """primary.csv: each experiment's primary comparison of scores, then the entropy rules (an experiment's final
+    entropy against step 1, and entries' entropy against the control's)."""
+    primary = primary_results(scores, specs, n_resamples, confidence, seed)
+    for extra in (entropy_shift_results(per_run, specs, n_resamples, confidence, seed),
+                  entropy_pair_results(per_run, specs, confidence)):  # fmt: skip
+        if not extra.empty:
+            primary = pd.concat([primary, extra], ignore_index=True) if not primary.empty else extra
+    return primary
+
+
+def draw_figures(
+    metrics: pd.DataFrame, board: Board, bounds_table: pd.DataFrame, baseline: str | None, seed: int
+) -> dict[str, tuple[Any, pd.DataFrame]]:
+    """Every figure of `bandpo.report.figures.FIGURES` with the data it plotted: main's training curves, clip
+    fractions and final scores, the random-reward and probe experiments' curves, and the off-policy axis."""
+    main_metrics, probe_metrics = of_experiment(metrics, MAIN), of_experiment(metrics, "probe")
+    off = board.axes.get(OFFPOLICY_AXIS) or {"cells": [], "label": "D", "key": ""}
+    axis_table = board.axis if board.axis is not None else pd.DataFrame(columns=RESULT_COLUMNS)
+    off_results = axis_table[axis_table["axis"] == OFFPOLICY_AXIS] if not axis_table.empty else axis_table
+    off_cells = axis_cells(off, board.experiments) if off["cells"] else []
+    return {
+        "bounds": bounds_figure(bounds_table),
+        "training_curves": training_curves_figure(main_metrics, baseline=baseline, seed=seed),
+        "clipfrac_buckets": clipfrac_figure(main_metrics, baseline=baseline, seed=seed),
+        "final_scores": final_scores_figure(of_experiment(board.stats, MAIN), baseline=baseline),
+        "random_reward_entropy": training_curves_figure(
+            of_experiment(metrics, "random-reward"), columns=("entropy",), baseline=baseline, seed=seed
+        ),
+        "probe_curves": training_curves_figure(probe_metrics, columns=PROBE_CURVES, baseline=baseline, seed=seed),
+        "probe_clipfrac_buckets": clipfrac_figure(probe_metrics, baseline=baseline, seed=seed),
+        "offpolicy_dose": axis_dose_figure(off_results, off["label"], baseline=baseline),
+        "offpolicy_entropy": axis_entropy_figure(metrics, off_cells, off["label"], baseline=baseline, seed=seed),
+    }
+
+
+def write_figures(folder: Path, figures: Mapping[str, tuple[Any, pd.DataFrame]]) -> dict[str, Path]:
+    """Each figure as ``folder/{name}.png`` and the data it plotted as ``folder/{name}.csv``."""
+    written = {}
+    for name, (fig, data) in figures.items():
+        written[f"figures/{name}.png"] = save_figure(fig, folder / f"{name}.png")
+        written[f"figures/{name}.csv"] = write_csv(data, folder / f"{name}.csv")
+    return written

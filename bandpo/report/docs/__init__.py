@@ -1,0 +1,101 @@
+"""The numbers of the documentation, generated from the published tables in ``results/``.
+
+README.md and docs/*.md hold blocks ``<!-- generated:NAME -->`` ... ``<!-- /generated:NAME -->`` (a table on lines
+of its own, or a value inside a sentence); `render` rewrites each block's body from ``results/*.csv`` with the
+function ``BLOCKS[NAME]`` (``FOLDER/NAME``: from ``results/FOLDER/*.csv``, a settled experiment published from a
+config of its own). ``python -m bandpo.report docs`` rewrites the files, ``--check`` only reports the stale
+ones (exit 1); tests/unit/test_docs.py asserts that the committed docs equal the output. Numbers follow the
+leaderboard's conventions: scores in percent of problems (points), 95% Student-t intervals over seeds, paired
+differences from GRPO of the same base model and seed.
+
+The blocks read the published folder's board (`bandpo.report.board.Board.read`), by topic: `scores` (sections of
+the leaderboard, primary comparisons, power, seeds), `experiments` (the settled experiments), `axes` (the design
+axes and the selection made from them) and `runs` (training time, the DAG's cost, the verl profile, the atlas);
+`cells` formats their numbers."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from bandpo.report.board import Board
+from bandpo.report.docs import axes, experiments, runs, scores
+
+DOC_FILES = ("README.md", "docs/*.md")
+BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w./-]+) -->)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)
+
+
+BLOCKS: dict[str, Callable[[Board], str]] = {
+    "headline": scores.headline,
+    "primary": scores.primary,
+    "gains": scores.gains,
+    "spread": scores.spread,
+    "power": scores.power,
+    "mde-main": scores.mde_main,
+    "clipfrac-main": scores.clipfrac_main,
+    "cost": runs.cost,
+    "entropy-shift": experiments.entropy_shift,
+    "entropy-pool": experiments.entropy_pool,
+    "table-main": scores.leaderboard_block("main"),
+    "table-random-reward": scores.leaderboard_block("random-reward"),
+    "table-probe-probe": scores.leaderboard_block("probe", "probe"),
+    "table-probe-rest": scores.leaderboard_block("probe", "rest"),
+    "atlas": runs.atlas,
+    "axis-verdict": axes.axis_verdict,
+    "axis-rules": axes.axis_rules,
+    "axis-accuracy": axes.axis_accuracy,
+    "axis-accuracy-summary": axes.axis_accuracy_summary,
+    "axis-table": axes.axis_table,
+    "selection": axes.selection_table,
+    "separation": experiments.separation,
+    "table-separation": scores.leaderboard_block("separation"),
+    "horizon": experiments.horizon,
+    "horizon-entropy": experiments.entropy_rows("horizon"),
+    "separation-entropy": experiments.entropy_rows("separation"),
+    "seeds": scores.seeds_summary,
+    "mde-measured": scores.mde_measured,
+    "horizon-holds": experiments.horizon_holds,
+    "table-horizon": scores.leaderboard_block("horizon"),
+    "dag-cost": runs.dag_cost,
+    "primary-summary": scores.primary_summary,
+    "separated-main": scores.separated,
+    "gains-summary": scores.gains_summary,
+    "dag-elapsed": runs.dag_elapsed,
+    "verl-beside": runs.verl_beside,
+    "verl-cost": runs.verl_cost,
+    "verl-elapsed": runs.verl_elapsed,
+    "n-runs": lambda board: str(len(board.runs)),
+    "commit": lambda board: f"`{board.provenance['git_commit'][:7]}`",
+}
+
+
+def render(text: str, board: Board) -> str:
+    """``text`` with every generated block's body rewritten; a table block keeps its own lines."""
+
+    def body(m: re.Match) -> str:
+        folder, _, name = m["name"].rpartition("/")  # FOLDER/NAME: the block made from results/FOLDER/
+        if name not in BLOCKS:
+            raise KeyError(f"unknown generated block {name!r}; known: {', '.join(sorted(BLOCKS))}")
+        out = BLOCKS[name](board.part(folder) if folder else board)
+        if m["body"].startswith("\n") or "\n" in out:  # a block on lines of its own
+            out = f"\n{out}\n"
+        return f"{m[1]}{out}{m[4]}"
+
+    return BLOCK.sub(body, text)
+
+
+def update(root: str | Path = ".", results: str | Path | None = None, check: bool = False) -> list[Path]:
+    """Regenerate the blocks of every doc file under ``root``; returns the files whose text changed (with
+    ``check``, the files that are stale, left as they are)."""
+    root = Path(root)
+    board = Board.read(results if results is not None else root / "results")
+    changed = []
+    for path in sorted({p for pattern in DOC_FILES for p in root.glob(pattern)}):
+        text = path.read_text(encoding="utf-8")
+        new = render(text, board)
+        if new != text:
+            changed.append(path)
+            if not check:
+                path.write_text(new, encoding="utf-8")
+    return changed

@@ -1,0 +1,157 @@
+"""Doc blocks of the settled experiments: the random-reward control's entropy shift, the separation run at the
+regime its axis selected, and the horizon run against main's verdict."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from bandpo.analysis.experiments import collapse_factors
+from bandpo.analysis.stats import UNRESOLVED, t_interval
+from bandpo.report.board import Board
+from bandpo.report.docs.axes import selection
+from bandpo.report.docs.cells import METRIC, ci, margin_text, md_table, num, row_series
+
+
+def entropy_changes(board: Board) -> pd.DataFrame:
+    """Random-reward runs: final entropy minus the entropy at step 1, per run (columns entry, seed, first, final,
+    change)."""
+    rr = board.runs[board.runs.experiment == "random-reward"]
+    return pd.DataFrame(
+        {
+            "entry": rr.entry,
+            "seed": rr.seed,
+            "first": rr.entropy_first,
+            "final": rr.entropy_final,
+            "change": rr.entropy_final - rr.entropy_first,
+        }  # fmt: skip
+    )
+
+
+def entropy_shift(board: Board) -> str:
+    """Per rule and pooled: step-1 and final entropy, the paired t interval of final - step 1, the primary verdict
+    (primary.csv: the paired rule) and the verdict of the bootstrap rule (secondary)."""
+    changes = entropy_changes(board)
+    verdicts = board.primary[board.primary.experiment == "random-reward"].set_index("treatment")
+    by_seed = changes.groupby("seed", as_index=False)[["first", "final", "change"]].mean()
+    groups = [*changes.groupby("entry", sort=True), (f"pool of all {len(changes)} runs", changes),
+              (f"per seed: mean over the rules, {len(by_seed)} seeds", by_seed)]  # fmt: skip
+    rows = []
+    for entry, g in groups:
+        lo, hi = t_interval(g["change"])
+        v = verdicts.loc[entry] if entry in verdicts.index else None
+        rows.append([
+            entry, len(g), num(g["first"].mean(), 3, 1.0), num(g["final"].mean(), 3, 1.0),
+            ci(g["change"].mean(), lo, hi, 3, 1.0, sign=True), "yes" if lo > 0 or hi < 0 else "no",
+            "" if v is None else v["verdict"], "" if v is None else v["bootstrap_verdict"],
+        ])  # fmt: skip
+    head = ["rule", "n", "entropy, step 1", "entropy, final", "final − step 1, paired t", "t interval excludes 0",
+            "primary verdict", "before #21: bootstrap rule"]  # fmt: skip
+    return md_table(head, rows, right=1)
+
+
+def entropy_pool(board: Board) -> str:
+    changes = entropy_changes(board)["change"]
+    lo, hi = t_interval(changes)
+    return ci(changes.mean(), lo, hi, 3, 1.0, sign=True)
+
+
+def _score_clause(p: pd.Series) -> str:
+    """A primary.csv score row as a clause: the paired difference in points over its seed pairs, its verdict, the
+    margin it was judged against and the MDE."""
+    margin = p.get("margin", np.nan)
+    judged = f"margin {margin_text(margin)}, " if margin == margin else ""
+    return (
+        f"{p['treatment']} − {p['control']} {p['metric']} {ci(p['difference'], p['ci_low'], p['ci_high'], sign=True)}"
+        f" points over {int(p['n_pairs'])} seed pairs, {p['verdict']} ({judged}MDE {num(p['mde'])} points)"
+    )
+
+
+def _entropy_clause(e: pd.Series) -> str:
+    """A primary.csv entropy row (entropy_final, entropy_auc) as a clause, in nats."""
+    what = {"entropy_final": "final entropy", "entropy_auc": "entropy AUC"}[e["metric"]]
+    margin = e.get("margin", np.nan)
+    judged = f", margin ±{margin:.3f}" if margin == margin else ""
+    d = ci(e["difference"], e["ci_low"], e["ci_high"], 3, 1.0, sign=True)
+    return f"{what} {e['treatment']} − {e['control']} {d} nats ({e['verdict']}{judged})"
+
+
+def _experiment_primary(board: Board, name: str) -> tuple[pd.Series, pd.DataFrame]:
+    p = board.primary[board.primary.experiment == name]
+    if p.empty:
+        raise KeyError(f"primary.csv has no rows of experiment {name!r}")
+    return p[p.metric == METRIC].iloc[0], p[p.metric.str.startswith("entropy")]
+
+
+def separation(board: Board) -> str:
+    """One sentence: the separation run's regime (selected from the axis by its rule, or fixed in advance in its
+    config's ``train``) and the primary paired difference with its interval, verdict, margin and MDE (its entropy
+    rows: `entropy_rows`)."""
+    cfg = board.experiments
+    name = "separation"
+    if any(v.get("select") for v in cfg.values()):
+        name, setting, table = selection(board)
+        ((key, value),) = setting.items()
+        how = "selected" if table["selected"].any() else "the fallback: no D qualified"
+    else:
+        ((key, value),) = (cfg[name].get("train") or {}).items()
+        how = "fixed before the run"
+    score, _entropy = _experiment_primary(board, name)
+    parts = [f"at {key} = {value:g} ({how}), {_score_clause(score)}"]
+    s = board.scores[
+        (board.scores.experiment == name) & (board.scores.name == METRIC) & (board.scores.task == score["task"])
+    ]
+    per_seed = s.pivot_table(index="seed", columns="entry", values="value")
+    if (per_seed[score["treatment"]] == per_seed[score["control"]]).all():
+        parts.append("the same score on every seed")
+    return "; ".join(parts)
+
+
+def entropy_rows(experiment: str) -> Callable[[Board], str]:
+    """The paired entropy rows of an experiment's primary.csv (final entropy, entropy AUC), one clause each."""
+
+    def block(board: Board) -> str:
+        _score, entropy = _experiment_primary(board, experiment)
+        return "; ".join(_entropy_clause(e) for e in row_series(entropy))
+
+    return block
+
+
+def _steps_of(board: Board, experiment: str) -> int:
+    runs = board.runs[board.runs.experiment == experiment]
+    return int(runs["steps"].max())
+
+
+def horizon(board: Board) -> str:
+    """The horizon experiment in one sentence: its steps, the paired final mean@8 (verdict, margin, MDE) and each
+    run's entropy fall, step-1 entropy / final (`collapse_factors`; its paired entropy rows: `entropy_rows`)."""
+    score, _entropy = _experiment_primary(board, "horizon")
+    parts = [f"at {_steps_of(board, 'horizon')} steps, {_score_clause(score)}"]
+    falls = collapse_factors(board.runs, board.experiments)
+    for entry, g in falls[falls.experiment == "horizon"].groupby("entry", sort=False):
+        factors = ", ".join(f"{f:.1f}" for f in g["factor"])
+        parts.append(f"{entry}'s entropy fell {factors}-fold (step 1 / final; {int(g['collapsed'].sum())} of "
+                     f"{len(g)} runs at least {g['threshold'].iloc[0]:g}-fold)")  # fmt: skip
+    return "; ".join(parts)
+
+
+def horizon_holds(board: Board) -> str:
+    """Whether the 64-step verdict of the primary pair on the horizon's model (main's primary) holds at the
+    horizon's length: the same verdict or not, each with its difference and seed pairs."""
+    late, _ = _experiment_primary(board, "horizon")
+    p = board.primary
+    (early,) = row_series(p[(p.experiment == "main") & (p.model == late["model"]) & (p.metric == METRIC)])
+
+    def said(r: pd.Series, steps: int, xp: str) -> str:
+        d = ci(r["difference"], r["ci_low"], r["ci_high"], sign=True)
+        return f"{r['verdict']} at {steps} steps ({d} points, {xp}, {int(r['n_pairs'])} seed pairs)"
+
+    a, b = said(early, _steps_of(board, "main"), "main"), said(late, _steps_of(board, "horizon"), "horizon")
+    if early["verdict"] == late["verdict"]:
+        return f"holds on {late['model']}: {a}; {b}"
+    if late["verdict"] == UNRESOLVED:  # the longer run cannot decide: neither confirmed nor contradicted
+        return (f"is neither confirmed nor contradicted on {late['model']}: {a}; {b}, MDE {num(late['mde'])} points "
+                f"against the margin {margin_text(late.get('margin', np.nan))}")  # fmt: skip
+    return f"does not hold on {late['model']}: {a}, but {b}"

@@ -1,0 +1,232 @@
+"""Doc blocks of the scores and their comparisons: the leaderboard's sections, the primary comparisons, GRPO's
+gain over the base model, the spread over seeds, the power and the seeds behind each experiment."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from bandpo.analysis.stats import power_table
+from bandpo.report.board import Board
+from bandpo.report.docs.cells import METRIC, ci, margin_text, md_table, num, paired, row_series
+
+
+def section(board: Board, experiment: str, subset: str = "") -> pd.DataFrame:
+    return board.leaderboard[(board.leaderboard.experiment == experiment) & (board.leaderboard.subset == subset)]
+
+
+def leaderboard_block(experiment: str, subset: str = "") -> Callable[[Board], str]:
+    """Every row of one section of the leaderboard: model, entry, mean@8, paired Δ, P(>grpo), pass@8, maj@8,
+    final entropy, share of off-policy tokens clipped."""
+
+    def block(board: Board) -> str:
+        rows = []
+        for r in row_series(section(board, experiment, subset).sort_values("model", kind="stable")):
+            base = r["entry"] == r["baseline"]
+            rows.append([
+                r["model"], r["entry"], ci(r[METRIC], r[f"{METRIC}_t_ci_low"], r[f"{METRIC}_t_ci_high"]), paired(r),
+                "(baseline)" if base else num(r[f"{METRIC}_diff_poi"], 2, 1.0),
+                num(r["pass@8"]), num(r["maj@8"]),
+                ci(r["entropy_final"], r["entropy_final_ci_low"], r["entropy_final_ci_high"], 3, 1.0),
+                "" if r["entry"] == "base" else num(r["clipfrac"], 2) + "%",
+            ])  # fmt: skip
+        head = ["model", "entry", "mean@8", "Δ vs grpo (paired)", "P(>grpo)", "pass@8", "maj@8", "entropy (final)",
+                "clipped"]  # fmt: skip
+        return md_table(head, rows, right=2)
+
+    return block
+
+
+def _base_row(board: Board, experiment: str, model: str, subset: str) -> pd.Series | None:
+    """The base model's row of an experiment, else main's for that model (an experiment with ``base: false``, the
+    horizon, scores no base row of its own), else None."""
+    for xp in (experiment, "main"):
+        try:
+            return board.row(xp, model, "base", subset)
+        except KeyError:
+            continue
+    return None
+
+
+def headline(board: Board) -> str:
+    """BandPO-KL against GRPO where the config fixed a primary comparison of scores, with the base model: the
+    primary rule's paired difference, its 95% paired t interval, verdict, the margin it was judged against and the
+    MDE beside it (primary.csv; a demoted primary marked so)."""
+    rows = []
+    for p in row_series(board.primary[board.primary.metric == METRIC]):
+        subset = board.scores.loc[board.scores.task == p["task"], "subset"].iloc[0]  # the task's part of the data
+        where = p["model"] + ("" if not subset else f", {subset} subset")
+        base = _base_row(board, p["experiment"], p["model"], subset)
+        control, treatment = (board.row(p["experiment"], p["model"], e, subset) for e in (p["control"], p["treatment"]))
+        demoted = " (demoted)" if p.get("role") == "demoted" else ""
+        rows.append([
+            p["experiment"], where, "—" if base is None else num(base[METRIC]), num(control[METRIC]),
+            num(treatment[METRIC]), ci(p["difference"], p["ci_low"], p["ci_high"], sign=True),
+            margin_text(p.get("margin", np.nan)), num(p["mde"]), f"{p['verdict']}{demoted}",
+        ])  # fmt: skip
+    head = ["experiment", "model", "base", "GRPO", "BandPO-KL", "BandPO-KL − GRPO, paired t", "margin", "MDE",
+            "verdict"]  # fmt: skip
+    return md_table(head, rows, right=2)
+
+
+def primary(board: Board) -> str:
+    """primary.csv as it stands: scores in points, entropies in nats; the paired rule, then the bootstrap rule
+    (secondary)."""
+    rows = []
+    for p in row_series(board.primary):
+        entropy = p["metric"].startswith("entropy")
+        digits, scale = (3, 1.0) if entropy else (1, 100.0)
+        rows.append([
+            p["experiment"], p["model"], p["metric"] + ("" if entropy else f" ({p['task']})"),
+            f"{p['treatment']} − {p['control']}", str(p["n_pairs"]),
+            ci(p["difference"], p["ci_low"], p["ci_high"], digits, scale, sign=True), p["verdict"],
+            f"[{num(p['bootstrap_ci_low'], digits, scale, True)}, {num(p['bootstrap_ci_high'], digits, scale, True)}]"
+            f" {p['bootstrap_verdict']}",
+        ])  # fmt: skip
+    head = ["experiment", "model", "metric", "comparison", "pairs", "difference [95% paired t]", "verdict",
+            "before #21: bootstrap CI, verdict"]  # fmt: skip
+    return md_table(head, rows, right=4)
+
+
+def base_rows(board: Board) -> list[tuple[str, str, pd.Series]]:
+    """(experiment, subset, base row) of every leaderboard section that has a base row, in the board's order. A base
+    row's paired difference from its baseline, negated, is the baseline's (GRPO's) gain over the base model."""
+    b = board.leaderboard
+    return [(experiment, subset, base)
+            for experiment, subset in dict.fromkeys(zip(b.experiment, b.subset, strict=True))
+            for base in row_series(section(board, experiment, subset).query("entry == 'base'"))]  # fmt: skip
+
+
+def gains(board: Board) -> str:
+    """GRPO's gain over the base model, paired per seed, per section and model: what RL does at all."""
+    rows = []
+    for experiment, subset, base in base_rows(board):
+        g, lo, hi = (-base[f"{METRIC}_{k}"] for k in ("diff", "diff_t_ci_high", "diff_t_ci_low"))
+        rows.append([
+            experiment + (f" ({subset})" if subset else ""), base["model"], num(base[METRIC]),
+            num(board.row(experiment, base["model"], base["baseline"], subset)[METRIC]),
+            ci(g, lo, hi, sign=True), num(base[f"{METRIC}_diff_sd"], 2), "yes" if lo > 0 or hi < 0 else "no",
+        ])  # fmt: skip
+    head = ["experiment", "model", "base", "GRPO", "GRPO − base, paired t", "SD of the differences",
+            "interval excludes 0"]  # fmt: skip
+    return md_table(head, rows, right=2)
+
+
+def spread(board: Board) -> str:
+    """Per-seed mean@8 of the base models and of GRPO's runs (min to max over seeds), per section and model."""
+    s = board.scores[board.scores.name == METRIC]
+    rows = []
+    for (experiment, model, task), g in s.groupby(["experiment", "model", "task"], sort=True):
+        cells = []
+        for entry in ("base", "grpo"):
+            v = g[g.entry == entry]["value"]
+            cells.append(f"{num(v.min())}–{num(v.max())}" if len(v) else "—")
+        rows.append([experiment, model, task, g["seed"].nunique(), *cells])
+    return md_table(["experiment", "model", "task", "seeds", "base models", "GRPO runs"], rows, right=3)
+
+
+def power(board: Board) -> str:
+    """The power of the comparisons with GRPO (bandpo.analysis.stats.power_table of stats.csv)."""
+    rows = []
+    for p in row_series(power_table(board.stats)):
+        where = p["experiment"] + (f" ({p['subset']})" if p["subset"] else "")
+        rows.append([
+            where, p["model"], p["label"], num(p["sd"], 2), int(p["n_seeds"]), num(p["mde"]),
+            f"{num(p['mde_min'])}–{num(p['mde_max'])}", int(p["seeds_for_target"]),
+        ])  # fmt: skip
+    head = ["experiment", "model", "metric", "SD, points", "seeds", "MDE, points", "MDE per entry",
+            "seeds for 2 points"]  # fmt: skip
+    return md_table(head, rows, right=3)
+
+
+def mde_main(board: Board) -> str:
+    """The MDE of the main experiment's primary pair (primary.csv, BandPO-KL − GRPO on mean@8) per model size, in
+    reverse name order (tiny-s, then tiny-m), with the seed pairs and the margin beside it:
+    "4.8 points on tiny-s (3 seed pairs), 8.6 on tiny-m (3)"."""
+    p = board.primary[(board.primary["experiment"] == "main") & (board.primary["metric"] == METRIC)]
+    p = p.sort_values("model", ascending=False)
+    parts = []
+    for i, r in enumerate(row_series(p)):
+        unit, pairs = (" points", " seed pairs") if i == 0 else ("", "")
+        parts.append(f"{num(r['mde'])}{unit} on {r['model']} ({int(r['n_pairs'])}{pairs})")
+    return ", ".join(parts)
+
+
+def clipfrac_main(board: Board) -> str:
+    """The share of off-policy tokens clipping binds on in main's runs (runs.csv ``clipfrac``, a run's mean over
+    its steps): the range over runs and over the entries' means, in percent."""
+    r = board.runs[board.runs["experiment"] == "main"].dropna(subset=["clipfrac"])
+    means = r.groupby("entry")["clipfrac"].mean()
+    return (f"{num(r['clipfrac'].min(), 2)}-{num(r['clipfrac'].max(), 2)}% of off-policy tokens per run "
+            f"({num(means.min(), 2)}-{num(means.max(), 2)}% as the entries' means)")  # fmt: skip
+
+
+def mde_measured(board: Board) -> str:
+    """Per primary score comparison: the seed pairs, the SD of the paired differences this run measured (from
+    scores.csv) and the MDE at 80% power it gives (primary.csv's ``mde``), beside the margin."""
+    rows = []
+    for p in row_series(board.primary[board.primary.metric == METRIC]):
+        sc = board.scores[(board.scores.experiment == p["experiment"]) & (board.scores.model == p["model"])
+                        & (board.scores.name == METRIC) & (board.scores.task == p["task"])]  # fmt: skip
+        per_seed = sc.pivot_table(index="seed", columns="entry", values="value")
+        d = (per_seed[p["treatment"]] - per_seed[p["control"]]).dropna()
+        rows.append([p["experiment"], p["model"], f"{100 * d.std(ddof=1):.2f}", str(len(d)), num(p["mde"]),
+                     margin_text(p.get("margin", np.nan))])  # fmt: skip
+    head = ["experiment", "model", "SD measured (points)", "seed pairs", "measured MDE (points)", "margin"]
+    return md_table(head, rows, right=4)
+
+
+def seeds_summary(board: Board) -> str:
+    """How many seeds each experiment's rows average (runs.csv): the primary pair's (primary.csv's treatment and
+    control), then the other trained entries', per experiment in the order the runs list them."""
+    parts = []
+    for xp, runs in board.runs.groupby("experiment", sort=False):
+        counts = runs.groupby(["model", "entry"])["seed"].nunique()
+        p = board.primary[(board.primary.experiment == xp) & (board.primary.metric == METRIC)]
+        pair = set(p["treatment"]) | set(p["control"])
+        in_pair = counts[[e in pair for _m, e in counts.index]]
+        others = sorted(set(counts[[e not in pair for _m, e in counts.index]]))
+        if in_pair.empty:
+            parts.append(f"{xp} {'/'.join(map(str, sorted(set(counts))))}")
+            continue
+        text = f"{xp} {'/'.join(map(str, sorted(set(in_pair))))} for the primary pair"
+        parts.append(text + (f", {'/'.join(map(str, others))} for the other entries" if others else ""))
+    return "; ".join(parts)
+
+
+# sentences: what the tables say, generated so that the prose cannot go stale
+def _where(experiment: str, model: str, subset: str = "") -> str:
+    return f"{experiment} ({model}{', ' + subset + ' subset' if subset else ''})"
+
+
+def primary_summary(board: Board) -> str:
+    """The verdict of every score comparison of primary.csv (BandPO-KL − GRPO, paired), one clause each."""
+    parts = []
+    for p in row_series(board.primary[board.primary.metric == METRIC]):
+        subset = board.scores.loc[board.scores.task == p["task"], "subset"].iloc[0]
+        parts.append(f"{_where(p['experiment'], p['model'], subset)} {p['verdict']}")
+    n = sum(1 for p in row_series(board.primary[board.primary.metric == METRIC]) if p["verdict"] != "unresolved")
+    return f"{n} of {len(parts)} resolved: " + "; ".join(parts)
+
+
+def separated(board: Board, experiment: str = "main") -> str:
+    """How many entries of an experiment's sections have a paired mean@8 interval from GRPO that excludes 0, and
+    which (with the sign of the difference)."""
+    b = board.leaderboard[(board.leaderboard.experiment == experiment) & (board.leaderboard.entry != "base")]
+    b = b[b.entry != b.baseline]
+    lo, hi = b[f"{METRIC}_diff_t_ci_low"], b[f"{METRIC}_diff_t_ci_high"]
+    hits = [f"{r['entry']} on {r['model']} ({'+' if r[f'{METRIC}_diff'] > 0 else '−'})"
+            for r in row_series(b[(lo > 0) | (hi < 0)])]  # fmt: skip
+    return f"{len(hits)} of its {len(b)} comparisons with GRPO (entry x model)" + (
+        f": {', '.join(hits)}" if hits else ""
+    )
+
+
+def gains_summary(board: Board) -> str:
+    """Where GRPO's paired gain over its base model has a 95% interval above 0, and where not."""
+    yes, no = [], []
+    for experiment, subset, base in base_rows(board):
+        (yes if base[f"{METRIC}_diff_t_ci_high"] < 0 else no).append(_where(experiment, base["model"], subset))
+    return f"above 0 on {', '.join(yes) or 'none'}; not on {', '.join(no) or 'none'}"

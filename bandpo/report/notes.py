@@ -1,0 +1,262 @@
+"""The sentences of the pages: how to read the numbers (computed from the board), the power of the comparisons,
+and each experiment's note (its question, primary metric and decision rule, the result, its family of
+secondaries)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+from scipy.stats import chi2
+from scipy.stats import t as student_t
+
+from bandpo.analysis.leaderboard import headline_label
+from bandpo.plan.sweep import BASE_ENTRY
+from bandpo.report.columns import baseline_of
+from bandpo.report.text import fmt, fmt_ci
+
+STATS_NOTE = (
+    "Scores are fractions of problems solved, shown in percent: the mean over seeds of each seed's lm-eval score "
+    "(averaged over tasks with equal weight), with a 95% Student-t confidence interval over seeds (mean ± "
+    "t(0.975, n-1) SD / sqrt(n) of the per-seed scores; leaderboard.csv also has rliable's percentile-bootstrap "
+    "interval, columns *_ci_low / *_ci_high, which is too narrow at 3-5 seeds). {seeds} leaderboard.csv also has "
+    "rliable's IQM (*_iqm), the interquartile mean of the (seed, task) scores. "
+    "Comparisons with {baseline} are paired: Δ is the mean over seeds of this entry's score minus {baseline}'s "
+    "trained from the same base model with the same seed, with the 95% paired t interval of those differences (the "
+    "bootstrap one is in the csv); P(>{baseline}) is the probability of improvement on them: the share of seeds "
+    "whose difference is positive, ties counting one half; 0.5 means no difference. The verdict column is the "
+    "Holm-adjusted verdict of mean@k within the experiment's family of secondaries (the primary's own, tested alone "
+    "at 5%, on its row): better or worse (the 95% interval excludes 0), equivalent (the 90% interval lies inside "
+    "the experiment's margin, fixed before the runs), else unresolved. pass@k is the unbiased estimator "
+    "1 - C(n-c, k)/C(n, k); best@k (bootstrap) is the paper's resampled variant, labelled as such. Entropy is the "
+    "rollout policy's mean token entropy over the last 10% of training steps, with its t interval over seeds; "
+    "time is per training run."
+)
+
+
+BASE_MODELS = {
+    True: "Seed s of every entry trains from base model s (pretrained with seed s; the base row's seed s is that "
+    "model), so the spread over seeds holds the pretraining draw, the RL run's randomness and the evaluation's "
+    "sampling.",
+    False: "Every seed of every entry trains from the one base model of its size (base_per_seed: false); seed s is "
+    "the RL run's and the evaluation's seed, so the spread over seeds holds the RL run's randomness and the "
+    "evaluation's sampling, not the pretraining draw, and the base row's seeds are evaluation draws of that one "
+    "model.",
+    None: "Seed s of every entry is the RL run's seed; runs of one seed share their base model.",
+}
+
+
+POWER_NOTE = (
+    "Minimum detectable difference (MDE): the smallest true difference from {baseline} that a two-sided paired "
+    "t-test at level 0.05 finds with 80% power from n seeds, solved exactly from the noncentral t distribution "
+    "(n - 1 degrees of freedom, noncentrality MDE x sqrt(n) / SD), where SD is the standard deviation of the "
+    "paired differences (pooled over a model's trained entries: the root mean square of their SDs). Differences "
+    "below the MDE are not resolved by this many seeds; 'seeds for 2 points' is the fewest seeds whose MDE at this "
+    "SD is at most 2 points. The SD is itself estimated from these few seeds ({sd_range}), so read both as rough."
+)
+
+
+def seed_counts(table: pd.DataFrame) -> list[int]:
+    """The distinct seed counts of the trained rows (the base rows left out)."""
+    if table.empty or "n_seeds" not in table:
+        return []
+    rows = table[table["entry"] != BASE_ENTRY] if "entry" in table else table
+    return sorted({int(n) for n in rows["n_seeds"].dropna() if int(n) > 0})
+
+
+def stats_note(table: pd.DataFrame, base_per_seed: bool | None = None) -> str:
+    """How to read the tables (`STATS_NOTE`), with the sentence on base models that ``base_per_seed`` (the config's
+    key; None when unknown) makes true."""
+    return STATS_NOTE.format(baseline=baseline_of(table), seeds=BASE_MODELS[base_per_seed])
+
+
+def seeds_note(table: pd.DataFrame) -> str:
+    """The seed counts of the rows and the t quantile each gives, computed from the table."""
+    counts = seed_counts(table)
+    if not counts:
+        return ""
+    quantiles = ", ".join(f"{student_t.ppf(0.975, n - 1):.2f} at {n} seeds" for n in counts if n >= 2)
+    rows = f"{counts[0]} seeds" if len(counts) == 1 else f"{counts[0]} to {counts[-1]} seeds"
+    return (
+        f"Rows have {rows}; the 95% t intervals multiply SD / sqrt(n) by t(0.975, n - 1): {quantiles}. That is "
+        "the honest width of so few seeds, which a percentile bootstrap (a handful of distinct resamples) "
+        "understates. Read P(improvement) near 0.5 as no evidence either way."
+    )
+
+
+def intervals_note(table: pd.DataFrame, alpha: float = 0.05) -> str:
+    """How many paired Δ intervals of mean@k the tables show (every trained entry against the baseline), how many
+    exclude 0, and how many would by chance were no entry different (alpha of them)."""
+    label = headline_label(table, "mean") if not table.empty else None
+    if not label or f"{label}_diff_t_ci_low" not in table:
+        return ""
+    rows = table[(table["entry"] != BASE_ENTRY) & table[f"{label}_diff_t_ci_low"].notna()]
+    n = len(rows)
+    if not n:
+        return ""
+    out = int(((rows[f"{label}_diff_t_ci_low"] > 0) | (rows[f"{label}_diff_t_ci_high"] < 0)).sum())
+    return (
+        f"The tables show {n} paired 95% intervals of {label} against the baseline (trained entries; the base rows "
+        f"left out); were no entry different, about {fmt(alpha * n, 1, 1)} of them would exclude 0 by chance; "
+        f"{out} {'does' if out == 1 else 'do'}. The verdict column corrects for this within each experiment (Holm)."
+    )
+
+
+def power_note(table: pd.DataFrame) -> str:
+    """`POWER_NOTE` with the 95% interval of an SD estimated from the fewest seeds of the rows (chi-square)."""
+    counts = [n for n in seed_counts(table) if n >= 2]
+    if counts:
+        df = counts[0] - 1
+        low, high = math.sqrt(df / chi2.ppf(0.975, df)), math.sqrt(df / chi2.ppf(0.025, df))
+        sd_range = f"at {counts[0]} seeds its 95% interval runs from {low:.2f} to {high:.1f} times the estimate"
+    else:
+        sd_range = "no row has 2 seeds"
+    return POWER_NOTE.format(baseline=baseline_of(table), sd_range=sd_range)
+
+
+def reading_notes(table: pd.DataFrame, base_per_seed: bool | None = None) -> list[str]:
+    """The "How to read these numbers" paragraphs of the page and the Markdown, each computed from the table."""
+    return [x for x in (stats_note(table, base_per_seed), seeds_note(table), intervals_note(table)) if x]
+
+
+def grader_note(table: pd.DataFrame) -> str:
+    """One sentence naming the grader(s) behind the table's scores; "" when none is recorded."""
+    graders = sorted({g for cell in table.get("grader", []) if isinstance(cell, str) for g in cell.split("; ") if g})
+    if not graders:
+        return ""
+    return (
+        "Scores graded by " + ", ".join(graders) + " (bandpo.grader: name/mode@version; lenient: last \\boxed{} "
+        "or Answer: line; strict-answer-line: the last Answer: line only; both accept equivalent answers; "
+        "math-dapo: the paper's rule, verl's math_dapo, the normalised last Answer: line string-equal to the "
+        "reference)."
+    )
+
+
+def unpaired_lines(table: pd.DataFrame) -> list[str]:
+    """One sentence per leaderboard row whose paired comparison left seeds out (the ``*_unpaired`` columns)."""
+    out = []
+    for col in [c for c in table.columns if c.endswith("_unpaired")]:
+        label = col.removesuffix("_unpaired")
+        for _, r in table[table[col].notna() & (table[col].astype(str) != "")].iterrows():
+            out.append(f"{r['model']} / {r['entry']}, {label}: left out of the paired comparison: {r[col]}.")
+    return out
+
+
+def power_lines(power: pd.DataFrame) -> list[str]:
+    """One sentence per (model, metric) of `bandpo.analysis.stats.power_table`, in points."""
+    out = []
+    for r in power.itertuples():
+        need = r.seeds_for_target
+        if math.isnan(need):
+            need_text = "unknown"
+        elif math.isinf(need):
+            need_text = "more than 10000"
+        else:
+            need_text = f"{int(need)}"
+        verdict = "resolved" if r.mde <= r.target else "not resolved"
+        section = [str(x) for x in (getattr(r, "experiment", ""), getattr(r, "subset", "")) if x and x == x]
+        where = f"{' / '.join(section)}: " if section and section != ["main"] else ""
+        out.append(
+            f"{where}{r.model}, {r.label}: SD of the paired differences {fmt(r.sd, 100.0, 2)} points over "
+            f"{r.n_comparisons} comparison(s) with {r.n_seeds} seeds; MDE {fmt(r.mde, 100.0)} points (entries "
+            f"{fmt(r.mde_min, 100.0)} to {fmt(r.mde_max, 100.0)}); a {fmt(r.target, 100.0, 0)}-point difference is "
+            f"{verdict} with {r.n_seeds} seeds; seeds for {fmt(r.target, 100.0, 0)} points: {need_text}."
+        )
+    return out
+
+
+def _points(v: Any, sign: bool = True) -> str:
+    """A score difference in points, signed, one decimal (as the tables round)."""
+    text = fmt(v, 100.0, 1)
+    return text if not sign or text.startswith("-") or text == "—" else "+" + text
+
+
+def _score_result(r: Any) -> str:
+    """The sentence of a score comparison of primary.csv (`bandpo.analysis.experiments.primary_results`): every
+    number named by what it is, from this row."""
+    margin = (f"against the equivalence margin ±{fmt(r.margin, 100.0, 1)} points" if r.margin == r.margin
+              else "no equivalence margin declared")  # fmt: skip
+    role = "demoted to a secondary" if r.role == "demoted" else "primary, tested alone at 5%"
+    return (
+        f"Result on {r.model} ({role}): {r.treatment} − {r.control} = {_points(r.difference)} "
+        f"[{_points(r.ci_low)}, {_points(r.ci_high)}] points of {r.metric} (mean of {r.n_pairs} paired seed "
+        f"differences, 95% paired t interval; 90% interval [{_points(r.ci90_low)}, {_points(r.ci90_high)}] "
+        f"{margin}; MDE {fmt(r.mde, 100.0, 1)} points at 80% power): {r.verdict}"
+    )
+
+
+def _entropy_result(r: Any) -> str:
+    """The sentence of an entropy row of primary.csv: a run's final entropy against its own step-1 entropy
+    (control ``step 1``, `entropy_shift_results`) or an entry's entropy against the control's, paired by seed
+    (`entropy_pair_results`)."""
+    margin = f"margin ±{fmt(r.margin, 1, 3)} nats" if r.margin == r.margin else "no equivalence margin declared"
+    what = "final entropy" if r.metric == "entropy_final" else "entropy area under the curve per step"
+    if r.control == "step 1":
+        return (
+            f"Result on {r.model}, {r.treatment}: {what} {fmt(r.treatment_mean, 1, 3)} (mean of its {r.n_pairs} "
+            f"runs) against {fmt(r.control_mean, 1, 3)} at step 1 (the same runs' step-1 entropy), paired "
+            f"difference {fmt_ci(r.difference, r.ci_low, r.ci_high, 1, 3)} nats (95% paired t; {margin}): "
+            f"{r.verdict}"
+        )
+    return (
+        f"Result on {r.model}, {what}: {r.treatment} {fmt(r.treatment_mean, 1, 3)} against {r.control} "
+        f"{fmt(r.control_mean, 1, 3)} (means over {r.n_pairs} seed pairs), paired difference "
+        f"{fmt_ci(r.difference, r.ci_low, r.ci_high, 1, 3)} nats (95% paired t; {margin}): {r.verdict}"
+    )
+
+
+def family_sentence(f: Any) -> str:
+    """One experiment's family of secondaries (`bandpo.analysis.experiments.family_verdicts`), in words."""
+    return (
+        f"Secondaries: {int(f.n_tests)} paired tests against the baseline (every other trained entry and metric of "
+        f"the experiment, Holm-adjusted at 5%): {int(f.better)} better, {int(f.worse)} worse, {int(f.equivalent)} "
+        f"equivalent, {int(f.unresolved)} unresolved; unadjusted, {int(f.n_excluding_0)} of their 95% intervals "
+        f"exclude 0, where about {fmt(f.expected_by_chance, 1, 1)} would by chance were no entry different"
+    )
+
+
+def collapse_sentence(rows: pd.DataFrame) -> str:
+    """The entropy fall of each run of one experiment (`bandpo.analysis.experiments.collapse_factors`), per entry."""
+    parts = []
+    for (model, entry), g in rows.groupby(["model", "entry"], sort=True):
+        factors = ", ".join(f"{f:.1f}" for f in g["factor"])
+        parts.append(f"{model} {entry}: {factors} ({int(g['collapsed'].sum())} of {len(g)} runs at least "
+                     f"{g['threshold'].iloc[0]:g}-fold)")  # fmt: skip
+    return "Entropy fall per run, step-1 entropy / final entropy: " + "; ".join(parts)
+
+
+def experiment_notes(
+    specs: Mapping[str, Mapping[str, Any]],
+    primary: pd.DataFrame,
+    family: pd.DataFrame | None = None,
+    collapse: pd.DataFrame | None = None,
+) -> list[tuple[str, str]]:
+    """(experiment, text) per experiment: its description, its primary metric and decision rule (fixed before the
+    runs, from the config), a demotion's reason, the primary comparison's result (`_score_result`,
+    `_entropy_result`: one template per kind of row), its runs' entropy fall (``collapse``, `collapse_sentence`) and
+    its family of secondaries (`family_sentence`)."""
+    out = []
+    fam = family.set_index("experiment") if family is not None and not family.empty else None
+    for xp, spec in specs.items():
+        parts = [str(spec.get("description") or "").rstrip(".")]
+        p = spec.get("primary") or {}
+        if p:
+            parts.append(f"Primary metric: {p.get('metric')}" + (f" ({p['compare'][0]} against {p['compare'][1]})"
+                                                                  if p.get("compare") else ""))  # fmt: skip
+            parts.append(f"Decision rule: {p.get('rule')}")
+            if p.get("demoted"):
+                parts.append(f"Demoted to a secondary: {str(p['demoted']).rstrip('.')}")
+        rows = primary[primary["experiment"] == xp] if not primary.empty else primary
+        for r in rows.itertuples():
+            parts.append(_entropy_result(r) if str(r.metric).startswith("entropy") else _score_result(r))
+        if p.get("compare") and rows.empty:
+            parts.append("Result: not available (no scores of both entries yet)")
+        if collapse is not None and not collapse.empty and (collapse["experiment"] == xp).any():
+            parts.append(collapse_sentence(collapse[collapse["experiment"] == xp]))
+        if fam is not None and xp in fam.index:
+            parts.append(family_sentence(fam.loc[xp]))
+        if any(parts):  # sentences: a description that is a question keeps its "?" without a "." after it
+            out.append((xp, " ".join(x if x.endswith(("?", "!")) else x + "." for x in parts if x)))
+    return out
