@@ -166,10 +166,22 @@ class _Paths:
         self.x, self.mass, self.t = y, w * density, t
 
 
-def _solve(f, target: float) -> float:
-    """The root of the monotone ``f`` (crossing probability as a function of a z boundary) equal to ``target``."""
+class BoundariesCross(ValueError):
+    """The futility boundary of an interim look reached its efficacy boundary: every path stops there, and the
+    design has more looks than it can use."""
+
+    def __init__(self, look: int):
+        super().__init__(f"the boundaries cross at look {look}")
+        self.look = look
+
+
+def _solve(f, target: float, look: int) -> float:
+    """The root of the monotone ``f`` (crossing probability as a function of a z boundary) equal to ``target``;
+    `BoundariesCross` when the paths still running cannot spend it (the boundaries crossed at an earlier look)."""
     from scipy.optimize import brentq
 
+    if (f(-40.0) - target) * (f(40.0) - target) > 0:
+        raise BoundariesCross(look)
     return float(brentq(lambda z: f(z) - target, -40.0, 40.0, xtol=1e-12, rtol=1e-12, maxiter=500))
 
 
@@ -200,7 +212,8 @@ def z_boundaries(
 ) -> ZBoundaries:
     """Lan-DeMets boundaries on the z scale at the increasing information ``fractions`` (last 1): efficacy by
     spending ``alpha`` under Δ = 0; with ``beta``, futility by spending ``beta`` under the drift ``drift`` (the
-    expected Z at full information under H1), and the last look's futility boundary set to its efficacy one.
+    expected Z at full information under H1), and the last look's futility boundary set to its efficacy one
+    (`BoundariesCross` when the two cross at an earlier look).
     ``binding``: the efficacy boundaries count the futility stops (they spend the alpha those stops free); else
     (non-binding) they are those of efficacy alone, and the futility stops only lower the type I error. The
     futility boundaries always count the efficacy stops. Without ``beta``: efficacy only (futility -inf)."""
@@ -217,11 +230,13 @@ def z_boundaries(
     last_futility = -math.inf
     for j, t in enumerate(fr):
         d_alpha = a_spend[j] - (a_spend[j - 1] if j else 0.0)
-        b = math.inf if d_alpha <= 1e-15 else _solve(lambda z, t=t: h0.p_up(t, z), d_alpha)
+        b = math.inf if d_alpha <= 1e-15 else _solve(lambda z, t=t: h0.p_up(t, z), d_alpha, j + 1)
         a = -math.inf
         if with_futility:
             d_beta = b_spend[j] - (b_spend[j - 1] if j else 0.0)
-            a = -math.inf if d_beta <= 1e-15 else _solve(lambda z, t=t: h1.p_down(t, z), d_beta)
+            a = -math.inf if d_beta <= 1e-15 else _solve(lambda z, t=t: h1.p_down(t, z), d_beta, j + 1)
+            if a >= b and j < len(fr) - 1:
+                raise BoundariesCross(j + 1)
         if j == len(fr) - 1:
             last_futility = a
             a = b if with_futility else a
@@ -244,7 +259,7 @@ def z_crossing(
     up, down = [], []
     for t, b, a in zip(fractions, efficacy, futility, strict=True):
         up.append(paths.p_up(t, b))
-        down.append(paths.p_down(t, a) if a < b else 0.0)
+        down.append(paths.p_down(t, min(a, b)))  # the last look: below the efficacy boundary
         paths.advance(t, a, b)
     return np.array(up), np.array(down)
 
@@ -368,7 +383,10 @@ def _check_cached(
     ns = [k * (j + 1) for j in range(looks)]
     fr = [n / n_max for n in ns]
     drift = margin * math.sqrt(n_max) / sd
-    zb = z_boundaries(fr, alpha, sa, beta, sb, drift, binding)
+    try:
+        zb = z_boundaries(fr, alpha, sa, beta, sb, drift, binding)
+    except BoundariesCross as e:
+        return _Check((), True, e.look, math.nan)
     out, overlap = [], None
     for j, n in enumerate(ns):
         ncp = margin * math.sqrt(n) / sd
