@@ -915,7 +915,7 @@ def plan_body(repo: str | Path = ".", k: int = DEFAULT_K, reps: int = 40_000, se
     out += ["The paired differences (BandPO-KL − GRPO, final mean@8, points) in each publication:", ""]
     out += _table(["publication", "primary", "pairs", "mean", "SD"], rows, "llrrr") + [""]
     cols = ["pooled_mean", "pooled_sd", "largest_sd", "planning_sd"]
-    rows = [[st, str(p["samples"]), str(p["df"]), *(_pts(p[c]) for c in cols)] for st, p in plans.iterrows()]
+    rows = [[st, f"{p['samples']:.0f}", f"{p['df']:.0f}", *(_pts(p[c]) for c in cols)] for st, p in plans.iterrows()]
     out += [f"Pooled per setting (planning SD: the one-sided {SD_CONFIDENCE:.0%} upper confidence bound):", ""]
     header = ["setting", "samples", "df", "pooled mean", "pooled SD", "largest SD", "planning SD"]
     out += _table(header, rows, "lrrrrrr") + [""]
