@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from bandpo.analysis import sequential
 from bandpo.report.board import Board
 from bandpo.report.docs import axes, experiments, runs, scores
 
@@ -65,6 +66,8 @@ BLOCKS: dict[str, Callable[[Board], str]] = {
     "verl-beside": runs.verl_beside,
     "verl-cost": runs.verl_cost,
     "verl-elapsed": runs.verl_elapsed,
+    # the verdict rule's plan, from the three publications' scores in git history (not from results/)
+    "sequential-plan": lambda board: sequential.plan_body(board.folder or "."),
     "n-runs": lambda board: str(len(board.runs)),
     "commit": lambda board: f"`{board.provenance['git_commit'][:7]}`",
 }
