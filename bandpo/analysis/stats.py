@@ -46,6 +46,7 @@ from scipy.stats import bootstrap, nct, trim_mean
 from scipy.stats import t as student_t
 
 from bandpo.plan.sweep import BASE_ENTRY
+from bandpo.verdict.rule import SCORE_DIFF_RANGE, SCORE_RANGE, t_interval
 
 DEFAULT_BASELINE = "grpo"
 HEADLINE = ("mean", "pass", "maj", "best_bootstrap")  # metric families of the leaderboard, at k = n samples
@@ -58,7 +59,6 @@ MDE_TARGET = 0.02  # a 2-point difference (scores are fractions): what the seed 
 TIE_TOLERANCE = 1e-9
 POWER, ALPHA = 0.8, 0.05  # of the minimum detectable difference: 80% power, two-sided level 0.05
 MAX_SEEDS = 10_000  # seeds_needed gives up beyond this
-SCORE_RANGE, SCORE_DIFF_RANGE = (0.0, 1.0), (-1.0, 1.0)  # scores are fractions: where their t intervals are cut
 
 
 def metric_label(family: str, k: Any) -> str:
@@ -96,22 +96,6 @@ def bootstrap_ci(
         rng=rng,
     )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
-
-
-def t_interval(
-    values: Sequence[float] | np.ndarray, confidence: float = 0.95, bounds: tuple[float, float] = (-math.inf, math.inf)
-) -> tuple[float, float]:
-    """Student-t interval of the mean of ``values`` (seeds): mean +- t_{(1+confidence)/2, n-1} * sd / sqrt(n), sd
-    with ddof 1, cut to ``bounds`` (the range the mean can take: [0, 1] for a score, [-1, 1] for a difference of
-    scores). Exact for normal scores and honest at 3-5 seeds, where a percentile bootstrap is too narrow. NaN
-    for fewer than 2 finite values."""
-    x = np.asarray(values, dtype=np.float64)
-    x = x[np.isfinite(x)]
-    if x.size < 2:
-        return float("nan"), float("nan")
-    half = float(student_t.ppf((1 + confidence) / 2, x.size - 1) * np.std(x, ddof=1) / math.sqrt(x.size))
-    m = float(x.mean())
-    return max(m - half, bounds[0]), min(m + half, bounds[1])
 
 
 def mean_of_means(*strata: np.ndarray, axis: int = -1) -> np.ndarray:

@@ -192,15 +192,20 @@ def slots(cfg: Mapping[str, Any], builtin: bool = False, base: bool = False) -> 
     return out
 
 
-def runs(cfg: Mapping[str, Any], builtin: bool = False) -> list[tuple[str, str, int]]:
+def runs(cfg: Mapping[str, Any], builtin: bool = False, first_look: bool = False) -> list[tuple[str, str, int]]:
     """(model, slot, seed) of every training run of the DAG: each experiment's entries on their models, each with
-    its slot's seeds (`slot_seeds`: the primary pair's ``primary.seeds`` where set)."""
+    its slot's seeds (`slot_seeds`: the primary pair's ``primary.seeds`` where set). ``first_look``: of a sequential
+    primary's pair only the first look's seeds (what a fresh run schedules before any look)."""
     out = []
+    stepwise = sequential_slots(cfg) if first_look else set()
     for xp_id, xp in cfg["experiments"].items():
+        first = (look_blocks(cfg, xp_id) or [[]])[0]
         for m in xp["models"]:
             for e in xp_entries(cfg, xp_id, builtin):
                 if m in cell_models(cfg, xp, e):
-                    out += [(m, slot_id(xp_id, e), s) for s in slot_seeds(cfg, xp_id, e)]
+                    seeds = slot_seeds(cfg, xp_id, e)
+                    seeds = [s for s in seeds if slot_id(xp_id, e) not in stepwise or s in first]
+                    out += [(m, slot_id(xp_id, e), s) for s in seeds]
     return out
 
 
@@ -237,19 +242,19 @@ def used_data(cfg: Mapping[str, Any]) -> list[str]:
     return [d["id"] for d in cfg["data"] if d["id"] in ids]
 
 
-def base_models(cfg: Mapping[str, Any]) -> list[str]:
+def base_models(cfg: Mapping[str, Any], first_look: bool = False) -> list[str]:
     """Every base model folder the DAG builds or downloads (`model_path`): per (model, seed) used by any experiment
     for a model built per seed (the experiment's seeds on each of its models, and a primary pair's
-    ``primary.seeds`` on the models the pair runs on), else one per model."""
-    return sorted(
-        {
-            model_path(cfg, m, s)
-            for xp_id, xp in cfg["experiments"].items()
-            for e in [BASE_ENTRY, *xp["methods"]]
-            for m in cell_models(cfg, xp, e)
-            for s in slot_seeds(cfg, xp_id, e)
-        }
-    )
+    ``primary.seeds`` on the models the pair runs on), else one per model. ``first_look``: a sequential primary's
+    pair with its first look's seeds only (what a fresh run builds before any look)."""
+    stepwise = sequential_slots(cfg) if first_look else set()
+    folders = set()
+    for xp_id, xp in cfg["experiments"].items():
+        first = (look_blocks(cfg, xp_id) or [[]])[0]
+        for e in [BASE_ENTRY, *xp["methods"]]:
+            seeds = [s for s in slot_seeds(cfg, xp_id, e) if slot_id(xp_id, e) not in stepwise or s in first]
+            folders |= {model_path(cfg, m, s) for m in cell_models(cfg, xp, e) for s in seeds}
+    return sorted(folders)
 
 
 def atlas_spec(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -273,39 +278,118 @@ def atlas_spec(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
             "train": train, "steps": steps}  # fmt: skip
 
 
-def eval_rule_name(kind: str, experiment: str, primary: bool = False) -> str:
+def eval_rule_name(kind: str, experiment: str, primary: bool = False, look: int | None = None) -> str:
     """The evaluation rule of an experiment: ``eval_group`` / ``eval_run`` for main, ``eval_group_<experiment>``
     (non-identifier characters as _) for the others; ``primary``: the rule of its primary pair when the pair runs
     seeds of its own (``primary.seeds``; `eval_seed_groups`), that name plus ``_primary`` (``eval_group_primary``,
-    ``eval_group_separation_primary``)."""
+    ``eval_group_separation_primary``); ``look``: the rule of the seeds a sequential primary adds for look j
+    (``eval_group_primary_look2``)."""
     name = kind if experiment == MAIN else f"{kind}_{re.sub(r'[^A-Za-z0-9_]', '_', experiment)}"
-    return f"{name}_primary" if primary else name
+    name = f"{name}_primary" if primary else name
+    return f"{name}_look{look}" if look is not None else name
+
+
+def sequential(cfg: Mapping[str, Any], experiment: str) -> Mapping[str, Any] | None:
+    """An experiment's group-sequential design (``primary.sequential``), or None."""
+    return ((cfg["experiments"][experiment].get("primary") or {}).get("sequential")) or None
+
+
+def look_blocks(cfg: Mapping[str, Any], experiment: str) -> list[list[int]]:
+    """The seeds a sequential primary's pair adds for each look, in order: ``primary.seeds`` in blocks of k (the
+    seeds of look j are those of blocks 1..j); [] for an experiment without a sequential design."""
+    design = sequential(cfg, experiment)
+    if design is None:
+        return []
+    seeds = [int(s) for s in cfg["experiments"][experiment]["primary"]["seeds"]]
+    k = int(design["k"])
+    return [seeds[i : i + k] for i in range(0, len(seeds), k)]
+
+
+POINTS = 100.0  # the config states margins and SDs of scores in points (mean@k in percent); the code, in fractions
+
+
+def per_model(value: float | Mapping[str, float], model: str) -> float:
+    """A setting given as one number or as a mapping model -> number."""
+    return float(value[model]) if isinstance(value, Mapping) else float(value)
+
+
+def primary_margin(cfg: Mapping[str, Any], experiment: str, model: str) -> float:
+    """The margin of an experiment's primary on a model, a fraction of the score (the config's points / 100: the one
+    place where the config's unit becomes the code's); main's where the experiment declares none; NaN without one."""
+    for xp_id in (experiment, MAIN):
+        primary = ((cfg["experiments"].get(xp_id) or {}).get("primary")) or {}
+        if primary.get("margin") is not None:
+            return per_model(primary["margin"], model) / POINTS
+    return float("nan")
+
+
+def design_settings(cfg: Mapping[str, Any], experiment: str, model: str) -> dict[str, Any]:
+    """The fields of `bandpo.verdict.design.SequentialDesign` for a sequential primary on a model, in
+    fractions of the score (`primary_margin`)."""
+    d = sequential(cfg, experiment)
+    return {"margin": primary_margin(cfg, experiment, model), "k": int(d["k"]), "n_max": int(d["n_max"]),
+            "planning_sd": per_model(d["planning_sd"], model) / POINTS, "alpha": float(d["alpha"]),
+            "beta": float(d["beta"]), "spending": d["spending"],
+            "futility_spending": d["futility_spending"]}  # fmt: skip
+
+
+def sequential_pairs(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every sequential primary on every model that runs both of its entries: {"experiment", "model", "treatment",
+    "control", "blocks"} (`look_blocks`)."""
+    out = []
+    for xp_id, xp in cfg["experiments"].items():
+        if sequential(cfg, xp_id) is None:
+            continue
+        treatment, control = xp["primary"]["compare"]
+        for model in xp["models"]:
+            if model in cell_models(cfg, xp, treatment) and model in cell_models(cfg, xp, control):
+                out.append({"experiment": xp_id, "model": model, "treatment": treatment, "control": control,
+                            "blocks": look_blocks(cfg, xp_id)})  # fmt: skip
+    return out
+
+
+def sequential_slots(cfg: Mapping[str, Any]) -> set[str]:
+    """The slots whose seeds a sequential primary schedules look by look (its pair's), not all at once."""
+    out = set()
+    for xp_id, xp in cfg["experiments"].items():
+        if sequential(cfg, xp_id) is not None:
+            out |= {slot_id(xp_id, e) for e in xp["primary"]["compare"] if e not in (xp.get("reuse") or ())}
+    return out
 
 
 def eval_seed_groups(cfg: Mapping[str, Any], experiment: str) -> list[dict[str, Any]]:
     """The evaluation rules of an experiment, one per distinct seed list (`slot_seeds`) among the slots it scores
     (its own base slot and the entries it trains; not those it reuses from main): {"primary": bool (the rule's name
     takes `eval_rule_name`'s ``_primary`` suffix: its seeds are not the experiment's own, i.e. the primary pair's
-    ``primary.seeds``), "seeds": [int] (the seeds each job of the rule scores, the rule's outputs), "slots": [str]
-    (the slot ids the rule's ``entry`` wildcard matches)}; the group with the experiment's own seeds first. Empty
-    when the experiment scores nothing of its own (every entry reused)."""
+    ``primary.seeds``), "look": the look whose seeds it scores (a sequential primary's pair: one rule per look's
+    block of seeds) or None, "seeds": [int] (the seeds each job of the rule scores, the rule's outputs), "slots":
+    [str] (the slot ids the rule's ``entry`` wildcard matches)}; the group with the experiment's own seeds first.
+    Empty when the experiment scores nothing of its own (every entry reused)."""
     own = [int(s) for s in cfg["experiments"][experiment]["seeds"]]
+    stepwise = sequential_slots(cfg)
     groups: dict[tuple[int, ...], list[str]] = {}
     for slot, where in slots(cfg, base=True).items():
         if where["experiment"] == experiment:
             groups.setdefault(tuple(slot_seeds(cfg, experiment, where["entry"])), []).append(slot)
-    out = [{"primary": list(seeds) != own, "seeds": list(seeds), "slots": ids} for seeds, ids in groups.items()]
-    return sorted(out, key=lambda g: g["primary"])
+    out = []
+    for seeds, ids in groups.items():
+        if any(i in stepwise for i in ids):
+            out += [{"primary": True, "look": j, "seeds": block, "slots": ids}
+                    for j, block in enumerate(look_blocks(cfg, experiment), 1)]  # fmt: skip
+        else:
+            out.append({"primary": list(seeds) != own, "look": None, "seeds": list(seeds), "slots": ids})
+    return sorted(out, key=lambda g: (g["primary"], g["look"] or 0))
 
 
 def expected_jobs(cfg: Mapping[str, Any]) -> dict[str, int]:
     """How many jobs of each rule a fresh run of this config schedules (the tests compare with ``snakemake -n``)."""
     data, models = by_id(cfg["data"]), by_id(cfg["models"])
-    n_runs = len(runs(cfg, builtin=True))  # external entries are trained by their own rules
+    # external entries are trained by their own rules; a sequential primary's pair first trains its first look's seeds
+    n_runs = len(runs(cfg, builtin=True, first_look=True))
     jobs: dict[str, int] = {}
     jobs["data_tiny_math"] = sum(1 for d in used_data(cfg) if data[d]["source"] == "tiny-math")
     jobs["data_real"] = sum(1 for d in used_data(cfg) if data[d]["source"] == "real")
-    folders = base_models(cfg)
+    folders = base_models(cfg, first_look=True)
     jobs["model_tiny"] = sum(1 for f in folders if models[f.split("/")[2]]["source"] == "tiny")
     jobs["model_hub"] = sum(1 for f in folders if models[f.split("/")[2]]["source"] == "hub")
     jobs["model_pypi"] = sum(1 for f in folders if models[f.split("/")[2]]["source"] == "pypi")
@@ -318,11 +402,15 @@ def expected_jobs(cfg: Mapping[str, Any]) -> dict[str, int]:
     scored = eval_groups(cfg)
     for xp_id in cfg["experiments"]:
         for group in eval_seed_groups(cfg, xp_id):  # one rule per seed list: the primary pair's own seeds apart
+            if (group["look"] or 1) > 1:
+                continue  # the later looks' seeds: scheduled only when a look does not decide
             n_groups = sum(1 for _m, slot in scored if slot in group["slots"])
             if cfg["eval"]["group_seeds"]:
-                jobs[eval_rule_name("eval_group", xp_id, group["primary"])] = n_groups
+                jobs[eval_rule_name("eval_group", xp_id, group["primary"], group["look"])] = n_groups
             else:
-                jobs[eval_rule_name("eval_run", xp_id, group["primary"])] = n_groups * len(group["seeds"])
+                n = n_groups * len(group["seeds"])
+                jobs[eval_rule_name("eval_run", xp_id, group["primary"], group["look"])] = n
+    jobs["look"] = len(sequential_pairs(cfg))  # each sequential primary's first look
     jobs["select"] = sum(1 for xp in cfg["experiments"].values() if xp.get("select"))
     jobs["atlas"] = 1 if atlas_spec(cfg) is not None else 0
     jobs["report"] = 1

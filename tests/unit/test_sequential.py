@@ -12,22 +12,11 @@ from scipy.stats import multivariate_normal, norm
 from scipy.stats import t as student_t
 
 from bandpo.analysis import sequential as sq
-from bandpo.analysis.sequential import (
-    BETTER,
-    NOT_BETTER,
-    UNDECIDED,
-    SequentialDesign,
-    bootstrap_stability,
-    boundaries,
-    decide,
-    fixed_n_decision,
-    operating_characteristics,
-    plan_design,
-    single_look_n,
-    stability,
-    z_boundaries,
-    z_crossing,
-)
+from bandpo.verdict import design as sd
+from bandpo.verdict import rule, simulate
+from bandpo.verdict.design import SequentialDesign, boundaries, plan_design, z_boundaries, z_crossing
+from bandpo.verdict.rule import BETTER, NOT_BETTER, UNDECIDED, decide, fixed_n_decision, single_look_n
+from bandpo.verdict.simulate import bootstrap_stability, operating_characteristics, stability
 
 MARGIN, SD = 0.02, 0.027  # 2 points; about the planning SD of tiny-s at 64 steps
 
@@ -73,18 +62,18 @@ def test_boundaries_spend_what_the_multivariate_normal_says():
 
         up2 = norm.cdf(b1) - cdf(b1, b2) - ((norm.cdf(a1) - cdf(a1, b2)) if binding else 0.0)
         assert norm.sf(b1) + up2 == pytest.approx(0.05, abs=1e-6)
-        assert norm.cdf(a1 - 3.0 * r) == pytest.approx(sq.spent("hsd:-2", 0.1, 0.5), abs=1e-9)
+        assert norm.cdf(a1 - 3.0 * r) == pytest.approx(sd.spent("hsd:-2", 0.1, 0.5), abs=1e-9)
         assert zb.futility[1] == b2  # the last look decides
 
 
 def test_spending_functions():
     t = np.linspace(0, 1, 11)
     for spec in ("obf", "pocock", "hsd:-4", "hsd:-2", "hsd:0", "hsd:1"):
-        s = sq.spent(spec, 0.05, t)
+        s = sd.spent(spec, 0.05, t)
         assert s[0] == pytest.approx(0.0, abs=1e-12) and s[-1] == pytest.approx(0.05) and np.all(np.diff(s) >= 0)
-    assert sq.spent("hsd:0", 0.1, 0.3) == pytest.approx(0.03)
+    assert sd.spent("hsd:0", 0.1, 0.3) == pytest.approx(0.03)
     # O'Brien-Fleming type spends less early than Pocock type
-    assert sq.spent("obf", 0.05, 0.25) < sq.spent("hsd:-2", 0.05, 0.25) < sq.spent("pocock", 0.05, 0.25)
+    assert sd.spent("obf", 0.05, 0.25) < sd.spent("hsd:-2", 0.05, 0.25) < sd.spent("pocock", 0.05, 0.25)
 
 
 def test_t_boundaries_match_tail_probabilities(design):
@@ -95,7 +84,7 @@ def test_t_boundaries_match_tail_probabilities(design):
         assert student_t.sf(lk.efficacy_t, df) == pytest.approx(norm.sf(lk.efficacy_z), rel=1e-6)
         if j < len(looks) - 1:
             ncp = MARGIN * math.sqrt(lk.n) / SD
-            assert sq.nct.cdf(lk.futility_t, df, ncp) == pytest.approx(norm.cdf(lk.futility_z - ncp), rel=1e-5)
+            assert sd.nct.cdf(lk.futility_t, df, ncp) == pytest.approx(norm.cdf(lk.futility_z - ncp), rel=1e-5)
             assert lk.futility_t < lk.efficacy_t
     assert looks[-1].futility_t == looks[-1].efficacy_t
 
@@ -216,7 +205,7 @@ def test_decide_stops_at_the_first_look_that_crosses(design):
             break
     r = decide(design, x)
     assert r.verdict == BETTER and r.look == 2 and r.n == 10 and r.t >= looks[1].efficacy_t + 0.5
-    lo, hi = sq.t_interval(x, 0.95, sq.SCORE_DIFF_RANGE)
+    lo, hi = rule.t_interval(x, 0.95, rule.SCORE_DIFF_RANGE)
     assert (r.estimate, r.ci_low, r.ci_high) == pytest.approx((x.mean(), lo, hi))
     # undecided so far: the next look's n
     r = decide(design, x[:7])
@@ -227,15 +216,15 @@ def test_decide_stops_at_the_first_look_that_crosses(design):
 def test_the_last_look_always_decides(design):
     d = np.random.default_rng(14).normal(0.0105, SD, (400, design.n_max))  # near P(better) = 1/2
     results = [decide(design, row) for row in d]
-    assert all(r.verdict in sq.VERDICTS for r in results)
+    assert all(r.verdict in rule.VERDICTS for r in results)
     last = [r for r in results if r.look == design.looks]
-    assert {r.verdict for r in last} == set(sq.VERDICTS) and all(r.crossed for r in last)
+    assert {r.verdict for r in last} == set(rule.VERDICTS) and all(r.crossed for r in last)
     assert all((r.verdict == BETTER) == (r.t >= r.efficacy_t) for r in last)
 
 
 def test_decide_agrees_with_the_simulation_engine(design):
     d = np.random.default_rng(12).normal(0.01, SD, (300, design.n_max))
-    better, n = sq._run(design, d)
+    better, n = simulate._run(design, d)
     for row, b, k in zip(d, better, n, strict=True):
         r = decide(design, row)
         assert (r.verdict == BETTER, r.n) == (bool(b), int(k))
