@@ -194,19 +194,27 @@ def slots(cfg: Mapping[str, Any], builtin: bool = False, base: bool = False) -> 
 
 def runs(cfg: Mapping[str, Any], builtin: bool = False, first_look: bool = False) -> list[tuple[str, str, int]]:
     """(model, slot, seed) of every training run of the DAG: each experiment's entries on their models, each with
-    its slot's seeds (`slot_seeds`: the primary pair's ``primary.seeds`` where set). ``first_look``: of a sequential
-    primary's pair only the first look's seeds (what a fresh run schedules before any look)."""
+    its slot's seeds (`slot_seeds`: the primary pair's ``primary.seeds`` where set; a sequential primary's pair up
+    to the model's n_max). ``first_look``: of a sequential primary's pair only the first look's seeds (what a fresh
+    run schedules before any look)."""
     out = []
-    stepwise = sequential_slots(cfg) if first_look else set()
     for xp_id, xp in cfg["experiments"].items():
-        first = (look_blocks(cfg, xp_id) or [[]])[0]
         for m in xp["models"]:
             for e in xp_entries(cfg, xp_id, builtin):
                 if m in cell_models(cfg, xp, e):
-                    seeds = slot_seeds(cfg, xp_id, e)
-                    seeds = [s for s in seeds if slot_id(xp_id, e) not in stepwise or s in first]
-                    out += [(m, slot_id(xp_id, e), s) for s in seeds]
+                    out += [(m, slot_id(xp_id, e), s) for s in _run_seeds(cfg, xp_id, e, m, first_look)]
     return out
+
+
+def _run_seeds(cfg: Mapping[str, Any], experiment: str, entry: str, model: str, first_look: bool) -> list[int]:
+    """The seeds of an entry on a model: its slot's, a sequential primary's pair's in looks up to the model's n_max
+    (the first look's only with ``first_look``)."""
+    seeds = slot_seeds(cfg, experiment, entry)
+    if slot_id(experiment, entry) not in sequential_slots(cfg):
+        return seeds
+    blocks = look_blocks(cfg, experiment, model)
+    allowed = {s for block in (blocks[:1] if first_look else blocks) for s in block}
+    return [s for s in seeds if s in allowed]
 
 
 def eval_groups(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -245,16 +253,17 @@ def used_data(cfg: Mapping[str, Any]) -> list[str]:
 def base_models(cfg: Mapping[str, Any], first_look: bool = False) -> list[str]:
     """Every base model folder the DAG builds or downloads (`model_path`): per (model, seed) used by any experiment
     for a model built per seed (the experiment's seeds on each of its models, and a primary pair's
-    ``primary.seeds`` on the models the pair runs on), else one per model. ``first_look``: a sequential primary's
-    pair with its first look's seeds only (what a fresh run builds before any look)."""
-    stepwise = sequential_slots(cfg) if first_look else set()
-    folders = set()
-    for xp_id, xp in cfg["experiments"].items():
-        first = (look_blocks(cfg, xp_id) or [[]])[0]
-        for e in [BASE_ENTRY, *xp["methods"]]:
-            seeds = [s for s in slot_seeds(cfg, xp_id, e) if slot_id(xp_id, e) not in stepwise or s in first]
-            folders |= {model_path(cfg, m, s) for m in cell_models(cfg, xp, e) for s in seeds}
-    return sorted(folders)
+    ``primary.seeds`` on the models the pair runs on, `_run_seeds`), else one per model. ``first_look``: a sequential
+    primary's pair with its first look's seeds only (what a fresh run builds before any look)."""
+    return sorted(
+        {
+            model_path(cfg, m, s)
+            for xp_id, xp in cfg["experiments"].items()
+            for e in [BASE_ENTRY, *xp["methods"]]
+            for m in cell_models(cfg, xp, e)
+            for s in _run_seeds(cfg, xp_id, e, m, first_look)
+        }
+    )
 
 
 def atlas_spec(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -294,15 +303,18 @@ def sequential(cfg: Mapping[str, Any], experiment: str) -> Mapping[str, Any] | N
     return ((cfg["experiments"][experiment].get("primary") or {}).get("sequential")) or None
 
 
-def look_blocks(cfg: Mapping[str, Any], experiment: str) -> list[list[int]]:
+def look_blocks(cfg: Mapping[str, Any], experiment: str, model: str | None = None) -> list[list[int]]:
     """The seeds a sequential primary's pair adds for each look, in order: ``primary.seeds`` in blocks of k (the
-    seeds of look j are those of blocks 1..j); [] for an experiment without a sequential design."""
+    seeds of look j are those of blocks 1..j), up to the model's n_max (``model`` None: every block of the
+    experiment's models); [] for an experiment without a sequential design."""
     design = sequential(cfg, experiment)
     if design is None:
         return []
     seeds = [int(s) for s in cfg["experiments"][experiment]["primary"]["seeds"]]
+    models = [model] if model is not None else cfg["experiments"][experiment]["models"]
+    n_max = max(int(per_model(design["n_max"], m)) for m in models)
     k = int(design["k"])
-    return [seeds[i : i + k] for i in range(0, len(seeds), k)]
+    return [seeds[i : i + k] for i in range(0, n_max, k)]
 
 
 POINTS = 100.0  # the config states margins and SDs of scores in points (mean@k in percent); the code, in fractions
@@ -324,12 +336,12 @@ def primary_margin(cfg: Mapping[str, Any], experiment: str, model: str) -> float
 
 
 def design_settings(cfg: Mapping[str, Any], experiment: str, model: str) -> dict[str, Any]:
-    """The fields of `bandpo.verdict.design.SequentialDesign` for a sequential primary on a model, in
-    fractions of the score (`primary_margin`)."""
+    """The fields of `bandpo.verdict.design.SequentialDesign` for a sequential primary on a model, in fractions of
+    the score (`primary_margin`); n_max, alpha and beta may be given per model."""
     d = sequential(cfg, experiment)
-    return {"margin": primary_margin(cfg, experiment, model), "k": int(d["k"]), "n_max": int(d["n_max"]),
-            "planning_sd": per_model(d["planning_sd"], model) / POINTS, "alpha": float(d["alpha"]),
-            "beta": float(d["beta"]), "spending": d["spending"],
+    return {"margin": primary_margin(cfg, experiment, model), "k": int(d["k"]),
+            "n_max": int(per_model(d["n_max"], model)), "planning_sd": per_model(d["planning_sd"], model) / POINTS,
+            "alpha": per_model(d["alpha"], model), "beta": per_model(d["beta"], model), "spending": d["spending"],
             "futility_spending": d["futility_spending"]}  # fmt: skip
 
 
@@ -344,7 +356,7 @@ def sequential_pairs(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
         for model in xp["models"]:
             if model in cell_models(cfg, xp, treatment) and model in cell_models(cfg, xp, control):
                 out.append({"experiment": xp_id, "model": model, "treatment": treatment, "control": control,
-                            "blocks": look_blocks(cfg, xp_id)})  # fmt: skip
+                            "blocks": look_blocks(cfg, xp_id, model)})  # fmt: skip
     return out
 
 

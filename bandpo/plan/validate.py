@@ -466,15 +466,17 @@ def _check_primary(xp: Mapping[str, Any], where: list[Any]) -> None:
             fail(at, "an exploratory primary gives no verdict: no sequential design beside primary.exploratory")
         if not primary.get("compare") or "margin" not in primary:
             fail(at, "a sequential design decides primary.compare against primary.margin: set both")
+        for key in ("n_max", "planning_sd", "alpha", "beta"):
+            if isinstance(design[key], Mapping):
+                _check_models_named(design[key], xp, at + [key])
+                missing = [m for m in xp["models"] if m not in design[key]]
+                if missing:
+                    fail(at + [key], f"no value for model(s) {missing}")
         seeds = primary.get("seeds") or xp["seeds"]
-        if design["n_max"] % design["k"] or len(seeds) != design["n_max"]:
-            fail(at + ["n_max"], f"{design['n_max']} must be a multiple of k = {design['k']} and the number of the "
-                 f"pair's seeds (primary.seeds, in look order: {len(seeds)} given)")  # fmt: skip
-        if isinstance(design["planning_sd"], Mapping):
-            _check_models_named(design["planning_sd"], xp, at + ["planning_sd"])
-            missing = [m for m in xp["models"] if m not in design["planning_sd"]]
-            if missing:
-                fail(at + ["planning_sd"], f"no planning SD for model(s) {missing}")
+        n_max = design["n_max"] if isinstance(design["n_max"], Mapping) else {m: design["n_max"] for m in xp["models"]}
+        if any(n % design["k"] for n in n_max.values()) or len(seeds) != max(n_max.values()):
+            fail(at + ["n_max"], f"{design['n_max']} must be multiples of k = {design['k']}, the largest the number "
+                 f"of the pair's seeds (primary.seeds, in look order: {len(seeds)} given)")  # fmt: skip
 
 
 def _check_models_named(mapping: Mapping[str, Any], xp: Mapping[str, Any], where: list[Any]) -> None:
