@@ -48,7 +48,7 @@ PROTOCOL_KEYS: dict[str, tuple[str, ...]] = {
     "prompts_per_step": ("data.train_batch_size",),
     "samples_per_prompt": (f"{_ROLLOUT}.n",),
     "temperature": (f"{_ROLLOUT}.temperature",),
-    "max_new_tokens": ("data.max_response_length",),
+    "max_new_tokens": ("data.max_response_length", f"{_ACTOR}.loss_scale_factor"),
     "updates_per_step": (f"{_ACTOR}.ppo_mini_batch_size",),
     "ppo_epochs": (f"{_ACTOR}.ppo_epochs",),
     "lr": (f"{_ACTOR}.optim.lr",),
@@ -92,9 +92,17 @@ def _hydra_value(value: Any) -> str:
 
 def resolved_params(run: VerlRun) -> dict[str, Any]:
     """The run's method parameters with every default filled in, validated by the method's config (the user's
-    method modules imported first); ValueError naming the method and parameter."""
+    method modules imported first); ValueError naming the method and parameter, or a method that requires a token
+    input (`bandpo.methods.MethodConfig.requires`: verl's policy loss receives none)."""
     methods.load_method_modules(run.method_modules)
-    return methods.make_config(run.method, run.params).to_dict()
+    config = methods.make_config(run.method, run.params)
+    if config.requires:
+        raise ValueError(
+            f"method {run.method!r} requires the token input(s) {list(config.requires)}, which verl's policy loss "
+            "does not receive (it gets the old and new log-probs, advantages, mask and rollout weights): train it "
+            "with the local trainer"
+        )
+    return config.to_dict()
 
 
 def loss_mode(run: VerlRun) -> str:

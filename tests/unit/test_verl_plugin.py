@@ -42,6 +42,15 @@ PARAMS = {
     "bandpo_upper": {"divergence": "chi2", "delta": 0.07, "eps_low": 0.25},
     "cispo": {"eps_high": 0.5},
     "gspo": {"eps_low": 0.01, "eps_high": 0.02},
+    # the rules of TRL's GRPOConfig and verl's rollout-correction presets (top_entropy needs the token entropy,
+    # which verl's policy loss does not receive: tests/unit/test_trl_rules.py)
+    "luspo": {"eps_low": 0.05, "eps_high": 0.1},
+    "vespo": {"k_pos": 1.5, "lambda_neg": 2.5},
+    "two_sided_clip": {"delta": 3.0},
+    "offpolicy_mask": {"threshold": 0.2},
+    "tis_token": {"threshold": 1.5},
+    "tis_seq": {"threshold": 3.0},
+    "icepop": {"threshold_lower": 0.7, "threshold": 2.0},
 }
 
 
@@ -85,7 +94,7 @@ REGISTRY_PROBE = (
     "from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY as R\n"
     "print(sorted(k for k in R if k.startswith('bandpo.')), 'bandpo.verl.plugin' in sys.modules)"
 )
-EXPECTED_NAMES = str(sorted(f"bandpo.{m}" for m in BUILT_IN))
+EXPECTED_NAMES = str(sorted(f"bandpo.{m}" for m in methods.list_methods() if methods.get_method(m).kind != "verl"))
 
 
 def test_import_verl_registers_every_method_via_entry_point():
