@@ -202,7 +202,7 @@ def train(cfg: TrainConfig) -> dict:
         reference.requires_grad_(False)
     optimizer = AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     run = Run(cfg, method, model, reference, tokenizer, optimizer, rows, device, load_probe_rows(cfg))
-    checkpoint = Checkpoint(out, cfg.identity())
+    checkpoint = Checkpoint(out, cfg.identity(), cfg)
     start_step, history = checkpoint.resume(model, optimizer, device)
 
     bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, desc=f"{cfg.method} s{cfg.seed}",
