@@ -89,8 +89,9 @@ class _TRLTrainer:
         self._metrics = collections.defaultdict(lambda: collections.defaultdict(list))
         vespo = dict(zip(("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"),
                          config.get("vespo", (2.0, 3.0, 3.0, 2.0)), strict=True))  # fmt: skip
+        sapo = dict(zip(("sapo_temperature_pos", "sapo_temperature_neg"), config.get("sapo", (1.0, 1.05)), strict=True))
         self.args = types.SimpleNamespace(delta=config.get("delta"), steps_per_generation=1,
-                                          use_bias_correction_kl=False, **vespo)  # fmt: skip
+                                          use_bias_correction_kl=False, **vespo, **sapo)  # fmt: skip
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, **kwargs):
         assert logits_to_keep == self._out[0].shape[1]
@@ -181,6 +182,27 @@ def test_trl_aggregation_loss_types_are_loss_agg_modes(loss_type):
     assert 0 < float(metrics["clipfrac"]) < 1  # the clip acts on some tokens, not all
     other = "token-mean" if mode != "token-mean" else "seq-mean-token-mean"
     assert differs(our_loss("clip_higher", new, old, adv, mask, loss_agg_mode=other)[:2], theirs)
+
+
+@pytest.mark.parametrize("method", ["gspo", "cispo", "sapo"])
+def test_the_registrys_earlier_rules_equal_trls_too(method):
+    """The registry's GSPO, CISPO and (verl's) SAPO are TRL's importance_sampling_level="sequence" on its grpo loss,
+    its loss_type="cispo" (TRL's epsilon_high = 1 + eps_high; dapo's token-mean) and loss_type="sapo" (grpo's
+    aggregation): equal on a batch where they clip or gate."""
+    old, new, adv, mask, _ = batch(12, spread=0.4, seq_shift=0.2)
+    if method == "gspo":
+        params, mode = {"eps_low": 0.05, "eps_high": 0.08}, "seq-mean-token-mean"
+        trl = {"loss_type": "grpo", "importance_sampling_level": "sequence", "epsilon": 0.05, "epsilon_high": 0.08}
+    elif method == "cispo":
+        params, mode = {"eps_high": 0.3}, "token-mean"
+        trl = {"loss_type": "cispo", "epsilon_high": 1.3}
+    else:
+        params, mode = {"tau_pos": 1.5, "tau_neg": 2.0}, "seq-mean-token-mean"
+        trl = {"loss_type": "sapo", "sapo": (1.5, 2.0)}  # sapo_temperature_pos / _neg
+    theirs = trl_loss(new, old, adv, mask, **trl)
+    *ours, metrics = our_loss(method, new, old, adv, mask, params, loss_agg_mode=mode)
+    close(ours, theirs, F64)
+    assert method == "sapo" or 0 < float(metrics["clipfrac"]) < 1
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -419,8 +441,18 @@ def test_a_loss_without_the_token_inputs_keyword_still_works(monkeypatch):
 
 
 def test_verl_refuses_a_method_that_needs_the_entropy():
+    """At the config check of a verl sweep (before any job) and where a verl run's command is built; the other new
+    methods compose into verl's command as bandpo.<name>."""
+    from pathlib import Path
+
+    from bandpo.plan.validate import ConfigError, load_yaml, validate_config
     from bandpo.verl import command
     from bandpo.verl.spec import VerlRun
+
+    raw = load_yaml(Path(__file__).resolve().parents[2] / "config" / "verl-cpu.yaml")
+    raw["methods"].append({"id": "top_entropy", "method": "top_entropy"})
+    with pytest.raises(ConfigError, match=r"methods\[\d+\]\.method.*top_entropy requires the token input"):
+        validate_config(raw)
 
     run = VerlRun(model="m", method="top_entropy", train_files="t.parquet", val_files="v.parquet", output_dir="o")
     with pytest.raises(ValueError, match="top_entropy.*verl's policy loss does not receive"):
