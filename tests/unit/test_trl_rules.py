@@ -414,6 +414,7 @@ def test_a_loss_without_the_token_inputs_keyword_still_works(monkeypatch):
     from bandpo.methods import MethodConfig, register_loss, registry
 
     monkeypatch.setattr(registry, "_METHODS", dict(registry._METHODS))
+    monkeypatch.setattr(registry, "_REGISTRATION_HOOKS", [])  # keep it out of verl's registry (see test_verl_plugin)
 
     @dataclass(frozen=True)
     class Plain(MethodConfig):
