@@ -186,7 +186,7 @@ class SAPOConfig(VerlLossConfig):
 
     verl_loss_mode = "sapo"
     label_fields = ("tau_pos", "tau_neg")
-    shipped_by = "verl 0.9.1: loss_mode='sapo'; TRL 1.16.0: GRPOConfig(loss_type='sapo') (tests/unit/test_trl_rules.py)"
+    shipped_by = "verl 0.9.1: loss_mode='sapo'; TRL 1.16.0: GRPOConfig(loss_type='sapo')"
 
     tau_pos: float = 1.0
     tau_neg: float = 1.05
