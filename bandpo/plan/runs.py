@@ -33,6 +33,7 @@ from typing import Any
 from bandpo.core import numerics
 from bandpo.core.files import atomic_write_text, package_data
 from bandpo.core.options import check_fields
+from bandpo.core.protocol import spec_fields
 from bandpo.plan.sweep import (
     BASE_ENTRY,
     atlas_spec,
@@ -350,7 +351,7 @@ class Plan:
         to ``spec_path`` with ``changes`` (TrainConfig fields: another ``out``, ``threads``, ...) applied."""
         spec = dataclasses.replace(self.train_spec(model_id, slot, seed), **changes)
         spec.validate()
-        _write_json(Path(spec_path), dataclasses.asdict(spec))
+        _write_json(Path(spec_path), spec_fields(spec))
         return [python, "-m", "bandpo.train", "--spec", str(spec_path)]
 
     def eval_command(self, model_id: str, slot: str, seeds: Sequence[int | str], spec_path: str | os.PathLike,
@@ -365,13 +366,13 @@ class Plan:
     # -- spec files ------------------------------------------------------------------------------------------------
     def specs(self) -> dict[str, dict[str, Any]]:
         """Every spec file of the DAG -> its content: each training run's, each scoring job's, the atlas run's."""
-        out = {self.spec_file("train", m, slot, s): dataclasses.asdict(run) for (m, slot, s), run in
+        out = {self.spec_file("train", m, slot, s): spec_fields(run) for (m, slot, s), run in
                self.train_specs.items()}  # fmt: skip
         for m, slot in eval_groups(self.config):
             for seeds in self.eval_seed_lists(slot):
                 out[self.eval_spec_file(m, slot, seeds)] = self.eval_spec(m, slot, seeds).to_dict()
         if self.atlas_run is not None:
-            out[self.atlas_spec_file] = dataclasses.asdict(self.atlas_run)
+            out[self.atlas_spec_file] = spec_fields(self.atlas_run)
         for pair in self.pairs:
             out[self.look_spec_file(pair["experiment"], pair["model"])] = self.look_spec(pair)
         return out

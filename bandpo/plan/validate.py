@@ -323,9 +323,12 @@ def check_registries(cfg: Mapping[str, Any], root: str | os.PathLike = ".") -> N
             continue  # trained by its own rule: the method is a label, not a registry name
         label = _entry_label(cfg, "methods", i)
         try:
-            methods.get_method(entry["method"])
+            requires = methods.get_method(entry["method"]).config_cls.requires
         except ValueError as e:
             fail(["methods", i, "method"], str(e), label)
+        if requires and cfg["trainer"] == "verl":
+            fail(["methods", i, "method"], f"{entry['method']} requires the token input(s) {list(requires)}, which "
+                 "verl's policy loss does not receive: train it with trainer: local", label)  # fmt: skip
         try:
             methods.make_config(entry["method"], entry["params"])
         except (ValueError, TypeError) as e:
