@@ -1665,8 +1665,8 @@ def test_paired_problems_gain_over_the_base_model(tmp_path, capsys):
 
 def test_recipe_check_windows_and_curve_rule(monkeypatch, capsys):
     """benchmarks/bench_recipe_check.py: a curve agrees when every window's mean difference over seeds is at most
-    the old arm's seed spread in that window, and fails on one window outside it; the pairs an unresolved check
-    would need; identical arms are refused before anything runs."""
+    the old arm's seed spread in that window, and fails on one window outside it; the score side is the verdict rule
+    on old - new; identical arms are refused before anything runs."""
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     spec = importlib.util.spec_from_file_location("bench_recipe_check", ROOT / "benchmarks" / "bench_recipe_check.py")
     rc = importlib.util.module_from_spec(spec)
@@ -1680,7 +1680,18 @@ def test_recipe_check_windows_and_curve_rule(monkeypatch, capsys):
     late = [seed[:4] + [v + 0.3 for v in seed[4:]] for seed in old]  # the second window moved by 1.5 spreads
     check = rc.curve_check(old, late, 2)
     assert not check["agree"] and check["windows"][1]["diff"] == pytest.approx(0.3)
-    assert rc.pairs_needed(2.0, 0.0, 1.5) == 7 and rc.pairs_needed(2.0, 1.5, 1.5) is None  # t(6) 1.943 * 2 / 7**0.5
+    # the score side: the verdict rule on old - new (points in, fractions inside), in looks of 5 pairs
+    design = rc.plan_design(0.015, 5, 0.027)
+    close = [0.3, -0.4, 0.1, -0.2, 0.5]  # new - old, points: at the first look too close to call
+    assert rc.score_rule(design, close[:4]) is None and rc.recipe_verdict(None, True) == "UNRESOLVED"
+    assert rc.recipe_verdict(rc.score_rule(design, close), True) == "UNRESOLVED"
+    same = [2.1, 1.8, 2.4, 1.9, 2.2]  # the new recipe scores 2 points more: the old one is not better by 1.5
+    rule = rc.score_rule(design, same)
+    assert (rule.verdict, rule.n) == (rc.NOT_BETTER, 5) and rc.recipe_verdict(rule, True) == "SAME RECIPE"
+    assert rc.recipe_verdict(rule, False) == "RECIPE CHANGE"  # a curve left its spread
+    worse = [-9.0, -8.5, -9.5, -8.0, -9.2] * 2  # the new recipe loses ~9 points: the old one is better, at look 2
+    assert rc.score_rule(design, worse[:5]).verdict == "undecided"  # O'Brien-Fleming: nothing to spare at look 1
+    assert rc.recipe_verdict(rc.score_rule(design, worse), True) == "RECIPE CHANGE"
     with pytest.raises(SystemExit):
         rc.main(["--old-set", "steps=4", "--new-set", "steps=4"])
     assert "the two arms are the same" in capsys.readouterr().err
