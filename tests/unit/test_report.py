@@ -1208,6 +1208,7 @@ def test_publish(built, tmp_path):
     prov = json.loads((tmp_path / "top" / "provenance.json").read_text())
     head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     assert prov["git_commit"] == head and isinstance(prov["code_dirty"], bool) and "git_dirty" not in prov
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d", prov["published_on"])  # the date the docs name the publication by
     assert prov["code_dirty"] == bool(prov["code_changes"])
     assert prov["packages"]["pandas"] == pd.__version__
     assert prov["config"] == {"profile": "embedded", "seeds": [0, 1, 2]}
