@@ -44,6 +44,7 @@ BLOCKS: dict[str, Callable[[Board], str]] = {
     "table-probe-probe": scores.leaderboard_block("probe", "probe"),
     "table-probe-rest": scores.leaderboard_block("probe", "rest"),
     "atlas": runs.atlas,
+    "atlas-real": runs.atlas_real,
     "axis-verdict": axes.axis_verdict,
     "axis-rules": axes.axis_rules,
     "axis-accuracy": axes.axis_accuracy,
