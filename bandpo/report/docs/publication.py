@@ -77,12 +77,24 @@ def machine(board: Board) -> str:
     return _and([_article(c) for c in cpus(board.provenance)])
 
 
+def published_by_its_config(folder: str, prov: Mapping[str, Any]) -> bool:
+    """Whether the config recorded in a folder's provenance.json publishes that folder: a settled experiment's
+    ``publish_dir`` (results/offpolicy), or a smoke profile's own results folder (``smoke_section``, results/real-lm);
+    not a local run's report folder that happens to hold a provenance.json."""
+    config = prov.get("config") or {}
+    if config.get("publish") and config.get("publish_dir"):
+        return str(config["publish_dir"]).rstrip("/").rpartition("/")[2] == folder
+    return bool(config.get("smoke_section")) and config.get("profile") == folder
+
+
 def _parts(board: Board) -> list[tuple[str, Board]]:
-    """(folder name, board) of every published folder under this board's folder that records its provenance."""
+    """(folder name, board) of every published folder under this board's folder (`published_by_its_config`)."""
     if board.folder is None:
         return []
-    names = sorted(p.name for p in board.folder.iterdir() if (p / "provenance.json").is_file())
-    return [(name, board.part(name)) for name in names if (board.folder / name / "leaderboard.csv").is_file()]
+    names = sorted(p.name for p in board.folder.iterdir()
+                   if (p / "provenance.json").is_file() and (p / "leaderboard.csv").is_file())  # fmt: skip
+    parts = [(name, board.part(name)) for name in names]
+    return [(name, part) for name, part in parts if published_by_its_config(name, part.provenance)]
 
 
 def base_models(board: Board) -> str:
