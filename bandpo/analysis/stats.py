@@ -452,13 +452,15 @@ def power_table(stats: pd.DataFrame, families: Sequence[str] = ("mean", "pass"))
     """Power of the published comparisons, one row per (experiment, subset, model, metric) over tasks
     (``task == "all"``; experiment and subset only when the stats have those columns): the pooled SD of the paired
     differences of the trained entries against the baseline (root mean square of their ``diff_sd``, each from the
-    same seed count; the base row is left out), the seeds used, the MDE at that SD and seed count
-    (`minimum_detectable_difference`), the range of the entries' own MDEs, and the seeds the pooled SD would need
-    for an MDE of `MDE_TARGET` (`seeds_needed`). Columns: [experiment, subset,] model, label, n_comparisons,
-    n_seeds, sd, mde, mde_min, mde_max, target, seeds_for_target."""
+    same seed count; the base row is left out), the seeds used (``n_seeds``: the fewest of any comparison;
+    ``seed_counts``: ((seeds, comparisons), ...) ascending, e.g. ((3, 11), (10, 1)) where the primary pair has more
+    seeds than the other entries), the MDE at that SD and the fewest seeds (`minimum_detectable_difference`), the
+    range of the entries' own MDEs, and the seeds the pooled SD would need for an MDE of `MDE_TARGET`
+    (`seeds_needed`). Columns: [experiment, subset,] model, label, n_comparisons, n_seeds, seed_counts, sd, mde,
+    mde_min, mde_max, target, seeds_for_target."""
     groups = [k for k in ("experiment", "subset") if k in stats]  # one row per section when the stats have them
-    columns = [*groups, "model", "label", "n_comparisons", "n_seeds", "sd", "mde", "mde_min", "mde_max", "target",
-               "seeds_for_target"]  # fmt: skip
+    columns = [*groups, "model", "label", "n_comparisons", "n_seeds", "seed_counts", "sd", "mde", "mde_min",
+               "mde_max", "target", "seeds_for_target"]  # fmt: skip
     if stats.empty or "diff_sd" not in stats:
         return pd.DataFrame(columns=columns)
     rows = []
@@ -475,6 +477,7 @@ def power_table(stats: pd.DataFrame, families: Sequence[str] = ("mean", "pass"))
                 "label": label,
                 "n_comparisons": len(g),
                 "n_seeds": n,
+                "seed_counts": tuple((int(k), int(v)) for k, v in g["n_pairs"].value_counts().sort_index().items()),
                 "sd": sd,
                 "mde": minimum_detectable_difference(sd, n),
                 "mde_min": float(g["mde"].min()),

@@ -16,7 +16,7 @@ registry and no torch. Modules:
     axis       the page's sections of each design axis
     atlas      the equivalence atlas's section
     smoke      the real-LM smoke section of the published page
-    docs       the generated blocks of README.md and docs/*.md (``python -m bandpo.report docs``)
+    docs       the generated blocks of README.md, docs/*.md and results/README.md (``python -m bandpo.report docs``)
     publish    `publish` and `provenance`: a profile's report copied to the top-level results/
     compare    a rerun against the published run (``compare``, ``compare --exact``), a profile beside another
     cli        ``python -m bandpo.report build|publish|compare|beside|smoke|docs``

@@ -77,7 +77,7 @@ def parser() -> argparse.ArgumentParser:
     k.add_argument("--results", default=None, help="the smoke profile's report folder: its provenance.json goes there")
     k.add_argument("--config-json", default=None, help="the resolved run config (JSON) to record in provenance.json")
     k.add_argument("--models", nargs="*", default=[], help="base model folders whose source and checksums it records")
-    d = sub.add_parser("docs", help="rewrite the generated blocks of README.md and docs/*.md from results/")
+    d = sub.add_parser("docs", help="rewrite the generated blocks of README.md, docs/*.md, results/README.md")
     d.add_argument("--root", default=".", help="the repository root (default: here)")
     d.add_argument("--results", default=None, help="the published tables (default: ROOT/results)")
     d.add_argument("--check", action="store_true", help="change nothing; exit 1 if a doc is stale")

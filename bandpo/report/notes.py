@@ -145,7 +145,9 @@ def unpaired_lines(table: pd.DataFrame) -> list[str]:
 
 
 def power_lines(power: pd.DataFrame) -> list[str]:
-    """One sentence per (model, metric) of `bandpo.analysis.stats.power_table`, in points."""
+    """One sentence per (model, metric) of `bandpo.analysis.stats.power_table`, in points; where the comparisons
+    have different seed counts (the primary pair's ``primary.seeds``), each count with its comparisons, and the
+    pooled MDE named as that of the fewest."""
     out = []
     for r in power.itertuples():
         need = r.seeds_for_target
@@ -158,11 +160,17 @@ def power_lines(power: pd.DataFrame) -> list[str]:
         verdict = "resolved" if r.mde <= r.target else "not resolved"
         section = [str(x) for x in (getattr(r, "experiment", ""), getattr(r, "subset", "")) if x and x == x]
         where = f"{' / '.join(section)}: " if section and section != ["main"] else ""
+        counts = getattr(r, "seed_counts", None) or ((r.n_seeds, r.n_comparisons),)
+        if len(counts) == 1:  # every comparison has the same seeds
+            over = f"{r.n_comparisons} comparison(s) with {r.n_seeds} seeds; MDE {fmt(r.mde, 100.0)} points"
+        else:  # the primary pair has more seeds than the other entries: the pooled MDE is at the fewest
+            over = (f"{r.n_comparisons} comparisons, " + ", ".join(f"{c} with {n} seeds" for n, c in counts)
+                    + f"; MDE {fmt(r.mde, 100.0)} points at {r.n_seeds} seeds")  # fmt: skip
         out.append(
-            f"{where}{r.model}, {r.label}: SD of the paired differences {fmt(r.sd, 100.0, 2)} points over "
-            f"{r.n_comparisons} comparison(s) with {r.n_seeds} seeds; MDE {fmt(r.mde, 100.0)} points (entries "
-            f"{fmt(r.mde_min, 100.0)} to {fmt(r.mde_max, 100.0)}); a {fmt(r.target, 100.0, 0)}-point difference is "
-            f"{verdict} with {r.n_seeds} seeds; seeds for {fmt(r.target, 100.0, 0)} points: {need_text}."
+            f"{where}{r.model}, {r.label}: SD of the paired differences {fmt(r.sd, 100.0, 2)} points over {over} "
+            f"(entries {fmt(r.mde_min, 100.0)} to {fmt(r.mde_max, 100.0)}); a {fmt(r.target, 100.0, 0)}-point "
+            f"difference is {verdict} with {r.n_seeds} seeds; seeds for {fmt(r.target, 100.0, 0)} points: "
+            f"{need_text}."
         )
     return out
 

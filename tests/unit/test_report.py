@@ -566,6 +566,30 @@ def test_power_is_published_per_model_and_metric(built):
     assert {f"mean@{N}_diff", f"mean@{N}_diff_ci_low", f"mean@{N}_diff_poi", f"mean@{N}_mde"} <= set(board.columns)
 
 
+def test_power_notes_name_every_seed_count():
+    """Where the primary pair has more seeds than the other entries (main's and the separation run's in the
+    published stats), the power table counts the comparisons per seed count and the page's note names each count
+    and the MDE as that of the fewest; where every comparison has the same seeds, the note is as it was (#55)."""
+    from bandpo.report.board import read_table
+    from bandpo.report.notes import power_lines
+
+    stats = read_table(ROOT / "results" / "stats.csv")
+    power = analysis.power_table(stats)
+    mixed = power[power["seed_counts"].map(len) > 1]
+    assert not mixed.empty
+    for r, line in zip(mixed.itertuples(), power_lines(mixed), strict=True):
+        g = stats[(stats.experiment == r.experiment) & (stats.subset == r.subset) & (stats.model == r.model)
+                  & (stats.label == r.label) & (stats.task == "all") & (stats.entry != "base")
+                  & stats.diff_sd.notna()]  # fmt: skip
+        counts = g["n_pairs"].astype(int).value_counts().sort_index()
+        assert r.seed_counts == tuple(counts.items()) and r.n_seeds == counts.index.min()
+        each = ", ".join(f"{c} with {n} seeds" for n, c in counts.items())
+        assert f"over {len(g)} comparisons, {each}; MDE " in line and f" points at {r.n_seeds} seeds (entries" in line
+    same = power[power["seed_counts"].map(len) == 1]
+    for r, line in zip(same.itertuples(), power_lines(same), strict=True):
+        assert f"over {r.n_comparisons} comparison(s) with {r.n_seeds} seeds; MDE " in line
+
+
 def test_rerun_agreement_flags_rows_outside_and_broken_claims(built, tmp_path, capsys):
     results, _ = built
     board = pd.read_csv(results / "leaderboard.csv", keep_default_na=False, na_values=[""])
@@ -1184,6 +1208,7 @@ def test_publish(built, tmp_path):
     prov = json.loads((tmp_path / "top" / "provenance.json").read_text())
     head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     assert prov["git_commit"] == head and isinstance(prov["code_dirty"], bool) and "git_dirty" not in prov
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d", prov["published_on"])  # the date the docs name the publication by
     assert prov["code_dirty"] == bool(prov["code_changes"])
     assert prov["packages"]["pandas"] == pd.__version__
     assert prov["config"] == {"profile": "embedded", "seeds": [0, 1, 2]}

@@ -8,11 +8,12 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from bandpo.analysis.experiments import collapse_factors
+from bandpo.analysis.experiments import collapse_factors, primary_results
 from bandpo.analysis.stats import UNRESOLVED, t_interval
 from bandpo.report.board import Board
 from bandpo.report.docs.axes import selection
 from bandpo.report.docs.cells import METRIC, ci, margin_text, md_table, num, row_series
+from bandpo.report.docs.publication import seed_range
 
 
 def entropy_changes(board: Board) -> pd.DataFrame:
@@ -137,21 +138,45 @@ def horizon(board: Board) -> str:
     return "; ".join(parts)
 
 
+def per_seed_differences(board: Board, experiment: str, p: pd.Series) -> pd.Series:
+    """seed -> treatment's score minus control's (same base model and seed) of a primary.csv score row ``p``, read
+    from scores.csv for ``experiment`` (another experiment's runs of the same model, task and pair where it is not
+    ``p``'s own)."""
+    s = board.scores
+    s = s[(s.experiment == experiment) & (s.model == p["model"]) & (s.name == p["metric"]) & (s.task == p["task"])]
+    wide = s.pivot_table(index="seed", columns="entry", values="value")
+    return (wide[p["treatment"]] - wide[p["control"]]).dropna()
+
+
 def horizon_holds(board: Board) -> str:
     """Whether the 64-step verdict of the primary pair on the horizon's model (main's primary) holds at the
-    horizon's length: the same verdict or not, each with its difference and seed pairs."""
+    horizon's length, on the same seeds: main's runs of the horizon's seeds decided by main's rule
+    (`bandpo.analysis.experiments.primary_results` on those seeds' scores) against the horizon's verdict, each with
+    its difference, and the change from main's length to the horizon's, paired per seed (horizon's difference minus
+    main's, 95% paired t)."""
     late, _ = _experiment_primary(board, "horizon")
-    p = board.primary
-    (early,) = row_series(p[(p.experiment == "main") & (p.model == late["model"]) & (p.metric == METRIC)])
+    horizon = per_seed_differences(board, "horizon", late)
+    seeds = sorted(horizon.index)
+    s = board.scores
+    main = primary_results(s[(s.experiment == "main") & s.seed.isin(seeds)], {"main": board.experiments["main"]})
+    (early,) = row_series(main[(main.model == late["model"]) & (main.metric == late["metric"])])
+    main_d = per_seed_differences(board, "main", early).reindex(seeds)
+    if main_d.isna().any():
+        raise ValueError(f"main has the horizon's seeds {seeds} only for {sorted(main_d.dropna().index)}")
+    change = horizon.loc[seeds] - main_d
+    lo, hi = t_interval(change, bounds=(-2.0, 2.0))
 
     def said(r: pd.Series, steps: int, xp: str) -> str:
         d = ci(r["difference"], r["ci_low"], r["ci_high"], sign=True)
-        return f"{r['verdict']} at {steps} steps ({d} points, {xp}, {int(r['n_pairs'])} seed pairs)"
+        return f"{r['verdict']} at {steps} steps ({d} points, {xp})"
 
-    a, b = said(early, _steps_of(board, "main"), "main"), said(late, _steps_of(board, "horizon"), "horizon")
+    who = f"seeds {seed_range(seeds)}"
+    a = said(early, _steps_of(board, "main"), f"main's runs of {who}")
+    b = said(late, _steps_of(board, "horizon"), f"horizon, {who}")
+    paired_change = f"horizon − main on the same seeds, paired: {ci(change.mean(), lo, hi, sign=True)} points"
     if early["verdict"] == late["verdict"]:
-        return f"holds on {late['model']}: {a}; {b}"
+        return f"holds on {late['model']}: {a}; {b}; {paired_change}"
     if late["verdict"] == UNRESOLVED:  # the longer run cannot decide: neither confirmed nor contradicted
         return (f"is neither confirmed nor contradicted on {late['model']}: {a}; {b}, MDE {num(late['mde'])} points "
-                f"against the margin {margin_text(late.get('margin', np.nan))}")  # fmt: skip
-    return f"does not hold on {late['model']}: {a}, but {b}"
+                f"against the margin {margin_text(late.get('margin', np.nan))}; {paired_change}")  # fmt: skip
+    return f"does not hold on {late['model']}: {a}, but {b}; {paired_change}"

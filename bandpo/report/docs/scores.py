@@ -8,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from bandpo.analysis.stats import power_table
+from bandpo.analysis.stats import MDE_TARGET, power_table, seeds_needed
 from bandpo.report.board import Board
 from bandpo.report.docs.cells import METRIC, ci, margin_text, md_table, num, paired, row_series
 
@@ -128,15 +128,18 @@ def spread(board: Board) -> str:
 
 
 def power(board: Board) -> str:
-    """The power of the comparisons with GRPO (bandpo.analysis.stats.power_table of stats.csv)."""
+    """The power of the comparisons with GRPO (bandpo.analysis.stats.power_table of stats.csv); the seeds of each
+    comparison ("3 for 11, 10 for 1": 11 comparisons at 3 seeds, one at 10), the MDE at the fewest."""
     rows = []
     for p in row_series(power_table(board.stats)):
         where = p["experiment"] + (f" ({p['subset']})" if p["subset"] else "")
+        counts = p["seed_counts"]
+        seeds = str(counts[0][0]) if len(counts) == 1 else ", ".join(f"{n} for {c}" for n, c in counts)
         rows.append([
-            where, p["model"], p["label"], num(p["sd"], 2), int(p["n_seeds"]), num(p["mde"]),
+            where, p["model"], p["label"], num(p["sd"], 2), seeds, num(p["mde"]),
             f"{num(p['mde_min'])}–{num(p['mde_max'])}", int(p["seeds_for_target"]),
         ])  # fmt: skip
-    head = ["experiment", "model", "metric", "SD, points", "seeds", "MDE, points", "MDE per entry",
+    head = ["experiment", "model", "metric", "SD, points", "seeds", "MDE at the fewest, points", "MDE per entry",
             "seeds for 2 points"]  # fmt: skip
     return md_table(head, rows, right=3)
 
@@ -230,3 +233,42 @@ def gains_summary(board: Board) -> str:
     for experiment, subset, base in base_rows(board):
         (yes if base[f"{METRIC}_diff_t_ci_high"] < 0 else no).append(_where(experiment, base["model"], subset))
     return f"above 0 on {', '.join(yes) or 'none'}; not on {', '.join(no) or 'none'}"
+
+
+def entropy_main(board: Board, model: str = "tiny-s") -> str:
+    """The entropy of main's runs on ``model`` (runs.csv): their mean final entropy and their mean entropy at step
+    1, in nats: "0.156 nats over its 53 runs, from 0.462 at step 1" (the scale the entropy margin is read against)."""
+    r = board.runs[(board.runs.experiment == "main") & (board.runs.model == model)]
+    if r.empty:
+        raise KeyError(f"runs.csv has no main runs on {model!r}")
+    first, final = r["entropy_first"].mean(), r["entropy_final"].mean()
+    return f"{num(final, 3, 1.0)} nats over its {len(r)} runs, from {num(first, 3, 1.0)} at step 1"
+
+
+def probe_power(board: Board) -> str:
+    """The probe's primary comparison (primary.csv of results/probe/, BandPO-KL − GRPO on the probe subset): the SD
+    of its paired differences, the seed pairs and the MDE they give, and the seed pairs that SD would need for an
+    MDE of `MDE_TARGET` (`seeds_needed`, as the power notes count them): why it is demoted."""
+    (p,) = row_series(board.primary[board.primary.metric == METRIC].head(1))
+    sc = board.scores[(board.scores.experiment == p["experiment"]) & (board.scores.model == p["model"])
+                      & (board.scores.name == METRIC) & (board.scores.task == p["task"])]  # fmt: skip
+    per_seed = sc.pivot_table(index="seed", columns="entry", values="value")
+    sd = float((per_seed[p["treatment"]] - per_seed[p["control"]]).dropna().std(ddof=1))
+    return (
+        f"{100 * sd:.2f} points at {int(p['n_pairs'])} seed pairs, MDE {num(p['mde'])} points; about "
+        f"{int(seeds_needed(sd))} seed pairs for an MDE of {num(MDE_TARGET, 0)} points"
+    )
+
+
+def sd_fewest(board: Board) -> str:
+    """The fewest seeds behind an SD of the power table and how far an SD from so few can be off: the 95% interval
+    of the true SD over the estimate at n − 1 degrees of freedom (chi-square)."""
+    from scipy.stats import chi2
+
+    n = int(power_table(board.stats)["n_seeds"].min())
+    df = n - 1
+    low, high = np.sqrt(df / chi2.ppf(0.975, df)), np.sqrt(df / chi2.ppf(0.025, df))
+    return (
+        f"{n} seeds ({df} degrees of freedom), and a 95% interval for an SD with {df} degrees of freedom runs from "
+        f"{low:.2f} to {high:.1f} times the estimate (chi-square)"
+    )
