@@ -17,9 +17,10 @@ cache, the parse caches, the generator's position). So half the fresh workers sc
 idle or loaded, with no retry and no timeout. Each call of a :class:`Judge` therefore starts from the same state:
 the facts are asked in a fixed order (`_in_fixed_order`), sympy's cache and math-verify's caches of parsed answers
 are emptied, sympy's generators are seeded (and left afterwards as the caller had them) and its ``Dummy`` symbols
-are numbered from the same base. The verdict then depends on the two answers, the packages' versions and Python's
-hash seed (set iteration orders in sympy; every job of the workflow runs with ``PYTHONHASHSEED=0``), not on the
-worker, the items judged before it, their order, the load or the machine.
+are numbered from the same base. The verdict then depends on the two answers and the packages' versions, not on the
+worker, the items judged before it, their order, the load or the machine. The fixed order also takes Python's hash
+seed out of those queries (the shuffled list came from a set); sympy iterates sets elsewhere too, so every job of the
+workflow still runs with ``PYTHONHASHSEED=0``.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ class Judge:
     a timeout into a ``False`` verdict, where the caller's bound is finer and reports a timeout as such."""
 
     def __init__(self) -> None:
-        import sympy.core.assumptions as assumptions
+        import importlib
+
         import sympy.core.random as sympy_random
         from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
         from sympy import Dummy
@@ -91,6 +93,8 @@ class Judge:
         self._parse = parse
         self._verify = verify
         self._config = [LatexExtractionConfig(), ExprExtractionConfig()]
+        # the module: ``import sympy.core.assumptions`` names the function sympy.core exports under that name
+        assumptions = importlib.import_module("sympy.core.assumptions")
         self._assumptions = assumptions if hasattr(assumptions, "shuffle") else None
         self._clear = [clear_cache, *(f.cache_clear for f in _clearable_parser_caches())]
         self._rngs = [getattr(sympy_random, n) for n in ("rng", "_assumptions_rng") if hasattr(sympy_random, n)]
