@@ -11,9 +11,12 @@ each would inherit this process's draw; the task below reseeds sympy's generator
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -158,3 +161,29 @@ def test_verdicts_are_the_same_under_starvation_in_any_worker_and_in_process(fre
     if any(score != expected[-1] for score in seen_killed):
         moved.append((KILLED[0], sorted(set(seen_killed)), expected[-1]))
     assert not moved, f"verdicts that moved (item, scores seen, in-process verdict): {moved}"
+
+
+JUDGE_IN_A_FRESH_PROCESS = """
+import json, sys
+import sympy.core.random
+sympy.core.random.seed(int(sys.argv[1]))  # another generator state than this test's processes
+from bandpo.grader import judge
+j = judge.Judge()
+print(json.dumps([j(gold, pred) for gold, pred in json.loads(sys.argv[2])]))
+"""
+
+
+def test_verdicts_do_not_depend_on_the_hash_seed_or_the_process():
+    """The hard items' verdicts in fresh processes with other hash seeds (sympy builds the facts it asks next from a
+    set) and other generator states are this process's: the fixed order of sympy's queries is in force."""
+    keys = [api._prepare(response, reference, "lenient").key for response, reference in [*HARD, KILLED]]
+    here = [judge.inprocess_judge()(*key) for key in keys]
+    root = str(Path(G.__file__).resolve().parents[2])  # the checkout whose grader this process imported
+    for hash_seed, sympy_seed in (("1", 2), ("2", 3)):
+        env = {**os.environ, "PYTHONPATH": root, "PYTHONHASHSEED": hash_seed}
+        args = [sys.executable, "-c", JUDGE_IN_A_FRESH_PROCESS, str(sympy_seed), json.dumps(keys)]
+        out = subprocess.run(args, capture_output=True, text=True, env=env, timeout=HANG_GUARD_S)
+        assert out.returncode == 0, out.stderr[-2000:]
+        there = json.loads(out.stdout.splitlines()[-1])
+        moved = [(HARD + [KILLED])[i][0] for i in range(len(keys)) if there[i] != here[i]]
+        assert not moved, f"PYTHONHASHSEED={hash_seed}: verdicts that moved: {moved}"
