@@ -35,17 +35,13 @@ import pandas as pd
 from bandpo.analysis.steps import OFFPOLICY, read_steps, update_keys
 from bandpo.core.files import write_csv
 from bandpo.decide.selection import select_setting
-from bandpo.plan.sweep import BASE_ENTRY, MAIN, run_folder, slot_id
+from bandpo.plan.sweep import BASE_ENTRY, MAIN, report_experiments, run_folder, slot_id
 from bandpo.score.lm_eval_results import FILTER_NAME
 
 
 def _write_json(path: Path, obj) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(obj, indent=1) + "\n", encoding="utf-8")
-
-
-EXPERIMENT_KEYS = ("description", "primary", "models", "seeds", "train", "reuse", "axis", "select")  # as the report
-# rule passes them (workflow/rules/report.smk, REPORT_EXPERIMENTS)
 
 
 def published_config(published: Path) -> dict:
@@ -55,10 +51,11 @@ def published_config(published: Path) -> dict:
 
 
 def published_experiments(published: Path) -> dict | None:
-    """The experiments the published page was built with ({id: {description, primary, ...}}, as the report rule
-    passes them): from the resolved config in provenance.json; None when it has none."""
-    xps = published_config(published).get("experiments")
-    return {x: {k: v.get(k) for k in EXPERIMENT_KEYS} for x, v in xps.items()} if xps else None
+    """The experiments the published page was built with, as the report rule passes them: the run plan's
+    `bandpo.plan.sweep.report_experiments` of the resolved config in provenance.json (its margins, in the config's
+    points, converted there as for a run); None when it has none."""
+    config = published_config(published)
+    return report_experiments(config) if config.get("experiments") else None
 
 
 def published_axes(published: Path) -> dict | None:
