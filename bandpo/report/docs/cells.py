@@ -49,5 +49,22 @@ def row_series(frame: pd.DataFrame) -> list[pd.Series]:
 
 
 def margin_text(v: float) -> str:
-    """An equivalence margin as ``±x`` points; "—" when none was declared (NaN)."""
-    return "—" if v != v else f"±{num(v)}"
+    """The verdict rule's margin δ (is the treatment better by at least δ?) in points; "—" when none was declared
+    (NaN)."""
+    return "—" if v != v else num(v)
+
+
+def verdict_cell(p: pd.Series) -> str:
+    """A primary.csv score row's verdict with where it rests: "not better by 2 points (look 2 of 4, 10 pairs)" (a
+    sequential design; its label says it), "not better by 2 points (single look, 10 pairs)", "exploratory: no
+    verdict (10 pairs; a single look decides from n = 14)", a demoted primary's Holm verdict marked so."""
+    label = str(p["label"])
+    if p["rule"] == "sequential":
+        return label
+    n = int(p["n"]) if p["n"] == p["n"] else int(p["n_pairs"])
+    if p["rule"] == "exploratory":
+        need = f"; a single look decides from n = {int(p['n_needed'])}" if p["n_needed"] == p["n_needed"] else ""
+        return f"exploratory: no verdict ({n} pairs{need})"
+    words = label.split(" (")[0]  # the words without the pairs an undecided look would need
+    how = "single look, Holm, demoted" if p.get("role") == "demoted" else "single look"
+    return f"{words} ({how}, {n} pairs)"

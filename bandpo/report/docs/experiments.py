@@ -9,10 +9,11 @@ import numpy as np
 import pandas as pd
 
 from bandpo.analysis.experiments import collapse_factors
-from bandpo.analysis.stats import UNRESOLVED, t_interval
+from bandpo.analysis.stats import t_interval
 from bandpo.report.board import Board
 from bandpo.report.docs.axes import selection
-from bandpo.report.docs.cells import METRIC, ci, margin_text, md_table, num, row_series
+from bandpo.report.docs.cells import METRIC, ci, margin_text, md_table, num, row_series, verdict_cell
+from bandpo.verdict.rule import BETTER, NOT_BETTER
 
 
 def entropy_changes(board: Board) -> pd.DataFrame:
@@ -31,8 +32,8 @@ def entropy_changes(board: Board) -> pd.DataFrame:
 
 
 def entropy_shift(board: Board) -> str:
-    """Per rule and pooled: step-1 and final entropy, the paired t interval of final - step 1, the primary verdict
-    (primary.csv: the paired rule) and the verdict of the bootstrap rule (secondary)."""
+    """Per rule and pooled: step-1 and final entropy, the paired t interval of final - step 1 and the descriptive
+    verdict of primary.csv (the paired rule: no control, so not a verdict of the rule of #55)."""
     changes = entropy_changes(board)
     verdicts = board.primary[board.primary.experiment == "random-reward"].set_index("treatment")
     by_seed = changes.groupby("seed", as_index=False)[["first", "final", "change"]].mean()
@@ -45,10 +46,10 @@ def entropy_shift(board: Board) -> str:
         rows.append([
             entry, len(g), num(g["first"].mean(), 3, 1.0), num(g["final"].mean(), 3, 1.0),
             ci(g["change"].mean(), lo, hi, 3, 1.0, sign=True), "yes" if lo > 0 or hi < 0 else "no",
-            "" if v is None else v["verdict"], "" if v is None else v["bootstrap_verdict"],
+            "" if v is None else v["verdict"],
         ])  # fmt: skip
     head = ["rule", "n", "entropy, step 1", "entropy, final", "final − step 1, paired t", "t interval excludes 0",
-            "primary verdict", "before #21: bootstrap rule"]  # fmt: skip
+            "descriptive verdict"]  # fmt: skip
     return md_table(head, rows, right=1)
 
 
@@ -59,23 +60,28 @@ def entropy_pool(board: Board) -> str:
 
 
 def _score_clause(p: pd.Series) -> str:
-    """A primary.csv score row as a clause: the paired difference in points over its seed pairs, its verdict, the
-    margin it was judged against and the MDE."""
+    """A primary.csv score row as a clause: the paired difference in points over its seed pairs (the estimate), and
+    the verdict with the look and pairs it rests on, the margin and, where computed, its stability."""
     margin = p.get("margin", np.nan)
-    judged = f"margin {margin_text(margin)}, " if margin == margin else ""
+    judged = f"margin {margin_text(margin)} points" if margin == margin else "no margin declared"
+    stab = p.get("stability", np.nan)
+    stable = f", stability {num(stab, 2, 1.0)}" if stab == stab else ""
     return (
         f"{p['treatment']} − {p['control']} {p['metric']} {ci(p['difference'], p['ci_low'], p['ci_high'], sign=True)}"
-        f" points over {int(p['n_pairs'])} seed pairs, {p['verdict']} ({judged}MDE {num(p['mde'])} points)"
+        f" points over {int(p['n'])} seed pairs: {verdict_cell(p)} ({judged}{stable})"
     )
 
 
 def _entropy_clause(e: pd.Series) -> str:
-    """A primary.csv entropy row (entropy_final, entropy_auc) as a clause, in nats."""
+    """A primary.csv entropy row (entropy_final, entropy_auc: a secondary of the Holm family) as a clause, in nats."""
     what = {"entropy_final": "final entropy", "entropy_auc": "entropy AUC"}[e["metric"]]
     margin = e.get("margin", np.nan)
-    judged = f", margin ±{margin:.3f}" if margin == margin else ""
+    judged = f", margin {margin:.3f} nats" if margin == margin else ""
     d = ci(e["difference"], e["ci_low"], e["ci_high"], 3, 1.0, sign=True)
-    return f"{what} {e['treatment']} − {e['control']} {d} nats ({e['verdict']}{judged})"
+    return f"{what} {e['treatment']} − {e['control']} {d} nats ({e['label']}, Holm{judged})"
+
+
+NO_SEPARATION = "no separation experiment in this publication (it is pooled into main: its seeds are main's pairs)"
 
 
 def _experiment_primary(board: Board, name: str) -> tuple[pd.Series, pd.DataFrame]:
@@ -91,6 +97,8 @@ def separation(board: Board) -> str:
     rows: `entropy_rows`)."""
     cfg = board.experiments
     name = "separation"
+    if name not in set(board.primary["experiment"]) and not any(v.get("select") for v in cfg.values()):
+        return NO_SEPARATION
     if any(v.get("select") for v in cfg.values()):
         name, setting, table = selection(board)
         ((key, value),) = setting.items()
@@ -113,6 +121,8 @@ def entropy_rows(experiment: str) -> Callable[[Board], str]:
     """The paired entropy rows of an experiment's primary.csv (final entropy, entropy AUC), one clause each."""
 
     def block(board: Board) -> str:
+        if experiment == "separation" and experiment not in set(board.primary["experiment"]):
+            return NO_SEPARATION
         _score, entropy = _experiment_primary(board, experiment)
         return "; ".join(_entropy_clause(e) for e in row_series(entropy))
 
@@ -139,19 +149,19 @@ def horizon(board: Board) -> str:
 
 def horizon_holds(board: Board) -> str:
     """Whether the 64-step verdict of the primary pair on the horizon's model (main's primary) holds at the
-    horizon's length: the same verdict or not, each with its difference and seed pairs."""
+    horizon's length: the same verdict or not, each with its difference and seed pairs; neither confirmed nor
+    contradicted when the longer run has no verdict (undecided, or exploratory)."""
     late, _ = _experiment_primary(board, "horizon")
     p = board.primary
     (early,) = row_series(p[(p.experiment == "main") & (p.model == late["model"]) & (p.metric == METRIC)])
 
     def said(r: pd.Series, steps: int, xp: str) -> str:
         d = ci(r["difference"], r["ci_low"], r["ci_high"], sign=True)
-        return f"{r['verdict']} at {steps} steps ({d} points, {xp}, {int(r['n_pairs'])} seed pairs)"
+        return f"{verdict_cell(r)} at {steps} steps ({d} points, {xp}, {int(r['n'])} seed pairs)"
 
     a, b = said(early, _steps_of(board, "main"), "main"), said(late, _steps_of(board, "horizon"), "horizon")
+    if late["verdict"] not in (BETTER, NOT_BETTER):  # the longer run does not decide
+        return f"is neither confirmed nor contradicted on {late['model']}: {a}; {b}"
     if early["verdict"] == late["verdict"]:
         return f"holds on {late['model']}: {a}; {b}"
-    if late["verdict"] == UNRESOLVED:  # the longer run cannot decide: neither confirmed nor contradicted
-        return (f"is neither confirmed nor contradicted on {late['model']}: {a}; {b}, MDE {num(late['mde'])} points "
-                f"against the margin {margin_text(late.get('margin', np.nan))}")  # fmt: skip
     return f"does not hold on {late['model']}: {a}, but {b}"
