@@ -317,11 +317,16 @@ def test_secondary_entropy_pairs_by_seed():
 
     per_run = pd.DataFrame([{"experiment": "sep", "model": "m", "entry": e, "seed": s, "entropy_final": v + 0.01 * s}
                             for e, v in (("grpo", 0.1), ("arm", 0.2), ("other", 0.1)) for s in range(4)])  # fmt: skip
-    specs = {"sep": {"primary": {"compare": ["arm", "grpo"], "entropy_compare": ["arm", "other"]}}}
+    specs = {"sep": {"primary": {"compare": ["arm", "grpo"], "entropy_compare": ["arm", "other"],
+                                 "entropy_margin": 0.02}, "entropy_margins": {"m": 0.02}}}  # fmt: skip
     rows = entropy_pair_results(per_run, specs).set_index("treatment")
-    assert rows.loc["arm", "difference"] == pytest.approx(0.1) and rows.loc["arm", "verdict"] == "higher entropy"
+    # the single look of the verdict rule (unadjusted here; its Holm family: family_verdicts): higher entropy than
+    # the control by at least the margin?
+    assert rows.loc["arm", "difference"] == pytest.approx(0.1) and rows.loc["arm", "verdict"] == "better"
+    assert rows.loc["arm", "label"] == "higher" and rows.loc["arm", "margin"] == 0.02
     assert rows.loc["arm", "n_pairs"] == 4 and rows.loc["other", "difference"] == pytest.approx(0.0)
-    assert rows.loc["other", "verdict"] == "unresolved" and set(rows["control"]) == {"grpo"}
+    assert rows.loc["other", "verdict"] == "not better by the margin" and set(rows["control"]) == {"grpo"}
+    assert rows.loc["other", "label"] == "not higher by 0.02 nats" and set(rows["role"]) == {"secondary"}
 
 
 def test_rule_revision_3_on_the_published_axis_chooses_main_setting():
