@@ -12,7 +12,7 @@ from bandpo.analysis.experiments import collapse_factors
 from bandpo.analysis.stats import t_interval
 from bandpo.report.board import Board
 from bandpo.report.docs.axes import selection
-from bandpo.report.docs.cells import METRIC, ci, margin_text, md_table, num, row_series, verdict_cell
+from bandpo.report.docs.cells import METRIC, ci, margin_text, md_table, num, row_series, verdict_parts
 from bandpo.verdict.rule import BETTER, NOT_BETTER
 
 
@@ -60,25 +60,30 @@ def entropy_pool(board: Board) -> str:
 
 
 def _score_clause(p: pd.Series) -> str:
-    """A primary.csv score row as a clause: the paired difference in points over its seed pairs (the estimate), and
-    the verdict with the look and pairs it rests on, the margin and, where computed, its stability."""
+    """A primary.csv score row as a clause: the paired difference in points over the pairs its verdict rests on (the
+    estimate), and the verdict with how it was reached, the margin where its words do not say it, and, where
+    computed, its stability."""
+    words, how = verdict_parts(p)
     margin = p.get("margin", np.nan)
-    judged = f"margin {margin_text(margin)} points" if margin == margin else "no margin declared"
+    if margin == margin and "by" not in words:
+        how += f", margin {margin_text(margin)} points"
     stab = p.get("stability", np.nan)
-    stable = f", stability {num(stab, 2, 1.0)}" if stab == stab else ""
-    return (
-        f"{p['treatment']} − {p['control']} {p['metric']} {ci(p['difference'], p['ci_low'], p['ci_high'], sign=True)}"
-        f" points over {int(p['n'])} seed pairs: {verdict_cell(p)} ({judged}{stable})"
-    )
+    how += f", stability {num(stab, 2, 1.0)}" if stab == stab else ""
+    d = ci(p["difference"], p["ci_low"], p["ci_high"], sign=True)
+    return f"{p['treatment']} − {p['control']} {p['metric']} {d} points over {int(p['n'])} seed pairs: {words} ({how})"
 
 
 def _entropy_clause(e: pd.Series) -> str:
     """A primary.csv entropy row (entropy_final, entropy_auc: a secondary of the Holm family) as a clause, in nats."""
     what = {"entropy_final": "final entropy", "entropy_auc": "entropy AUC"}[e["metric"]]
+    words = str(e["label"]).split(" (")[0]
+    need = e.get("n_needed", np.nan)
+    if words == "undecided" and need == need:
+        words += f": a single look decides from n = {int(need)}"
     margin = e.get("margin", np.nan)
-    judged = f", margin {margin:.3f} nats" if margin == margin else ""
+    judged = f", margin {margin:.3f} nats" if margin == margin and " by " not in words else ""
     d = ci(e["difference"], e["ci_low"], e["ci_high"], 3, 1.0, sign=True)
-    return f"{what} {e['treatment']} − {e['control']} {d} nats ({e['label']}, Holm{judged})"
+    return f"{what} {e['treatment']} − {e['control']} {d} nats ({words}; Holm{judged})"
 
 
 NO_SEPARATION = "no separation experiment in this publication (it is pooled into main: its seeds are main's pairs)"
@@ -140,10 +145,13 @@ def horizon(board: Board) -> str:
     score, _entropy = _experiment_primary(board, "horizon")
     parts = [f"at {_steps_of(board, 'horizon')} steps, {_score_clause(score)}"]
     falls = collapse_factors(board.runs, board.experiments)
-    for entry, g in falls[falls.experiment == "horizon"].groupby("entry", sort=False):
+    for i, (entry, g) in enumerate(falls[falls.experiment == "horizon"].groupby("entry", sort=False)):
         factors = ", ".join(f"{f:.1f}" for f in g["factor"])
-        parts.append(f"{entry}'s entropy fell {factors}-fold (step 1 / final; {int(g['collapsed'].sum())} of "
-                     f"{len(g)} runs at least {g['threshold'].iloc[0]:g}-fold)")  # fmt: skip
+        counts = f"{int(g['collapsed'].sum())} of {len(g)}"
+        first = f"(step 1 / final; {counts} runs at least {g['threshold'].iloc[0]:g}-fold)"
+        parts.append(
+            f"{entry}'s entropy fell {factors}-fold {first}" if i == 0 else f"{entry}'s {factors}-fold ({counts})"
+        )
     return "; ".join(parts)
 
 
@@ -156,8 +164,9 @@ def horizon_holds(board: Board) -> str:
     (early,) = row_series(p[(p.experiment == "main") & (p.model == late["model"]) & (p.metric == METRIC)])
 
     def said(r: pd.Series, steps: int, xp: str) -> str:
+        words, how = verdict_parts(r)
         d = ci(r["difference"], r["ci_low"], r["ci_high"], sign=True)
-        return f"{verdict_cell(r)} at {steps} steps ({d} points, {xp}, {int(r['n'])} seed pairs)"
+        return f"{words} at {steps} steps ({how}; {d} points, {xp}, {int(r['n'])} seed pairs)"
 
     a, b = said(early, _steps_of(board, "main"), "main"), said(late, _steps_of(board, "horizon"), "horizon")
     if late["verdict"] not in (BETTER, NOT_BETTER):  # the longer run does not decide
