@@ -552,3 +552,17 @@ def test_horizon_seeds_and_separation_sentences_recompute():
     assert sep in text and sep.startswith("at updates_per_step = 4 (fixed before the run), bandpo_kl − grpo mean@8")
     row = p.query("experiment == 'separation' and metric == 'mean@8'").iloc[0]
     assert f"over {row.n} seed pairs: {row.label} (single look, stability {row.stability:.2f})" in sep
+
+
+def test_blocks_of_the_separation_experiment_say_when_there_is_none():
+    """The separation experiment is being pooled into main: a publication without it renders its blocks as a
+    sentence saying so (and an empty leaderboard section as such), not an error."""
+    import dataclasses
+
+    b = RESULTS
+    without = dataclasses.replace(b, primary=b.primary[b.primary.experiment != "separation"],
+                                  leaderboard=b.leaderboard[b.leaderboard.experiment != "separation"])  # fmt: skip
+    assert experiment_blocks.separation(without) == experiment_blocks.NO_SEPARATION
+    assert experiment_blocks.entropy_rows("separation")(without) == experiment_blocks.NO_SEPARATION
+    assert docs.BLOCKS["table-separation"](without) == "No rows of experiment separation in this publication."
+    assert "separation" not in score_blocks.primary_summary(without)
