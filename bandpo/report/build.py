@@ -5,6 +5,7 @@ and the two pages (``python -m bandpo.report build``)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -161,7 +162,7 @@ def make_board(
             f"nothing to report under {results_dir}: no runs/*/*/seed*/metrics.jsonl and no "
             "eval/*/*/seed*/*.json evaluation summaries"
         )
-    primary = primary_tables(scores, per_run, specs, n_resamples, confidence, seed)
+    primary = check_looks(results_dir, primary_tables(scores, per_run, specs, n_resamples, confidence, seed))
     table, primary, family = family_verdicts(table, specs, task_subsets, primary)
     ran = {a: v for a, v in axes.items() if any(c in specs for c in v["cells"])}
     outcomes = run_outcomes(inputs.metrics, scores, ran, specs)
@@ -204,6 +205,28 @@ def primary_tables(
                   entropy_pair_results(per_run, specs, confidence, seed)):  # fmt: skip
         if not extra.empty:
             primary = pd.concat([primary, extra], ignore_index=True) if not primary.empty else extra
+    return primary
+
+
+def check_looks(results_dir: Path, primary: pd.DataFrame) -> pd.DataFrame:
+    """Each sequential primary's verdict against the last look the DAG wrote for it
+    (``results_dir/looks/{experiment}/{model}/look{j}.json``, `bandpo.decide.looks`), when there is one: `decide`
+    on the same pairs stops at the same look, so the two agree; where they do not (pairs scored after the look, a
+    look file of another design), the row's ``note`` says so. Rows without a look file are left as they are."""
+    if primary.empty:
+        return primary
+    primary = primary.copy()
+    for i, r in primary[primary["rule"] == "sequential"].iterrows():
+        folder = results_dir / "looks" / str(r["experiment"]) / str(r["model"])
+        files = sorted(folder.glob("look*.json"), key=lambda p: int(p.stem.removeprefix("look") or 0))
+        if not files:
+            continue
+        last = json.loads(files[-1].read_text(encoding="utf-8"))
+        if (last.get("verdict"), last.get("n")) != (r["verdict"], r["n"]):
+            note = (f"the DAG's {files[-1].name} says {last.get('verdict')!r} at n = {last.get('n')}; recomputed "
+                    f"from the scores: {r['verdict']!r} at n = {r['n']}")  # fmt: skip
+            before = r["note"] if isinstance(r["note"], str) else ""
+            primary.loc[i, "note"] = "; ".join(x for x in (before, note) if x)
     return primary
 
 

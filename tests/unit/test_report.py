@@ -1964,6 +1964,30 @@ def test_a_sequential_primary_is_decided_by_its_design_at_the_first_crossing():
     assert few.verdict == "undecided" and few.n == 3 and "fewer than the first look's 5" in few.label
 
 
+def test_the_report_checks_its_sequential_verdict_against_the_dags_last_look(tmp_path):
+    """The report recomputes a sequential primary's verdict from the scores; the DAG's last look file for it says
+    the same (decide stops at the first crossing), and a row whose look file disagrees says so in its note."""
+    import dataclasses
+
+    from bandpo.report.build import check_looks
+    from bandpo.verdict.design import plan_design
+
+    design = plan_design(0.02, 5, 0.027)
+    diffs = np.random.default_rng(11).normal(-0.03, 0.01, 10)
+    scores = _sequential_scores(diffs)
+    primary = analysis.primary_results(scores, _sequential_specs(dataclasses.asdict(design), list(range(10))))
+    folder = tmp_path / "looks" / "main" / "tiny-s"
+    folder.mkdir(parents=True)
+    assert check_looks(tmp_path, primary).equals(primary)  # no look file: nothing to check
+    # the look file's fields that matter here (bandpo.decide.looks.look_record writes them among others)
+    record = {"verdict": primary["verdict"].iloc[0], "n": int(primary["n"].iloc[0]), "look": 1}
+    (folder / "look1.json").write_text(json.dumps(record))
+    assert check_looks(tmp_path, primary)["note"].fillna("").tolist() == [""]  # they agree
+    (folder / "look2.json").write_text(json.dumps({"verdict": "better", "n": 10}))
+    (note,) = check_looks(tmp_path, primary)["note"]
+    assert note.startswith("the DAG's look2.json says 'better' at n = 10; recomputed from the scores")
+
+
 def test_an_exploratory_primary_has_no_verdict_and_the_pairs_it_would_need():
     from bandpo.verdict.rule import single_look_n
 
