@@ -46,6 +46,9 @@ from scipy.stats import bootstrap, nct, trim_mean
 from scipy.stats import t as student_t
 
 from bandpo.plan.sweep import BASE_ENTRY
+from bandpo.verdict import rule as verdict_rule
+from bandpo.verdict.design import ALPHA as RULE_ALPHA
+from bandpo.verdict.design import BETA as RULE_BETA
 from bandpo.verdict.rule import SCORE_DIFF_RANGE, SCORE_RANGE, t_interval
 
 DEFAULT_BASELINE = "grpo"
@@ -201,7 +204,47 @@ def seeds_needed(sd: float, target: float = MDE_TARGET, alpha: float = ALPHA, po
 
 
 # ------------------------------------------------------------------------------------------------------------
-# Four verdicts: better, worse, equivalent within a margin fixed before the runs, or unresolved
+# The verdict rule's two one-sided tests from a comparison's summary (leaderboard.csv holds mean, SD and count)
+# ------------------------------------------------------------------------------------------------------------
+def one_sided_tests(mean: float, sd: float, n: int, margin: float) -> dict[str, float]:
+    """The two one-sided paired t tests of the verdict rule (`bandpo.verdict.rule.fixed_n_decision`) from the
+    differences' mean, SD (ddof 1) and count, with T = mean sqrt(n) / sd and T_margin = (mean - margin) sqrt(n) /
+    sd on n - 1 degrees of freedom:
+
+    * ``p_better``: the p-value of H0: Δ <= 0 against Δ > 0, P(T_{n-1} >= T) ("better" when <= alpha);
+    * ``p_not_better``: the p-value of H1: Δ >= margin against Δ < margin, P(T_{n-1} <= T_margin) ("not better
+      by the margin" when <= beta).
+
+    Also ``t`` and ``t_margin``. NaN p-values for fewer than 2 pairs, a missing SD or no positive margin (then
+    ``p_not_better`` alone is NaN); an SD of 0 gives p-values 0 or 1 (`bandpo.verdict.rule.t_statistic`)."""
+    nan = float("nan")
+    out = {"p_better": nan, "p_not_better": nan, "t": nan, "t_margin": nan}
+    n = int(n) if n == n else 0
+    if n < 2 or not (math.isfinite(mean) and math.isfinite(sd)):
+        return out
+    t = float(verdict_rule.t_statistic(mean, sd, n))
+    out["t"], out["p_better"] = t, float(student_t.sf(t, n - 1))
+    if math.isfinite(margin) and margin > 0:
+        tm = float(verdict_rule.t_statistic(mean - margin, sd, n))
+        out["t_margin"], out["p_not_better"] = tm, float(student_t.cdf(tm, n - 1))
+    return out
+
+
+def rule_verdict(p_better: float, p_not_better: float, alpha: float = RULE_ALPHA, beta: float = RULE_BETA) -> str:
+    """The verdict rule's word from its two p-values (raw: `fixed_n_decision`; Holm-adjusted: a family's):
+    `BETTER` when ``p_better`` <= alpha, else `NOT_BETTER` when ``p_not_better`` <= beta, else `UNDECIDED`
+    (also without a test)."""
+    if p_better == p_better and p_better <= alpha:
+        return verdict_rule.BETTER
+    if p_not_better == p_not_better and p_not_better <= beta:
+        return verdict_rule.NOT_BETTER
+    return verdict_rule.UNDECIDED
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Four verdicts (retired for comparisons with the control, issue #55): kept for the descriptive rule of the
+# random-reward control, each run's final entropy against its own step-1 entropy (no control, no question of
+# "better"): rises, falls, unchanged within a margin fixed before the runs, or unresolved
 # ------------------------------------------------------------------------------------------------------------
 EQUIVALENCE_CONFIDENCE = 0.90  # two one-sided tests at 5% each <=> the 90% interval inside [-margin, +margin]
 EQUIVALENT, UNRESOLVED = "equivalent", "unresolved"

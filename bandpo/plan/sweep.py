@@ -345,6 +345,53 @@ def design_settings(cfg: Mapping[str, Any], experiment: str, model: str) -> dict
             "futility_spending": d["futility_spending"]}  # fmt: skip
 
 
+def family_margin(cfg: Mapping[str, Any], experiment: str, model: str) -> float:
+    """The margin of every comparison with the control that an experiment's page shows on a model (its primary and
+    its secondaries), a fraction of the score: the experiment's own ``primary.margin``, else its axis's
+    (``axes.<id>.primary.margin``: an axis cell declares no primary), else main's (`primary_margin`); NaN
+    without one."""
+    xp = (cfg["experiments"].get(experiment)) or {}
+    own = (xp.get("primary") or {}).get("margin")
+    axis = (((cfg.get("axes") or {}).get(xp.get("axis") or "") or {}).get("primary") or {}).get("margin")
+    if own is None and axis is not None:
+        return per_model(axis, model) / POINTS
+    return primary_margin(cfg, experiment, model)
+
+
+# What the report reads of each experiment, as the config gives it (the primary's words, the runs it reuses from
+# main, its axis and selection); an axis cell's methods too (a select rule reads them), not main's: adding a method
+# entry must not rerun rule select
+REPORT_KEYS = ("description", "primary", "models", "seeds", "train", "reuse", "axis", "select")
+
+
+def report_experiments(cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The experiments as the report and the select rule read them (workflow/rules/report.smk passes them as JSON):
+    each experiment's `REPORT_KEYS` (and an axis cell's ``methods``) plus the numbers its verdicts need, converted
+    here, the one place where the config's points become the code's fractions:
+
+    * ``margins``: {model: the margin of its comparisons with the control, a fraction of the score}
+      (`family_margin`; a model without one is left out);
+    * ``entropy_margins``: {model: ``primary.entropy_margin``, nats} where declared;
+    * ``designs``: {model: `design_settings`} for a primary with ``sequential`` (the fields of
+      `bandpo.verdict.design.SequentialDesign`, in fractions).
+
+    ``cfg``: a completed config (`bandpo.plan.validate`), or the resolved config a publication recorded in
+    provenance.json (margins in points there too)."""
+    out: dict[str, dict[str, Any]] = {}
+    for xp_id, xp in cfg["experiments"].items():
+        spec = {k: xp.get(k) for k in REPORT_KEYS} | ({"methods": xp.get("methods")} if xp.get("axis") else {})
+        models = list(xp.get("models") or [])
+        margins = {m: family_margin(cfg, xp_id, m) for m in models}
+        spec["margins"] = {m: v for m, v in margins.items() if v == v}
+        primary = xp.get("primary") or {}
+        if primary.get("entropy_margin") is not None:
+            spec["entropy_margins"] = {m: per_model(primary["entropy_margin"], m) for m in models}
+        if sequential(cfg, xp_id) is not None:
+            spec["designs"] = {m: design_settings(cfg, xp_id, m) for m in models}
+        out[xp_id] = spec
+    return out
+
+
 def sequential_pairs(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Every sequential primary on every model that runs both of its entries: {"experiment", "model", "treatment",
     "control", "blocks"} (`look_blocks`)."""

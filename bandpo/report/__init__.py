@@ -51,8 +51,9 @@ Outputs of `build_report` (``--out``, default: the results folder itself; every 
     figures/probe_clipfrac_buckets.png  experiment probe: clip fraction by old-probability bucket
     figures/{name}.csv             the data each figure plotted (an experiment's figures are placeholders, left off
                                    the page, when it has no runs)
-    primary.csv            each experiment's primary comparison (paired treatment - control, 95% paired t
-                           interval, verdict; the bootstrap rule beside it)
+    primary.csv            each experiment's primary comparison and its entropy secondaries (paired treatment -
+                           control with its 95% paired t interval: the estimate; the verdict rule's verdict, how it
+                           was reached: a sequential design's look, a single look, Holm, exploratory; stability)
     axis.csv, axis_runs.csv   the design axes' rules, and per run of an axis cell (with the config's axes)
 
 With ``atlas.csv`` in the results folder (the equivalence atlas, rule ``atlas``: `bandpo.train.atlas`) the Markdown

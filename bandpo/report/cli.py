@@ -49,7 +49,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--bounds", default=None, help="bounds table of the bound figure (default: RESULTS/bounds.csv)")
     b.add_argument("--no-embed-figures", action="store_true", help="do not embed the PNGs in the HTML page")
     b.add_argument("--experiments-json", default=None,
-                   help="the config's experiments as JSON: notes and primary.csv")  # fmt: skip
+                   help="the run plan's experiments as JSON (bandpo.plan.sweep.report_experiments: margins in "
+                        "fractions): notes, primary.csv and the verdicts")  # fmt: skip
     b.add_argument("--axes-json", default=None, help="the config's design axes as JSON: axis.csv")
     b.add_argument("--base-per-seed", choices=["true", "false"], default=None,
                    help="the config's base_per_seed (the page's sentence on base models)")  # fmt: skip

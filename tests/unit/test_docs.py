@@ -125,11 +125,10 @@ def test_readme_claims():
         planned = xps[xp]["primary"]["seeds"]
         rows = RESULTS.primary.query("experiment == @xp and metric == 'mean@8'")
         assert len(planned) == 10 and (rows["n_pairs"] == len(planned)).all(), xp
-    assert "mean over seeds (<!-- generated:seeds -->" in text and "The primary pair's minimum detectable" in flat
-    # the primary rule, as the README states it: the one question, its two words, the estimate, the config's margin
-    assert "is BandPO-KL better than GRPO by at least 2 points" in flat and "95% paired t interval" in flat
-    assert xps["main"]["primary"]["margin"] == 2.0 and '"better" or "not better by 2 points"' in flat
-    assert "paired differences that few seeds estimate roughly" in flat
+    assert "mean over seeds (<!-- generated:seeds -->" in text and "A single look decides at the measured SD" in flat
+    # the primary rule, as the README states it: the one question, its words, the estimate, the config's margin
+    assert "is BandPO-KL better than GRPO by at least 2 points?" in flat and "95% paired t interval" in flat
+    assert xps["main"]["primary"]["margin"] == 2.0 and '"better", "not better by 2 points", or "undecided"' in flat
     # the axis as its own config declares it (results/offpolicy/)
     off = RESULTS.part("offpolicy").provenance["config"]
     axis = off["axes"]["offpolicy"]
@@ -267,8 +266,16 @@ def test_publication_blocks_are_the_provenance():
 
 def test_primary_rules_are_the_paired_comparisons_of_the_leaderboard():
     """primary.csv's score rows are the leaderboard's paired difference from GRPO with its paired t interval (the
-    same computation: seed s of BandPO-KL minus seed s of GRPO), and its entropy rows the paired t interval of each
-    run's final minus step-1 entropy (runs.csv)."""
+    same computation: seed s of BandPO-KL minus seed s of GRPO), and their verdicts the verdict rule's on the
+    published scores: a single look (`fixed_n_decision`) at the published config's margin (fractions, through the
+    run plan) for a primary without a design; its entropy rows the paired t interval of each run's final minus
+    step-1 entropy (runs.csv)."""
+    from scipy.stats import t
+
+    from bandpo.plan.sweep import report_experiments
+    from bandpo.verdict.rule import fixed_n_decision
+
+    plan = report_experiments(RESULTS.provenance["config"])
     p = RESULTS.primary
     for r in p[p.metric == "mean@8"].itertuples():
         subset = RESULTS.scores.loc[RESULTS.scores.task == r.task, "subset"].iloc[0]
@@ -277,14 +284,20 @@ def test_primary_rules_are_the_paired_comparisons_of_the_leaderboard():
         for ours, theirs in ((r.difference, "mean@8_diff"), (r.ci_low, "mean@8_diff_t_ci_low"),
                              (r.ci_high, "mean@8_diff_t_ci_high")):  # fmt: skip
             assert ours == pytest.approx(row[theirs], abs=2e-6)
-        winner = r.treatment if r.ci_low > 0 else (r.control if r.ci_high < 0 else None)
-        inside = r.margin == r.margin and -r.margin < r.ci90_low and r.ci90_high < r.margin
-        expected = "equivalent" if inside else (f"{winner} better" if winner else "unresolved")
-        assert r.verdict == expected
+        assert row["mean@8_role"] == "primary" and row["mean@8_verdict_holm"] == r.verdict
+        assert r.margin == plan[r.experiment]["margins"][r.model] == pytest.approx(0.02)
+        assert r.rule == "single look" and "designs" not in plan[r.experiment]  # the published config has none
+        sc = RESULTS.scores.query("experiment == @r.experiment and model == @r.model and task == @r.task")
+        per_seed = sc[sc.name == "mean@8"].pivot_table(index="seed", columns="entry", values="value")
+        d = (per_seed[r.treatment] - per_seed[r.control]).dropna().to_numpy()
+        expected = fixed_n_decision(d, r.margin)
+        assert r.verdict == expected.verdict and r.n == len(d) == r.n_pairs
+        assert r.p_better == pytest.approx(1 - t.cdf(expected.t, len(d) - 1), abs=1e-4)
     changes = experiment_blocks.entropy_changes(RESULTS)
     for r in p[(p.metric == "entropy_final") & (p.experiment == "random-reward")].itertuples():
         lo, hi = t_interval(changes.loc[changes.entry == r.treatment, "change"])
         assert (r.ci_low, r.ci_high) == pytest.approx((lo, hi), abs=2e-6)
+        assert r.rule == "descriptive"
 
 
 def test_statistics_claims():
@@ -471,7 +484,7 @@ def test_generated_sentences_recompute_from_the_published_files():
         if m:
             p = RESULTS.primary
             row = p[(p.experiment == xp) & (p.model == m["model"]) & (p.metric == m["metric"])].iloc[0]
-            assert int(m["n"]) == row.n_pairs
+            assert int(m["n"]) == row.n  # the pairs the verdict (and the estimate) rests on
             for key, col in (("d", "difference"), ("lo", "ci_low"), ("hi", "ci_high")):
                 assert float(m[key]) == pytest.approx(100 * row[col], abs=0.051), s
             scores = RESULTS.scores
@@ -489,7 +502,8 @@ def test_generated_sentences_recompute_from_the_published_files():
         n = int(re.search(r"Secondaries: (\d+) paired tests", s)[1])
         b = board[board.experiment == xp]
         roles = b[[c for c in b.columns if c.endswith("_role")]]
-        assert n == int((roles == "secondary").to_numpy().sum()), s
+        entropy = RESULTS.primary.query("experiment == @xp and role == 'secondary'")  # in the family too (#55)
+        assert n == int((roles == "secondary").to_numpy().sum()) + len(entropy), s
     # the reading notes: seed counts and t quantiles of the trained rows, the count of intervals
     trained = board[board.entry != "base"]
     counts = sorted(set(trained["n_seeds"].astype(int)))
@@ -556,22 +570,27 @@ def test_horizon_seeds_and_separation_sentences_recompute():
     h = runs[runs.experiment == "horizon"]
     assert sentence.startswith(f"at {int(h['steps'].max())} steps, bandpo_kl − grpo mean@8 ")
     for entry, g in h.groupby("entry"):
-        m = re.search(rf"{entry}'s entropy fell ([\d., ]+)-fold \(step 1 / final; (\d+) of (\d+) runs", sentence)
+        # the first entry names the ratio and the threshold, the next ones only their factors and counts
+        m = re.search(rf"{entry}'s (?:entropy fell )?([\d., ]+)-fold \((?:step 1 / final; )?(\d+) of (\d+)", sentence)
         falls = [
             first.loc["horizon", r.model, entry, r.seed] / r.entropy_final for r in g.sort_values("seed").itertuples()
         ]
         assert [float(x) for x in m[1].split(", ")] == pytest.approx(falls, abs=0.06), entry
         assert (int(m[2]), int(m[3])) == (sum(f >= 5 for f in falls), len(falls))
     late = p.query("experiment == 'horizon' and metric == 'mean@8'").iloc[0]
-    assert f"over {late.n_pairs} seed pairs, {late.verdict} (margin ±{100 * late.margin:.1f}, MDE" in sentence
+    words = late.label.split(" (")[0]
+    assert f"points over {late.n} seed pairs: {words} (single look, stability {late.stability:.2f})" in sentence
+    assert words == f"not better by {100 * late.margin:g} points"  # the margin, in the words
     rows = experiment_blocks.entropy_rows("horizon")(RESULTS)
     assert rows in _flat(read("docs/results.md"))
     for e in p.query("experiment == 'horizon' and metric.str.startswith('entropy')").itertuples():
         d = f"{e.difference:+.3f} [{e.ci_low:+.3f}, {e.ci_high:+.3f}]"
-        assert f"bandpo_kl − grpo {d} nats ({e.verdict}, margin ±{e.margin:.3f})" in rows
+        assert f"bandpo_kl − grpo {d} nats ({e.label.split(' (')[0]}" in rows and e.rule == "single look, Holm"
     # does the 64-step verdict hold at 256 steps, on the same seeds: main's runs of the horizon's seeds (their paired
-    # differences from scores.csv, main's rule and margin) against the horizon's primary row, and the change per seed
-    from bandpo.analysis.stats import four_verdict, paired_tests
+    # differences from scores.csv, a single look of the rule at main's margin) beside the horizon's primary row, and
+    # the change per seed
+    from bandpo.analysis.experiments import verdict_label
+    from bandpo.verdict.rule import BETTER, NOT_BETTER, fixed_n_decision
 
     holds = experiment_blocks.horizon_holds(RESULTS)
     assert holds in text
@@ -583,21 +602,22 @@ def test_horizon_seeds_and_separation_sentences_recompute():
     assert seeds == sorted(h["seed"].unique()) and set(seeds) <= set(d["main"].index)
     early = d["main"].loc[seeds]
     lo, hi = t_interval(early)
-    tests = paired_tests(early, RESULTS.provenance["config"]["experiments"]["main"]["primary"]["margin"] / 100)
-    verdict = four_verdict(early.mean(), tests["p_value"], tests["p_equivalence"], "bandpo_kl better", "grpo better")
+    margin = RESULTS.provenance["config"]["experiments"]["main"]["primary"]["margin"] / 100
+    verdict = fixed_n_decision(early, margin).verdict
     main_steps = int(runs.query("experiment == 'main' and model == 'tiny-s'")["steps"].max())
     where = f"seeds {seeds[0]}-{seeds[-1]}"
-    assert (f"{verdict} at {main_steps} steps ({100 * early.mean():+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] points, "
-            f"main's runs of {where})") in holds  # fmt: skip
-    assert f"{late.verdict} at {int(h['steps'].max())} steps" in holds and f"horizon, {where}" in holds
+    assert (f"{verdict_label(verdict, margin).split(' (')[0]} at {main_steps} steps (single look; "
+            f"{100 * early.mean():+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] points, main's runs of {where}, "
+            f"{len(seeds)} seed pairs)") in holds  # fmt: skip
+    assert f"{words} at {int(h['steps'].max())} steps" in holds and f"horizon, {where}" in holds
     change = d["horizon"].loc[seeds] - early
     c_lo, c_hi = t_interval(change)
     assert (f"horizon − main on the same seeds, paired: {100 * change.mean():+.1f} [{100 * c_lo:+.1f}, "
             f"{100 * c_hi:+.1f}] points") in holds  # fmt: skip
-    if verdict == late.verdict:
+    if late.verdict not in (BETTER, NOT_BETTER):
+        assert holds.startswith("is neither confirmed nor contradicted")
+    elif verdict == late.verdict:
         assert holds.startswith("holds")
-    elif late.verdict == "unresolved":
-        assert holds.startswith("is neither confirmed nor contradicted") and f"MDE {100 * late.mde:.1f} points" in holds
     else:
         assert holds.startswith("does not hold")
     # seeds: per experiment, the primary pair's and the other entries' seed counts in scores.csv
@@ -614,6 +634,18 @@ def test_horizon_seeds_and_separation_sentences_recompute():
     sep = experiment_blocks.separation(RESULTS)
     assert sep.startswith("at updates_per_step = 4 (fixed before the run), bandpo_kl − grpo mean@8")
     row = p.query("experiment == 'separation' and metric == 'mean@8'").iloc[0]
-    assert (
-        f"over {row.n_pairs} seed pairs, {row.verdict} (margin ±{100 * row.margin:.1f}, MDE {100 * row.mde:.1f}" in sep
-    )
+    assert f"over {row.n} seed pairs: {row.label} (single look, stability {row.stability:.2f})" in sep
+
+
+def test_blocks_of_the_separation_experiment_say_when_there_is_none():
+    """The separation experiment is being pooled into main: a publication without it renders its blocks as a
+    sentence saying so (and an empty leaderboard section as such), not an error."""
+    import dataclasses
+
+    b = RESULTS
+    without = dataclasses.replace(b, primary=b.primary[b.primary.experiment != "separation"],
+                                  leaderboard=b.leaderboard[b.leaderboard.experiment != "separation"])  # fmt: skip
+    assert experiment_blocks.separation(without) == experiment_blocks.NO_SEPARATION
+    assert experiment_blocks.entropy_rows("separation")(without) == experiment_blocks.NO_SEPARATION
+    assert docs.BLOCKS["table-separation"](without) == "No rows of experiment separation in this publication."
+    assert "separation" not in score_blocks.primary_summary(without)

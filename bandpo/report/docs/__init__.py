@@ -35,7 +35,7 @@ BLOCKS: dict[str, Callable[[Board], str]] = {
     "gains": scores.gains,
     "spread": scores.spread,
     "power": scores.power,
-    "mde-main": scores.mde_main,
+    "pairs-main": scores.pairs_main,
     "clipfrac-main": scores.clipfrac_main,
     "cost": runs.cost,
     "entropy-shift": experiments.entropy_shift,
