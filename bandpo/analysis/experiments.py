@@ -307,8 +307,6 @@ def _single_look_row(x: np.ndarray, y: np.ndarray, margin: float, unit: str, see
 def primary_results(
     scores: pd.DataFrame,
     specs: Mapping[str, Mapping[str, Any]],
-    n_resamples: int = 0,
-    confidence: float = 0.95,
     seed: int = 0,
 ) -> pd.DataFrame:
     """Each experiment's primary comparison of scores, per model (`PRIMARY_COLUMNS`). ``specs``: the run plan's
@@ -330,9 +328,7 @@ def primary_results(
       primary is a member of its experiment's family, whose Holm verdict `family_verdicts` writes into the row.
 
     The estimate (treatment_mean, control_mean, difference with its 95% paired t interval, sd) is over the ``n``
-    pairs the verdict rests on. ``n_resamples`` and ``confidence`` are not used (the rule's interval is the 95% t
-    one); they stay for callers of the bootstrap rule this replaced."""
-    del n_resamples, confidence
+    pairs the verdict rests on (the rule's 95% t interval). ``seed`` seeds the stability simulations."""
     rows = []
     for xp, spec in specs.items():
         primary = (spec or {}).get("primary") or {}

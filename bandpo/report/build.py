@@ -200,7 +200,7 @@ def primary_tables(
     """primary.csv: each experiment's primary comparison of scores, then the entropy rules (an experiment's final
     entropy against step 1, and entries' entropy against the control's, the secondaries whose Holm verdicts
     `family_verdicts` adds)."""
-    primary = primary_results(scores, specs, n_resamples, confidence, seed)
+    primary = primary_results(scores, specs, seed)
     for extra in (entropy_shift_results(per_run, specs, n_resamples, confidence, seed),
                   entropy_pair_results(per_run, specs, confidence, seed)):  # fmt: skip
         if not extra.empty:

@@ -339,11 +339,11 @@ def test_secondary_entropy_pairs_by_seed():
 
 
 def test_rule_revision_3_on_the_published_axis_chooses_main_setting():
-    """The present publication's separation run (results/provenance.json) fixed its regime at D = 4 under rule revision 3 (GRPO's paired gain over
-    the base model must have a 95% interval above min_gain = 2 points). It was fixed from the axis of 2026-12-02
-    (then in results/; git history); recomputed here on its republication under the fixed numerics
-    (results/offpolicy/): D = 4 qualifies, D = 8 (the cell a rerun on another CPU model chose under revision 2,
-    whose interval lies below 2 points) and D = 16 do not."""
+    """The present publication's separation run (results/provenance.json) fixed its regime at D = 4 under rule
+    revision 3 (GRPO's paired gain over the base model must have a 95% interval above min_gain = 2 points). It was
+    fixed from the axis of 2026-12-02 (then in results/; git history); recomputed here on its republication under
+    the fixed numerics (results/offpolicy/): D = 4 qualifies, D = 8 (the cell a rerun on another CPU model chose
+    under revision 2, whose interval lies below 2 points) and D = 16 do not."""
     from bandpo.report.docs.axes import SEPARATION_RULE
 
     root = Path(__file__).resolve().parents[2]

@@ -94,7 +94,7 @@ ALLOWED = (
     Allowed(r"5\.36|5\.65|77%", r"SD / √3|power, not", "the shortcut's and the exact MDE at n = 3: maths"),
     Allowed(r"\[0, 1\]", r"cut to", "the range of a score"),
     Allowed(r"10%", r"last 10% of", "the window of the final entropy: the last 10% of steps (design)"),
-    Allowed(r"10%|0\.10", r"not better|p_not_better|/ m", "the verdict rule's β = 0.10, the level of \"not better\""),
+    Allowed(r"10%|0\.10", r"not better|p_not_better|/ m", 'the verdict rule\'s β = 0.10, the level of "not better"'),
     Allowed(r"0\.02", r"nats|margin", "the entropy margin, fixed in the config before the runs"),
     Allowed(r"0\.10|0\.85|0\.9", r"β|power|target", "the verdict rule's β, the power 1 - β and the stability target"),
     Allowed(r"5 seed pairs", r"look every", "the verdict rule's looks: k = 5 pairs (config/config.yaml)"),

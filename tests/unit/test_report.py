@@ -1369,10 +1369,31 @@ import json
 report: "workflow/report/workflow.rst"
 config["profile"] = "{PROFILE}"
 config["publish"] = False
+# what workflow/rules/common.smk gives report.smk, for a config without experiments (no looks, no select rule)
+config.update(experiments={{}}, axes={{}}, base_per_seed=False, beside=None, smoke_section=False)
+EXPERIMENTS, PUBLISH_DIR = {{}}, "published"
 RESULTS, LOGS, BENCH = "results/{PROFILE}", "logs/{PROFILE}", "logs/{PROFILE}/benchmarks"
 ATLAS, ATLAS_CSV = None, []  # no equivalence atlas (its rule, in report.smk, needs a tiny base model)
 MODELS, ENTRIES, SEEDS, EVAL_TASKS = ["tiny-s"], {sorted(e for e in ENTRIES if e != XSS_ENTRY)!r}, [0, 1, 2], ["{TASK}"]
 EVAL_ENTRIES = ["base", *ENTRIES]
+RUNS_AT_ONCE = [(m, e, s) for m in MODELS for e in ENTRIES for s in SEEDS]
+decided_looks = []
+
+
+def res(stage):
+    return {{}}
+
+
+def select_file(experiment):
+    return f"{{RESULTS}}/select/{{experiment}}.json"
+
+
+def _alternatives(names):
+    return "|".join(names) or "__none__"
+
+
+def all_base_models():
+    return []
 
 
 def run_dir(m, e, s):
