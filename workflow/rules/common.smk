@@ -1,6 +1,7 @@
 # Shared names, paths and helpers. `config` has been validated and completed by the Snakefile.
 
 import json
+import os
 import re
 import shlex
 
@@ -82,6 +83,13 @@ envvars:
 def base_model(wildcards):
     """Input function of a training rule: the base model's config.json for the job's model and seed wildcards."""
     return f"{model_dir(wildcards.model, wildcards.seed)}/config.json"
+
+
+def eval_group_file(root, look, ext):
+    """Log or benchmark file of one grouped evaluation job under ``root`` (LOGS or BENCH): one per model and entry,
+    and per look for a sequential primary's pair (``look`` is 0 outside one)."""
+    name = os.path.join("{entry}", f"look{look}") if look else "{entry}"
+    return os.path.join(root, "eval", "{model}", name + ext)
 
 
 def eval_outputs(model_id, slot, seeds, tasks=None):

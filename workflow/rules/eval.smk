@@ -39,9 +39,9 @@ for _xp_id, _xp in EXPERIMENTS.items():
                     gpu=config["eval"]["gpus"],
                     **res("eval_group"),
                 log:
-                    f"{LOGS}/eval/{{model}}/{{entry}}" + (f"/look{_group['look']}" if _group["look"] else "") + ".log",
+                    eval_group_file(LOGS, _group["look"], ".log")
                 benchmark:
-                    f"{BENCH}/eval/{{model}}/{{entry}}" + (f"/look{_group['look']}" if _group["look"] else "") + ".tsv"
+                    eval_group_file(BENCH, _group["look"], ".tsv")
                 shell:
                     "{params.env} python -m bandpo.score --spec {input.spec} > {log} 2>&1"
 
