@@ -70,7 +70,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bandpo.plan.sweep import base_models, by_id, eval_groups, run_settings, runs, slot_seeds, split_slot
+from bandpo.plan.sweep import MAIN, base_models, by_id, eval_groups, run_settings, runs, slot_seeds, split_slot
 from bandpo.plan.validate import load_yaml, validate_config
 from bandpo.train.settings import TrainConfig, typed_fields
 
@@ -359,7 +359,8 @@ def load_config(path: str | os.PathLike, rl_steps: Sequence[str] = (), build_ste
     """The config, with what-if overrides of a model's RL steps or pretraining steps (``MODEL=STEPS``), of the
     experiments run (``only``) and of their seeds (0 .. seeds - 1: the global list, the named experiments' and those
     that take the global one; a primary pair with seeds of its own, ``primary.seeds``, keeps as many seeds beyond
-    its experiment's as the config gives it: 0 .. seeds + extra - 1); validated with ``root`` as the repository."""
+    its experiment's as the config gives it: 0 .. seeds + extra - 1; a sequential primary keeps its seeds as they
+    are, the maximum n of its design); validated with ``root`` as the repository."""
     raw = load_yaml(path)
     if only:
         raw["only"] = only
@@ -372,9 +373,13 @@ def load_config(path: str | os.PathLike, rl_steps: Sequence[str] = (), build_ste
         for name in (only or "").split(","):
             if name.strip() in xps:
                 xps[name.strip()]["seeds"] = list(range(seeds))
+        if "seeds" in (xps.get(MAIN) or {}):  # a resolved config (a run's provenance): main's are the global seeds
+            xps[MAIN]["seeds"] = list(range(seeds))
         for x, v in xps.items():
             primary = (v or {}).get("primary") or {}
-            if primary.get("seeds") and list(v.get("seeds", raw["seeds"])) != before[x]:
+            if primary.get("sequential") or not primary.get("seeds"):
+                continue
+            if list(v.get("seeds", raw["seeds"])) != before[x]:
                 extra = len(set(primary["seeds"]) - set(before[x]))
                 primary["seeds"] = list(range(seeds + extra))
     models = by_id(raw["models"])

@@ -470,6 +470,7 @@ def expected_jobs(cfg: Mapping[str, Any]) -> dict[str, int]:
                 n = n_groups * len(group["seeds"])
                 jobs[eval_rule_name("eval_run", xp_id, group["primary"], group["look"])] = n
     jobs["look"] = len(sequential_pairs(cfg))  # each sequential primary's first look
+    jobs["decided"] = jobs["look"]  # and the copy of the look that decided it (looks.smk)
     jobs["select"] = sum(1 for xp in cfg["experiments"].values() if xp.get("select"))
     jobs["atlas"] = 1 if atlas_spec(cfg) is not None else 0
     jobs["report"] = 1

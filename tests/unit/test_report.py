@@ -1377,7 +1377,7 @@ ATLAS, ATLAS_CSV = None, []  # no equivalence atlas (its rule, in report.smk, ne
 MODELS, ENTRIES, SEEDS, EVAL_TASKS = ["tiny-s"], {sorted(e for e in ENTRIES if e != XSS_ENTRY)!r}, [0, 1, 2], ["{TASK}"]
 EVAL_ENTRIES = ["base", *ENTRIES]
 RUNS_AT_ONCE = [(m, e, s) for m in MODELS for e in ENTRIES for s in SEEDS]
-decided_looks = []
+decided_files = lambda: []
 
 
 def res(stage):

@@ -106,7 +106,7 @@ def eval_outputs(model_id, slot, seeds, tasks=None):
 
 def all_eval_summaries():
     """Every evaluation summary the DAG asks for at once: all but a sequential primary's pair, whose seeds its looks
-    ask for (`decided_looks`)."""
+    ask for (`pair_looks`)."""
     return [
         f"{eval_dir(m, e, s)}/{t['task']}.json"
         for m, e in EVAL_GROUPS
@@ -135,19 +135,31 @@ def _look_summaries(experiment, model, look):
     return [f for f in _pair_files(pair, seeds) if f.endswith(".json")]
 
 
-def decided_looks(wildcards=None):
-    """Each sequential primary's looks up to the one that decided (a Snakemake checkpoint each: look j + 1, and the
-    training and scoring of its seeds, are asked for only when look j said undecided), with the pair's runs and
-    summaries of the seeds those looks read."""
-    files = []
-    for pair in PLAN.pairs:
-        for j, block in enumerate(pair["blocks"], 1):
-            look = checkpoints.look.get(experiment=pair["experiment"], model=pair["model"], look=j).output[0]
-            files += [look, *_pair_files(pair, block)]
-            with open(look, encoding="utf-8") as f:
-                if json.load(f)["verdict"] != "undecided":
-                    break
-    return files
+def decided_file(experiment, model):
+    """The copy of the look that decided a sequential primary (rule `decided`, looks.smk)."""
+    return f"{RESULTS}/looks/{experiment}/{model}/decided.json"
+
+
+def decided_files():
+    """Every sequential primary's decided look: one job per pair, so that every pair's looks run side by side (an
+    input function stops at its first unfinished checkpoint: one function for all pairs would take them in turn)."""
+    return [decided_file(p["experiment"], p["model"]) for p in PLAN.pairs]
+
+
+def pair_looks(wildcards):
+    """One pair's looks up to the one that decided (a Snakemake checkpoint each: look j + 1, and the training and
+    scoring of its seeds, are asked for only when look j said undecided), with the pair's runs and summaries of the
+    seeds those looks read: {"looks": [...], "pair": [...]}."""
+    pair = next(p for p in PLAN.pairs if (p["experiment"], p["model"]) == (wildcards.experiment, wildcards.model))
+    looks, files = [], []
+    for j, block in enumerate(pair["blocks"], 1):
+        look = checkpoints.look.get(experiment=pair["experiment"], model=pair["model"], look=j).output[0]
+        looks.append(look)
+        files += _pair_files(pair, block)
+        with open(look, encoding="utf-8") as f:
+            if json.load(f)["verdict"] != "undecided":
+                break
+    return {"looks": looks, "pair": files}
 
 
 def select_inputs(wildcards):

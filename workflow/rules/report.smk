@@ -79,7 +79,7 @@ rule report:
     input:
         runs=[f"{run_dir(m, e, s)}/metrics.jsonl" for m, e, s in RUNS_AT_ONCE],
         evals=all_eval_summaries(),
-        looks=decided_looks,
+        looks=decided_files(),
         selected=[select_file(x) for x in SELECTING],
         atlas=ATLAS_CSV,
     output:
