@@ -324,8 +324,7 @@ def evaluate_runs(
     from lm_eval.tasks import TaskManager  # lazy: the job's start-up (above)
 
     if backend == "bandpo-tiny":
-        # lazy: registers the suite's model class with lm-eval (imports torch), for this backend only
-        import bandpo.score.tiny_lm  # noqa: F401
+        import bandpo.score.tiny_lm  # noqa: F401  (lazy: registers its model with lm-eval, for this backend only)
 
     tm = TaskManager(include_path=str(include_path), include_defaults=False)
     configs = {name: task_config(tm, name, data) for name, data in tasks.items()}
@@ -342,11 +341,8 @@ def evaluate_runs(
         with tempfile.TemporaryDirectory(prefix=".lm_eval-", dir=out_dir) as tmp:
             tracker = EvaluationTracker(output_path=tmp)
             graded = Counts()  # the grading done by process_results, all tasks of this run
-            model: Any = backend  # vllm, or bandpo-tiny (the suite's own class, from lm-eval's model registry)
-            if backend == "hf":  # lm-eval's HF model, sampling with the suite's sampler where it applies
-                model = suite_sampler_hflm().create_from_arg_obj(args, {"batch_size": batch_size})
             results = lm_eval.simple_evaluate(
-                model=model,
+                model=_lm_eval_model(backend, args, batch_size),
                 model_args=args,
                 tasks=[dict(c) for c in configs.values()],
                 task_manager=tm,
@@ -420,6 +416,15 @@ def _model_args(run: EvalRun, model_args: Mapping[str, Any] | None, backend: str
     if backend == "vllm":
         args.setdefault("seed", run.seed)
     return args
+
+
+def _lm_eval_model(backend: str, args: Mapping[str, Any], batch_size: int | str) -> Any:
+    """The ``model`` lm-eval scores: for hf, lm-eval's HF model sampling with the suite's sampler where it applies
+    (`suite_sampler_hflm`); else the backend's name (vllm, or bandpo-tiny: the suite's own class, from lm-eval's
+    model registry)."""
+    if backend == "hf":
+        return suite_sampler_hflm().create_from_arg_obj(args, {"batch_size": batch_size})
+    return backend
 
 
 def _provenance(eval_seconds: float, startup_s: float) -> dict[str, Any]:
