@@ -247,7 +247,7 @@ def rebuild_published(published: Path, out: Path, work: Path) -> list[Path]:
     return [out / name for name in REBUILT_FILES]
 
 
-# The columns of leaderboard.csv that the verdict rule writes (bandpo.analysis.experiments.family_verdicts), per
+# The columns of leaderboard.csv that the verdict rule writes (bandpo.analysis.family.family_verdicts), per
 # headline metric label L: L_<suffix>; those of the rule before issue #55 (four verdicts), which a re-rendering drops
 RULE_SUFFIXES = ("p_better", "p_not_better", "p_better_holm", "p_not_better_holm", "margin", "verdict",
                  "verdict_holm", "label", "n_needed", "role")  # fmt: skip
@@ -322,7 +322,7 @@ def rerender_published(published: Path, work: Path) -> list[Path]:
 
     The data tables (scores.csv, runs.csv, steps.csv), stats.csv and provenance.json are left as they are. Returns
     the paths written."""
-    from bandpo.analysis.experiments import family_verdicts
+    from bandpo.analysis.family import family_verdicts
     from bandpo.core.files import atomic_write_text
     from bandpo.report.board import Board
     from bandpo.report.build import primary_tables

@@ -20,7 +20,7 @@ difference with its 95% paired t interval is an estimate beside the word, never 
   tested alone;
 * every secondary (each other trained entry against the control, each headline metric, each model and subset; a
   demoted primary; the entropy comparisons of ``primary.entropy_compare``): the single look, with Holm's
-  adjustment of each one-sided test's p-values within the experiment's family (`family_verdicts`).
+  adjustment of each one-sided test's p-values within the experiment's family (`bandpo.analysis.family`).
 
 The margins are the run plan's (`bandpo.plan.sweep.report_experiments`: ``margins`` {model: fraction of the score},
 ``entropy_margins`` {model: nats}, ``designs`` {model: the design's fields}); nothing here converts the config's
@@ -38,19 +38,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bandpo.analysis.leaderboard import entry_graders, entry_labels, headline_label, leaderboard
+from bandpo.analysis.leaderboard import entry_graders, entry_labels, leaderboard
 from bandpo.analysis.stats import (
     four_verdict,
-    holm,
     one_sided_tests,
     paired_tests,
-    rule_verdict,
     score_stats,
     seeded_rng,
     t_interval,
 )
 from bandpo.analysis.training import run_stats
-from bandpo.plan.sweep import BASE_ENTRY, MAIN
+from bandpo.plan.sweep import MAIN
 from bandpo.verdict.design import ALPHA, BETA, SequentialDesign
 from bandpo.verdict.rule import (
     BETTER,
@@ -325,7 +323,8 @@ def primary_results(
       SD) and the reason (``note``);
     * else (rule ``single look``): `fixed_n_decision` at the pairs, with p_better (H0: Δ <= 0) and p_not_better
       (H1: Δ >= margin), n_needed, and the stability of the single look (`fixed_n_stability`); a ``demoted``
-      primary is a member of its experiment's family, whose Holm verdict `family_verdicts` writes into the row.
+      primary is a member of its experiment's family, whose Holm verdict
+      `bandpo.analysis.family.family_verdicts` writes into the row.
 
     The estimate (treatment_mean, control_mean, difference with its 95% paired t interval, sd) is over the ``n``
     pairs the verdict rests on (the rule's 95% t interval). ``seed`` seeds the stability simulations."""
@@ -389,7 +388,7 @@ def entropy_pair_results(
     difference from the primary's control (same base model and seed) in nats, and the single look of the rule at
     the run plan's ``entropy_margins`` (is the entry's entropy higher than the control's by at least the margin?):
     p_better, p_not_better and the unadjusted verdict; members of the experiment's family, whose Holm verdict
-    `family_verdicts` writes into them. Rows have `PRIMARY_COLUMNS`, role ``secondary``."""
+    `bandpo.analysis.family.family_verdicts` writes into them. Rows have `PRIMARY_COLUMNS`, role ``secondary``."""
     del confidence
     rows = []
     for xp, spec in specs.items():
@@ -457,192 +456,6 @@ def entropy_shift_results(
                                  n_control=len(runs), n_pairs=len(runs), n=len(runs), margin=margin, **est,
                                  verdict=verdict, label=verdict))  # fmt: skip
     return pd.DataFrame(rows, columns=PRIMARY_COLUMNS)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# One family of tests per experiment: the secondaries, Holm-adjusted
-# ----------------------------------------------------------------------------------------------------------------
-FAMILY_FAMILIES = ("mean", "pass", "maj", "best_bootstrap")  # the leaderboard's headline metrics
-FAMILY_COLUMNS = ["experiment", "n_tests", "n_excluding_0", "expected_by_chance", "better", "not_better",
-                  "undecided"]  # fmt: skip
-# the family columns of leaderboard.csv, per headline metric label L: L_<column>
-CELL_COLUMNS = {"p_better": np.nan, "p_not_better": np.nan, "p_better_holm": np.nan, "p_not_better_holm": np.nan,
-                "margin": np.nan, "verdict": "", "verdict_holm": "", "label": "", "n_needed": np.nan,
-                "role": ""}  # fmt: skip
-
-
-def _task_subset(primary: Mapping[str, Any], task_subsets: Mapping[str, str]) -> str:
-    return task_subsets.get(primary["task"], "") if primary.get("task") else ""
-
-
-def _is_primary_cell(
-    spec: Mapping[str, Any], r: Mapping[str, Any], family: str, task_subsets: Mapping[str, str]
-) -> bool:
-    """Whether a leaderboard row's metric family is its experiment's primary comparison (decided on its own, not a
-    member of the family): the compared treatment against the control, the primary's score family, the row of the
-    primary task's subset (``task_subsets``: task -> subset, "" for a task scoring the whole data), and the primary
-    not demoted."""
-    primary = (spec or {}).get("primary") or {}
-    compare = primary.get("compare") or []
-    if primary.get("demoted") or primary.get("score") == ENTROPY or len(compare) < 2:
-        return False
-    if r["entry"] != compare[0] or r.get("baseline") != compare[1] or family != primary.get("score", "mean"):
-        return False
-    subset = r.get("subset") if isinstance(r.get("subset"), str) else ""
-    return _task_subset(primary, task_subsets) == subset
-
-
-def _demoted_cell(spec: Mapping[str, Any], r: Mapping[str, Any], family: str, task_subsets: Mapping[str, str]) -> bool:
-    """Whether a leaderboard row's metric family is its experiment's demoted primary (a member of the family, whose
-    verdict primary.csv's row repeats)."""
-    primary = (spec or {}).get("primary") or {}
-    return bool(primary.get("demoted")) and _is_primary_cell({"primary": {**primary, "demoted": None}}, r, family,
-                                                              task_subsets)  # fmt: skip
-
-
-def family_verdicts(
-    table: pd.DataFrame,
-    specs: Mapping[str, Mapping[str, Any]],
-    task_subsets: Mapping[str, str] | None = None,
-    primary: pd.DataFrame | None = None,
-    alpha: float = ALPHA,
-    beta: float = BETA,
-) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Each experiment's secondaries as one family of tests under the single look of the verdict rule, with Holm's
-    adjustment (`holm`) of each of its two one-sided tests within the family.
-
-    The family of an experiment holds every comparison with the control on its page except its primary:
-
-    * per leaderboard row (every trained entry other than the baseline, every model and subset; not the base rows,
-      which compare the untrained model) and headline metric L of `FAMILY_FAMILIES`: the paired comparison with the
-      baseline from the row's ``L_diff``, ``L_diff_sd`` and ``L_n_pairs`` (`one_sided_tests`) at the experiment's
-      margin (`score_margin`, a fraction of the score for every metric); a demoted primary is one of them;
-    * the entropy secondaries of ``primary`` (primary.csv's rows of role ``secondary``: `entropy_pair_results`) at
-      the experiment's entropy margin (nats).
-
-    Two p-values per member (`one_sided_tests`): p_better, of H0: Δ <= 0 (P(T_{n-1} >= T), T = mean sqrt(n) / sd),
-    and p_not_better, of H1: Δ >= δ (P(T_{n-1} <= T_margin), T_margin = (mean - δ) sqrt(n) / sd). Holm's step-down
-    adjusts the family's p_better values among themselves (family-wise error alpha for "better") and its
-    p_not_better values among themselves (family-wise error beta for "not better by the margin"); the adjusted
-    verdict (`rule_verdict`) is ``better`` if the adjusted p_better <= alpha, else ``not better by the margin`` if
-    the adjusted p_not_better <= beta, else ``undecided``, with ``n_needed``: the pairs at which a single look at the
-    family's strictest levels (alpha / m, beta / m for m members) decides for sure at the row's SD.
-
-    The primary cell (`_is_primary_cell`) is not a member: its verdict is the primary's own (primary.csv:
-    sequential, exploratory or a single look alone), repeated on its row. Per L the table gains L_p_better,
-    L_p_not_better (raw), L_p_better_holm, L_p_not_better_holm, L_margin, L_verdict (raw: `fixed_n_decision`'s),
-    L_verdict_holm (adjusted; the primary's on its cell), L_label (its words, `verdict_label`; the primary's label on
-    its cell), L_n_needed and L_role (``primary``, ``secondary`` or empty
-    for rows without a test); primary.csv's member rows gain p_better_holm, p_not_better_holm and the adjusted
-    verdict, label and n_needed. Returns (table, primary, family): the family table has one row per experiment
-    (`FAMILY_COLUMNS`): its members, how many of their 95% intervals exclude 0, how many would by chance were every
-    difference 0 (5% of them), and the adjusted verdicts' counts."""
-    primary = primary.copy() if primary is not None else pd.DataFrame(columns=PRIMARY_COLUMNS)
-    if table.empty:
-        return table, primary, pd.DataFrame(columns=FAMILY_COLUMNS)
-    table = table.copy()
-    task_subsets = task_subsets or {}
-    labels = {f: headline_label(table, f) for f in FAMILY_FAMILIES}
-    labels = {f: lab for f, lab in labels.items() if lab and f"{lab}_diff_sd" in table}
-    for lab in labels.values():
-        for c, default in CELL_COLUMNS.items():
-            table[f"{lab}_{c}"] = default
-    # experiment -> members: ("cell", row index, label, margin) or ("entropy", primary.csv index, "", margin)
-    members: dict[str, list[tuple[str, Any, str, float]]] = {}
-    for i, r in table.iterrows():
-        xp = str(r.get("experiment") or MAIN)
-        if r["entry"] in (BASE_ENTRY, r.get("baseline")) or not r.get("baseline"):
-            continue
-        for family, lab in labels.items():
-            margin = score_margin(specs, xp, r["model"])
-            tests = one_sided_tests(r[f"{lab}_diff"], r[f"{lab}_diff_sd"], r[f"{lab}_n_pairs"], margin)
-            if tests["p_better"] != tests["p_better"]:
-                continue
-            spec = specs.get(xp) or {}
-            if _is_primary_cell(spec, r, family, task_subsets):
-                own = _primary_row(primary, xp, r["model"])
-                table.loc[i, [f"{lab}_{c}" for c in ("p_better", "p_not_better", "margin", "verdict",
-                                                     "verdict_holm", "label", "n_needed", "role")]] = [
-                    own.get("p_better", np.nan), own.get("p_not_better", np.nan), margin, own.get("verdict", ""),
-                    own.get("verdict", ""), own.get("label", ""), own.get("n_needed", np.nan),
-                    "primary"]  # fmt: skip
-                continue
-            raw = rule_verdict(tests["p_better"], tests["p_not_better"], alpha, beta)
-            table.loc[i, [f"{lab}_{c}" for c in ("p_better", "p_not_better", "margin", "verdict", "role")]] = [
-                tests["p_better"], tests["p_not_better"], margin, raw, "secondary"]  # fmt: skip
-            members.setdefault(xp, []).append(("cell", i, lab, margin))
-    for j, r in primary.iterrows():
-        if r["role"] == "secondary" and r["rule"] == SINGLE_LOOK_HOLM and r["p_better"] == r["p_better"]:
-            members.setdefault(str(r["experiment"]), []).append(("entropy", j, "", float(r["margin"])))
-    rows = []
-    for xp, group in members.items():
-        m = len(group)
-        p_b = np.array([_member(table, primary, g, "p_better") for g in group], dtype=np.float64)
-        p_nb = np.array([_member(table, primary, g, "p_not_better") for g in group], dtype=np.float64)
-        verdicts, excluding = [], 0
-        for g, hb, hnb in zip(group, holm(p_b), holm(p_nb), strict=True):
-            kind, idx, lab, margin = g
-            v = rule_verdict(hb, hnb, alpha, beta)
-            verdicts.append(v)
-            sd, lo, hi = (_member(table, primary, g, c) for c in ("sd", "ci_low", "ci_high"))
-            excluding += int(lo > 0 or hi < 0)
-            need = needed_pairs(sd, margin, alpha / m, beta / m)
-            if kind == "cell":
-                table.loc[idx, [f"{lab}_p_better_holm", f"{lab}_p_not_better_holm", f"{lab}_verdict_holm",
-                                f"{lab}_label", f"{lab}_n_needed"]] = [hb, hnb, v, verdict_label(v, margin),
-                                                                       need]  # fmt: skip
-            else:
-                unit = ENTROPY_UNIT
-                primary.loc[idx, ["p_better_holm", "p_not_better_holm", "verdict", "n_needed", "label"]] = [
-                    hb, hnb, v, need, verdict_label(v, margin, unit, need)]  # fmt: skip
-        rows.append({"experiment": xp, "n_tests": m, "n_excluding_0": excluding, "expected_by_chance": 0.05 * m,
-                     "better": verdicts.count(BETTER), "not_better": verdicts.count(NOT_BETTER),
-                     "undecided": verdicts.count(UNDECIDED)})  # fmt: skip
-    _demoted_rows(table, primary, specs, task_subsets, labels.get("mean"))
-    return table, primary, pd.DataFrame(rows, columns=FAMILY_COLUMNS)
-
-
-def _primary_row(primary: pd.DataFrame, experiment: str, model: str) -> Mapping[str, Any]:
-    """primary.csv's score row of an experiment's primary on a model ({} without one)."""
-    if primary.empty:
-        return {}
-    sel = primary[(primary["experiment"] == experiment) & (primary["model"] == model)
-                  & (primary["role"] == "primary") & (primary["rule"] != DESCRIPTIVE)]  # fmt: skip
-    return sel.iloc[0].to_dict() if len(sel) else {}
-
-
-def _member(table: pd.DataFrame, primary: pd.DataFrame, member: tuple, column: str) -> float:
-    """A family member's value: its p-values, SD and 95% interval, from its leaderboard cell or primary.csv row."""
-    kind, idx, lab, _margin = member
-    if kind == "entropy":
-        return float(primary.loc[idx, column])
-    name = {"p_better": f"{lab}_p_better", "p_not_better": f"{lab}_p_not_better", "sd": f"{lab}_diff_sd",
-            "ci_low": f"{lab}_diff_t_ci_low", "ci_high": f"{lab}_diff_t_ci_high"}[column]  # fmt: skip
-    return float(table.loc[idx, name]) if name in table else float("nan")
-
-
-def _demoted_rows(
-    table: pd.DataFrame,
-    primary: pd.DataFrame,
-    specs: Mapping[str, Mapping[str, Any]],
-    task_subsets: Mapping[str, str],
-    label: str | None,
-) -> None:
-    """A demoted primary's row of primary.csv takes the family's verdict of its leaderboard cell (in place)."""
-    if primary.empty or not label:
-        return
-    for j, r in primary[primary["role"] == "demoted"].iterrows():
-        spec = specs.get(r["experiment"]) or {}
-        cells = [i for i, row in table.iterrows()
-                 if str(row.get("experiment") or MAIN) == r["experiment"] and row["model"] == r["model"]
-                 and _demoted_cell(spec, row, "mean", task_subsets)]  # fmt: skip
-        if len(cells) != 1:
-            continue
-        c = table.loc[cells[0]]
-        v, need = c[f"{label}_verdict_holm"], c[f"{label}_n_needed"]
-        primary.loc[j, ["rule", "p_better_holm", "p_not_better_holm", "verdict", "n_needed", "label"]] = [
-            SINGLE_LOOK_HOLM, c[f"{label}_p_better_holm"], c[f"{label}_p_not_better_holm"], v, need,
-            verdict_label(v, r["margin"], SCORE_UNIT, need)]  # fmt: skip
 
 
 def collapse_factors(per_run: pd.DataFrame, specs: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:

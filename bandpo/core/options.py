@@ -3,9 +3,13 @@ names (with the closest valid name as a hint). Imports nothing heavy: the workfl
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import difflib
 import json
+import logging
+import os
+import sys
 import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
@@ -98,11 +102,6 @@ def exit_job(code: int | None) -> typing.NoReturn:
     interpreter's teardown of its modules, which frees memory the operating system frees anyway and, once torch is
     imported, costs about 0.3 s of every job (`benchmarks/bench_job_startup.py`). A job that raised exits the usual
     way (its traceback printed by the interpreter)."""
-    import atexit
-    import logging
-    import os
-    import sys
-
     atexit._run_exitfuncs()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):

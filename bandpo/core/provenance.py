@@ -22,6 +22,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from bandpo.core.numerics import record
+
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth")  # the files that hold a model's parameters
 
 
@@ -53,8 +55,6 @@ def machine() -> dict[str, object]:
     """Platform, CPU model, core count and the numerics settings (`bandpo.core.numerics.record`, without the
     capability repeated); when torch is loaded in this process, also its CPU capability, thread counts and the
     CUDA device it has initialised (if any)."""
-    from bandpo.core.numerics import record
-
     numerics = record()
     numerics.pop("torch_cpu_capability", None)
     out: dict[str, object] = {"platform": platform.platform(), "cpu_model": _cpu_model(), "cpu_count": os.cpu_count(),

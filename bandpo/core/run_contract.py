@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from bandpo.core.files import package_data, read_jsonl
 
 __all__ = [
@@ -43,8 +45,6 @@ class RunContractError(ValueError):
 @functools.cache
 def contract() -> dict[str, Any]:
     """The contract as read from `SCHEMA_PATH`."""
-    import yaml
-
     with open(SCHEMA_PATH, encoding="utf-8") as f:
         return yaml.safe_load(f)
 

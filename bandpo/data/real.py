@@ -139,6 +139,7 @@ def _local_files(path: Path) -> list[Path]:
 
 
 def _iter_source_rows(name: str, spec: RealSpec, path: str | os.PathLike | None, allow_download: bool):
+    # lazy: datasets takes about a second to import; the run plan (Snakemake's start) reads this module's registry
     from datasets import load_dataset
 
     if path is not None:

@@ -460,6 +460,7 @@ def write_tiny_math(
 
 def load_split(path: str | os.PathLike):
     """Load one JSONL split (local file) as a ``datasets.Dataset`` through the json builder."""
+    # lazy: datasets takes about a second to import; every training job imports this module (the probe's rows)
     from datasets import load_dataset
 
     return load_dataset("json", data_files=str(path), split="train")

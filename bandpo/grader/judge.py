@@ -25,6 +25,7 @@ workflow still runs with ``PYTHONHASHSEED=0``.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import signal
 import threading
@@ -66,7 +67,7 @@ def _in_fixed_order(facts: list) -> None:
 def _clearable_parser_caches() -> list:
     """math-verify's caches of parsed answers (functools caches of ``math_verify.parser``; not its compiled regular
     expressions, ``lazy_*``, which are the same for every answer)."""
-    import math_verify.parser as parser
+    import math_verify.parser as parser  # lazy: math-verify loads where verdicts are made (`Judge`)
 
     return [
         f
@@ -81,8 +82,8 @@ class Judge:
     a timeout into a ``False`` verdict, where the caller's bound is finer and reports a timeout as such."""
 
     def __init__(self) -> None:
-        import importlib
-
+        # lazy: math-verify and sympy (seconds of import) load in the process that judges, a grader worker or an
+        # in-process judge, not in every process that imports the grader (bandpo.grader.pool.start_workers)
         import sympy.core.random as sympy_random
         from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
         from sympy import Dummy

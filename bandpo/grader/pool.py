@@ -22,13 +22,17 @@ import) to make a worker hang or run slowly.
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import logging
 import math
+import multiprocessing
 import os
 import signal
 import sys
 import threading
 import time
+from concurrent.futures import CancelledError
+from concurrent.futures import TimeoutError as WaitTimeout  # the builtin TimeoutError from Python 3.11
 
 from bandpo.grader import config, counters, judge
 
@@ -43,7 +47,7 @@ def _arm_cpu_guard(seconds: int) -> None:
     """Let the kernel end this worker (SIGXCPU) if one task burns ``seconds`` of CPU: the pool stops it sooner,
     but if the calling process itself died mid-task nobody else would stop a C-level computation."""
     try:
-        import resource
+        import resource  # lazy, inside the try: Unix only (elsewhere the worker runs without this guard)
 
         usage = resource.getrusage(resource.RUSAGE_SELF)
         soft = int(usage.ru_utime + usage.ru_stime) + seconds
@@ -57,7 +61,7 @@ def _arm_cpu_guard(seconds: int) -> None:
 def _limit_worker_memory() -> None:
     """At most 4 GiB of address space beyond what the worker inherited from its parent (a fork)."""
     try:
-        import resource
+        import resource  # lazy, inside the try: Unix only (elsewhere the worker runs without this guard)
 
         with open("/proc/self/statm") as f:
             inherited = int(f.read().split()[0]) * resource.getpagesize()
@@ -105,9 +109,7 @@ class _Pool:
     """This process's workers (see the module's docstring)."""
 
     def __init__(self, workers: int, load_here: bool = True) -> None:
-        import importlib.util
-        import multiprocessing
-
+        # lazy: pebble's pool is loaded by a process that starts grader workers, not by every importer of the grader
         from pebble import ProcessPool
 
         # shutdown() first at exit, before the handlers pebble and multiprocessing registered on import (atexit runs
@@ -140,10 +142,7 @@ class _Pool:
         """``(verdict, "math_verify")`` of a submitted pair, or ``(None, why not)``: ``timeout`` (the worker
         overran the budget and is ended), ``unavailable`` (no worker started it within ``budget`` seconds of this
         call), ``error`` (the worker died)."""
-        from concurrent.futures import CancelledError
-        from concurrent.futures import TimeoutError as WaitTimeout  # the builtin TimeoutError from Python 3.11
-
-        from pebble import ProcessExpired
+        from pebble import ProcessExpired  # lazy: as in __init__ (a pool exists when this runs)
 
         # The first task of a pool also waits for the workers to start (once, beyond the item's budget).
         wait = budget if self.ready else budget + STARTUP_TIMEOUT_S

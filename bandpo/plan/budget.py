@@ -70,6 +70,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from bandpo.models.sizes import SIZES
 from bandpo.plan.sweep import MAIN, base_models, by_id, eval_groups, run_settings, runs, slot_seeds, split_slot
 from bandpo.plan.validate import load_yaml, validate_config
 from bandpo.train.settings import TrainConfig, typed_fields
@@ -223,8 +224,6 @@ def _d(cfg: Mapping[str, Any], model: str, entry: str, experiment: str) -> tuple
 
 
 def _build_steps(cfg: Mapping[str, Any], model: str) -> int:
-    from bandpo.models.sizes import SIZES
-
     m = by_id(cfg["models"])[model]
     return int((m.get("build") or {}).get("steps", SIZES[m.get("size", model)].steps))
 

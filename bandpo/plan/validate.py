@@ -160,7 +160,33 @@ def validate_config(
         extra = f" (and {len(errors) - 1} more: {'; '.join(errors[1:4])})" if len(errors) > 1 else ""
         raise ConfigError(errors[0] + extra)
 
-    # unique ids
+    _check_unique_ids(cfg)
+    data_ids = {d["id"]: d for d in cfg["data"]}
+    if cfg["publish_dir"] == f"results/{cfg['profile']}":
+        fail(["publish_dir"], f"{cfg['publish_dir']} is the profile's own folder (its runs and report): publish "
+                              "elsewhere, or rename the profile")  # fmt: skip
+    _check_data(cfg, data_ids)
+    _check_eval(cfg, data_ids)
+    _check_models(cfg, data_ids)
+    complete_experiments(cfg)
+    _check_rules_and_resources(cfg, root)
+    if cache_dir is not None:
+        stamp = Path(cache_dir) / f"config-ok-{_registry_fingerprint(cfg, root)}"
+        if not stamp.exists():
+            check_registries(cfg, root)
+            stamp.parent.mkdir(parents=True, exist_ok=True)
+            stamp.write_text(json.dumps(cfg, sort_keys=True) + "\n", encoding="utf-8")
+    else:
+        check_registries(cfg, root)
+
+    if cfg["trainer"] == "verl" and cfg.get("val_data") is None:
+        cfg["val_data"] = cfg["eval"]["tasks"][0]["data"]
+    _check_train_levels(cfg)
+    return cfg
+
+
+def _check_unique_ids(cfg: Mapping[str, Any]) -> None:
+    """No two entries of ``data``, ``models`` or ``methods`` share an id."""
     for key in ("data", "models", "methods"):
         seen: dict[str, int] = {}
         for i, item in enumerate(cfg[key]):
@@ -168,35 +194,39 @@ def validate_config(
                 fail([key, i, "id"], f"duplicate id {item['id']!r} (also {key}[{seen[item['id']]}])")
             seen[item["id"]] = i
 
-    data_ids = {d["id"]: d for d in cfg["data"]}
-    if cfg["publish_dir"] == f"results/{cfg['profile']}":
-        fail(["publish_dir"], f"{cfg['publish_dir']} is the profile's own folder (its runs and report): publish "
-                              "elsewhere, or rename the profile")  # fmt: skip
 
-    # data sets
+def _splits_of(d: Mapping[str, Any]) -> set[str]:
+    """The splits a data set writes: tiny-math all three, a real data set its one output split."""
+    if d["source"] == "tiny-math":
+        return {"train", "validation", "test"}
+    return {REAL_DATASETS[d["name"]].out_split}
+
+
+def _check_data(cfg: Mapping[str, Any], data_ids: Mapping[str, Mapping[str, Any]]) -> None:
+    """Real data sets are registered; ``train_data`` names data sets with a train split, ``val_data`` one with a
+    test split."""
     for i, d in enumerate(cfg["data"]):
         if d["source"] == "real" and d["name"] not in REAL_DATASETS:
             fail(["data", i, "name"], f"unknown real data set {d['name']!r}; known: {', '.join(sorted(REAL_DATASETS))}")
-
-    def splits_of(d: Mapping[str, Any]) -> set[str]:
-        if d["source"] == "tiny-math":
-            return {"train", "validation", "test"}
-        return {REAL_DATASETS[d["name"]].out_split}
-
     for i, did in enumerate(cfg["train_data"]):
         if did not in data_ids:
             fail(["train_data", i], f"unknown data set {did!r}; defined: {', '.join(data_ids)}")
-        if "train" not in splits_of(data_ids[did]):
+        if "train" not in _splits_of(data_ids[did]):
             fail(["train_data", i], f"data set {did!r} has no train split")
     if cfg.get("val_data") is not None:
         if cfg["val_data"] not in data_ids:
             fail(["val_data"], f"unknown data set {cfg['val_data']!r}; defined: {', '.join(data_ids)}")
-        if "test" not in splits_of(data_ids[cfg["val_data"]]):
+        if "test" not in _splits_of(data_ids[cfg["val_data"]]):
             fail(["val_data"], f"data set {cfg['val_data']!r} has no test split")
+
+
+def _check_eval(cfg: Mapping[str, Any], data_ids: Mapping[str, Mapping[str, Any]]) -> None:
+    """Every lm-eval task scores a data set with a test split, has its YAML and is listed once; the bandpo-tiny
+    backend scores the local trainer's tiny models only, without a chat template."""
     for i, t in enumerate(cfg["eval"]["tasks"]):
         if t["data"] not in data_ids:
             fail(["eval", "tasks", i, "data"], f"unknown data set {t['data']!r}; defined: {', '.join(data_ids)}")
-        if "test" not in splits_of(data_ids[t["data"]]):
+        if "test" not in _splits_of(data_ids[t["data"]]):
             fail(["eval", "tasks", i, "data"], f"data set {t['data']!r} has no test split")
         if not (TASKS_DIR / f"{t['task']}.yaml").is_file():
             known = sorted(p.stem for p in TASKS_DIR.glob("*.yaml"))
@@ -211,6 +241,9 @@ def validate_config(
             fail(["eval", "backend"], f"bandpo-tiny scores the suite's tiny Llamas without a chat template: {why} "
                                       "(use hf)")  # fmt: skip
 
+
+def _check_models(cfg: Mapping[str, Any], data_ids: Mapping[str, Mapping[str, Any]]) -> None:
+    """A probe block belongs to a tiny-math data set; a model's data set exists, and a tiny model's is tiny-math."""
     for i, d in enumerate(cfg["data"]):
         if d.get("probe") is not None and d["source"] != "tiny-math":
             fail(["data", i, "probe"], "a probe block needs source tiny-math", _entry_label(cfg, "data", i))
@@ -221,7 +254,11 @@ def validate_config(
             where = ["models", i, "data"] if m.get("data") else ["train_data", 0]
             fail(where, "tiny models are pretrained on a tiny-math data set (their data, default train_data[0])",
                  _entry_label(cfg, "models", i))  # fmt: skip
-    complete_experiments(cfg)
+
+
+def _check_rules_and_resources(cfg: Mapping[str, Any], root: str | os.PathLike) -> None:
+    """``include_rules`` files exist; every threaded rule has at least ``threads`` CPUs; the local trainer reads one
+    data set."""
     for i, path in enumerate(cfg["include_rules"]):
         full = Path(root, path)  # an absolute path stays itself
         if not full.is_file():
@@ -236,19 +273,6 @@ def validate_config(
             )
     if cfg["trainer"] == "local" and len(cfg["train_data"]) != 1:
         fail(["train_data"], "the local trainer (bandpo.train.loop --data DIR) takes exactly one data set")
-    if cache_dir is not None:
-        stamp = Path(cache_dir) / f"config-ok-{_registry_fingerprint(cfg, root)}"
-        if not stamp.exists():
-            check_registries(cfg, root)
-            stamp.parent.mkdir(parents=True, exist_ok=True)
-            stamp.write_text(json.dumps(cfg, sort_keys=True) + "\n", encoding="utf-8")
-    else:
-        check_registries(cfg, root)
-
-    if cfg["trainer"] == "verl" and cfg.get("val_data") is None:
-        cfg["val_data"] = cfg["eval"]["tasks"][0]["data"]
-    _check_train_levels(cfg)
-    return cfg
 
 
 def _check_retired_keys(cfg: dict[str, Any]) -> None:
@@ -423,27 +447,34 @@ def complete_experiments(cfg: dict[str, Any]) -> None:
         out[xp_id] = xp
     _check_axes(cfg, out)
     if cfg.get("only"):
-        axes = cfg["axes"]
-        named = [x.strip() for x in str(cfg["only"]).split(",") if x.strip()]
-        wanted = [c for x in named for c in (axes[x]["cells"] if x in axes else [x])]  # an axis: all its cells
-        unknown = [x for x in wanted if x not in out]
-        if unknown or not wanted:
-            fail(["only"], f"unknown experiment(s) {unknown or cfg['only']!r}; defined: {', '.join([*out, *axes])}")
-        for x in wanted:
-            sel = out[x].get("select")
-            if sel and not set(axes[sel["axis"]]["cells"]) <= set(wanted):
-                fail(["only"], f"{x!r} selects from axis {sel['axis']!r}: name it too (only={sel['axis']},{x})")
-        out = {x: out[x] for x in out if x in wanted}
-        cfg["axes"] = {a: v for a, v in axes.items() if set(v["cells"]) <= set(out)}  # axes with all their cells
-        for xp in out.values():
-            if xp.get("axis") is not None and xp["axis"] not in cfg["axes"]:
-                del xp["axis"]
-        if cfg["publish_dir"] == "results":
-            cfg["publish"] = False  # a part of the DAG never overwrites the published page
+        out = _apply_only(cfg, out)
     cfg["experiments"] = out
     for xp_id, xp in out.items():
         xp["reuse"] = reused_entries(cfg, xp_id)
     _check_eval_rule_names(cfg)
+
+
+def _apply_only(cfg: dict[str, Any], out: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The experiments ``only`` names (an axis: all its cells; a selection needs its axis named too), and the axes
+    whose cells all remain (in ``cfg``); a part of the DAG publishes nothing."""
+    axes = cfg["axes"]
+    named = [x.strip() for x in str(cfg["only"]).split(",") if x.strip()]
+    wanted = [c for x in named for c in (axes[x]["cells"] if x in axes else [x])]  # an axis: all its cells
+    unknown = [x for x in wanted if x not in out]
+    if unknown or not wanted:
+        fail(["only"], f"unknown experiment(s) {unknown or cfg['only']!r}; defined: {', '.join([*out, *axes])}")
+    for x in wanted:
+        sel = out[x].get("select")
+        if sel and not set(axes[sel["axis"]]["cells"]) <= set(wanted):
+            fail(["only"], f"{x!r} selects from axis {sel['axis']!r}: name it too (only={sel['axis']},{x})")
+    out = {x: out[x] for x in out if x in wanted}
+    cfg["axes"] = {a: v for a, v in axes.items() if set(v["cells"]) <= set(out)}  # axes with all their cells
+    for xp in out.values():
+        if xp.get("axis") is not None and xp["axis"] not in cfg["axes"]:
+            del xp["axis"]
+    if cfg["publish_dir"] == "results":
+        cfg["publish"] = False  # a part of the DAG never overwrites the published page
+    return out
 
 
 def _check_primary(xp: Mapping[str, Any], where: list[Any]) -> None:

@@ -19,10 +19,10 @@ from bandpo.analysis.experiments import (
     collapse_factors,
     entropy_pair_results,
     entropy_shift_results,
-    family_verdicts,
     of_experiment,
     primary_results,
 )
+from bandpo.analysis.family import family_verdicts
 from bandpo.analysis.leaderboard import per_task_table
 from bandpo.analysis.load import (
     BOUNDS_COLUMNS,

@@ -78,7 +78,7 @@ def display_columns(table: pd.DataFrame) -> list[Column]:
                 Column(f"{label}_diff_poi", f"{label} P(>{baseline})", lambda r, c=label: poi_text(r, c),
                         lambda r, c=label: as_float(r.get(f"{c}_diff_poi")))
             )  # fmt: skip
-            if f"{label}_verdict_holm" in table:  # `bandpo.analysis.experiments.family_verdicts`
+            if f"{label}_verdict_holm" in table:  # `bandpo.analysis.family.family_verdicts`
                 cols.append(Column(f"{label}_verdict_holm", "verdict",
                                    lambda r, c=label: verdict_text(r, c)))  # fmt: skip
     if "entropy_final" in table:

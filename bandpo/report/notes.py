@@ -242,7 +242,7 @@ def _entropy_result(r: Any) -> str:
 
 
 def family_sentence(f: Any) -> str:
-    """One experiment's family of secondaries (`bandpo.analysis.experiments.family_verdicts`), in words."""
+    """One experiment's family of secondaries (`bandpo.analysis.family.family_verdicts`), in words."""
     return (
         f"Secondaries: {int(f.n_tests)} paired tests against the baseline (every other trained entry, metric and "
         f"model of the experiment, and its entropy comparisons; Holm-adjusted, the test of no gain at 5% and of a "

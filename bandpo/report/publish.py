@@ -17,6 +17,7 @@ from bandpo.core.files import atomic_write_bytes, atomic_write_text
 from bandpo.core.provenance import code_changes, machine, versions, weights_sha256
 from bandpo.report.board import ATLAS_TABLE
 from bandpo.report.smoke import write_section
+from bandpo.train.settings import TIMING_KEYS
 
 LEADERBOARD_FILES = ("leaderboard.csv", "leaderboard.md", "leaderboard.html")
 # published with the leaderboard when present
@@ -89,9 +90,6 @@ def run_digests(results_dir: str | os.PathLike) -> list[dict]:
     timing keys, `bandpo.train.settings.TIMING_KEYS`, as canonical JSON lines) and of its trained weights
     (`bandpo.core.provenance.weights_sha256` of its model/ folder), sorted by run folder. What ``compare --exact``
     checks a rerun against: the published run folders themselves are not kept."""
-    # not at the top: bandpo.train.settings imports the method registry (torch), which only this needs
-    from bandpo.train.settings import TIMING_KEYS
-
     root = Path(results_dir)
     out = []
     for metrics in sorted(root.glob("runs/*/*/seed*/metrics.jsonl")):

@@ -55,8 +55,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from bandpo.core.files import atomic_move, atomic_write_text
 from bandpo.core.provenance import machine, versions
+from bandpo.grader import Counts, extract_answer, grade_many, grader_info
 from bandpo.score.lm_eval_results import FILTER_NAME, lm_eval_task_scores
 from bandpo.score.spec import BACKENDS, EvalJob, EvalRun, read_spec
 
@@ -128,8 +131,6 @@ def best_at_k_bootstrap(
     scores: Sequence[float], k: int | None = None, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
 ) -> float:
     """The paper's bootstrap "pass@k": mean over ``resamples`` of max(k draws with replacement from ``scores``)."""
-    import numpy as np
-
     x = np.asarray(scores, dtype=np.float64)
     if x.size == 0:
         raise ValueError("no samples")
@@ -154,8 +155,6 @@ def majority_answer(responses: Sequence[str]) -> tuple[int | None, str | None]:
     Answers are extracted by `bandpo.grader.extract_answer` and compared after removing whitespace, ``$`` and a
     trailing period; ties go to the answer seen first.
     """
-    from bandpo.grader import extract_answer
-
     keys: list[str | None] = []
     for r in responses:
         a = extract_answer(r)
@@ -174,8 +173,6 @@ def score_responses(
     responses: Sequence[str], reference: Any, key: str = "", resamples: int = BOOTSTRAP_RESAMPLES
 ) -> dict[str, float]:
     """All metrics of one problem from its n sampled responses (see the module docstring)."""
-    from bandpo.grader import grade_many
-
     responses = [r if isinstance(r, str) else str(r) for r in responses]
     n = len(responses)
     if n == 0:
@@ -278,7 +275,7 @@ def run_method(meta: Mapping[str, Any]) -> dict[str, Any]:
 
 def task_config(task_manager, task: str, data_file: str | None) -> dict[str, Any]:
     """The task's YAML (loaded by lm-eval's own loader, ``!function`` resolved) with its data file set."""
-    from lm_eval.tasks._yaml_loader import load_yaml
+    from lm_eval.tasks._yaml_loader import load_yaml  # lazy: lm-eval loads with the job's start-up (evaluate_runs)
 
     entry = task_manager.task_index.get(task)
     if entry is None or entry.yaml_path is None:
@@ -316,18 +313,18 @@ def evaluate_runs(
     ``model_args`` go to lm-eval's model (``pretrained`` is set per run; for vllm ``seed`` too).
     """
     t_start = time.time()
+    # lm-eval and torch are imported after t_start: their seconds of import are the start-up each summary records
+    # (seconds.process_startup), and the job's grader worker loads math-verify meanwhile (bandpo/score/__main__.py)
     if threads:
-        import torch
+        import torch  # lazy: the job's start-up (above)
 
         torch.set_num_threads(threads)
-    import lm_eval
-    from lm_eval.loggers import EvaluationTracker
-    from lm_eval.tasks import TaskManager
+    import lm_eval  # lazy: the job's start-up (above)
+    from lm_eval.loggers import EvaluationTracker  # lazy: the job's start-up (above)
+    from lm_eval.tasks import TaskManager  # lazy: the job's start-up (above)
 
     if backend == "bandpo-tiny":
-        import bandpo.score.tiny_lm  # noqa: F401  (registers the model class with lm-eval)
-
-    from bandpo.grader import Counts, grader_info
+        import bandpo.score.tiny_lm  # noqa: F401  (lazy: registers its model with lm-eval, for this backend only)
 
     tm = TaskManager(include_path=str(include_path), include_defaults=False)
     configs = {name: task_config(tm, name, data) for name, data in tasks.items()}
@@ -340,18 +337,12 @@ def evaluate_runs(
         identity = {**run.meta, **run_method(run.meta)}
         out_dir = Path(run.out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        args = dict(model_args or {})
-        args["pretrained"] = str(run.model_dir)
-        if backend == "vllm":
-            args.setdefault("seed", run.seed)
+        args = _model_args(run, model_args, backend)
         with tempfile.TemporaryDirectory(prefix=".lm_eval-", dir=out_dir) as tmp:
             tracker = EvaluationTracker(output_path=tmp)
             graded = Counts()  # the grading done by process_results, all tasks of this run
-            model: Any = backend  # vllm, or bandpo-tiny (the suite's own class, from lm-eval's model registry)
-            if backend == "hf":  # lm-eval's HF model, sampling with the suite's sampler where it applies
-                model = suite_sampler_hflm().create_from_arg_obj(args, {"batch_size": batch_size})
             results = lm_eval.simple_evaluate(
-                model=model,
+                model=_lm_eval_model(backend, args, batch_size),
                 model_args=args,
                 tasks=[dict(c) for c in configs.values()],
                 task_manager=tm,
@@ -373,54 +364,116 @@ def evaluate_runs(
             tracker.save_results_aggregated(results=results, samples=samples)
             for name in configs:
                 tracker.save_results_samples(task_name=name, samples=samples[name])
-            written = {p.name: p for p in Path(tmp).rglob("*.json*")}
-            res_files = [p for n, p in written.items() if n.startswith("results_") and n.endswith(".json")]
-            if len(res_files) != 1:
-                raise RuntimeError(f"expected one lm-eval results file, found {sorted(written)}")
             results_path = out_dir / "lm_eval_results.json"
             eval_seconds = time.time() - t0
-            sample_files = {}
-            for name in configs:
-                found = [p for n, p in written.items() if n.startswith(f"samples_{name}_") and n.endswith(".jsonl")]
-                if len(found) != 1:
-                    raise RuntimeError(f"expected one lm-eval samples file for {name}, found {sorted(written)}")
-                sample_files[name] = found[0]
-            with open(res_files[0], encoding="utf-8") as f:
-                saved = json.load(f)  # read back what lm-eval wrote: the numbers come from its file
-            for name, src in sample_files.items():
-                atomic_move(src, out_dir / f"{name}.samples.jsonl")
-            atomic_move(res_files[0], results_path)
-        for name in configs:
-            part = summarize_task(saved, name)
-            summary = {
-                "schema": SUMMARY_SCHEMA,
-                **identity,
-                "seed": run.seed,
-                "task": name,
-                **part,
-                "grader": {**grader_info(), "counts": graded.counts, **graded.metrics()},
-                "lm_eval": {
-                    "version": saved.get("lm_eval_version") or versions("lm_eval")["lm_eval"],
-                    "results_file": results_path.name,
-                    "samples_file": f"{name}.samples.jsonl",
-                    "model": backend,
-                    "model_args": saved.get("config", {}).get("model_args"),
-                    "random_seed": saved.get("config", {}).get("random_seed"),
-                    "task_hash": saved.get("task_hashes", {}).get(name),
-                    "filter": FILTER_NAME,
-                    "task_yaml": configs[name].get("metadata", {}).get("task_yaml"),
-                },
-                "versions": versions("lm_eval", "torch", "transformers", "datasets", "vllm", "bandpo"),
-                "machine": machine(),
-                "seconds": {"eval": round(eval_seconds, 2), "process_startup": round(startup_s, 2)},
-            }
-            atomic_write_text(out_dir / f"{name}.json", json.dumps(summary, indent=2, default=str) + "\n")
-            summaries.append(summary)
-            m = summary["metrics"]
-            log(f"[bandpo.score.evaluate] {run.out_dir} {name}: " + ", ".join(f"{k}={v:.4f}" for k, v in m.items())
-                + f" ({eval_seconds:.1f} s)")  # fmt: skip
+            saved = _keep_lm_eval_files(Path(tmp), configs, out_dir, results_path)
+        summaries += _write_summaries(
+            run, identity, configs, saved, graded, results_path, backend, eval_seconds, startup_s, log
+        )
     log(f"[bandpo.score.evaluate] done in {time.time() - t_start:.1f} s (start-up {startup_s:.1f} s)")
     return summaries
+
+
+def _write_summaries(
+    run: EvalRun,
+    identity: Mapping[str, Any],
+    configs: Mapping[str, Mapping[str, Any]],
+    saved: Mapping[str, Any],
+    graded: Any,
+    results_path: Path,
+    backend: str,
+    eval_seconds: float,
+    startup_s: float,
+    log,
+) -> list[dict[str, Any]]:
+    """Write one run's summary per task (``{task}.json``: the run, its scores read from lm-eval's results, the
+    grading it took, lm-eval's files and settings, and the process); returns them."""
+    out_dir = Path(run.out_dir)
+    summaries = []
+    for name in configs:
+        summary = {
+            "schema": SUMMARY_SCHEMA,
+            **identity,
+            "seed": run.seed,
+            "task": name,
+            **summarize_task(saved, name),
+            "grader": {**grader_info(), "counts": graded.counts, **graded.metrics()},
+            "lm_eval": _lm_eval_fields(saved, name, configs[name], results_path, backend),
+            **_provenance(eval_seconds, startup_s),
+        }
+        atomic_write_text(out_dir / f"{name}.json", json.dumps(summary, indent=2, default=str) + "\n")
+        summaries.append(summary)
+        m = summary["metrics"]
+        log(f"[bandpo.score.evaluate] {run.out_dir} {name}: " + ", ".join(f"{k}={v:.4f}" for k, v in m.items())
+            + f" ({eval_seconds:.1f} s)")  # fmt: skip
+    return summaries
+
+
+def _model_args(run: EvalRun, model_args: Mapping[str, Any] | None, backend: str) -> dict[str, Any]:
+    """lm-eval's model arguments for one run: the config's, with the run's checkpoint (and for vllm its seed)."""
+    args = dict(model_args or {})
+    args["pretrained"] = str(run.model_dir)
+    if backend == "vllm":
+        args.setdefault("seed", run.seed)
+    return args
+
+
+def _lm_eval_model(backend: str, args: Mapping[str, Any], batch_size: int | str) -> Any:
+    """The ``model`` lm-eval scores: for hf, lm-eval's HF model sampling with the suite's sampler where it applies
+    (`suite_sampler_hflm`); else the backend's name (vllm, or bandpo-tiny: the suite's own class, from lm-eval's
+    model registry)."""
+    if backend == "hf":
+        return suite_sampler_hflm().create_from_arg_obj(args, {"batch_size": batch_size})
+    return backend
+
+
+def _provenance(eval_seconds: float, startup_s: float) -> dict[str, Any]:
+    """What a summary records of the scoring process: package versions, the machine, and its seconds."""
+    return {
+        "versions": versions("lm_eval", "torch", "transformers", "datasets", "vllm", "bandpo"),
+        "machine": machine(),
+        "seconds": {"eval": round(eval_seconds, 2), "process_startup": round(startup_s, 2)},
+    }
+
+
+def _keep_lm_eval_files(tmp: Path, configs: Mapping[str, Any], out_dir: Path, results_path: Path) -> dict[str, Any]:
+    """Move the one results file and each task's one samples file lm-eval wrote under ``tmp`` to the run's folder
+    (``results_path``, ``{task}.samples.jsonl``); returns the results as lm-eval wrote them (the numbers come from
+    its file). `RuntimeError` when a file is missing or repeated."""
+    written = {p.name: p for p in tmp.rglob("*.json*")}
+    res_files = [p for n, p in written.items() if n.startswith("results_") and n.endswith(".json")]
+    if len(res_files) != 1:
+        raise RuntimeError(f"expected one lm-eval results file, found {sorted(written)}")
+    sample_files = {}
+    for name in configs:
+        found = [p for n, p in written.items() if n.startswith(f"samples_{name}_") and n.endswith(".jsonl")]
+        if len(found) != 1:
+            raise RuntimeError(f"expected one lm-eval samples file for {name}, found {sorted(written)}")
+        sample_files[name] = found[0]
+    with open(res_files[0], encoding="utf-8") as f:
+        saved = json.load(f)
+    for name, src in sample_files.items():
+        atomic_move(src, out_dir / f"{name}.samples.jsonl")
+    atomic_move(res_files[0], results_path)
+    return saved
+
+
+def _lm_eval_fields(
+    saved: Mapping[str, Any], name: str, config: Mapping[str, Any], results_path: Path, backend: str
+) -> dict[str, Any]:
+    """The ``lm_eval`` block of a task's summary: lm-eval's version, files, model and seeds, the task's hash and
+    YAML, and the filter whose answers are scored."""
+    return {
+        "version": saved.get("lm_eval_version") or versions("lm_eval")["lm_eval"],
+        "results_file": results_path.name,
+        "samples_file": f"{name}.samples.jsonl",
+        "model": backend,
+        "model_args": saved.get("config", {}).get("model_args"),
+        "random_seed": saved.get("config", {}).get("random_seed"),
+        "task_hash": saved.get("task_hashes", {}).get(name),
+        "filter": FILTER_NAME,
+        "task_yaml": config.get("metadata", {}).get("task_yaml"),
+    }
 
 
 _SUITE_HFLM = None
@@ -438,10 +491,11 @@ def suite_sampler_hflm():
     global _SUITE_HFLM
     if _SUITE_HFLM is not None:
         return _SUITE_HFLM
+    # lazy, for the hf backend only: lm-eval's HF model (transformers), the fast model and the tiny LM (torch)
     from lm_eval.models.huggingface import HFLM
 
-    from bandpo.runtime.fastlm import FastLlama
-    from bandpo.score.tiny_lm import plain_sampling, sample_completions
+    from bandpo.runtime.fastlm import FastLlama  # lazy: the hf backend only (above)
+    from bandpo.score.tiny_lm import plain_sampling, sample_completions  # lazy: the hf backend only (above)
 
     class SuiteSamplerHFLM(HFLM):
         def _model_generate(self, context, max_length, stop, **generation_kwargs):

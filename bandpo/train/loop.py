@@ -75,6 +75,7 @@ from bandpo.grader import Grading, counting, warmup
 from bandpo.runtime.optim import AdamW
 from bandpo.runtime.sampling import completion_log_probs_shared, sample_rows
 from bandpo.runtime.schedule import lr_schedule
+from bandpo.train.probe import measure
 from bandpo.train.runfiles import Checkpoint, load_policy, load_probe_rows, load_rows, publish
 from bandpo.train.settings import TrainConfig
 
@@ -513,8 +514,6 @@ def train_step(run: Run, step: int) -> dict:
 def probe_metrics(run: Run, seed: int) -> dict[str, float]:
     """The mechanism probe's view of the policy after this step's updates (`bandpo.train.probe.measure` on the probe
     rows): the deciding correct token's probability and the sampled accuracy. The training RNG is left as it was."""
-    from bandpo.train.probe import measure
-
     devices = [run.device.index or 0] if run.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         m = measure(run.model, run.tokenizer, run.probe_rows, k=run.cfg.probe_k, seed=seed, greedy=False)

@@ -55,6 +55,7 @@ from typing import Any
 
 import torch
 
+from bandpo.core.files import atomic_write_text, read_jsonl
 from bandpo.data.tiny_math import boxed, decoy_solution, subset_rows
 
 
@@ -180,6 +181,7 @@ def measure(
     """The probe's measurement on a loaded model: deciding-token statistics on the probe rows, and accuracy
     (T = 1.0, ``k`` samples; greedy too unless ``greedy=False``) on the probe subset and on the rest.
     ``k=0`` skips sampling (the cheap part alone, e.g. for logging during training)."""
+    # lazy: bandpo.models.tiny loads transformers, scipy and pandas (seconds); the trainer imports this module
     from bandpo.models.tiny import sample_accuracy
 
     probe, rest = subset_rows(rows, "probe"), subset_rows(rows, "rest")
@@ -207,8 +209,7 @@ def measure(
 # CLI
 # --------------------------------------------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
-    from bandpo.core.files import read_jsonl
-    from bandpo.models.tiny import load_model
+    from bandpo.models.tiny import load_model  # lazy: as in `measure`
 
     ap = argparse.ArgumentParser(prog="python -m bandpo.train.probe", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -229,8 +230,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     res = measure(model, tok, rows, k=args.k, seed=args.seed, greedy=not args.no_greedy, keep_records=bool(args.out))
     print(json.dumps({key: v for key, v in res.items() if key != "records"}, indent=2))
     if args.out:
-        from bandpo.core.files import atomic_write_text
-
         atomic_write_text(args.out, json.dumps(res, indent=2) + "\n")
     return 0
 

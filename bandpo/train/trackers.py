@@ -43,6 +43,7 @@ class _TensorBoard:
     """Event files in ``<run>/tensorboard`` (torch's ``SummaryWriter``), flushed after every step."""
 
     def __init__(self, out: Path, run_name: str, config: Mapping[str, Any]) -> None:
+        # lazy, an optional dependency: the tensorboard package (not among bandpo's requirements), for this tracker
         from torch.utils.tensorboard import SummaryWriter
 
         folder = out / TENSORBOARD_DIR
@@ -63,7 +64,7 @@ class _MLflow:
     parameters."""
 
     def __init__(self, out: Path, run_name: str, config: Mapping[str, Any]) -> None:
-        try:
+        try:  # lazy, an optional dependency: the mlflow package (not among bandpo's requirements), for this tracker
             from mlflow.entities import Param
             from mlflow.tracking import MlflowClient
         except ImportError as e:
@@ -78,7 +79,7 @@ class _MLflow:
             self.client.log_batch(self.run_id, params=params)
 
     def log(self, step: int, values: Mapping[str, float]) -> None:
-        from mlflow.entities import Metric
+        from mlflow.entities import Metric  # lazy, an optional dependency: mlflow (see __init__)
 
         stamp = int(time.time() * 1000)
         metrics = [Metric(_MLFLOW_BAD.sub("_", k), v, stamp, step) for k, v in values.items()]

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.optimize import brentq
 from scipy.stats import nct, norm
 from scipy.stats import t as student_t
 
@@ -141,8 +142,6 @@ class BoundariesCross(ValueError):
 def _solve(f, target: float, look: int) -> float:
     """The root of the monotone ``f`` (crossing probability as a function of a z boundary) equal to ``target``;
     `BoundariesCross` when the paths still running cannot spend it (the boundaries crossed at an earlier look)."""
-    from scipy.optimize import brentq
-
     if (f(-40.0) - target) * (f(40.0) - target) > 0:
         raise BoundariesCross(look)
     return float(brentq(lambda z: f(z) - target, -40.0, 40.0, xtol=1e-12, rtol=1e-12, maxiter=500))

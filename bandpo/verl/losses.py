@@ -267,8 +267,8 @@ DESCRIPTIONS = {
 
 @functools.lru_cache(maxsize=64)
 def _actor_config(params: VerlLossConfig, settings: SurrogateConfig, info: tuple[tuple[str, Any], ...]):
-    # verl at the call, an optional dependency here: the registry loads this module in every process that looks a
-    # method up (local training, scoring, the config check), which must not pay verl's import (~6 CPU-seconds)
+    # lazy: the registry loads this module in every process that looks a method up (local training, scoring, the
+    # config check), which must not pay verl's import (~6 CPU-seconds); only a verl job calls this
     from verl.workers.config import ActorConfig, PolicyLossConfig
 
     keys = params.verl_keys(settings)
@@ -323,7 +323,7 @@ def verl_loss(
     metrics as ``verl/<name>`` (e.g. ``verl/pg_clipfrac``). The gradient needs a graph: a ``log_prob`` without
     one (e.g. under ``torch.no_grad``) is replaced by a leaf copy and the loss comes back detached.
     """
-    # verl at the call, an optional dependency here (see _actor_config)
+    # lazy: verl's import, paid by a verl job only (see _actor_config)
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
     no_grad = not (torch.is_grad_enabled() and log_prob.requires_grad)

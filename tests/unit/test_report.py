@@ -1889,7 +1889,7 @@ def test_family_verdicts_adjust_the_secondaries_and_leave_the_primary_alone():
     """One family per experiment: every secondary's two one-sided p-values Holm-adjusted among themselves (p_better
     at alpha = 0.05, p_not_better at beta = 0.10); the primary cell is not a member and shows the primary's own
     verdict; a demoted primary is a member."""
-    from bandpo.analysis.experiments import family_verdicts
+    from bandpo.analysis.family import family_verdicts
     from bandpo.analysis.stats import holm, one_sided_tests
 
     board = pd.DataFrame([_board_row("base", -0.08, 0.01), _board_row("grpo", np.nan, np.nan),
@@ -1936,7 +1936,8 @@ def test_the_holm_family_holds_the_entropy_secondaries():
     """The entropy comparisons of ``primary.entropy_compare`` (role secondary in primary.csv, margin in nats) are
     members of their experiment's family beside the leaderboard's cells (issue #55, item 6): their p-values are
     Holm-adjusted with the cells', the family counts them, and their rows carry the adjusted verdict."""
-    from bandpo.analysis.experiments import entropy_pair_results, family_verdicts
+    from bandpo.analysis.experiments import entropy_pair_results
+    from bandpo.analysis.family import family_verdicts
     from bandpo.analysis.stats import holm
 
     arms = (("grpo", 0.10), ("bandpo_kl", 0.15), ("other", 0.10))

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
+from scipy.stats import chi2
 
 from bandpo.analysis.stats import minimum_detectable_difference, power_table
 from bandpo.report.board import Board
@@ -267,8 +268,6 @@ def probe_power(board: Board) -> str:
 def sd_fewest(board: Board) -> str:
     """The fewest seeds behind an SD of the power table and how far an SD from so few can be off: the 95% interval
     of the true SD over the estimate at n − 1 degrees of freedom (chi-square)."""
-    from scipy.stats import chi2
-
     n = int(power_table(board.stats)["n_seeds"].min())
     df = n - 1
     low, high = np.sqrt(df / chi2.ppf(0.975, df)), np.sqrt(df / chi2.ppf(0.025, df))
