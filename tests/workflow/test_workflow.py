@@ -676,8 +676,19 @@ def test_smoke_dag_end_to_end(smoke_run):
     assert job_counts(proc.output) == sweep.expected_jobs(cfg)
     entries = [sweep.BASE_ENTRY] + [e["id"] for e in cfg["methods"]]
     model = cfg["models"][0]["id"]
+    # seeds until decided: the pair scores the same (t = 0), so look 1 (3 pairs) is undecided, and the checkpoint
+    # schedules look 2's seeds; look 2 (n_max) decides, and rule `decided` keeps its copy for the report
+    looks = wd / "results" / "smoke" / "looks" / sweep.MAIN / model
+    first, decided = (json.loads((looks / f"{name}.json").read_text()) for name in ("look1", "decided"))
+    assert (first["verdict"], first["n"], first["next_n"]) == ("undecided", 3, 6)
+    assert decided == json.loads((looks / "look2.json").read_text()) and (decided["look"], decided["n"]) == (2, 6)
+    assert decided["verdict"] != "undecided" and sorted(p.name for p in looks.iterdir()) == [
+        "decided.json", "look1.json", "look2.json"]  # fmt: skip
+    pair = cfg["experiments"][sweep.MAIN]["primary"]["compare"]
+    seeds_of = {e: (decided["seeds"] if e in pair else cfg["seeds"]) for e in entries}
+    assert seeds_of["grpo"] == list(range(6))
     for entry in entries:
-        for seed in cfg["seeds"]:
+        for seed in seeds_of[entry]:
             d = wd / "results" / "smoke" / "eval" / model / entry / f"seed{seed}"
             summary = json.loads((d / "tiny_math.json").read_text())
             results = json.loads((d / "lm_eval_results.json").read_text())
@@ -702,7 +713,8 @@ def test_smoke_dag_end_to_end(smoke_run):
     assert sorted(board.loc[board["experiment"] == sweep.MAIN, "entry"]) == sorted(entries)
     scores = pd.read_csv(wd / "results" / "smoke" / "scores.csv")
     main_scores = scores[scores["experiment"] == sweep.MAIN]
-    assert len(main_scores[["entry", "seed"]].drop_duplicates()) == len(entries) * len(cfg["seeds"])
+    scored = {tuple(x) for x in main_scores[["entry", "seed"]].drop_duplicates().itertuples(index=False)}
+    assert scored == {(e, s) for e in entries for s in seeds_of[e]}
     assert set(scores["metric"]) >= {"mean", "pass", "maj"}
     assert set(scores["grader"]) == {summary["grader"]["id"]} and "/lenient@" in summary["grader"]["id"]
     assert not (wd / "results" / "leaderboard.csv").exists()  # smoke does not publish
@@ -720,12 +732,13 @@ def test_smoke_dag_end_to_end(smoke_run):
     assert list(dag["rule"]) == list(rows) and dag["jobs"].iloc[-1] == len(tsv)
     assert 0 < dag["minutes_per_core"].iloc[-1] and 0 < dag["elapsed_min"].iloc[-1] < 60
     assert {f"train {model} (main)", f"model build {model}", f"lm-eval group {model}", "report"} <= set(rows)
-    assert int(rows["all"][1]) == len(tsv) and int(rows[f"train {model} (main)"][1]) == len(cfg["seeds"]) * (
-        len(entries) - 1
-    )
-    assert (wd / "logs" / "smoke" / "eval" / model / "grpo.log").read_text().count("tiny_math: mean@8=") == len(
-        cfg["seeds"]
-    )  # one lm-eval process scored all seeds of the entry
+    assert int(rows["all"][1]) == len(tsv)
+    assert int(rows[f"train {model} (main)"][1]) == sum(len(seeds_of[e]) for e in entries if e != sweep.BASE_ENTRY)
+    # one lm-eval process scored all seeds of an entry, or of a look for the pair
+    eval_logs = wd / "logs" / "smoke" / "eval" / model
+    assert (eval_logs / "base.log").read_text().count("tiny_math: mean@8=") == len(cfg["seeds"])
+    for look in (1, 2):
+        assert (eval_logs / "grpo" / f"look{look}.log").read_text().count("tiny_math: mean@8=") == 3
     # the fixed cost per job (benchmark file's wall time minus the steps / the scoring the job's records hold)
     fixed = subprocess.run([sys.executable, "-m", "bandpo.plan.budget", "times",
                             str(wd / "logs" / "smoke" / "benchmarks"), "--results", str(wd / "results" / "smoke")],
