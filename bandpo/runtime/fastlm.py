@@ -541,7 +541,8 @@ def light_loadable(model_dir) -> bool:
         (tok.get("decoder") or {}).get("type") == "Fuse",
         (tok.get("pre_tokenizer") or {}).get("type") == "Split",
         tok.get("normalizer") is None,
-        not tok_conf.get("chat_template"),
+        not tok_conf.get("chat_template"),  # a chat template (transformers 5 saves it beside, as below)
+        not any((src / name).exists() for name in ("chat_template.jinja", "chat_template.json")),
         "pad_token" in tok_conf and "eos_token" in tok_conf,
     ]
     return all(checks)
