@@ -60,6 +60,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/eval.smk"
+include: "workflow/rules/looks.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/rank.smk"
 

@@ -41,8 +41,8 @@ for part in (("schemas", "config.schema.yaml"), ("schemas", "run.schema.yaml"), 
 print(f"bandpo {bandpo.__version__} from {bandpo.__file__}")
 EOF
 
-step "config validation (the schema and the task YAMLs from the package; the method registry)"
-"$PY" -c "import sys; from bandpo.plan import validate; validate.validate_config(validate.load_yaml(sys.argv[1])); print('ok')" \
+step "the run plan (the schema and the task YAMLs from the package; the method registry; every job's settings)"
+"$PY" -c "import sys; from bandpo.plan.runs import load_plan; print(len(load_plan(sys.argv[1]).train_specs), 'runs')" \
     "$ROOT/config/smoke.yaml"
 
 step "ratio bounds of the registered methods (python -m bandpo.methods.bounds_table)"
@@ -53,7 +53,7 @@ step "a tiny run: data, a tiny-test model, 2 training steps, the run contract"
 "$PY" -m bandpo.data tiny-math --out data --seed 0 --n-train 300 --n-val 8 --n-test 8
 "$PY" -m bandpo.models build --size tiny-test --data data --out model --seed 0 --threads 1 --eval-limit 4 --no-progress
 "$PY" -m bandpo.train --model model --data data --method bandpo --params '{"divergence": "kl", "delta": 0.05}' \
-    --seed 0 --out run --set steps=2 --threads 1 --no-progress
+    --seed 0 --out run --steps 2 --threads 1 --no-progress
 "$PY" -m bandpo.core.run_contract run
 
 step "lm-eval scores the run with the packaged task YAMLs; its method comes from run.json"

@@ -21,14 +21,16 @@ It prints, and ``--json`` keeps:
 
 - speed: the sum over seeds of the runs' training time (``step_seconds``), old / new, and the same for each job's
   wall and CPU time (the job process and its children, from ``os.wait4``);
-- the score: final mean@k per seed and the paired difference new - old in points, with its 90% t interval and the
-  two tests of `bandpo.analysis.stats.paired_tests` (TOST within ``--margin``, 1.5 points by default);
+- the score: final mean@k per seed and the paired difference new - old in points with its 95% t interval, and the
+  verdict rule of every comparison (`bandpo.verdict`, docs/statistics.md) on old - new: is the old recipe better than
+  the new by at least ``--margin`` (δ, 1.5 points by default)? A group-sequential design (a look every ``--k`` seed
+  pairs up to ``--n-max`` at ``--planning-sd``): "not better by δ" means the speed-up does not cost δ;
 - the curves: per-step ``entropy`` and ``reward_mean`` in ``--windows`` equal windows of steps; per window the mean
   over seeds of new - old against the seed spread (the SD across seeds of the old arm's window means);
-- the verdict: SAME RECIPE when the 90% interval lies inside +-margin and every window of both curves differs by at
-  most one seed spread; RECIPE CHANGE when a curve leaves its spread or the difference test rejects 0 at the 0.05
-  level (to be declared, measured and published as such, or not made); otherwise UNRESOLVED, with the pairs that
-  would put the interval inside the margin at the measured SD and mean difference (rerun with more ``--seeds``).
+- the verdict: SAME RECIPE when the rule says the old recipe is not better by δ and every window of both curves
+  differs by at most one seed spread (the curves guard both directions); RECIPE CHANGE when a curve leaves its spread
+  or the rule says the old recipe is better (to be declared, measured and published as such, or not made);
+  otherwise UNRESOLVED: no look has decided, rerun with the next look's seeds.
 
 ``--keep DIR`` keeps the runs in DIR/old|new/seedN (by default a temporary folder, removed at the end); a job whose
 folder holds its ``job.json`` (written when its scoring has finished) is not run again, its recorded times are
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -55,7 +58,8 @@ from pathlib import Path
 from _worktree import base_worktree, resolve, tree_env
 from bench_run_vs_base import checked_plan, checked_sets, eval_command, train_command
 
-from bandpo.analysis.stats import paired_tests
+from bandpo.verdict.design import SequentialDesign, plan_design
+from bandpo.verdict.rule import BETTER, NOT_BETTER, POINTS, decide
 
 ROOT = Path(__file__).resolve().parents[1]
 CURVES = ("entropy", "reward_mean")
@@ -118,24 +122,28 @@ def arm_env(env: dict[str, str], overrides: list[str]) -> dict[str, str]:
     return {**env, "BANDPO_NUMERICS": "native", **dict(item.split("=", 1) for item in overrides)}
 
 
+def score_rule(design: SequentialDesign, new_minus_old: list[float]):
+    """The verdict rule (`bandpo.verdict.rule.decide`) on old - new (fractions of the score, in seed order, up to the
+    design's n_max): is the old recipe better than the new by at least the margin? None with fewer pairs than the
+    first look's. ``new_minus_old`` in points, as printed."""
+    used = [-x / POINTS for x in new_minus_old][: design.n_max]
+    return decide(design, used) if len(used) >= design.k else None
+
+
+def recipe_verdict(rule, curves_agree: bool) -> str:
+    """SAME RECIPE: the old recipe is not better by the margin and the curves agree; RECIPE CHANGE: a curve leaves
+    its spread or the old recipe is better; else UNRESOLVED (no look has decided)."""
+    if rule is not None and rule.verdict == NOT_BETTER and curves_agree:
+        return "SAME RECIPE"
+    if not curves_agree or (rule is not None and rule.verdict == BETTER):
+        return "RECIPE CHANGE"
+    return "UNRESOLVED"
+
+
 def windows(values: list[float], n: int) -> list[float]:
     """The means of ``values`` over ``n`` consecutive windows of (nearly) equal size."""
     bounds = [round(i * len(values) / n) for i in range(n + 1)]
     return [statistics.fmean(values[a:b]) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
-
-
-def pairs_needed(sd: float, mean: float, margin: float) -> int | None:
-    """The fewest pairs whose 90% t interval, at this SD and mean difference, lies inside +-margin (None: never,
-    |mean| >= margin)."""
-    from scipy.stats import t
-
-    room = margin - abs(mean)
-    if not room > 0 or not math.isfinite(sd):
-        return None
-    n = 2
-    while t.ppf(0.95, n - 1) * sd / math.sqrt(n) > room:
-        n += 1
-    return n
 
 
 def curve_check(old: list[list[float]], new: list[list[float]], n_windows: int) -> dict:
@@ -168,7 +176,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--entry", default="grpo", help="a method entry of the config's main experiment")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--parallel", type=int, default=2, help="jobs at once (default 2: the DAG on 2 cores)")
-    ap.add_argument("--margin", type=float, default=1.5, help="equivalence margin, points of mean@k (default 1.5)")
+    ap.add_argument("--margin", type=float, default=1.5, help="δ, points of mean@k: does the speed-up cost this much? "
+                    "(default 1.5)")  # fmt: skip
+    ap.add_argument("--k", type=int, default=5, help="pairs a look of the sequential design (default 5)")
+    ap.add_argument("--n-max", type=int, default=None,
+                    help="the design's last look, a multiple of --k (default: the fewest that meets)")  # fmt: skip
+    ap.add_argument("--planning-sd", type=float, default=2.7,
+                    help="the design's planning SD of the paired differences, points (default 2.7)")  # fmt: skip
     ap.add_argument("--windows", type=int, default=8, help="windows of steps for the curves (default 8)")
     ap.add_argument("--models-root", default="resources", help="folder holding models/ and data/ (default resources)")
     ap.add_argument("--keep", help="keep the runs here; finished ones are reused (default: a temporary folder)")
@@ -244,12 +258,17 @@ def main(argv: list[str] | None = None) -> int:
     for o, n in zip(by["old"], by["new"], strict=True):
         d.append(100 * (n["score"] - o["score"]))
         print(f"  seed {o['seed']}: old {100 * o['score']:6.2f}  new {100 * n['score']:6.2f}  new - old {d[-1]:+6.2f}")
-    tests = paired_tests(d, margin=args.margin)
-    score_ok = tests["ci90_low"] >= -args.margin and tests["ci90_high"] <= args.margin
-    print(f"  paired difference {statistics.fmean(d):+.2f} points, 90% t interval [{tests['ci90_low']:+.2f}, "
-          f"{tests['ci90_high']:+.2f}], {len(d)} pairs; p (difference) {tests['p_value']:.3f}, "
-          f"p (equivalence within +-{args.margin}) {tests['p_equivalence']:.3f}: "
-          f"{'inside' if score_ok else 'NOT inside'} +-{args.margin}")  # fmt: skip
+    if args.n_max is None:
+        design = plan_design(args.margin / POINTS, args.k, args.planning_sd / POINTS)
+    else:
+        design = SequentialDesign(args.margin / POINTS, args.k, args.n_max, args.planning_sd / POINTS)
+    rule = score_rule(design, d)
+    if rule is None:
+        print(f"  {len(d)} pairs: fewer than the first look's {design.k}")
+    else:
+        print(f"  paired difference new - old {-POINTS * rule.estimate:+.2f} points over {rule.n} pairs (look "
+              f"{rule.look}), 95% t interval [{-POINTS * rule.ci_high:+.2f}, {-POINTS * rule.ci_low:+.2f}]; is the old "
+              f"recipe better than the new by at least {args.margin} points? {rule.label}")  # fmt: skip
     curves = {}
     for c in CURVES:
         curves[c] = curve_check([j["curves"][c] for j in by["old"]], [j["curves"][c] for j in by["new"]],
@@ -262,20 +281,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {'agree' if curves[c]['agree'] else 'DO NOT agree'} within the seed spread (worst |diff| / spread "
               f"{curves[c]['worst']:.2f})")  # fmt: skip
     curves_agree = all(v["agree"] for v in curves.values())
-    if score_ok and curves_agree:
-        verdict = "SAME RECIPE"
-    elif not curves_agree or tests["p_value"] < 0.05:
-        verdict = "RECIPE CHANGE"
-    else:
-        verdict = "UNRESOLVED"
+    verdict = recipe_verdict(rule, curves_agree)
     print(f"\nverdict: {verdict}")
-    if verdict == "UNRESOLVED":
-        sd = statistics.stdev(d)
-        need = pairs_needed(sd, statistics.fmean(d), args.margin)
-        print(f"  the interval is wider than the margin allows: at SD {sd:.2f} and mean {statistics.fmean(d):+.2f} "
-              f"points, {need if need else 'no number of'} pairs would put it inside +-{args.margin}")  # fmt: skip
+    if verdict == "UNRESOLVED" and rule is not None and rule.next_n:
+        print(f"  no look has decided: rerun with the seeds of the next look ({rule.next_n} pairs)")
     if args.json:
-        record = {"args": vars(args), "speed": speed, "differences": d, "tests": tests, "curves": curves,
+        tests = None if rule is None else dataclasses.asdict(rule)
+        record = {"args": vars(args), "speed": speed, "differences": d, "rule": tests, "curves": curves,
                   "runs": work, "verdict": verdict}  # fmt: skip
         Path(args.json).write_text(json.dumps(record, indent=2))
     return 0

@@ -11,7 +11,7 @@ suite's sampler (transformers ``generate``, a 0.01 s quiet window: ``engine_kwar
 ``batch_wait_s=0.01``), against the profile's server (a step's 256 requests as one batch, the suite's sampler).
 
 ``--try KEY=VALUE``: the profile as it is (the baseline) against the profile with one setting changed, KEY a field
-of the profile's ``verl:`` block (``ppo_max_token_len_per_gpu=16384``) or a Hydra key of its ``extra_overrides``,
+of the profile's ``train:`` block (``ppo_max_token_len_per_gpu=16384``) or a Hydra key of its ``extra_overrides``,
 whose entry is replaced (``actor_rollout_ref.rollout.agent.num_workers=2``) or, if absent, added. It is how a
 candidate setting is measured before it goes into the profile.
 
@@ -60,23 +60,23 @@ def config(
     if not cfg["methods"]:
         raise SystemExit(f"entry {entry!r} is not in config/verl-cpu.yaml")
     cfg["seeds"] = [seed]
-    cfg["verl"]["steps"] = steps
+    cfg["train"]["steps"] = steps
     cfg.pop("beside", None)
-    overrides = cfg["verl"]["extra_overrides"]
+    overrides = cfg["train"]["extra_overrides"]
     if not any(o.startswith(SAMPLER) for o in overrides):
         raise SystemExit("config/verl-cpu.yaml does not select the polling replay buffer")
     if change is not None:
         if profile:
-            with_change(cfg["verl"], change)
+            with_change(cfg["train"], change)
     elif not profile and compare == "buffer":
-        cfg["verl"]["extra_overrides"] = [o for o in overrides if not o.startswith(SAMPLER)]
+        cfg["train"]["extra_overrides"] = [o for o in overrides if not o.startswith(SAMPLER)]
     elif not profile:
-        cfg["verl"]["extra_overrides"] = overrides + ROLLOUT_BEFORE
+        cfg["train"]["extra_overrides"] = overrides + ROLLOUT_BEFORE
     return cfg
 
 
 def with_change(verl: dict, change: str) -> None:
-    """Apply ``--try``'s KEY=VALUE to the profile's ``verl:`` block (see the module docstring)."""
+    """Apply ``--try``'s KEY=VALUE to the profile's ``train:`` block (see the module docstring)."""
     key, sep, value = change.partition("=")
     if not sep or not key or not value:
         raise SystemExit(f"--try wants KEY=VALUE, got {change!r}")

@@ -14,11 +14,15 @@ differ from the published ones in the 6th digit; the Markdown table (1 decimal i
 
 The published pages are rebuilt with a newer report (new statistics, no new runs) by::
 
-    python tests/published_runs.py --out /tmp/rebuilt    # then copy the tables and pages named below to results/
+    python tests/published_runs.py --out /tmp/rebuilt    # the report's tables and pages, to compare
 
 which writes the report's tables and pages from the rebuilt run outputs, the HTML page embedding the published
 figures (the rebuilt runs have no per-step curves, so their figures, and their steps.csv, are not the published
-run's and are not to be copied).
+run's and are not to be copied). A new rule (not new data) is written into a published folder by::
+
+    python tests/published_runs.py --published results --out /tmp/work --rerender    # rerender_published
+
+which replaces only what the report derives from the tables by its rule (`RERENDERED_FILES`).
 """
 
 from __future__ import annotations
@@ -35,17 +39,13 @@ import pandas as pd
 from bandpo.analysis.steps import OFFPOLICY, read_steps, update_keys
 from bandpo.core.files import write_csv
 from bandpo.decide.selection import select_setting
-from bandpo.plan.sweep import BASE_ENTRY, MAIN, run_folder, slot_id
+from bandpo.plan.sweep import BASE_ENTRY, MAIN, report_experiments, run_folder, slot_id
 from bandpo.score.lm_eval_results import FILTER_NAME
 
 
 def _write_json(path: Path, obj) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(obj, indent=1) + "\n", encoding="utf-8")
-
-
-EXPERIMENT_KEYS = ("description", "primary", "models", "seeds", "train", "reuse", "axis", "select")  # as the report
-# rule passes them (workflow/rules/report.smk, REPORT_EXPERIMENTS)
 
 
 def published_config(published: Path) -> dict:
@@ -55,10 +55,11 @@ def published_config(published: Path) -> dict:
 
 
 def published_experiments(published: Path) -> dict | None:
-    """The experiments the published page was built with ({id: {description, primary, ...}}, as the report rule
-    passes them): from the resolved config in provenance.json; None when it has none."""
-    xps = published_config(published).get("experiments")
-    return {x: {k: v.get(k) for k in EXPERIMENT_KEYS} for x, v in xps.items()} if xps else None
+    """The experiments the published page was built with, as the report rule passes them: the run plan's
+    `bandpo.plan.sweep.report_experiments` of the resolved config in provenance.json (its margins, in the config's
+    points, converted there as for a run); None when it has none."""
+    config = published_config(published)
+    return report_experiments(config) if config.get("experiments") else None
 
 
 def published_axes(published: Path) -> dict | None:
@@ -246,12 +247,117 @@ def rebuild_published(published: Path, out: Path, work: Path) -> list[Path]:
     return [out / name for name in REBUILT_FILES]
 
 
+# The columns of leaderboard.csv that the verdict rule writes (bandpo.analysis.experiments.family_verdicts), per
+# headline metric label L: L_<suffix>; those of the rule before issue #55 (four verdicts), which a re-rendering drops
+RULE_SUFFIXES = ("p_better", "p_not_better", "p_better_holm", "p_not_better_holm", "margin", "verdict",
+                 "verdict_holm", "label", "n_needed", "role")  # fmt: skip
+RETIRED_SUFFIXES = ("p", "p_equivalence", "p_holm", "p_equivalence_holm")
+# What a re-rendering writes into the published folder: the files the report derives from the tables by its rule
+RERENDERED_FILES = ("leaderboard.md", "leaderboard.html", "primary.csv", "leaderboard.csv")
+
+
+def _rule_columns(board: pd.DataFrame) -> list[str]:
+    labels = {c.removesuffix("_diff_sd") for c in board.columns if c.endswith("_diff_sd")}
+    return [c for c in board.columns if any(c == f"{lab}_{x}" for lab in labels
+                                            for x in (*RULE_SUFFIXES, *RETIRED_SUFFIXES))]  # fmt: skip
+
+
+def _same_numbers(a: str, b: str) -> bool:
+    """Whether two lines with the same text between their numbers hold the same numbers up to what the tables' 6
+    significant digits move: relatively 1e-5, or one unit in the last printed decimal (a rounding tie)."""
+    for x, y in zip(NUMBER.findall(a), NUMBER.findall(b), strict=True):
+        fx, fy = float(x), float(y)
+        unit = 10.0 ** -min(len(x.partition(".")[2]), len(y.partition(".")[2]))
+        if abs(fx - fy) > max(1e-5 * max(abs(fx), abs(fy)), 1.01 * unit):
+            return False
+    return True
+
+
+CELL = re.compile(r"(\|| <td| data-v=)")  # where a table row of the Markdown or HTML page splits into its cells
+
+
+def _merge_line(ours: str, theirs: str) -> str:
+    """One rebuilt line against the published one it stands for: the published line when only the tables' 6 digits
+    tell them apart (`_same_numbers`), else cell by cell (a table row whose verdict cell the rule changed keeps its
+    other cells as published), else the rebuilt line."""
+    if NUMBER.sub("#", ours) == NUMBER.sub("#", theirs):
+        return theirs if _same_numbers(ours, theirs) else ours
+    a, b = CELL.split(ours), CELL.split(theirs)
+    if len(a) != len(b) or len(a) == 1:
+        return ours
+    return "".join(y if NUMBER.sub("#", x) == NUMBER.sub("#", y) and _same_numbers(x, y) else x
+                   for x, y in zip(a, b, strict=True))  # fmt: skip
+
+
+def keep_published_lines(rebuilt: str, published: str) -> str:
+    """The rebuilt page with everything the rule did not change put back as published: lines aligned by their text
+    between numbers (difflib), and each rebuilt line (or, in a table row the rule changed, each cell) that matches
+    the published one in that text and in its numbers up to the tables' 6 digits replaced by the published one,
+    whose numbers come from the full-precision runs (so a rounding tie prints as published, and the HTML's sort
+    values keep their digits)."""
+    import difflib
+
+    ours, theirs = rebuilt.splitlines(keepends=True), published.splitlines(keepends=True)
+    skeleton = [[NUMBER.sub("#", line) for line in lines] for lines in (ours, theirs)]
+    out = list(ours)
+    matcher = difflib.SequenceMatcher(None, skeleton[0], skeleton[1], autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag in ("equal", "replace") and i2 - i1 == j2 - j1:
+            for k in range(i2 - i1):
+                out[i1 + k] = _merge_line(ours[i1 + k], theirs[j1 + k])
+    return "".join(out)
+
+
+def rerender_published(published: Path, work: Path) -> list[Path]:
+    """Re-render a published folder's derived files with today's rule, from its own tables (no new runs), and write
+    `RERENDERED_FILES` into ``published``:
+
+    * primary.csv and leaderboard.csv's rule columns (the family's p-values, verdicts, words and roles:
+      `RULE_SUFFIXES`; the retired ones dropped) computed from the published scores.csv, runs.csv and
+      leaderboard.csv themselves with the published config's experiments through the run plan
+      (`published_experiments`); every other column of leaderboard.csv kept as published;
+    * leaderboard.md and leaderboard.html from the report rebuilt on those tables (`rebuild_published`, in
+      ``work``), every line the rule did not change kept as published (`keep_published_lines`), and the smoke
+      section made again from results/real-lm*/ as `report publish` does.
+
+    The data tables (scores.csv, runs.csv, steps.csv), stats.csv and provenance.json are left as they are. Returns
+    the paths written."""
+    from bandpo.analysis.experiments import family_verdicts
+    from bandpo.core.files import atomic_write_text
+    from bandpo.report.board import Board
+    from bandpo.report.build import primary_tables
+    from bandpo.report.smoke import SMOKE_PROFILES, write_section
+
+    out = work / "out"
+    rebuild_published(published, out, work / "_runs")
+    board, specs = Board.read(published), published_experiments(published) or {}
+    subsets = board.scores[["task", "subset"]].drop_duplicates()
+    task_subsets = dict(zip(subsets["task"], subsets["subset"].fillna(""), strict=True))
+    primary = primary_tables(board.scores, board.runs, specs, 0, 0.95, 0)
+    old = board.leaderboard
+    table, primary, _family = family_verdicts(old.drop(columns=_rule_columns(old)), specs, task_subsets, primary)
+    written = [write_csv(table, published / "leaderboard.csv"), write_csv(primary, published / "primary.csv")]
+    for name in ("leaderboard.md", "leaderboard.html"):
+        page = keep_published_lines((out / name).read_text(encoding="utf-8"),
+                                    (published / name).read_text(encoding="utf-8"))  # fmt: skip
+        written.append(atomic_write_text(published / name, page))
+    if any((published / profile).is_dir() for profile in SMOKE_PROFILES):
+        write_section(published)  # the page's smoke section, from results/real-lm*/ (not part of the rebuild)
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="rebuild the published report from the published tables")
     ap.add_argument("--published", default=str(Path(__file__).resolve().parents[1] / "results"))
-    ap.add_argument("--out", required=True, help="where the rebuilt tables and pages go")
+    ap.add_argument("--out", required=True, help="where the rebuilt tables and pages go (--rerender: a work folder)")
+    ap.add_argument("--rerender", action="store_true",
+                    help="write the re-rendered files into the published folder (rerender_published)")  # fmt: skip
     args = ap.parse_args(argv)
     out = Path(args.out)
+    if args.rerender:
+        for path in rerender_published(Path(args.published), out):
+            print(path)
+        return 0
     for path in rebuild_published(Path(args.published), out, out / "_runs"):
         print(path)
     return 0

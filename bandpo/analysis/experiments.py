@@ -1,26 +1,38 @@
-"""The leaderboard's experiments: one section per (experiment, subset), and each experiment's primary comparison.
+"""The leaderboard's experiments: one section per (experiment, subset), and each experiment's comparisons with the
+control under the verdict rule (docs/statistics.md, "The verdict rule and seeds until decided"; `bandpo.verdict`).
 
 An experiment (``experiments:`` of the workflow config; ``main`` is the sweep itself) is read from the files: the
 ``experiment`` of every evaluation summary and run folder (`bandpo.analysis.load`). Its scores are reported on their
 own (statistics, baseline, P(improvement) within the experiment), once per ``subset`` when its tasks score parts of
 the data (the probe's ``probe`` and ``rest``), so a row of the leaderboard is (experiment, subset, model, entry).
 
-The primary comparison of an experiment (its config's ``primary``: ``compare: [treatment, control]``, the task and
-score family) is paired, as the design is: seed s of both entries trains from base model s with seed s, so the
-unit is the per-seed difference treatment - control; its mean with the 95% paired t interval decides
-(`primary_results`). A descriptive experiment whose ``primary`` reads ``score: entropy`` (the random-reward
-control) has no treatment and control: each run's final token entropy is paired with its own entropy at step 1
-(the base model's: the rollout policy of step 1), the same way (`entropy_shift_results`).
+Every comparison with the control asks one question: is the treatment better than the control by at least the
+margin δ? Its unit is the per-seed difference treatment - control (same base model and seed), and its answer one of
+two words, ``better`` or ``not better by the margin``, or ``undecided`` while its pairs do not decide; the mean
+difference with its 95% paired t interval is an estimate beside the word, never a verdict. How each is decided:
 
-Both also give, as a secondary and descriptive column, the bootstrap rule: the difference of the seed means with a
-95% percentile-bootstrap interval that resamples each side's seeds independently (``bootstrap_ci_low``,
-``bootstrap_ci_high``, ``bootstrap_verdict``). It ignores the pairing and is too narrow at 3-5 seeds; it stays beside
-the paired rule because the runs decided by it are read with it (docs/statistics.md).
+* a primary with ``sequential`` (a group-sequential design fixed before the runs): `bandpo.verdict.rule.decide` on
+  the paired differences in the order of the primary's seeds, stopping at the first look that crosses a boundary,
+  with the stability of that verdict (`bandpo.verdict.simulate.stability`, `primary_results`);
+* a primary with ``exploratory``: no verdict; the estimate with its interval and the pairs a single look would
+  need at the observed SD (`bandpo.verdict.rule.single_look_n`), and the reason;
+* any other primary: the single look of the rule at the pairs available (`bandpo.verdict.rule.fixed_n_decision`),
+  tested alone;
+* every secondary (each other trained entry against the control, each headline metric, each model and subset; a
+  demoted primary; the entropy comparisons of ``primary.entropy_compare``): the single look, with Holm's
+  adjustment of each one-sided test's p-values within the experiment's family (`family_verdicts`).
+
+The margins are the run plan's (`bandpo.plan.sweep.report_experiments`: ``margins`` {model: fraction of the score},
+``entropy_margins`` {model: nats}, ``designs`` {model: the design's fields}); nothing here converts the config's
+points. A descriptive experiment whose ``primary`` reads ``score: entropy`` (the random-reward control) compares no
+treatment with a control: each run's final token entropy is paired with its own entropy at step 1 (the base
+model's), and its descriptive verdict says whether entropy moved (`entropy_shift_results`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,28 +40,41 @@ import pandas as pd
 
 from bandpo.analysis.leaderboard import entry_graders, entry_labels, headline_label, leaderboard
 from bandpo.analysis.stats import (
-    SCORE_DIFF_RANGE,
-    bootstrap_ci,
     four_verdict,
     holm,
-    mean_of_means,
-    minimum_detectable_difference,
+    one_sided_tests,
     paired_tests,
+    rule_verdict,
     score_stats,
     seeded_rng,
-    summary_tests,
     t_interval,
 )
 from bandpo.analysis.training import run_stats
 from bandpo.plan.sweep import BASE_ENTRY, MAIN
+from bandpo.verdict.design import ALPHA, BETA, SequentialDesign
+from bandpo.verdict.rule import (
+    BETTER,
+    NOT_BETTER,
+    SCORE_DIFF_RANGE,
+    UNDECIDED,
+    decide,
+    fixed_n_decision,
+    single_look_n,
+)
+from bandpo.verdict.simulate import fixed_n_stability, stability
 
 SECTION_KEYS = ["experiment", "subset"]
-PRIMARY_COLUMNS = ["experiment", "model", "task", "metric", "role", "treatment", "control", "n_treatment",
-                   "n_control", "n_pairs", "treatment_mean", "control_mean", "difference", "ci_low", "ci_high",
-                   "ci90_low", "ci90_high", "p_value", "p_equivalence", "margin", "mde", "verdict",
-                   "bootstrap_ci_low", "bootstrap_ci_high", "bootstrap_verdict"]  # fmt: skip
-POINTS = 0.01  # a margin in points of a score (scores are fractions)
+PRIMARY_COLUMNS = ["experiment", "model", "task", "metric", "role", "rule", "treatment", "control", "n_treatment",
+                   "n_control", "n_pairs", "n", "treatment_mean", "control_mean", "difference", "ci_low", "ci_high",
+                   "sd", "margin", "verdict", "label", "look", "looks", "t", "efficacy_t", "futility_t", "t_margin",
+                   "p_better", "p_not_better", "p_better_holm", "p_not_better_holm", "n_needed", "stability",
+                   "stability_se", "note"]  # fmt: skip
+EXPLORATORY = "exploratory"  # the verdict cell of an exploratory primary: no verdict
 NO_INTERVAL = "no interval (fewer than 2 pairs)"
+# the rule column of primary.csv: how the row's verdict was reached
+SEQUENTIAL, SINGLE_LOOK, SINGLE_LOOK_HOLM, DESCRIPTIVE = "sequential", "single look", "single look, Holm", "descriptive"
+STABILITY_REPS = 100_000  # simulated runs of a verdict's stability (its Monte-Carlo SE: column stability_se)
+SCORE_UNIT, ENTROPY_UNIT = "points", "nats"
 
 
 def experiment_order(*frames: pd.DataFrame) -> list[str]:
@@ -105,93 +130,205 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True, sort=False) if frames else pd.DataFrame()
 
 
-def _diff_of_means(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.mean(a, axis=axis) - np.mean(b, axis=axis)
+# ----------------------------------------------------------------------------------------------------------------
+# Margins, labels, the rows' common parts
+# ----------------------------------------------------------------------------------------------------------------
+def _per_model(spec: Mapping[str, Any] | None, key: str, model: str) -> float:
+    """``spec[key][model]`` (a number the run plan put there: `bandpo.plan.sweep.report_experiments`), else NaN."""
+    value = ((spec or {}).get(key) or {}).get(model)
+    return float(value) if value is not None else float("nan")
 
 
-def _verdict(lo: float, hi: float, above: str, below: str, neither: str, missing: str = NO_INTERVAL) -> str:
-    """The bootstrap rule's verdict from an interval: ``above`` if it lies above 0, ``below``
-    if below, else ``neither``; ``missing`` without an interval."""
-    if np.isnan(lo) or np.isnan(hi):
-        return missing
-    return above if lo > 0 else (below if hi < 0 else neither)
+def _planned(spec: Mapping[str, Any] | None, experiment: str) -> None:
+    """ValueError when a spec states a margin in the config's points but carries none of the plan's fractions (the
+    config's experiments passed as they are, not through `bandpo.plan.sweep.report_experiments`)."""
+    primary = (spec or {}).get("primary") or {}
+    for raw, planned in (("margin", "margins"), ("entropy_margin", "entropy_margins"), ("sequential", "designs")):
+        if primary.get(raw) is not None and planned not in (spec or {}):
+            raise ValueError(
+                f"experiment {experiment!r}: primary.{raw} without the run plan's {planned!r} (pass the experiments "
+                "of bandpo.plan.sweep.report_experiments(config): the margins as fractions of the score)"
+            )
 
 
-def margin_of(primary: Mapping[str, Any], model: str, key: str = "margin", scale: float = POINTS) -> float:
-    """An experiment's equivalence margin for one model, fixed in its config's ``primary`` before the runs:
-    ``margin`` in points of the metric (a number, or {model: number}; returned as a fraction, ``scale``),
-    ``entropy_margin`` in nats (``scale`` 1). NaN when none is declared (then no comparison can be equivalent)."""
-    value = (primary or {}).get(key)
-    if isinstance(value, Mapping):
-        value = value.get(model)
-    return float(value) * scale if value is not None else float("nan")
+def score_margin(specs: Mapping[str, Mapping[str, Any]], experiment: str, model: str) -> float:
+    """The margin of an experiment's comparisons of scores on a model (a fraction): its ``margins`` from the run
+    plan, main's for an experiment the specs do not describe, else NaN."""
+    spec = specs.get(experiment)
+    if spec is None:
+        spec = specs.get(MAIN)
+    _planned(spec, experiment)
+    return _per_model(spec, "margins", model)
 
 
-def paired_rule(
-    treatment: pd.Series,
-    control: pd.Series,
-    confidence: float = 0.95,
-    bounds: tuple[float, float] = SCORE_DIFF_RANGE,
-    margin: float = float("nan"),
-) -> dict[str, Any]:
-    """The paired rule on per-seed values (indexed by seed; seed s of both sides trained from the same base model
-    with seed s): the differences treatment_s - control_s over the seeds both have, their mean and its 95% paired
-    t interval (`t_interval`, cut to ``bounds``), the tests of `paired_tests` (p_value: difference from 0;
-    p_equivalence: inside [-margin, +margin], with the 90% interval ci90_low / ci90_high), and mde: the minimum
-    detectable difference of the paired t test at 80% power (`minimum_detectable_difference`, exact noncentral t),
-    with the SD of these differences standing in for the true one. Returns n_pairs, treatment_mean and
-    control_mean (over the paired seeds, so that difference = treatment_mean - control_mean), difference, ci_low,
-    ci_high, ci90_low, ci90_high, p_value, p_equivalence, margin, mde."""
-    seeds = sorted(set(treatment.index) & set(control.index))
-    x = treatment.loc[seeds].to_numpy(np.float64)
-    y = control.loc[seeds].to_numpy(np.float64)
+def entropy_margin(specs: Mapping[str, Mapping[str, Any]], experiment: str, model: str) -> float:
+    """The margin of an experiment's entropy comparisons on a model (nats, ``entropy_margins``), else NaN."""
+    spec = specs.get(experiment)
+    _planned(spec, experiment)
+    return _per_model(spec, "entropy_margins", model)
+
+
+def _amount(margin: float, unit: str) -> str:
+    scaled = margin * 100.0 if unit == SCORE_UNIT else margin  # scores are fractions, printed in points
+    return f"{round(scaled, 6):g} {unit}"
+
+
+def verdict_label(verdict: str, margin: float, unit: str = SCORE_UNIT, n_needed: float = float("nan")) -> str:
+    """The words a page prints for a verdict: "better", "not better by 2 points" ("higher" / "not higher by
+    0.02 nats" for entropy), "undecided (a single look decides from n = 14)"; an exploratory primary's "exploratory:
+    no verdict"; any other text (a descriptive verdict) as it is."""
+    entropy = unit == ENTROPY_UNIT
+    if verdict == BETTER:
+        return "higher" if entropy else BETTER
+    if verdict == NOT_BETTER:
+        return f"not {'higher' if entropy else 'better'} by {_amount(margin, unit)}"
+    if verdict == UNDECIDED:
+        return UNDECIDED + (f" (a single look decides from n = {int(n_needed)})" if n_needed == n_needed else "")
+    if verdict == EXPLORATORY:
+        return "exploratory: no verdict" + (f" (a single look decides from n = {int(n_needed)})"
+                                            if n_needed == n_needed else "")  # fmt: skip
+    return verdict
+
+
+def needed_pairs(sd: float, margin: float, alpha: float = ALPHA, beta: float = BETA) -> float:
+    """`single_look_n` at this SD (the fewest pairs at which a single look at levels alpha and beta decides for
+    sure), NaN without an SD or a margin."""
+    if not (math.isfinite(sd) and math.isfinite(margin) and margin > 0):
+        return float("nan")
+    return float(single_look_n(sd, margin, alpha, beta))
+
+
+def _seed_order(treatment: pd.Series, control: pd.Series, order: Sequence[int] | None) -> list:
+    """The seeds both sides have, in the order given (a sequential primary's ``primary.seeds``: the design's
+    order), then the rest ascending."""
+    both = set(treatment.index) & set(control.index)
+    first = [s for s in (order or ()) if s in both]
+    return first + sorted(both - set(first))
+
+
+def _estimate(x: np.ndarray, y: np.ndarray, bounds: tuple[float, float]) -> dict[str, Any]:
+    """The estimate over the pairs (x_i, y_i): means of each side, the mean difference with its 95% paired t interval
+    (cut to ``bounds``) and the differences' SD."""
     d = x - y
-    lo, hi = t_interval(d, confidence, bounds)
     nan = float("nan")
-    return {
-        "n_pairs": len(seeds),
-        "treatment_mean": float(x.mean()) if seeds else nan,
-        "control_mean": float(y.mean()) if seeds else nan,
-        "difference": float(d.mean()) if seeds else nan,
-        "ci_low": lo,
-        "ci_high": hi,
-        **paired_tests(d, margin),
-        "margin": margin,
-        "mde": minimum_detectable_difference(float(np.std(d, ddof=1)), len(seeds)) if len(seeds) >= 2 else nan,
-    }
+    lo, hi = t_interval(d, 0.95, bounds)
+    return {"treatment_mean": float(x.mean()) if d.size else nan, "control_mean": float(y.mean()) if d.size else nan,
+            "difference": float(d.mean()) if d.size else nan, "ci_low": lo, "ci_high": hi,
+            "sd": float(d.std(ddof=1)) if d.size >= 2 else nan}  # fmt: skip
 
 
-def _decide(rule: Mapping[str, Any], above: str, below: str) -> str:
-    """`four_verdict` of a `paired_rule` result; `NO_INTERVAL` with fewer than 2 pairs."""
-    if rule["n_pairs"] < 2:
-        return NO_INTERVAL
-    return four_verdict(rule["difference"], rule["p_value"], rule["p_equivalence"], above, below)
+def _row(**values: Any) -> dict[str, Any]:
+    """A primary.csv row: `PRIMARY_COLUMNS`, NaN / "" where not given."""
+    text = {"experiment", "model", "task", "metric", "role", "rule", "treatment", "control", "verdict", "label", "note"}
+    return {c: values.get(c, "" if c in text else float("nan")) for c in PRIMARY_COLUMNS}
 
 
+def _mc_se_two(p: float, reps: int) -> float:
+    """Monte-Carlo SE of a two-word stability 1 - 2 p (1 - p) from a simulated P(better) over ``reps`` runs."""
+    return 2.0 * abs(1.0 - 2.0 * p) * math.sqrt(max(p * (1.0 - p), 0.0) / reps)
+
+
+def _mc_se_words(p: Sequence[float], reps: int) -> float:
+    """Monte-Carlo SE of a stability sum_i p_i^2 (multinomial, delta method)."""
+    p = np.asarray(p, dtype=np.float64)
+    return float(2.0 * math.sqrt(max(float(np.sum(p**3) - np.sum(p**2) ** 2), 0.0) / reps))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The primaries
+# ----------------------------------------------------------------------------------------------------------------
 def _role(primary: Mapping[str, Any]) -> str:
-    """``primary`` (decided at 5% on its own), or ``demoted`` (reported as a secondary: the config's ``demoted``
-    gives the reason)."""
+    """``primary`` (decided on its own), or ``demoted`` (reported as a secondary, in the family: the config's
+    ``demoted`` gives the reason)."""
     return "demoted" if primary.get("demoted") else "primary"
+
+
+def _sequential_row(design: SequentialDesign, x: np.ndarray, y: np.ndarray, seed: int, key: tuple) -> dict[str, Any]:
+    """The verdict of a sequential primary: `decide` on the differences in the design's seed order (pairs beyond
+    n_max are not the design's and are left out; fewer than k pairs: undecided, no look yet), the estimate over the
+    pairs it rests on and the stability of its verdict at their mean and SD."""
+    n_avail = int(x.size)
+    if n_avail < design.k:
+        est = _estimate(x, y, SCORE_DIFF_RANGE)
+        return {"rule": SEQUENTIAL, "n": n_avail, **est, "verdict": UNDECIDED, "looks": design.looks,
+                "label": f"undecided: {n_avail} pair(s), fewer than the first look's {design.k}",
+                "note": f"the first look needs {design.k} pairs"}  # fmt: skip
+    use = min(n_avail, design.n_max)
+    res = decide(design, (x - y)[:use])
+    est = _estimate(x[: res.n], y[: res.n], SCORE_DIFF_RANGE)
+    out = {"rule": SEQUENTIAL, "n": res.n, **est, "verdict": res.verdict, "look": res.look, "looks": design.looks,
+           "t": res.t, "efficacy_t": res.efficacy_t, "futility_t": res.futility_t}  # fmt: skip
+    where = f"look {res.look} of {design.looks}, {res.n} pairs"
+    out["label"] = (f"{verdict_label(res.verdict, design.margin)} ({where})" if res.verdict != UNDECIDED
+                    else f"undecided at look {res.look} of {design.looks} ({res.n} pairs; next look at n = "
+                         f"{res.next_n})")  # fmt: skip
+    if n_avail > design.n_max:
+        out["note"] = f"{n_avail - design.n_max} pair(s) beyond the design's n_max = {design.n_max} left out"
+    if res.verdict != UNDECIDED and res.sd == res.sd:
+        st = stability(design, res.estimate, max(res.sd, 1e-12), reps=STABILITY_REPS,
+                       rng=seeded_rng(seed, "stability", *key))  # fmt: skip
+        out["stability"], out["stability_se"] = st.stability, _mc_se_two(st.p_better, st.reps)
+    return out
+
+
+def _exploratory_row(x: np.ndarray, y: np.ndarray, margin: float, reason: str) -> dict[str, Any]:
+    """An exploratory primary: no verdict; the estimate, the pairs a single look would need at its SD, the reason."""
+    est = _estimate(x, y, SCORE_DIFF_RANGE)
+    need = needed_pairs(est["sd"], margin)
+    return {"rule": EXPLORATORY, "n": int(x.size), **est, "verdict": EXPLORATORY, "n_needed": need,
+            "label": verdict_label(EXPLORATORY, margin, n_needed=need), "note": str(reason)}  # fmt: skip
+
+
+def _single_look_row(x: np.ndarray, y: np.ndarray, margin: float, unit: str, seed: int, key: tuple,
+                     bounds: tuple[float, float] = SCORE_DIFF_RANGE, alone: bool = True) -> dict[str, Any]:  # fmt: skip
+    """The single look of the rule (`fixed_n_decision`) at the pairs given, with both one-sided p-values; tested
+    ``alone`` (a primary: its stability too) or as a member of a family (the Holm columns are filled later)."""
+    est = _estimate(x, y, bounds)
+    n = int(x.size)
+    out = {"rule": SINGLE_LOOK if alone else SINGLE_LOOK_HOLM, "n": n, **est}
+    if n < 2:
+        return {**out, "verdict": NO_INTERVAL, "label": NO_INTERVAL}
+    if not (math.isfinite(margin) and margin > 0):
+        tests = one_sided_tests(est["difference"], est["sd"], n, margin)
+        return {**out, **tests, "verdict": "", "label": "no margin declared", "note": "no margin declared"}
+    res = fixed_n_decision(x - y, margin)
+    tests = one_sided_tests(res.estimate, res.sd, n, margin)
+    need = needed_pairs(res.sd, margin)
+    out.update({"verdict": res.verdict, "t": res.t, "t_margin": res.t_margin, "p_better": tests["p_better"],
+                "p_not_better": tests["p_not_better"], "n_needed": need,
+                "label": verdict_label(res.verdict, margin, unit, need)})  # fmt: skip
+    if alone and res.sd == res.sd:
+        stab, words = fixed_n_stability(res.estimate, res.sd, n, margin, reps=STABILITY_REPS,
+                                        rng=seeded_rng(seed, "stability", *key))  # fmt: skip
+        out["stability"], out["stability_se"] = stab, _mc_se_words(list(words.values()), STABILITY_REPS)
+    return out
 
 
 def primary_results(
     scores: pd.DataFrame,
     specs: Mapping[str, Mapping[str, Any]],
-    n_resamples: int = 2000,
-    confidence: float = 0.95,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """Each experiment's primary comparison, per model: ``specs`` maps an experiment to its config (``primary``:
-    ``compare: [treatment, control]``, ``task`` (default: every task of the experiment, averaged per seed),
-    ``score`` (a metric family, default ``mean``: mean@k at the largest k)). The rule is paired (`paired_rule`):
-    the mean over seeds of treatment_s - control_s with its 95% paired t interval, and one of four verdicts
-    (`four_verdict`, at 5%): ``equivalent`` if the 90% paired t interval lies inside the config's ``margin``
-    (`margin_of`; two one-sided tests), else ``treatment better`` (95% interval above 0), ``control better``
-    (below 0), else ``unresolved``. ``role`` says whether the comparison decides (``primary``) or was demoted to a
-    secondary (the config's ``demoted``: its reason). Seeds only one side has are left out (n_treatment,
-    n_control and n_pairs show them). Descriptive, beside it: the difference of the two
-    sides' seed means with a percentile-bootstrap interval resampling each side's seeds on their own
-    (``bootstrap_*``, the bootstrap rule)."""
+    """Each experiment's primary comparison of scores, per model (`PRIMARY_COLUMNS`). ``specs``: the run plan's
+    experiments (`bandpo.plan.sweep.report_experiments`): ``primary`` (``compare: [treatment, control]``, ``task``
+    (default: every task of the experiment, averaged per seed), ``score`` (the metric family, default ``mean``:
+    mean@k at the largest k), ``sequential`` / ``exploratory`` / ``demoted``, ``seeds``), ``margins`` and
+    ``designs`` (fractions of the score). Per model, over the seeds both entries have (n_treatment, n_control and
+    n_pairs show the rest):
+
+    * ``sequential`` (rule ``sequential``): `decide` with the design on the differences in the order of
+      ``primary.seeds``: the verdict, the look and pairs ``n`` it rests on, its t statistic and boundaries, and
+      ``stability``: the probability that an independent rerun of the design gives the same verdict, simulated at
+      the observed mean and SD of those n pairs (`bandpo.verdict.simulate.stability`, `STABILITY_REPS` runs
+      seeded by ``seed`` and the row; ``stability_se`` its Monte-Carlo SE);
+    * ``exploratory``: verdict ``exploratory`` (none), the estimate, ``n_needed`` (`single_look_n` at the observed
+      SD) and the reason (``note``);
+    * else (rule ``single look``): `fixed_n_decision` at the pairs, with p_better (H0: Δ <= 0) and p_not_better
+      (H1: Δ >= margin), n_needed, and the stability of the single look (`fixed_n_stability`); a ``demoted``
+      primary is a member of its experiment's family, whose Holm verdict `family_verdicts` writes into the row.
+
+    The estimate (treatment_mean, control_mean, difference with its 95% paired t interval, sd) is over the ``n``
+    pairs the verdict rests on (the rule's 95% t interval). ``seed`` seeds the stability simulations."""
     rows = []
     for xp, spec in specs.items():
         primary = (spec or {}).get("primary") or {}
@@ -215,20 +352,25 @@ def primary_results(
                     else pd.Series(dtype=float) for e in compare]  # fmt: skip
             if any(a.empty for a in arms):
                 continue
-            rule = paired_rule(arms[0], arms[1], confidence, margin=margin_of(primary, model))
-            better = (f"{compare[0]} better", f"{compare[1]} better", "unresolved")
-            verdict = _decide(rule, *better[:2])
-            values = [a.to_numpy(np.float64) for a in arms]
-            rng = seeded_rng(seed, "primary", xp, model)
-            b_lo, b_hi = bootstrap_ci(values, _diff_of_means, n_resamples, rng, confidence)
-            b_verdict = _verdict(b_lo, b_hi, *better, missing="no interval")
+            seeds = _seed_order(arms[0], arms[1], primary.get("seeds"))
+            x, y = (a.loc[seeds].to_numpy(np.float64) for a in arms)
+            margin = score_margin(specs, xp, model)
+            design = ((spec or {}).get("designs") or {}).get(model)
+            key = (xp, model)
+            if primary.get("exploratory"):
+                rule = _exploratory_row(x, y, margin, primary["exploratory"])
+            elif design is not None and not primary.get("demoted"):
+                rule = _sequential_row(SequentialDesign(**design), x, y, seed, key)
+            else:
+                rule = _single_look_row(x, y, margin, SCORE_UNIT, seed, key, alone=not primary.get("demoted"))
+            if primary.get("demoted"):
+                rule["note"] = str(primary["demoted"])
             k = g["k"].max()
             metric = f"{family}@{int(k)}" if k == k else family
-            rows.append({"experiment": xp, "model": model, "task": primary.get("task") or ",".join(tasks),
-                         "metric": metric, "role": _role(primary), "treatment": compare[0], "control": compare[1],
-                         "n_treatment": len(values[0]), "n_control": len(values[1]), **rule, "verdict": verdict,
-                         "bootstrap_ci_low": b_lo, "bootstrap_ci_high": b_hi,
-                         "bootstrap_verdict": b_verdict})  # fmt: skip
+            rows.append(_row(experiment=xp, model=model, task=primary.get("task") or ",".join(tasks), metric=metric,
+                             role=_role(primary), treatment=compare[0], control=compare[1],
+                             n_treatment=len(arms[0]), n_control=len(arms[1]), n_pairs=len(seeds), margin=margin,
+                             **rule))  # fmt: skip
     return pd.DataFrame(rows, columns=PRIMARY_COLUMNS)
 
 
@@ -240,14 +382,15 @@ ENTROPY_METRICS = {"entropy_final": "final token entropy (mean over the last 10%
 
 
 def entropy_pair_results(
-    per_run: pd.DataFrame, specs: Mapping[str, Mapping[str, Any]], confidence: float = 0.95
+    per_run: pd.DataFrame, specs: Mapping[str, Mapping[str, Any]], confidence: float = 0.95, seed: int = 0
 ) -> pd.DataFrame:
-    """The entropy rows of an experiment whose ``primary`` names ``entropy_compare: [entry, ...]``: per model, entry
-    and entropy statistic of the runs (`ENTROPY_METRICS`: ``entropy_final`` and ``entropy_auc``), the paired
-    difference from the primary's control (same base model and seed), with its 95% paired t interval, MDE and
-    tests (`paired_rule`), in nats, and one of four verdicts against the config's ``entropy_margin``:
-    ``higher entropy`` / ``lower entropy`` / ``equivalent`` / ``unresolved``. Rows have `PRIMARY_COLUMNS`, role
-    ``secondary``."""
+    """The entropy secondaries of an experiment whose ``primary`` names ``entropy_compare: [entry, ...]``: per model,
+    entry and entropy statistic of the runs (`ENTROPY_METRICS`: ``entropy_final`` and ``entropy_auc``), the paired
+    difference from the primary's control (same base model and seed) in nats, and the single look of the rule at
+    the run plan's ``entropy_margins`` (is the entry's entropy higher than the control's by at least the margin?):
+    p_better, p_not_better and the unadjusted verdict; members of the experiment's family, whose Holm verdict
+    `family_verdicts` writes into them. Rows have `PRIMARY_COLUMNS`, role ``secondary``."""
+    del confidence
     rows = []
     for xp, spec in specs.items():
         primary = (spec or {}).get("primary") or {}
@@ -259,39 +402,38 @@ def entropy_pair_results(
         for metric in [m for m in ENTROPY_METRICS if m in xr]:
             for model, gm in xr.dropna(subset=[metric]).groupby("model", sort=True):
                 ctrl = gm[gm["entry"] == control].set_index("seed")[metric]
-                margin = margin_of(primary, model, "entropy_margin", 1.0)
+                margin = entropy_margin(specs, xp, model)
                 for arm in arms:
                     runs = gm[gm["entry"] == arm].set_index("seed")[metric]
                     if runs.empty or ctrl.empty:
                         continue
-                    rule = paired_rule(runs, ctrl, confidence, (-np.inf, np.inf), margin)
-                    verdict = _decide(rule, "higher entropy", "lower entropy")
-                    rows.append({"experiment": xp, "model": model, "task": "", "metric": metric,
-                                 "role": "secondary", "treatment": arm, "control": control,
-                                 "n_treatment": len(runs), "n_control": len(ctrl), **rule, "verdict": verdict,
-                                 "bootstrap_ci_low": np.nan, "bootstrap_ci_high": np.nan,
-                                 "bootstrap_verdict": ""})  # fmt: skip
+                    seeds = _seed_order(runs, ctrl, None)
+                    x, y = runs.loc[seeds].to_numpy(np.float64), ctrl.loc[seeds].to_numpy(np.float64)
+                    rule = _single_look_row(x, y, margin, ENTROPY_UNIT, seed, (xp, model, metric, arm),
+                                            (-np.inf, np.inf), alone=False)  # fmt: skip
+                    rows.append(_row(experiment=xp, model=model, metric=metric, role="secondary", treatment=arm,
+                                     control=control, n_treatment=len(runs), n_control=len(ctrl),
+                                     n_pairs=len(seeds), margin=margin, **rule))  # fmt: skip
     return pd.DataFrame(rows, columns=PRIMARY_COLUMNS)
 
 
 def entropy_shift_results(
     per_run: pd.DataFrame,
     specs: Mapping[str, Mapping[str, Any]],
-    n_resamples: int = 2000,
+    n_resamples: int = 0,
     confidence: float = 0.95,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """The rule of an experiment whose ``primary`` has ``score: entropy``, read from the per-run statistics
-    (`build_sections`' third frame, ``runs.csv``), paired within each run: per (model, entry), each seed's final
-    token entropy (``entropy_final``: mean over the last 10% of its steps) minus its own entropy at step 1
-    (``entropy_first``: the base model's, since the rollout policy of step 1 is the base model), the mean of these
-    differences with its 95% paired t interval (`paired_rule`) and one of four verdicts (`four_verdict`):
-    ``equivalent`` (unchanged within the config's ``entropy_margin``), ``entropy rises`` / ``entropy falls``
-    (interval above / below 0), else ``unresolved``. Rows have `PRIMARY_COLUMNS`: treatment = the entry, control =
-    ``step 1``, treatment_mean / control_mean = mean final / step-1 entropy of its runs, difference and interval in
-    nats. Secondary (``bootstrap_*``, the bootstrap rule): the percentile-bootstrap interval of the mean
-    final entropy against the step-1 entropy averaged over every run of the experiment on that model, as a
-    difference."""
+    """The descriptive rule of an experiment whose ``primary`` has ``score: entropy`` (no control: not a comparison
+    under the verdict rule), read from the per-run statistics (`build_sections`' third frame, ``runs.csv``), paired
+    within each run: per (model, entry), each seed's final token entropy (``entropy_final``: mean over the last 10%
+    of its steps) minus its own entropy at step 1 (``entropy_first``: the base model's, since the rollout policy of
+    step 1 is the base model), the mean of these differences with its 95% paired t interval and one of four
+    descriptive verdicts (`four_verdict`, rule ``descriptive``): ``equivalent`` (unchanged: the 90% interval inside
+    the run plan's ``entropy_margins``), ``entropy rises`` / ``entropy falls`` (95% interval above / below 0), else
+    ``unresolved``. Rows have `PRIMARY_COLUMNS`: treatment = the entry, control = ``step 1``, treatment_mean /
+    control_mean = mean final / step-1 entropy of its runs, difference and interval in nats."""
+    del n_resamples, confidence, seed
     rows = []
     for xp, spec in specs.items():
         primary = (spec or {}).get("primary") or {}
@@ -302,22 +444,18 @@ def entropy_shift_results(
             continue
         xr = xr.dropna(subset=["entropy_first", "entropy_final"])
         for model, gm in xr.groupby("model", sort=True):
-            reference = float(gm["entropy_first"].mean())
+            margin = entropy_margin(specs, xp, model)
             for entry, ge in gm.groupby("entry", sort=True):
                 runs = ge.set_index("seed").sort_index()
-                margin = margin_of(primary, model, "entropy_margin", 1.0)
-                rule = paired_rule(runs["entropy_final"], runs["entropy_first"], confidence, (-np.inf, np.inf), margin)
-                verdict = _decide(rule, "entropy rises", "entropy falls")
-                final = runs["entropy_final"].to_numpy(np.float64)
-                rng = seeded_rng(seed, "entropy", xp, model, entry)
-                lo, hi = bootstrap_ci([final], mean_of_means, n_resamples, rng, confidence)
-                b_verdict = _verdict(lo - reference, hi - reference, "entropy rises", "entropy falls", "unmoved",
-                                     "no interval")  # fmt: skip
-                rows.append({"experiment": xp, "model": model, "task": "", "metric": "entropy_final",
-                             "role": _role(primary), "treatment": entry, "control": "step 1", "n_treatment": len(runs),
-                             "n_control": len(runs), **rule, "verdict": verdict,
-                             "bootstrap_ci_low": lo - reference, "bootstrap_ci_high": hi - reference,
-                             "bootstrap_verdict": b_verdict})  # fmt: skip
+                x, y = runs["entropy_final"].to_numpy(np.float64), runs["entropy_first"].to_numpy(np.float64)
+                est = _estimate(x, y, (-np.inf, np.inf))
+                tests = paired_tests(x - y, margin)
+                verdict = (four_verdict(est["difference"], tests["p_value"], tests["p_equivalence"], "entropy rises",
+                                        "entropy falls") if len(runs) >= 2 else NO_INTERVAL)  # fmt: skip
+                rows.append(_row(experiment=xp, model=model, metric="entropy_final", role=_role(primary),
+                                 rule=DESCRIPTIVE, treatment=entry, control="step 1", n_treatment=len(runs),
+                                 n_control=len(runs), n_pairs=len(runs), n=len(runs), margin=margin, **est,
+                                 verdict=verdict, label=verdict))  # fmt: skip
     return pd.DataFrame(rows, columns=PRIMARY_COLUMNS)
 
 
@@ -325,31 +463,25 @@ def entropy_shift_results(
 # One family of tests per experiment: the secondaries, Holm-adjusted
 # ----------------------------------------------------------------------------------------------------------------
 FAMILY_FAMILIES = ("mean", "pass", "maj", "best_bootstrap")  # the leaderboard's headline metrics
-FAMILY_COLUMNS = ["experiment", "n_tests", "n_excluding_0", "expected_by_chance", "better", "worse", "equivalent",
-                  "unresolved"]  # fmt: skip
+FAMILY_COLUMNS = ["experiment", "n_tests", "n_excluding_0", "expected_by_chance", "better", "not_better",
+                  "undecided"]  # fmt: skip
+# the family columns of leaderboard.csv, per headline metric label L: L_<column>
+CELL_COLUMNS = {"p_better": np.nan, "p_not_better": np.nan, "p_better_holm": np.nan, "p_not_better_holm": np.nan,
+                "margin": np.nan, "verdict": "", "verdict_holm": "", "label": "", "n_needed": np.nan,
+                "role": ""}  # fmt: skip
 
 
-def _family_margin(
-    specs: Mapping[str, Mapping[str, Any]], axes: Mapping[str, Mapping[str, Any]], experiment: str, model: str
-) -> float:
-    """The margin of a secondary: its experiment's (`margin_of`), else its axis's (an axis cell declares no primary;
-    ``axes.<id>.primary.margin``), else main's for that model (the same question on the same scale), else NaN."""
-    spec = specs.get(experiment) or {}
-    for primary in (spec.get("primary"), (axes.get(spec.get("axis") or "") or {}).get("primary"),
-                    (specs.get(MAIN) or {}).get("primary")):  # fmt: skip
-        margin = margin_of(primary or {}, model)
-        if margin == margin:
-            return margin
-    return float("nan")
+def _task_subset(primary: Mapping[str, Any], task_subsets: Mapping[str, str]) -> str:
+    return task_subsets.get(primary["task"], "") if primary.get("task") else ""
 
 
 def _is_primary_cell(
     spec: Mapping[str, Any], r: Mapping[str, Any], family: str, task_subsets: Mapping[str, str]
 ) -> bool:
-    """Whether a leaderboard row's metric family is its experiment's primary comparison (decided on its own at 5%,
-    not part of the family): the compared treatment against the control, the primary's score family, the row of
-    the primary task's subset (``task_subsets``: task -> subset, "" for a task scoring the whole data), and the
-    primary not demoted."""
+    """Whether a leaderboard row's metric family is its experiment's primary comparison (decided on its own, not a
+    member of the family): the compared treatment against the control, the primary's score family, the row of the
+    primary task's subset (``task_subsets``: task -> subset, "" for a task scoring the whole data), and the primary
+    not demoted."""
     primary = (spec or {}).get("primary") or {}
     compare = primary.get("compare") or []
     if primary.get("demoted") or primary.get("score") == ENTROPY or len(compare) < 2:
@@ -357,84 +489,160 @@ def _is_primary_cell(
     if r["entry"] != compare[0] or r.get("baseline") != compare[1] or family != primary.get("score", "mean"):
         return False
     subset = r.get("subset") if isinstance(r.get("subset"), str) else ""
-    return not primary.get("task") or task_subsets.get(primary["task"], "") == subset
+    return _task_subset(primary, task_subsets) == subset
+
+
+def _demoted_cell(spec: Mapping[str, Any], r: Mapping[str, Any], family: str, task_subsets: Mapping[str, str]) -> bool:
+    """Whether a leaderboard row's metric family is its experiment's demoted primary (a member of the family, whose
+    verdict primary.csv's row repeats)."""
+    primary = (spec or {}).get("primary") or {}
+    return bool(primary.get("demoted")) and _is_primary_cell({"primary": {**primary, "demoted": None}}, r, family,
+                                                              task_subsets)  # fmt: skip
 
 
 def family_verdicts(
     table: pd.DataFrame,
     specs: Mapping[str, Mapping[str, Any]],
     task_subsets: Mapping[str, str] | None = None,
-    axes: Mapping[str, Mapping[str, Any]] | None = None,
-    alpha: float = 0.05,
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The secondaries of each experiment as one family of tests, Holm-adjusted (`holm`).
+    primary: pd.DataFrame | None = None,
+    alpha: float = ALPHA,
+    beta: float = BETA,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Each experiment's secondaries as one family of tests under the single look of the verdict rule, with Holm's
+    adjustment (`holm`) of each of its two one-sided tests within the family.
 
-    A test is one leaderboard row's paired comparison with its baseline (``L_diff``, ``L_diff_sd``,
-    ``L_n_pairs``; `summary_tests`) for each headline metric L of `FAMILY_FAMILIES`, every trained entry other
-    than the baseline (the base rows, which compare the untrained model, are not), every model and subset of the
-    experiment, except its primary comparison (`_is_primary_cell`: tested alone at 5%). The margin is the
-    experiment's (`_family_margin`), in points of every metric. Per L the table gains L_p, L_p_equivalence (raw),
-    L_p_holm, L_p_equivalence_holm (adjusted within the experiment's family, each set of p-values on its own),
-    L_margin, L_verdict (raw) and L_verdict_holm (`four_verdict` on the adjusted p-values; for the primary cell
-    both are the primary's unadjusted verdict) and L_role (``primary``, ``secondary`` or empty for rows without a
-    test). Returns (table, family): the family table has one row per experiment (`FAMILY_COLUMNS`): the tests,
-    how many 95% intervals exclude 0, how many would by chance were every difference 0 (alpha x tests), and the
-    Holm verdicts' counts."""
+    The family of an experiment holds every comparison with the control on its page except its primary:
+
+    * per leaderboard row (every trained entry other than the baseline, every model and subset; not the base rows,
+      which compare the untrained model) and headline metric L of `FAMILY_FAMILIES`: the paired comparison with the
+      baseline from the row's ``L_diff``, ``L_diff_sd`` and ``L_n_pairs`` (`one_sided_tests`) at the experiment's
+      margin (`score_margin`, a fraction of the score for every metric); a demoted primary is one of them;
+    * the entropy secondaries of ``primary`` (primary.csv's rows of role ``secondary``: `entropy_pair_results`) at
+      the experiment's entropy margin (nats).
+
+    Two p-values per member (`one_sided_tests`): p_better, of H0: Δ <= 0 (P(T_{n-1} >= T), T = mean sqrt(n) / sd),
+    and p_not_better, of H1: Δ >= δ (P(T_{n-1} <= T_margin), T_margin = (mean - δ) sqrt(n) / sd). Holm's step-down
+    adjusts the family's p_better values among themselves (family-wise error alpha for "better") and its
+    p_not_better values among themselves (family-wise error beta for "not better by the margin"); the adjusted
+    verdict (`rule_verdict`) is ``better`` if the adjusted p_better <= alpha, else ``not better by the margin`` if
+    the adjusted p_not_better <= beta, else ``undecided``, with ``n_needed``: the pairs at which a single look at the
+    family's strictest levels (alpha / m, beta / m for m members) decides for sure at the row's SD.
+
+    The primary cell (`_is_primary_cell`) is not a member: its verdict is the primary's own (primary.csv:
+    sequential, exploratory or a single look alone), repeated on its row. Per L the table gains L_p_better,
+    L_p_not_better (raw), L_p_better_holm, L_p_not_better_holm, L_margin, L_verdict (raw: `fixed_n_decision`'s),
+    L_verdict_holm (adjusted; the primary's on its cell), L_label (its words, `verdict_label`; the primary's label on
+    its cell), L_n_needed and L_role (``primary``, ``secondary`` or empty
+    for rows without a test); primary.csv's member rows gain p_better_holm, p_not_better_holm and the adjusted
+    verdict, label and n_needed. Returns (table, primary, family): the family table has one row per experiment
+    (`FAMILY_COLUMNS`): its members, how many of their 95% intervals exclude 0, how many would by chance were every
+    difference 0 (5% of them), and the adjusted verdicts' counts."""
+    primary = primary.copy() if primary is not None else pd.DataFrame(columns=PRIMARY_COLUMNS)
     if table.empty:
-        return table, pd.DataFrame(columns=FAMILY_COLUMNS)
+        return table, primary, pd.DataFrame(columns=FAMILY_COLUMNS)
     table = table.copy()
+    task_subsets = task_subsets or {}
     labels = {f: headline_label(table, f) for f in FAMILY_FAMILIES}
     labels = {f: lab for f, lab in labels.items() if lab and f"{lab}_diff_sd" in table}
-    cells: dict[str, list[tuple[int, str]]] = {}  # experiment -> [(row index, label)] of the family
     for lab in labels.values():
-        for c, default in (("p", np.nan), ("p_equivalence", np.nan), ("p_holm", np.nan),
-                           ("p_equivalence_holm", np.nan), ("margin", np.nan), ("verdict", ""),
-                           ("verdict_holm", ""), ("role", "")):  # fmt: skip
+        for c, default in CELL_COLUMNS.items():
             table[f"{lab}_{c}"] = default
+    # experiment -> members: ("cell", row index, label, margin) or ("entropy", primary.csv index, "", margin)
+    members: dict[str, list[tuple[str, Any, str, float]]] = {}
     for i, r in table.iterrows():
         xp = str(r.get("experiment") or MAIN)
         if r["entry"] in (BASE_ENTRY, r.get("baseline")) or not r.get("baseline"):
             continue
         for family, lab in labels.items():
-            margin = _family_margin(specs, axes or {}, xp, r["model"])
-            tests = summary_tests(r[f"{lab}_diff"], r[f"{lab}_diff_sd"], r[f"{lab}_n_pairs"], margin)
-            if tests["p_value"] != tests["p_value"]:
+            margin = score_margin(specs, xp, r["model"])
+            tests = one_sided_tests(r[f"{lab}_diff"], r[f"{lab}_diff_sd"], r[f"{lab}_n_pairs"], margin)
+            if tests["p_better"] != tests["p_better"]:
                 continue
-            verdict = four_verdict(r[f"{lab}_diff"], tests["p_value"], tests["p_equivalence"], "better", "worse",
-                                   alpha)  # fmt: skip
-            primary_cell = _is_primary_cell(specs.get(xp) or {}, r, family, task_subsets or {})
-            table.loc[i, [f"{lab}_p", f"{lab}_p_equivalence", f"{lab}_margin", f"{lab}_verdict", f"{lab}_role"]] = [
-                tests["p_value"],
-                tests["p_equivalence"],
-                margin,
-                verdict,
-                "primary" if primary_cell else "secondary",
-            ]
-            if primary_cell:
-                table.loc[i, [f"{lab}_p_holm", f"{lab}_p_equivalence_holm", f"{lab}_verdict_holm"]] = [
-                    tests["p_value"],
-                    tests["p_equivalence"],
-                    verdict,
-                ]
-            else:
-                cells.setdefault(xp, []).append((i, lab))
+            spec = specs.get(xp) or {}
+            if _is_primary_cell(spec, r, family, task_subsets):
+                own = _primary_row(primary, xp, r["model"])
+                table.loc[i, [f"{lab}_{c}" for c in ("p_better", "p_not_better", "margin", "verdict",
+                                                     "verdict_holm", "label", "n_needed", "role")]] = [
+                    own.get("p_better", np.nan), own.get("p_not_better", np.nan), margin, own.get("verdict", ""),
+                    own.get("verdict", ""), own.get("label", ""), own.get("n_needed", np.nan),
+                    "primary"]  # fmt: skip
+                continue
+            raw = rule_verdict(tests["p_better"], tests["p_not_better"], alpha, beta)
+            table.loc[i, [f"{lab}_{c}" for c in ("p_better", "p_not_better", "margin", "verdict", "role")]] = [
+                tests["p_better"], tests["p_not_better"], margin, raw, "secondary"]  # fmt: skip
+            members.setdefault(xp, []).append(("cell", i, lab, margin))
+    for j, r in primary.iterrows():
+        if r["role"] == "secondary" and r["rule"] == SINGLE_LOOK_HOLM and r["p_better"] == r["p_better"]:
+            members.setdefault(str(r["experiment"]), []).append(("entropy", j, "", float(r["margin"])))
     rows = []
-    for xp, members in cells.items():
-        for raw, adjusted in (("p", "p_holm"), ("p_equivalence", "p_equivalence_holm")):
-            p = np.array([table.loc[i, f"{lab}_{raw}"] for i, lab in members], dtype=np.float64)
-            for (i, lab), v in zip(members, holm(p), strict=True):
-                table.loc[i, f"{lab}_{adjusted}"] = v
-        verdicts = []
-        for i, lab in members:
-            v = four_verdict(table.loc[i, f"{lab}_diff"], table.loc[i, f"{lab}_p_holm"],
-                             table.loc[i, f"{lab}_p_equivalence_holm"], "better", "worse", alpha)  # fmt: skip
-            table.loc[i, f"{lab}_verdict_holm"] = v
+    for xp, group in members.items():
+        m = len(group)
+        p_b = np.array([_member(table, primary, g, "p_better") for g in group], dtype=np.float64)
+        p_nb = np.array([_member(table, primary, g, "p_not_better") for g in group], dtype=np.float64)
+        verdicts, excluding = [], 0
+        for g, hb, hnb in zip(group, holm(p_b), holm(p_nb), strict=True):
+            kind, idx, lab, margin = g
+            v = rule_verdict(hb, hnb, alpha, beta)
             verdicts.append(v)
-        excluding = sum(1 for i, lab in members if table.loc[i, f"{lab}_p"] < alpha)
-        rows.append({"experiment": xp, "n_tests": len(members), "n_excluding_0": excluding,
-                     "expected_by_chance": alpha * len(members),
-                     **{v: verdicts.count(v) for v in ("better", "worse", "equivalent", "unresolved")}})  # fmt: skip
-    return table, pd.DataFrame(rows, columns=FAMILY_COLUMNS)
+            sd, lo, hi = (_member(table, primary, g, c) for c in ("sd", "ci_low", "ci_high"))
+            excluding += int(lo > 0 or hi < 0)
+            need = needed_pairs(sd, margin, alpha / m, beta / m)
+            if kind == "cell":
+                table.loc[idx, [f"{lab}_p_better_holm", f"{lab}_p_not_better_holm", f"{lab}_verdict_holm",
+                                f"{lab}_label", f"{lab}_n_needed"]] = [hb, hnb, v, verdict_label(v, margin),
+                                                                       need]  # fmt: skip
+            else:
+                unit = ENTROPY_UNIT
+                primary.loc[idx, ["p_better_holm", "p_not_better_holm", "verdict", "n_needed", "label"]] = [
+                    hb, hnb, v, need, verdict_label(v, margin, unit, need)]  # fmt: skip
+        rows.append({"experiment": xp, "n_tests": m, "n_excluding_0": excluding, "expected_by_chance": 0.05 * m,
+                     "better": verdicts.count(BETTER), "not_better": verdicts.count(NOT_BETTER),
+                     "undecided": verdicts.count(UNDECIDED)})  # fmt: skip
+    _demoted_rows(table, primary, specs, task_subsets, labels.get("mean"))
+    return table, primary, pd.DataFrame(rows, columns=FAMILY_COLUMNS)
+
+
+def _primary_row(primary: pd.DataFrame, experiment: str, model: str) -> Mapping[str, Any]:
+    """primary.csv's score row of an experiment's primary on a model ({} without one)."""
+    if primary.empty:
+        return {}
+    sel = primary[(primary["experiment"] == experiment) & (primary["model"] == model)
+                  & (primary["role"] == "primary") & (primary["rule"] != DESCRIPTIVE)]  # fmt: skip
+    return sel.iloc[0].to_dict() if len(sel) else {}
+
+
+def _member(table: pd.DataFrame, primary: pd.DataFrame, member: tuple, column: str) -> float:
+    """A family member's value: its p-values, SD and 95% interval, from its leaderboard cell or primary.csv row."""
+    kind, idx, lab, _margin = member
+    if kind == "entropy":
+        return float(primary.loc[idx, column])
+    name = {"p_better": f"{lab}_p_better", "p_not_better": f"{lab}_p_not_better", "sd": f"{lab}_diff_sd",
+            "ci_low": f"{lab}_diff_t_ci_low", "ci_high": f"{lab}_diff_t_ci_high"}[column]  # fmt: skip
+    return float(table.loc[idx, name]) if name in table else float("nan")
+
+
+def _demoted_rows(
+    table: pd.DataFrame,
+    primary: pd.DataFrame,
+    specs: Mapping[str, Mapping[str, Any]],
+    task_subsets: Mapping[str, str],
+    label: str | None,
+) -> None:
+    """A demoted primary's row of primary.csv takes the family's verdict of its leaderboard cell (in place)."""
+    if primary.empty or not label:
+        return
+    for j, r in primary[primary["role"] == "demoted"].iterrows():
+        spec = specs.get(r["experiment"]) or {}
+        cells = [i for i, row in table.iterrows()
+                 if str(row.get("experiment") or MAIN) == r["experiment"] and row["model"] == r["model"]
+                 and _demoted_cell(spec, row, "mean", task_subsets)]  # fmt: skip
+        if len(cells) != 1:
+            continue
+        c = table.loc[cells[0]]
+        v, need = c[f"{label}_verdict_holm"], c[f"{label}_n_needed"]
+        primary.loc[j, ["rule", "p_better_holm", "p_not_better_holm", "verdict", "n_needed", "label"]] = [
+            SINGLE_LOOK_HOLM, c[f"{label}_p_better_holm"], c[f"{label}_p_not_better_holm"], v, need,
+            verdict_label(v, r["margin"], SCORE_UNIT, need)]  # fmt: skip
 
 
 def collapse_factors(per_run: pd.DataFrame, specs: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:

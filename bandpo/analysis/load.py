@@ -221,6 +221,43 @@ def grader_label(summary: Mapping[str, Any]) -> str:
     return ""
 
 
+def summary_values(
+    path: str | os.PathLike, lm_cache: dict[Path, Any] | None = None
+) -> tuple[dict, str, dict[str, float], dict[str, Any], str] | None:
+    """One evaluation summary ``{task}.json``: (the summary, its task, the values by lm-eval's metric name
+    (``mean@8``, ...), their stderr, the file they were read from); None for a file that is not a summary. The values
+    come from the lm-eval results file the summary names (``lm_cache``: those already read), or, only where it is
+    missing, from the summary's own copies (with a warning)."""
+    path = Path(path)
+    try:
+        summary = read_json(path)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if not isinstance(summary, dict) or not str(summary.get("schema", "")).startswith(EVAL_SCHEMA_PREFIX):
+        return None
+    task = summary.get("task") or path.stem
+    lm = summary.get("lm_eval") or {}
+    values: dict[str, float] = {}
+    stderr: dict[str, Any] = {}
+    source = path
+    results_file = path.parent / lm["results_file"] if lm.get("results_file") else None
+    if results_file is not None and results_file.is_file():
+        cache = {} if lm_cache is None else lm_cache
+        if results_file not in cache:
+            cache[results_file] = read_json(results_file)
+        values, stderr = lm_eval_task_scores(cache[results_file], task, lm.get("filter", FILTER_NAME))
+        source = results_file
+    if not values:
+        for name, value in (summary.get("metrics") or {}).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                values[name] = float(value)
+        stderr = dict(summary.get("stderr") or {})
+        source = path
+        if values and results_file is not None:
+            warnings.warn(f"{results_file} missing: scores of {path} read from the summary", stacklevel=2)
+    return summary, task, values, stderr, str(source)
+
+
 def load_eval_scores(results_dir: str | os.PathLike) -> pd.DataFrame:
     """Every evaluation score under ``results_dir/eval`` as a tidy frame, one row per (run, task, metric).
 
@@ -243,30 +280,11 @@ def load_eval_scores(results_dir: str | os.PathLike) -> pd.DataFrame:
     for model, slot, seed, folder in _seed_dirs(results_dir / "eval"):
         entry, folder_experiment = split_slot(slot)
         for path in sorted(folder.glob("*.json")):
-            try:
-                summary = read_json(path)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                continue
-            if not isinstance(summary, dict) or not str(summary.get("schema", "")).startswith(EVAL_SCHEMA_PREFIX):
+            read = summary_values(path, lm_cache)
+            if read is None:
                 continue  # lm_eval_results.json and anything else that is not a summary
-            task = summary.get("task") or path.stem
-            lm = summary.get("lm_eval") or {}
-            values: dict[str, float] = {}
-            stderr: dict[str, float | None] = {}
-            results_file = folder / lm["results_file"] if lm.get("results_file") else None
-            if results_file is not None and results_file.is_file():
-                if results_file not in lm_cache:
-                    lm_cache[results_file] = read_json(results_file)
-                values, stderr = lm_eval_task_scores(lm_cache[results_file], task, lm.get("filter", FILTER_NAME))
-                source = str(results_file.relative_to(results_dir))
-            if not values:
-                for name, value in (summary.get("metrics") or {}).items():
-                    if isinstance(value, (int, float)) and not isinstance(value, bool):
-                        values[name] = float(value)
-                stderr = dict(summary.get("stderr") or {})
-                source = str(path.relative_to(results_dir))
-                if values and results_file is not None:
-                    warnings.warn(f"{results_file} missing: scores of {path} read from the summary", stacklevel=2)
+            summary, task, values, stderr, source = read
+            source = str(Path(source).relative_to(results_dir))
             method = summary.get("method")
             grader = grader_label(summary)
             for name, value in values.items():

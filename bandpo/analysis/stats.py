@@ -46,6 +46,10 @@ from scipy.stats import bootstrap, nct, trim_mean
 from scipy.stats import t as student_t
 
 from bandpo.plan.sweep import BASE_ENTRY
+from bandpo.verdict import rule as verdict_rule
+from bandpo.verdict.design import ALPHA as RULE_ALPHA
+from bandpo.verdict.design import BETA as RULE_BETA
+from bandpo.verdict.rule import SCORE_DIFF_RANGE, SCORE_RANGE, t_interval
 
 DEFAULT_BASELINE = "grpo"
 HEADLINE = ("mean", "pass", "maj", "best_bootstrap")  # metric families of the leaderboard, at k = n samples
@@ -58,7 +62,6 @@ MDE_TARGET = 0.02  # a 2-point difference (scores are fractions): what the seed 
 TIE_TOLERANCE = 1e-9
 POWER, ALPHA = 0.8, 0.05  # of the minimum detectable difference: 80% power, two-sided level 0.05
 MAX_SEEDS = 10_000  # seeds_needed gives up beyond this
-SCORE_RANGE, SCORE_DIFF_RANGE = (0.0, 1.0), (-1.0, 1.0)  # scores are fractions: where their t intervals are cut
 
 
 def metric_label(family: str, k: Any) -> str:
@@ -96,22 +99,6 @@ def bootstrap_ci(
         rng=rng,
     )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
-
-
-def t_interval(
-    values: Sequence[float] | np.ndarray, confidence: float = 0.95, bounds: tuple[float, float] = (-math.inf, math.inf)
-) -> tuple[float, float]:
-    """Student-t interval of the mean of ``values`` (seeds): mean +- t_{(1+confidence)/2, n-1} * sd / sqrt(n), sd
-    with ddof 1, cut to ``bounds`` (the range the mean can take: [0, 1] for a score, [-1, 1] for a difference of
-    scores). Exact for normal scores and honest at 3-5 seeds, where a percentile bootstrap is too narrow. NaN
-    for fewer than 2 finite values."""
-    x = np.asarray(values, dtype=np.float64)
-    x = x[np.isfinite(x)]
-    if x.size < 2:
-        return float("nan"), float("nan")
-    half = float(student_t.ppf((1 + confidence) / 2, x.size - 1) * np.std(x, ddof=1) / math.sqrt(x.size))
-    m = float(x.mean())
-    return max(m - half, bounds[0]), min(m + half, bounds[1])
 
 
 def mean_of_means(*strata: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -217,7 +204,47 @@ def seeds_needed(sd: float, target: float = MDE_TARGET, alpha: float = ALPHA, po
 
 
 # ------------------------------------------------------------------------------------------------------------
-# Four verdicts: better, worse, equivalent within a margin fixed before the runs, or unresolved
+# The verdict rule's two one-sided tests from a comparison's summary (leaderboard.csv holds mean, SD and count)
+# ------------------------------------------------------------------------------------------------------------
+def one_sided_tests(mean: float, sd: float, n: int, margin: float) -> dict[str, float]:
+    """The two one-sided paired t tests of the verdict rule (`bandpo.verdict.rule.fixed_n_decision`) from the
+    differences' mean, SD (ddof 1) and count, with T = mean sqrt(n) / sd and T_margin = (mean - margin) sqrt(n) /
+    sd on n - 1 degrees of freedom:
+
+    * ``p_better``: the p-value of H0: Δ <= 0 against Δ > 0, P(T_{n-1} >= T) ("better" when <= alpha);
+    * ``p_not_better``: the p-value of H1: Δ >= margin against Δ < margin, P(T_{n-1} <= T_margin) ("not better
+      by the margin" when <= beta).
+
+    Also ``t`` and ``t_margin``. NaN p-values for fewer than 2 pairs, a missing SD or no positive margin (then
+    ``p_not_better`` alone is NaN); an SD of 0 gives p-values 0 or 1 (`bandpo.verdict.rule.t_statistic`)."""
+    nan = float("nan")
+    out = {"p_better": nan, "p_not_better": nan, "t": nan, "t_margin": nan}
+    n = int(n) if n == n else 0
+    if n < 2 or not (math.isfinite(mean) and math.isfinite(sd)):
+        return out
+    t = float(verdict_rule.t_statistic(mean, sd, n))
+    out["t"], out["p_better"] = t, float(student_t.sf(t, n - 1))
+    if math.isfinite(margin) and margin > 0:
+        tm = float(verdict_rule.t_statistic(mean - margin, sd, n))
+        out["t_margin"], out["p_not_better"] = tm, float(student_t.cdf(tm, n - 1))
+    return out
+
+
+def rule_verdict(p_better: float, p_not_better: float, alpha: float = RULE_ALPHA, beta: float = RULE_BETA) -> str:
+    """The verdict rule's word from its two p-values (raw: `fixed_n_decision`; Holm-adjusted: a family's):
+    `BETTER` when ``p_better`` <= alpha, else `NOT_BETTER` when ``p_not_better`` <= beta, else `UNDECIDED`
+    (also without a test)."""
+    if p_better == p_better and p_better <= alpha:
+        return verdict_rule.BETTER
+    if p_not_better == p_not_better and p_not_better <= beta:
+        return verdict_rule.NOT_BETTER
+    return verdict_rule.UNDECIDED
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Four verdicts (retired for comparisons with the control, issue #55): kept for the descriptive rule of the
+# random-reward control, each run's final entropy against its own step-1 entropy (no control, no question of
+# "better"): rises, falls, unchanged within a margin fixed before the runs, or unresolved
 # ------------------------------------------------------------------------------------------------------------
 EQUIVALENCE_CONFIDENCE = 0.90  # two one-sided tests at 5% each <=> the 90% interval inside [-margin, +margin]
 EQUIVALENT, UNRESOLVED = "equivalent", "unresolved"
@@ -468,13 +495,15 @@ def power_table(stats: pd.DataFrame, families: Sequence[str] = ("mean", "pass"))
     """Power of the published comparisons, one row per (experiment, subset, model, metric) over tasks
     (``task == "all"``; experiment and subset only when the stats have those columns): the pooled SD of the paired
     differences of the trained entries against the baseline (root mean square of their ``diff_sd``, each from the
-    same seed count; the base row is left out), the seeds used, the MDE at that SD and seed count
-    (`minimum_detectable_difference`), the range of the entries' own MDEs, and the seeds the pooled SD would need
-    for an MDE of `MDE_TARGET` (`seeds_needed`). Columns: [experiment, subset,] model, label, n_comparisons,
-    n_seeds, sd, mde, mde_min, mde_max, target, seeds_for_target."""
+    same seed count; the base row is left out), the seeds used (``n_seeds``: the fewest of any comparison;
+    ``seed_counts``: ((seeds, comparisons), ...) ascending, e.g. ((3, 11), (10, 1)) where the primary pair has more
+    seeds than the other entries), the MDE at that SD and the fewest seeds (`minimum_detectable_difference`), the
+    range of the entries' own MDEs, and the seeds the pooled SD would need for an MDE of `MDE_TARGET`
+    (`seeds_needed`). Columns: [experiment, subset,] model, label, n_comparisons, n_seeds, seed_counts, sd, mde,
+    mde_min, mde_max, target, seeds_for_target."""
     groups = [k for k in ("experiment", "subset") if k in stats]  # one row per section when the stats have them
-    columns = [*groups, "model", "label", "n_comparisons", "n_seeds", "sd", "mde", "mde_min", "mde_max", "target",
-               "seeds_for_target"]  # fmt: skip
+    columns = [*groups, "model", "label", "n_comparisons", "n_seeds", "seed_counts", "sd", "mde", "mde_min",
+               "mde_max", "target", "seeds_for_target"]  # fmt: skip
     if stats.empty or "diff_sd" not in stats:
         return pd.DataFrame(columns=columns)
     rows = []
@@ -491,6 +520,7 @@ def power_table(stats: pd.DataFrame, families: Sequence[str] = ("mean", "pass"))
                 "label": label,
                 "n_comparisons": len(g),
                 "n_seeds": n,
+                "seed_counts": tuple((int(k), int(v)) for k, v in g["n_pairs"].value_counts().sort_index().items()),
                 "sd": sd,
                 "mde": minimum_detectable_difference(sd, n),
                 "mde_min": float(g["mde"].min()),

@@ -12,14 +12,23 @@ settings at DAG start from these classes.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 """How per-token losses become a scalar (`bandpo.methods.aggregate_loss`; verl's loss_agg_mode)."""
 DEFAULT_DUAL_CLIP_C = 10.0
 """The dual-clip constant c (the paper's 10): the default of `Protocol.dual_clip_c`, of
 `bandpo.methods.SurrogateConfig` and of `bandpo.verl.plugin` when verl's config lacks clip_ratio_c."""
+TRACKERS = ("tensorboard", "mlflow")
+"""The experiment trackers a run's curves can also go to (`Protocol.trackers`), named as verl's ``trainer.logger``
+names them."""
+SPEC_OMITTED_AT_DEFAULT = ("trackers",)
+"""Fields that change where a run's numbers are shown, not the numbers: a run's spec file leaves them out while they
+hold their default (`spec_fields`), so that adding such a field rewrote no spec file and reran no job."""
 SAMPLER_KERNELS = ("torch", "c")
 """How the local sampler computes a decoded token's attention (`bandpo.train.settings.TrainConfig.sampler_kernel`)."""
 
@@ -63,6 +72,11 @@ class Protocol:
     """How per-token losses become a scalar (`bandpo.methods.aggregate_loss`; the paper: seq-mean-token-mean)."""
     dual_clip_c: float | None = DEFAULT_DUAL_CLIP_C
     """Dual-clip constant c for negative advantages (paper: 10; None disables, local trainer only)."""
+    trackers: list[str] = field(default_factory=list)
+    """Experiment trackers that also receive each step's metrics, beside metrics.jsonl: ``tensorboard`` (event files
+    in the run's ``tensorboard/`` folder) and / or ``mlflow`` (MLflow's local store, the run's ``mlruns/`` folder;
+    needs the mlflow package). Empty (the default): none. verl: its ``trainer.logger``, after the "console" and
+    "file" it always has."""
 
     def protocol_problems(self) -> list[str]:
         """What is wrong with the shared settings, one ``field: why`` line each (empty: nothing)."""
@@ -86,7 +100,34 @@ class Protocol:
             problems.append(f"loss_agg_mode: must be one of {', '.join(AGG_MODES)}, got {self.loss_agg_mode!r}")
         if self.dual_clip_c is not None and (not _finite(self.dual_clip_c) or self.dual_clip_c <= 1.0):
             problems.append(f"dual_clip_c: must be null or a finite number > 1, got {self.dual_clip_c!r}")
+        problems += trackers_problems(self.trackers)
         return problems
+
+
+def trackers_problems(trackers: object) -> list[str]:
+    """What is wrong with a ``trackers`` list (names in `TRACKERS`, each once; ``mlflow`` only where the mlflow
+    package is installed), one line each."""
+    if not isinstance(trackers, (list, tuple)) or not all(isinstance(t, str) for t in trackers):
+        return [f"trackers: must be a list of tracker names ({', '.join(TRACKERS)}), got {trackers!r}"]
+    problems = [f"trackers: unknown tracker {t!r}; valid: {', '.join(TRACKERS)}" for t in trackers if t not in TRACKERS]
+    if len(set(trackers)) != len(trackers):
+        problems.append(f"trackers: each tracker once, got {list(trackers)}")
+    if "mlflow" in trackers and importlib.util.find_spec("mlflow") is None:
+        problems.append("trackers: mlflow needs the mlflow package (pip install mlflow), or use tensorboard")
+    return problems
+
+
+def spec_fields(settings: Protocol) -> dict[str, Any]:
+    """A run's settings as its spec file holds them: every field (``dataclasses.asdict``) except those of
+    `SPEC_OMITTED_AT_DEFAULT` that hold their default (reading the file back gives them their default again)."""
+    values = dataclasses.asdict(settings)
+    defaults = {f.name: f for f in dataclasses.fields(settings)}
+    for name in SPEC_OMITTED_AT_DEFAULT:
+        f = defaults[name]
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if values.get(name) == default:
+            values.pop(name)
+    return values
 
 
 def _positive_int(value: object) -> bool:

@@ -5,7 +5,9 @@
     rank       a new method entry ranked against the published runs without rerunning them: whether the base
                models built here are the published ones (``base-check``, which decides whether GRPO must be trained
                again), then the entry paired with GRPO's runs (``rank``)
-    cli        ``python -m bandpo.decide select|base-check|rank`` (workflow/rules/report.smk and rank.smk)
+    looks      a sequential primary's look: the verdict rule on the seeds run so far, which decides whether the DAG
+               trains the next look's seeds (workflow/rules/looks.smk, a Snakemake checkpoint)
+    cli        ``python -m bandpo.decide select|base-check|rank|look`` (workflow/rules/report.smk, rank.smk, looks.smk)
 
 They read files only, like the report (`bandpo.analysis` computes their statistics), and import no method
 registry and no torch.

@@ -6,6 +6,9 @@
         --out results/embedded/rank/base/tiny-s.json
     python -m bandpo.decide rank --results results/embedded --entry half_clip --published results
         --checks results/embedded/rank/base/tiny-s.json --out results/embedded/rank/half_clip.md
+        [--margins-json '{"tiny-s": 0.02}']
+    python -m bandpo.decide look --spec results/embedded/plan/looks/main/tiny-s.json --look 2
+        --out results/embedded/looks/main/tiny-s/look2.json
 
 Each prints the paths it wrote (base-check: its verdict), or ``error: ...`` on stderr with exit status 2.
 """
@@ -19,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bandpo.core.files import atomic_write_text
+from bandpo.decide.looks import write_look
 from bandpo.decide.rank import base_check, write_rank
 from bandpo.decide.selection import select
 
@@ -45,6 +49,14 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--published", default="results", help="the published results folder (scores.csv)")
     r.add_argument("--checks", nargs="+", required=True, help="the base-check JSON of every model the entry runs on")
     r.add_argument("--out", required=True, help="the ranking as Markdown; beside it the same path with .csv")
+    r.add_argument("--margins-json", default=None,
+                   help="main's margin per model, fractions of the score, from the run plan "
+                        "(bandpo.plan.sweep.report_experiments; rule rank passes this config's); default: the "
+                        "published config's")  # fmt: skip
+    lk = sub.add_parser("look", help="a sequential primary's verdict from the seeds of its first looks")
+    lk.add_argument("--spec", required=True, help="the look's spec (the run plan's results/{profile}/plan/looks/...)")
+    lk.add_argument("--look", type=int, required=True, help="the look, 1-based: the first look x k seed pairs")
+    lk.add_argument("--out", required=True, help="the decision as JSON")
     return ap
 
 
@@ -62,10 +74,15 @@ def run_base_check(args: argparse.Namespace) -> list[Path]:
 
 
 def run_rank(args: argparse.Namespace) -> list[Path]:
-    return write_rank(args.results, args.entry, args.published, args.checks, args.out)
+    margins = json.loads(args.margins_json) if args.margins_json else None
+    return write_rank(args.results, args.entry, args.published, args.checks, args.out, margins)
 
 
-COMMANDS = {"select": run_select, "base-check": run_base_check, "rank": run_rank}
+def run_look(args: argparse.Namespace) -> list[Path]:
+    return [write_look(args.spec, args.look, args.out)]
+
+
+COMMANDS = {"select": run_select, "base-check": run_base_check, "rank": run_rank, "look": run_look}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,12 +9,13 @@ published GRPO scores of base model m and seed s are the scores a GRPO run here 
    ours. Any differs (another CPU without AVX2, native numerics, another commit's recipe): the rule says so and the
    DAG trains and scores GRPO here too, and the entry is paired with that instead.
 2. `rank_table` (rule ``rank``): per model and metric, the entry's scores paired by seed with GRPO's (published or
-   rerun, as the check decided): the mean paired difference with its 95% paired t interval and one of the four
-   verdicts of the published page (`bandpo.analysis.stats.four_verdict`): equivalent when the 90% paired t interval
-   lies inside the margin main's primary declared for that model in the published ``primary.csv`` (fixed before
-   the publication run, so a ranker cannot pick it; none published: no equivalence), else better / worse when the
-   95% interval excludes 0, else unresolved; and, when paired with the published runs, its place among the
-   published entries of that model by mean.
+   rerun, as the check decided): the mean paired difference with its 95% paired t interval (the estimate) and the
+   verdict rule's single look (`bandpo.verdict.rule.fixed_n_decision`, docs/statistics.md): is the entry better
+   than GRPO by at least main's margin for that model? ``better``, ``not better by the margin`` or ``undecided``,
+   with Holm's adjustment of each one-sided test's p-values within the ranking's family (every model and metric
+   ranked); the margins are the run plan's (`bandpo.plan.sweep.report_experiments`: the config's, fixed before the
+   runs, as fractions; rule ``rank`` passes this config's, the command line falls back to the published config's);
+   and, when paired with the published runs, its place among the published entries of that model by mean.
 
     python -m bandpo.decide base-check --published results --model tiny-s --dirs resources/models/tiny-s --out X.json
     python -m bandpo.decide rank --results results/embedded --entry half_clip --published results \\
@@ -28,13 +29,16 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
+from bandpo.analysis.experiments import needed_pairs, verdict_label
 from bandpo.analysis.load import load_eval_scores
-from bandpo.analysis.stats import DEFAULT_BASELINE, four_verdict, paired_comparison, summary_tests
+from bandpo.analysis.stats import DEFAULT_BASELINE, holm, one_sided_tests, paired_comparison, rule_verdict
 from bandpo.core.files import atomic_write_text, write_csv
 from bandpo.core.provenance import weights_sha256
-from bandpo.plan.sweep import MAIN
+from bandpo.plan.sweep import MAIN, report_experiments
+from bandpo.verdict.design import ALPHA, BETA
 
 RANK_METRICS = ("mean@8", "pass@8")  # the leaderboard's headline metrics
 BASELINE = DEFAULT_BASELINE
@@ -85,20 +89,23 @@ def _per_seed(scores: pd.DataFrame, model: str, entry: str, metric: str) -> pd.D
     return rows[["seed", "task", "value"]].astype({"seed": int, "value": float})
 
 
+def plan_margins(config: dict) -> dict[str, float]:
+    """Main's margin per model, a fraction of the score, from the run plan of a config (`report_experiments`: the
+    config's points converted there); {} when main is not part of it or declares none."""
+    if MAIN not in (config.get("experiments") or {}):
+        return {}
+    return dict(report_experiments(config)[MAIN].get("margins") or {})
+
+
 def published_margins(published: str | os.PathLike) -> dict[str, float]:
-    """Main's equivalence margin per model (a fraction of the score) from the published ``primary.csv``: the
-    ``margin`` of its primary rows. Empty when the file, the column or a margin is missing (then no comparison can
-    read as equivalent)."""
-    path = Path(published) / "primary.csv"
-    if not path.is_file():
-        return {}
-    primary = pd.read_csv(path)
-    if "margin" not in primary.columns:
-        return {}
-    rows = primary[primary["experiment"] == MAIN]
-    if "role" in rows.columns:
-        rows = rows[rows["role"] == "primary"]
-    return {str(r.model): float(r.margin) for r in rows.itertuples() if r.margin == r.margin}
+    """Main's margin per model from the config the published run recorded (provenance.json), through the run plan
+    (`plan_margins`); {} without one (then no comparison can read "not better by the margin")."""
+    return plan_margins(_published_provenance(published).get("config") or {})
+
+
+RANK_COLUMNS = ["model", "metric", "entry", "baseline_source", "n_pairs", "entry_mean", "baseline_mean", "diff",
+                "diff_t_ci_low", "diff_t_ci_high", "diff_sd", "margin", "p_better", "p_not_better", "p_better_holm",
+                "p_not_better_holm", "verdict", "label", "n_needed", "place", "of", "unpaired"]  # fmt: skip
 
 
 def rank_table(
@@ -107,12 +114,11 @@ def rank_table(
     published: str | os.PathLike,
     checks: Sequence[dict],
     metrics: Sequence[str] = RANK_METRICS,
+    margins: dict[str, float] | None = None,
 ) -> pd.DataFrame:
-    """The entry against GRPO per model (one `base_check` each) and metric. Columns: model, metric, entry,
-    baseline_source (``published`` or ``rerun here``), n_pairs, entry_mean, baseline_mean, diff, diff_t_ci_low,
-    diff_t_ci_high, p_value, p_equivalence, margin (`published_margins`; NaN if none), verdict, place (1 = the
-    highest mean among the published entries of the model with this one added; NaN when paired with a rerun) and
-    of (how many entries that ranking holds). Scores in [0, 1]."""
+    """The entry against GRPO per model (one `base_check` each) and metric (`rank_frame`). ``margins``: main's per
+    model from the run plan (fractions; rule ``rank`` passes this config's); None: the published config's
+    (`published_margins`). Scores in [0, 1]."""
     ours = load_eval_scores(results_dir)
     if ours.empty or entry not in set(ours["entry"]):
         raise ValueError(f"no scores of entry {entry!r} under {results_dir}/eval")
@@ -126,7 +132,7 @@ def rank_table(
         entry,
         checks,
         metrics,
-        margins=published_margins(published),
+        margins=published_margins(published) if margins is None else margins,
         where=(str(path), f"{results_dir}/eval"),
     )
 
@@ -141,8 +147,14 @@ def rank_frame(
     where: tuple[str, str] = ("the published scores", "the scores here"),
 ) -> pd.DataFrame:
     """`rank_table` from the score frames: ``ours`` (this checkout's, `load_eval_scores`) and ``theirs`` (the
-    published scores.csv); ``margins`` per model (fractions; main applies its margin to every metric); ``where``
-    names the two in errors."""
+    published scores.csv); ``margins`` per model (fractions, main's from the run plan; main applies its margin to
+    every metric); ``where`` names the two in errors. Columns (`RANK_COLUMNS`): model, metric, entry,
+    baseline_source (``published`` or ``rerun here``), n_pairs, entry_mean, baseline_mean, diff with its 95%
+    paired t interval and SD, margin (NaN if none), p_better (of H0: Δ <= 0) and p_not_better (of H1: Δ >=
+    margin) raw and Holm-adjusted within the ranking's family (its rows), the adjusted verdict and its words
+    (label), n_needed (the pairs at which a single look at the family's strictest levels decides for sure at this
+    SD), place (1 = the highest mean among the published entries of the model with this one added; NaN when paired
+    with a rerun) and of (how many entries that ranking holds)."""
     rows = []
     for check in checks:
         model = check["model"]
@@ -157,10 +169,8 @@ def rank_frame(
                 source_name = where[0] if check["match"] else where[1]
                 raise ValueError(f"no {metric} of {BASELINE!r} on model {model!r} in {source_name}")
             cmp = paired_comparison(x, y, n_resamples=0)
-            lo, hi = cmp["diff_t_ci_low"], cmp["diff_t_ci_high"]
             margin = float((margins or {}).get(model, float("nan")))
-            tests = summary_tests(cmp["diff"], cmp["diff_sd"], cmp["n_pairs"], margin)
-            verdict = four_verdict(cmp["diff"], tests["p_value"], tests["p_equivalence"], "better", "worse")
+            tests = one_sided_tests(cmp["diff"], cmp["diff_sd"], cmp["n_pairs"], margin)
             mean = float(x.groupby("seed")["value"].mean().mean())
             seeds = set(x["seed"])  # means over the entry's seeds (GRPO, the primary pair, may have more)
             place, of = float("nan"), float("nan")
@@ -170,28 +180,26 @@ def rank_frame(
                 pub = pub[pub["seed"].isin(seeds)]
                 means = pub.groupby("entry")["value"].mean()
                 place, of = 1 + int((means > mean).sum()), len(means) + 1
-            rows.append(
-                {
-                    "model": model,
-                    "metric": metric,
-                    "entry": entry,
-                    "baseline_source": source,
-                    "n_pairs": cmp["n_pairs"],
-                    "entry_mean": mean,
-                    "baseline_mean": float(y[y["seed"].isin(seeds)].groupby("seed")["value"].mean().mean()),
-                    "diff": cmp["diff"],
-                    "diff_t_ci_low": lo,
-                    "diff_t_ci_high": hi,
-                    "p_value": tests["p_value"],
-                    "p_equivalence": tests["p_equivalence"],
-                    "margin": margin,
-                    "verdict": verdict,
-                    "place": place,
-                    "of": of,
-                    "unpaired": cmp["unpaired"],
-                }
-            )
-    return pd.DataFrame(rows)
+            rows.append({"model": model, "metric": metric, "entry": entry, "baseline_source": source,
+                         "n_pairs": cmp["n_pairs"], "entry_mean": mean,
+                         "baseline_mean": float(y[y["seed"].isin(seeds)].groupby("seed")["value"].mean().mean()),
+                         "diff": cmp["diff"], "diff_t_ci_low": cmp["diff_t_ci_low"],
+                         "diff_t_ci_high": cmp["diff_t_ci_high"], "diff_sd": cmp["diff_sd"], "margin": margin,
+                         "p_better": tests["p_better"], "p_not_better": tests["p_not_better"], "place": place,
+                         "of": of, "unpaired": cmp["unpaired"]})  # fmt: skip
+    table = pd.DataFrame(rows, columns=RANK_COLUMNS)
+    if table.empty:
+        return table
+    m = int(table["p_better"].notna().sum()) or 1
+    table["p_better_holm"] = holm(table["p_better"].to_numpy(np.float64))
+    table["p_not_better_holm"] = holm(table["p_not_better"].to_numpy(np.float64))
+    table["verdict"] = [rule_verdict(b, nb) for b, nb in zip(table["p_better_holm"], table["p_not_better_holm"],
+                                                             strict=True)]  # fmt: skip
+    table["n_needed"] = [needed_pairs(sd, mg, ALPHA / m, BETA / m) for sd, mg in zip(table["diff_sd"], table["margin"],
+                                                                                   strict=True)]  # fmt: skip
+    words = zip(table["verdict"], table["margin"], table["n_needed"], strict=True)
+    table["label"] = [verdict_label(v, mg, n_needed=need) for v, mg, need in words]
+    return table[RANK_COLUMNS]
 
 
 def _pts(x: float) -> str:
@@ -220,20 +228,23 @@ def rank_markdown(table: pd.DataFrame, checks: Sequence[dict], entry: str, publi
     ]
     for r in table.itertuples():
         place = f"{int(r.place)} of {int(r.of)}" if r.place == r.place else "(paired with a rerun)"
-        margin_text = f"±{100 * r.margin:.1f}" if r.margin == r.margin else "—"
+        margin_text = f"{100 * r.margin:.1f}" if r.margin == r.margin else "—"
         lines.append(
             f"| {r.model} | {r.metric} | {r.n_pairs} | {100 * r.entry_mean:.1f} | {100 * r.baseline_mean:.1f} "
             f"({r.baseline_source}) | {_pts(r.diff)} [{_pts(r.diff_t_ci_low)}, {_pts(r.diff_t_ci_high)}] | "
-            f"{margin_text} | {r.verdict} | {place} |"
+            f"{margin_text} | {r.label} | {place} |"
         )
     lines += [
         "",
         "Scores in percent (mean over seeds); differences in points, per seed the entry's run minus "
-        f"{BASELINE}'s from the same base model and seed. Equivalent: the 90% paired t interval lies inside the "
-        "margin main's primary declared in the published primary.csv (two one-sided tests; — : none declared); "
-        "else better / worse: the 95% interval lies above / below 0; else unresolved. The place ranks the entry's "
-        "mean among the published entries' means of that model (the published page's ranking), when paired with "
-        "the published runs.",
+        f"{BASELINE}'s from the same base model and seed: the estimate, with its 95% paired t interval. The verdict "
+        f"answers one question (docs/statistics.md): is {entry} better than {BASELINE} by at least the margin (main's, "
+        "fixed in the config before the runs; points of every metric)? better: the one-sided paired t test of no "
+        "gain rejects at 5%; not better by the margin: the one-sided test of a gain of at least the margin rejects "
+        f"at 10%; else undecided, with the pairs at which a single look would decide for sure at this SD. The "
+        f"{len(table)} rows are one family: each test's p-values Holm-adjusted within it. The place ranks the "
+        "entry's mean among the published entries' means of that model (the published page's ranking), when paired "
+        "with the published runs.",
         "",
     ]
     return "\n".join(lines)
@@ -241,11 +252,12 @@ def rank_markdown(table: pd.DataFrame, checks: Sequence[dict], entry: str, publi
 
 def write_rank(
     results_dir: str | os.PathLike, entry: str, published: str | os.PathLike, checks: Sequence[str | os.PathLike],
-    out: str | os.PathLike,
+    out: str | os.PathLike, margins: dict[str, float] | None = None,
 ) -> list[Path]:  # fmt: skip
-    """Write ``out`` (Markdown) and ``out`` with .csv from the base checks' JSON files; returns both paths."""
+    """Write ``out`` (Markdown) and ``out`` with .csv from the base checks' JSON files; returns both paths.
+    ``margins``: main's per model from the run plan (None: the published config's)."""
     parsed = [json.loads(Path(c).read_text(encoding="utf-8")) for c in checks]
-    table = rank_table(results_dir, entry, published, parsed)
+    table = rank_table(results_dir, entry, published, parsed, margins=margins)
     out = Path(out)
     csv_path = out.with_suffix(".csv")
     write_csv(table, csv_path)

@@ -6,9 +6,14 @@ A *method* is one of two kinds:
   bounds. Every bounds method is trained by the same `ppo_surrogate`, so methods differ only in their bounds:
   GRPO, Clip-Higher, DCPO and BandPO are all bounds methods.
 * **loss** — a whole policy loss ``(old_log_prob, log_prob, advantages, response_mask, params, settings, *,
-  rollout_is_weights=None, global_batch_info=None) -> (loss, metrics)`` for methods that are not a clip interval
-  around r (CISPO's stop-gradient weight, GSPO's sequence-level ratio, ...). It uses the same building blocks:
-  `prepare_inputs` (checks, neutral padding), `aggregate_loss`, `clip_diagnostics`.
+  rollout_is_weights=None, global_batch_info=None, token_inputs=None) -> (loss, metrics)`` for methods that are not
+  a clip interval around r (CISPO's stop-gradient weight, GSPO's sequence-level ratio, ...). It uses the same
+  building blocks: `prepare_inputs` (checks, neutral padding), `aggregate_loss`, `clip_diagnostics`.
+  ``token_inputs`` holds the per-token tensors a trainer has beyond the four every loss gets
+  (`bandpo.methods.surrogate.TOKEN_INPUTS`: ``entropy``, the current policy's token entropy; ``rollout_log_prob``,
+  the sampler's log-probs); a loss reads what it needs, and names in its config's ``requires`` what it cannot run
+  without (the local trainer then computes it; verl, whose policy loss receives none, refuses the method). A loss
+  written without the keyword is called without it.
 
 Every method has one frozen dataclass of parameters (a `MethodConfig`): typed fields whose defaults are the paper's
 settings, with validation that rejects unknown keys, wrong types, non-finite numbers and out-of-range values with a
@@ -27,6 +32,12 @@ Built in (``list_methods()``)::
                           GRPO's fixed clip-low
     cispo         loss    -sg(clip(r, 1 - eps_low, 1 + eps_high)) * A * log pi        (token level)
     gspo          loss    PPO clip on the sequence ratio s = exp(mean_t log r_t)       (sequence level)
+    luspo, vespo, two_sided_clip, top_entropy, offpolicy_mask
+                  loss    the rules of TRL's GRPOConfig that act on the ratio or the token set
+                          (`bandpo.methods.trl_rules`; TRL's aggregating loss types are loss_agg_modes there)
+    tis_token, tis_seq, icepop
+                  loss    verl's rollout-correction presets (bypass mode: truncated / masked importance weight;
+                          `bandpo.methods.rollout_correction`)
     dppo_tv, dppo_kl, clip_cov, kl_cov, sapo, geo_mean, gpg, dro
                   verl    verl's own registered policy losses, called through verl's registry
                           (`bandpo.verl.losses`); in a verl run they are verl's own loss_mode
@@ -80,6 +91,8 @@ Modules (their names in `__all__` are re-exported here: ``from bandpo.methods im
                   `prepare_inputs`, `aggregate_loss`, `check_shapes`, `check_bounds`, `global_batch_kwargs`
 ``builtin``       the built-in methods, each its config dataclass beside its function (`GRPOConfig` and
                   `fixed_clip_bounds`, ..., `GSPOConfig` and `gspo_loss`)
+``trl_rules``     TRL's GRPOConfig rules (`LUSPOConfig` and `luspo_loss`, ...), `TRL_LOSS_AGGREGATION`
+``rollout_correction``  verl's rollout-correction presets (`TISConfig`, `SeqTISConfig`, `IcePopConfig`)
 ``band``          the Band operator's math (`band_bounds`, the divergences)
 ``diagnostics``   `clip_diagnostics`, `stopped_diagnostics`, `BUCKET_EDGES`, `BUCKET_LABELS`
 """

@@ -1,6 +1,7 @@
 """``python -m bandpo.methods [--json] [--method-module M ...]``: every registered method, its kind (bounds / loss /
-verl loss), its parameters with their defaults, and where it comes from (the function that implements it, for a
-method of your own module its file; for a verl loss, verl's registry entry that it calls).
+verl loss), its parameters with their defaults, where it comes from (the function that implements it, for a
+method of your own module its file; for a verl loss, verl's registry entry that it calls), the framework settings
+that give the same rule (``shipped by``: verl's, TRL's) and the token inputs it requires.
 
 Methods of your own modules are listed too: those named in ``$BANDPO_METHOD_MODULES`` (``os.pathsep``-separated
 .py paths or module names, as the workflow passes ``method_modules`` to its jobs) and by ``--method-module`` (a .py
@@ -28,14 +29,18 @@ def describe(name: str) -> dict[str, Any]:
     m = methods.get_method(name)
     defaults = m.config_cls()
     params = {f.name: getattr(defaults, f.name) for f in fields(m.config_cls)}
+    shipped_by = m.config_cls.shipped_by
     if m.kind == "verl":
         source = f"verl.trainer.ppo.core_algos.POLICY_LOSS_REGISTRY[{m.config_cls.verl_loss_mode!r}]"
+        shipped_by = shipped_by or f"verl 0.9.1: loss_mode={m.config_cls.verl_loss_mode!r}"
     else:
         source = m.origin
     return {
         "name": name,
         "kind": KIND_LABELS.get(m.kind, m.kind),
         "description": m.description,
+        "shipped_by": shipped_by,
+        "requires": list(m.config_cls.requires),
         "params": params,
         "config": function_origin(m.config_cls),
         "source": source,
@@ -58,6 +63,10 @@ def table(rows: list[dict[str, Any]]) -> str:
             same = r["file"] is not None and os.path.abspath(r["file"]) == os.path.abspath(module)
             source += " (method module)" if same else f" (method module {module})"
         lines.append(f"{pad}source: {source}")
+        if r["shipped_by"]:
+            lines.append(f"{pad}shipped by: {r['shipped_by']}")
+        if r["requires"]:
+            lines.append(f"{pad}requires: {', '.join(r['requires'])} (token_inputs; the local trainer only)")
         if r["description"]:
             lines.append(f"{pad}{r['description']}")
     return "\n".join(lines)

@@ -49,6 +49,7 @@ class GRPOConfig(MethodConfig):
     """Canonical PPO/GRPO clip [1 - eps_low, 1 + eps_high]; defaults 0.2 / 0.2."""
 
     label_fields = ("eps_low", "eps_high")
+    shipped_by = 'verl 0.9.1: loss_mode="vanilla"; TRL 1.16.0: GRPOConfig(epsilon=0.2)'
 
     eps_low: float = 0.2
     eps_high: float = 0.2
@@ -60,6 +61,8 @@ class GRPOConfig(MethodConfig):
 @dataclass(frozen=True)
 class ClipHigherConfig(GRPOConfig):
     """Clip-Higher (DAPO): [1 - eps_low, 1 + eps_high] with defaults 0.2 / 0.28."""
+
+    shipped_by = 'verl 0.9.1: loss_mode="vanilla", clip_ratio_high=0.28; TRL 1.16.0: GRPOConfig(epsilon_high=0.28)'
 
     eps_low: float = 0.2
     eps_high: float = 0.28
@@ -222,6 +225,7 @@ class CISPOConfig(MethodConfig):
     """
 
     label_fields = ("eps_low", "eps_high")
+    shipped_by = 'verl 0.9.1: loss_mode="cispo"; TRL 1.16.0: GRPOConfig(loss_type="cispo", epsilon_high=1 + eps_high)'
 
     eps_low: float = 1.0
     eps_high: float = 0.28
@@ -241,13 +245,15 @@ def cispo_loss(
     *,
     rollout_is_weights: Tensor | None = None,
     global_batch_info: Mapping[str, Any] | None = None,
+    token_inputs: Mapping[str, Tensor] | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """CISPO: token-level REINFORCE with a clipped, stop-gradient importance weight.
 
     L = -sg(clip(r, 1 - eps_low, 1 + eps_high)) * A * log pi(a|s): every token keeps a gradient (the weight is
     clipped, the token is not dropped). The dual clip does not apply. Loss and gradient equal verl's registered
     ``cispo`` bitwise (tests/unit/test_verl_plugin.py); its clipfrac counts a clipped weight on the side the advantage
-    pushes (as for every method here), where verl's pg_clipfrac counts every clipped weight.
+    pushes (as for every method here), where verl's pg_clipfrac counts every clipped weight. Reads no
+    ``token_inputs``.
     """
     old_log_prob, log_prob, advantages, rollout_is_weights = prepare_inputs(
         old_log_prob, log_prob, advantages, response_mask, settings, rollout_is_weights
@@ -272,6 +278,7 @@ class GSPOConfig(MethodConfig):
     """GSPO clip on the length-normalised sequence ratio; defaults 3e-4 / 4e-4 (the GSPO paper's)."""
 
     label_fields = ("eps_low", "eps_high")
+    shipped_by = 'verl 0.9.1: loss_mode="gspo"; TRL 1.16.0: GRPOConfig(importance_sampling_level="sequence")'
 
     eps_low: float = 3e-4
     eps_high: float = 4e-4
@@ -291,13 +298,15 @@ def gspo_loss(
     *,
     rollout_is_weights: Tensor | None = None,
     global_batch_info: Mapping[str, Any] | None = None,
+    token_inputs: Mapping[str, Tensor] | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO: PPO clip on the sequence ratio s_i = exp(mean_t log r_it) instead of the token ratio.
 
     Token form (same gradient for a per-sequence advantage): log s_it = sg[log s_i] + log pi_it - sg[log pi_it],
     L_it = max(-A s_it, -A clip(s_it, 1 - eps_low, 1 + eps_high)). The dual clip does not apply; diagnostics
     report the sequence ratio on each of its tokens. Equals verl's registered ``gspo`` bitwise while the sequence
-    log-ratio stays below 10: verl caps log s_it at 10, this loss clamps it at +-log_ratio_clamp (20).
+    log-ratio stays below 10: verl caps log s_it at 10, this loss clamps it at +-log_ratio_clamp (20). Reads no
+    ``token_inputs``.
     """
     old_log_prob, log_prob, advantages, rollout_is_weights = prepare_inputs(
         old_log_prob, log_prob, advantages, response_mask, settings, rollout_is_weights

@@ -23,9 +23,18 @@ class MethodConfig:
     Field types supported: ``float``, ``int``, ``bool``, ``str`` and ``X | None``. Ints are accepted for floats;
     bools are never accepted as numbers; floats must be finite. Subclasses add range checks in `validate`, and name
     in ``label_fields`` the parameters that identify a variant (shown in leaderboards even at their defaults).
+    A whole loss that cannot run without one of the optional per-token inputs of a loss call
+    (`bandpo.methods.surrogate.TOKEN_INPUTS`: the token entropy, the rollout policy's log-probs) names it in
+    ``requires``: the trainer then computes it (the local trainer's update pass computes the entropy only for such a
+    method), `ResolvedMethod.loss` stops a call without it naming the method, and a verl run, whose policy loss
+    receives neither, is refused where its command is built (`bandpo.verl.command`).
     """
 
     label_fields: ClassVar[tuple[str, ...]] = ()
+    requires: ClassVar[tuple[str, ...]] = ()
+    shipped_by: ClassVar[str] = ""
+    """The framework settings that give this rule, for the listing and the ranking page (e.g. ``TRL 1.16.0:
+    GRPOConfig(loss_type="luspo", importance_sampling_level="sequence")``); "" for a rule of this suite only."""
 
     def __post_init__(self) -> None:
         hints = _type_hints(type(self))

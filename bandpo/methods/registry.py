@@ -16,7 +16,7 @@ from torch import Tensor
 
 from bandpo.core.options import unknown_names
 from bandpo.methods.config import MethodConfig, SurrogateConfig
-from bandpo.methods.surrogate import check_bounds, check_shapes, ppo_surrogate
+from bandpo.methods.surrogate import TOKEN_INPUTS, check_bounds, check_shapes, check_token_inputs, ppo_surrogate
 
 FILE_MODULE_PREFIX = "bandpo_method_module_"  # the module names `load_method_modules` gives the .py files it imports
 METHOD_MODULES_ENV = "BANDPO_METHOD_MODULES"  # the user modules a run imports (bandpo.methods.user_modules)
@@ -56,12 +56,15 @@ def function_origin(fn: Callable[..., Any]) -> str:
 @dataclass(frozen=True)
 class Method:
     """A registered method: its name, kind ("bounds", "loss" or "verl": a policy loss that verl ships, called
-    through verl's registry by `bandpo.verl.losses`), function and config class."""
+    through verl's registry by `bandpo.verl.losses`), function and config class. ``takes_token_inputs``: whether
+    its function has the ``token_inputs`` keyword (a whole loss written before that keyword existed has not, and is
+    called without it)."""
 
     name: str
     kind: str
     fn: Callable[..., Any]
     config_cls: type[MethodConfig]
+    takes_token_inputs: bool = False
 
     @property
     def origin(self) -> str:
@@ -99,7 +102,14 @@ def _register(kind: str, name: str, config: type[MethodConfig]):
     def decorator(fn):
         if fn.__module__ not in BUILTIN_METHOD_MODULES:  # a name of a built-in method is taken, whatever the order
             load_builtin_methods()
-        method = Method(name=name, kind=kind, fn=fn, config_cls=config)
+        takes = kind != "bounds" and _takes_keyword(fn, "token_inputs")
+        bad = [k for k in config.requires if k not in TOKEN_INPUTS]
+        if bad or (config.requires and not takes):
+            raise ValueError(
+                f"method {name!r}: its config requires {list(config.requires)}: each must be one of "
+                f"{', '.join(TOKEN_INPUTS)}, read by a whole loss with the keyword token_inputs"
+            )
+        method = Method(name=name, kind=kind, fn=fn, config_cls=config, takes_token_inputs=takes)
         old = _METHODS.get(name)
         if old is not None and (old.fn.__module__, old.fn.__qualname__) != (fn.__module__, fn.__qualname__):
             raise ValueError(
@@ -112,6 +122,18 @@ def _register(kind: str, name: str, config: type[MethodConfig]):
         return fn
 
     return decorator
+
+
+def _takes_keyword(fn: Callable[..., Any], name: str) -> bool:
+    """Whether ``fn`` accepts the keyword argument ``name`` (by that name, or through ``**kwargs``)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(
+        (p.name == name and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)) or p.kind == p.VAR_KEYWORD
+        for p in params
+    )
 
 
 def on_register(hook: Callable[[Method], None]) -> Callable[[Method], None]:
@@ -138,9 +160,16 @@ def register_verl_loss(name: str, config: type[MethodConfig]):
 
 KINDS = ("bounds", "loss", "verl")
 
-BUILTIN_METHOD_MODULES = ("bandpo.methods.builtin", "bandpo.verl.losses")
-"""The modules whose import registers the built-in methods: this package's own (`bandpo.methods.builtin`) and the
-policy losses verl ships (`bandpo.verl.losses`, which lives with the rest of the verl knowledge in bandpo.verl).
+BUILTIN_METHOD_MODULES = (
+    "bandpo.methods.builtin",
+    "bandpo.methods.trl_rules",
+    "bandpo.methods.rollout_correction",
+    "bandpo.verl.losses",
+)
+"""The modules whose import registers the built-in methods: this package's own (`bandpo.methods.builtin`), the
+rules of TRL's GRPOConfig (`bandpo.methods.trl_rules`) and verl's rollout-correction presets
+(`bandpo.methods.rollout_correction`), written here, and the policy losses verl ships, called through verl's
+registry (`bandpo.verl.losses`, which lives with the rest of the verl knowledge in bandpo.verl).
 `load_builtin_methods` imports them by name on the first look-up, once this package is imported: so the registry,
 below every stage, imports no stage at import, and bandpo.verl.losses, which imports this registry, makes no
 import cycle. Neither module imports verl, nor runs user code."""
@@ -224,6 +253,11 @@ class ResolvedMethod:
         return self.method.kind == "bounds"
 
     @property
+    def requires(self) -> tuple[str, ...]:
+        """The token inputs the method cannot run without (`MethodConfig.requires`): () for most."""
+        return self.params.requires
+
+    @property
     def label(self) -> str:
         """The parameters as leaderboards show them (`MethodConfig.label`), e.g. ``"divergence=kl, delta=0.05"``."""
         return self.params.label()
@@ -263,6 +297,7 @@ class ResolvedMethod:
         bounds: tuple[Tensor, Tensor] | None = None,
         rollout_is_weights: Tensor | None = None,
         global_batch_info: Mapping[str, Any] | None = None,
+        token_inputs: Mapping[str, Tensor] | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """The policy loss and its diagnostics.
 
@@ -270,6 +305,10 @@ class ResolvedMethod:
             old_log_prob, log_prob, advantages, response_mask: (batch, T).
             bounds: precomputed (lower, upper) from `bounds` (bounds methods only); computed here otherwise.
             rollout_is_weights, global_batch_info: see `ppo_surrogate`.
+            token_inputs: optional per-token tensors (`bandpo.methods.surrogate.TOKEN_INPUTS`: ``entropy``,
+                ``rollout_log_prob``), each (batch, T): a trainer passes what it has, and a whole loss that takes
+                the keyword reads what it needs (bounds methods and losses without the keyword ignore them).
+                ValueError naming the method when one of its `requires` is missing.
 
         Returns:
             (loss, metrics): a 0-d tensor and a dict of 0-d tensors (see `clip_diagnostics`).
@@ -278,6 +317,14 @@ class ResolvedMethod:
             if bounds is not None:
                 raise ValueError(f"method {self.name!r} is a whole-loss method: it takes no precomputed bounds")
             check_shapes(response_mask, old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages)
+            inputs = check_token_inputs(response_mask, token_inputs)
+            missing = [k for k in self.requires if k not in inputs]
+            if missing:
+                raise ValueError(
+                    f"{self._who()}: needs the token input(s) {missing} (token_inputs), which this call lacks; the "
+                    "local trainer passes them, verl's policy loss receives none"
+                )
+            extra = {"token_inputs": inputs} if self.method.takes_token_inputs else {}
             return self.method.fn(
                 old_log_prob,
                 log_prob,
@@ -287,6 +334,7 @@ class ResolvedMethod:
                 self.settings,
                 rollout_is_weights=rollout_is_weights,
                 global_batch_info=global_batch_info,
+                **extra,
             )
         lower, upper = self.bounds(old_log_prob, response_mask) if bounds is None else bounds
         return ppo_surrogate(
@@ -338,6 +386,7 @@ def compute_loss(
     bounds: tuple[Tensor, Tensor] | None = None,
     rollout_is_weights: Tensor | None = None,
     global_batch_info: Mapping[str, Any] | None = None,
+    token_inputs: Mapping[str, Tensor] | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """One-shot `ResolvedMethod.loss` (resolves ``method``, ``params`` and ``settings`` first: not for a training
     loop)."""
@@ -349,4 +398,5 @@ def compute_loss(
         bounds=bounds,
         rollout_is_weights=rollout_is_weights,
         global_batch_info=global_batch_info,
+        token_inputs=token_inputs,
     )

@@ -16,6 +16,18 @@ from bandpo.methods.diagnostics import clip_diagnostics
 
 GLOBAL_BATCH_KEYS = ("dp_size", "batch_num_tokens", "global_batch_size", "loss_scale_factor")
 """The keys of ``global_batch_info`` (verl's data-parallel normalisation), the keyword arguments of `aggregate_loss`."""
+TOKEN_INPUTS = ("entropy", "rollout_log_prob")
+"""The keys of ``token_inputs``, the per-token tensors a whole loss may read beyond the four every loss gets, each
+(batch, T) and without gradient:
+
+entropy           the current policy's token entropy (of the update's own forward pass, as TRL and verl's actor
+                  compute it; the local trainer computes it only for a method whose config `requires` it)
+rollout_log_prob  the log-probs of the policy that sampled the tokens (vLLM's in TRL and verl; the local trainer's
+                  sampler is its rollout policy, so there these are the old log-probs)
+
+A method names the ones it cannot run without in its config's ``requires`` (`MethodConfig.requires`); one that
+only can use an input falls back when it is absent (``rollout_log_prob``: the old log-probs, as TRL does without
+vLLM)."""
 
 
 def on_valid_tokens(fn: Callable[[Tensor], tuple[Tensor, Tensor]], old_log_prob: Tensor, response_mask: Tensor):
@@ -115,6 +127,17 @@ def global_batch_kwargs(global_batch_info: Mapping[str, Any] | None) -> dict[str
     if unknown:
         raise ValueError(f"unknown global_batch_info key(s) {unknown}; valid: {', '.join(GLOBAL_BATCH_KEYS)}")
     return info
+
+
+def check_token_inputs(response_mask: Tensor, token_inputs: Mapping[str, Tensor] | None) -> dict[str, Tensor]:
+    """``token_inputs`` (None: {}) checked: keys among `TOKEN_INPUTS` (ValueError naming the unknown ones), each a
+    tensor of ``response_mask``'s shape; returned detached, as a new dict."""
+    inputs = dict(token_inputs or {})
+    unknown = [k for k in inputs if k not in TOKEN_INPUTS]
+    if unknown:
+        raise ValueError(f"unknown token_inputs key(s) {unknown}; valid: {', '.join(TOKEN_INPUTS)}")
+    check_shapes(response_mask, **inputs)
+    return {k: v.detach() for k, v in inputs.items()}
 
 
 def _masked_sum(values: Tensor, mask: Tensor) -> Tensor:

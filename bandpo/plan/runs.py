@@ -33,11 +33,14 @@ from typing import Any
 from bandpo.core import numerics
 from bandpo.core.files import atomic_write_text, package_data
 from bandpo.core.options import check_fields
+from bandpo.core.protocol import spec_fields
 from bandpo.plan.sweep import (
     BASE_ENTRY,
     atlas_spec,
     by_id,
+    design_settings,
     eval_groups,
+    look_blocks,
     method_module_specs,
     model_data,
     model_path,
@@ -45,6 +48,9 @@ from bandpo.plan.sweep import (
     run_folder,
     run_settings,
     runs,
+    sequential_pairs,
+    sequential_slots,
+    slot_id,
     slot_seeds,
     slots,
 )
@@ -109,6 +115,8 @@ class Plan:
             (m, slot, int(s)): self._build_run(m, slot, int(s)) for m, slot, s in runs(config, builtin=True)
         }
         self.atlas_run = self._atlas_run()
+        self.pairs = sequential_pairs(config)  # the sequential primaries' pairs, decided look by look
+        self.stepwise = sequential_slots(config)
 
     # -- the environment of every job ---------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -348,7 +356,7 @@ class Plan:
         to ``spec_path`` with ``changes`` (TrainConfig fields: another ``out``, ``threads``, ...) applied."""
         spec = dataclasses.replace(self.train_spec(model_id, slot, seed), **changes)
         spec.validate()
-        _write_json(Path(spec_path), dataclasses.asdict(spec))
+        _write_json(Path(spec_path), spec_fields(spec))
         return [python, "-m", "bandpo.train", "--spec", str(spec_path)]
 
     def eval_command(self, model_id: str, slot: str, seeds: Sequence[int | str], spec_path: str | os.PathLike,
@@ -363,19 +371,25 @@ class Plan:
     # -- spec files ------------------------------------------------------------------------------------------------
     def specs(self) -> dict[str, dict[str, Any]]:
         """Every spec file of the DAG -> its content: each training run's, each scoring job's, the atlas run's."""
-        out = {self.spec_file("train", m, slot, s): dataclasses.asdict(run) for (m, slot, s), run in
+        out = {self.spec_file("train", m, slot, s): spec_fields(run) for (m, slot, s), run in
                self.train_specs.items()}  # fmt: skip
         for m, slot in eval_groups(self.config):
             for seeds in self.eval_seed_lists(slot):
                 out[self.eval_spec_file(m, slot, seeds)] = self.eval_spec(m, slot, seeds).to_dict()
         if self.atlas_run is not None:
-            out[self.atlas_spec_file] = dataclasses.asdict(self.atlas_run)
+            out[self.atlas_spec_file] = spec_fields(self.atlas_run)
+        for pair in self.pairs:
+            out[self.look_spec_file(pair["experiment"], pair["model"])] = self.look_spec(pair)
         return out
 
     def eval_spec_file(self, model_id: str, slot: str, seeds: Sequence[int | str]) -> str:
-        """The spec file of the scoring job of these seeds: one per (model, slot) with eval.group_seeds, else one
-        per run."""
-        return self.spec_file("eval", model_id, slot, None if self.group_seeds else seeds[0])
+        """The spec file of the scoring job of these seeds: one per (model, slot) with eval.group_seeds (one per look
+        for a sequential primary's pair), else one per run."""
+        if not self.group_seeds:
+            return self.spec_file("eval", model_id, slot, seeds[0])
+        if slot in self.stepwise:
+            return f"{self.plan_dir}/eval/{model_id}/{slot}/look{self.look_of(slot, seeds[0])}.json"
+        return self.spec_file("eval", model_id, slot)
 
     @property
     def group_seeds(self) -> bool:
@@ -383,9 +397,42 @@ class Plan:
         return bool(self.config["eval"]["group_seeds"])
 
     def eval_seed_lists(self, slot: str) -> list[list[int]]:
-        """The seed lists of a slot's scoring jobs: all its seeds in one job (group_seeds), else one job each."""
-        seeds = self.seeds_of(slot)
-        return [seeds] if self.group_seeds else [[s] for s in seeds]
+        """The seed lists of a slot's scoring jobs: all its seeds in one job (group_seeds; a sequential primary's
+        pair: one job per look's seeds), else one job each."""
+        if not self.group_seeds:
+            return [[s] for s in self.seeds_of(slot)]
+        if slot in self.stepwise:
+            return look_blocks(self.config, self.slots[slot]["experiment"])
+        return [self.seeds_of(slot)]
+
+    def look_of(self, slot: str, seed: int | str) -> int:
+        """The look (1-based) whose seeds hold ``seed`` of a sequential primary's pair."""
+        blocks = look_blocks(self.config, self.slots[slot]["experiment"])
+        return next(j for j, block in enumerate(blocks, 1) if int(seed) in block)
+
+    # -- the looks of sequential primaries (looks.smk: python -m bandpo.decide look --spec FILE) ------------------
+    def look_spec_file(self, experiment: str, model_id: str) -> str:
+        return f"{self.plan_dir}/looks/{experiment}/{model_id}.json"
+
+    def look_file(self, experiment: str, model_id: str, look: int | str) -> str:
+        """The decision of one look (the checkpoint's output)."""
+        return f"{self.results}/looks/{experiment}/{model_id}/look{look}.json"
+
+    def look_spec(self, pair: Mapping[str, Any]) -> dict[str, Any]:
+        """What a look of a sequential primary reads: its design (`bandpo.plan.sweep.design_settings`, fractions of
+        the score), the task and metric it compares, and per seed of the pair, in look order, the two evaluation
+        summaries."""
+        xp, model = pair["experiment"], pair["model"]
+        primary = self.experiments[xp]["primary"]
+        task = primary.get("task") or self.experiments[xp]["eval_tasks"][0]["task"]
+        slots = {e: slot_id(xp, e) if e not in (self.experiments[xp].get("reuse") or ()) else e
+                 for e in (pair["treatment"], pair["control"])}  # fmt: skip
+        seeds = [s for block in pair["blocks"] for s in block]
+        return {"experiment": xp, "model": model, "design": design_settings(self.config, xp, model),
+                "task": task, "metric": primary.get("score", "mean"), "treatment": pair["treatment"],
+                "control": pair["control"], "seeds": seeds,
+                "summaries": {side: [f"{self.eval_dir(model, slots[pair[side]], s)}/{task}.json" for s in seeds]
+                              for side in ("treatment", "control")}}  # fmt: skip
 
     def seeds_of(self, slot: str) -> list[int]:
         """The seeds a slot trains and scores (`bandpo.plan.sweep.slot_seeds`)."""

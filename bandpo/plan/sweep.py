@@ -192,16 +192,29 @@ def slots(cfg: Mapping[str, Any], builtin: bool = False, base: bool = False) -> 
     return out
 
 
-def runs(cfg: Mapping[str, Any], builtin: bool = False) -> list[tuple[str, str, int]]:
+def runs(cfg: Mapping[str, Any], builtin: bool = False, first_look: bool = False) -> list[tuple[str, str, int]]:
     """(model, slot, seed) of every training run of the DAG: each experiment's entries on their models, each with
-    its slot's seeds (`slot_seeds`: the primary pair's ``primary.seeds`` where set)."""
+    its slot's seeds (`slot_seeds`: the primary pair's ``primary.seeds`` where set; a sequential primary's pair up
+    to the model's n_max). ``first_look``: of a sequential primary's pair only the first look's seeds (what a fresh
+    run schedules before any look)."""
     out = []
     for xp_id, xp in cfg["experiments"].items():
         for m in xp["models"]:
             for e in xp_entries(cfg, xp_id, builtin):
                 if m in cell_models(cfg, xp, e):
-                    out += [(m, slot_id(xp_id, e), s) for s in slot_seeds(cfg, xp_id, e)]
+                    out += [(m, slot_id(xp_id, e), s) for s in _run_seeds(cfg, xp_id, e, m, first_look)]
     return out
+
+
+def _run_seeds(cfg: Mapping[str, Any], experiment: str, entry: str, model: str, first_look: bool) -> list[int]:
+    """The seeds of an entry on a model: its slot's, a sequential primary's pair's in looks up to the model's n_max
+    (the first look's only with ``first_look``)."""
+    seeds = slot_seeds(cfg, experiment, entry)
+    if slot_id(experiment, entry) not in sequential_slots(cfg):
+        return seeds
+    blocks = look_blocks(cfg, experiment, model)
+    allowed = {s for block in (blocks[:1] if first_look else blocks) for s in block}
+    return [s for s in seeds if s in allowed]
 
 
 def eval_groups(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -237,17 +250,18 @@ def used_data(cfg: Mapping[str, Any]) -> list[str]:
     return [d["id"] for d in cfg["data"] if d["id"] in ids]
 
 
-def base_models(cfg: Mapping[str, Any]) -> list[str]:
+def base_models(cfg: Mapping[str, Any], first_look: bool = False) -> list[str]:
     """Every base model folder the DAG builds or downloads (`model_path`): per (model, seed) used by any experiment
     for a model built per seed (the experiment's seeds on each of its models, and a primary pair's
-    ``primary.seeds`` on the models the pair runs on), else one per model."""
+    ``primary.seeds`` on the models the pair runs on, `_run_seeds`), else one per model. ``first_look``: a sequential
+    primary's pair with its first look's seeds only (what a fresh run builds before any look)."""
     return sorted(
         {
             model_path(cfg, m, s)
             for xp_id, xp in cfg["experiments"].items()
             for e in [BASE_ENTRY, *xp["methods"]]
             for m in cell_models(cfg, xp, e)
-            for s in slot_seeds(cfg, xp_id, e)
+            for s in _run_seeds(cfg, xp_id, e, m, first_look)
         }
     )
 
@@ -273,39 +287,168 @@ def atlas_spec(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
             "train": train, "steps": steps}  # fmt: skip
 
 
-def eval_rule_name(kind: str, experiment: str, primary: bool = False) -> str:
+def eval_rule_name(kind: str, experiment: str, primary: bool = False, look: int | None = None) -> str:
     """The evaluation rule of an experiment: ``eval_group`` / ``eval_run`` for main, ``eval_group_<experiment>``
     (non-identifier characters as _) for the others; ``primary``: the rule of its primary pair when the pair runs
     seeds of its own (``primary.seeds``; `eval_seed_groups`), that name plus ``_primary`` (``eval_group_primary``,
-    ``eval_group_separation_primary``)."""
+    ``eval_group_separation_primary``); ``look``: the rule of the seeds a sequential primary adds for look j
+    (``eval_group_primary_look2``)."""
     name = kind if experiment == MAIN else f"{kind}_{re.sub(r'[^A-Za-z0-9_]', '_', experiment)}"
-    return f"{name}_primary" if primary else name
+    name = f"{name}_primary" if primary else name
+    return f"{name}_look{look}" if look is not None else name
+
+
+def sequential(cfg: Mapping[str, Any], experiment: str) -> Mapping[str, Any] | None:
+    """An experiment's group-sequential design (``primary.sequential``), or None."""
+    return ((cfg["experiments"][experiment].get("primary") or {}).get("sequential")) or None
+
+
+def look_blocks(cfg: Mapping[str, Any], experiment: str, model: str | None = None) -> list[list[int]]:
+    """The seeds a sequential primary's pair adds for each look, in order: ``primary.seeds`` in blocks of k (the
+    seeds of look j are those of blocks 1..j), up to the model's n_max (``model`` None: every block of the
+    experiment's models); [] for an experiment without a sequential design."""
+    design = sequential(cfg, experiment)
+    if design is None:
+        return []
+    seeds = [int(s) for s in cfg["experiments"][experiment]["primary"]["seeds"]]
+    models = [model] if model is not None else cfg["experiments"][experiment]["models"]
+    n_max = max(int(per_model(design["n_max"], m)) for m in models)
+    k = int(design["k"])
+    return [seeds[i : i + k] for i in range(0, n_max, k)]
+
+
+POINTS = 100.0  # the config states margins and SDs of scores in points (mean@k in percent); the code, in fractions
+
+
+def per_model(value: float | Mapping[str, float], model: str) -> float:
+    """A setting given as one number or as a mapping model -> number."""
+    return float(value[model]) if isinstance(value, Mapping) else float(value)
+
+
+def primary_margin(cfg: Mapping[str, Any], experiment: str, model: str) -> float:
+    """The margin of an experiment's primary on a model, a fraction of the score (the config's points / 100: the one
+    place where the config's unit becomes the code's); main's where the experiment declares none; NaN without one."""
+    for xp_id in (experiment, MAIN):
+        primary = ((cfg["experiments"].get(xp_id) or {}).get("primary")) or {}
+        if primary.get("margin") is not None:
+            return per_model(primary["margin"], model) / POINTS
+    return float("nan")
+
+
+def design_settings(cfg: Mapping[str, Any], experiment: str, model: str) -> dict[str, Any]:
+    """The fields of `bandpo.verdict.design.SequentialDesign` for a sequential primary on a model, in fractions of
+    the score (`primary_margin`); n_max, alpha and beta may be given per model."""
+    d = sequential(cfg, experiment)
+    return {"margin": primary_margin(cfg, experiment, model), "k": int(d["k"]),
+            "n_max": int(per_model(d["n_max"], model)), "planning_sd": per_model(d["planning_sd"], model) / POINTS,
+            "alpha": per_model(d["alpha"], model), "beta": per_model(d["beta"], model), "spending": d["spending"],
+            "futility_spending": d["futility_spending"]}  # fmt: skip
+
+
+def family_margin(cfg: Mapping[str, Any], experiment: str, model: str) -> float:
+    """The margin of every comparison with the control that an experiment's page shows on a model (its primary and
+    its secondaries), a fraction of the score: the experiment's own ``primary.margin``, else its axis's
+    (``axes.<id>.primary.margin``: an axis cell declares no primary), else main's (`primary_margin`); NaN
+    without one."""
+    xp = (cfg["experiments"].get(experiment)) or {}
+    own = (xp.get("primary") or {}).get("margin")
+    axis = (((cfg.get("axes") or {}).get(xp.get("axis") or "") or {}).get("primary") or {}).get("margin")
+    if own is None and axis is not None:
+        return per_model(axis, model) / POINTS
+    return primary_margin(cfg, experiment, model)
+
+
+# What the report reads of each experiment, as the config gives it (the primary's words, the runs it reuses from
+# main, its axis and selection); an axis cell's methods too (a select rule reads them), not main's: adding a method
+# entry must not rerun rule select
+REPORT_KEYS = ("description", "primary", "models", "seeds", "train", "reuse", "axis", "select")
+
+
+def report_experiments(cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The experiments as the report and the select rule read them (workflow/rules/report.smk passes them as JSON):
+    each experiment's `REPORT_KEYS` (and an axis cell's ``methods``) plus the numbers its verdicts need, converted
+    here, the one place where the config's points become the code's fractions:
+
+    * ``margins``: {model: the margin of its comparisons with the control, a fraction of the score}
+      (`family_margin`; a model without one is left out);
+    * ``entropy_margins``: {model: ``primary.entropy_margin``, nats} where declared;
+    * ``designs``: {model: `design_settings`} for a primary with ``sequential`` (the fields of
+      `bandpo.verdict.design.SequentialDesign`, in fractions).
+
+    ``cfg``: a completed config (`bandpo.plan.validate`), or the resolved config a publication recorded in
+    provenance.json (margins in points there too)."""
+    out: dict[str, dict[str, Any]] = {}
+    for xp_id, xp in cfg["experiments"].items():
+        spec = {k: xp.get(k) for k in REPORT_KEYS} | ({"methods": xp.get("methods")} if xp.get("axis") else {})
+        models = list(xp.get("models") or [])
+        margins = {m: family_margin(cfg, xp_id, m) for m in models}
+        spec["margins"] = {m: v for m, v in margins.items() if v == v}
+        primary = xp.get("primary") or {}
+        if primary.get("entropy_margin") is not None:
+            spec["entropy_margins"] = {m: per_model(primary["entropy_margin"], m) for m in models}
+        if sequential(cfg, xp_id) is not None:
+            spec["designs"] = {m: design_settings(cfg, xp_id, m) for m in models}
+        out[xp_id] = spec
+    return out
+
+
+def sequential_pairs(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every sequential primary on every model that runs both of its entries: {"experiment", "model", "treatment",
+    "control", "blocks"} (`look_blocks`)."""
+    out = []
+    for xp_id, xp in cfg["experiments"].items():
+        if sequential(cfg, xp_id) is None:
+            continue
+        treatment, control = xp["primary"]["compare"]
+        for model in xp["models"]:
+            if model in cell_models(cfg, xp, treatment) and model in cell_models(cfg, xp, control):
+                out.append({"experiment": xp_id, "model": model, "treatment": treatment, "control": control,
+                            "blocks": look_blocks(cfg, xp_id, model)})  # fmt: skip
+    return out
+
+
+def sequential_slots(cfg: Mapping[str, Any]) -> set[str]:
+    """The slots whose seeds a sequential primary schedules look by look (its pair's), not all at once."""
+    out = set()
+    for xp_id, xp in cfg["experiments"].items():
+        if sequential(cfg, xp_id) is not None:
+            out |= {slot_id(xp_id, e) for e in xp["primary"]["compare"] if e not in (xp.get("reuse") or ())}
+    return out
 
 
 def eval_seed_groups(cfg: Mapping[str, Any], experiment: str) -> list[dict[str, Any]]:
     """The evaluation rules of an experiment, one per distinct seed list (`slot_seeds`) among the slots it scores
     (its own base slot and the entries it trains; not those it reuses from main): {"primary": bool (the rule's name
     takes `eval_rule_name`'s ``_primary`` suffix: its seeds are not the experiment's own, i.e. the primary pair's
-    ``primary.seeds``), "seeds": [int] (the seeds each job of the rule scores, the rule's outputs), "slots": [str]
-    (the slot ids the rule's ``entry`` wildcard matches)}; the group with the experiment's own seeds first. Empty
-    when the experiment scores nothing of its own (every entry reused)."""
+    ``primary.seeds``), "look": the look whose seeds it scores (a sequential primary's pair: one rule per look's
+    block of seeds) or None, "seeds": [int] (the seeds each job of the rule scores, the rule's outputs), "slots":
+    [str] (the slot ids the rule's ``entry`` wildcard matches)}; the group with the experiment's own seeds first.
+    Empty when the experiment scores nothing of its own (every entry reused)."""
     own = [int(s) for s in cfg["experiments"][experiment]["seeds"]]
+    stepwise = sequential_slots(cfg)
     groups: dict[tuple[int, ...], list[str]] = {}
     for slot, where in slots(cfg, base=True).items():
         if where["experiment"] == experiment:
             groups.setdefault(tuple(slot_seeds(cfg, experiment, where["entry"])), []).append(slot)
-    out = [{"primary": list(seeds) != own, "seeds": list(seeds), "slots": ids} for seeds, ids in groups.items()]
-    return sorted(out, key=lambda g: g["primary"])
+    out = []
+    for seeds, ids in groups.items():
+        if any(i in stepwise for i in ids):
+            out += [{"primary": True, "look": j, "seeds": block, "slots": ids}
+                    for j, block in enumerate(look_blocks(cfg, experiment), 1)]  # fmt: skip
+        else:
+            out.append({"primary": list(seeds) != own, "look": None, "seeds": list(seeds), "slots": ids})
+    return sorted(out, key=lambda g: (g["primary"], g["look"] or 0))
 
 
 def expected_jobs(cfg: Mapping[str, Any]) -> dict[str, int]:
     """How many jobs of each rule a fresh run of this config schedules (the tests compare with ``snakemake -n``)."""
     data, models = by_id(cfg["data"]), by_id(cfg["models"])
-    n_runs = len(runs(cfg, builtin=True))  # external entries are trained by their own rules
+    # external entries are trained by their own rules; a sequential primary's pair first trains its first look's seeds
+    n_runs = len(runs(cfg, builtin=True, first_look=True))
     jobs: dict[str, int] = {}
     jobs["data_tiny_math"] = sum(1 for d in used_data(cfg) if data[d]["source"] == "tiny-math")
     jobs["data_real"] = sum(1 for d in used_data(cfg) if data[d]["source"] == "real")
-    folders = base_models(cfg)
+    folders = base_models(cfg, first_look=True)
     jobs["model_tiny"] = sum(1 for f in folders if models[f.split("/")[2]]["source"] == "tiny")
     jobs["model_hub"] = sum(1 for f in folders if models[f.split("/")[2]]["source"] == "hub")
     jobs["model_pypi"] = sum(1 for f in folders if models[f.split("/")[2]]["source"] == "pypi")
@@ -318,11 +461,15 @@ def expected_jobs(cfg: Mapping[str, Any]) -> dict[str, int]:
     scored = eval_groups(cfg)
     for xp_id in cfg["experiments"]:
         for group in eval_seed_groups(cfg, xp_id):  # one rule per seed list: the primary pair's own seeds apart
+            if (group["look"] or 1) > 1:
+                continue  # the later looks' seeds: scheduled only when a look does not decide
             n_groups = sum(1 for _m, slot in scored if slot in group["slots"])
             if cfg["eval"]["group_seeds"]:
-                jobs[eval_rule_name("eval_group", xp_id, group["primary"])] = n_groups
+                jobs[eval_rule_name("eval_group", xp_id, group["primary"], group["look"])] = n_groups
             else:
-                jobs[eval_rule_name("eval_run", xp_id, group["primary"])] = n_groups * len(group["seeds"])
+                n = n_groups * len(group["seeds"])
+                jobs[eval_rule_name("eval_run", xp_id, group["primary"], group["look"])] = n
+    jobs["look"] = len(sequential_pairs(cfg))  # each sequential primary's first look
     jobs["select"] = sum(1 for xp in cfg["experiments"].values() if xp.get("select"))
     jobs["atlas"] = 1 if atlas_spec(cfg) is not None else 0
     jobs["report"] = 1

@@ -41,6 +41,7 @@ from bandpo.plan.sweep import (
     THREADED_RULES,
     by_id,
     cell_models,
+    design_settings,
     eval_rule_name,
     eval_seed_groups,
     job_resources,
@@ -48,6 +49,7 @@ from bandpo.plan.sweep import (
     method_module_specs,
     model_data,
     reused_entries,
+    sequential_pairs,
 )
 from bandpo.train.settings import RUN_FIELDS, TrainConfig
 from bandpo.verl.spec import RUN_FIELDS as VERL_RUN_FIELDS
@@ -281,9 +283,9 @@ def _registry_fingerprint(cfg: Mapping[str, Any], root: str | os.PathLike) -> st
 
 
 def check_registries(cfg: Mapping[str, Any], root: str | os.PathLike = ".") -> None:
-    """Model sizes and method entries against the bandpo registries. The method registry imports torch (a few
-    seconds), so it is imported here, when a config is checked that was not checked unchanged before
-    (`validate_config`'s cache), and not by every Snakemake start."""
+    """Model sizes, method entries and sequential designs against the bandpo registries. The method registry imports
+    torch and the design's boundaries scipy (seconds), so they are imported here, when a config is checked that was
+    not checked unchanged before (`validate_config`'s cache), and not by every Snakemake start."""
 
     for i, m in enumerate(cfg["models"]):
         if m["source"] == "tiny" and m["size"] not in SIZES:
@@ -318,14 +320,26 @@ def check_registries(cfg: Mapping[str, Any], root: str | os.PathLike = ".") -> N
         except (ImportError, ValueError) as e:
             fail(["method_modules", i], str(e))
 
+    # each sequential primary's design: its last look's boundaries meet within n_max at the planning SD
+    from bandpo.verdict.design import SequentialDesign  # imports scipy: see the docstring
+
+    for pair in sequential_pairs(cfg):
+        try:
+            SequentialDesign(**design_settings(cfg, pair["experiment"], pair["model"]))
+        except ValueError as e:
+            fail(["experiments", pair["experiment"], "primary", "sequential"], f"on {pair['model']}: {e}")
+
     for i, entry in enumerate(cfg["methods"]):
         if entry.get("external"):
             continue  # trained by its own rule: the method is a label, not a registry name
         label = _entry_label(cfg, "methods", i)
         try:
-            methods.get_method(entry["method"])
+            requires = methods.get_method(entry["method"]).config_cls.requires
         except ValueError as e:
             fail(["methods", i, "method"], str(e), label)
+        if requires and cfg["trainer"] == "verl":
+            fail(["methods", i, "method"], f"{entry['method']} requires the token input(s) {list(requires)}, which "
+                 "verl's policy loss does not receive: train it with trainer: local", label)  # fmt: skip
         try:
             methods.make_config(entry["method"], entry["params"])
         except (ValueError, TypeError) as e:
@@ -456,12 +470,33 @@ def _check_primary(xp: Mapping[str, Any], where: list[Any]) -> None:
             own = "the top-level seeds" if where[-1] == MAIN else "the experiment's seeds"
             fail(where + ["primary", "seeds"], f"{primary['seeds']} must contain {own} {xp['seeds']} (missing "
                  f"{missing}): the primary pair runs more seeds than the other entries, never others")  # fmt: skip
-    margin = primary.get("margin")
-    if isinstance(margin, Mapping):
-        for model in margin:
-            if model not in xp["models"]:
-                fail(where + ["primary", "margin", model], f"model {model!r} is not among the experiment's models "
-                     f"{xp['models']}")  # fmt: skip
+    for key in ("margin",):
+        if isinstance(primary.get(key), Mapping):
+            _check_models_named(primary[key], xp, where + ["primary", key])
+    design = primary.get("sequential")
+    if design is not None:
+        at = where + ["primary", "sequential"]
+        if primary.get("exploratory"):
+            fail(at, "an exploratory primary gives no verdict: no sequential design beside primary.exploratory")
+        if not primary.get("compare") or "margin" not in primary:
+            fail(at, "a sequential design decides primary.compare against primary.margin: set both")
+        for key in ("n_max", "planning_sd", "alpha", "beta"):
+            if isinstance(design[key], Mapping):
+                _check_models_named(design[key], xp, at + [key])
+                missing = [m for m in xp["models"] if m not in design[key]]
+                if missing:
+                    fail(at + [key], f"no value for model(s) {missing}")
+        seeds = primary.get("seeds") or xp["seeds"]
+        n_max = design["n_max"] if isinstance(design["n_max"], Mapping) else {m: design["n_max"] for m in xp["models"]}
+        if any(n % design["k"] for n in n_max.values()) or len(seeds) != max(n_max.values()):
+            fail(at + ["n_max"], f"{design['n_max']} must be multiples of k = {design['k']}, the largest the number "
+                 f"of the pair's seeds (primary.seeds, in look order: {len(seeds)} given)")  # fmt: skip
+
+
+def _check_models_named(mapping: Mapping[str, Any], xp: Mapping[str, Any], where: list[Any]) -> None:
+    for model in mapping:
+        if model not in xp["models"]:
+            fail(where + [model], f"model {model!r} is not among the experiment's models {xp['models']}")
 
 
 def _check_eval_rule_names(cfg: Mapping[str, Any]) -> None:
@@ -471,7 +506,7 @@ def _check_eval_rule_names(cfg: Mapping[str, Any]) -> None:
     seen: dict[str, str] = {}
     for xp_id in cfg["experiments"]:
         for group in eval_seed_groups(cfg, xp_id):
-            name = eval_rule_name("eval_group", xp_id, group["primary"])
+            name = eval_rule_name("eval_group", xp_id, group["primary"], group["look"])
             if seen.get(name, xp_id) != xp_id:
                 fail(["experiments", xp_id], f"its evaluation rule would be named {name!r}, the name of a rule of "
                      f"experiment {seen[name]!r}: rename the experiment")  # fmt: skip

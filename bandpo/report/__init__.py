@@ -16,7 +16,7 @@ registry and no torch. Modules:
     axis       the page's sections of each design axis
     atlas      the equivalence atlas's section
     smoke      the real-LM smoke section of the published page
-    docs       the generated blocks of README.md and docs/*.md (``python -m bandpo.report docs``)
+    docs       the generated blocks of README.md, docs/*.md and results/README.md (``python -m bandpo.report docs``)
     publish    `publish` and `provenance`: a profile's report copied to the top-level results/
     compare    a rerun against the published run (``compare``, ``compare --exact``), a profile beside another
     cli        ``python -m bandpo.report build|publish|compare|beside|smoke|docs``
@@ -51,8 +51,9 @@ Outputs of `build_report` (``--out``, default: the results folder itself; every 
     figures/probe_clipfrac_buckets.png  experiment probe: clip fraction by old-probability bucket
     figures/{name}.csv             the data each figure plotted (an experiment's figures are placeholders, left off
                                    the page, when it has no runs)
-    primary.csv            each experiment's primary comparison (paired treatment - control, 95% paired t
-                           interval, verdict; the bootstrap rule beside it)
+    primary.csv            each experiment's primary comparison and its entropy secondaries (paired treatment -
+                           control with its 95% paired t interval: the estimate; the verdict rule's verdict, how it
+                           was reached: a sequential design's look, a single look, Holm, exploratory; stability)
     axis.csv, axis_runs.csv   the design axes' rules, and per run of an axis cell (with the config's axes)
 
 With ``atlas.csv`` in the results folder (the equivalence atlas, rule ``atlas``: `bandpo.train.atlas`) the Markdown

@@ -5,6 +5,7 @@ and the two pages (``python -m bandpo.report build``)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -84,8 +85,9 @@ def build_report(
 ) -> dict[str, Path]:
     """Load everything under ``results_dir`` (= ``results/{profile}``), compute the statistics, write the tables
     and figures into ``out_dir`` (default: ``results_dir``). ``bounds`` is the bounds table of the bound figure
-    (default ``results_dir/bounds.csv``; without it the figure is a placeholder). ``experiments``: the config's
-    experiments ({id: {description, primary}}) whose notes and primary comparisons (primary.csv) the page shows;
+    (default ``results_dir/bounds.csv``; without it the figure is a placeholder). ``experiments``: the run plan's
+    experiments (`bandpo.plan.sweep.report_experiments`: {id: {description, primary, margins, ...}}, the margins as
+    fractions of the score) whose notes and comparisons with the control (primary.csv, the families) the page shows;
     the sections themselves come from the files (`bandpo.analysis.experiments`); an experiment's ``reuse`` entries
     are main's runs, copied into it (`bandpo.analysis.axis.with_reuse`). ``axes``: the config's design axes, whose
     rules are written to axis.csv (per run: axis_runs.csv). ``page_figures``: the folder whose PNGs the HTML page
@@ -155,13 +157,13 @@ def make_board(
                                            confidence, seed)  # fmt: skip
     subsets = scores[["task", "subset"]].drop_duplicates() if {"task", "subset"} <= set(scores) else None
     task_subsets = {} if subsets is None else dict(zip(subsets["task"], subsets["subset"].fillna(""), strict=True))
-    table, family = family_verdicts(table, specs, task_subsets, axes)
     if table.empty:
         raise ValueError(
             f"nothing to report under {results_dir}: no runs/*/*/seed*/metrics.jsonl and no "
             "eval/*/*/seed*/*.json evaluation summaries"
         )
-    primary = primary_tables(scores, per_run, specs, n_resamples, confidence, seed)
+    primary = check_looks(results_dir, primary_tables(scores, per_run, specs, n_resamples, confidence, seed))
+    table, primary, family = family_verdicts(table, specs, task_subsets, primary)
     ran = {a: v for a, v in axes.items() if any(c in specs for c in v["cells"])}
     outcomes = run_outcomes(inputs.metrics, scores, ran, specs)
     axis_table = axis_results(outcomes, ran)
@@ -196,12 +198,35 @@ def primary_tables(
     seed: int,
 ) -> pd.DataFrame:
     """primary.csv: each experiment's primary comparison of scores, then the entropy rules (an experiment's final
-    entropy against step 1, and entries' entropy against the control's)."""
-    primary = primary_results(scores, specs, n_resamples, confidence, seed)
+    entropy against step 1, and entries' entropy against the control's, the secondaries whose Holm verdicts
+    `family_verdicts` adds)."""
+    primary = primary_results(scores, specs, seed)
     for extra in (entropy_shift_results(per_run, specs, n_resamples, confidence, seed),
-                  entropy_pair_results(per_run, specs, confidence)):  # fmt: skip
+                  entropy_pair_results(per_run, specs, confidence, seed)):  # fmt: skip
         if not extra.empty:
             primary = pd.concat([primary, extra], ignore_index=True) if not primary.empty else extra
+    return primary
+
+
+def check_looks(results_dir: Path, primary: pd.DataFrame) -> pd.DataFrame:
+    """Each sequential primary's verdict against the last look the DAG wrote for it
+    (``results_dir/looks/{experiment}/{model}/look{j}.json``, `bandpo.decide.looks`), when there is one: `decide`
+    on the same pairs stops at the same look, so the two agree; where they do not (pairs scored after the look, a
+    look file of another design), the row's ``note`` says so. Rows without a look file are left as they are."""
+    if primary.empty:
+        return primary
+    primary = primary.copy()
+    for i, r in primary[primary["rule"] == "sequential"].iterrows():
+        folder = results_dir / "looks" / str(r["experiment"]) / str(r["model"])
+        files = sorted(folder.glob("look*.json"), key=lambda p: int(p.stem.removeprefix("look") or 0))
+        if not files:
+            continue
+        last = json.loads(files[-1].read_text(encoding="utf-8"))
+        if (last.get("verdict"), last.get("n")) != (r["verdict"], r["n"]):
+            note = (f"the DAG's {files[-1].name} says {last.get('verdict')!r} at n = {last.get('n')}; recomputed "
+                    f"from the scores: {r['verdict']!r} at n = {r['n']}")  # fmt: skip
+            before = r["note"] if isinstance(r["note"], str) else ""
+            primary.loc[i, "note"] = "; ".join(x for x in (before, note) if x)
     return primary
 
 

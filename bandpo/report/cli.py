@@ -49,7 +49,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--bounds", default=None, help="bounds table of the bound figure (default: RESULTS/bounds.csv)")
     b.add_argument("--no-embed-figures", action="store_true", help="do not embed the PNGs in the HTML page")
     b.add_argument("--experiments-json", default=None,
-                   help="the config's experiments as JSON: notes and primary.csv")  # fmt: skip
+                   help="the run plan's experiments as JSON (bandpo.plan.sweep.report_experiments: margins in "
+                        "fractions): notes, primary.csv and the verdicts")  # fmt: skip
     b.add_argument("--axes-json", default=None, help="the config's design axes as JSON: axis.csv")
     b.add_argument("--base-per-seed", choices=["true", "false"], default=None,
                    help="the config's base_per_seed (the page's sentence on base models)")  # fmt: skip
@@ -77,7 +78,7 @@ def parser() -> argparse.ArgumentParser:
     k.add_argument("--results", default=None, help="the smoke profile's report folder: its provenance.json goes there")
     k.add_argument("--config-json", default=None, help="the resolved run config (JSON) to record in provenance.json")
     k.add_argument("--models", nargs="*", default=[], help="base model folders whose source and checksums it records")
-    d = sub.add_parser("docs", help="rewrite the generated blocks of README.md and docs/*.md from results/")
+    d = sub.add_parser("docs", help="rewrite the generated blocks of README.md, docs/*.md, results/README.md")
     d.add_argument("--root", default=".", help="the repository root (default: here)")
     d.add_argument("--results", default=None, help="the published tables (default: ROOT/results)")
     d.add_argument("--check", action="store_true", help="change nothing; exit 1 if a doc is stale")

@@ -118,11 +118,14 @@ def diff_text(r: Mapping[str, Any], label: str) -> str:
 
 
 def verdict_text(r: Mapping[str, Any], label: str) -> str:
-    """The verdict cell: the Holm-adjusted verdict of a secondary, the primary's own (marked) on its row."""
-    verdict = r.get(f"{label}_verdict_holm")
-    if not isinstance(verdict, str) or not verdict:
+    """The verdict cell: the words of a secondary's Holm-adjusted verdict ("better", "not better by 2 points",
+    "undecided"), the primary's own (marked) on its row; the word itself where a table has no words column."""
+    words = r.get(f"{label}_label")
+    if not isinstance(words, str) or not words:
+        words = r.get(f"{label}_verdict_holm")
+    if not isinstance(words, str) or not words:
         return ""
-    return f"{verdict} (primary)" if r.get(f"{label}_role") == "primary" else verdict
+    return f"{words} (primary)" if r.get(f"{label}_role") == "primary" else words
 
 
 def max_seeds(table: pd.DataFrame) -> int:

@@ -26,10 +26,15 @@ STATS_NOTE = (
     "Comparisons with {baseline} are paired: Δ is the mean over seeds of this entry's score minus {baseline}'s "
     "trained from the same base model with the same seed, with the 95% paired t interval of those differences (the "
     "bootstrap one is in the csv); P(>{baseline}) is the probability of improvement on them: the share of seeds "
-    "whose difference is positive, ties counting one half; 0.5 means no difference. The verdict column is the "
-    "Holm-adjusted verdict of mean@k within the experiment's family of secondaries (the primary's own, tested alone "
-    "at 5%, on its row): better or worse (the 95% interval excludes 0), equivalent (the 90% interval lies inside "
-    "the experiment's margin, fixed before the runs), else unresolved. pass@k is the unbiased estimator "
+    "whose difference is positive, ties counting one half; 0.5 means no difference. The verdict column answers the "
+    "one question of every comparison with {baseline}: is this entry better than {baseline} by at least the "
+    "experiment's margin (fixed before the runs)? better (the one-sided paired t test of no gain rejects at 5%), "
+    "not better by the margin (the one-sided test of a gain of at least the margin rejects at 10%), else undecided "
+    "at these seeds; Δ and its interval are the estimate beside it (sign, size, equivalence), never a verdict. "
+    "Within each experiment the secondaries (every other entry, metric and model, and the entropy comparisons) are "
+    "one family, each of its two tests Holm-adjusted; the primary's own verdict (marked) comes from its design: a "
+    "group-sequential one stops at the first look that decides, an exploratory primary has none. pass@k is the "
+    "unbiased estimator "
     "1 - C(n-c, k)/C(n, k); best@k (bootstrap) is the paper's resampled variant, labelled as such. Entropy is the "
     "rollout policy's mean token entropy over the last 10% of training steps, with its t interval over seeds; "
     "time is per training run."
@@ -145,7 +150,9 @@ def unpaired_lines(table: pd.DataFrame) -> list[str]:
 
 
 def power_lines(power: pd.DataFrame) -> list[str]:
-    """One sentence per (model, metric) of `bandpo.analysis.stats.power_table`, in points."""
+    """One sentence per (model, metric) of `bandpo.analysis.stats.power_table`, in points; where the comparisons
+    have different seed counts (the primary pair's ``primary.seeds``), each count with its comparisons, and the
+    pooled MDE named as that of the fewest."""
     out = []
     for r in power.itertuples():
         need = r.seeds_for_target
@@ -158,11 +165,17 @@ def power_lines(power: pd.DataFrame) -> list[str]:
         verdict = "resolved" if r.mde <= r.target else "not resolved"
         section = [str(x) for x in (getattr(r, "experiment", ""), getattr(r, "subset", "")) if x and x == x]
         where = f"{' / '.join(section)}: " if section and section != ["main"] else ""
+        counts = getattr(r, "seed_counts", None) or ((r.n_seeds, r.n_comparisons),)
+        if len(counts) == 1:  # every comparison has the same seeds
+            over = f"{r.n_comparisons} comparison(s) with {r.n_seeds} seeds; MDE {fmt(r.mde, 100.0)} points"
+        else:  # the primary pair has more seeds than the other entries: the pooled MDE is at the fewest
+            over = (f"{r.n_comparisons} comparisons, " + ", ".join(f"{c} with {n} seeds" for n, c in counts)
+                    + f"; MDE {fmt(r.mde, 100.0)} points at {r.n_seeds} seeds")  # fmt: skip
         out.append(
-            f"{where}{r.model}, {r.label}: SD of the paired differences {fmt(r.sd, 100.0, 2)} points over "
-            f"{r.n_comparisons} comparison(s) with {r.n_seeds} seeds; MDE {fmt(r.mde, 100.0)} points (entries "
-            f"{fmt(r.mde_min, 100.0)} to {fmt(r.mde_max, 100.0)}); a {fmt(r.target, 100.0, 0)}-point difference is "
-            f"{verdict} with {r.n_seeds} seeds; seeds for {fmt(r.target, 100.0, 0)} points: {need_text}."
+            f"{where}{r.model}, {r.label}: SD of the paired differences {fmt(r.sd, 100.0, 2)} points over {over} "
+            f"(entries {fmt(r.mde_min, 100.0)} to {fmt(r.mde_max, 100.0)}); a {fmt(r.target, 100.0, 0)}-point "
+            f"difference is {verdict} with {r.n_seeds} seeds; seeds for {fmt(r.target, 100.0, 0)} points: "
+            f"{need_text}."
         )
     return out
 
@@ -173,47 +186,69 @@ def _points(v: Any, sign: bool = True) -> str:
     return text if not sign or text.startswith("-") or text == "—" else "+" + text
 
 
+def _how(r: Any) -> str:
+    """How a primary.csv row was decided, in words without parentheses (they sit inside the result's)."""
+    if r.rule == "sequential":
+        return f"primary, group-sequential design: {r.label}".replace("(", "").replace(")", "")
+    if r.rule == "exploratory":
+        return "primary, exploratory: no verdict"
+    if r.role == "demoted":
+        return "demoted to a secondary, Holm-adjusted in the experiment's family"
+    if r.role == "secondary":
+        return "secondary, Holm-adjusted in the experiment's family"
+    return "primary, a single look at its pairs, tested alone"
+
+
+def _stability(r: Any) -> str:
+    if r.stability != r.stability:
+        return ""
+    return (f"; stability {fmt(r.stability, 1, 2)} (the probability that an independent rerun gives the same "
+            "verdict)")  # fmt: skip
+
+
 def _score_result(r: Any) -> str:
     """The sentence of a score comparison of primary.csv (`bandpo.analysis.experiments.primary_results`): every
     number named by what it is, from this row."""
-    margin = (f"against the equivalence margin ±{fmt(r.margin, 100.0, 1)} points" if r.margin == r.margin
-              else "no equivalence margin declared")  # fmt: skip
-    role = "demoted to a secondary" if r.role == "demoted" else "primary, tested alone at 5%"
+    margin = f"margin {fmt(r.margin, 100.0, 1)} points" if r.margin == r.margin else "no margin declared"
+    verdict = r.label
+    if r.rule == "exploratory":
+        verdict += f", {str(r.note).rstrip('.')}" if isinstance(r.note, str) and r.note else ""
     return (
-        f"Result on {r.model} ({role}): {r.treatment} − {r.control} = {_points(r.difference)} "
-        f"[{_points(r.ci_low)}, {_points(r.ci_high)}] points of {r.metric} (mean of {r.n_pairs} paired seed "
-        f"differences, 95% paired t interval; 90% interval [{_points(r.ci90_low)}, {_points(r.ci90_high)}] "
-        f"{margin}; MDE {fmt(r.mde, 100.0, 1)} points at 80% power): {r.verdict}"
+        f"Result on {r.model} ({_how(r)}): {r.treatment} − {r.control} = {_points(r.difference)} "
+        f"[{_points(r.ci_low)}, {_points(r.ci_high)}] points of {r.metric} (mean of {int(r.n)} paired seed "
+        f"differences, 95% paired t interval; {margin}): {verdict}{_stability(r)}"
     )
 
 
 def _entropy_result(r: Any) -> str:
     """The sentence of an entropy row of primary.csv: a run's final entropy against its own step-1 entropy
-    (control ``step 1``, `entropy_shift_results`) or an entry's entropy against the control's, paired by seed
-    (`entropy_pair_results`)."""
-    margin = f"margin ±{fmt(r.margin, 1, 3)} nats" if r.margin == r.margin else "no equivalence margin declared"
+    (control ``step 1``, `entropy_shift_results`, descriptive) or an entry's entropy against the control's, paired
+    by seed (`entropy_pair_results`, a secondary of the family)."""
     what = "final entropy" if r.metric == "entropy_final" else "entropy area under the curve per step"
     if r.control == "step 1":
+        margin = f"margin ±{fmt(r.margin, 1, 3)} nats" if r.margin == r.margin else "no equivalence margin declared"
         return (
             f"Result on {r.model}, {r.treatment}: {what} {fmt(r.treatment_mean, 1, 3)} (mean of its {r.n_pairs} "
             f"runs) against {fmt(r.control_mean, 1, 3)} at step 1 (the same runs' step-1 entropy), paired "
-            f"difference {fmt_ci(r.difference, r.ci_low, r.ci_high, 1, 3)} nats (95% paired t; {margin}): "
-            f"{r.verdict}"
+            f"difference {fmt_ci(r.difference, r.ci_low, r.ci_high, 1, 3)} nats (95% paired t; {margin}; "
+            f"descriptive): {r.verdict}"
         )
+    margin = f"margin {fmt(r.margin, 1, 3)} nats" if r.margin == r.margin else "no margin declared"
     return (
         f"Result on {r.model}, {what}: {r.treatment} {fmt(r.treatment_mean, 1, 3)} against {r.control} "
         f"{fmt(r.control_mean, 1, 3)} (means over {r.n_pairs} seed pairs), paired difference "
-        f"{fmt_ci(r.difference, r.ci_low, r.ci_high, 1, 3)} nats (95% paired t; {margin}): {r.verdict}"
+        f"{fmt_ci(r.difference, r.ci_low, r.ci_high, 1, 3)} nats (95% paired t; {margin}; {_how(r)}): {r.label}"
     )
 
 
 def family_sentence(f: Any) -> str:
     """One experiment's family of secondaries (`bandpo.analysis.experiments.family_verdicts`), in words."""
     return (
-        f"Secondaries: {int(f.n_tests)} paired tests against the baseline (every other trained entry and metric of "
-        f"the experiment, Holm-adjusted at 5%): {int(f.better)} better, {int(f.worse)} worse, {int(f.equivalent)} "
-        f"equivalent, {int(f.unresolved)} unresolved; unadjusted, {int(f.n_excluding_0)} of their 95% intervals "
-        f"exclude 0, where about {fmt(f.expected_by_chance, 1, 1)} would by chance were no entry different"
+        f"Secondaries: {int(f.n_tests)} paired tests against the baseline (every other trained entry, metric and "
+        f"model of the experiment, and its entropy comparisons; Holm-adjusted, the test of no gain at 5% and of a "
+        f"gain of the margin at 10%): {int(f.better)} better, {int(f.not_better)} not better by the margin, "
+        f"{int(f.undecided)} undecided; unadjusted, {int(f.n_excluding_0)} of their 95% intervals exclude 0, where "
+        f"about {fmt(f.expected_by_chance, 1, 1)} would by chance were no entry different"
     )
 
 

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 
 from bandpo.core.files import atomic_write_bytes, atomic_write_text
@@ -116,7 +117,10 @@ def provenance(
     ``code_changes``; the DAG's outputs under results/, resources/, logs/ and .snakemake/ do not count), Python and
     package versions, the machine (`bandpo.core.provenance.machine`), the resolved run config when given, each base
     model's weights checksum and build machine (`base_models`), and the numerics of the jobs behind
-    ``results_dir`` (`numerics`) and the digest of each of its runs (`run_digests`)."""
+    ``results_dir`` (`numerics`) and the digest of each of its runs (`run_digests`). ``published_on``: the UTC date
+    it was written (the docs name the publication by it, `bandpo.report.docs.publication`); the commit that adds the
+    published folder to the repository cannot be recorded in it (it holds the file): ``git log -1 --
+    results/provenance.json`` names it."""
     repo = Path(repo) if repo is not None else Path(__file__).resolve().parent  # the suite's checkout
     try:
         proc = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -129,6 +133,7 @@ def provenance(
     host = machine()
     return {
         "git_commit": commit,
+        "published_on": datetime.now(timezone.utc).date().isoformat(),
         **code_changes(repo),
         "python": python,
         "platform": host["platform"],

@@ -31,11 +31,14 @@ Update:
    prompt groups, as verl counts mini-batches in prompts, or random sequences, partitioned afresh each pass; the
    first update is on-policy, all later ones off-policy, which is what makes clipping act), each prompt of a
    mini-batch run once with its KV cache shared by its completions and the mini-batch's all-padding columns
-   trimmed: loss = the method's loss (+ optional k3 KL to the reference), AdamW (`bandpo.runtime.optim`: torch's, bit
+   trimmed: loss = the method's loss (given the loss call's token inputs: the rollout log-probs, and the update
+   pass's token entropy for a method that requires it; `bandpo.methods.surrogate.TOKEN_INPUTS`) (+ optional k3 KL
+   to the reference), AdamW (`bandpo.runtime.optim`: torch's, bit
    for bit, without importing torch._dynamo), gradient clipping;
    ``stopped_frac*``: tokens whose policy-loss gradient is 0 with A != 0, the same measure for every method
    (`bandpo.methods.stopped_diagnostics`);
-8. one line of metrics.jsonl; a checkpoint every ``checkpoint_every`` steps. On a probe data set (rows with
+8. one line of metrics.jsonl (and a step of each experiment tracker of ``trackers``: TensorBoard, MLflow,
+   `bandpo.train.trackers`); a checkpoint every ``checkpoint_every`` steps. On a probe data set (rows with
    ``subset``, bandpo.train.probe) the line also holds the rollouts' accuracy per subset, and with ``probe_every`` the
    probe's measurement after the step's updates (``probe/p_correct``, ``probe/accuracy``: `probe_metrics`; its
    time and grades are not part of the step's ``step_seconds`` and ``grader_*``).
@@ -207,7 +210,7 @@ def train(cfg: TrainConfig) -> dict:
         reference.requires_grad_(False)
     optimizer = AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     run = Run(cfg, method, model, reference, tokenizer, optimizer, rows, device, load_probe_rows(cfg))
-    checkpoint = Checkpoint(out, cfg.identity())
+    checkpoint = Checkpoint(out, cfg.identity(), cfg)
     start_step, history = checkpoint.resume(model, optimizer, device)
 
     bar = tqdm(range(start_step, cfg.steps), initial=start_step, total=cfg.steps, desc=f"{cfg.method} s{cfg.seed}",
@@ -338,14 +341,18 @@ def collect(run: Run, step: int, seed: int) -> tuple[Collected, Future, Future]:
     return Collected(batch, grades, picked, parts), view, first
 
 
-def minibatch_log_probs(run: Run, batch: Batch, idx: torch.Tensor) -> torch.Tensor:
+def minibatch_log_probs(run: Run, batch: Batch, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The policy's log-probs of the completion tokens of rows ``idx`` (len(idx), T), with the graph to its weights
-    (`completion_log_probs_shared`): the forward pass of one update."""
+    (`completion_log_probs_shared`): the forward pass of one update; and, for a method that requires it (the
+    ``entropy`` token input, e.g. ``top_entropy``), the token entropy of the same distribution (no graph), else
+    None."""
+    with_entropy = "entropy" in run.method.requires
     with torch.enable_grad():  # grad mode is per thread: set here, in the thread that runs this
-        log_prob, _ = completion_log_probs_shared(
-            run.model, batch, idx, run.cfg.samples_per_prompt, temperature=run.cfg.temperature
-        )
-    return log_prob
+        log_prob, entropy = completion_log_probs_shared(
+            run.model, batch, idx, run.cfg.samples_per_prompt, with_entropy=with_entropy,
+            temperature=run.cfg.temperature,
+        )  # fmt: skip
+    return log_prob, (entropy.detach() if entropy is not None else None)
 
 
 def policy_view(run: Run, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -402,19 +409,25 @@ def update(run: Run, collected: Collected, scored: Scored, first: Future) -> dic
     grades (`Grades.advantages`)."""
     cfg, model, batch = run.cfg, run.model, collected.batch
     mask, old_log_prob, bounds = batch.response_mask, scored.old_log_prob, scored.bounds
+    batch_info = loss_batch_info(cfg)
     diag: dict[str, list[float]] = defaultdict(list)
     for u, idx in enumerate(collected.parts):
         advantages = collected.grades.advantages(idx).to(run.device).unsqueeze(1).expand_as(mask[idx]).contiguous()
-        log_prob = first.result() if u == 0 else minibatch_log_probs(run, batch, idx)
+        log_prob, entropy = first.result() if u == 0 else minibatch_log_probs(run, batch, idx)
         part_bounds = (bounds[0][idx], bounds[1][idx]) if bounds is not None else None
-        loss, info = run.method.loss(old_log_prob[idx], log_prob, advantages, mask[idx],
-                                     bounds=part_bounds)  # fmt: skip
+        # the loss's token inputs (bandpo.methods.surrogate.TOKEN_INPUTS): the sampler is the rollout policy, so its
+        # log-probs are the old ones (the sampler's own, or a recompute equal to them up to float rounding)
+        inputs = {"rollout_log_prob": old_log_prob[idx]}
+        if entropy is not None:
+            inputs["entropy"] = entropy
+        loss, info = run.method.loss(old_log_prob[idx], log_prob, advantages, mask[idx], bounds=part_bounds,
+                                     global_batch_info=batch_info, token_inputs=inputs)  # fmt: skip
         grad = methods.loss_grad_wrt_log_prob(loss, log_prob)  # policy loss only; keeps the graph: update unchanged
         info = {**info, **methods.stopped_diagnostics(grad, advantages, old_log_prob[idx], mask[idx])}
         if scored.ref_log_prob is not None:
             # k3 estimator of KL(pi || pi_ref): exp(ref - logp) - (ref - logp) - 1, aggregated like the policy loss
             d = (scored.ref_log_prob[idx] - log_prob).clamp(-20, 20)
-            kl = methods.aggregate_loss(torch.exp(d) - d - 1, mask[idx].float(), cfg.loss_agg_mode)
+            kl = methods.aggregate_loss(torch.exp(d) - d - 1, mask[idx].float(), cfg.loss_agg_mode, **batch_info)
             loss = loss + cfg.kl_coef * kl
             diag["kl_ref"].append(float(kl.detach()))
         run.optimizer.zero_grad()
@@ -435,6 +448,14 @@ def update(run: Run, collected: Collected, scored: Scored, first: Future) -> dic
             if u > 0:
                 diag[f"offpolicy/{k}"].append(float(v))
     return diag
+
+
+def loss_batch_info(cfg: TrainConfig) -> dict[str, int]:
+    """The ``global_batch_info`` of every loss call: seq-mean-token-sum-norm divides by ``max_new_tokens`` (Dr.
+    GRPO's constant, TRL's max_completion_length; verl: ``actor.loss_scale_factor``), not by the width of the
+    mini-batch, which is its longest completion. The other modes read none of it (one micro-batch per update: the
+    batch's own token and sequence counts are the global ones)."""
+    return {"loss_scale_factor": cfg.max_new_tokens}
 
 
 def train_step(run: Run, step: int) -> dict:

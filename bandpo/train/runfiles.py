@@ -1,7 +1,8 @@
 """What a local training run reads and writes, apart from the algorithm (`bandpo.train.loop`): its training and probe
 rows, its policy, its crash-safety checkpoint and its published outputs.
 
-Crash safety: metrics go to ``metrics.jsonl.partial`` and are renamed at the end; checkpoints (model, optimizer,
+Crash safety: metrics go to ``metrics.jsonl.partial`` (and to the run's experiment trackers, if any:
+`bandpo.train.trackers`) and are renamed at the end; checkpoints (model, optimizer,
 RNG states, step, the metrics so far) are written through `bandpo.core.files.atomic_write_bytes` (a temporary file,
 then a rename), and a run started again with the same settings resumes from the last one (`Checkpoint.resume`; a
 checkpoint of other settings is refused). Outputs, in order (`publish`): ``model/`` (save_pretrained, renamed into
@@ -26,6 +27,7 @@ from bandpo.core.provenance import machine, versions
 from bandpo.grader import grader_info
 from bandpo.runtime.fastlm import light_loadable, load_light
 from bandpo.train.settings import TrainConfig
+from bandpo.train.trackers import Trackers
 
 PROBE_SPLIT = "validation.jsonl"  # where probe_every measures: never the test split lm-eval scores
 
@@ -101,18 +103,22 @@ def set_rng_state(state: dict) -> None:
 
 class Checkpoint:
     """The crash-safety state of a run in ``out``: ``checkpoint/ckpt.pt`` (model, optimizer, RNG states, step, the
-    metrics so far, and the settings' `TrainConfig.identity`) and ``metrics.jsonl.partial`` (one line per step)."""
+    metrics so far, and the settings' `TrainConfig.identity`) and ``metrics.jsonl.partial`` (one line per step),
+    each line also written to the run's experiment trackers (``cfg.trackers``, `bandpo.train.trackers`)."""
 
-    def __init__(self, out: Path, identity: str) -> None:
+    def __init__(self, out: Path, identity: str, cfg: TrainConfig | None = None) -> None:
         self.out, self.identity = out, identity
         self.path = out / "checkpoint" / "ckpt.pt"
         self.partial_metrics = out / "metrics.jsonl.partial"
         self._metrics_file = None
+        self._cfg = cfg
+        self.trackers: Trackers | None = None
 
     def resume(self, model, optimizer, device: torch.device) -> tuple[int, list[dict]]:
         """(the step to start at, the metrics of the steps before it): from the checkpoint, if there is one (model,
         optimizer and RNG states restored), else (0, []); the partial metrics file rewritten to match, then opened
-        for the steps to come."""
+        for the steps to come, and the trackers rebuilt from the same metrics (`bandpo.train.trackers`: a resumed
+        run's trackers hold each step once)."""
         start_step, history = 0, []
         if self.path.is_file():
             ckpt = torch.load(self.path, map_location=device, weights_only=False)
@@ -126,12 +132,18 @@ class Checkpoint:
             start_step, history = ckpt["step"], ckpt["metrics"]
         atomic_write_text(self.partial_metrics, "".join(json.dumps(m) + "\n" for m in history))
         self._metrics_file = open(self.partial_metrics, "a", encoding="utf-8")
+        cfg = self._cfg
+        if cfg is not None and cfg.trackers:
+            run_name = f"{Path(cfg.model.rstrip('/')).name}-{cfg.method}-seed{cfg.seed}"  # verl's experiment_name
+            self.trackers = Trackers(self.out, cfg.trackers, run_name, dataclasses.asdict(cfg), history)
         return start_step, history
 
     def log(self, metrics: dict) -> None:
-        """One step's metrics line, flushed."""
+        """One step's metrics line, flushed; and to the trackers."""
         self._metrics_file.write(json.dumps(metrics) + "\n")
         self._metrics_file.flush()
+        if self.trackers is not None:
+            self.trackers.log(metrics)
 
     def save(self, step: int, model, optimizer, history: list[dict]) -> None:
         """The state after ``step`` steps: ``torch.save`` into memory, then one atomic write (a crash leaves the old
@@ -145,6 +157,8 @@ class Checkpoint:
     def close(self) -> None:
         if self._metrics_file is not None:
             self._metrics_file.close()
+        if self.trackers is not None:
+            self.trackers.close()
 
 
 # ----------------------------------------------------------------------------------------------------------------

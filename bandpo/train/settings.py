@@ -147,11 +147,11 @@ class TrainConfig(Protocol):
         return {"loss_agg_mode": self.loss_agg_mode, "dual_clip_c": self.dual_clip_c}
 
     def identity(self) -> str:
-        """Hash of the fields that can change the result: every field but out, progress, keep_checkpoint and
-        checkpoint_every (threads and device are hashed: they change float rounding). A checkpoint of another
-        identity is not resumed."""
+        """Hash of the fields that can change the result: every field but out, progress, keep_checkpoint,
+        checkpoint_every and trackers (threads and device are hashed: they change float rounding). A checkpoint of
+        another identity is not resumed."""
         d = dataclasses.asdict(self)
-        for k in ("out", "progress", "keep_checkpoint", "checkpoint_every"):
+        for k in ("out", "progress", "keep_checkpoint", "checkpoint_every", "trackers"):
             d.pop(k)
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

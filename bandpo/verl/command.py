@@ -28,6 +28,7 @@ import json
 import os
 import shlex
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from bandpo import methods
@@ -48,7 +49,7 @@ PROTOCOL_KEYS: dict[str, tuple[str, ...]] = {
     "prompts_per_step": ("data.train_batch_size",),
     "samples_per_prompt": (f"{_ROLLOUT}.n",),
     "temperature": (f"{_ROLLOUT}.temperature",),
-    "max_new_tokens": ("data.max_response_length",),
+    "max_new_tokens": ("data.max_response_length", f"{_ACTOR}.loss_scale_factor"),
     "updates_per_step": (f"{_ACTOR}.ppo_mini_batch_size",),
     "ppo_epochs": (f"{_ACTOR}.ppo_epochs",),
     "lr": (f"{_ACTOR}.optim.lr",),
@@ -58,6 +59,7 @@ PROTOCOL_KEYS: dict[str, tuple[str, ...]] = {
     "kl_coef": (f"{_ACTOR}.kl_loss_coef",),
     "loss_agg_mode": (f"{_ACTOR}.loss_agg_mode",),
     "dual_clip_c": (f"{_ACTOR}.clip_ratio_c",),
+    "trackers": ("trainer.logger",),
 }
 # Protocol knobs only verl has (the local trainer: k3, no entropy bonus, plain softmax sampling, no prompt limit,
 # steps instead of epochs, no lr warmup).
@@ -70,6 +72,8 @@ VERL_ONLY_PROTOCOL: dict[str, tuple[str, ...]] = {
     "lr_warmup_steps": (f"{_ACTOR}.optim.lr_warmup_steps",),
 }
 
+ALWAYS_LOGGERS = ("console", "file")
+"""verl's trainer.logger of every run: the console, and the "file" logger whose JSONL `bandpo.verl.merge` reads."""
 PLUGIN_MODULE = "bandpo.verl.plugin"
 _METHOD_CONFIG_ENV = "BANDPO_METHOD_CONFIG"  # == bandpo.verl.plugin.ENV_VAR (not imported: that imports verl)
 
@@ -92,9 +96,17 @@ def _hydra_value(value: Any) -> str:
 
 def resolved_params(run: VerlRun) -> dict[str, Any]:
     """The run's method parameters with every default filled in, validated by the method's config (the user's
-    method modules imported first); ValueError naming the method and parameter."""
+    method modules imported first); ValueError naming the method and parameter, or a method that requires a token
+    input (`bandpo.methods.MethodConfig.requires`: verl's policy loss receives none)."""
     methods.load_method_modules(run.method_modules)
-    return methods.make_config(run.method, run.params).to_dict()
+    config = methods.make_config(run.method, run.params)
+    if config.requires:
+        raise ValueError(
+            f"method {run.method!r} requires the token input(s) {list(config.requires)}, which verl's policy loss "
+            "does not receive (it gets the old and new log-probs, advantages, mask and rollout weights): train it "
+            "with the local trainer"
+        )
+    return config.to_dict()
 
 
 def loss_mode(run: VerlRun) -> str:
@@ -132,22 +144,37 @@ def env(run: VerlRun) -> dict[str, str]:
     }
     if run.method_modules:
         own[methods.METHOD_MODULES_ENV] = os.pathsep.join(run.method_modules)
+    own.update(tracker_env(run))
     clash = sorted(set(own) & set(run.env_vars))
     if clash:
         raise ValueError(f"env_vars may not set {clash}: the command sets them itself")
     return {**own, **{str(k): str(v) for k, v in run.env_vars.items()}}
 
 
+def tracker_env(run: VerlRun) -> dict[str, str]:
+    """Where verl's trackers of ``run.trackers`` write: into the run's folder, as the local trainer's do
+    (`bandpo.train.trackers`): ``TENSORBOARD_DIR`` = <output_dir>/tensorboard, ``MLFLOW_TRACKING_URI`` = the local
+    store <output_dir>/mlruns (verl's defaults: tensorboard_log/<project>/<run> and /tmp/mlruns.db)."""
+    out = {}
+    if "tensorboard" in run.trackers:
+        out["TENSORBOARD_DIR"] = os.path.join(os.path.abspath(run.output_dir), "tensorboard")
+    if "mlflow" in run.trackers:
+        out["MLFLOW_TRACKING_URI"] = Path(run.output_dir, "mlruns").absolute().as_uri()
+    return out
+
+
 def protocol_overrides(run: VerlRun) -> dict[str, Any]:
     """verl's config keys of the protocol fields (`PROTOCOL_KEYS`, `VERL_ONLY_PROTOCOL`) with their values: the one
     place where a project name becomes a verl key. Values are the fields' own, except ``method`` (`loss_mode`:
     ``bandpo.<method>`` or verl's own loss), ``updates_per_step`` (verl's mini-batch size in prompts:
-    prompts_per_step / updates_per_step) and ``lr_end`` (verl's min_lr_ratio = lr_end / lr; absent when None)."""
+    prompts_per_step / updates_per_step), ``lr_end`` (verl's min_lr_ratio = lr_end / lr; absent when None) and
+    ``trackers`` (verl's trainer.logger: "console" and "file", which every run has, then the trackers)."""
     keys = {**PROTOCOL_KEYS, **VERL_ONLY_PROTOCOL}
     values = {name: getattr(run, name) for name in keys}
     values["method"] = loss_mode(run)
     values["updates_per_step"] = run.prompts_per_step // run.updates_per_step
     values["lr_end"] = None if run.lr_end is None else run.lr_end / run.lr
+    values["trackers"] = [*ALWAYS_LOGGERS, *run.trackers]
     return {
         key: value
         for name, value in values.items()
@@ -189,7 +216,6 @@ def _base_overrides(run: VerlRun) -> dict[str, Any]:
         "trainer.n_gpus_per_node": run.n_gpus_per_node,
         "trainer.project_name": run.project_name,
         "trainer.experiment_name": run.run_name,
-        "trainer.logger": list(run.logger),
         "trainer.default_local_dir": os.path.join(run.output_dir, "checkpoints"),
         "trainer.save_freq": run.save_freq,
         "trainer.test_freq": -1,  # evaluation is lm-eval's job, on the saved checkpoints

@@ -186,6 +186,7 @@ class SAPOConfig(VerlLossConfig):
 
     verl_loss_mode = "sapo"
     label_fields = ("tau_pos", "tau_neg")
+    shipped_by = "verl 0.9.1: loss_mode='sapo'; TRL 1.16.0: GRPOConfig(loss_type='sapo')"
 
     tau_pos: float = 1.0
     tau_neg: float = 1.05
@@ -310,8 +311,10 @@ def verl_loss(
     *,
     rollout_is_weights: Tensor | None = None,
     global_batch_info: Mapping[str, Any] | None = None,
+    token_inputs: Mapping[str, Tensor] | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """verl's registered ``params.verl_loss_mode`` on neutral-padded inputs: its loss unchanged.
+    """verl's registered ``params.verl_loss_mode`` on neutral-padded inputs: its loss unchanged (``token_inputs``
+    are not read: verl's policy losses receive none).
 
     Metrics: the ratio diagnostics of `clip_diagnostics` (approx_kl, approx_kl_k3, ratio_*, token_frac/<bucket>);
     the clip-fraction columns of the bounds methods, filled from the loss's gradient by `stopped_diagnostics`

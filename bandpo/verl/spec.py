@@ -83,7 +83,6 @@ class VerlRun(Protocol):
     project_name: str = "bandpo-bench"
     experiment_name: str | None = None
     """verl's run name; default <model basename>-<method>-seed<seed>."""
-    logger: Sequence[str] = ("console", "file")
     python: str = "python"
     method_modules: Sequence[str] = ()
     """Modules of your own that register methods (names, or .py paths made absolute here): BANDPO_METHOD_MODULES."""
@@ -101,7 +100,7 @@ class VerlRun(Protocol):
             o for item in self.extra_overrides for o in ([item] if isinstance(item, str) else list(item))
         ]
         self.method_modules = [os.path.abspath(m) if m.endswith(".py") else m for m in self.method_modules]
-        self.logger, self.verl_modules = list(self.logger), list(self.verl_modules)  # as a spec file reads back
+        self.trackers, self.verl_modules = list(self.trackers), list(self.verl_modules)  # as a spec file reads back
 
     def validate(self) -> None:
         """Every field checked, all problems in one ValueError (`problems`)."""

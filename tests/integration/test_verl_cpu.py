@@ -25,6 +25,8 @@ pytest.importorskip("verl")
 
 from bandpo.core.run_contract import check_run  # noqa: E402
 from bandpo.models.tiny import build_tokenizer, get_size, init_model  # noqa: E402
+from bandpo.verl import command  # noqa: E402
+from bandpo.verl.spec import read_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -193,15 +195,15 @@ def test_verl_step_benchmark_try_changes_one_setting_of_the_profile():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     base = bench.config("grpo", 0, 4, False, change="ppo_max_token_len_per_gpu=16384")
-    profile = yaml.safe_load((ROOT / "config" / "verl-cpu.yaml").read_text())["verl"]
-    assert base["verl"] == {**profile, "steps": 4}  # the baseline of --try is the profile itself
-    field = bench.config("grpo", 0, 4, True, change="ppo_max_token_len_per_gpu=16384")["verl"]
+    profile = yaml.safe_load((ROOT / "config" / "verl-cpu.yaml").read_text())["train"]
+    assert base["train"] == {**profile, "steps": 4}  # the baseline of --try is the profile itself
+    field = bench.config("grpo", 0, 4, True, change="ppo_max_token_len_per_gpu=16384")["train"]
     assert field["ppo_max_token_len_per_gpu"] == 16384 and field["extra_overrides"] == profile["extra_overrides"]
     key = "actor_rollout_ref.rollout.agent.num_workers"
-    replaced = bench.config("grpo", 0, 4, True, change=f"{key}=2")["verl"]["extra_overrides"]
+    replaced = bench.config("grpo", 0, 4, True, change=f"{key}=2")["train"]["extra_overrides"]
     assert f"{key}=2" in replaced and len(replaced) == len(profile["extra_overrides"])
     assert not any(o.startswith(f"{key}=") and o != f"{key}=2" for o in replaced)
-    added = bench.config("grpo", 0, 4, True, change="+x.y=1")["verl"]["extra_overrides"]
+    added = bench.config("grpo", 0, 4, True, change="+x.y=1")["train"]["extra_overrides"]
     assert added == [*profile["extra_overrides"], "+x.y=1"]
     for bad in ("no_equals", "=1", "k="):
         with pytest.raises(SystemExit, match="KEY=VALUE"):
@@ -232,7 +234,7 @@ def test_polling_replay_buffer_is_verls_sync_buffer_polling_faster():
 
     import bandpo.verl.cpu as vc
 
-    overrides = dict(o.split("=", 1) for o in yaml.safe_load((ROOT / "config" / "verl-cpu.yaml").read_text())["verl"]
+    overrides = dict(o.split("=", 1) for o in yaml.safe_load((ROOT / "config" / "verl-cpu.yaml").read_text())["train"]
                      ["extra_overrides"] if o.startswith("trainer.v1.sampler.custom_sampler."))  # fmt: skip
     cls = load_extern_object(overrides["trainer.v1.sampler.custom_sampler.path"],
                              overrides["trainer.v1.sampler.custom_sampler.name"])  # fmt: skip
@@ -272,8 +274,11 @@ def test_verl_cpu_profile_dry_run(tmp_path):
     assert proc.returncode == 0, out[-3000:]
     n_runs = len(cfg["models"]) * len(cfg["methods"]) * len(cfg["seeds"])
     assert out.count("rule train_verl:") == n_runs and out.count("rule merge_verl:") == n_runs
-    assert "VERL_PLATFORM=cpu" in out and re.search(r"actor_rollout_ref\.rollout\.name=\W*hf\W", out)
-    assert "bandpo.verl.plugin,bandpo.verl.cpu" in out and "python -m verl.trainer.main_ppo" in out
+    specs = sorted((tmp_path / "results" / "verl-cpu" / "plan" / "train").rglob("*.json"))
+    assert len(specs) == n_runs and f"python -m bandpo.verl.launch --spec {specs[0].relative_to(tmp_path)}" in out
+    line = command.shell_command(read_spec(specs[0]))  # what the job runs (python -m bandpo.verl.launch prints it)
+    assert "VERL_PLATFORM=cpu" in line and re.search(r"actor_rollout_ref\.rollout\.name=\W*hf\W", line)
+    assert "bandpo.verl.plugin,bandpo.verl.cpu" in line and "python -m verl.trainer.main_ppo" in line
     assert cfg["beside"] == "results/verl-cpu/local" and "rule beside:" in out  # verl's runs beside the local ones
 
 
@@ -289,7 +294,7 @@ def verl_cpu_test_config(tmp_path: Path) -> Path:
     cfg["models"] = [{"id": "vtest-tiny", "source": "tiny", "size": "tiny-test", "build": {"eval_limit": 8}}]
     cfg["methods"] = [{"id": "bandpo_kl", "method": "bandpo", "params": {"divergence": "kl", "delta": 0.05}}]
     cfg["seeds"] = [0]
-    cfg["verl"].update(prompts_per_step=4, samples_per_prompt=4, updates_per_step=2, steps=2)
+    cfg["train"].update(prompts_per_step=4, samples_per_prompt=4, updates_per_step=2, steps=2)
     cfg["beside"] = str(ROOT / "results")  # the published local-trainer page (no run of this test's model there)
     path = tmp_path / "verl-cpu-test.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))

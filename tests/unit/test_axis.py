@@ -174,15 +174,23 @@ def test_select_command_needs_scores(tmp_path):
 
 
 def _cfg():
-    """The default config with the off-policy axis of config/offpolicy.yaml back in it and the separation run
-    selecting its regime from the axis (rule revision 3), as the default DAG ran them until #37: the composite the
-    axis's validation and reuse rules are exercised on."""
+    """The default config with the off-policy axis of config/offpolicy.yaml back in it and the separation run (as
+    the present publication declared it, results/provenance.json; pooled into main's pair since #55) selecting its
+    regime from the axis (rule revision 3), as the default DAG ran them until #37: the composite the axis's
+    validation and reuse rules are exercised on."""
     raw = copy.deepcopy(read_config("config"))
     off = yaml.safe_load((CONFIGS["config"].parent / "offpolicy.yaml").read_text())
     raw["experiments"].update(off["experiments"])
     raw["axes"] = off["axes"]
-    sep = raw["experiments"]["separation"]
-    sep.pop("train")
+    published = json.loads((CONFIGS["config"].parents[1] / "results" / "provenance.json").read_text())["config"]
+    keep = ("description", "models", "methods", "seeds")
+    sep = raw["experiments"]["separation"] = {k: published["experiments"]["separation"][k] for k in keep}
+    sep["primary"] = {
+        "metric": "final mean@8",
+        "rule": "the verdict rule",
+        "compare": ["bandpo_kl", "grpo"],
+        "margin": 2.0,
+    }
     sep["select"] = {"axis": "offpolicy", "rule": "largest-learning-compared", "entry": "grpo", "fallback": 4,
                      "min_gain": 2.0}  # fmt: skip
     return raw
@@ -233,6 +241,7 @@ def test_reuse_compares_each_entrys_seeds_with_mains():
     cell = raw["experiments"]["off-D4"]  # main's settings
     cell.update(methods=["grpo", "bandpo_kl", "clip_higher"], seeds=[0, 1])
     raw["experiments"]["main"]["primary"].pop("seeds", None)
+    raw["experiments"]["main"]["primary"].pop("sequential", None)  # the seeds below in one look (reuse, not looks)
     assert validate.validate_config(raw)["experiments"]["off-D4"]["reuse"] == ["grpo", "bandpo_kl", "clip_higher"]
     raw["experiments"]["main"]["primary"]["seeds"] = [0, 1, 2, 3]
     cfg = validate.validate_config(raw)
@@ -317,19 +326,24 @@ def test_secondary_entropy_pairs_by_seed():
 
     per_run = pd.DataFrame([{"experiment": "sep", "model": "m", "entry": e, "seed": s, "entropy_final": v + 0.01 * s}
                             for e, v in (("grpo", 0.1), ("arm", 0.2), ("other", 0.1)) for s in range(4)])  # fmt: skip
-    specs = {"sep": {"primary": {"compare": ["arm", "grpo"], "entropy_compare": ["arm", "other"]}}}
+    specs = {"sep": {"primary": {"compare": ["arm", "grpo"], "entropy_compare": ["arm", "other"],
+                                 "entropy_margin": 0.02}, "entropy_margins": {"m": 0.02}}}  # fmt: skip
     rows = entropy_pair_results(per_run, specs).set_index("treatment")
-    assert rows.loc["arm", "difference"] == pytest.approx(0.1) and rows.loc["arm", "verdict"] == "higher entropy"
+    # the single look of the verdict rule (unadjusted here; its Holm family: family_verdicts): higher entropy than
+    # the control by at least the margin?
+    assert rows.loc["arm", "difference"] == pytest.approx(0.1) and rows.loc["arm", "verdict"] == "better"
+    assert rows.loc["arm", "label"] == "higher" and rows.loc["arm", "margin"] == 0.02
     assert rows.loc["arm", "n_pairs"] == 4 and rows.loc["other", "difference"] == pytest.approx(0.0)
-    assert rows.loc["other", "verdict"] == "unresolved" and set(rows["control"]) == {"grpo"}
+    assert rows.loc["other", "verdict"] == "not better by the margin" and set(rows["control"]) == {"grpo"}
+    assert rows.loc["other", "label"] == "not higher by 0.02 nats" and set(rows["role"]) == {"secondary"}
 
 
 def test_rule_revision_3_on_the_published_axis_chooses_main_setting():
-    """config/config.yaml fixes the separation run's regime at D = 4 under rule revision 3 (GRPO's paired gain over
-    the base model must have a 95% interval above min_gain = 2 points). It was fixed from the axis of 2026-12-02
-    (then in results/; git history); recomputed here on its republication under the fixed numerics
-    (results/offpolicy/): D = 4 qualifies, D = 8 (the cell a rerun on another CPU model chose under revision 2,
-    whose interval lies below 2 points) and D = 16 do not."""
+    """The present publication's separation run (results/provenance.json) fixed its regime at D = 4 under rule
+    revision 3 (GRPO's paired gain over the base model must have a 95% interval above min_gain = 2 points). It was
+    fixed from the axis of 2026-12-02 (then in results/; git history); recomputed here on its republication under
+    the fixed numerics (results/offpolicy/): D = 4 qualifies, D = 8 (the cell a rerun on another CPU model chose
+    under revision 2, whose interval lies below 2 points) and D = 16 do not."""
     from bandpo.report.docs.axes import SEPARATION_RULE
 
     root = Path(__file__).resolve().parents[2]
@@ -338,11 +352,9 @@ def test_rule_revision_3_on_the_published_axis_chooses_main_setting():
     experiments = copy.deepcopy(published["experiments"])
     experiments["separation"] = {"select": SEPARATION_RULE, "primary": {"compare": ["bandpo_kl", "grpo"]}}
     assert SEPARATION_RULE["min_gain"] == 2.0
-    cfg = yaml.safe_load((root / "config" / "config.yaml").read_text())
+    declared = json.loads((root / "results" / "provenance.json").read_text())["config"]["experiments"]["separation"]
     setting, table = selection.select_setting(scores, experiments, published["axes"], "separation")
-    assert setting == {"updates_per_step": cfg["experiments"]["separation"]["train"]["updates_per_step"]} == {
-        "updates_per_step": 4}  # fmt: skip
+    assert setting == {"updates_per_step": declared["train"]["updates_per_step"]} == {"updates_per_step": 4}
     by_d = table.set_index("value")
     assert by_d.loc[4, "ci_low"] > 0.02 and by_d.loc[8, "ci_low"] < 0.02
     assert list(by_d["qualifies"]) == [True, False, False]
-    assert "min_gain = 2 points" in (root / "config" / "config.yaml").read_text()

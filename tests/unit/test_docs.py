@@ -125,11 +125,10 @@ def test_readme_claims():
         planned = xps[xp]["primary"]["seeds"]
         rows = RESULTS.primary.query("experiment == @xp and metric == 'mean@8'")
         assert len(planned) == 10 and (rows["n_pairs"] == len(planned)).all(), xp
-    assert "mean over seeds (<!-- generated:seeds -->" in text and "The primary pair's minimum detectable" in flat
-    # the primary rule, as the README states it, is the paired one with four verdicts and the config's margin
-    assert "paired: per seed the difference" in flat and "95% paired t interval" in flat
-    assert xps["main"]["primary"]["margin"] == 2.0 and "inside ±2 points (fixed beforehand)" in flat
-    assert "paired differences that few seeds estimate roughly" in flat
+    assert "mean over seeds (<!-- generated:seeds -->" in text and "A single look decides at the measured SD" in flat
+    # the primary rule, as the README states it: the one question, its words, the estimate, the config's margin
+    assert "is BandPO-KL better than GRPO by at least 2 points?" in flat and "95% paired t interval" in flat
+    assert xps["main"]["primary"]["margin"] == 2.0 and '"better", "not better by 2 points", or "undecided"' in flat
     # the axis as its own config declares it (results/offpolicy/)
     off = RESULTS.part("offpolicy").provenance["config"]
     axis = off["axes"]["offpolicy"]
@@ -142,14 +141,12 @@ def test_readme_claims():
     assert len(sep["methods"]) == 5 and "select" not in sep and sep["train"] == {"updates_per_step": 4}
     _name, setting, _table = axis_blocks.selection(RESULTS.part("offpolicy"))
     assert setting == {"updates_per_step": 4} and axis_blocks.SEPARATION_RULE["min_gain"] == 2.0
-    assert sep["seeds"] == list(range(10, 15)) and sep["primary"]["seeds"] == list(range(10, 20))
-    assert not set(sep["primary"]["seeds"]) & set(xps["main"]["primary"]["seeds"])  # fresh: no main run repeated
-    assert "(five rules at D = 4, fixed before the run by rule revision 3 on the published axis; fresh seeds 10-14, " \
-           "the primary pair 10-19)" in flat  # fmt: skip
+    assert not set(sep["seeds"]) & set(xps["main"]["primary"]["seeds"])  # fresh: no main run repeated
+    assert not set(sep["primary"]["seeds"]) & set(xps["main"]["primary"]["seeds"])
     # the horizon run: the primary pair on tiny-s at 4x main's steps
     steps = RESULTS.runs.groupby("experiment")["steps"].max()
     assert steps["horizon"] == 4 * steps["main"] and xps["horizon"]["methods"] == ["grpo", "bandpo_kl"]
-    assert "(the primary pair on tiny-s at 4x main's steps, rules fixed before it)" in flat
+    assert "The primary pair on tiny-s at 4x main's steps (exploratory, `config/horizon.yaml`" in flat
     assert b.query("experiment == 'horizon'")["model"].unique().tolist() == ["tiny-s"]
 
 
@@ -191,38 +188,94 @@ def test_results_claims():
     assert entries[("main", "tiny-m")] == {"base", "grpo", "bandpo_kl"} and len(entries[("main", "tiny-s")]) == 14
     assert steps[("main", "tiny-s")] == {64} and steps[("main", "tiny-m")] == {40}
     assert seeds[("main", "clip_higher")] == [0, 1, 2] and seeds[("main", "grpo")] == list(range(10))
-    assert "3 seeds (the primary pair 10), one base model per size" in text
+    heading = "## main: every entry on tiny-s, the primary pair on tiny-m, one base model per size"
+    assert heading in read("docs/results.md")
+    assert "Seeds: <!-- generated:seeds-main -->" in text
     assert "tiny-m: GRPO and BandPO-KL, 40 RL steps" in text and "pretrained for 2400 steps" in text
     models = {m["id"]: m for m in RESULTS.provenance["config"]["models"]}
     assert models["tiny-m"]["build"]["steps"] == 2400
     # random reward: GRPO and BandPO-KL, 3 seeds, 32 steps; the rules of one seed share the step-1 entropy
     assert entries[("random-reward", "tiny-s")] == {"grpo", "bandpo_kl"} and steps[("random-reward", "tiny-s")] == {32}
-    assert "tiny-s, GRPO and BandPO-KL, 3 seeds, 32 steps" in text and seeds[("random-reward", "grpo")] == [0, 1, 2]
+    assert "tiny-s, GRPO and BandPO-KL, 32 steps" in text and seeds[("random-reward", "grpo")] == [0, 1, 2]
+    assert "Seeds: <!-- generated:seeds-random-reward -->" in text
     changes = experiment_blocks.entropy_changes(RESULTS)
     assert (changes.groupby("seed")["first"].nunique() == 1).all() and "so the same step-1 entropy" in text
     # probe and axis: published from their own configs, not in the top-level tables
     assert not {"probe", "offpolicy-D4"} & set(b["experiment"])
     probe = RESULTS.part("probe").leaderboard
     assert set(probe["entry"]) == {"base", "grpo", "bandpo_kl"} and set(probe["n_seeds"]) == {5}
-    assert "tiny-s-probe, GRPO and BandPO-KL, 5 seeds" in text
+    assert "tiny-s-probe, GRPO and BandPO-KL Seeds: <!-- generated:probe/seeds-probe -->" in text
     off = RESULTS.part("offpolicy").runs
     for cell in ("offpolicy-D1", "offpolicy-D4", "offpolicy-D8", "offpolicy-D16"):
         cell_runs = off[off.experiment == cell]
         assert cell_runs.groupby("entry")["seed"].nunique().eq(3).all() and set(cell_runs["model"]) == {"tiny-s"}
     # separation on fresh seeds 10-14, the primary pair 10-19; horizon on 0-4 at 256 steps
     assert seeds[("separation", "dcpo")] == list(range(10, 15)) and seeds[("separation", "grpo")] == list(range(10, 20))
-    assert "## separation: five rules at D = 4, tiny-s, seeds 10-14 (the primary pair 10-19)" in read("docs/results.md")
+    assert "## separation: five rules at D = 4, tiny-s, fresh seeds" in read("docs/results.md")
+    assert "Seeds: <!-- generated:seeds-separation -->" in text
     assert steps[("horizon", "tiny-s")] == {256} and seeds[("horizon", "bandpo_kl")] == list(range(5))
     assert entries[("horizon", "tiny-s")] == {"grpo", "bandpo_kl"}
-    assert "## horizon: the primary pair on tiny-s at 256 steps, seeds 0-4" in read("docs/results.md")
+    assert "## horizon: the primary pair on tiny-s at 256 steps" in read("docs/results.md")
+    assert "Seeds: <!-- generated:seeds-horizon -->" in text
     # the cost section: this run's number of runs
-    assert f"its <!-- generated:n-runs -->{len(runs)}<!-- /generated:n-runs --> runs, their per-step rows" in text
+    assert f"Its <!-- generated:n-runs -->{len(runs)}<!-- /generated:n-runs --> runs, their per-step rows" in text
+
+
+def test_publication_blocks_are_the_provenance():
+    """The blocks that name a publication's commit, machine, base models and seeds (`bandpo.report.docs.publication`)
+    say what each published folder's provenance.json records, and the seeds they give are those the runs used."""
+    from bandpo.report.docs import publication
+
+    prov = RESULTS.provenance
+    text = publication.publication(RESULTS)
+    assert text.startswith(f"trained at commit `{prov['git_commit'][:7]}`") and "published by" not in text
+    cpus = {s["cpu_model"] for s in prov["numerics"]}
+    assert {publication.cpu_name(c) for c in cpus} == set(publication.cpus(prov)) and publication.machine(RESULTS)
+    assert publication.cpu_name("Intel(R) Xeon(R) Processor") == "Intel Xeon"
+    bases = publication.base_models(RESULTS)
+    for m in prov["base_models"]:
+        assert m["path"].rpartition("/")[2] in bases and m["matches_build_record"]
+        assert publication.cpu_name(m["built_on"]["cpu_model"]) in bases
+    # a base model that is the bytes another folder records as built on another CPU is named so
+    for folder in ("offpolicy", "probe"):
+        for other in RESULTS.part(folder).provenance["base_models"]:
+            same = [m for m in prov["base_models"] if m["weights_sha256"] == other["weights_sha256"]]
+            if same and other["built_on"]["cpu_model"] != same[0]["built_on"]["cpu_model"]:
+                assert f"built for `results/{folder}/`" in bases
+    numerics = publication.published_numerics(RESULTS)
+    assert "`results/`" in numerics and "`results/offpolicy/`" in numerics and "`results/probe/`" in numerics
+    for folder in ("offpolicy", "probe", "real-lm", "real-lm-verl"):  # the folders their own configs publish
+        assert publication.published_by_its_config(folder, RESULTS.part(folder).provenance), folder
+    local = {"config": {"profile": "embedded", "publish": True}}  # a local report folder is not a publication
+    assert not publication.published_by_its_config("embedded", local)
+    # the seeds: the config's, and the runs' (the primary pair's own seeds where the config gives them)
+    runs = RESULTS.runs
+    for xp in ("main", "random-reward", "separation", "horizon"):
+        spec = RESULTS.experiments[xp]
+        seeds = spec.get("seeds") or prov["config"]["seeds"]
+        pair = (spec.get("primary") or {}).get("seeds") or seeds
+        r = runs[runs.experiment == xp]
+        compared = r.entry.isin(spec["primary"].get("compare") or spec["methods"])  # random-reward: no pair of its own
+        assert sorted(set(r[compared].seed)) == pair
+        assert r[~compared].empty or sorted(set(r[~compared].seed)) == seeds
+        text = publication.design_seeds(xp)(RESULTS)
+        assert text.startswith(f"{len(seeds)} seeds ({publication.seed_range(seeds)}")
+        assert (f"the primary pair {len(pair)}: {publication.seed_range(pair)}" in text) == (pair != seeds)
+    assert publication.seed_range([0, 1, 2, 3]) == "0-3" and publication.seed_range([0, 2]) == "0, 2"
 
 
 def test_primary_rules_are_the_paired_comparisons_of_the_leaderboard():
     """primary.csv's score rows are the leaderboard's paired difference from GRPO with its paired t interval (the
-    same computation: seed s of BandPO-KL minus seed s of GRPO), and its entropy rows the paired t interval of each
-    run's final minus step-1 entropy (runs.csv)."""
+    same computation: seed s of BandPO-KL minus seed s of GRPO), and their verdicts the verdict rule's on the
+    published scores: a single look (`fixed_n_decision`) at the published config's margin (fractions, through the
+    run plan) for a primary without a design; its entropy rows the paired t interval of each run's final minus
+    step-1 entropy (runs.csv)."""
+    from scipy.stats import t
+
+    from bandpo.plan.sweep import report_experiments
+    from bandpo.verdict.rule import fixed_n_decision
+
+    plan = report_experiments(RESULTS.provenance["config"])
     p = RESULTS.primary
     for r in p[p.metric == "mean@8"].itertuples():
         subset = RESULTS.scores.loc[RESULTS.scores.task == r.task, "subset"].iloc[0]
@@ -231,23 +284,38 @@ def test_primary_rules_are_the_paired_comparisons_of_the_leaderboard():
         for ours, theirs in ((r.difference, "mean@8_diff"), (r.ci_low, "mean@8_diff_t_ci_low"),
                              (r.ci_high, "mean@8_diff_t_ci_high")):  # fmt: skip
             assert ours == pytest.approx(row[theirs], abs=2e-6)
-        winner = r.treatment if r.ci_low > 0 else (r.control if r.ci_high < 0 else None)
-        inside = r.margin == r.margin and -r.margin < r.ci90_low and r.ci90_high < r.margin
-        expected = "equivalent" if inside else (f"{winner} better" if winner else "unresolved")
-        assert r.verdict == expected
+        assert row["mean@8_role"] == "primary" and row["mean@8_verdict_holm"] == r.verdict
+        assert r.margin == plan[r.experiment]["margins"][r.model] == pytest.approx(0.02)
+        assert r.rule == "single look" and "designs" not in plan[r.experiment]  # the published config has none
+        sc = RESULTS.scores.query("experiment == @r.experiment and model == @r.model and task == @r.task")
+        per_seed = sc[sc.name == "mean@8"].pivot_table(index="seed", columns="entry", values="value")
+        d = (per_seed[r.treatment] - per_seed[r.control]).dropna().to_numpy()
+        expected = fixed_n_decision(d, r.margin)
+        assert r.verdict == expected.verdict and r.n == len(d) == r.n_pairs
+        assert r.p_better == pytest.approx(1 - t.cdf(expected.t, len(d) - 1), abs=1e-4)
     changes = experiment_blocks.entropy_changes(RESULTS)
     for r in p[(p.metric == "entropy_final") & (p.experiment == "random-reward")].itertuples():
         lo, hi = t_interval(changes.loc[changes.entry == r.treatment, "change"])
         assert (r.ci_low, r.ci_high) == pytest.approx((lo, hi), abs=2e-6)
+        assert r.rule == "descriptive"
 
 
 def test_statistics_claims():
-    """docs/statistics.md: the t quantile at 3 seeds, and how far an SD estimated from 3 seeds can be off."""
+    """docs/statistics.md: the t quantile at n = 3, the shortcut MDE against the exact one there, and how far an SD
+    estimated from the fewest seeds of the power table can be off (the generated block `sd-fewest`)."""
     from scipy.stats import chi2, t
 
-    text = read("docs/statistics.md")
-    assert f"{t.ppf(0.975, 2):.2f}" == "4.30" and "4.30" in text
-    low, high = np.sqrt(2 / chi2.ppf(0.975, 2)), np.sqrt(2 / chi2.ppf(0.025, 2))
+    from bandpo.analysis.stats import minimum_detectable_difference, paired_t_power, power_table
+
+    text = _flat(read("docs/statistics.md"))
+    assert f"{t.ppf(0.975, 2):.2f}" == "4.30" and "(4.30 at n = 3 against the normal 1.96)" in text
+    shortcut, exact = t.ppf(0.975, 2) + t.ppf(0.80, 2), minimum_detectable_difference(1.0, 3) * np.sqrt(3)
+    power = paired_t_power(shortcut / np.sqrt(3), 1.0, 3)
+    assert f"gives {shortcut:.2f} SD / √3 where the exact value is {exact:.2f} SD / √3" in text
+    assert f"({100 * power:.0f}% power, not 80%)" in text
+    n = int(power_table(RESULTS.stats)["n_seeds"].min())
+    low, high = np.sqrt((n - 1) / chi2.ppf(0.975, n - 1)), np.sqrt((n - 1) / chi2.ppf(0.025, n - 1))
+    assert f"as few as <!-- generated:sd-fewest -->{n} seeds ({n - 1} degrees of freedom)" in text
     assert f"{low:.2f} to {high:.1f} times" in text
 
 
@@ -416,7 +484,7 @@ def test_generated_sentences_recompute_from_the_published_files():
         if m:
             p = RESULTS.primary
             row = p[(p.experiment == xp) & (p.model == m["model"]) & (p.metric == m["metric"])].iloc[0]
-            assert int(m["n"]) == row.n_pairs
+            assert int(m["n"]) == row.n  # the pairs the verdict (and the estimate) rests on
             for key, col in (("d", "difference"), ("lo", "ci_low"), ("hi", "ci_high")):
                 assert float(m[key]) == pytest.approx(100 * row[col], abs=0.051), s
             scores = RESULTS.scores
@@ -434,7 +502,8 @@ def test_generated_sentences_recompute_from_the_published_files():
         n = int(re.search(r"Secondaries: (\d+) paired tests", s)[1])
         b = board[board.experiment == xp]
         roles = b[[c for c in b.columns if c.endswith("_role")]]
-        assert n == int((roles == "secondary").to_numpy().sum()), s
+        entropy = RESULTS.primary.query("experiment == @xp and role == 'secondary'")  # in the family too (#55)
+        assert n == int((roles == "secondary").to_numpy().sum()) + len(entropy), s
     # the reading notes: seed counts and t quantiles of the trained rows, the count of intervals
     trained = board[board.entry != "base"]
     counts = sorted(set(trained["n_seeds"].astype(int)))
@@ -457,27 +526,36 @@ def test_generated_sentences_recompute_from_the_published_files():
 
 
 def test_planned_seeds_table_recomputes():
-    """docs/statistics.md's planned MDEs are the exact MDE at the SD assumed and the seeds planned, and the config
-    plans those seeds for the primary pair."""
+    """docs/statistics.md's record of issue #37's plan: its planned MDEs are the exact MDE at the SD assumed and the
+    seeds planned (the config now runs the pair's seeds look by look: `test_the_embedded_design_is_declared`)."""
     from bandpo.analysis.stats import minimum_detectable_difference
 
     text = read("docs/statistics.md")
-    cfg = yaml.safe_load(read("config/config.yaml"))["experiments"]
     rows = re.findall(r"^\| (main|separation) \| (tiny-[sm]) \| ([\d.]+) \| (\d+) \| ([\d.]+) \|$", text, re.M)
     assert len(rows) == 3
-    for xp, _model, sd, n, mde in rows:
+    for _xp, _model, sd, n, mde in rows:
         assert f"{minimum_detectable_difference(float(sd), int(n)):.2f}" == mde
-        assert len(cfg[xp]["primary"]["seeds"]) == int(n)
-    # "On tiny-s the SDs came out larger than those assumed ...; on tiny-m ... smaller. Main's verdicts are
-    # equivalent on both sizes": the measured table (generated) against the planned one
-    measured = {
-        (r[0], r[1]): float(r[2])
-        for r in re.findall(r"^\| (\w+) \| (tiny-[sm]) \| ([\d.]+) \| \d+ \| [\d.]+ \| ", text, re.M)
-    }
-    for xp, model, sd, _n, _mde in rows:
-        assert (measured[xp, model] > float(sd)) == (model == "tiny-s"), (xp, model)
-    verdicts = set(RESULTS.primary.query("experiment == 'main' and metric == 'mean@8'")["verdict"])
-    assert len(verdicts) == 1 and f"Main's verdicts are {verdicts.pop()} on both sizes" in _flat(text)
+    # the comparison with the present publication is the generated table beside it, not prose
+    assert "<!-- generated:mde-measured -->" in text and "Main's verdicts are" not in text
+
+
+def test_the_embedded_design_is_declared():
+    """config/config.yaml declares the headline's group-sequential design before the runs: main's pair in looks of 5
+    seed pairs, pooled with the earlier separation seeds (one question once), each model's design meeting at its
+    planning SD; the horizon runs from a config of its own as an exploratory experiment."""
+    from bandpo.plan.sweep import design_settings, look_blocks
+    from bandpo.plan.validate import load_yaml, validate_config
+    from bandpo.verdict.design import SequentialDesign
+
+    cfg = validate_config(load_yaml(ROOT / "config" / "config.yaml"))
+    assert "separation" not in cfg["experiments"] and "horizon" not in cfg["experiments"]
+    assert cfg["experiments"]["main"]["primary"]["seeds"] == list(range(20))
+    for model, looks in (("tiny-s", 4), ("tiny-m", 3)):
+        design = SequentialDesign(**design_settings(cfg, "main", model))
+        assert (design.k, design.looks, design.margin) == (5, looks, 0.02)
+        assert [len(b) for b in look_blocks(cfg, "main", model)] == [5] * looks
+    horizon = validate_config(load_yaml(ROOT / "config" / "horizon.yaml"))["experiments"]["horizon"]["primary"]
+    assert horizon["exploratory"] and "sequential" not in horizon
 
 
 def test_horizon_seeds_and_separation_sentences_recompute():
@@ -492,32 +570,56 @@ def test_horizon_seeds_and_separation_sentences_recompute():
     h = runs[runs.experiment == "horizon"]
     assert sentence.startswith(f"at {int(h['steps'].max())} steps, bandpo_kl − grpo mean@8 ")
     for entry, g in h.groupby("entry"):
-        m = re.search(rf"{entry}'s entropy fell ([\d., ]+)-fold \(step 1 / final; (\d+) of (\d+) runs", sentence)
+        # the first entry names the ratio and the threshold, the next ones only their factors and counts
+        m = re.search(rf"{entry}'s (?:entropy fell )?([\d., ]+)-fold \((?:step 1 / final; )?(\d+) of (\d+)", sentence)
         falls = [
             first.loc["horizon", r.model, entry, r.seed] / r.entropy_final for r in g.sort_values("seed").itertuples()
         ]
         assert [float(x) for x in m[1].split(", ")] == pytest.approx(falls, abs=0.06), entry
         assert (int(m[2]), int(m[3])) == (sum(f >= 5 for f in falls), len(falls))
     late = p.query("experiment == 'horizon' and metric == 'mean@8'").iloc[0]
-    assert f"over {late.n_pairs} seed pairs, {late.verdict} (margin ±{100 * late.margin:.1f}, MDE" in sentence
+    words = late.label.split(" (")[0]
+    assert f"points over {late.n} seed pairs: {words} (single look, stability {late.stability:.2f})" in sentence
+    assert words == f"not better by {100 * late.margin:g} points"  # the margin, in the words
     rows = experiment_blocks.entropy_rows("horizon")(RESULTS)
     assert rows in _flat(read("docs/results.md"))
     for e in p.query("experiment == 'horizon' and metric.str.startswith('entropy')").itertuples():
         d = f"{e.difference:+.3f} [{e.ci_low:+.3f}, {e.ci_high:+.3f}]"
-        assert f"bandpo_kl − grpo {d} nats ({e.verdict}, margin ±{e.margin:.3f})" in rows
-    # does the 64-step verdict hold at 256 steps: the two primary rows' verdicts, steps and pairs
+        assert f"bandpo_kl − grpo {d} nats ({e.label.split(' (')[0]}" in rows and e.rule == "single look, Holm"
+    # does the 64-step verdict hold at 256 steps, on the same seeds: main's runs of the horizon's seeds (their paired
+    # differences from scores.csv, a single look of the rule at main's margin) beside the horizon's primary row, and
+    # the change per seed
+    from bandpo.analysis.experiments import verdict_label
+    from bandpo.verdict.rule import BETTER, NOT_BETTER, fixed_n_decision
+
     holds = experiment_blocks.horizon_holds(RESULTS)
     assert holds in text
-    early = p.query("experiment == 'main' and model == 'tiny-s' and metric == 'mean@8'").iloc[0]
-    if early.verdict == late.verdict:
+    sc = RESULTS.scores.query("name == 'mean@8' and model == 'tiny-s' and task == @late.task")
+    wide = {xp: sc[sc.experiment == xp].pivot_table(index="seed", columns="entry", values="value")
+            for xp in ("main", "horizon")}  # fmt: skip
+    d = {xp: w["bandpo_kl"] - w["grpo"] for xp, w in wide.items()}
+    seeds = sorted(d["horizon"].index)
+    assert seeds == sorted(h["seed"].unique()) and set(seeds) <= set(d["main"].index)
+    early = d["main"].loc[seeds]
+    lo, hi = t_interval(early)
+    margin = RESULTS.provenance["config"]["experiments"]["main"]["primary"]["margin"] / 100
+    verdict = fixed_n_decision(early, margin).verdict
+    main_steps = int(runs.query("experiment == 'main' and model == 'tiny-s'")["steps"].max())
+    where = f"seeds {seeds[0]}-{seeds[-1]}"
+    assert (f"{verdict_label(verdict, margin).split(' (')[0]} at {main_steps} steps (single look; "
+            f"{100 * early.mean():+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] points, main's runs of {where}, "
+            f"{len(seeds)} seed pairs)") in holds  # fmt: skip
+    assert f"{words} at {int(h['steps'].max())} steps" in holds and f"horizon, {where}" in holds
+    change = d["horizon"].loc[seeds] - early
+    c_lo, c_hi = t_interval(change)
+    assert (f"horizon − main on the same seeds, paired: {100 * change.mean():+.1f} [{100 * c_lo:+.1f}, "
+            f"{100 * c_hi:+.1f}] points") in holds  # fmt: skip
+    if late.verdict not in (BETTER, NOT_BETTER):
+        assert holds.startswith("is neither confirmed nor contradicted")
+    elif verdict == late.verdict:
         assert holds.startswith("holds")
-    elif late.verdict == "unresolved":
-        assert holds.startswith("is neither confirmed nor contradicted") and f"MDE {100 * late.mde:.1f} points" in holds
     else:
         assert holds.startswith("does not hold")
-    main_steps = int(runs.query("experiment == 'main' and model == 'tiny-s'")["steps"].max())
-    assert f"{early.verdict} at {main_steps} steps" in holds and f"main, {early.n_pairs} seed pairs" in holds
-    assert f"{late.verdict} at {int(h['steps'].max())} steps" in holds
     # seeds: per experiment, the primary pair's and the other entries' seed counts in scores.csv
     sc = RESULTS.scores.query("name == 'mean@8' and entry != 'base'")
     n = sc.groupby(["experiment", "entry"])["seed"].nunique()
@@ -528,10 +630,22 @@ def test_horizon_seeds_and_separation_sentences_recompute():
         f"separation {n['separation', 'grpo']} for the primary pair, {n['separation', 'dcpo']} for the other" in seeds
     )
     assert f"horizon {n['horizon', 'grpo']} for the primary pair" in seeds
-    # the separation run's regime: fixed in the config before the run
+    # the separation run's regime (fixed in the config before the run); README no longer shows it (pooled into main)
     sep = experiment_blocks.separation(RESULTS)
-    assert sep in text and sep.startswith("at updates_per_step = 4 (fixed before the run), bandpo_kl − grpo mean@8")
+    assert sep.startswith("at updates_per_step = 4 (fixed before the run), bandpo_kl − grpo mean@8")
     row = p.query("experiment == 'separation' and metric == 'mean@8'").iloc[0]
-    assert (
-        f"over {row.n_pairs} seed pairs, {row.verdict} (margin ±{100 * row.margin:.1f}, MDE {100 * row.mde:.1f}" in sep
-    )
+    assert f"over {row.n} seed pairs: {row.label} (single look, stability {row.stability:.2f})" in sep
+
+
+def test_blocks_of_the_separation_experiment_say_when_there_is_none():
+    """The separation experiment is being pooled into main: a publication without it renders its blocks as a
+    sentence saying so (and an empty leaderboard section as such), not an error."""
+    import dataclasses
+
+    b = RESULTS
+    without = dataclasses.replace(b, primary=b.primary[b.primary.experiment != "separation"],
+                                  leaderboard=b.leaderboard[b.leaderboard.experiment != "separation"])  # fmt: skip
+    assert experiment_blocks.separation(without) == experiment_blocks.NO_SEPARATION
+    assert experiment_blocks.entropy_rows("separation")(without) == experiment_blocks.NO_SEPARATION
+    assert docs.BLOCKS["table-separation"](without) == "No rows of experiment separation in this publication."
+    assert "separation" not in score_blocks.primary_summary(without)

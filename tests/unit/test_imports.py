@@ -102,12 +102,13 @@ def test_no_import_cycle_among_bandpo_modules():
 
 # bandpo's packages from the ground floor up. A module may import its own package and the floors below it, never
 # a floor above: the ground floor (core) holds what several stages share (file writes, settings by name, provenance,
-# the run contract, the training protocol both trainers share); the runtime runs a model for every stage (sampler,
+# the run contract, the training protocol both trainers share); the verdict rule is every decision's (the plan checks
+# a design with it, the looks, the analysis and rank decide with it); the runtime runs a model for every stage (sampler,
 # lean forward pass, optimiser, schedule); the methods and the grader serve every stage that trains or scores; the
 # run plan reads the config into every stage's jobs, so it stands above them; the analysis reads what they wrote, the
 # decisions the DAG feeds back into its jobs (decide) are made from it, and the report renders it all.
-FLOORS = ("core", "runtime", "methods", "grader", "data", "models", "train", "verl", "score", "plan", "analysis",
-          "decide", "report")  # fmt: skip
+FLOORS = ("core", "verdict", "runtime", "methods", "grader", "data", "models", "train", "verl", "score", "plan",
+          "analysis", "decide", "report")  # fmt: skip
 
 
 def floor(module: str) -> int | None:

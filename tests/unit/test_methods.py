@@ -52,7 +52,12 @@ def test_the_built_in_methods_load_by_name_without_importing_verl():
     import verl; a method of a user module cannot take a built-in name, whichever is registered first."""
     from bandpo.methods import registry
 
-    assert registry.BUILTIN_METHOD_MODULES == ("bandpo.methods.builtin", "bandpo.verl.losses")
+    assert registry.BUILTIN_METHOD_MODULES == (
+        "bandpo.methods.builtin",
+        "bandpo.methods.trl_rules",
+        "bandpo.methods.rollout_correction",
+        "bandpo.verl.losses",
+    )
     code = (
         "import sys\n"
         "from bandpo import methods\n"

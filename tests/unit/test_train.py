@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import math
 import os
@@ -56,6 +57,31 @@ def read_metrics(run: Path) -> list[dict]:
 
 def without_timing(metrics: list[dict]) -> list[dict]:
     return [{k: v for k, v in m.items() if k not in TIMING_KEYS} for m in metrics]
+
+
+def tensorboard_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of the TensorBoard event files in ``folder``, read back offline: tag -> [(step, value)]."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def assert_tensorboard_is(folder: Path, lines: list[dict]) -> None:
+    """The event files hold exactly the metrics lines: each numeric field a tag, each step once, at global_step =
+    the line's step, with its value (TensorBoard keeps float32)."""
+    scalars = tensorboard_scalars(folder)
+    expected: dict[str, list[tuple[int, float]]] = {}
+    for m in lines:
+        for k, v in m.items():
+            if k != "step" and isinstance(v, (int, float)):
+                expected.setdefault(k, []).append((m["step"], torch.tensor(float(v), dtype=torch.float32).item()))
+    assert sorted(scalars) == sorted(expected)
+    for tag, points in expected.items():
+        got = scalars[tag]
+        assert [step for step, _ in got] == [step for step, _ in points], tag  # each step once, in order
+        assert all(a == b or (math.isnan(a) and math.isnan(b)) for (_, a), (_, b) in zip(got, points, strict=True))
 
 
 def test_config_errors_name_the_field(tmp_path):
@@ -175,12 +201,14 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 def test_resume_after_sigkill_matches_uninterrupted_run(assets, tmp_path):
     """A run killed with SIGKILL in the middle of a step (after a checkpoint, with a metrics line past it) and then
-    started again resumes from that checkpoint and ends with the uninterrupted run's metrics and weights. The kill
-    comes at a fixed point (the run stops there and says so), not after a guessed number of seconds."""
+    started again resumes from that checkpoint and ends with the uninterrupted run's metrics and weights, and with
+    TensorBoard curves holding each step once. The kill comes at a fixed point (the run stops there and says so),
+    not after a guessed number of seconds."""
     model, data = assets
     common = ["--model", str(model), "--data", str(data), "--method", "bandpo", "--seed", "5", "--threads", "1",
               "--no-progress", "--steps", "8", "--checkpoint-every", "2", "--prompts-per-step", "4",
-              "--samples-per-prompt", "4", "--max-new-tokens", "12", "--reward", "random"]  # fmt: skip
+              "--samples-per-prompt", "4", "--max-new-tokens", "12", "--reward", "random",
+              "--trackers", "tensorboard"]  # fmt: skip
     # the jobs' numerics (with the library MKL needs on a CPU that is not Intel's), as the workflow gives them: the
     # killed run is `python -c`, which does not restart itself with that library as `python -m bandpo.train` does
     env = {**os.environ, "PYTHONPATH": str(ROOT), **numerics.env()}
@@ -219,11 +247,126 @@ def test_resume_after_sigkill_matches_uninterrupted_run(assets, tmp_path):
                    check=True, env=env, capture_output=True, timeout=HANG_GUARD_S)  # fmt: skip
     assert json.loads((killed / "run.json").read_text())["resumed_from_step"] == step_at_kill
     assert without_timing(read_metrics(killed)) == without_timing(read_metrics(tmp_path / "full"))
+    # the TensorBoard curves of the killed and resumed run: each step once (the killed process's step 5 is gone),
+    # the values of its metrics.jsonl
+    assert_tensorboard_is(killed / "tensorboard", read_metrics(killed))
     a, b = (
         load_file(killed / "model" / "model.safetensors"),
         load_file(tmp_path / "full" / "model" / "model.safetensors"),
     )
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_trackers_get_the_metrics_lines_and_a_resume_rewrites_them(tmp_path, monkeypatch):
+    """Offline: the run's TensorBoard event files, read back, hold each metrics line at global_step = its step; a
+    process that logged steps past its last checkpoint and died is followed by one whose trackers hold the
+    checkpoint's steps and then its own, each step once. MLflow (a stand-in module here: the package is optional)
+    gets the same lines in the run's local store; without the package, the setting is an error naming it. Off by
+    default: no tracker folder."""
+    from bandpo.train.runfiles import Checkpoint
+
+    model, optimizer = torch.nn.Linear(2, 2), torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    lines = [{"step": s, "reward_mean": s / 10, "entropy": 1.0 / s, "token_frac/p0.0-0.2": 0.5,
+              "clipfrac": float("nan"), "probe/p_correct": s * 0.25, "note": "text"} for s in range(1, 6)]  # fmt: skip
+    cfg = TrainConfig(model="models/tiny-s", data="d", out=str(tmp_path), method="grpo", trackers=["tensorboard"])
+    first = Checkpoint(tmp_path, cfg.identity(), cfg)
+    assert first.resume(model, optimizer, torch.device("cpu")) == (0, [])
+    for m in lines:
+        first.log(m)
+    first.save(3, model, optimizer, lines[:3])  # the checkpoint after step 3; steps 4, 5 logged after it
+    assert_tensorboard_is(tmp_path / "tensorboard", lines)  # flushed per step: readable before close (or a crash)
+    resumed = [dict(m, reward_mean=m["reward_mean"] + 1) for m in lines[3:]]  # the resumed process's own values
+    second = Checkpoint(tmp_path, cfg.identity(), cfg)
+    assert second.resume(model, optimizer, torch.device("cpu"))[0] == 3
+    for m in resumed:
+        second.log(m)
+    second.close()
+    assert_tensorboard_is(tmp_path / "tensorboard", lines[:3] + resumed)
+    partial = (tmp_path / "metrics.jsonl.partial").read_text()
+    assert partial == "".join(json.dumps(m) + "\n" for m in lines[:3] + resumed)
+
+    # off by default
+    off = tmp_path / "off"
+    Checkpoint(off, "x", TrainConfig(model="m", data="d", out=str(off))).resume(model, optimizer, torch.device("cpu"))
+    assert not (off / "tensorboard").exists() and not (off / "mlruns").exists()
+
+    # MLflow: the calls its client gets, through a stand-in of the package
+    store = install_fake_mlflow(monkeypatch)
+    cfg = TrainConfig(model="m", data="d", out=str(tmp_path / "ml"), method="grpo", seed=3, trackers=["mlflow"])
+    assert cfg.problems() == []
+    ckpt = Checkpoint(tmp_path / "ml", cfg.identity(), cfg)
+    ckpt.resume(model, optimizer, torch.device("cpu"))
+    for m in lines:
+        ckpt.log(m)
+    ckpt.close()
+    assert store["uri"] == (tmp_path / "ml" / "mlruns").resolve().as_uri()
+    assert store["experiment"] == "bandpo-bench" and store["run_name"] == "m-grpo-seed3" and store["terminated"]
+    assert store["params"]["method"] == "grpo" and store["params"]["trackers"] == "['mlflow']"
+    logged = {(key, step): value for key, value, step in store["metrics"]}
+    assert logged[("reward_mean", 2)] == 0.2 and logged[("token_frac/p0.0-0.2", 5)] == 0.5
+    assert len(logged) == len(store["metrics"]) == 5 * 5  # five numeric fields, five steps, each once
+    monkeypatch.delitem(sys.modules, "mlflow")
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else find_spec(name, *a))
+    assert any("mlflow needs the mlflow package" in p for p in cfg.problems())
+    with pytest.raises(ValueError, match="trackers: unknown tracker 'wandb'"):
+        from_dict({"model": "m", "data": "d", "out": "o", "trackers": ["wandb"]})
+
+
+def install_fake_mlflow(monkeypatch) -> dict:
+    """A stand-in for the mlflow package (``mlflow.tracking.MlflowClient``, ``mlflow.entities.Metric`` / ``Param``)
+    that records what the trackers ask of it."""
+    import importlib.machinery
+    import types
+
+    store: dict = {"metrics": [], "params": {}, "terminated": False}
+
+    class Client:
+        def __init__(self, tracking_uri):
+            store["uri"] = tracking_uri
+
+        def create_experiment(self, name):
+            store["experiment"] = name
+            return "1"
+
+        def create_run(self, experiment_id, run_name=None):
+            store["run_name"] = run_name
+            return types.SimpleNamespace(info=types.SimpleNamespace(run_id="r1"))
+
+        def log_batch(self, run_id, metrics=(), params=(), tags=()):
+            store["metrics"] += [(m.key, m.value, m.step) for m in metrics]
+            store["params"].update({p.key: p.value for p in params})
+
+        def set_terminated(self, run_id, status=None):
+            store["terminated"] = True
+
+    modules = {name: types.ModuleType(name) for name in ("mlflow", "mlflow.tracking", "mlflow.entities")}
+    for name, module in modules.items():
+        module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+        monkeypatch.setitem(sys.modules, name, module)
+    modules["mlflow.tracking"].MlflowClient = Client
+    modules["mlflow.entities"].Metric = lambda key, value, timestamp, step: types.SimpleNamespace(
+        key=key, value=value, timestamp=timestamp, step=step
+    )
+    modules["mlflow.entities"].Param = lambda key, value: types.SimpleNamespace(key=key, value=value)
+    return store
+
+
+def test_a_spec_file_leaves_out_trackers_at_their_default(tmp_path):
+    """Adding the trackers setting rewrote no spec file (no job reruns): a spec leaves it out while it is [], and
+    reads back to the same settings either way."""
+    from bandpo.core.protocol import spec_fields
+
+    run = TrainConfig(model="m", data="d", out="o")
+    assert "trackers" not in spec_fields(run) and spec_fields(run) == {
+        k: v for k, v in dataclasses.asdict(run).items() if k != "trackers"
+    }
+    on = dataclasses.replace(run, trackers=["tensorboard"])
+    assert spec_fields(on)["trackers"] == ["tensorboard"] and on.identity() == run.identity()
+    for settings in (run, on):
+        spec = tmp_path / "spec.json"
+        spec.write_text(json.dumps(spec_fields(settings)))
+        assert read_spec(spec) == settings
 
 
 def test_resume_refuses_a_different_config(assets, tmp_path):
@@ -569,7 +712,7 @@ def test_cli_help_shows_every_field_with_its_default_and_doc():
                 docs.setdefault(node.target.id, nxt.value.value)
     for f in dataclasses.fields(TrainConfig):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        shown = {"": "''", "{}": "'{}'"}.get(str(default), str(default))
+        shown = {"": "''", "{}": "'{}'", "[]": ""}.get(str(default), str(default))
         assert f"--{f.name.replace('_', '-')}" in flat, f.name
         assert "".join(docs[f.name].split()) + f"(default:{shown})" in flat, f.name
     assert "--spec" in flat and "--method-module" in flat and "grpo" in flat  # the workflow's path, the methods

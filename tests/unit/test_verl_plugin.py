@@ -42,6 +42,15 @@ PARAMS = {
     "bandpo_upper": {"divergence": "chi2", "delta": 0.07, "eps_low": 0.25},
     "cispo": {"eps_high": 0.5},
     "gspo": {"eps_low": 0.01, "eps_high": 0.02},
+    # the rules of TRL's GRPOConfig and verl's rollout-correction presets (top_entropy needs the token entropy,
+    # which verl's policy loss does not receive: tests/unit/test_trl_rules.py)
+    "luspo": {"eps_low": 0.05, "eps_high": 0.1},
+    "vespo": {"k_pos": 1.5, "lambda_neg": 2.5},
+    "two_sided_clip": {"delta": 3.0},
+    "offpolicy_mask": {"threshold": 0.2},
+    "tis_token": {"threshold": 1.5},
+    "tis_seq": {"threshold": 3.0},
+    "icepop": {"threshold_lower": 0.7, "threshold": 2.0},
 }
 
 
@@ -85,7 +94,7 @@ REGISTRY_PROBE = (
     "from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY as R\n"
     "print(sorted(k for k in R if k.startswith('bandpo.')), 'bandpo.verl.plugin' in sys.modules)"
 )
-EXPECTED_NAMES = str(sorted(f"bandpo.{m}" for m in BUILT_IN))
+EXPECTED_NAMES = str(sorted(f"bandpo.{m}" for m in methods.list_methods() if methods.get_method(m).kind != "verl"))
 
 
 def test_import_verl_registers_every_method_via_entry_point():
@@ -645,7 +654,7 @@ CHANGED = {"model": "other-model", "method": "grpo", "seed": 11, "steps": 3, "pr
            "samples_per_prompt": 4, "temperature": 0.7, "max_new_tokens": 512, "updates_per_step": 2, "lr": 2e-6,
            "lr_end": 5e-7, "weight_decay": 0.1, "grad_clip": 0.5, "kl_coef": 0.01, "loss_agg_mode": "token-mean",
            "dual_clip_c": 3.0, "ppo_epochs": 2, "kl_loss_type": "kl", "entropy_coeff": 0.01, "top_p": 0.9,
-           "max_prompt_length": 512, "total_epochs": 2, "lr_warmup_steps": 10}  # fmt: skip
+           "max_prompt_length": 512, "total_epochs": 2, "lr_warmup_steps": 10, "trackers": ["tensorboard"]}  # fmt: skip
 
 
 def test_protocol_table_is_true():
@@ -679,6 +688,30 @@ def test_protocol_table_is_true():
         for key in listed:
             assert key in changed and changed[key] != base.get(key), (name, key)
             assert key in emitted or (name == "lr_end" and key not in base), (name, key)  # min_lr_ratio: lr_end set
+
+
+def test_trackers_are_verls_trainer_logger_writing_into_the_run(compose, monkeypatch):
+    """``trackers`` is verl's trainer.logger after the console and file loggers every run has, and verl's trackers
+    write into the run's folder, as the local trainer's; off by default. (``max_new_tokens`` is verl's
+    loss_scale_factor too: Dr. GRPO's constant of seq-mean-token-sum-norm, as in the local trainer.)"""
+    import importlib.util
+
+    base = sweep_run()
+    cfg = compose(command.overrides(base))
+    assert list(cfg.trainer.logger) == ["console", "file"]
+    assert cfg.actor_rollout_ref.actor.loss_scale_factor == base.max_new_tokens
+    assert not {"TENSORBOARD_DIR", "MLFLOW_TRACKING_URI"} & set(command.env(base))
+    find_spec = importlib.util.find_spec  # mlflow is optional: here it counts as installed
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: object() if n == "mlflow" else find_spec(n, *a))
+    run = sweep_run(trackers=["tensorboard", "mlflow"])
+    cfg = compose(command.overrides(run))
+    assert list(cfg.trainer.logger) == ["console", "file", "tensorboard", "mlflow"]
+    env = command.env(run)
+    assert env["TENSORBOARD_DIR"] == "/runs/qwen3b/bandpo/seed7/tensorboard"
+    assert env["MLFLOW_TRACKING_URI"] == "file:///runs/qwen3b/bandpo/seed7/mlruns"
+    assert cfg.ray_kwargs.ray_init.runtime_env.env_vars["TENSORBOARD_DIR"] == env["TENSORBOARD_DIR"]
+    with pytest.raises(ValueError, match="trackers: unknown tracker 'wandb'"):
+        sweep_run(trackers=["wandb"])
 
 
 def test_one_dual_clip_default():

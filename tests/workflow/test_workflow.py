@@ -1088,7 +1088,8 @@ def test_a_new_method_ranks_against_the_published_runs_without_rerunning_them(sm
         assert row.baseline_source == "published" and row.n_pairs == n_seeds
         grpo = theirs.query("experiment == 'main' and model == @row.model and entry == 'grpo' and name == @row.metric")
         assert row.baseline_mean == pytest.approx(grpo["value"].mean())
-        assert row.verdict in ("equivalent", "better", "worse", "unresolved") and 1 <= row.place <= row.of
+        assert row.verdict in ("better", "not better by the margin", "undecided") and 1 <= row.place <= row.of
+        assert row.margin == pytest.approx(sweep.report_experiments(full)[sweep.MAIN]["margins"][row.model])
     page = (clone / target).read_text()
     assert "the base models built here are the published ones (sha256 identical)" in page
 

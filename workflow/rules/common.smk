@@ -1,10 +1,11 @@
 # Shared names, paths and helpers. `config` has been validated and completed by the Snakefile.
 
 import json
+import os
 import re
 import shlex
 
-from bandpo.plan.sweep import MAIN, BASE_ENTRY, base_models, cell_models, eval_groups, eval_rule_name, eval_seed_groups, job_resources, runs, score_groups, slot_seeds, slots
+from bandpo.plan.sweep import MAIN, BASE_ENTRY, base_models, cell_models, eval_groups, eval_rule_name, eval_seed_groups, job_resources, runs, score_groups, slot_id, slot_seeds, slots
 
 # Every job's folders, environment and spec file come from one place, the run plan (bandpo.plan.runs.Plan, built in
 # the Snakefile; the benchmarks that run a job as the DAG does use the same): the functions below only hand its
@@ -28,6 +29,7 @@ EXPERIMENTS = PLAN.experiments  # completed by bandpo.plan.sweep: main (the swee
 # {entry}@{experiment} elsewhere (bandpo.plan.sweep.slot_id). SLOTS: slot -> {"experiment", "entry"}.
 SLOTS = PLAN.slots
 RUNS_ALL = runs(config)  # (model, slot, seed) of every training run
+RUNS_AT_ONCE = [(m, e, s) for m, e, s in RUNS_ALL if e not in PLAN.stepwise]  # the rest: as the looks ask (looks.smk)
 EVAL_GROUPS = eval_groups(config)  # (model, slot) of every scored group
 BUILTIN_SLOTS = list(slots(config, builtin=True))  # trained by rule train / train_verl; the others by their own
 TRAIN_DATA = list(config["train_data"])
@@ -83,6 +85,13 @@ def base_model(wildcards):
     return f"{model_dir(wildcards.model, wildcards.seed)}/config.json"
 
 
+def eval_group_file(root, look, ext):
+    """Log or benchmark file of one grouped evaluation job under ``root`` (LOGS or BENCH): one per model and entry,
+    and per look for a sequential primary's pair (``look`` is 0 outside one)."""
+    name = os.path.join("{entry}", f"look{look}") if look else "{entry}"
+    return os.path.join(root, "eval", "{model}", name + ext)
+
+
 def eval_outputs(model_id, slot, seeds, tasks=None):
     """Files one evaluation job writes for these seeds (lm-eval's results and samples kept beside the summary);
     ``tasks`` default to the slot's (give them when ``slot`` is a wildcard pattern)."""
@@ -96,16 +105,62 @@ def eval_outputs(model_id, slot, seeds, tasks=None):
 
 
 def all_eval_summaries():
+    """Every evaluation summary the DAG asks for at once: all but a sequential primary's pair, whose seeds its looks
+    ask for (`decided_looks`)."""
     return [
-        f"{eval_dir(m, e, s)}/{t['task']}.json" for m, e in EVAL_GROUPS for s in seeds_of(e) for t in tasks_of(e)
+        f"{eval_dir(m, e, s)}/{t['task']}.json"
+        for m, e in EVAL_GROUPS
+        if e not in PLAN.stepwise
+        for s in seeds_of(e)
+        for t in tasks_of(e)
     ]
 
 
+# -- seeds until decided (looks.smk) -------------------------------------------------------------------------------
+def _pair_files(pair, seeds):
+    """The pair's run metrics and evaluation summaries of these seeds (both sides)."""
+    xp, model = pair["experiment"], pair["model"]
+    files = []
+    for entry in (pair["treatment"], pair["control"]):
+        slot = slot_id(xp, entry)
+        files += [f"{run_dir(model, slot, s)}/metrics.jsonl" for s in seeds]
+        files += [f"{eval_dir(model, slot, s)}/{t['task']}.json" for s in seeds for t in tasks_of(slot)]
+    return files
+
+
+def _look_summaries(experiment, model, look):
+    """The evaluation summaries look ``look`` of a pair reads: its first look x k seeds, both sides."""
+    pair = next(p for p in PLAN.pairs if (p["experiment"], p["model"]) == (experiment, model))
+    seeds = [s for block in pair["blocks"][:look] for s in block]
+    return [f for f in _pair_files(pair, seeds) if f.endswith(".json")]
+
+
+def decided_looks(wildcards=None):
+    """Each sequential primary's looks up to the one that decided (a Snakemake checkpoint each: look j + 1, and the
+    training and scoring of its seeds, are asked for only when look j said undecided), with the pair's runs and
+    summaries of the seeds those looks read."""
+    files = []
+    for pair in PLAN.pairs:
+        for j, block in enumerate(pair["blocks"], 1):
+            look = checkpoints.look.get(experiment=pair["experiment"], model=pair["model"], look=j).output[0]
+            files += [look, *_pair_files(pair, block)]
+            with open(look, encoding="utf-8") as f:
+                if json.load(f)["verdict"] != "undecided":
+                    break
+    return files
+
+
 def select_inputs(wildcards):
-    """The evaluation summaries of the cells of the axis an experiment selects from (main's where a cell reuses)."""
+    """The evaluation summaries of the cells of the axis an experiment selects from (main's where a cell reuses),
+    each cell's own seeds."""
     axis = config["axes"][EXPERIMENTS[wildcards.experiment]["select"]["axis"]]
-    groups = [g for cell in axis["cells"] for g in score_groups(config, cell)]
-    return [f"{eval_dir(m, e, s)}/{t['task']}.json" for m, e in groups for s in seeds_of(e) for t in tasks_of(e)]
+    return [
+        f"{eval_dir(m, e, s)}/{t['task']}.json"
+        for cell in axis["cells"]
+        for m, e in score_groups(config, cell)
+        for s in slot_seeds(config, cell, SLOTS[e]["entry"])
+        for t in tasks_of(e)
+    ]
 
 
 def all_eval_outputs():

@@ -13,7 +13,8 @@
 # One evaluation rule per experiment and seed list (its seeds and tasks fix the rule's outputs): eval_group / eval_run
 # for main, eval_group_<experiment> / eval_run_<experiment> (bandpo.plan.sweep.eval_rule_name) for the others; an
 # experiment whose primary pair runs seeds of its own (primary.seeds) scores the pair with a rule of its own,
-# eval_group_primary / eval_group_<experiment>_primary (bandpo.plan.sweep.eval_seed_groups).
+# eval_group_primary / eval_group_<experiment>_primary (bandpo.plan.sweep.eval_seed_groups); a sequential primary
+# with one rule per look's seeds (eval_group_primary_look1, ...), scheduled as its looks ask (looks.smk).
 for _xp_id, _xp in EXPERIMENTS.items():
     for _group in eval_seed_groups(config, _xp_id):
 
@@ -21,11 +22,11 @@ for _xp_id, _xp in EXPERIMENTS.items():
 
             rule:
                 name:
-                    eval_rule_name("eval_group", _xp_id, _group["primary"])
+                    eval_rule_name("eval_group", _xp_id, _group["primary"], _group["look"])
                 input:
-                    spec=lambda w: _eval_spec(w.model, w.entry, seeds_of(w.entry)),
-                    models=lambda w: [_checkpoint(w.model, w.entry, s) for s in seeds_of(w.entry)],
-                    runs=lambda w: _run_records(w.model, w.entry, seeds_of(w.entry)),
+                    spec=lambda w, seeds=_group["seeds"]: _eval_spec(w.model, w.entry, seeds),
+                    models=lambda w, seeds=_group["seeds"]: [_checkpoint(w.model, w.entry, s) for s in seeds],
+                    runs=lambda w, seeds=_group["seeds"]: _run_records(w.model, w.entry, seeds),
                     data=lambda w: _task_data_files(w.entry),
                 output:
                     eval_outputs("{model}", "{entry}", _group["seeds"], _xp["eval_tasks"]),
@@ -38,9 +39,9 @@ for _xp_id, _xp in EXPERIMENTS.items():
                     gpu=config["eval"]["gpus"],
                     **res("eval_group"),
                 log:
-                    f"{LOGS}/eval/{{model}}/{{entry}}.log",
+                    eval_group_file(LOGS, _group["look"], ".log")
                 benchmark:
-                    f"{BENCH}/eval/{{model}}/{{entry}}.tsv"
+                    eval_group_file(BENCH, _group["look"], ".tsv")
                 shell:
                     "{params.env} python -m bandpo.score --spec {input.spec} > {log} 2>&1"
 
@@ -48,7 +49,7 @@ for _xp_id, _xp in EXPERIMENTS.items():
 
             rule:
                 name:
-                    eval_rule_name("eval_run", _xp_id, _group["primary"])
+                    eval_rule_name("eval_run", _xp_id, _group["primary"], _group["look"])
                 input:
                     spec=lambda w: _eval_spec(w.model, w.entry, [int(w.seed)]),
                     model=lambda w: _checkpoint(w.model, w.entry, w.seed),
@@ -58,6 +59,7 @@ for _xp_id, _xp in EXPERIMENTS.items():
                     eval_outputs("{model}", "{entry}", ["{seed}"], _xp["eval_tasks"]),
                 wildcard_constraints:
                     entry=_alternatives(_group["slots"]),
+                    seed=_alternatives(map(str, _group["seeds"])),
                 params:
                     env=ENV,  # the job's environment, grader.mode included: a change reruns the job (params are a rerun trigger)
                 threads: THREADS

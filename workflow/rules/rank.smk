@@ -7,9 +7,17 @@
 # `rank_against`, default results/). Where they are the published ones (the fixed numerics make them so on any
 # x86-64 CPU with AVX2), the entry is paired with the published GRPO scores of the same base model and seed; where
 # they differ, the check says so and GRPO is trained and scored here too (a checkpoint: the DAG learns which after
-# the check ran). The published folder is read, not an input: no rule of this DAG rewrites it (rule publish would),
-# and a missing or incomplete one stops the check with an error naming the file. Its names and input functions
-# (RANK_*, _rank_models, _rank_baseline_inputs, ...) are in common.smk.
+# the check ran). The verdicts: the rule's single look against main's margin in this config (RANK_MARGINS),
+# Holm-adjusted over the models and metrics ranked. The published folder is read, not an input: no rule of this DAG
+# rewrites it (rule publish would), and a missing or incomplete one stops the check with an error naming the file.
+# Its names and input functions (RANK_*, _rank_models, _rank_baseline_inputs, ...) are in common.smk.
+
+
+from bandpo.decide.rank import plan_margins
+
+# main's margin per model, fractions of the score, from the run plan (bandpo.plan.sweep.report_experiments): the
+# question of the ranking's verdicts (is the entry better than GRPO by at least it?), fixed in this config
+RANK_MARGINS = plan_margins(config)
 
 
 checkpoint base_check:
@@ -44,10 +52,12 @@ rule rank:
     params:
         results=lambda w, output: os.path.dirname(os.path.dirname(output.md)),  # RESULTS
         published=lambda w: RANK_AGAINST,
+        margins=json.dumps(RANK_MARGINS, sort_keys=True),
     resources:
         **res("report"),
     log:
         f"{LOGS}/rank/{{entry}}.log",
     shell:
         "python -m bandpo.decide rank --results {params.results} --entry {wildcards.entry} "
-        "--published {params.published:q} --checks {input.checks:q} --out {output.md} > {log} 2>&1"
+        "--published {params.published:q} --checks {input.checks:q} --margins-json {params.margins:q} "
+        "--out {output.md} > {log} 2>&1"

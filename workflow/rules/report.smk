@@ -5,18 +5,18 @@
 # provenance.json (git commit, package versions, the resolved config, each base model's weights sha256 and build
 # machine, and the CPU model / torch CPU capability / thread counts the training and evaluation jobs ran with).
 
+from bandpo.plan.sweep import report_experiments
+
 REPORT_FIGURES = ["bounds", "training_curves", "clipfrac_buckets", "final_scores", "random_reward_entropy",
                   "probe_curves", "probe_clipfrac_buckets", "offpolicy_dose", "offpolicy_entropy"]  # fmt: skip
 REPORT_TABLES = ["leaderboard.csv", "leaderboard.md", "leaderboard.html", "stats.csv", "scores.csv", "runs.csv",
                  "primary.csv", "steps.csv"]  # fmt: skip
 # What the report reads of each experiment (description, primary metric and decision rule; the runs it reuses from
-# main; its axis and selection; an axis cell's methods, which a select rule reads), from the config, and the design
-# axes whose cells are in this DAG. Main's methods are left out: adding a method entry must not rerun rule select.
-REPORT_EXPERIMENTS = {
-    x: {k: v.get(k) for k in ("description", "primary", "models", "seeds", "train", "reuse", "axis", "select")}
-    | ({"methods": v.get("methods")} if v.get("axis") else {})
-    for x, v in EXPERIMENTS.items()
-}
+# main; its axis and selection; an axis cell's methods, which a select rule reads; the margins of its verdicts as
+# fractions per model and a sequential primary's design), from the run plan (bandpo.plan.sweep.report_experiments:
+# the one place where the config's points become fractions), and the design axes whose cells are in this DAG. Main's
+# methods are left out: adding a method entry must not rerun rule select.
+REPORT_EXPERIMENTS = report_experiments(config)
 REPORT_AXES = {a: v for a, v in config["axes"].items() if all(c in EXPERIMENTS for c in v["cells"])}
 REPORT_TABLES += ["axis.csv", "axis_runs.csv"] if REPORT_AXES else []
 SELECTING = [x for x, v in EXPERIMENTS.items() if v.get("select")]
@@ -77,8 +77,9 @@ if ATLAS:
 
 rule report:
     input:
-        runs=[f"{run_dir(m, e, s)}/metrics.jsonl" for m, e, s in RUNS_ALL],
+        runs=[f"{run_dir(m, e, s)}/metrics.jsonl" for m, e, s in RUNS_AT_ONCE],
         evals=all_eval_summaries(),
+        looks=decided_looks,
         selected=[select_file(x) for x in SELECTING],
         atlas=ATLAS_CSV,
     output:

@@ -1,17 +1,19 @@
 """The numbers of the documentation, generated from the published tables in ``results/``.
 
-README.md and docs/*.md hold blocks ``<!-- generated:NAME -->`` ... ``<!-- /generated:NAME -->`` (a table on lines
-of its own, or a value inside a sentence); `render` rewrites each block's body from ``results/*.csv`` with the
-function ``BLOCKS[NAME]`` (``FOLDER/NAME``: from ``results/FOLDER/*.csv``, a settled experiment published from a
-config of its own). ``python -m bandpo.report docs`` rewrites the files, ``--check`` only reports the stale
-ones (exit 1); tests/unit/test_docs.py asserts that the committed docs equal the output. Numbers follow the
-leaderboard's conventions: scores in percent of problems (points), 95% Student-t intervals over seeds, paired
-differences from GRPO of the same base model and seed.
+README.md, docs/*.md and results/README.md hold blocks ``<!-- generated:NAME -->`` ... ``<!-- /generated:NAME -->``
+(a table on lines of its own, or a value inside a sentence); `render` rewrites each block's body from
+``results/*.csv`` with the function ``BLOCKS[NAME]`` (``FOLDER/NAME``: from ``results/FOLDER/*.csv``, a settled
+experiment published from a config of its own). ``python -m bandpo.report docs`` rewrites the files, ``--check``
+only reports the stale ones (exit 1); tests/unit/test_docs.py asserts that the committed docs equal the output.
+Numbers follow the leaderboard's conventions: scores in percent of problems (points), 95% Student-t intervals over
+seeds, paired differences from GRPO of the same base model and seed.
 
 The blocks read the published folder's board (`bandpo.report.board.Board.read`), by topic: `scores` (sections of
 the leaderboard, primary comparisons, power, seeds), `experiments` (the settled experiments), `axes` (the design
-axes and the selection made from them) and `runs` (training time, the DAG's cost, the verl profile, the atlas);
-`cells` formats their numbers."""
+axes and the selection made from them), `runs` (training time, the DAG's cost, the verl profile, the atlas) and
+`publication` (provenance.json: the training commit, the machine and numerics, the base models' builds, each
+experiment's seeds); `cells` formats their numbers. Hand-written text around them carries no number of a run
+(tests/unit/test_prose.py)."""
 
 from __future__ import annotations
 
@@ -19,10 +21,11 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from bandpo.analysis import sequential
 from bandpo.report.board import Board
-from bandpo.report.docs import axes, experiments, runs, scores
+from bandpo.report.docs import axes, experiments, publication, runs, scores
 
-DOC_FILES = ("README.md", "docs/*.md")
+DOC_FILES = ("README.md", "docs/*.md", "results/README.md")
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w./-]+) -->)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)
 
 
@@ -32,7 +35,7 @@ BLOCKS: dict[str, Callable[[Board], str]] = {
     "gains": scores.gains,
     "spread": scores.spread,
     "power": scores.power,
-    "mde-main": scores.mde_main,
+    "pairs-main": scores.pairs_main,
     "clipfrac-main": scores.clipfrac_main,
     "cost": runs.cost,
     "entropy-shift": experiments.entropy_shift,
@@ -42,6 +45,7 @@ BLOCKS: dict[str, Callable[[Board], str]] = {
     "table-probe-probe": scores.leaderboard_block("probe", "probe"),
     "table-probe-rest": scores.leaderboard_block("probe", "rest"),
     "atlas": runs.atlas,
+    "atlas-real": runs.atlas_real,
     "axis-verdict": axes.axis_verdict,
     "axis-rules": axes.axis_rules,
     "axis-accuracy": axes.axis_accuracy,
@@ -65,8 +69,20 @@ BLOCKS: dict[str, Callable[[Board], str]] = {
     "verl-beside": runs.verl_beside,
     "verl-cost": runs.verl_cost,
     "verl-elapsed": runs.verl_elapsed,
+    # the verdict rule's plan, from the three publications' scores in git history (not from results/)
+    "sequential-plan": lambda board: sequential.plan_body(board.folder or "."),
     "n-runs": lambda board: str(len(board.runs)),
-    "commit": lambda board: f"`{board.provenance['git_commit'][:7]}`",
+    "publication": publication.publication,
+    "machine": publication.machine,
+    "base-models": publication.base_models,
+    "published-numerics": publication.published_numerics,
+    **{
+        f"seeds-{xp}": publication.design_seeds(xp)
+        for xp in ("main", "random-reward", "separation", "horizon", "probe", "offpolicy")
+    },
+    "entropy-main": scores.entropy_main,
+    "probe-power": scores.probe_power,
+    "sd-fewest": scores.sd_fewest,
 }
 
 

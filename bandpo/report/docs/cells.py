@@ -49,5 +49,29 @@ def row_series(frame: pd.DataFrame) -> list[pd.Series]:
 
 
 def margin_text(v: float) -> str:
-    """An equivalence margin as ``±x`` points; "—" when none was declared (NaN)."""
-    return "—" if v != v else f"±{num(v)}"
+    """The verdict rule's margin δ (is the treatment better by at least δ?) in points; "—" when none was declared
+    (NaN)."""
+    return "—" if v != v else num(v)
+
+
+def verdict_parts(p: pd.Series) -> tuple[str, str]:
+    """A primary.csv score row's verdict in two parts: its words ("not better by 2 points", "undecided",
+    "exploratory: no verdict") and how it was reached ("look 2 of 4", "single look", "single look, Holm, demoted",
+    "a single look decides from n = 14" for an exploratory one)."""
+    words = str(p["label"]).split(" (")[0]  # the words without what a label adds in parentheses
+    if p["rule"] == "sequential":
+        look = p.get("look", np.nan)
+        return words, (f"look {int(look)} of {int(p['looks'])}" if look == look else "no look yet")
+    if p["rule"] == "exploratory":
+        need = p.get("n_needed", np.nan)
+        return words, (f"a single look decides from n = {int(need)}" if need == need else "exploratory")
+    return words, ("single look, Holm, demoted" if p.get("role") == "demoted" else "single look")
+
+
+def verdict_cell(p: pd.Series) -> str:
+    """A primary.csv score row's verdict with where it rests: "not better by 2 points (look 2 of 4, 10 pairs)",
+    "not better by 2 points (single look, 10 pairs)", "exploratory: no verdict (a single look decides from n = 14,
+    10 pairs)", a demoted primary's Holm verdict marked so."""
+    words, how = verdict_parts(p)
+    n = int(p["n"]) if p["n"] == p["n"] else int(p["n_pairs"])
+    return f"{words} ({how}, {n} pairs)"

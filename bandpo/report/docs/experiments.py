@@ -8,11 +8,14 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from bandpo.analysis.experiments import collapse_factors
-from bandpo.analysis.stats import UNRESOLVED, t_interval
+from bandpo.analysis.experiments import collapse_factors, primary_results
+from bandpo.analysis.stats import t_interval
+from bandpo.plan.sweep import report_experiments
 from bandpo.report.board import Board
 from bandpo.report.docs.axes import selection
-from bandpo.report.docs.cells import METRIC, ci, margin_text, md_table, num, row_series
+from bandpo.report.docs.cells import METRIC, ci, margin_text, md_table, num, row_series, verdict_parts
+from bandpo.report.docs.publication import seed_range
+from bandpo.verdict.rule import BETTER, NOT_BETTER
 
 
 def entropy_changes(board: Board) -> pd.DataFrame:
@@ -31,8 +34,8 @@ def entropy_changes(board: Board) -> pd.DataFrame:
 
 
 def entropy_shift(board: Board) -> str:
-    """Per rule and pooled: step-1 and final entropy, the paired t interval of final - step 1, the primary verdict
-    (primary.csv: the paired rule) and the verdict of the bootstrap rule (secondary)."""
+    """Per rule and pooled: step-1 and final entropy, the paired t interval of final - step 1 and the descriptive
+    verdict of primary.csv (the paired rule: no control, so not a verdict of the rule of #55)."""
     changes = entropy_changes(board)
     verdicts = board.primary[board.primary.experiment == "random-reward"].set_index("treatment")
     by_seed = changes.groupby("seed", as_index=False)[["first", "final", "change"]].mean()
@@ -45,10 +48,10 @@ def entropy_shift(board: Board) -> str:
         rows.append([
             entry, len(g), num(g["first"].mean(), 3, 1.0), num(g["final"].mean(), 3, 1.0),
             ci(g["change"].mean(), lo, hi, 3, 1.0, sign=True), "yes" if lo > 0 or hi < 0 else "no",
-            "" if v is None else v["verdict"], "" if v is None else v["bootstrap_verdict"],
+            "" if v is None else v["verdict"],
         ])  # fmt: skip
     head = ["rule", "n", "entropy, step 1", "entropy, final", "final − step 1, paired t", "t interval excludes 0",
-            "primary verdict", "before #21: bootstrap rule"]  # fmt: skip
+            "descriptive verdict"]  # fmt: skip
     return md_table(head, rows, right=1)
 
 
@@ -59,23 +62,33 @@ def entropy_pool(board: Board) -> str:
 
 
 def _score_clause(p: pd.Series) -> str:
-    """A primary.csv score row as a clause: the paired difference in points over its seed pairs, its verdict, the
-    margin it was judged against and the MDE."""
+    """A primary.csv score row as a clause: the paired difference in points over the pairs its verdict rests on (the
+    estimate), and the verdict with how it was reached, the margin where its words do not say it, and, where
+    computed, its stability."""
+    words, how = verdict_parts(p)
     margin = p.get("margin", np.nan)
-    judged = f"margin {margin_text(margin)}, " if margin == margin else ""
-    return (
-        f"{p['treatment']} − {p['control']} {p['metric']} {ci(p['difference'], p['ci_low'], p['ci_high'], sign=True)}"
-        f" points over {int(p['n_pairs'])} seed pairs, {p['verdict']} ({judged}MDE {num(p['mde'])} points)"
-    )
+    if margin == margin and "by" not in words:
+        how += f", margin {margin_text(margin)} points"
+    stab = p.get("stability", np.nan)
+    how += f", stability {num(stab, 2, 1.0)}" if stab == stab else ""
+    d = ci(p["difference"], p["ci_low"], p["ci_high"], sign=True)
+    return f"{p['treatment']} − {p['control']} {p['metric']} {d} points over {int(p['n'])} seed pairs: {words} ({how})"
 
 
 def _entropy_clause(e: pd.Series) -> str:
-    """A primary.csv entropy row (entropy_final, entropy_auc) as a clause, in nats."""
+    """A primary.csv entropy row (entropy_final, entropy_auc: a secondary of the Holm family) as a clause, in nats."""
     what = {"entropy_final": "final entropy", "entropy_auc": "entropy AUC"}[e["metric"]]
+    words = str(e["label"]).split(" (")[0]
+    need = e.get("n_needed", np.nan)
+    if words == "undecided" and need == need:
+        words += f": a single look decides from n = {int(need)}"
     margin = e.get("margin", np.nan)
-    judged = f", margin ±{margin:.3f}" if margin == margin else ""
+    judged = f", margin {margin:.3f} nats" if margin == margin and " by " not in words else ""
     d = ci(e["difference"], e["ci_low"], e["ci_high"], 3, 1.0, sign=True)
-    return f"{what} {e['treatment']} − {e['control']} {d} nats ({e['verdict']}{judged})"
+    return f"{what} {e['treatment']} − {e['control']} {d} nats ({words}; Holm{judged})"
+
+
+NO_SEPARATION = "no separation experiment in this publication (it is pooled into main: its seeds are main's pairs)"
 
 
 def _experiment_primary(board: Board, name: str) -> tuple[pd.Series, pd.DataFrame]:
@@ -91,6 +104,8 @@ def separation(board: Board) -> str:
     rows: `entropy_rows`)."""
     cfg = board.experiments
     name = "separation"
+    if name not in set(board.primary["experiment"]) and not any(v.get("select") for v in cfg.values()):
+        return NO_SEPARATION
     if any(v.get("select") for v in cfg.values()):
         name, setting, table = selection(board)
         ((key, value),) = setting.items()
@@ -113,6 +128,8 @@ def entropy_rows(experiment: str) -> Callable[[Board], str]:
     """The paired entropy rows of an experiment's primary.csv (final entropy, entropy AUC), one clause each."""
 
     def block(board: Board) -> str:
+        if experiment == "separation" and experiment not in set(board.primary["experiment"]):
+            return NO_SEPARATION
         _score, entropy = _experiment_primary(board, experiment)
         return "; ".join(_entropy_clause(e) for e in row_series(entropy))
 
@@ -130,28 +147,58 @@ def horizon(board: Board) -> str:
     score, _entropy = _experiment_primary(board, "horizon")
     parts = [f"at {_steps_of(board, 'horizon')} steps, {_score_clause(score)}"]
     falls = collapse_factors(board.runs, board.experiments)
-    for entry, g in falls[falls.experiment == "horizon"].groupby("entry", sort=False):
+    for i, (entry, g) in enumerate(falls[falls.experiment == "horizon"].groupby("entry", sort=False)):
         factors = ", ".join(f"{f:.1f}" for f in g["factor"])
-        parts.append(f"{entry}'s entropy fell {factors}-fold (step 1 / final; {int(g['collapsed'].sum())} of "
-                     f"{len(g)} runs at least {g['threshold'].iloc[0]:g}-fold)")  # fmt: skip
+        counts = f"{int(g['collapsed'].sum())} of {len(g)}"
+        first = f"(step 1 / final; {counts} runs at least {g['threshold'].iloc[0]:g}-fold)"
+        parts.append(
+            f"{entry}'s entropy fell {factors}-fold {first}" if i == 0 else f"{entry}'s {factors}-fold ({counts})"
+        )
     return "; ".join(parts)
+
+
+def per_seed_differences(board: Board, experiment: str, p: pd.Series) -> pd.Series:
+    """seed -> treatment's score minus control's (same base model and seed) of a primary.csv score row ``p``, read
+    from scores.csv for ``experiment`` (another experiment's runs of the same model, task and pair where it is not
+    ``p``'s own)."""
+    s = board.scores
+    s = s[(s.experiment == experiment) & (s.model == p["model"]) & (s.name == p["metric"]) & (s.task == p["task"])]
+    wide = s.pivot_table(index="seed", columns="entry", values="value")
+    return (wide[p["treatment"]] - wide[p["control"]]).dropna()
 
 
 def horizon_holds(board: Board) -> str:
     """Whether the 64-step verdict of the primary pair on the horizon's model (main's primary) holds at the
-    horizon's length: the same verdict or not, each with its difference and seed pairs."""
+    horizon's length, on the same seeds: main's runs of the horizon's seeds decided by a single look of the rule
+    (`bandpo.analysis.experiments.primary_results` on those seeds' scores) beside the horizon's verdict, each with
+    its difference, and the change from main's length to the horizon's, paired per seed (horizon's difference minus
+    main's, 95% paired t). Neither confirmed nor contradicted when the longer run has no verdict (undecided, or
+    exploratory)."""
     late, _ = _experiment_primary(board, "horizon")
-    p = board.primary
-    (early,) = row_series(p[(p.experiment == "main") & (p.model == late["model"]) & (p.metric == METRIC)])
+    horizon = per_seed_differences(board, "horizon", late)
+    seeds = sorted(horizon.index)
+    s = board.scores
+    spec = report_experiments(board.provenance.get("config") or {"experiments": board.experiments})["main"]
+    spec = {**spec, "designs": None, "primary": {**spec["primary"], "seeds": seeds}}  # a single look at these pairs
+    main = primary_results(s[(s.experiment == "main") & s.seed.isin(seeds)], {"main": spec})
+    (early,) = row_series(main[(main.model == late["model"]) & (main.metric == late["metric"])])
+    main_d = per_seed_differences(board, "main", early).reindex(seeds)
+    if main_d.isna().any():
+        raise ValueError(f"main has the horizon's seeds {seeds} only for {sorted(main_d.dropna().index)}")
+    change = horizon.loc[seeds] - main_d
+    lo, hi = t_interval(change, bounds=(-2.0, 2.0))
 
     def said(r: pd.Series, steps: int, xp: str) -> str:
+        words, how = verdict_parts(r)
         d = ci(r["difference"], r["ci_low"], r["ci_high"], sign=True)
-        return f"{r['verdict']} at {steps} steps ({d} points, {xp}, {int(r['n_pairs'])} seed pairs)"
+        return f"{words} at {steps} steps ({how}; {d} points, {xp}, {int(r['n'])} seed pairs)"
 
-    a, b = said(early, _steps_of(board, "main"), "main"), said(late, _steps_of(board, "horizon"), "horizon")
+    who = f"seeds {seed_range(seeds)}"
+    a = said(early, _steps_of(board, "main"), f"main's runs of {who}")
+    b = said(late, _steps_of(board, "horizon"), f"horizon, {who}")
+    paired_change = f"horizon − main on the same seeds, paired: {ci(change.mean(), lo, hi, sign=True)} points"
+    if late["verdict"] not in (BETTER, NOT_BETTER):  # the longer run does not decide
+        return f"is neither confirmed nor contradicted on {late['model']}: {a}; {b}; {paired_change}"
     if early["verdict"] == late["verdict"]:
-        return f"holds on {late['model']}: {a}; {b}"
-    if late["verdict"] == UNRESOLVED:  # the longer run cannot decide: neither confirmed nor contradicted
-        return (f"is neither confirmed nor contradicted on {late['model']}: {a}; {b}, MDE {num(late['mde'])} points "
-                f"against the margin {margin_text(late.get('margin', np.nan))}")  # fmt: skip
-    return f"does not hold on {late['model']}: {a}, but {b}"
+        return f"holds on {late['model']}: {a}; {b}; {paired_change}"
+    return f"does not hold on {late['model']}: {a}, but {b}; {paired_change}"

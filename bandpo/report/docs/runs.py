@@ -95,3 +95,25 @@ def atlas(board: Board) -> str:
     if board.atlas is None:
         return "(not published yet: `snakemake --cores all` writes results/atlas.csv, rule atlas)"
     return atlas_markdown(board.atlas)
+
+
+def _tokens(n: int, none: str = "no token") -> str:
+    return none if n == 0 else f"{n} token{'s' if n != 1 else ''}"
+
+
+def atlas_real(board: Board) -> str:
+    """What the atlas measured on the testbed's own rollouts (atlas.csv, source ``real``, all tokens), pair by pair:
+    the tokens both rules of a Band / DPPO pair stop and those whose gradient differs, where Clip-Higher and GRPO
+    differ, and where the dual clip acts."""
+    if board.atlas is None:
+        return "(not published yet)"
+    real = board.atlas[(board.atlas["source"] == "real") & (board.atlas["slice"] == "all")].set_index("pair")
+    kl, tv = real.loc["bandpo_kl~dppo_kl"], real.loc["bandpo_tv~dppo_tv"]
+    ch, dual = real.loc["clip_higher~grpo"], real.loc["dual_clip~none"]
+    tv_differ = "none either" if tv["grad_differ"] == kl["grad_differ"] == 0 else str(int(tv["grad_differ"]))
+    return (
+        f"BandPO-KL and DPPO-KL stop the same {int(kl['stopped_both'])} tokens and differ on {int(kl['grad_differ'])} "
+        f"of {int(kl['tokens'])}, BandPO-TV and DPPO-TV stop the same {int(tv['stopped_both'])} and differ on "
+        f"{tv_differ}, Clip-Higher and GRPO differ on {int(ch['grad_differ'])} (A > 0 with 1.2 < r ≤ 1.28), and the "
+        f"dual clip acts on {_tokens(int(dual['grad_differ']))}"
+    )

@@ -8,9 +8,10 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from bandpo.analysis.stats import power_table
+from bandpo.analysis.stats import minimum_detectable_difference, power_table
 from bandpo.report.board import Board
-from bandpo.report.docs.cells import METRIC, ci, margin_text, md_table, num, paired, row_series
+from bandpo.report.docs.cells import METRIC, ci, margin_text, md_table, num, paired, row_series, verdict_cell
+from bandpo.verdict.rule import BETTER, NOT_BETTER
 
 
 def section(board: Board, experiment: str, subset: str = "") -> pd.DataFrame:
@@ -23,6 +24,8 @@ def leaderboard_block(experiment: str, subset: str = "") -> Callable[[Board], st
 
     def block(board: Board) -> str:
         rows = []
+        if section(board, experiment, subset).empty:
+            return f"No rows of experiment {experiment} in this publication."
         for r in row_series(section(board, experiment, subset).sort_values("model", kind="stable")):
             base = r["entry"] == r["baseline"]
             rows.append([
@@ -51,43 +54,43 @@ def _base_row(board: Board, experiment: str, model: str, subset: str) -> pd.Seri
 
 
 def headline(board: Board) -> str:
-    """BandPO-KL against GRPO where the config fixed a primary comparison of scores, with the base model: the
-    primary rule's paired difference, its 95% paired t interval, verdict, the margin it was judged against and the
-    MDE beside it (primary.csv; a demoted primary marked so)."""
+    """BandPO-KL against GRPO where the config fixed a primary comparison of scores, with the base model: the paired
+    difference with its 95% paired t interval (the estimate), the margin δ of the question (is BandPO-KL better
+    than GRPO by at least δ?), the verdict with the look and pairs it rests on, and its stability (the probability
+    that an independent rerun gives the same verdict), from primary.csv (a demoted primary marked so)."""
     rows = []
     for p in row_series(board.primary[board.primary.metric == METRIC]):
         subset = board.scores.loc[board.scores.task == p["task"], "subset"].iloc[0]  # the task's part of the data
         where = p["model"] + ("" if not subset else f", {subset} subset")
         base = _base_row(board, p["experiment"], p["model"], subset)
         control, treatment = (board.row(p["experiment"], p["model"], e, subset) for e in (p["control"], p["treatment"]))
-        demoted = " (demoted)" if p.get("role") == "demoted" else ""
         rows.append([
             p["experiment"], where, "—" if base is None else num(base[METRIC]), num(control[METRIC]),
             num(treatment[METRIC]), ci(p["difference"], p["ci_low"], p["ci_high"], sign=True),
-            margin_text(p.get("margin", np.nan)), num(p["mde"]), f"{p['verdict']}{demoted}",
+            margin_text(p.get("margin", np.nan)), verdict_cell(p), num(p.get("stability", np.nan), 2, 1.0),
         ])  # fmt: skip
-    head = ["experiment", "model", "base", "GRPO", "BandPO-KL", "BandPO-KL − GRPO, paired t", "margin", "MDE",
-            "verdict"]  # fmt: skip
+    head = ["experiment", "model", "base", "GRPO", "BandPO-KL", "BandPO-KL − GRPO, paired t", "margin",
+            "verdict (look, pairs)", "stability"]  # fmt: skip
     return md_table(head, rows, right=2)
 
 
 def primary(board: Board) -> str:
-    """primary.csv as it stands: scores in points, entropies in nats; the paired rule, then the bootstrap rule
-    (secondary)."""
+    """primary.csv as it stands: scores in points, entropies in nats; how each row was decided (a sequential design,
+    a single look alone, a single look in the Holm family, exploratory, descriptive), the pairs, the estimate, the
+    margin and the verdict."""
     rows = []
     for p in row_series(board.primary):
         entropy = p["metric"].startswith("entropy")
         digits, scale = (3, 1.0) if entropy else (1, 100.0)
+        margin = "—" if p["margin"] != p["margin"] else num(p["margin"], digits, scale)
         rows.append([
             p["experiment"], p["model"], p["metric"] + ("" if entropy else f" ({p['task']})"),
-            f"{p['treatment']} − {p['control']}", str(p["n_pairs"]),
-            ci(p["difference"], p["ci_low"], p["ci_high"], digits, scale, sign=True), p["verdict"],
-            f"[{num(p['bootstrap_ci_low'], digits, scale, True)}, {num(p['bootstrap_ci_high'], digits, scale, True)}]"
-            f" {p['bootstrap_verdict']}",
+            f"{p['treatment']} − {p['control']}", p["rule"], str(p["n_pairs"]),
+            ci(p["difference"], p["ci_low"], p["ci_high"], digits, scale, sign=True), margin, p["label"],
         ])  # fmt: skip
-    head = ["experiment", "model", "metric", "comparison", "pairs", "difference [95% paired t]", "verdict",
-            "before #21: bootstrap CI, verdict"]  # fmt: skip
-    return md_table(head, rows, right=4)
+    head = ["experiment", "model", "metric", "comparison", "rule", "pairs", "difference [95% paired t]", "margin",
+            "verdict"]  # fmt: skip
+    return md_table(head, rows, right=5)
 
 
 def base_rows(board: Board) -> list[tuple[str, str, pd.Series]]:
@@ -128,29 +131,33 @@ def spread(board: Board) -> str:
 
 
 def power(board: Board) -> str:
-    """The power of the comparisons with GRPO (bandpo.analysis.stats.power_table of stats.csv)."""
+    """The power of the comparisons with GRPO (bandpo.analysis.stats.power_table of stats.csv); the seeds of each
+    comparison ("3 for 11, 10 for 1": 11 comparisons at 3 seeds, one at 10), the MDE at the fewest."""
     rows = []
     for p in row_series(power_table(board.stats)):
         where = p["experiment"] + (f" ({p['subset']})" if p["subset"] else "")
+        counts = p["seed_counts"]
+        seeds = str(counts[0][0]) if len(counts) == 1 else ", ".join(f"{n} for {c}" for n, c in counts)
         rows.append([
-            where, p["model"], p["label"], num(p["sd"], 2), int(p["n_seeds"]), num(p["mde"]),
+            where, p["model"], p["label"], num(p["sd"], 2), seeds, num(p["mde"]),
             f"{num(p['mde_min'])}–{num(p['mde_max'])}", int(p["seeds_for_target"]),
         ])  # fmt: skip
-    head = ["experiment", "model", "metric", "SD, points", "seeds", "MDE, points", "MDE per entry",
+    head = ["experiment", "model", "metric", "SD, points", "seeds", "MDE at the fewest, points", "MDE per entry",
             "seeds for 2 points"]  # fmt: skip
     return md_table(head, rows, right=3)
 
 
-def mde_main(board: Board) -> str:
-    """The MDE of the main experiment's primary pair (primary.csv, BandPO-KL − GRPO on mean@8) per model size, in
-    reverse name order (tiny-s, then tiny-m), with the seed pairs and the margin beside it:
-    "4.8 points on tiny-s (3 seed pairs), 8.6 on tiny-m (3)"."""
+def pairs_main(board: Board) -> str:
+    """The pairs a single look of the rule would need to decide for sure at the SD the main experiment's primary
+    pair measured (primary.csv's ``n_needed``, `bandpo.verdict.rule.single_look_n`), per model size in reverse name
+    order (tiny-s, then tiny-m), with the seed pairs run: "12 seed pairs on tiny-s (10 run), 14 on tiny-m (10)"."""
     p = board.primary[(board.primary["experiment"] == "main") & (board.primary["metric"] == METRIC)]
     p = p.sort_values("model", ascending=False)
     parts = []
     for i, r in enumerate(row_series(p)):
-        unit, pairs = (" points", " seed pairs") if i == 0 else ("", "")
-        parts.append(f"{num(r['mde'])}{unit} on {r['model']} ({int(r['n_pairs'])}{pairs})")
+        need = "—" if r["n_needed"] != r["n_needed"] else str(int(r["n_needed"]))
+        unit, run = (" seed pairs", " run") if i == 0 else ("", "")
+        parts.append(f"{need}{unit} on {r['model']} ({int(r['n_pairs'])}{run})")
     return ", ".join(parts)
 
 
@@ -165,14 +172,16 @@ def clipfrac_main(board: Board) -> str:
 
 def mde_measured(board: Board) -> str:
     """Per primary score comparison: the seed pairs, the SD of the paired differences this run measured (from
-    scores.csv) and the MDE at 80% power it gives (primary.csv's ``mde``), beside the margin."""
+    scores.csv) and the MDE at 80% power it gives (`minimum_detectable_difference`: the yardstick the seeds were
+    planned by), beside the margin."""
     rows = []
     for p in row_series(board.primary[board.primary.metric == METRIC]):
         sc = board.scores[(board.scores.experiment == p["experiment"]) & (board.scores.model == p["model"])
                         & (board.scores.name == METRIC) & (board.scores.task == p["task"])]  # fmt: skip
         per_seed = sc.pivot_table(index="seed", columns="entry", values="value")
         d = (per_seed[p["treatment"]] - per_seed[p["control"]]).dropna()
-        rows.append([p["experiment"], p["model"], f"{100 * d.std(ddof=1):.2f}", str(len(d)), num(p["mde"]),
+        mde = minimum_detectable_difference(float(d.std(ddof=1)), len(d))
+        rows.append([p["experiment"], p["model"], f"{100 * d.std(ddof=1):.2f}", str(len(d)), num(mde),
                      margin_text(p.get("margin", np.nan))])  # fmt: skip
     head = ["experiment", "model", "SD measured (points)", "seed pairs", "measured MDE (points)", "margin"]
     return md_table(head, rows, right=4)
@@ -203,12 +212,13 @@ def _where(experiment: str, model: str, subset: str = "") -> str:
 
 def primary_summary(board: Board) -> str:
     """The verdict of every score comparison of primary.csv (BandPO-KL − GRPO, paired), one clause each."""
+    rows = row_series(board.primary[board.primary.metric == METRIC])
     parts = []
-    for p in row_series(board.primary[board.primary.metric == METRIC]):
+    for p in rows:
         subset = board.scores.loc[board.scores.task == p["task"], "subset"].iloc[0]
-        parts.append(f"{_where(p['experiment'], p['model'], subset)} {p['verdict']}")
-    n = sum(1 for p in row_series(board.primary[board.primary.metric == METRIC]) if p["verdict"] != "unresolved")
-    return f"{n} of {len(parts)} resolved: " + "; ".join(parts)
+        parts.append(f"{_where(p['experiment'], p['model'], subset)} {verdict_cell(p)}")
+    n = sum(1 for p in rows if p["verdict"] in (BETTER, NOT_BETTER))
+    return f"{n} of {len(parts)} decided: " + "; ".join(parts)
 
 
 def separated(board: Board, experiment: str = "main") -> str:
@@ -230,3 +240,39 @@ def gains_summary(board: Board) -> str:
     for experiment, subset, base in base_rows(board):
         (yes if base[f"{METRIC}_diff_t_ci_high"] < 0 else no).append(_where(experiment, base["model"], subset))
     return f"above 0 on {', '.join(yes) or 'none'}; not on {', '.join(no) or 'none'}"
+
+
+def entropy_main(board: Board, model: str = "tiny-s") -> str:
+    """The entropy of main's runs on ``model`` (runs.csv): their mean final entropy and their mean entropy at step
+    1, in nats: "0.156 nats over its 53 runs, from 0.462 at step 1" (the scale the entropy margin is read against)."""
+    r = board.runs[(board.runs.experiment == "main") & (board.runs.model == model)]
+    if r.empty:
+        raise KeyError(f"runs.csv has no main runs on {model!r}")
+    first, final = r["entropy_first"].mean(), r["entropy_final"].mean()
+    return f"{num(final, 3, 1.0)} nats over its {len(r)} runs, from {num(first, 3, 1.0)} at step 1"
+
+
+def probe_power(board: Board) -> str:
+    """The probe's primary comparison (primary.csv of results/probe/, BandPO-KL − GRPO on the probe subset): the SD
+    of its paired differences at its seed pairs and the pairs a single look of the verdict rule would need at that
+    SD and the margin (primary.csv's ``n_needed``, `bandpo.verdict.rule.single_look_n`): why it is demoted."""
+    (p,) = row_series(board.primary[board.primary.metric == METRIC].head(1))
+    need = "an unknown number of" if p["n_needed"] != p["n_needed"] else f"about {int(p['n_needed'])}"
+    return (
+        f"{100 * float(p['sd']):.2f} points at {int(p['n_pairs'])} seed pairs; a single look of the rule at a margin "
+        f"of {margin_text(p['margin'])} points would need {need} seed pairs"
+    )
+
+
+def sd_fewest(board: Board) -> str:
+    """The fewest seeds behind an SD of the power table and how far an SD from so few can be off: the 95% interval
+    of the true SD over the estimate at n − 1 degrees of freedom (chi-square)."""
+    from scipy.stats import chi2
+
+    n = int(power_table(board.stats)["n_seeds"].min())
+    df = n - 1
+    low, high = np.sqrt(df / chi2.ppf(0.975, df)), np.sqrt(df / chi2.ppf(0.025, df))
+    return (
+        f"{n} seeds ({df} degrees of freedom), and a 95% interval for an SD with {df} degrees of freedom runs from "
+        f"{low:.2f} to {high:.1f} times the estimate (chi-square)"
+    )

@@ -1,0 +1,209 @@
+"""The verdict rule of a comparison with the control (docs/statistics.md, "The verdict rule and seeds until decided").
+
+**The question.** Is the treatment better than the control by at least the margin δ? On the paired differences
+d_i = treatment - control (same base model and seed; scores are fractions, so δ = 0.02 is 2 points of mean@8), the
+rule tests H0: Δ <= 0 against H1: Δ >= δ and answers with one of two words:
+
+* ``better`` (`BETTER`): H0 rejected at one-sided level ``alpha``: the treatment is better than the control;
+* ``not better by the margin`` (`NOT_BETTER`): H1 rejected at level ``beta``: the treatment is not better by δ.
+
+Between 0 and δ both words are true, and the rule may say either; outside it only one is, and the probability of
+saying it grows with the pairs. Sign, size and equivalence are estimates (the mean paired difference with its 95%
+t interval, `t_interval`), never verdicts. A comparison not decided within its pairs reads ``undecided``
+(`UNDECIDED`, with the n it would need).
+
+**Seeds until decided** (`decide`, on a `bandpo.verdict.design.SequentialDesign`): at look j the paired t statistic
+T = mean sqrt(n) / sd of the first n_j pairs is compared with the look's two boundaries: ``better`` if T >= e_j,
+``not better`` if T <= f_j, else the next k pairs. The futility stops are binding in use (a look that crosses f_j
+ends the comparison), and at the last look f_K = e_K, so a verdict always comes by ``n_max``. A comparison at a
+fixed n (a secondary) uses `fixed_n_decision`, the single-look case of the same rule with the observed SD in place
+of the planning SD. Pure numpy and scipy: every stage that decides (the run plan's check of a design, the DAG's
+looks, the report, ``rank``, the recipe check of speed-ups) uses this one module.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.stats import t as student_t
+
+from bandpo.verdict.design import ALPHA, BETA, SequentialDesign, boundaries
+
+BETTER, NOT_BETTER, UNDECIDED = "better", "not better by the margin", "undecided"
+VERDICTS = (BETTER, NOT_BETTER)
+POINTS = 100.0  # scores are fractions; tables print points
+SCORE_RANGE, SCORE_DIFF_RANGE = (0.0, 1.0), (-1.0, 1.0)  # scores are fractions: where their t intervals are cut
+
+
+def t_interval(
+    values: Sequence[float] | np.ndarray, confidence: float = 0.95, bounds: tuple[float, float] = (-math.inf, math.inf)
+) -> tuple[float, float]:
+    """Student-t interval of the mean of ``values`` (seeds): mean +- t_{(1+confidence)/2, n-1} * sd / sqrt(n), sd
+    with ddof 1, cut to ``bounds`` (the range the mean can take: [0, 1] for a score, [-1, 1] for a difference of
+    scores). Exact for normal scores and honest at 3-5 seeds, where a percentile bootstrap is too narrow. NaN
+    for fewer than 2 finite values."""
+    x = np.asarray(values, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if x.size < 2:
+        return float("nan"), float("nan")
+    half = float(student_t.ppf((1 + confidence) / 2, x.size - 1) * np.std(x, ddof=1) / math.sqrt(x.size))
+    m = float(x.mean())
+    return max(m - half, bounds[0]), min(m + half, bounds[1])
+
+
+def clean_differences(diffs: Sequence[float] | np.ndarray, name: str = "diffs") -> np.ndarray:
+    d = np.asarray(diffs, dtype=np.float64)
+    if d.ndim != 1:
+        raise ValueError(f"{name}: a 1-d sequence of paired differences in seed order")
+    bad = np.flatnonzero(~np.isfinite(d))
+    if bad.size:
+        raise ValueError(f"{name}: pair(s) {bad.tolist()} are not finite (NaN or inf): a missing run is not a pair")
+    return d
+
+
+def t_statistic(mean: float | np.ndarray, sd: float | np.ndarray, n: int | np.ndarray) -> np.ndarray:
+    """mean sqrt(n) / sd; an SD of 0 gives +-inf by the mean's sign (0 for a mean of 0)."""
+    mean, sd = np.asarray(mean, dtype=np.float64), np.asarray(sd, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = mean * np.sqrt(n) / sd
+    return np.where(sd > 0, t, np.where(mean > 0, np.inf, np.where(mean < 0, -np.inf, 0.0)))
+
+
+@dataclass(frozen=True)
+class SequentialResult:
+    """`decide`'s answer: ``verdict`` (`BETTER`, `NOT_BETTER`, or `UNDECIDED`: no look has decided yet, run the
+    pairs up to ``next_n``), the ``look`` (1-based) and pairs ``n`` it rests on (the look at which it stopped, or
+    the last look reached), the pairs available, the estimate of the mean difference with its 95% t interval and SD
+    over those n pairs (not adjusted for the sequential stop: an estimate, not a verdict), the t statistic and the
+    boundaries of that look, which one was ``crossed`` ("efficacy", "futility" or "")."""
+
+    verdict: str
+    look: int
+    n: int
+    n_available: int
+    estimate: float
+    ci_low: float
+    ci_high: float
+    sd: float
+    t: float
+    efficacy_t: float
+    futility_t: float
+    crossed: str
+    next_n: int | None
+    margin: float = field(repr=False, default=math.nan)
+
+    @property
+    def label(self) -> str:
+        """The words the page prints: "better", "not better by 2 points" or "undecided at n = 10 (next look
+        at n = 15)"."""
+        if self.verdict == BETTER:
+            return BETTER
+        if self.verdict == NOT_BETTER:
+            return f"not better by {self.margin * POINTS:g} points"
+        return f"undecided at n = {self.n} (next look at n = {self.next_n})"
+
+
+def decide(design: SequentialDesign, diffs: Sequence[float] | np.ndarray) -> SequentialResult:
+    """The verdict of ``design`` from the paired differences available so far (treatment - control, in seed order):
+    the looks at n = k, 2k, ... that the pairs reach, in order; the first whose t statistic crosses a boundary
+    decides (later pairs do not change it). No look crossed yet: `UNDECIDED`, with the next look's n. ValueError
+    for non-finite differences, fewer than k pairs or more than n_max."""
+    d = clean_differences(diffs)
+    if d.size < design.k:
+        raise ValueError(f"diffs: {d.size} pair(s), fewer than the first look's k = {design.k}")
+    if d.size > design.n_max:
+        raise ValueError(f"diffs: {d.size} pairs, more than the design's n_max = {design.n_max}")
+    looks = boundaries(design)
+    reached = d.size // design.k
+    for j in range(reached):
+        lk = looks[j]
+        x = d[: lk.n]
+        mean, sd = float(x.mean()), float(x.std(ddof=1))
+        t = float(t_statistic(mean, sd, lk.n))
+        last = j == design.looks - 1
+        crossed = "efficacy" if t >= lk.efficacy_t else ("futility" if (t <= lk.futility_t or last) else "")
+        if crossed or j == reached - 1:
+            lo, hi = t_interval(x, 0.95, SCORE_DIFF_RANGE)
+            verdict = {"efficacy": BETTER, "futility": NOT_BETTER}.get(crossed, UNDECIDED)
+            return SequentialResult(
+                verdict, j + 1, lk.n, int(d.size), mean, lo, hi, sd, t, lk.efficacy_t, lk.futility_t, crossed,
+                None if crossed else looks[j + 1].n, design.margin,
+            )  # fmt: skip
+    raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class FixedResult:
+    """`fixed_n_decision`'s answer: the verdict at the n pairs given; ``n_needed`` the fewest pairs at which a
+    single look decides for sure at this SD (the two tests' boundaries meet), for an undecided one."""
+
+    verdict: str
+    n: int
+    estimate: float
+    ci_low: float
+    ci_high: float
+    sd: float
+    t: float
+    t_margin: float
+    n_needed: int | None
+    margin: float = field(repr=False, default=math.nan)
+
+    @property
+    def label(self) -> str:
+        if self.verdict == BETTER:
+            return BETTER
+        if self.verdict == NOT_BETTER:
+            return f"not better by {self.margin * POINTS:g} points"
+        need = f"; a single look decides from n = {self.n_needed} at this SD" if self.n_needed else ""
+        return f"undecided at n = {self.n}{need}"
+
+
+def single_look_n(sd: float, margin: float, alpha: float = ALPHA, beta: float = BETA, max_pairs: int = 100_000) -> int:
+    """The fewest pairs n >= 2 at which t_{1-alpha, n-1} + t_{1-beta, n-1} <= margin sqrt(n) / sd: where the
+    single look's two tests (H0: Δ <= 0 at alpha, H1: Δ >= margin at beta) leave no gap at this SD."""
+    if not (math.isfinite(sd) and sd >= 0 and margin > 0):
+        raise ValueError("sd: finite and >= 0; margin > 0")
+    if sd == 0:
+        return 2
+    n = 2
+    while n <= max_pairs:
+        if student_t.isf(alpha, n - 1) + student_t.isf(beta, n - 1) <= margin * math.sqrt(n) / sd:
+            return n
+        n += 1
+    raise ValueError(f"single_look_n: more than {max_pairs} pairs")
+
+
+def fixed_n_decision(
+    diffs: Sequence[float] | np.ndarray, margin: float, alpha: float = ALPHA, beta: float = BETA
+) -> FixedResult:
+    """The verdict of a comparison at a fixed number of pairs (a secondary), the single-look case of the rule:
+
+    * ``better`` if T = mean sqrt(n) / sd >= t_{1-alpha, n-1} (H0: Δ <= 0 rejected at one-sided ``alpha``);
+    * else ``not better by the margin`` if T_margin = (mean - margin) sqrt(n) / sd <= -t_{1-beta, n-1} (H1:
+      Δ >= margin rejected at ``beta``: the one-sided 1 - beta upper confidence bound lies below the margin);
+    * else ``undecided`` at n, with `single_look_n` at the observed SD.
+
+    When n reaches `single_look_n` the gap is empty and the rule is a design's last look (T >= e: better, else not
+    better); below it the gap is what a sequential design closes by adding pairs. ValueError for non-finite
+    differences or fewer than 2 pairs."""
+    d = clean_differences(diffs)
+    if d.size < 2:
+        raise ValueError(f"diffs: {d.size} pair(s); a t test needs at least 2")
+    if not (math.isfinite(margin) and margin > 0):
+        raise ValueError(f"margin: a finite positive number (got {margin!r})")
+    n = int(d.size)
+    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    t = float(t_statistic(mean, sd, n))
+    t_margin = float(t_statistic(mean - margin, sd, n))
+    if t >= student_t.isf(alpha, n - 1):
+        verdict = BETTER
+    elif t_margin <= -student_t.isf(beta, n - 1):
+        verdict = NOT_BETTER
+    else:
+        verdict = UNDECIDED
+    lo, hi = t_interval(d, 0.95, SCORE_DIFF_RANGE)
+    need = single_look_n(sd, margin, alpha, beta) if verdict == UNDECIDED else None
+    return FixedResult(verdict, n, mean, lo, hi, sd, t, t_margin, need, margin)
