@@ -16,13 +16,13 @@ The variants (one child process each, never two at once; `bench_trainer_vs_trl.p
 - ``trl``: TRL's GRPOTrainer (``benchmarks/_trl_grpo_run.py``): HF ``generate`` on every prompt repeated 8 times, the
   old log-probs recomputed (4 updates share a generation), each update's forward over prompt + completion per row.
 
-Settings, all three: 16 prompts x 8 completions per step from ``train.jsonl``, each prompt one user turn of the
-model's chat template, plain sampling (top_k 0, top_p 1) at ``--temperature``, at most ``--max-new-tokens`` new tokens;
-the reward ``bandpo.grader`` in ``--grader-mode`` (``$BANDPO_GRADER_MODE`` of every child); 4 optimizer updates per
-step on mini-batches of 4 whole prompt groups (32 sequences; TRL: ``steps_per_generation`` 4), the GRPO loss (clip 0.2,
-no KL), AdamW lr 1e-5, weight decay 0.01, gradient clipping 1.0; fp32 on the CPU, ``--threads`` threads, the suite's
-numerics (`bandpo.core.numerics.env`). The suite takes its old log-probs from the sampler (``old_log_probs: sampler``,
-as the real-LM profile), TRL recomputes them.
+Settings, all three: 16 prompts x 8 completions per step from ``train.jsonl``, each prompt the last user turn of the
+model's chat template (after its row's worked exchanges, if any), plain sampling (top_k 0, top_p 1) at
+``--temperature``, at most ``--max-new-tokens`` new tokens; the reward ``bandpo.grader`` in ``--grader-mode``
+(``$BANDPO_GRADER_MODE`` of every child); 4 optimizer updates per step on mini-batches of 4 whole prompt groups (32
+sequences; TRL: ``steps_per_generation`` 4), the GRPO loss (clip 0.2, no KL), AdamW lr 1e-5, weight decay 0.01, gradient
+clipping 1.0; fp32 on the CPU, ``--threads`` threads, the suite's numerics (`bandpo.core.numerics.env`). The suite takes
+its old log-probs from the sampler (``old_log_probs: sampler``, as the real-LM profile), TRL recomputes them.
 
 Measurement: ``--warmup-steps`` steps first (not timed), then from the start of the first timed step to the end of
 the last one (wall and the trainer process's CPU time) and the completion tokens of those steps (up to and including
