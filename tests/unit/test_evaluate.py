@@ -150,7 +150,7 @@ def test_task_yaml_is_consistent(path):
     assert all(m["aggregation"] == "mean" and m["higher_is_better"] for m in cfg["metric_list"])
     gen = cfg["generation_kwargs"]
     assert gen["do_sample"] is True and gen.get("top_p", 1.0) == 1.0
-    # the real LM's format samples at its training temperature (config/real-lm.yaml: test_real_lm.py checks it)
+    # the real LM's answer-line task samples at T = 0.7, the temperature of the format chosen in config/real-lm.yaml
     assert gen["temperature"] == (0.7 if path.stem == "tiny_math_answer_line" else 1.0)
     assert cfg["doc_to_text"] == "prompt" and cfg["doc_to_target"] == "answer"
     (flt,) = cfg["filter_list"]
