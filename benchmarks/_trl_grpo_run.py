@@ -18,6 +18,10 @@ Timing, the same definition as for ``bandpo.train.loop``: the wall time from the
 (``on_step_begin`` of its first optimizer step, just before generation) to the end of the last one (``on_step_end``
 of its last optimizer step), everything in between included; tokens = completion tokens up to and including the
 first EOS (``completion_mask``), counted at generation. Writes one JSON object to ``--out``.
+
+``--chat-template``: each prompt as the last user turn of the model's chat template, after its row's worked exchanges
+(``shots``, tiny-math's answer-line format) as earlier turns (a conversational data set: TRL applies the template with
+the generation prompt, as ``bandpo.train.loop.chat_prompts`` does), the reward graded on the assistant turn's text.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--cache-implementation", default=None, help="TRL's generation cache (default: TRL's, None)")
+    ap.add_argument("--chat-template", action="store_true", help="chat template prompts (docstring)")
     args = ap.parse_args(argv)
 
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -72,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bandpo.core.files import read_jsonl
     from bandpo.core.provenance import machine, versions
+    from bandpo.data.tiny_math import chat_messages
     from bandpo.grader import grade_many, warmup
 
     torch.set_num_threads(args.threads)
@@ -83,13 +89,15 @@ def main(argv: list[str] | None = None) -> int:
     data = Path(args.data)
     data = data / "train.jsonl" if data.is_dir() else data
     rows = read_jsonl(data)
-    dataset = datasets.Dataset.from_dict(
-        {"prompt": [r["prompt"] for r in rows], "answer": [str(r["answer"]) for r in rows]}
-    )
+    # a row's worked exchanges (shots) as earlier turns, as the suite's trainer (bandpo.train.loop.chat_prompts)
+    prompts = [chat_messages(r["prompt"], r.get("shots")) if args.chat_template else r["prompt"] for r in rows]
+    dataset = datasets.Dataset.from_dict({"prompt": prompts, "answer": [str(r["answer"]) for r in rows]})
 
     def grader_reward(prompts, completions, answer, **kwargs):
-        """bandpo.grader.grade (batched) as a TRL reward function: 1.0 / 0.0 per completion."""
-        return grade_many(completions, answer)
+        """bandpo.grader.grade (batched) as a TRL reward function: 1.0 / 0.0 per completion (the assistant turn's
+        text for a conversational data set)."""
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        return grade_many(texts, answer)
 
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)

@@ -75,6 +75,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TRL_RUNNER = Path(__file__).resolve().parent / "_trl_grpo_run.py"
+HF_PATH_ENV = "BANDPO_BENCH_HF_PATH"  # set to 1: the suite's worker runs without FastLlama (bench_real_lm_step.py)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -83,11 +84,18 @@ TRL_RUNNER = Path(__file__).resolve().parent / "_trl_grpo_run.py"
 
 def suite_worker(timings_path: str, train_argv: list[str]) -> int:
     """Run ``python -m bandpo.train``'s ``main`` (`bandpo.train.cli.main`) on ``train_argv`` with every
-    ``bandpo.train.loop.train_step`` timed; write the timings to JSON."""
+    ``bandpo.train.loop.train_step`` timed; write the timings to JSON. With ``$BANDPO_BENCH_HF_PATH`` = 1 the
+    trainer computes through the model's own transformers modules (`bandpo.runtime.fastlm.FastLlama` covers no
+    model: the trainer's path for a model it does not cover)."""
     import bandpo.grader
 
     bandpo.grader.start_workers()  # as ``python -m bandpo.train`` does before its imports (one worker)
     import bandpo.train.loop as bt
+
+    if os.environ.get(HF_PATH_ENV) == "1":
+        from bandpo.runtime.fastlm import FastLlama
+
+        FastLlama.supports = staticmethod(lambda model: False)
 
     original = bt.train_step
     signature = inspect.signature(original)
@@ -125,6 +133,7 @@ def suite_worker(timings_path: str, train_argv: list[str]) -> int:
 
     result = {
         "trainer": "bandpo.train.loop",
+        "hf_path": os.environ.get(HF_PATH_ENV) == "1",
         "versions": versions("transformers", "torch"),
         "machine": machine(),
         "threads": torch.get_num_threads(),

@@ -11,6 +11,12 @@ Every loader returns rows in one schema (all splits, all sources)::
     level     int   difficulty level (tiny-math 1-3, MATH 1-5); 0 where the source has none
     kind      str   problem family (tiny-math kind, MATH subject, or the data set's name)
 
+and, optionally (tiny-math's ``answer-line`` prompt format)::
+
+    shots     list  [[user, assistant], ...]: worked exchanges shown before ``prompt`` as earlier turns of the chat
+                    template (the trainer's `bandpo.train.loop.chat_prompts`; lm-eval's few-shot turns of the task
+                    ``tiny_math_answer_line``, `answer_line_shots`)
+
 tiny-math
 ---------
 Five kinds of short problems, three levels each (15 cells); every problem has one canonical worked solution of
@@ -31,6 +37,13 @@ at most 40 characters that ends in ``\\boxed{answer}``::
 
 Answers are integers or reduced fractions (``-7/12``). Levels are sized for the embedded profile's tiny models:
 pretrained for a few CPU minutes they solve roughly 50-80% of level 1 and 20-45% of level 3 (bandpo.models.tiny).
+``kinds`` and ``levels`` restrict the cells drawn (every split).
+
+Prompt formats (``prompt_format``, `PROMPT_FORMATS`): ``tiny`` (the default), ``Q: {problem}\\nA: `` as the tiny
+models were pretrained on, graded on its ``\\boxed{}``; ``answer-line``, for a real instruct LM under its chat
+template (config/real-lm.yaml): the bare problem as the user turn after `ANSWER_LINE_SHOTS`, four worked exchanges
+whose replies are one line ``Answer: <computation>=<result>`` (``Answer: 9-5=4``), graded by the strict answer-line
+mode (math-verify reads the last side of the equation). The shots' problems are held out of every split.
 
 ``--probe`` (``probe=`` of :func:`write_tiny_math`) writes the mechanism probe's variant instead: a stated subset
 whose pretraining targets mostly show a decoy answer, rows marked ``subset: probe|rest`` (``bandpo.train.probe``).
@@ -72,6 +85,20 @@ PAPER_PROMPT = (
 
 ROW_FIELDS: tuple[str, ...] = ("id", "problem", "prompt", "answer", "solution", "level", "kind")
 
+# The answer-line format's worked exchanges (user turn, assistant turn), shown before each problem: one of each kind a
+# 135M instruct model meets at level 1 but fractions; answers all different, so that none is a default to copy.
+ANSWER_LINE_SHOTS: tuple[tuple[str, str], ...] = (
+    ("Compute 4+3.", "Answer: 4+3=7"),
+    ("Tom has 9 cups and gives away 5. How many now?", "Answer: 9-5=4"),
+    ("What is 19 mod 4?", "Answer: 19-4*4=3"),
+    ("Solve for x: x+2=8.", "Answer: x=8-2=6"),
+)
+PROMPT_FORMATS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
+    "tiny": (TINY_PROMPT, ()),
+    "answer-line": ("{problem}", ANSWER_LINE_SHOTS),
+}
+"""Prompt format -> (the user turn's template, the worked exchanges shown before it)."""
+
 
 # --------------------------------------------------------------------------------------------------------------
 # formatting helpers
@@ -93,6 +120,21 @@ def _signed(b: int) -> str:
 
 def tiny_prompt(problem: str) -> str:
     return TINY_PROMPT.format(problem=problem)
+
+
+def chat_messages(prompt: str, shots=None) -> list[dict[str, str]]:
+    """The chat of one row: its worked exchanges ``shots`` ([[user, assistant], ...], the row's ``shots``) as
+    earlier turns, then ``prompt`` as the user turn (the trainer's `bandpo.train.loop.chat_prompts`, verl's rows
+    `bandpo.verl.data.verl_rows`; lm-eval renders a task's few-shot samples as the same turns)."""
+    turns = []
+    for user, assistant in shots or ():
+        turns += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+    return [*turns, {"role": "user", "content": prompt}]
+
+
+def answer_line_shots() -> list[dict[str, str]]:
+    """`ANSWER_LINE_SHOTS` as lm-eval's few-shot samples (``prompt``: the user turn, ``reply``: the assistant's)."""
+    return [{"prompt": q, "reply": a} for q, a in ANSWER_LINE_SHOTS]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -249,19 +291,28 @@ def generate_tiny_math(
     n_test: int = 300,
     kinds: Sequence[str] = KINDS,
     levels: Sequence[int] = LEVELS,
+    prompt_format: str = "tiny",
 ) -> dict[str, list[dict]]:
     """Generate the three splits (dict split -> rows), deterministic from ``seed``.
 
     Test then validation are drawn first, each unique and stratified equally over (kind, level) cells; train rows
     are drawn cell-balanced too, rejecting any test/validation problem (duplicates within train are allowed).
-    Rows are shuffled within each split (deterministically).
+    Rows are shuffled within each split (deterministically). ``prompt_format``: one of `PROMPT_FORMATS` (the rows'
+    ``prompt`` and, with shots, ``shots``; the shots' problems are drawn in no split).
     """
     for k in kinds:
         if k not in GENERATORS:
             raise ValueError(f"unknown tiny-math kind {k!r}; known: {sorted(GENERATORS)}")
+    bad_levels = [lv for lv in levels if lv not in LEVELS]
+    if not kinds or not levels or bad_levels:
+        raise ValueError(f"tiny-math: kinds and levels must be non-empty, levels among {list(LEVELS)}; got "
+                         f"kinds {list(kinds)}, levels {list(levels)}")  # fmt: skip
+    if prompt_format not in PROMPT_FORMATS:
+        raise ValueError(f"unknown tiny-math prompt format {prompt_format!r}; known: {sorted(PROMPT_FORMATS)}")
+    template, shots = PROMPT_FORMATS[prompt_format]
     cells = _cells(kinds, levels)
     rng = random.Random(f"tiny-math:{seed}")
-    held_out: set[str] = set()
+    held_out: set[str] = {q for q, _ in shots}  # never a problem of any split (train included: rejected below)
     out: dict[str, list[dict]] = {}
     for split, n in (("test", n_test), ("validation", n_val), ("train", n_train)):
         rows: list[dict] = []
@@ -278,7 +329,10 @@ def generate_tiny_math(
                     continue
                 if unique:
                     held_out.add(problem)
-                rows.append(make_row("", problem, answer, solution, level, kind, tiny_prompt(problem)))
+                row = make_row("", problem, answer, solution, level, kind, template.format(problem=problem))
+                if shots:
+                    row["shots"] = [list(shot) for shot in shots]
+                rows.append(row)
                 got += 1
         rng.shuffle(rows)
         for i, row in enumerate(rows):
@@ -451,6 +505,8 @@ def write_tiny_math(
 
     ``probe``: the mechanism probe's rule and decoy design (`ProbeSpec` fields); None: plain tiny-math.
     """
+    if probe is not None and kwargs.get("prompt_format", "tiny") != "tiny":
+        raise ValueError("probe: the mechanism probe's variant has the tiny prompt format only")
     splits = generate_tiny_math(seed=seed, **kwargs)
     if probe is not None:
         splits = apply_probe(splits, ProbeSpec.from_dict(probe), seed)

@@ -203,6 +203,11 @@ class Plan:
                 "--n-test", str(d["n_test"])]  # fmt: skip
         if d.get("probe") is not None:  # the mechanism probe's variant (bandpo.data.tiny_math.ProbeSpec)
             args += ["--probe", json.dumps(d["probe"], sort_keys=True)]
+        for key in ("kinds", "levels"):  # a subset of tiny-math's cells (default: all)
+            if d.get(key) is not None:
+                args += [f"--{key}", *map(str, d[key])]
+        if d.get("prompt_format", "tiny") != "tiny":
+            args += ["--prompt-format", d["prompt_format"]]
         return args
 
     def real_args(self, data_id: str) -> list[str]:

@@ -318,11 +318,22 @@ def check_registries(cfg: Mapping[str, Any], root: str | os.PathLike = ".") -> N
 
     # the probe's data design (bandpo.data.tiny_math.ProbeSpec checks kinds, levels, last digit, decoy share)
     for i, d in enumerate(cfg["data"]):
+        label = _entry_label(cfg, "data", i)
+        if d["source"] != "tiny-math":  # tiny-math's own options on a real data set
+            for key in ("kinds", "levels", "probe"):
+                if d.get(key) is not None:
+                    fail(["data", i, key], f"a tiny-math option; this data set's source is {d['source']}", label)
+            if d.get("prompt_format", "tiny") != "tiny":
+                fail(["data", i, "prompt_format"], f"a tiny-math option; this data set's source is {d['source']}",
+                     label)  # fmt: skip
         if d.get("probe") is not None:
+            if d.get("prompt_format", "tiny") != "tiny":
+                fail(["data", i, "prompt_format"], "the mechanism probe's variant has the tiny prompt format only",
+                     label)  # fmt: skip
             try:
                 ProbeSpec.from_dict(d["probe"])
             except (ValueError, TypeError) as e:
-                fail(["data", i, "probe"], str(e), _entry_label(cfg, "data", i))
+                fail(["data", i, "probe"], str(e), label)
 
     # methods of the user's own modules, then the method entries: the registry validates names and parameters
     from bandpo import methods  # imports torch: see the docstring

@@ -5,12 +5,14 @@ their dispatch (rotary embedding, the cache write, two tiny batched products per
 parts, per layer and token). `attention` does the same arithmetic in one C function, for each cache row ``r`` and
 head ``h`` (``D`` = head_dim, ``P`` the padded prompt length, ``col`` the token's completion column):
 
-    q = rope(x_q) * D^-1/2;  k = rope(x_k);  cache_k[r, h, col] = k;  cache_v[r, h, col] = x_v
-    s_j = q . K_prompt[g, h, j] + bias[r, j]   (j < P: the prompt g = slots[r] // n, its keys held once per prompt)
-    s_{P+j} = q . cache_k[r, h, j]             (j <= col: the row's own completion)
+    q = rope(x_q) * D^-1/2;  k = rope(x_k);  cache_k[r, c, col] = k;  cache_v[r, c, col] = x_v
+    s_j = q . K_prompt[g, c, j] + bias[r, j]   (j < P: the prompt g = slots[r] // n, its keys held once per prompt)
+    s_{P+j} = q . cache_k[r, c, j]             (j <= col: the row's own completion)
     out[r, h] = sum_j softmax(s)_j V_j
 
-with rope(x)_d = x_d cos_d + x_{(d + D/2) mod D} sin_d (``sin`` carrying rotate_half's sign, as `FastLlama`), the
+with c = h // (H / K) the key / value head of query head h (grouped-query attention, K key / value heads for H
+query heads; c = h where K = H; each cache column written once per key / value head),
+rope(x)_d = x_d cos_d + x_{(d + D/2) mod D} sin_d (``sin`` carrying rotate_half's sign, as `FastLlama`), the
 prompt's leading padding (bias -inf) left out. The cache write is the PyTorch path's to the bit; the output equals
 it up to float rounding (about 3e-7 relative; tests/unit/test_ckernel.py), not bit for bit, so the setting changes
 a run's numbers and is a recipe's choice, checked by ``benchmarks/bench_recipe_check.py``.
@@ -143,28 +145,36 @@ static void weighted(const float *w1, const float *v1, int64_t m1, const float *
     for (; d < D; d += 4) wsum(w1, v1 + d, m1, w2, v2 + d, m2, D, inv, out + d, 1);
 }
 
-/* See the Python module's docstring. qkv (b, 3, H, D); cosr, sinr (b, D); pk, pv (G, H, P, D); pbias (b, P);
-   slots (b); ck, cv (b, H, T, D); s: P + T + 4 floats of scratch; out (b, H, D). Returns 1 on bad sizes. */
-int bandpo_decode_attention(int64_t b, int64_t H, int64_t D, int64_t P, int64_t T, int64_t col, int64_t n,
-                            const float *qkv, const float *cosr, const float *sinr, const float *pk,
+/* See the Python module's docstring. qkv (b, H + 2K, D): H query heads, K key heads, K value heads (K divides H:
+   query head h reads key / value head h / (H / K)); cosr, sinr (b, D); pk, pv (G, K, P, D); pbias (b, P);
+   slots (b); ck, cv (b, K, T, D); s: P + T + 4 floats of scratch; out (b, H, D). Returns 1 on bad sizes. */
+int bandpo_decode_attention(int64_t b, int64_t H, int64_t K, int64_t D, int64_t P, int64_t T, int64_t col,
+                            int64_t n, const float *qkv, const float *cosr, const float *sinr, const float *pk,
                             const float *pv, const float *pbias, const int64_t *slots, float *ck, float *cv,
                             float scale, float *s, float *out) {
-    if (D < 4 || D % 4 || D > MAXD || col < 0 || col >= T || n < 1) return 1;
-    const int64_t half = D / 2, L = P + col + 1, L4 = (L + 3) & ~(int64_t)3;
+    if (D < 4 || D % 4 || D > MAXD || col < 0 || col >= T || n < 1 || K < 1 || H % K) return 1;
+    const int64_t half = D / 2, L = P + col + 1, L4 = (L + 3) & ~(int64_t)3, per = H / K, W = H + 2 * K;
     float q[MAXD];
     for (int64_t r = 0; r < b; r++) {
         const int64_t g = slots[r] / n;
         const float *c = cosr + r * D, *sn = sinr + r * D, *bias = pbias + r * P;
         for (int64_t h = 0; h < H; h++) {
-            const float *xq = qkv + (r * 3 * H + h) * D, *xk = xq + H * D, *xv = xk + H * D;
-            float *kc = ck + (r * H + h) * T * D, *vc = cv + (r * H + h) * T * D;
-            for (int64_t d = 0; d < D; d++) { /* rope as FastLlama: x * cos + roll(x, D/2) * sin */
+            const int64_t kh = h / per; /* its key / value head */
+            const float *xq = qkv + (r * W + h) * D;
+            float *kc = ck + (r * K + kh) * T * D, *vc = cv + (r * K + kh) * T * D;
+            if (h % per == 0) { /* the key / value head's first query head writes its cache column */
+                const float *xk = qkv + (r * W + H + kh) * D, *xv = xk + K * D;
+                for (int64_t d = 0; d < D; d++) { /* rope as FastLlama: x * cos + roll(x, D/2) * sin */
+                    const int64_t e = d < half ? d + half : d - half;
+                    kc[col * D + d] = xk[d] * c[d] + xk[e] * sn[d];
+                    vc[col * D + d] = xv[d];
+                }
+            }
+            for (int64_t d = 0; d < D; d++) {
                 const int64_t e = d < half ? d + half : d - half;
                 q[d] = (xq[d] * c[d] + xq[e] * sn[d]) * scale;
-                kc[col * D + d] = xk[d] * c[d] + xk[e] * sn[d];
-                vc[col * D + d] = xv[d];
             }
-            const float *pkh = pk + (g * H + h) * P * D, *pvh = pv + (g * H + h) * P * D;
+            const float *pkh = pk + (g * K + kh) * P * D, *pvh = pv + (g * K + kh) * P * D;
             int64_t j0 = 0; /* the prompt's leading padding */
             while (j0 < P && bias[j0] == -INFINITY) s[j0++] = -INFINITY;
             scores(q, pkh + j0 * D, P - j0, D, s + j0);
@@ -210,7 +220,7 @@ def _function():
                                   "ckernel)", instead="use sampler_kernel: torch")  # fmt: skip
     f = ctypes.CDLL(str(path)).bandpo_decode_attention
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    f.argtypes = [i64] * 7 + [ptr] * 9 + [ctypes.c_float, ptr, ptr]
+    f.argtypes = [i64] * 8 + [ptr] * 9 + [ctypes.c_float, ptr, ptr]
     f.restype = ctypes.c_int
     return f
 
@@ -220,19 +230,21 @@ def attention(qkv, cos, sin, prompt_k, prompt_v, prompt_bias, slots, n: int, cac
     """The attention output (b, H, D) of one decoded token per cache row (see the module's docstring); writes the
     token's key and value into column ``col`` of ``cache_k`` / ``cache_v``.
 
-    ``qkv`` (b, 3, H, D): the projections before rope; ``cos`` / ``sin`` (b, D): each row's rope rows;
-    ``prompt_k`` / ``prompt_v`` (G, H, P, D); ``prompt_bias`` (b, P) (or (b, 1, P)), 0 or -inf; ``slots`` (b,)
-    int64: the batch row of each cache row (its prompt is ``slots // n``); ``cache_k`` / ``cache_v`` (b, H, T, D);
-    ``scratch``: at least P + T + 4 floats. All float32 (slots int64), contiguous, on the CPU: checked, since the C
-    function trusts its pointers. ``check=False`` skips the checks (about 15 us) for a call whose tensors are, in
-    shape, type and layout, those of the checked call before it with the same ``slots`` and ``col`` (the later
-    layers of one decoded token)."""
+    ``qkv`` (b, H + 2K, D): the projections before rope, H query heads then K key and K value heads (K =
+    ``cache_k.shape[1]``; grouped-query attention where K < H: query head h reads key / value head h // (H / K));
+    with K = H also (b, 3, H, D); ``cos`` / ``sin`` (b, D): each row's rope rows; ``prompt_k`` / ``prompt_v`` (G, K,
+    P, D); ``prompt_bias`` (b, P) (or (b, 1, P)), 0 or -inf; ``slots`` (b,) int64: the batch row of each cache row
+    (its prompt is ``slots // n``); ``cache_k`` / ``cache_v`` (b, K, T, D); ``scratch``: at least P + T + 4 floats.
+    All float32 (slots int64), contiguous, on the CPU: checked, since the C function trusts its pointers.
+    ``check=False`` skips the checks (about 15 us) for a call whose tensors are, in shape, type and layout, those of
+    the checked call before it with the same ``slots`` and ``col`` (the later layers of one decoded token)."""
     if check:
         _check(qkv, cos, sin, prompt_k, prompt_v, prompt_bias, slots, n, cache_k, cache_v, col, scratch)
-    b, _, H, D = qkv.shape
+    b, D, K = qkv.shape[0], qkv.shape[-1], cache_k.shape[1]
+    H = qkv.shape[2] if qkv.dim() == 4 else qkv.shape[1] - 2 * K
     P, T = prompt_k.shape[2], cache_k.shape[2]
     out = qkv.new_empty(b, H, D)
-    rc = _function()(b, H, D, P, T, col, n, qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(), prompt_k.data_ptr(),
+    rc = _function()(b, H, K, D, P, T, col, n, qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(), prompt_k.data_ptr(),
                      prompt_v.data_ptr(), prompt_bias.data_ptr(), slots.data_ptr(), cache_k.data_ptr(),
                      cache_v.data_ptr(), scale, scratch.data_ptr(), out.data_ptr())  # fmt: skip
     if rc != 0:
@@ -241,15 +253,20 @@ def attention(qkv, cos, sin, prompt_k, prompt_v, prompt_bias, slots, n: int, cac
 
 
 def _check(qkv, cos, sin, prompt_k, prompt_v, prompt_bias, slots, n, cache_k, cache_v, col, scratch) -> None:
-    if qkv.dim() != 4 or prompt_k.dim() != 4 or cache_k.dim() != 4:
-        raise ValueError("ckernel.attention: qkv, the prompt keys and the cache must be 4-d")
-    b, three, H, D = qkv.shape
+    if qkv.dim() not in (3, 4) or prompt_k.dim() != 4 or cache_k.dim() != 4:
+        raise ValueError("ckernel.attention: the prompt keys and the cache must be 4-d, qkv 3-d (or 4-d)")
+    b, D, K = qkv.shape[0], qkv.shape[-1], cache_k.shape[1]
+    if qkv.dim() == 4:  # (b, 3, H, D): K = H
+        H, ok = qkv.shape[2], qkv.shape[1] == 3 and K == qkv.shape[2]
+    else:  # (b, H + 2K, D)
+        H = qkv.shape[1] - 2 * K
+        ok = H >= K and H % K == 0
     G, _, P, _ = prompt_k.shape
     T = cache_k.shape[2]
     tensors = (qkv, cos, sin, prompt_k, prompt_v, prompt_bias, cache_k, cache_v, scratch)
-    if three != 3 or D > MAX_HEAD_DIM or D % 4 or cache_k.shape != (b, H, T, D) or cache_v.shape != cache_k.shape:
+    if not ok or D > MAX_HEAD_DIM or D % 4 or cache_k.shape != (b, K, T, D) or cache_v.shape != cache_k.shape:
         raise ValueError(f"ckernel.attention: qkv {tuple(qkv.shape)}, cache {tuple(cache_k.shape)}: bad shapes")
-    if (cos.shape != (b, D) or sin.shape != (b, D) or prompt_v.shape != prompt_k.shape or prompt_k.shape[1] != H
+    if (cos.shape != (b, D) or sin.shape != (b, D) or prompt_v.shape != prompt_k.shape or prompt_k.shape[1] != K
             or prompt_k.shape[3] != D or prompt_bias.numel() != b * P or slots.shape != (b,)
             or scratch.numel() < P + T + 4):  # fmt: skip
         raise ValueError("ckernel.attention: the rope rows, prompt keys, bias, slots or scratch do not fit qkv")

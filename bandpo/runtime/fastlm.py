@@ -54,6 +54,8 @@ class FastLlama:
         self.model = model
         self.n_layers = cfg.num_hidden_layers
         self.n_heads = cfg.num_attention_heads
+        self.n_kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads  # grouped-query attention
+        self.group = self.n_heads // self.n_kv  # query heads per key / value head
         self.hidden = cfg.hidden_size
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.eps = float(cfg.rms_norm_eps)
@@ -105,7 +107,8 @@ class FastLlama:
             return False
         if getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False):
             return False
-        if getattr(cfg, "hidden_act", "silu") != "silu" or cfg.num_key_value_heads != cfg.num_attention_heads:
+        n_kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        if getattr(cfg, "hidden_act", "silu") != "silu" or cfg.num_attention_heads % n_kv:
             return False
         if getattr(cfg, "pretraining_tp", 1) != 1 or getattr(cfg, "attention_dropout", 0.0):
             return False
@@ -160,7 +163,7 @@ class FastLlama:
         A position outside ``sel`` must not be attended to by one inside it."""
         W = self.weights() if weights is None else weights
         B, L = ids.shape
-        H, D = self.n_heads, self.head_dim
+        H, K, D = self.n_heads, self.n_kv, self.head_dim
         cos_t, sin_t = self._tables(ids.device)
         cos, sin = cos_t[pos].unsqueeze(1), sin_t[pos].unsqueeze(1)  # (B, 1, L, D)
         flat = ids.reshape(-1) if sel is None else ids.reshape(-1)[sel]
@@ -170,17 +173,24 @@ class FastLlama:
             h = F.rms_norm(x, (self.hidden,), n1, self.eps)
             qkv = F.linear(h, qkv_w)
             if sel is not None:
-                qkv = qkv.new_zeros(B * L, 3 * H * D).index_copy_(0, sel, qkv)  # in place: no second buffer
-            # split in the (B, L, 3, H, D) layout, then permuted: the backward is one cat written in that layout
-            qk, v = qkv.view(B, L, 3, H, D).split([2, 1], 2)
-            q, k = self._rope(qk.permute(2, 0, 3, 1, 4), cos, sin).unbind(0)  # (B, H, L, D) each
-            v = v.squeeze(2).transpose(1, 2)
+                qkv = qkv.new_zeros(B * L, (H + 2 * K) * D).index_copy_(0, sel, qkv)  # in place: no second buffer
+            if K == H:
+                # split in the (B, L, 3, H, D) layout, then permuted: the backward is one cat written in that layout
+                qk, v = qkv.view(B, L, 3, H, D).split([2, 1], 2)
+                q, k = self._rope(qk.permute(2, 0, 3, 1, 4), cos, sin).unbind(0)  # (B, H, L, D) each
+                v = v.squeeze(2).transpose(1, 2)
+            else:  # grouped-query: H query heads, then K key heads, then K value heads; rope on the first H + K
+                qk, v = qkv.view(B, L, H + 2 * K, D).split([H + K, K], 2)
+                q, k = self._rope(qk.transpose(1, 2), cos, sin).split([H, K], 1)  # (B, H, L, D), (B, K, L, D)
+                v = v.transpose(1, 2)
             if want_kv:
                 kvs.append((k, v))
             if past is not None:
                 k = torch.cat([past[i][0], k], 2)
                 v = torch.cat([past[i][1], v], 2)
-            a = F.scaled_dot_product_attention(q, k, v, attn_mask=bias).transpose(1, 2).reshape(B * L, H * D)
+            # enable_gqa: query head h attends to key / value head h // (H / K) (HF's repeat_kv), without copies
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=K != H)
+            a = a.transpose(1, 2).reshape(B * L, H * D)
             if sel is not None:
                 a = a.index_select(0, sel)
             x = x + F.linear(a, o)
@@ -202,7 +212,7 @@ class FastLlama:
     # KV-cached decoding (no grad)
     def prefill(self, ids, mask, weights):
         """Run the left-padded prompts ``ids`` / ``mask`` (G, P); return the last column's logits (G, V) and the
-        prompts' keys and values, one tensor (layers, 2, G, H, P, D)."""
+        prompts' keys and values, one tensor (layers, 2, G, K, P, D) (K: the key / value heads)."""
         pos = (mask.cumsum(1) - 1).clamp(min=0)
         sel = mask.reshape(-1).nonzero().squeeze(1)  # the prompts' real tokens
         logits, kvs = self.forward(ids, pos, prompt_bias(mask), weights=weights, want_kv=True, last_only=True,
@@ -212,31 +222,40 @@ class FastLlama:
     def decode(self, tok, pos, prompt_kv, prompt_bias_rows, slots, n, comp_kv, col: int, weights, scratch=None):
         """One token per cache row: ``tok`` (b,) at positions ``pos`` (b,); row r is slot ``slots[r]`` of the
         (G n) layout, i.e. continues prompt ``slots[r] // n``. Attention is split: the prompt part attends to the
-        prompt's keys held ONCE per prompt (``prompt_kv`` (layers, 2, G, H, P, D), masked by ``prompt_bias_rows``
+        prompt's keys held ONCE per prompt (``prompt_kv`` (layers, 2, G, K, P, D), masked by ``prompt_bias_rows``
         (b, 1, P)), computed as one (n x P) product per prompt; the completion part to the row's own keys in
-        ``comp_kv`` (layers, 2, b, H, T, D), into whose column ``col`` this token's keys and values are written.
-        One softmax over both parts: the attention of the full sequence. Returns the logits (b, V).
+        ``comp_kv`` (layers, 2, b, K, T, D), into whose column ``col`` this token's keys and values are written.
+        One softmax over both parts: the attention of the full sequence. Returns the logits (b, V). K: the key /
+        value heads (grouped-query attention: query head h reads key / value head h // (H / K); K = H otherwise).
 
         ``scratch``: a float32 tensor of at least P + T + 4 elements: the attention of each layer is then
         `bandpo.runtime.ckernel.attention` (the same function in one C call, equal up to float rounding) instead of
         the PyTorch operations below."""
         b = tok.shape[0]
-        H, D = self.n_heads, self.head_dim
+        H, K, D = self.n_heads, self.n_kv, self.head_dim
         scale = D**-0.5
         cos_t, sin_t = self._tables(tok.device)
         cos_rows, sin_rows = cos_t[pos], sin_t[pos]  # (b, D)
         x = F.embedding(tok, self.embed).unsqueeze(1)  # (b, 1, hidden)
         if scratch is not None:
             for i, (n1, qkv_w, o, n2, gu, d) in enumerate(weights):
-                qkv = F.linear(F.rms_norm(x, (self.hidden,), n1, self.eps), qkv_w).view(b, 3, H, D)
+                qkv = F.linear(F.rms_norm(x, (self.hidden,), n1, self.eps), qkv_w).view(b, H + 2 * K, D)
                 a = ckernel.attention(qkv, cos_rows, sin_rows, prompt_kv[i, 0], prompt_kv[i, 1], prompt_bias_rows,
                                       slots, n, comp_kv[i, 0], comp_kv[i, 1], col, scale, scratch,
                                       check=i == 0)  # fmt: skip
                 x = self._mlp(x + F.linear(a.view(b, 1, H * D), o), n2, gu, d)
             return self._logits(x)[:, 0]
-        cos, sin = cos_rows.view(b, 1, 1, 1, D), sin_rows.view(b, 1, 1, 1, D)
         G, P = prompt_kv.shape[2], prompt_kv.shape[4]
         full = b == G * n
+        if K != H:
+            cos, sin = cos_rows.view(b, 1, D), sin_rows.view(b, 1, D)
+            for i, (n1, qkv_w, o, n2, gu, d) in enumerate(weights):
+                qkv = F.linear(F.rms_norm(x, (self.hidden,), n1, self.eps), qkv_w).view(b, H + 2 * K, D)
+                a = self._decode_attention_gqa(qkv, cos, sin, prompt_kv[i], prompt_bias_rows, slots, n, comp_kv[i],
+                                               col, scale, full)  # fmt: skip
+                x = self._mlp(x + F.linear(a.view(b, 1, H * D), o), n2, gu, d)
+            return self._logits(x)[:, 0]
+        cos, sin = cos_rows.view(b, 1, 1, 1, D), sin_rows.view(b, 1, 1, 1, D)
         for i, (n1, qkv_w, o, n2, gu, d) in enumerate(weights):
             h = F.rms_norm(x, (self.hidden,), n1, self.eps)
             qkv = F.linear(h, qkv_w).view(b, 3, H, 1, D)  # L = 1: a unit length axis
@@ -263,6 +282,38 @@ class FastLlama:
             x = x + F.linear(a.reshape(b, 1, H * D), o)
             x = self._mlp(x, n2, gu, d)
         return self._logits(x)[:, 0]
+
+    def _decode_attention_gqa(self, qkv, cos, sin, prompt_kv, prompt_bias_rows, slots, n, layer, col, scale, full):
+        """`decode`'s attention of one layer under grouped-query attention (K < H): ``qkv`` (b, H + 2K, D) before
+        rope, ``cos`` / ``sin`` (b, 1, D), ``prompt_kv`` (2, G, K, P, D), ``layer`` (2, b, K, T, D) (column ``col``
+        written here). The g = H / K query heads of a key / value head and the n rows of a prompt are one (n g) x P
+        product against the prompt's keys; a row's g heads one g x t product against its own completion keys."""
+        b = qkv.shape[0]
+        H, K, D = self.n_heads, self.n_kv, self.head_dim
+        g = H // K
+        G, P = prompt_kv.shape[1], prompt_kv.shape[3]
+        qk = self._rope(qkv[:, : H + K], cos, sin)  # (b, H + K, D)
+        layer[0, :, :, col] = qk[:, H:]
+        layer[1, :, :, col] = qkv[:, H + K :]
+        q = qk[:, :H] * scale  # (b, H, D): head h = kv head h // g, member h % g
+        q_slots = q if full else q.new_zeros(G * n, H, D).index_copy_(0, slots, q)
+        # (G, n, K, g, D) -> (G, K, n g, D): per prompt and key head, its rows' queries as one matrix
+        q_p = q_slots.view(G, n, K, g, D).transpose(1, 2).reshape(G, K, n * g, D)
+        s_p = torch.matmul(q_p, prompt_kv[0].transpose(-1, -2))  # (G, K, n g, P)
+        s_p = s_p.view(G, K, n, g, P).transpose(1, 2).reshape(G * n, H, P)
+        if not full:
+            s_p = s_p.index_select(0, slots)
+        keys, values = layer[0, :, :, : col + 1], layer[1, :, :, : col + 1]  # (b, K, t, D)
+        s_c = torch.matmul(q.view(b, K, g, D), keys.transpose(-1, -2)).view(b, H, col + 1)
+        p = torch.softmax(torch.cat([s_p + prompt_bias_rows, s_c], -1), -1)
+        p_p, p_c = p[..., :P], p[..., P:]
+        if not full:
+            p_p = p_p.new_zeros(G * n, H, P).index_copy_(0, slots, p_p)
+        p_p = p_p.view(G, n, K, g, P).transpose(1, 2).reshape(G, K, n * g, P)
+        a = torch.matmul(p_p, prompt_kv[1]).view(G, K, n, g, D).transpose(1, 2).reshape(G * n, H, D)
+        if not full:
+            a = a.index_select(0, slots)
+        return a + torch.matmul(p_c.view(b, K, g, col + 1), values).view(b, H, D)
 
 
 class _GatherRows(torch.autograd.Function):
@@ -490,7 +541,8 @@ def light_loadable(model_dir) -> bool:
         (tok.get("decoder") or {}).get("type") == "Fuse",
         (tok.get("pre_tokenizer") or {}).get("type") == "Split",
         tok.get("normalizer") is None,
-        not tok_conf.get("chat_template"),
+        not tok_conf.get("chat_template"),  # a chat template (transformers 5 saves it beside, as below)
+        not any((src / name).exists() for name in ("chat_template.jinja", "chat_template.json")),
         "pad_token" in tok_conf and "eos_token" in tok_conf,
     ]
     return all(checks)

@@ -71,6 +71,7 @@ import torch
 from tqdm import tqdm
 
 from bandpo import methods
+from bandpo.data.tiny_math import chat_messages
 from bandpo.grader import Grading, counting, warmup
 from bandpo.runtime.optim import AdamW
 from bandpo.runtime.sampling import completion_log_probs_shared, sample_rows
@@ -102,12 +103,14 @@ class Batch:
     sampled_entropy: torch.Tensor | None = None  # (B, T): the sampling distribution's entropy at each token
 
 
-def rollout(model, tokenizer, prompts: list[str], cfg: TrainConfig, device: torch.device) -> Batch:
-    """``samples_per_prompt`` completions per prompt, KV-cached sampling (group members are adjacent rows)."""
+def rollout(model, tokenizer, prompts: list[str], cfg: TrainConfig, device: torch.device,
+            shots: list | None = None) -> Batch:  # fmt: skip
+    """``samples_per_prompt`` completions per prompt, KV-cached sampling (group members are adjacent rows).
+    ``shots``: per prompt, its row's worked exchanges (`chat_prompts`), or None."""
     n = cfg.samples_per_prompt
     tokenizer.padding_side = "left"
     if cfg.chat_template:
-        prompts = chat_prompts(tokenizer, prompts)
+        prompts = chat_prompts(tokenizer, prompts, shots)
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
     prompt_ids, prompt_mask = enc["input_ids"], enc["attention_mask"]
     own = cfg.old_log_probs == "sampler"
@@ -125,13 +128,15 @@ def rollout(model, tokenizer, prompts: list[str], cfg: TrainConfig, device: torc
                  truncated, log_prob[0] if own else None, entropy)  # fmt: skip
 
 
-def chat_prompts(tokenizer, prompts: list[str]) -> list[str]:
-    """Each prompt as one user turn of the tokenizer's chat template, ending in the assistant's generation prompt;
-    ValueError when the tokenizer has none."""
+def chat_prompts(tokenizer, prompts: list[str], shots: list | None = None) -> list[str]:
+    """Each prompt as the last user turn of the tokenizer's chat template (after its row's worked exchanges
+    ``shots[i]``, if any: `chat_messages`), ending in the assistant's generation prompt; ValueError when the
+    tokenizer has none."""
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("chat_template: the model's tokenizer has no chat template")
-    return [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
-            for p in prompts]  # fmt: skip
+    shots = shots or [None] * len(prompts)
+    return [tokenizer.apply_chat_template(chat_messages(p, s), tokenize=False, add_generation_prompt=True)
+            for p, s in zip(prompts, shots, strict=True)]  # fmt: skip
 
 
 def group_advantages(rewards: torch.Tensor, group: int, eps: float) -> torch.Tensor:
@@ -188,6 +193,9 @@ def train(cfg: TrainConfig) -> dict:
     problem = cfg.minibatch_problem(min(cfg.prompts_per_step, len(rows)))
     if problem:
         raise ValueError(f"{cfg.data}: {len(rows)} rows are too few: {problem}")
+    if not cfg.chat_template and any(r.get("shots") for r in rows):
+        raise ValueError(f"{cfg.data}: its rows show worked exchanges before the prompt (shots), as earlier turns of "
+                         "a chat: set chat_template: true")  # fmt: skip
     warmup()  # start the grader's workers now, not inside the first timed step
     method = methods.resolve(cfg.method, cfg.params, cfg.loss_settings())
 
@@ -309,7 +317,8 @@ def collect(run: Run, step: int, seed: int) -> tuple[Collected, Future, Future]:
     if run.device.type == "cuda":
         torch.cuda.manual_seed_all(seed)
     with torch.no_grad():
-        batch = rollout(run.model, run.tokenizer, [run.rows[i]["prompt"] for i in picked], cfg, run.device)
+        batch = rollout(run.model, run.tokenizer, [run.rows[i]["prompt"] for i in picked], cfg, run.device,
+                        [run.rows[i].get("shots") for i in picked])  # fmt: skip
     n_rows = batch.response_mask.shape[0]
     parts = [part.to(run.device) for part in minibatches(cfg, n_rows, seed)]
     view = run.background.submit(policy_view, run, batch)

@@ -1,7 +1,8 @@
 """Our JSONL rows (bandpo.data.tiny_math schema) -> verl's parquet rows, written atomically.
 
 verl's RL data set reads, per row: ``data_source``, ``prompt`` (chat messages; verl applies the model's chat
-template), ``ability``, ``reward_model`` (``ground_truth`` goes to the reward function) and ``extra_info``.
+template: a row's worked exchanges ``shots`` as earlier turns, `bandpo.data.tiny_math.chat_messages`, as the local
+trainer), ``ability``, ``reward_model`` (``ground_truth`` goes to the reward function) and ``extra_info``.
 
     python -m bandpo.verl.data --train a/train.jsonl b/train.jsonl --val c/test.jsonl \\
         --out-train X.parquet --out-val Y.parquet
@@ -16,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from bandpo.core.files import atomic_write_bytes, read_jsonl
+from bandpo.data.tiny_math import chat_messages
 
 
 def verl_rows(paths: list[str], split: str) -> list[dict]:
@@ -26,7 +28,7 @@ def verl_rows(paths: list[str], split: str) -> list[dict]:
             rows.append(
                 {
                     "data_source": source,
-                    "prompt": [{"role": "user", "content": row["prompt"]}],
+                    "prompt": chat_messages(row["prompt"], row.get("shots")),
                     "ability": "math",
                     "reward_model": {"style": "rule", "ground_truth": str(row["answer"])},
                     "extra_info": {

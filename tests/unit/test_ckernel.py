@@ -25,11 +25,22 @@ needs_cc = pytest.mark.skipif(
 PROMPTS = ["Q: Compute 48-6+5.\nA: ", "Q: 1+1?\nA: ", "Q: Solve for x: 3x+8=32.\nA: "]
 
 
-@pytest.fixture(scope="module", params=[(32, 4), (64, 4)], ids=["head_dim8", "head_dim16"])
+@pytest.fixture(scope="module", params=[(32, 4), (64, 4), "gqa"], ids=["head_dim8", "head_dim16", "gqa_head_dim16"])
 def model(request):
-    """Small random Llamas of the suite's layout: head_dim 8 (the kernel's 4-lane path) and 16 (its 16-lane one)."""
-    hidden, heads = request.param
+    """Small random Llamas of the suite's layout: head_dim 8 (the kernel's 4-lane path) and 16 (its 16-lane one);
+    and a random HF Llama of SmolLM2's kind: grouped-query attention (6 query heads on 2 key / value heads), tied
+    embeddings, rope theta 1e5."""
     tokenizer = build_tokenizer()
+    if request.param == "gqa":
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=96, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=6, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+                          rms_norm_eps=1e-5, tie_word_embeddings=True,
+                          rope_parameters={"rope_type": "default", "rope_theta": 100000.0})  # fmt: skip
+        torch.manual_seed(0)
+        return LlamaForCausalLM(cfg).eval(), tokenizer
+    hidden, heads = request.param
     spec = get_size("tiny-test", hidden_size=hidden, num_layers=2, num_heads=heads, intermediate_size=48)
     return init_model(spec, tokenizer, seed=0).eval(), tokenizer
 
@@ -51,7 +62,7 @@ def _decode_both(fast, ids, mask, n, cols, rows=None):
         rows = torch.arange(G * n) if rows is None else rows
         b = len(rows)
         gen = torch.Generator().manual_seed(0)
-        cache = torch.randn(len(weights), 2, b, fast.n_heads, T, fast.head_dim, generator=gen)
+        cache = torch.randn(len(weights), 2, b, fast.n_kv, T, fast.head_dim, generator=gen)
         caches = [cache, cache.clone()]
         p_bias = torch.zeros(G, 1, P).masked_fill_(mask.unsqueeze(1) == 0, float("-inf")).repeat_interleave(n, 0)
         p_bias = p_bias[rows].contiguous()
@@ -82,20 +93,20 @@ def test_c_attention_is_the_torch_decode(model):
 
 
 @needs_cc
-@pytest.mark.parametrize("D", [8, 16, 20])
-def test_a_row_gets_the_same_bits_in_any_batch_and_with_any_padding(D):
+@pytest.mark.parametrize("D, H, K", [(8, 2, 2), (16, 2, 2), (20, 2, 2), (16, 6, 2)])
+def test_a_row_gets_the_same_bits_in_any_batch_and_with_any_padding(D, H, K):
     """A row's output depends on its own prompt and completion only: not on the other rows, nor on how far its
     prompt is left-padded (the padding is skipped, so its keys fall into the same blocks of four)."""
     gen = torch.Generator().manual_seed(1)
-    G, P, H, T, n, pad = 3, 11, 2, 9, 2, 4
-    pk, pv = torch.randn(2, G, H, P, D, generator=gen)
+    G, P, T, n, pad = 3, 11, 9, 2, 4
+    pk, pv = torch.randn(2, G, K, P, D, generator=gen)
     bias = torch.zeros(G, P)
     bias[1, :pad] = float("-inf")  # prompt 1 is left-padded by 4 columns (its keys there: garbage, never read)
     slots = torch.tensor([0, 2, 3, 5])  # cache rows of prompts 0, 1, 1, 2
     b = len(slots)
-    qkv = torch.randn(b, 3, H, D, generator=gen)
+    qkv = torch.randn(b, H + 2 * K, D, generator=gen)
     cos, sin = torch.rand(2, b, D, generator=gen)
-    ck, cv = torch.randn(2, b, H, T, D, generator=gen)
+    ck, cv = torch.randn(2, b, K, T, D, generator=gen)
     scratch = torch.empty(P + T + 4)
     for col in range(T):
         batch_ck, batch_cv = ck.clone(), cv.clone()
@@ -161,6 +172,7 @@ def test_kernel_refuses_bad_input(model):
         ({"slots": torch.tensor([0, 2 * G])}, "beyond"),
         ({"scratch": torch.empty(3)}, "do not fit"),
         ({"qkv": torch.randn(2, 2, H, D)}, "bad shapes"),
+        ({"qkv": torch.randn(2, 3 * H + 1, D)}, "bad shapes"),  # (b, H' + 2K, D): K = H heads do not divide H + 1
         ({"cache_k": cache[0]}, "must be 4-d"),
     ]
     for change, message in bad:
@@ -186,9 +198,11 @@ def test_a_missing_compiler_is_a_clear_error(tmp_path, monkeypatch):
 
 
 @needs_cc
-def test_the_bits_do_not_depend_on_the_code_the_compiler_emits(tmp_path, monkeypatch):
+@pytest.mark.parametrize("H, K, D", [(2, 2, 16), (9, 3, 64)], ids=["mha", "smollm2"])
+def test_the_bits_do_not_depend_on_the_code_the_compiler_emits(tmp_path, monkeypatch, H, K, D):
     """The library is built for the x86-64 baseline; built for AVX2 machines (``-march=x86-64-v3``, FMA units
-    included) it must give the same bits: no contraction, no reassociation, no libm (an AVX2 CPU runs the test)."""
+    included) it must give the same bits: no contraction, no reassociation, no libm (an AVX2 CPU runs the test).
+    Also in SmolLM2-135M's shapes: 9 query heads on 3 key / value heads of 64."""
     import ctypes
 
     if "avx2" not in open("/proc/cpuinfo").read():
@@ -200,13 +214,13 @@ def test_the_bits_do_not_depend_on_the_code_the_compiler_emits(tmp_path, monkeyp
     alt = ctypes.CDLL(str(path)).bandpo_decode_attention
     alt.argtypes, alt.restype = baseline.argtypes, ctypes.c_int
     gen = torch.Generator().manual_seed(2)
-    G, P, H, T, D, n = 3, 13, 2, 11, 16, 2
-    pk, pv = torch.randn(2, G, H, P, D, generator=gen)
+    G, P, T, n = 3, 13, 11, 2
+    pk, pv = torch.randn(2, G, K, P, D, generator=gen)
     bias = torch.zeros(G * n, P)
     bias[2:4, :5] = float("-inf")
-    qkv = torch.randn(G * n, 3, H, D, generator=gen)
+    qkv = torch.randn(G * n, H + 2 * K, D, generator=gen)
     cos, sin = torch.rand(2, G * n, D, generator=gen)
-    cache = torch.randn(2, G * n, H, T, D, generator=gen)
+    cache = torch.randn(2, G * n, K, T, D, generator=gen)
     outs = []
     for f in (baseline, alt):
         monkeypatch.setattr(ckernel, "_function", lambda f=f: f)

@@ -149,7 +149,9 @@ def test_task_yaml_is_consistent(path):
     assert [m["metric"] for m in cfg["metric_list"]] == ev.metric_names(n)
     assert all(m["aggregation"] == "mean" and m["higher_is_better"] for m in cfg["metric_list"])
     gen = cfg["generation_kwargs"]
-    assert gen["do_sample"] is True and gen["temperature"] == 1.0 and gen.get("top_p", 1.0) == 1.0
+    assert gen["do_sample"] is True and gen.get("top_p", 1.0) == 1.0
+    # the real LM's answer-line task samples at T = 0.7, the temperature of the format chosen in config/real-lm.yaml
+    assert gen["temperature"] == (0.7 if path.stem == "tiny_math_answer_line" else 1.0)
     assert cfg["doc_to_text"] == "prompt" and cfg["doc_to_target"] == "answer"
     (flt,) = cfg["filter_list"]
     assert flt["name"] == ev.FILTER_NAME
@@ -161,9 +163,41 @@ def test_task_yaml_is_consistent(path):
         from bandpo.models.tiny import MAX_NEW_TOKENS
 
         assert gen["top_k"] == 0  # HF would apply top_k=50
-        assert gen["max_gen_toks"] == MAX_NEW_TOKENS
+        assert gen["max_gen_toks"] == (32 if path.stem == "tiny_math_answer_line" else MAX_NEW_TOKENS)
     else:
         assert gen["max_gen_toks"] == 4096
+
+
+def test_answer_line_task_renders_the_trainers_prompt(tmp_path):
+    """tiny_math_answer_line: lm-eval's multi-turn few-shot context under a chat template (its default with
+    apply_chat_template) is, to the character, the prompt the trainer samples from (`chat_prompts` of the row's
+    prompt and shots)."""
+    pytest.importorskip("lm_eval")
+    from lm_eval.tasks import TaskManager
+
+    from bandpo.data.tiny_math import generate_tiny_math, write_jsonl
+    from bandpo.models.tiny import build_tokenizer
+    from bandpo.train.loop import chat_prompts
+
+    tok = build_tokenizer()
+    tok.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                         "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")  # fmt: skip
+    rows = generate_tiny_math(seed=0, n_train=8, n_val=4, n_test=4, levels=(1,), prompt_format="answer-line")["test"]
+    write_jsonl(tmp_path / "test.jsonl", rows)
+    tm = TaskManager(include_path=str(TASKS_DIR))
+    cfg = ev.task_config(tm, "tiny_math_answer_line", str(tmp_path / "test.jsonl"))
+    (task,) = tm.load([cfg])["tasks"].values()
+
+    def render(history, add_generation_prompt=True):
+        return tok.apply_chat_template(history, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+    docs = list(task.test_docs())
+    assert len(docs) == 4
+    for doc in docs:
+        ctx = task.fewshot_context(doc, num_fewshot=cfg["num_fewshot"], apply_chat_template=True,
+                                   fewshot_as_multiturn=True, chat_template=render)  # fmt: skip
+        assert ctx == chat_prompts(tok, [doc["prompt"]], [doc["shots"]])[0]
+        assert ctx.count("<|im_start|>user") == 5 and "Answer: 19-4*4=3<|im_end|>" in ctx
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """bandpo.runtime.fastlm: the lean Llama forward computes the HF model's function (logits, log-probs, gradients) up to
-float
-rounding; the sampler on it draws from the model's softmax; the transformers-free loader holds the same weights,
-tokenizes and decodes as the HF tokenizer and saves what HF loads back."""
+float rounding, for the tiny models' layout and for a real LM's (grouped-query attention, tied embeddings, its own
+rope theta and RMSNorm eps: SmolLM2's); the sampler on it draws from the model's softmax; the transformers-free loader
+holds the same weights, tokenizes and decodes as the HF tokenizer and saves what HF loads back."""
 
 from __future__ import annotations
 
@@ -29,6 +29,39 @@ def tiny(tmp_path_factory):
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return model, tokenizer, path
+
+
+def gqa_llama(tokenizer, seed=0):
+    """A small random HF ``LlamaForCausalLM`` of SmolLM2's kind: grouped-query attention (6 query heads on 2 key /
+    value heads), tied embeddings, rope theta 1e5, RMSNorm eps 1e-5 (SmolLM2-135M: 9 on 3 heads of 64, theta 1e5)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=48, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=6, num_key_value_heads=2, head_dim=8, max_position_embeddings=128,
+                      rms_norm_eps=1e-5, tie_word_embeddings=True, rope_parameters={"rope_type": "default",
+                      "rope_theta": 100000.0}, bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
+                      pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():  # norms away from 1, so that a wrong eps or a missing norm weight shows
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.uniform_(0.5, 1.5)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    return model
+
+
+@pytest.fixture(scope="module")
+def gqa(tiny):
+    """`gqa_llama` with the suite's character tokenizer."""
+    _, tokenizer, _ = tiny
+    return gqa_llama(tokenizer), tokenizer, None
+
+
+@pytest.fixture(params=["tiny", "gqa"])
+def any_model(request):
+    """The suite's tiny layout (multi-head attention) and a real LM's (grouped-query attention)."""
+    return request.getfixturevalue(request.param)
 
 
 def _hf_only(model):
@@ -64,8 +97,8 @@ def _batch(model, tokenizer, n=4, max_new=12, seed=2):
     return _as_batch(ids, mask, tokens, resp, n, tokenizer.eos_token_id)
 
 
-def test_fast_path_applies_only_where_it_is_exact(tiny):
-    model, _, _ = tiny
+def test_fast_path_applies_only_where_it_is_exact(any_model):
+    model, _, _ = any_model
     assert FastLlama.for_model(model) is not None
     handle = model.lm_head.register_forward_hook(lambda m, a, out: out)
     try:
@@ -75,8 +108,24 @@ def test_fast_path_applies_only_where_it_is_exact(tiny):
     assert FastLlama.for_model(model) is not None
 
 
-def test_log_probs_and_gradients_equal_the_hf_forward(tiny):
-    model, tokenizer, _ = tiny
+def test_fast_path_covers_grouped_query_attention(gqa):
+    """SmolLM2's features are covered (K = 2 key / value heads for 6 query heads, the model's own rope table); what
+    it does not compute (another rope type, a head count K does not divide, biases) is left to transformers."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    model, _, _ = gqa
+    fast = FastLlama.for_model(model)
+    assert (fast.n_heads, fast.n_kv, fast.group, fast.head_dim) == (6, 2, 3, 8)
+    assert fast.head is fast.embed  # tied: one parameter, its gradient the sum of both uses
+    cfg = model.config.to_dict()
+    for change in ({"num_key_value_heads": 4}, {"attention_bias": True},
+                   {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e5}}):  # fmt: skip
+        other = LlamaForCausalLM(LlamaConfig(**{**cfg, **change}))
+        assert FastLlama.for_model(other) is None, change
+
+
+def test_log_probs_and_gradients_equal_the_hf_forward(any_model):
+    model, tokenizer, _ = any_model
     batch = _batch(model, tokenizer)
     idx = torch.tensor([9, 0, 3, 2, 10, 11])
     resp = batch.response_mask[idx]
@@ -116,8 +165,8 @@ def test_gather_rows_is_index_select_to_the_bit():
     assert gather_rows(x.detach(), index).grad_fn is None
 
 
-def test_sampler_log_probs_are_the_recomputed_ones(tiny):
-    model, tokenizer, _ = tiny
+def test_sampler_log_probs_are_the_recomputed_ones(any_model):
+    model, tokenizer, _ = any_model
     tokenizer.padding_side = "left"
     enc = tokenizer(PROMPTS, return_tensors="pt", padding=True, add_special_tokens=False)
     torch.manual_seed(5)
@@ -141,8 +190,8 @@ def test_sampler_log_probs_are_the_recomputed_ones(tiny):
     assert (rec_lp - lp)[resp].abs().max() < 1e-5 and (rec_ent - ent)[resp].abs().max() < 1e-5
 
 
-def test_fast_sampler_first_token_follows_the_softmax(tiny):
-    model, tokenizer, _ = tiny
+def test_fast_sampler_first_token_follows_the_softmax(any_model):
+    model, tokenizer, _ = any_model
     tokenizer.padding_side = "left"
     enc = tokenizer(PROMPTS[:1], return_tensors="pt", padding=True, add_special_tokens=False)
     with torch.no_grad():
@@ -157,8 +206,8 @@ def test_fast_sampler_first_token_follows_the_softmax(tiny):
     assert ((freq - p).abs() <= 5 * (p * (1 - p) / draws).sqrt() + 1e-4).all()
 
 
-def test_same_seed_same_sample(tiny):
-    model, tokenizer, _ = tiny
+def test_same_seed_same_sample(any_model):
+    model, tokenizer, _ = any_model
     a, b = (_batch(model, tokenizer, n=8, max_new=24, seed=11) for _ in range(2))
     assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.response_mask, b.response_mask)
 
@@ -270,3 +319,30 @@ def test_sampler_benchmark_rejects_bad_input(tmp_path):
         bench.main(["--model", str(tmp_path / "missing")])
     with pytest.raises(SystemExit):  # argparse: not a variant
         bench.main(["--variants", "cuda"])
+
+
+def test_draw_follows_the_distribution_for_a_large_vocabulary():
+    """A real LM's vocabulary: the inverse distribution function over blocks draws each token with its probability
+    (within 5 standard errors), never one of probability 0, and hits single tokens at the blocks' edges."""
+    V = sampling.MULTINOMIAL_MAX_VOCAB + 904  # not a multiple of the block: the last block padded
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(V, generator=gen) * 3
+    logits[1::2] = float("-inf")
+    probs = torch.softmax(logits, -1)
+    torch.manual_seed(0)
+    draws = 40000
+    tokens = torch.cat([sampling.draw(probs.expand(2000, V)) for _ in range(draws // 2000)])
+    assert tokens.dtype == torch.int64 and int(tokens.min()) >= 0 and int(tokens.max()) < V
+    assert (tokens % 2 == 0).all()  # probability 0: never drawn
+    freq = torch.bincount(tokens, minlength=V).double() / draws
+    p = probs.double()
+    assert ((freq - p).abs() <= 5 * (p * (1 - p) / draws).sqrt() + 1e-4).all()
+    edges = [0, sampling.DRAW_BLOCK - 1, sampling.DRAW_BLOCK, V - 1]
+    one_hot = torch.zeros(len(edges), V)
+    one_hot[torch.arange(len(edges)), edges] = 1.0
+    assert sampling.draw(one_hot).tolist() == edges
+    small = torch.softmax(torch.randn(3, 50, generator=gen), -1)  # a tiny model's vocabulary: torch.multinomial
+    torch.manual_seed(1)
+    expected = torch.multinomial(small, 1).squeeze(1)
+    torch.manual_seed(1)
+    assert torch.equal(sampling.draw(small), expected)

@@ -225,6 +225,42 @@ def test_write_jsonl_is_atomic_on_failure(tmp_path):
 def test_unknown_kind_rejected():
     with pytest.raises(ValueError):
         generate_tiny_math(seed=0, n_train=1, n_val=1, n_test=1, kinds=("calculus",))
+    with pytest.raises(ValueError, match="levels among"):
+        generate_tiny_math(seed=0, n_train=1, n_val=1, n_test=1, levels=(4,))
+    with pytest.raises(ValueError, match="prompt format"):
+        generate_tiny_math(seed=0, n_train=1, n_val=1, n_test=1, prompt_format="chat")
+    with pytest.raises(ValueError, match="tiny prompt format only"):
+        tiny_math.write_tiny_math("unused", n_train=1, n_val=1, n_test=1, probe={}, prompt_format="answer-line")
+
+
+def test_answer_line_format_subset_and_shots(tmp_path, capsys):
+    """The real LM's format (config/real-lm.yaml): level 1 only, the bare problem as the prompt, the four worked
+    exchanges on every row (never a problem of any split), each exchange's reply graded correct by the strict
+    answer-line mode; the default format's rows are unchanged by the option (same draws)."""
+    from bandpo.grader import grade
+
+    splits = generate_tiny_math(seed=0, n_train=400, n_val=50, n_test=50, levels=(1,), prompt_format="answer-line")
+    shots = [list(s) for s in tiny_math.ANSWER_LINE_SHOTS]
+    questions = {q for q, _ in shots}
+    for rows in splits.values():
+        assert {r["level"] for r in rows} == {1} and {r["kind"] for r in rows} == set(tiny_math.KINDS)
+        assert all(r["prompt"] == r["problem"] and r["shots"] == shots for r in rows)
+        assert not questions & {r["problem"] for r in rows}
+    for (_question, reply), kind in zip(tiny_math.ANSWER_LINE_SHOTS, ("arith", "word", "mod", "linear"), strict=True):
+        answer = reply.rsplit("=", 1)[1]
+        assert grade(reply, answer, mode="strict-answer-line") == 1.0
+        assert grade(reply, str(int(answer) + 1), mode="strict-answer-line") == 0.0
+        assert any(r["kind"] == kind for r in splits["train"])
+    assert [dict(s) for s in tiny_math.answer_line_shots()] == [{"prompt": q, "reply": a} for q, a in shots]
+    plain = generate_tiny_math(seed=0, n_train=50, n_val=15, n_test=15)
+    assert plain == generate_tiny_math(seed=0, n_train=50, n_val=15, n_test=15, prompt_format="tiny")
+    assert all("shots" not in r for r in plain["test"])
+    out = tmp_path / "d"
+    assert cli.main(["tiny-math", "--out", str(out), "--n-train", "40", "--n-val", "10", "--n-test", "10",
+                     "--levels", "1", "--kinds", "arith", "word", "--prompt-format", "answer-line"]) == 0  # fmt: skip
+    rows = [json.loads(line) for line in (out / "test.jsonl").read_text().splitlines()]
+    assert rows == generate_tiny_math(seed=0, n_train=40, n_val=10, n_test=10, kinds=("arith", "word"), levels=(1,),
+                                      prompt_format="answer-line")["test"]  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -658,6 +658,41 @@ def test_probe_every_needs_probe_rows(assets, tmp_path):
         from_dict({"model": "m", "data": "d", "out": "o", "probe_every": -1})
 
 
+def test_rows_with_shots_sample_after_their_worked_exchanges(assets, tmp_path, monkeypatch):
+    """Rows with ``shots`` (tiny-math's answer-line format): each prompt the last user turn of the chat template
+    after its row's exchanges; without chat_template such rows are refused before the model loads."""
+    import bandpo.train.loop as bt
+    from bandpo.models.tiny import build_tokenizer
+
+    model_dir, _ = assets
+    data = tmp_path / "data"
+    rows = generate_tiny_math(seed=1, n_train=32, n_val=4, n_test=4, levels=(1,), prompt_format="answer-line")["train"]
+    write_jsonl(data / "train.jsonl", rows)
+    with pytest.raises(ValueError, match="shots.*set chat_template: true"):
+        train(small_config((model_dir, data), tmp_path / "refused", steps=1))
+    chat_model = tmp_path / "model"
+    chat_model.mkdir()
+    for f in model_dir.iterdir():
+        (chat_model / f.name).write_bytes(f.read_bytes())
+    tok = build_tokenizer()
+    tok.chat_template = (
+        "{% for m in messages %}{{ m['role'][0] }}:{{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}a:{% endif %}"
+    )  # short: the tiny model holds 256 positions
+    tok.save_pretrained(chat_model)
+    seen = []
+    real = bt.chat_prompts
+    monkeypatch.setattr(bt, "chat_prompts", lambda t, p, s=None: seen.append((p, s)) or real(t, p, s))
+    train(small_config((chat_model, data), tmp_path / "run", steps=1, chat_template=True))
+    ((prompts, shots),) = seen
+    by_problem = {r["prompt"]: r["shots"] for r in rows}
+    assert len(prompts) == 4 and shots == [by_problem[p] for p in prompts]
+    text = real(tok, prompts[:1], shots[:1])[0]
+    turns = [f"u:{q}\na:{a}\n" for q, a in shots[0]]
+    assert text == "".join(turns) + f"u:{prompts[0]}\na:"
+    assert real(tok, prompts[:1])[0] == f"u:{prompts[0]}\na:"  # a row without shots: one turn
+
+
 def test_cli_help_shows_every_field_with_its_default_and_doc():
     """``python -m bandpo.train --help`` is generated from TrainConfig: each field's flag, its attribute docstring and
     its default (whitespace aside: the help wraps lines)."""
