@@ -594,7 +594,8 @@ def test_command_line_through_verl_cli():
 
     run = sweep_run(method="dcpo", params={"cap": 5})
     cmd = command.shell_command(run).replace(f"{run.python} -m", f"{sys.executable} -m", 1)
-    assert cmd.startswith("BANDPO_METHOD_CONFIG=")
+    env_prefix = cmd.split(f"{sys.executable} -m", 1)[0].split()  # the job's environment, then the command
+    assert any(a.startswith("BANDPO_METHOD_CONFIG=") for a in env_prefix), cmd[:500]
     out = subprocess.run(["bash", "-c", cmd + " --cfg job"], capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-3000:]
     cfg = yaml.safe_load(out.stdout)
