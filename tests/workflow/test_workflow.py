@@ -1239,3 +1239,16 @@ def test_benchmarks_readme_quotes_the_published_run(tmp_path):
     for doc in (text, log):
         assert f"main alone at most **{most} seeds** within 90 minutes ({minutes('main', 3):.1f} min at 3)" in doc
         assert f"{minutes(None, 6):.1f} min with 6 seeds, {minutes(None, 8):.1f} with 8" in doc
+
+
+def test_snakemake_lint_is_clean_but_for_the_accepted_lint():
+    """`snakemake --lint` over the default config reports no lint but "Specify a conda environment or container for
+    each rule" (every rule runs in the project's one environment: .ci/run, which runs the same check)."""
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert "Traceback" not in out and "Error" not in out, out[-3000:]
+    lints = [line for line in out.splitlines() if line.startswith("    * ")]
+    assert lints and all("Specify a conda environment or container for each rule" in x for x in lints), [
+        x for x in lints if "conda environment" not in x
+    ]

@@ -31,7 +31,9 @@ rule decided:
         experiment=_alternatives(sorted({p["experiment"] for p in PLAN.pairs})),
     resources:
         **res("report"),
+    log:
+        f"{LOGS}/looks/{{experiment}}/{{model}}/decided.log",
     shell:
         # the last look (the one that decided): input.looks in look order, named by the files' pattern since the
         # input is known only once the checkpoints ran
-        "cp $(printf '%s\\n' {input:q} | grep -E '/look[0-9]+[.]json$' | tail -n 1) {output:q}"
+        "cp -v $(printf '%s\\n' {input:q} | grep -E 'look[0-9]+[.]json$' | tail -n 1) {output:q} > {log} 2>&1"
