@@ -43,6 +43,13 @@ method computes its bounds inside each call from that micro-batch's ``old_log_pr
 once-per-batch computation; only the (small) cost repeats per micro-batch and PPO epoch. The suite's local trainer
 computes them once per rollout batch (`bandpo.methods.ResolvedMethod.bounds`) instead.
 
+TRL beside verl. verl 0.9.1 patches TRL's value-head model whenever TRL is installed (its
+``apply_monkey_patch``, when an actor builds its model), importing ``AutoModelForCausalLMWithValueHead`` from
+``trl.experimental.ppo`` or ``trl``; TRL 1.16 (this project's ``dev`` and ``bench`` extras) ships neither, so every
+verl actor failed to start in an environment that has TRL. No model can be an instance of a class TRL does not ship,
+so the patch has nothing to do there: `_trl_value_head_available` replaces verl's ``is_trl_available`` (the one
+adjustment of verl's code this module makes) and answers True only when TRL ships that class.
+
 Metrics: verl's usual ``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/pg_clipfrac_lower`` (dual clip), plus every
 diagnostic of `bandpo.methods.clip_diagnostics` under ``actor/bandpo/``; one host sync per call for all of them.
 """
@@ -50,9 +57,12 @@ diagnostic of `bandpo.methods.clip_diagnostics` under ``actor/bandpo/``; one hos
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.util
 import json
 import logging
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -63,6 +73,7 @@ from torch import Tensor
 from bandpo import methods
 
 try:
+    import verl.utils.import_utils as verl_import_utils
     from verl.trainer.ppo import core_algos
 except ImportError as e:  # pragma: no cover - verl is a dependency of the package
     raise ImportError(f"bandpo.verl.plugin needs verl >= 0.9 (verl.trainer.ppo.core_algos): {e}") from e
@@ -258,6 +269,32 @@ def registered_names() -> list[str]:
     return sorted(n for n in core_algos.POLICY_LOSS_REGISTRY if n.startswith(PREFIX))
 
 
+def _trl_value_head_available() -> bool:
+    """Whether TRL is installed and ships the value-head model verl patches (``verl.utils.import_utils``'s
+    ``is_trl_available`` asks only whether TRL is installed); see the module docstring, "TRL beside verl"."""
+    if importlib.util.find_spec("trl") is None:
+        return False
+    for module in ("trl.experimental.ppo", "trl"):
+        try:
+            if hasattr(importlib.import_module(module), "AutoModelForCausalLMWithValueHead"):
+                return True
+        except ImportError:
+            continue
+    return False
+
+
+def _patch_trl_check() -> None:
+    """verl's modules that imported ``is_trl_available`` by name get `_trl_value_head_available` (cached: TRL's
+    import is paid once, and only where verl asks)."""
+    check = functools.cache(_trl_value_head_available)
+    verl_import_utils.is_trl_available = check
+    for name in ("verl.models.transformers.monkey_patch", "verl.utils.model"):
+        module = sys.modules.get(name)
+        if module is not None and hasattr(module, "is_trl_available"):
+            module.is_trl_available = check
+
+
+_patch_trl_check()
 register_all()
 methods.on_register(_register_in_verl)  # methods registered later reach verl too
 # verl's driver and every Ray worker import this module before they look a loss up: the start of a run on verl's side,

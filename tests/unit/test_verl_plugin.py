@@ -745,3 +745,15 @@ def test_cpu_profile_serves_a_steps_requests_as_one_batch(compose):
     assert "engine_kwargs.hf" not in " ".join(command.overrides(sweep_run()))  # a vllm run has no such key
     with pytest.raises(ValueError, match="unknown engine_kwargs.hf"):
         server_options(OmegaConf.create({"engine_kwargs": {"hf": {"max_batchs": 4}}}))
+
+
+def test_verls_trl_check_asks_for_the_value_head_class_it_patches():
+    """verl 0.9.1 patches TRL's AutoModelForCausalLMWithValueHead whenever TRL is installed; TRL 1.16 (the dev extra)
+    ships no such class, so verl's check answers, through the plugin, whether TRL ships it (module docstring)."""
+    import verl.models.transformers.monkey_patch as verl_monkey_patch
+    import verl.utils.import_utils as verl_import_utils
+
+    trl = pytest.importorskip("trl")
+    ships = hasattr(trl, "AutoModelForCausalLMWithValueHead")
+    assert verl_import_utils.is_trl_available() is ships and verl_monkey_patch.is_trl_available() is ships
+    assert trl.__version__ != "1.16.0" or not ships  # the version whose missing class broke verl's actors

@@ -1085,7 +1085,8 @@ def test_a_new_method_ranks_against_the_published_runs_without_rerunning_them(sm
     cfg = read_config("smoke")
     full = validate.validate_config(copy.deepcopy(cfg))
     main = full["experiments"][sweep.MAIN]
-    dirs = sorted({sweep.model_path(full, m, s) for m in main["models"] for s in main["seeds"]})
+    # every base model of main's that the smoke run built (its pair's looks' seeds included), as rule publish does
+    dirs = [d for d in sweep.base_models(full) if d.split("/")[2] in main["models"] and (wd / d).is_dir()]
     published = tmp_path / "published"  # the smoke run, published as the embedded run publishes results/
     proc = run_module("bandpo.report", "publish", "--src", "results/smoke", "--dest", str(published),
                       "--models", *dirs, cwd=wd)  # fmt: skip
