@@ -227,4 +227,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-hf_rollout.register_rollout()
+# The "hf" rollout registers itself when its module finishes importing (bandpo.verl.hf_rollout, last line): a Ray
+# worker may import that module first (the actor's class), whose `import verl` then imports this module while
+# hf_rollout is still half made, so a call from here would fail.
+assert hf_rollout  # imported for its registration

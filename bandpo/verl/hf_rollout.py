@@ -372,3 +372,6 @@ def register_rollout() -> None:
     imports) and the replica (by a loader, which verl calls)."""
     rollout_base._ROLLOUT_REGISTRY[(ROLLOUT, "async")] = f"{__name__}.HFServerAdapter"
     RolloutReplicaRegistry.register(ROLLOUT, lambda: HFReplica)
+
+
+register_rollout()  # at import, wherever the import starts (bandpo.verl.cpu explains why not from there)

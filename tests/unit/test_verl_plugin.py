@@ -757,3 +757,15 @@ def test_verls_trl_check_asks_for_the_value_head_class_it_patches():
     ships = hasattr(trl, "AutoModelForCausalLMWithValueHead")
     assert verl_import_utils.is_trl_available() is ships and verl_monkey_patch.is_trl_available() is ships
     assert trl.__version__ != "1.16.0" or not ships  # the version whose missing class broke verl's actors
+
+
+def test_a_ray_worker_may_import_the_hf_rollout_first():
+    """A Ray worker imports the rollout actor's module (bandpo.verl.hf_rollout) before anything else; its `import
+    verl` loads $VERL_USE_EXTERNAL_MODULES (bandpo.verl.cpu among them) while hf_rollout is half made: the import must
+    still end with the "hf" rollout registered."""
+    code = ("import bandpo.verl.hf_rollout as h\nfrom verl.workers.rollout.base import get_rollout_class\n"
+            "print(get_rollout_class('hf') is h.HFServerAdapter)\n")  # fmt: skip
+    env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": "bandpo.verl.plugin,bandpo.verl.cpu"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[-1] == "True"
