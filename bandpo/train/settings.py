@@ -20,7 +20,10 @@ from bandpo.core.options import check_fields
 from bandpo.core.protocol import SAMPLER_KERNELS, Protocol, raise_problems
 
 PROG = "python -m bandpo.train"
-# Fields that measure wall-clock time: they differ between two runs of the same seed, everything else is identical.
+# Fields that measure wall-clock time, or count what a wall-clock budget decided: they differ between two runs of the
+# same seed, everything else is identical. ``grader_retries`` counts the grading items that overran the grader's first
+# time budget and were graded again with a longer one (bandpo.grader.api): the grades are the same, the count follows
+# the machine's load.
 TIMING_KEYS = (
     "step_seconds",
     "rollout_seconds",
@@ -28,6 +31,7 @@ TIMING_KEYS = (
     "bounds_seconds",
     "bounds_frac",
     "tokens_per_second",
+    "grader_retries",
 )
 
 

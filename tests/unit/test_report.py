@@ -2105,3 +2105,22 @@ def test_margins_are_the_run_plans_fractions_only():
     published = published_experiments(ROOT / "results")
     assert published["main"]["margins"] == pytest.approx({"tiny-s": 0.02, "tiny-m": 0.02})
     assert published["separation"]["entropy_margins"] == {"tiny-s": 0.02}
+
+
+def test_a_run_digest_leaves_out_what_wall_clock_time_decides(tmp_path):
+    """Two runs of one seed that differ only in timings and in ``grader_retries`` (items regraded with a longer time
+    budget: the same grades, a count that follows the machine's load) have one digest; any other field changes it."""
+    from bandpo.report.publish import run_digests
+
+    def digest(rows: list[dict]) -> str:
+        run = tmp_path / "runs" / "tiny-s" / "grpo" / "seed0"
+        run.mkdir(parents=True, exist_ok=True)
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        (digests,) = run_digests(tmp_path)
+        return digests["metrics_sha256"]
+
+    row = {"step": 1, "reward_mean": 0.25, "entropy": 0.5, "grader_timeouts": 0}
+    same = digest([{**row, "step_seconds": 1.0, "grader_retries": 0}])
+    assert digest([{**row, "step_seconds": 9.5, "grader_retries": 3}]) == same
+    assert digest([{**row, "step_seconds": 1.0, "grader_retries": 0, "grader_timeouts": 1}]) != same
+    assert digest([{**row, "step_seconds": 1.0, "grader_retries": 0, "reward_mean": 0.5}]) != same
