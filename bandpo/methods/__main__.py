@@ -19,20 +19,25 @@ from bandpo import methods
 from bandpo.methods.registry import function_origin, source_file
 
 KIND_LABELS = {"bounds": "bounds", "loss": "loss", "verl": "verl loss"}
+# Every verl loss method is compared with verl's own registry entry by one parametrized test.
+VERL_PARITY_TEST = "tests/unit/test_verl_losses.py::test_loss_and_gradient_equal_verls_in_every_mode"
 
 
 def describe(name: str) -> dict[str, Any]:
     """One method as a JSON-able mapping: name, kind, description, parameters (name -> default), config class,
-    source (``module.function``; ``path/to/file.py:function`` for a function outside bandpo), file (the file that
+    parity_tests (the tests that compare it with the framework that ships it, pytest node ids), source
+    (``module.function``; ``path/to/file.py:function`` for a function outside bandpo), file (the file that
     defines the function) and method_module (the user module whose import registered it, as loaded: an absolute .py
     path or a module name; None for a built-in method)."""
     m = methods.get_method(name)
     defaults = m.config_cls()
     params = {f.name: getattr(defaults, f.name) for f in fields(m.config_cls)}
     shipped_by = m.config_cls.shipped_by
+    parity_tests = list(m.config_cls.parity_tests)
     if m.kind == "verl":
         source = f"verl.trainer.ppo.core_algos.POLICY_LOSS_REGISTRY[{m.config_cls.verl_loss_mode!r}]"
         shipped_by = shipped_by or f"verl 0.9.1: loss_mode={m.config_cls.verl_loss_mode!r}"
+        parity_tests = parity_tests or [VERL_PARITY_TEST]
     else:
         source = m.origin
     return {
@@ -40,6 +45,7 @@ def describe(name: str) -> dict[str, Any]:
         "kind": KIND_LABELS.get(m.kind, m.kind),
         "description": m.description,
         "shipped_by": shipped_by,
+        "parity_tests": parity_tests,
         "requires": list(m.config_cls.requires),
         "params": params,
         "config": function_origin(m.config_cls),
@@ -65,6 +71,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         lines.append(f"{pad}source: {source}")
         if r["shipped_by"]:
             lines.append(f"{pad}shipped by: {r['shipped_by']}")
+        for test in r["parity_tests"]:
+            lines.append(f"{pad}parity test: {test}")
         if r["requires"]:
             lines.append(f"{pad}requires: {', '.join(r['requires'])} (token_inputs; the local trainer only)")
         if r["description"]:

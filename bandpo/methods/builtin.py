@@ -50,6 +50,7 @@ class GRPOConfig(MethodConfig):
 
     label_fields = ("eps_low", "eps_high")
     shipped_by = 'verl 0.9.1: loss_mode="vanilla"; TRL 1.16.0: GRPOConfig(epsilon=0.2)'
+    parity_tests = ("tests/unit/test_methods.py::test_surrogate_equals_verl_vanilla_exactly",)
 
     eps_low: float = 0.2
     eps_high: float = 0.2
@@ -226,6 +227,7 @@ class CISPOConfig(MethodConfig):
 
     label_fields = ("eps_low", "eps_high")
     shipped_by = 'verl 0.9.1: loss_mode="cispo"; TRL 1.16.0: GRPOConfig(loss_type="cispo", epsilon_high=1 + eps_high)'
+    parity_tests = ("tests/unit/test_trl_rules.py::test_the_registrys_earlier_rules_equal_trls_too",)
 
     eps_low: float = 1.0
     eps_high: float = 0.28
@@ -279,6 +281,7 @@ class GSPOConfig(MethodConfig):
 
     label_fields = ("eps_low", "eps_high")
     shipped_by = 'verl 0.9.1: loss_mode="gspo"; TRL 1.16.0: GRPOConfig(importance_sampling_level="sequence")'
+    parity_tests = ("tests/unit/test_trl_rules.py::test_the_registrys_earlier_rules_equal_trls_too",)
 
     eps_low: float = 3e-4
     eps_high: float = 4e-4

@@ -35,6 +35,10 @@ class MethodConfig:
     shipped_by: ClassVar[str] = ""
     """The framework settings that give this rule, for the listing and the ranking page (e.g. ``TRL 1.16.0:
     GRPOConfig(loss_type="luspo", importance_sampling_level="sequence")``); "" for a rule of this suite only."""
+    parity_tests: ClassVar[tuple[str, ...]] = ()
+    """The tests that compare this rule with the shipping framework's own computation on the same tensors (pytest
+    node ids, ``tests/unit/test_trl_rules.py::test_luspo_equals_trls_luspo``; a verl loss's is derived,
+    `bandpo.methods.__main__.describe`); () for a rule of this suite only. The ranking page names them."""
 
     def __post_init__(self) -> None:
         hints = _type_hints(type(self))

@@ -45,6 +45,7 @@ class TISConfig(MethodConfig):
     level: ClassVar[str] = "token"
     label_fields = ("threshold",)
     shipped_by = 'verl 0.9.1: RolloutCorrectionConfig(rollout_is="token", bypass_mode=True, loss_type="reinforce")'
+    parity_tests = ("tests/unit/test_trl_rules.py::test_rollout_correction_presets_equal_verls_bypass_mode",)
 
     threshold: float = 2.0
 
@@ -78,6 +79,7 @@ class IcePopConfig(MethodConfig):
     level: ClassVar[str] = "token"
     label_fields = ("threshold_lower", "threshold")
     shipped_by = "verl 0.9.1: RolloutCorrectionConfig.bypass_pg_token_icepop()"
+    parity_tests = ("tests/unit/test_trl_rules.py::test_rollout_correction_presets_equal_verls_bypass_mode",)
 
     threshold_lower: float = 0.5
     threshold: float = 5.0

@@ -107,6 +107,7 @@ class LUSPOConfig(GSPOConfig):
     weighting, not its clip; TRL's luspo takes its epsilon / epsilon_high)."""
 
     shipped_by = 'TRL 1.16.0: GRPOConfig(loss_type="luspo", importance_sampling_level="sequence")'
+    parity_tests = ("tests/unit/test_trl_rules.py::test_luspo_equals_trls_luspo",)
 
 
 @register_loss("luspo", config=LUSPOConfig)
@@ -151,6 +152,7 @@ class VESPOConfig(MethodConfig):
 
     label_fields = ("k_pos", "lambda_pos", "k_neg", "lambda_neg")
     shipped_by = 'TRL 1.16.0: GRPOConfig(loss_type="vespo")'
+    parity_tests = ("tests/unit/test_trl_rules.py::test_vespo_equals_trls_vespo",)
 
     k_pos: float = 2.0
     lambda_pos: float = 3.0
@@ -231,6 +233,7 @@ class TwoSidedClipConfig(MethodConfig):
 
     label_fields = ("delta",)
     shipped_by = "TRL 1.16.0: GRPOConfig(delta=...)"
+    parity_tests = ("tests/unit/test_trl_rules.py::test_two_sided_clip_equals_trls_delta",)
 
     eps_low: float = 0.2
     eps_high: float = 0.2
@@ -285,6 +288,7 @@ class TopEntropyConfig(MethodConfig):
     label_fields = ("rho",)
     requires = ("entropy",)
     shipped_by = "TRL 1.16.0: GRPOConfig(top_entropy_quantile=...)"
+    parity_tests = ("tests/unit/test_trl_rules.py::test_top_entropy_equals_trls_top_entropy_quantile",)
 
     eps_low: float = 0.2
     eps_high: float = 0.28
@@ -350,6 +354,7 @@ class OffPolicyMaskConfig(MethodConfig):
 
     label_fields = ("threshold",)
     shipped_by = "TRL 1.16.0: GRPOConfig(off_policy_mask_threshold=...)"
+    parity_tests = ("tests/unit/test_trl_rules.py::test_offpolicy_mask_equals_trls_off_policy_mask_threshold",)
 
     eps_low: float = 0.2
     eps_high: float = 0.2

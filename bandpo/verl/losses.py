@@ -187,6 +187,10 @@ class SAPOConfig(VerlLossConfig):
     verl_loss_mode = "sapo"
     label_fields = ("tau_pos", "tau_neg")
     shipped_by = "verl 0.9.1: loss_mode='sapo'; TRL 1.16.0: GRPOConfig(loss_type='sapo')"
+    parity_tests = (
+        "tests/unit/test_verl_losses.py::test_loss_and_gradient_equal_verls_in_every_mode",
+        "tests/unit/test_trl_rules.py::test_the_registrys_earlier_rules_equal_trls_too",
+    )
 
     tau_pos: float = 1.0
     tau_neg: float = 1.05

@@ -350,7 +350,8 @@ def test_surrogate_per_token_values_and_gradient():
     assert loss_nodual.item() == pytest.approx(-1.2 - 0.5 + 0.8 + 1.5 + 20.0)
 
 
-def test_surrogate_equals_verl_vanilla_exactly():
+@pytest.mark.parametrize(("method", "eps_high"), [("grpo", 0.2), ("clip_higher", 0.28)])
+def test_surrogate_equals_verl_vanilla_exactly(method, eps_high):
     core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
     from verl.workers.config import ActorConfig
 
@@ -368,7 +369,7 @@ def test_surrogate_equals_verl_vanilla_exactly():
                 rollout_n=1,
                 ppo_micro_batch_size_per_gpu=1,
                 clip_ratio_low=0.2,
-                clip_ratio_high=0.28,
+                clip_ratio_high=eps_high,
                 clip_ratio_c=3.0,
                 loss_agg_mode=mode,
                 global_batch_info=dict(info),
@@ -376,7 +377,7 @@ def test_surrogate_equals_verl_vanilla_exactly():
             a, b = new.clone().requires_grad_(), new.clone().requires_grad_()
             ref, ref_metrics = core_algos.compute_policy_loss_vanilla(old, a, adv, mask, mode, cfg)
             settings = {"loss_agg_mode": mode, "dual_clip_c": 3.0}
-            ours, metrics = compute_loss("clip_higher", old, b, adv, mask, settings=settings, global_batch_info=info)
+            ours, metrics = compute_loss(method, old, b, adv, mask, settings=settings, global_batch_info=info)
             ref.backward()
             ours.backward()
             assert torch.equal(ref, ours), (mode, info)
@@ -696,3 +697,26 @@ def test_methods_listing_shows_user_modules_with_their_files(tmp_path):
     proc = subprocess.run([*cmd, "--method-module", "no_such.py"], env=env, cwd=repo, capture_output=True, text=True)
     assert proc.returncode == 2 and "method module 'no_such.py': file not found" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_every_rule_a_framework_ships_names_parity_tests_that_exist():
+    """The ranking page's parity column (`bandpo.report.docs.scores.rules`) names real tests: every method whose
+    ``shipped_by`` names verl or TRL lists at least one, and each is a test function of an existing test file (its
+    parameters, if any, are the test's own)."""
+    import ast
+
+    from bandpo.methods.__main__ import describe
+
+    root = Path(__file__).resolve().parents[2]
+    tests_of: dict[str, set[str]] = {}
+    for name in methods.list_methods():
+        row = describe(name)
+        if row["shipped_by"]:
+            assert row["parity_tests"], f"{name} is shipped by {row['shipped_by']!r} but names no parity test"
+        for node in row["parity_tests"]:
+            path, _, func = node.partition("::")
+            if path not in tests_of:
+                tree = ast.parse((root / path).read_text(encoding="utf-8"))
+                tests_of[path] = {f.name for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)}
+            assert func.startswith("test_") and func in tests_of[path], f"{name}: no test {node}"
+    assert describe("grpo")["parity_tests"] and not describe("bandpo")["parity_tests"]

@@ -83,6 +83,7 @@ BLOCKS: dict[str, Callable[[Board], str]] = {
     "entropy-main": scores.entropy_main,
     "probe-power": scores.probe_power,
     "sd-fewest": scores.sd_fewest,
+    "rules": scores.rules,
 }
 
 

@@ -11,6 +11,7 @@ from scipy.stats import chi2
 
 from bandpo.analysis.stats import minimum_detectable_difference, power_table
 from bandpo.report.board import Board
+from bandpo.report.columns import verdict_text
 from bandpo.report.docs.cells import METRIC, ci, margin_text, md_table, num, paired, row_series, verdict_cell
 from bandpo.verdict.rule import BETTER, NOT_BETTER
 
@@ -275,3 +276,40 @@ def sd_fewest(board: Board) -> str:
         f"{n} seeds ({df} degrees of freedom), and a 95% interval for an SD with {df} degrees of freedom runs from "
         f"{low:.2f} to {high:.1f} times the estimate (chi-square)"
     )
+
+
+FRAMEWORKS = ("verl", "TRL")  # as `MethodConfig.shipped_by` names them
+SUITE = "this suite"
+
+
+def frameworks_of(shipped_by: str) -> str:
+    """The frameworks a method's ``shipped_by`` names ("verl", "verl, TRL", "TRL"), or "this suite" for a rule no
+    framework ships."""
+    named = [f for f in FRAMEWORKS if f"{f} " in shipped_by]
+    return ", ".join(named) or SUITE
+
+
+def rules(board: Board) -> str:
+    """Every rule main ranks against GRPO, by the framework that ships it (`MethodConfig.shipped_by`, verl's and
+    TRL's settings that give it), the tests that check it equals that framework's own computation
+    (`MethodConfig.parity_tests`), and its paired difference in mean@8 from GRPO with its verdict (Holm within
+    main's family; the primary's own rule on its row), on the model every entry trains on."""
+    from bandpo.methods.__main__ import describe  # the registry imports torch: only this block needs it
+
+    main = section(board, "main")
+    main = main[main.entry != "base"]
+    if main.empty:
+        return "No rows of experiment main in this publication."
+    model = main.groupby("model")["entry"].nunique().idxmax()  # the model every entry trains on
+    order = {name: i for i, name in enumerate(["verl", "verl, TRL", "TRL", SUITE])}
+    rows = []
+    for r in row_series(main[main.model == model]):
+        info = describe(r["method"])
+        tests = ", ".join(f"`{t.rpartition('/')[2]}`" for t in info["parity_tests"]) or "—"
+        where = frameworks_of(info["shipped_by"])
+        setting = info["shipped_by"].replace("; ", "<br>") or "—"
+        verdict = "(baseline)" if r["entry"] == r["baseline"] else verdict_text(r, METRIC)
+        rows.append((order.get(where, len(order)), r["entry"],
+                     [where, r["entry"], setting, tests, paired(r), verdict]))  # fmt: skip
+    head = ["shipped by", "entry", "framework setting", "parity test", f"Δ {METRIC} vs grpo (paired)", "verdict"]
+    return f"On {model}:\n\n" + md_table(head, [cells for *_, cells in sorted(rows, key=lambda x: x[:2])], right=4)
