@@ -1,6 +1,6 @@
 """What a DAG run cost per rule, and what a config's DAG will cost before it runs.
 
-    python -m bandpo.plan.budget times logs/embedded/benchmarks [--cores 2] [--log .snakemake/log/X.snakemake.log]
+    python -m bandpo.plan.budget times logs/embedded/benchmarks [--cores 2] [--log .snakemake/log/X.snakemake.log ...]
                                          [--csv results/dag_rules.csv] [--results results/embedded]
     python -m bandpo.plan.budget plan [--config config/config.yaml] [--measured results] [--cores 2]
                                         [--fixed-s 8] [--planned-fixed-s 7] [--separation-d 16]
@@ -8,15 +8,16 @@
                                         [--only main] [--seeds 5] [--budget-min 90]
 
 ``times``: the per-rule cost of a finished run, from the benchmark files Snakemake wrote
-(logs/{profile}/benchmarks/**/*.tsv). A Markdown table, one row per rule kind (model builds per model, training
-runs per model and experiment, lm-eval groups per model, data, report): jobs, mean and summed wall seconds, summed
-CPU seconds, and the summed wall time divided by the cores (what the rule kind costs the DAG when the cores are kept
+(logs/{profile}/benchmarks/**/*.tsv). A Markdown table, one row per rule kind (model builds per model, training runs
+per model and experiment, lm-eval groups per model, data, report): jobs, mean and summed wall seconds, summed CPU
+seconds, and the summed wall time divided by the cores (what the rule kind costs the DAG when the cores are kept
 busy). The wall time of the whole run (``--log``: from the first to the last time stamp of snakemake's log of the
-run) against the sum / cores shows the scheduling gaps (a core idle while a job waits for its inputs). ``--csv``
-also writes the table (columns rule, jobs, wall_s_mean, wall_s_sum, cpu_s_sum, minutes_per_core, elapsed_min), as
-the publication run's results/dag_rules.csv, from which docs/results.md's per-rule table is generated.
-``--results results/{profile}`` (the run's results folder) adds the fixed cost per job (issue #23's measure): a
-training job's wall time in its benchmark file minus the training time its run.json records
+run; a run that was stopped and resumed has a log per start, and its wall time is the sum of their spans, the time
+between the starts left out) against the sum / cores shows the scheduling gaps (a core idle while a job waits for
+its inputs). ``--csv`` also writes the table (columns rule, jobs, wall_s_mean, wall_s_sum, cpu_s_sum,
+minutes_per_core, elapsed_min), as the publication run's results/dag_rules.csv, from which docs/results.md's
+per-rule table is generated. ``--results results/{profile}`` (the run's results folder) adds the fixed cost per job
+(issue #23's measure): a training job's wall time in its benchmark file minus the training time its run.json records
 (``train_seconds_total``, the sum of its steps), i.e. start-up, imports, model load, checkpoints, publishing and
 exit; an lm-eval group's wall time minus the scoring time its task files record (``seconds.eval``, one scoring per
 run). Printed per rule kind (median and mean over its jobs); the probe's training jobs also spend their probe
@@ -151,12 +152,17 @@ def fixed_costs(folder: Path, results: Path) -> dict[str, list[float]]:
     return dict(kinds)
 
 
-def elapsed_minutes(log: Path) -> float:
-    """Minutes from the first to the last time stamp (``[Tue Dec  1 21:20:40 2026]``) of a snakemake log."""
-    stamps = [datetime.strptime(" ".join(m.split()), "%a %b %d %H:%M:%S %Y") for m in STAMP.findall(log.read_text())]
-    if len(stamps) < 2:
-        raise ValueError(f"{log}: fewer than two time stamps")
-    return (max(stamps) - min(stamps)).total_seconds() / 60
+def elapsed_minutes(*logs: Path) -> float:
+    """Minutes from the first to the last time stamp (``[Tue Dec  1 21:20:40 2026]``) of a snakemake log; of a run
+    resumed after a stop (one log per start), the sum of the logs' spans."""
+    total = 0.0
+    for log in logs:
+        text = log.read_text()
+        stamps = [datetime.strptime(" ".join(m.split()), "%a %b %d %H:%M:%S %Y") for m in STAMP.findall(text)]
+        if len(stamps) < 2:
+            raise ValueError(f"{log}: fewer than two time stamps")
+        total += (max(stamps) - min(stamps)).total_seconds() / 60
+    return total
 
 
 def table(kinds: dict[str, list[tuple[float, float]]], cores: int, elapsed: float = math.nan) -> list[dict]:
@@ -191,7 +197,7 @@ def times(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
     kinds = summarize(args.folder)
     if not kinds:
         ap.error(f"no benchmark files under {args.folder}")
-    rows = table(kinds, args.cores, elapsed_minutes(args.log) if args.log else math.nan)
+    rows = table(kinds, args.cores, elapsed_minutes(*args.log) if args.log else math.nan)
     fixed = fixed_costs(args.folder, args.results) if args.results else {}
     if fixed:
         for r in rows:
@@ -203,7 +209,8 @@ def times(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
         print(f"| {r['rule']} | {r['jobs']} | {mean} | {r['wall_s_sum']:.0f} | {r['cpu_s_sum']:.0f} | "
               f"{r['minutes_per_core']:.1f} |")  # fmt: skip
     if args.log:
-        print(f"\nelapsed, first to last job: {rows[-1]['elapsed_min']:.1f} min")
+        starts = f" (the sum over {len(args.log)} starts)" if len(args.log) > 1 else ""
+        print(f"\nelapsed, first to last job: {rows[-1]['elapsed_min']:.1f} min{starts}")
     if fixed:
         print("\n| rule | jobs | fixed s / job, median | mean |")
         print("|---|---:|---:|---:|")
@@ -437,7 +444,13 @@ def parser() -> argparse.ArgumentParser:
     )
     t.add_argument("folder", type=Path, help="logs/{profile}/benchmarks of a finished run")
     t.add_argument("--cores", type=int, default=2)
-    t.add_argument("--log", type=Path, default=None, help="snakemake's log of the run (.snakemake/log/*.log)")
+    t.add_argument(
+        "--log",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="snakemake's log of the run (.snakemake/log/*.log); several for a run resumed after a stop",
+    )
     t.add_argument("--csv", type=Path, default=None, help="also write the table here")
     t.add_argument("--results", type=Path, default=None, help="the run's results/{profile}: fixed cost per job")
     t.set_defaults(run=times, parser=t)

@@ -101,3 +101,18 @@ def test_a_bad_setting_is_reported_at_the_key_that_set_it():
     raw["train"] = {**raw.get("train", {}), "out": "elsewhere"}
     with pytest.raises(ConfigError, match=r"train\.out: training setting 'out' is set by the workflow itself"):
         validate_config(raw)
+
+
+def test_a_resumed_runs_elapsed_time_is_the_sum_of_its_starts(tmp_path):
+    """`budget.elapsed_minutes`: first to last time stamp of a snakemake log; for a run stopped and resumed (a log
+    per start), the sum of the spans, not counting the time between the starts."""
+    from bandpo.plan.budget import elapsed_minutes
+
+    first, second = tmp_path / "a.snakemake.log", tmp_path / "b.snakemake.log"
+    first.write_text("[Sun Dec  6 08:41:00 2026]\nrule data:\n[Sun Dec  6 08:49:30 2026]\nFinished job 1.\n")
+    second.write_text("[Sun Dec  6 09:00:00 2026]\nrule train:\n[Sun Dec  6 10:00:00 2026]\nFinished job 2.\n")
+    assert elapsed_minutes(first) == 8.5
+    assert elapsed_minutes(first, second) == 68.5
+    second.write_text("no stamps\n")
+    with pytest.raises(ValueError, match="fewer than two time stamps"):
+        elapsed_minutes(first, second)
