@@ -72,12 +72,22 @@ from pathlib import Path
 from typing import Any
 
 from bandpo.models.sizes import SIZES
-from bandpo.plan.sweep import MAIN, base_models, by_id, eval_groups, run_settings, runs, slot_seeds, split_slot
-from bandpo.plan.validate import load_yaml, validate_config
+from bandpo.plan.sweep import (
+    MAIN,
+    base_models,
+    by_id,
+    eval_groups,
+    run_settings,
+    runs,
+    sequential_slots,
+    slot_seeds,
+    split_slot,
+)
+from bandpo.plan.validate import ConfigError, load_yaml, validate_config
 from bandpo.train.settings import TrainConfig, typed_fields
 
-__all__ = ["CostModel", "estimate", "fixed_costs", "jobs", "kind_label", "load_config", "read_measured", "summarize",
-           "table"]  # fmt: skip
+__all__ = ["CostModel", "estimate", "fixed_costs", "jobs", "kind_label", "load_config", "read_measured",
+           "stopped_pairs", "summarize", "table"]  # fmt: skip
 
 FIXED_S = 8.0  # start-up, imports, grader workers, model load and saving of a training job, where a table lacks fixed_s
 COLUMNS = ("rule", "jobs", "wall_s_mean", "wall_s_sum", "cpu_s_sum", "minutes_per_core", "elapsed_min", "fixed_s")
@@ -245,12 +255,26 @@ def _separation_d(cfg: Mapping[str, Any], xp: Mapping[str, Any], default: int | 
     return max(int(cfg["experiments"][c]["train"][axis["key"]]) for c in axis["cells"])
 
 
-def jobs(cfg: Mapping[str, Any], separation_d: int | None = None) -> list[dict[str, Any]]:
+def jobs(
+    cfg: Mapping[str, Any], separation_d: int | None = None, stopped: Mapping[tuple[str, str], int] | None = None
+) -> list[dict[str, Any]]:
     """Every job of the DAG with what its cost depends on: kind, model, experiment, steps, D, seeds (``selected``:
-    a training job whose D its experiment's selection rule picks at run time)."""
+    a training job whose D its experiment's selection rule picks at run time). A sequential primary's pair runs
+    every look up to its n_max, unless ``stopped`` ({(experiment, model): pairs}, `stopped_pairs` of a finished run)
+    says where it stopped: its runs and scored seeds beyond those pairs are left out."""
     out: list[dict[str, Any]] = []
-    for model, slot, _seed in runs(cfg, builtin=True):
+    pairs = sequential_slots(cfg)
+
+    def ran(model: str, slot: str, experiment: str) -> set[int] | None:  # None: every seed of the slot
+        n = (stopped or {}).get((experiment, model))
+        if n is None or slot not in pairs:
+            return None
+        return set(cfg["experiments"][experiment]["primary"]["seeds"][:n])
+
+    for model, slot, seed in runs(cfg, builtin=True):
         entry, experiment = split_slot(slot)
+        if (kept := ran(model, slot, experiment)) is not None and seed not in kept:
+            continue
         xp = cfg["experiments"][experiment]
         steps, d, completions = _d(cfg, model, entry, experiment)
         sel_d = _separation_d(cfg, xp, separation_d)
@@ -262,8 +286,21 @@ def jobs(cfg: Mapping[str, Any], separation_d: int | None = None) -> list[dict[s
         out.append({"kind": "build", "model": model, "steps": _build_steps(cfg, model)})
     for model, slot in eval_groups(cfg):  # the slot's seeds: a primary pair's primary.seeds where set
         entry, experiment = split_slot(slot)
-        out.append({"kind": "eval", "model": model, "seeds": len(slot_seeds(cfg, experiment, entry))})
+        seeds = slot_seeds(cfg, experiment, entry)
+        kept = ran(model, slot, experiment)
+        out.append({"kind": "eval", "model": model, "seeds": len(seeds if kept is None else kept & set(seeds))})
     return out
+
+
+def stopped_pairs(folder: Path) -> dict[tuple[str, str], int]:
+    """Where a finished run's sequential primaries stopped: {(experiment, model): the pairs its decided row in
+    ``primary.csv`` rests on} (rows with ``rule`` sequential; none without the file)."""
+    path = Path(folder) / "primary.csv"
+    if not path.is_file():
+        return {}
+    with path.open(newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r.get("rule") == "sequential" and r.get("n")]
+    return {(r["experiment"], r["model"]): int(float(r["n"])) for r in rows}
 
 
 def read_measured(folder: Path) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
@@ -287,7 +324,8 @@ class CostModel:
 
     def __init__(self, rules: Mapping[str, Mapping[str, float]], measured_cfg: Mapping[str, Any],
                  measured_separation_d: int | None = None, fixed_s: float = FIXED_S,
-                 planned_fixed_s: float | None = None) -> None:  # fmt: skip
+                 planned_fixed_s: float | None = None,
+                 stopped: Mapping[tuple[str, str], int] | None = None) -> None:  # fmt: skip
         self._jobs_at: dict[tuple[str, int], float] = {}
         self.per_step: dict[str, dict[int, float]] = defaultdict(dict)  # model -> D -> wall s per step and completion
         self.build: dict[str, float] = {}  # model -> wall s per pretraining step
@@ -296,7 +334,7 @@ class CostModel:
         self.elapsed_factor = 1.0  # the measured run's elapsed time / (summed wall time / cores), when it has one
         measured: dict[str, list[dict[str, Any]]] = defaultdict(list)  # row name -> the measured run's jobs
         train_fixed: list[float] = []  # the measured fixed_s of each training kind that has one
-        for j in jobs(measured_cfg, measured_separation_d):
+        for j in jobs(measured_cfg, measured_separation_d, stopped):  # the jobs the measured run ran
             measured[label(j)].append(j)
         for rule, r in rules.items():
             mine = measured.get(rule)
@@ -345,10 +383,17 @@ def _fallback(table: Mapping[str, Any], model: str) -> str:
     return known[-1]
 
 
-def estimate(cfg: Mapping[str, Any], model: CostModel, cores: int, separation_d: int | None = None) -> dict:
-    """Rows per job kind (kind, model, experiment: jobs, wall s) and the estimated elapsed minutes."""
+def estimate(
+    cfg: Mapping[str, Any],
+    model: CostModel,
+    cores: int,
+    separation_d: int | None = None,
+    stopped: Mapping[tuple[str, str], int] | None = None,
+) -> dict:
+    """Rows per job kind (kind, model, experiment: jobs, wall s) and the estimated elapsed minutes: at every
+    sequential primary's maximum pairs, or where ``stopped`` says it stopped (`jobs`)."""
     rows: dict[str, list[float]] = defaultdict(list)
-    for j in jobs(cfg, separation_d):
+    for j in jobs(cfg, separation_d, stopped):
         rows[label(j)].append(model.cost(j))
     total = sum(sum(v) for v in rows.values()) + model.other
     return {
@@ -406,7 +451,8 @@ def plan(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
     if not Path(args.config).is_file():
         ap.error(f"--config {args.config}: not a file")
     rules, measured_cfg = read_measured(args.measured)
-    model = CostModel(rules, measured_cfg, args.measured_separation_d, args.fixed_s, args.planned_fixed_s)
+    model = CostModel(rules, measured_cfg, args.measured_separation_d, args.fixed_s, args.planned_fixed_s,
+                      stopped=stopped_pairs(args.measured))  # fmt: skip
 
     def config(seeds: int | None) -> dict[str, Any]:
         return load_config(args.config, args.rl_steps, args.build_steps, args.only, seeds)
@@ -421,11 +467,14 @@ def plan(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
         f"(x {model.elapsed_factor:.3f}, the measured run's scheduling factor)"
     )
     if args.budget_min is not None:
-        fits = [
-            n
-            for n in range(2, 41)
-            if estimate(config(n), model, args.cores, args.separation_d)["elapsed_min"] <= args.budget_min
-        ]
+        fits = []
+        for n in range(2, 41):
+            try:
+                planned = config(n)
+            except ConfigError:  # more seeds than a sequential primary's pair: the other entries never run more
+                break
+            if estimate(planned, model, args.cores, args.separation_d)["elapsed_min"] <= args.budget_min:
+                fits.append(n)
         print(f"seeds that fit {args.budget_min:g} min: " + (f"at most {max(fits)}" if fits else "none (2 do not)"))
     return 0
 
