@@ -2,7 +2,8 @@
 and the generated blocks of the docs, all around one object, the board (`board.Board`).
 
 It reads files only (the run outputs, the evaluation files, the bounds table and the atlas); it imports no method
-registry and no torch. Modules:
+registry and no torch (the one exception, when rendered: the docs' table of rules by framework reads each rule's
+metadata from the registry, `docs.scores.rules`). Modules:
 
     board      `Board`: the leaderboard, its tables, the config that shaped them and the text the pages print; read
                back from a published folder by `Board.read`

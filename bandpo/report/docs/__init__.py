@@ -52,11 +52,8 @@ BLOCKS: dict[str, Callable[[Board], str]] = {
     "axis-accuracy-summary": axes.axis_accuracy_summary,
     "axis-table": axes.axis_table,
     "selection": axes.selection_table,
-    "separation": experiments.separation,
-    "table-separation": scores.leaderboard_block("separation"),
     "horizon": experiments.horizon,
     "horizon-entropy": experiments.entropy_rows("horizon"),
-    "separation-entropy": experiments.entropy_rows("separation"),
     "seeds": scores.seeds_summary,
     "mde-measured": scores.mde_measured,
     "horizon-holds": experiments.horizon_holds,
@@ -77,8 +74,7 @@ BLOCKS: dict[str, Callable[[Board], str]] = {
     "base-models": publication.base_models,
     "published-numerics": publication.published_numerics,
     **{
-        f"seeds-{xp}": publication.design_seeds(xp)
-        for xp in ("main", "random-reward", "separation", "horizon", "probe", "offpolicy")
+        f"seeds-{xp}": publication.design_seeds(xp) for xp in ("main", "random-reward", "horizon", "probe", "offpolicy")
     },
     "entropy-main": scores.entropy_main,
     "probe-power": scores.probe_power,

@@ -1,5 +1,5 @@
-"""Doc blocks of the settled experiments: the random-reward control's entropy shift, the separation run at the
-regime its axis selected, and the horizon run against main's verdict."""
+"""Doc blocks of the settled experiments: the random-reward control's entropy shift and the horizon run against
+main's runs of the same seeds."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from bandpo.analysis.experiments import collapse_factors, primary_results
 from bandpo.analysis.stats import t_interval
 from bandpo.plan.sweep import report_experiments
 from bandpo.report.board import Board
-from bandpo.report.docs.axes import selection
 from bandpo.report.docs.cells import METRIC, ci, margin_text, md_table, num, row_series, verdict_parts
 from bandpo.report.docs.publication import seed_range
 from bandpo.verdict.rule import BETTER, NOT_BETTER
@@ -88,9 +87,6 @@ def _entropy_clause(e: pd.Series) -> str:
     return f"{what} {e['treatment']} − {e['control']} {d} nats ({words}; Holm{judged})"
 
 
-NO_SEPARATION = "no separation experiment in this publication (it is pooled into main: its seeds are main's pairs)"
-
-
 def _experiment_primary(board: Board, name: str) -> tuple[pd.Series, pd.DataFrame]:
     p = board.primary[board.primary.experiment == name]
     if p.empty:
@@ -98,38 +94,10 @@ def _experiment_primary(board: Board, name: str) -> tuple[pd.Series, pd.DataFram
     return p[p.metric == METRIC].iloc[0], p[p.metric.str.startswith("entropy")]
 
 
-def separation(board: Board) -> str:
-    """One sentence: the separation run's regime (selected from the axis by its rule, or fixed in advance in its
-    config's ``train``) and the primary paired difference with its interval, verdict, margin and MDE (its entropy
-    rows: `entropy_rows`)."""
-    cfg = board.experiments
-    name = "separation"
-    if name not in set(board.primary["experiment"]) and not any(v.get("select") for v in cfg.values()):
-        return NO_SEPARATION
-    if any(v.get("select") for v in cfg.values()):
-        name, setting, table = selection(board)
-        ((key, value),) = setting.items()
-        how = "selected" if table["selected"].any() else "the fallback: no D qualified"
-    else:
-        ((key, value),) = (cfg[name].get("train") or {}).items()
-        how = "fixed before the run"
-    score, _entropy = _experiment_primary(board, name)
-    parts = [f"at {key} = {value:g} ({how}), {_score_clause(score)}"]
-    s = board.scores[
-        (board.scores.experiment == name) & (board.scores.name == METRIC) & (board.scores.task == score["task"])
-    ]
-    per_seed = s.pivot_table(index="seed", columns="entry", values="value")
-    if (per_seed[score["treatment"]] == per_seed[score["control"]]).all():
-        parts.append("the same score on every seed")
-    return "; ".join(parts)
-
-
 def entropy_rows(experiment: str) -> Callable[[Board], str]:
     """The paired entropy rows of an experiment's primary.csv (final entropy, entropy AUC), one clause each."""
 
     def block(board: Board) -> str:
-        if experiment == "separation" and experiment not in set(board.primary["experiment"]):
-            return NO_SEPARATION
         _score, entropy = _experiment_primary(board, experiment)
         return "; ".join(_entropy_clause(e) for e in row_series(entropy))
 

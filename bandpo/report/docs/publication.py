@@ -139,7 +139,10 @@ def seed_range(seeds: Sequence[int]) -> str:
 
 def design_seeds(experiment: str) -> Callable[[Board], str]:
     """The seeds the published config gave an experiment (an axis: every cell ``experiment-*``, which must agree):
-    "3 seeds (0-2; the primary pair 10: 0-9)", the primary pair's own ``primary.seeds`` where it has them."""
+    "3 seeds (0-2; the primary pair 10: 0-9)", the primary pair's own ``primary.seeds`` where it has them; of a
+    group-sequential primary (``primary.sequential``) the pair's seeds are the most it may run, in order, look by
+    look: "3 seeds (0-2; the primary pair seeds until decided, at most 20: 0-19)" (where each model stopped: the
+    headline's verdict cell)."""
 
     def block(board: Board) -> str:
         config = board.provenance.get("config") or {}
@@ -148,11 +151,14 @@ def design_seeds(experiment: str) -> Callable[[Board], str]:
             raise KeyError(f"the published config has no experiment {experiment!r}")
         found = {tuple(v.get("seeds") or config.get("seeds") or ()) for v in specs.values()}
         pair = {tuple((v.get("primary") or {}).get("seeds") or ()) for v in specs.values()}
+        sequential = any((v.get("primary") or {}).get("sequential") for v in specs.values())
         if len(found) != 1 or len(pair) != 1:
             raise ValueError(f"the cells of {experiment!r} have different seeds: {sorted(found | pair)}")
         (seeds,), (pair_seeds,) = found, pair
         text = f"{len(seeds)} seeds ({seed_range(seeds)}"
-        if pair_seeds and pair_seeds != seeds:
+        if pair_seeds and sequential:
+            text += f"; the primary pair seeds until decided, at most {len(pair_seeds)}: {seed_range(pair_seeds)}"
+        elif pair_seeds and pair_seeds != seeds:
             text += f"; the primary pair {len(pair_seeds)}: {seed_range(pair_seeds)}"
         return text + ")"
 

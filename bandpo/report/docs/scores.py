@@ -13,7 +13,7 @@ from bandpo.analysis.stats import minimum_detectable_difference, power_table
 from bandpo.report.board import Board
 from bandpo.report.columns import verdict_text
 from bandpo.report.docs.cells import METRIC, ci, margin_text, md_table, num, paired, row_series, verdict_cell
-from bandpo.verdict.rule import BETTER, NOT_BETTER
+from bandpo.verdict.rule import BETTER, NOT_BETTER, single_look_n
 
 
 def section(board: Board, experiment: str, subset: str = "") -> pd.DataFrame:
@@ -151,13 +151,17 @@ def power(board: Board) -> str:
 
 def pairs_main(board: Board) -> str:
     """The pairs a single look of the rule would need to decide for sure at the SD the main experiment's primary
-    pair measured (primary.csv's ``n_needed``, `bandpo.verdict.rule.single_look_n`), per model size in reverse name
-    order (tiny-s, then tiny-m), with the seed pairs run: "12 seed pairs on tiny-s (10 run), 14 on tiny-m (10)"."""
+    pair measured (primary.csv's ``n_needed``; for a group-sequential primary, which records none, computed from its
+    ``sd`` and ``margin`` by the same `bandpo.verdict.rule.single_look_n`), per model size in reverse name order
+    (tiny-s, then tiny-m), with the seed pairs run: "12 seed pairs on tiny-s (10 run), 14 on tiny-m (10)"."""
     p = board.primary[(board.primary["experiment"] == "main") & (board.primary["metric"] == METRIC)]
     p = p.sort_values("model", ascending=False)
     parts = []
     for i, r in enumerate(row_series(p)):
-        need = "—" if r["n_needed"] != r["n_needed"] else str(int(r["n_needed"]))
+        need = r["n_needed"]
+        if need != need and r["sd"] == r["sd"] and r["margin"] == r["margin"]:
+            need = single_look_n(float(r["sd"]), float(r["margin"]))
+        need = "—" if need != need else str(int(need))
         unit, run = (" seed pairs", " run") if i == 0 else ("", "")
         parts.append(f"{need}{unit} on {r['model']} ({int(r['n_pairs'])}{run})")
     return ", ".join(parts)
