@@ -26,6 +26,9 @@ Columns, in order (a metric column only when some run logged it):
     stopped_frac_pos/p0.0-0.2, stopped_frac_neg/p0.0-0.2   the same within the lowest bucket (the same measure for
                                                            every method: `bandpo.methods.stopped_diagnostics`)
     probe/p_correct, probe/accuracy         the probe's measurement (every ``probe_every`` steps; empty elsewhere)
+    val/mean, val/pass                      the held-out curve: mean@k and pass@k on the validation split (every
+                                            ``val_every`` steps; empty elsewhere); val/mean_before, val/pass_before
+                                            on the first step's row: the policy before any update
     all/<key>                               for the runs of a design axis' cells only: the statistic over ALL the
                                             step's updates (the first, on-policy one included), as the axis' rules
                                             read it (`bandpo.analysis.axis.UPDATE_MEANS`: clip fractions, stopped
@@ -53,6 +56,7 @@ OFFPOLICY = "offpolicy"  # the flag column; also the prefix of the off-policy ke
 ALL = "all"  # prefix of the all-updates variant of an update statistic (the design axes' runs)
 ROLLOUT_KEYS = ("entropy", "reward_mean", "accuracy", "grader_retries", "grader_timeouts")
 PROBE_KEYS = ("probe/p_correct", "probe/accuracy")
+VAL_KEYS = ("val/mean", "val/pass", "val/mean_before", "val/pass_before")
 
 
 def lowest_bucket() -> str:
@@ -111,7 +115,7 @@ def steps_table(
         value = offv.where(off, plain)
         if value.notna().any():
             out[key] = value
-    for key in PROBE_KEYS:
+    for key in (*PROBE_KEYS, *VAL_KEYS):
         if key in m and m[key].notna().any():
             out[key] = pd.to_numeric(m[key], errors="coerce")
     cells = m["experiment"].isin(list(experiments))

@@ -72,12 +72,12 @@ from tqdm import tqdm
 
 from bandpo import methods
 from bandpo.data.tiny_math import chat_messages
-from bandpo.grader import Grading, counting, warmup
+from bandpo.grader import Grading, counting, grade_many, warmup
 from bandpo.runtime.optim import AdamW
 from bandpo.runtime.sampling import completion_log_probs_shared, sample_rows
 from bandpo.runtime.schedule import lr_schedule
 from bandpo.train.probe import measure
-from bandpo.train.runfiles import Checkpoint, load_policy, load_probe_rows, load_rows, publish
+from bandpo.train.runfiles import Checkpoint, load_policy, load_probe_rows, load_rows, load_val_rows, publish
 from bandpo.train.settings import TrainConfig
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -104,10 +104,10 @@ class Batch:
 
 
 def rollout(model, tokenizer, prompts: list[str], cfg: TrainConfig, device: torch.device,
-            shots: list | None = None) -> Batch:  # fmt: skip
-    """``samples_per_prompt`` completions per prompt, KV-cached sampling (group members are adjacent rows).
-    ``shots``: per prompt, its row's worked exchanges (`chat_prompts`), or None."""
-    n = cfg.samples_per_prompt
+            shots: list | None = None, n: int | None = None) -> Batch:  # fmt: skip
+    """``n`` (default ``samples_per_prompt``) completions per prompt, KV-cached sampling (group members are adjacent
+    rows). ``shots``: per prompt, its row's worked exchanges (`chat_prompts`), or None."""
+    n = n or cfg.samples_per_prompt
     tokenizer.padding_side = "left"
     if cfg.chat_template:
         prompts = chat_prompts(tokenizer, prompts, shots)
@@ -172,6 +172,7 @@ class Run:
     rows: list[dict]
     device: torch.device
     probe_rows: list[dict] = field(default_factory=list)  # the validation split's probe rows (cfg.probe_every)
+    val_rows: list[dict] = field(default_factory=list)  # the validation split (cfg.val_every)
     # the thread that runs each step's old-log-prob pass while the main thread grades (`collect`)
     background: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "bandpo-policy-view"))
 
@@ -210,7 +211,8 @@ def train(cfg: TrainConfig) -> dict:
         reference = load_policy(cfg.model, device)[0].eval()
         reference.requires_grad_(False)
     optimizer = AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    run = Run(cfg, method, model, reference, tokenizer, optimizer, rows, device, load_probe_rows(cfg))
+    run = Run(cfg, method, model, reference, tokenizer, optimizer, rows, device, load_probe_rows(cfg),
+              load_val_rows(cfg))  # fmt: skip
     checkpoint = Checkpoint(out, cfg.identity(), cfg)
     start_step, history = checkpoint.resume(model, optimizer, device)
 
@@ -219,11 +221,16 @@ def train(cfg: TrainConfig) -> dict:
     t_run = time.perf_counter()
     try:
         for step in bar:
+            before = validation_metrics(run, "_before") if cfg.val_every and step == 0 else {}
             with counting() as graded:  # grader_items, grader_slow_frac, grader_timeouts of this step
                 m = train_step(run, step)
             m.update(graded.metrics())
             if cfg.probe_every and ((step + 1) % cfg.probe_every == 0 or step + 1 == cfg.steps):
                 m.update(probe_metrics(run, step_seed(cfg.seed, step)))  # not counted in the step's time or grades
+            if cfg.val_every and ((step + 1) % cfg.val_every == 0 or step + 1 == cfg.steps):
+                m.update(before | validation_metrics(run))  # not counted in the step's time or grades
+            else:
+                m.update(before)
             history.append(m)
             checkpoint.log(m)
             bar.set_postfix(reward=f"{m['reward_mean']:.3f}", entropy=f"{m['entropy']:.3f}")
@@ -534,3 +541,32 @@ def probe_metrics(run: Run, seed: int) -> dict[str, float]:
     if run.cfg.probe_k:
         out["probe/accuracy"] = m["probe"]["sampled"]
     return out
+
+
+def validation_metrics(run: Run, suffix: str = "") -> dict[str, float]:
+    """The held-out curve (``val_every``): the policy's mean@k and pass@k on the validation split, k = ``val_k``,
+    sampled as the rollouts are (temperature, max_new_tokens, chat template and shots, sampler kernel) in batches
+    of ``prompts_per_step`` problems, graded by the training grader.
+
+    mean@k = mean over problems of (correct samples / k); pass@k = the share of problems with at least one correct
+    sample (the unbiased estimator 1 - C(n-c, k)/C(n, k) at n = k). The draws come from a stream of the run's seed
+    alone (the same at every measurement, so the curve's points share their sampling noise, and the same for every
+    method of a seed: paired), and the training RNG is left as it was, so a run trains the same with or without
+    this measurement. Keys ``val/mean``, ``val/pass`` and ``val/seconds``, each with ``suffix``."""
+    cfg, rows, k = run.cfg, run.val_rows, run.cfg.val_k
+    t0 = time.perf_counter()
+    devices = [run.device.index or 0] if run.device.type == "cuda" else []
+    correct: list[int] = []
+    with torch.random.fork_rng(devices=devices), torch.no_grad():
+        for start in range(0, len(rows), cfg.prompts_per_step):
+            chunk = rows[start : start + cfg.prompts_per_step]
+            torch.manual_seed(step_seed(cfg.seed, -1 - start))  # the validation stream: never a training step's
+            batch = rollout(run.model, run.tokenizer, [r["prompt"] for r in chunk], cfg, run.device,
+                            [r.get("shots") for r in chunk], n=k)  # fmt: skip
+            scores = grade_many(batch.texts, [str(r["answer"]) for r in chunk for _ in range(k)])
+            correct += [round(sum(scores[i * k : (i + 1) * k])) for i in range(len(chunk))]
+    return {
+        f"val/mean{suffix}": sum(correct) / (k * len(correct)),
+        f"val/pass{suffix}": sum(c > 0 for c in correct) / len(correct),
+        f"val/seconds{suffix}": time.perf_counter() - t0,
+    }

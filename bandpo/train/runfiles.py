@@ -29,7 +29,7 @@ from bandpo.runtime.fastlm import light_loadable, load_light
 from bandpo.train.settings import TrainConfig
 from bandpo.train.trackers import Trackers
 
-PROBE_SPLIT = "validation.jsonl"  # where probe_every measures: never the test split lm-eval scores
+VAL_SPLIT = "validation.jsonl"  # where probe_every and val_every measure: never the test split lm-eval scores
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -53,19 +53,37 @@ def load_rows(path: str | os.PathLike) -> list[dict]:
     return rows
 
 
+def _validation_split(cfg: TrainConfig, setting: str, hint: str) -> list[dict]:
+    """The rows of the validation split beside the training data (``setting`` names who asks, in the errors)."""
+    path = (Path(cfg.data) if Path(cfg.data).is_dir() else Path(cfg.data).parent) / VAL_SPLIT
+    if not path.is_file():
+        raise FileNotFoundError(f"{setting}: {path} not found ({hint})")
+    return read_jsonl(path)
+
+
+def load_val_rows(cfg: TrainConfig) -> list[dict]:
+    """The validation rows measured every ``val_every`` steps (the split beside the training data); [] when off.
+    ValueError naming the file and row when a row has no string ``prompt`` or no ``answer``."""
+    if not cfg.val_every:
+        return []
+    rows = _validation_split(cfg, "val_every", "a data folder with a validation split: python -m bandpo.data")
+    for i, row in enumerate(rows, 1):
+        if not isinstance(row.get("prompt"), str) or "answer" not in row:
+            raise ValueError(f"val_every: {VAL_SPLIT} row {i}: a row needs a string 'prompt' and an 'answer'")
+    if not rows:
+        raise ValueError(f"val_every: the validation split beside {cfg.data} has no rows")
+    return rows
+
+
 def load_probe_rows(cfg: TrainConfig) -> list[dict]:
     """The probe rows measured every ``probe_every`` steps: the ``subset == "probe"`` rows of the validation split
     beside the training data; [] when probing is off. ValueError naming the file when there are none."""
     if not cfg.probe_every:
         return []
-    path = (Path(cfg.data) if Path(cfg.data).is_dir() else Path(cfg.data).parent) / PROBE_SPLIT
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"probe_every: {path} not found (a probe data set: bandpo.data.tiny_math tiny-math --probe)"
-        )
-    rows = [r for r in read_jsonl(path) if r.get("subset") == "probe"]
+    rows = _validation_split(cfg, "probe_every", "a probe data set: bandpo.data.tiny_math tiny-math --probe")
+    rows = [r for r in rows if r.get("subset") == "probe"]
     if not rows:
-        raise ValueError(f"probe_every: {path} has no rows with subset 'probe' (not a probe data set?)")
+        raise ValueError(f"probe_every: {VAL_SPLIT} has no rows with subset 'probe' (not a probe data set?)")
     return rows
 
 

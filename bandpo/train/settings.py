@@ -32,6 +32,8 @@ TIMING_KEYS = (
     "bounds_frac",
     "tokens_per_second",
     "grader_retries",
+    "val/seconds",
+    "val/seconds_before",
 )
 
 
@@ -89,6 +91,14 @@ class TrainConfig(Protocol):
     subset (``probe/rollout_accuracy``, ``rest/rollout_accuracy``) when the training rows carry ``subset``."""
     probe_k: int = 4
     """Samples per probe problem of ``probe/accuracy`` (0: the deciding-token probability only)."""
+    val_every: int = 0
+    """The held-out curve: every this many steps (and at the last), and once before the first update, the policy's
+    mean@k and pass@k on the data's validation split (``val_k`` samples per problem, sampled as the rollouts are and
+    graded by the same grader; `bandpo.train.loop.validation_metrics`): ``val/mean``, ``val/pass`` (and
+    ``val/mean_before``, ``val/pass_before`` on the first step's line). 0 = off. Its samples come from a stream of
+    their own: a run's training is the same with or without it."""
+    val_k: int = 8
+    """Samples per validation problem of ``val_every`` (k of mean@k and pass@k)."""
     checkpoint_every: int = 10
     """Write a crash-safety checkpoint every this many steps."""
     keep_checkpoint: bool = False
@@ -124,10 +134,10 @@ class TrainConfig(Protocol):
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 problems.append(f"{name}: must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
-        for name in ("probe_every", "probe_k"):
+        for name in ("probe_every", "probe_k", "val_every"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
                 problems.append(f"{name}: must be an integer >= 0, got {getattr(self, name)!r}")
-        for name in ("checkpoint_every", "threads"):
+        for name in ("checkpoint_every", "threads", "val_k"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 problems.append(f"{name}: must be an integer >= 1, got {getattr(self, name)!r}")
         if self.chat_template and self.probe_every:

@@ -20,6 +20,7 @@ from safetensors.torch import load_file
 
 from bandpo import methods
 from bandpo.core import numerics
+from bandpo.core.files import read_jsonl
 from bandpo.data.tiny_math import generate_tiny_math, write_jsonl
 from bandpo.models.tiny import build_tokenizer, get_size, init_model
 from bandpo.runtime.sampling import positions, sample_rows
@@ -644,6 +645,44 @@ def test_probe_measurement_is_logged_and_leaves_training_unchanged(assets, probe
     strip = [[{k: v for k, v in m.items() if not k.startswith("probe/p") and k not in ("probe/accuracy",
               "probe/prefers_decoy")} for m in without_timing(r)] for r in (runs[0], runs[2])]  # fmt: skip
     assert strip[0] == strip[1]
+
+
+def test_the_validation_curve_is_logged_and_leaves_training_unchanged(assets, probe_data, tmp_path, monkeypatch):
+    """val_every logs val/mean and val/pass (mean@k, pass@k on the validation split) on its steps and the last, the
+    policy's before any update on the first step's line; the run trains the same as without it, and a second run
+    measures the same numbers. mean@k and pass@k count what the grader says: with every grade 1 both are 1."""
+    import bandpo.train.loop as loop
+
+    model, _ = assets
+    runs = {}
+    for name, every in (("off", 0), ("a", 2), ("b", 2)):
+        cfg = small_config((model, probe_data), tmp_path / name, steps=3, val_every=every, val_k=3, reward="grader")
+        train(cfg)
+        runs[name] = read_metrics(tmp_path / name)
+    assert [m["step"] for m in runs["a"] if "val/mean" in m] == [2, 3]
+    assert [m["step"] for m in runs["a"] if "val/mean_before" in m] == [1]
+    n_val = len(read_jsonl(probe_data / "validation.jsonl"))
+    for m in runs["a"]:
+        for key in ("val/mean", "val/mean_before"):
+            if key in m:
+                assert 0 <= m[key] <= m[key.replace("mean", "pass")] <= 1
+                assert (m[key] * 3 * n_val) == pytest.approx(round(m[key] * 3 * n_val))  # whole correct samples
+    assert not any(k.startswith("val/") for m in runs["off"] for k in m)
+    plain = [{k: v for k, v in m.items() if not k.startswith("val/")} for m in without_timing(runs["a"])]
+    assert plain == without_timing(runs["off"])
+    assert without_timing(runs["a"]) == without_timing(runs["b"])
+
+    monkeypatch.setattr(loop, "grade_many", lambda texts, answers: [1.0] * len(texts))
+    train(small_config((model, probe_data), tmp_path / "all", steps=1, val_every=1, val_k=2, reward="random"))
+    (line,) = read_metrics(tmp_path / "all")
+    assert line["val/mean"] == line["val/pass"] == line["val/mean_before"] == line["val/pass_before"] == 1.0
+    with pytest.raises(ValueError, match="val_k: must be an integer >= 1"):
+        from_dict({"model": "m", "data": "d", "out": "o", "val_every": 1, "val_k": 0})
+
+
+def test_val_every_needs_a_validation_split(assets, tmp_path):
+    with pytest.raises(FileNotFoundError, match="val_every: .*validation.jsonl not found"):
+        train(small_config(assets, tmp_path / "run", val_every=1))
 
 
 def test_probe_every_needs_probe_rows(assets, tmp_path):
