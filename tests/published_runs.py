@@ -318,7 +318,7 @@ def rerender_published(published: Path, work: Path) -> list[Path]:
       (`published_experiments`); every other column of leaderboard.csv kept as published;
     * leaderboard.md and leaderboard.html from the report rebuilt on those tables (`rebuild_published`, in
       ``work``), every line the rule did not change kept as published (`keep_published_lines`), and the smoke
-      section made again from results/real-lm*/ as `report publish` does.
+      section made again from the smoke profiles' folders as `report publish` does.
 
     The data tables (scores.csv, runs.csv, steps.csv), stats.csv and provenance.json are left as they are. Returns
     the paths written."""
@@ -342,7 +342,7 @@ def rerender_published(published: Path, work: Path) -> list[Path]:
                                     (published / name).read_text(encoding="utf-8"))  # fmt: skip
         written.append(atomic_write_text(published / name, page))
     if any((published / profile).is_dir() for profile in SMOKE_PROFILES):
-        write_section(published)  # the page's smoke section, from results/real-lm*/ (not part of the rebuild)
+        write_section(published)  # the page's smoke section, from the smoke profiles' folders (not part of the rebuild)
     return written
 
 

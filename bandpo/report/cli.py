@@ -7,7 +7,7 @@
     python -m bandpo.report compare --published results/leaderboard.csv --rerun OTHER/leaderboard.csv
     python -m bandpo.report compare --exact --published results --rerun OTHER
     python -m bandpo.report beside --results results/verl-cpu --other results
-    python -m bandpo.report smoke --dest results [--out SECTION.md --results results/real-lm ...]
+    python -m bandpo.report smoke --dest results [--out SECTION.md --results results/real-lm-smoke ...]
     python -m bandpo.report docs [--check]
 
 ``compare`` checks a rerun (another machine, thread count or BLAS path) against the published leaderboard: which
@@ -72,8 +72,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--results", required=True, help="the profile's report folder, e.g. results/verl-cpu")
     s.add_argument("--other", required=True, help="another report folder with scores.csv and runs.csv, e.g. results")
     s.add_argument("--metric", default="mean@8")
-    k = sub.add_parser("smoke", help="rewrite the real-LM smoke section of the published page from results/real-lm*/")
-    k.add_argument("--dest", default="results", help="the published page's folder (holds results/real-lm*/)")
+    k = sub.add_parser("smoke", help="rewrite the published page's real-LM smoke section from the smoke folders")
+    k.add_argument("--dest", default="results", help="the page's folder (holds real-lm-smoke/, real-lm-verl/)")
     k.add_argument("--out", default=None, help="also write the section's Markdown here (the smoke DAG's output)")
     k.add_argument("--results", default=None, help="the smoke profile's report folder: its provenance.json goes there")
     k.add_argument("--config-json", default=None, help="the resolved run config (JSON) to record in provenance.json")

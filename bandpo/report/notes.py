@@ -84,6 +84,11 @@ def seeds_note(table: pd.DataFrame) -> str:
         return ""
     quantiles = ", ".join(f"{student_t.ppf(0.975, n - 1):.2f} at {n} seeds" for n in counts if n >= 2)
     rows = f"{counts[0]} seeds" if len(counts) == 1 else f"{counts[0]} to {counts[-1]} seeds"
+    if not quantiles:  # one seed a row: no spread, so no interval and no comparison
+        return (
+            "Rows have 1 seed: there is no spread over seeds, so no interval, and a difference between rows is "
+            "one draw, not evidence either way."
+        )
     return (
         f"Rows have {rows}; the 95% t intervals multiply SD / sqrt(n) by t(0.975, n - 1): {quantiles}. That is "
         "the honest width of so few seeds, which a percentile bootstrap (a handful of distinct resamples) "

@@ -1,7 +1,7 @@
 """The smoke section of the published page: a real pretrained LM through every stage (config/real-lm.yaml with the
 local trainer, config/real-lm-verl.yaml with verl's own trainer on CPU).
 
-Its rows come from the smoke profiles' own tables (``results/real-lm/{scores,runs}.csv`` and the same under
+Its rows come from the smoke profiles' own tables (``results/real-lm-smoke/{scores,runs}.csv`` and the same under
 ``results/real-lm-verl/``): per trainer, model, entry and seed, the lm-eval score and what the run logged. They show
 that each stage ran on a real LM; they are not a comparison (2 steps, one seed, a model that solves almost nothing),
 and the section says so before its table.
@@ -24,7 +24,7 @@ from bandpo.core.files import atomic_write_text
 
 __all__ = ["SMOKE_PROFILES", "smoke_rows", "section_markdown", "section_html", "write_section"]
 
-SMOKE_PROFILES = {"real-lm": "local (bandpo.train)", "real-lm-verl": "verl main_ppo on CPU"}
+SMOKE_PROFILES = {"real-lm-smoke": "local (bandpo.train)", "real-lm-verl": "verl main_ppo on CPU"}
 """The smoke profiles (results/{profile}/) the section reads, with the trainer each ran."""
 START, END = "<!-- smoke:real-lm -->", "<!-- /smoke:real-lm -->"
 TITLE = "Smoke: a real pretrained LM through every stage"

