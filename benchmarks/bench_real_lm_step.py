@@ -3,7 +3,7 @@ through transformers' modules, and TRL 1.16's GRPOTrainer, on the same model, da
 
     python benchmarks/bench_real_lm_step.py [--model resources/models/smollm2-135m] [--data DIR]
         [--warmup-steps 1] [--steps 1] [--repeats 3] [--threads 2] [--max-new-tokens 32] [--temperature 1.0]
-        [--grader-mode strict-answer-line] [--variants fast hf trl] [--trl-python PYTHON] [--json FILE]
+        [--grader-mode strict-answer-line] [--variants fast hf trl] [--trl-python PYTHON] [--no-flops] [--json FILE]
 
 The variants (one child process each, never two at once; `bench_trainer_vs_trl.py`'s children and timing):
 
@@ -29,6 +29,15 @@ the last one (wall and the trainer process's CPU time) and the completion tokens
 EOS). The figures: seconds per step, and completion tokens per second (the three sample different completions, of
 somewhat different lengths); ratios of each pair of the same repeat, their median over ``--repeats``. The variants'
 order rotates between repeats, so that a busy period of the shared machine falls on each in turn.
+
+The work (unless ``--no-flops``): each suite variant's run once more under torch's FLOP counter (the matrix products
+of every forward and backward pass, `bench_trainer_vs_trl.suite_worker`; a seed gives the same steps, so the timed
+steps' work is the same in every repeat), and this machine's float32 matrix-product rate at the model's shapes
+(hidden x hidden and hidden x intermediate products of 2048 rows, in a child with the same threads and numerics). The
+figures: FLOPs per timed step, achieved GFLOP/s (FLOPs over the median seconds per step), and their share of the
+matrix-product rate. A step's time is its FLOPs over its rate, so the speed-up against the HF-modules path is the
+FLOP ratio times the rate ratio, and no path that computes the same FLOPs can be faster than the measured rate allows:
+what bounds the speed-up, printed beside it.
 """
 
 from __future__ import annotations
@@ -74,14 +83,17 @@ def env_of(args, variant: str) -> dict[str, str]:
     return env
 
 
-def run_suite(args, work: Path, tag: str, variant: str) -> dict:
+def run_suite(args, work: Path, tag: str, variant: str, count_flops: bool = False) -> dict:
     timings = work / f"{variant}-{tag}.json"
     spec = work / f"{variant}-{tag}.spec.json"
     run = suite_run(args, str(work / f"{variant}-run-{tag}"), variant)
     spec.write_text(json.dumps(dataclasses.asdict(run), indent=1, sort_keys=True) + "\n", encoding="utf-8")
     worker = Path(base.__file__).resolve()
     cmd = [sys.executable, str(worker), "--suite-worker", str(timings), "--", "--spec", str(spec)]
-    base.run_child(cmd, work / f"{variant}-{tag}.log", env_of(args, variant))
+    env = env_of(args, variant)
+    if count_flops:
+        env[base.FLOPS_ENV] = "1"
+    base.run_child(cmd, work / f"{variant}-{tag}.log", env)
     result = json.loads(timings.read_text(encoding="utf-8"))
     if result.get("hf_path") != (variant == "hf"):
         raise SystemExit(f"{variant}: the worker ran with hf_path={result.get('hf_path')}")
@@ -99,6 +111,40 @@ def run_trl(args, work: Path, tag: str) -> dict:
     ]  # fmt: skip
     base.run_child(cmd, work / f"trl-{tag}.log", env_of(args, "trl"))
     return json.loads(timings.read_text(encoding="utf-8"))
+
+
+MATMUL_RATE = """
+import json, sys, time
+import torch
+torch.manual_seed(0)
+rates = []
+for k, n in ((576, 576), (576, 1536), (1536, 576)):  # SmolLM2-135M: hidden x hidden, hidden x intermediate and back
+    a, b = torch.randn(2048, k), torch.randn(k, n)
+    a @ b
+    best = 0.0
+    for _ in range(5):
+        reps, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < 0.5:
+            a @ b
+            reps += 1
+        best = max(best, 2 * 2048 * k * n * reps / (time.perf_counter() - t0))
+    rates.append(best)
+json.dump({"gflops": [r / 1e9 for r in rates], "threads": torch.get_num_threads()}, sys.stdout)
+"""
+
+
+def matmul_rate(args) -> dict:
+    """This machine's float32 matrix-product rate (GFLOP/s, best of 5 half-second runs per shape) in a child with the
+    variants' threads and numerics (`env_of`)."""
+    out = subprocess.run([sys.executable, "-c", MATMUL_RATE], env=env_of(args, "fast"), capture_output=True, text=True,
+                         check=True)  # fmt: skip
+    return json.loads(out.stdout)
+
+
+def step_flops(result: dict, warmup_steps: int) -> float:
+    """FLOPs per timed step of a counted run (`run_suite` with ``count_flops``)."""
+    timed = result["cycles"][warmup_steps:]
+    return sum(c["flops"] for c in timed) / len(timed)
 
 
 def summarise(result: dict, warmup_steps: int) -> dict:
@@ -121,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grader-mode", default="strict-answer-line")
     ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     ap.add_argument("--trl-python", default=sys.executable, help="python that imports trl (bench_trainer_vs_trl.py)")
+    ap.add_argument("--no-flops", action="store_true", help="skip the FLOP count and the matrix-product rate")
     ap.add_argument("--json", default=None, help="also write every result here")
     ap.add_argument("--keep", default=None, help="keep the run folders and logs in this folder")
     args = ap.parse_args(argv)
@@ -166,6 +213,12 @@ def main(argv: list[str] | None = None) -> int:
                 rep[v]["ratio_tokens"] = fast["tokens_per_second"] / s["tokens_per_second"]
                 rep[v]["ratio_cpu"] = s["cpu_seconds_per_step"] / fast["cpu_seconds_per_step"]
             rows.append(rep)
+        work_of = {}
+        if not args.no_flops:
+            for variant in [v for v in args.variants if v != "trl"]:
+                print(f"[work] {variant}: the same run under the FLOP counter ...", flush=True)
+                work_of[variant] = step_flops(run_suite(args, work, "flops", variant, True), args.warmup_steps)
+            rate = matmul_rate(args)
     finally:
         if tmp is not None:
             tmp.cleanup()
@@ -197,8 +250,34 @@ def main(argv: list[str] | None = None) -> int:
             f"fast path against {LABELS[v]}: median {med['ratio_step']:.2f}x per step, {med['ratio_tokens']:.2f}x "
             f"tokens/s, {med['ratio_cpu']:.2f}x CPU per step ({len(rows)} repeat(s); target of #56: >= 3x)"
         )
+    roofline = {}
+    if work_of:
+        peak = max(rate["gflops"])
+        print(f"\nwork per timed step (torch's FLOP counter) and its rate; this machine's float32 matrix products at "
+              f"the model's shapes: {', '.join(f'{g:.0f}' for g in rate['gflops'])} GFLOP/s "
+              f"({rate['threads']} thread(s), the variants' numerics)")  # fmt: skip
+        for v, flops in work_of.items():
+            seconds = statistics.median(rep[v]["summary"]["seconds_per_step"] for rep in rows)
+            achieved = flops / seconds / 1e9
+            roofline[v] = {"tflop_per_step": flops / 1e12, "seconds_per_step": seconds, "gflops": achieved,
+                           "share_of_matmul_rate": achieved / peak}  # fmt: skip
+            print(f"  {LABELS[v]:<18} {flops / 1e12:6.2f} TFLOP a step in {seconds:5.1f} s: {achieved:5.0f} GFLOP/s, "
+                  f"{achieved / peak:.0%} of the best matrix-product rate")  # fmt: skip
+        fast = roofline["fast"]
+        ideal = fast["tflop_per_step"] * 1e3 / peak  # seconds a step at the best matrix-product rate
+        print(f"  the fast path's FLOPs at the best matrix-product rate: {ideal:.1f} s a step, at most "
+              f"{fast['seconds_per_step'] / ideal:.2f}x faster than measured")  # fmt: skip
+        if "hf" in roofline:
+            hf = roofline["hf"]
+            bound = hf["seconds_per_step"] / ideal
+            flop_ratio, rate_ratio = hf["tflop_per_step"] / fast["tflop_per_step"], fast["gflops"] / hf["gflops"]
+            print(f"  against the HF-modules path: {flop_ratio:.2f}x the FLOPs at a {rate_ratio:.2f}x lower rate, "
+                  f"together {hf['seconds_per_step'] / fast['seconds_per_step']:.2f}x the step time; the fast path's "
+                  f"FLOPs at the best matrix-product rate would be {bound:.2f}x")  # fmt: skip
+            roofline["bound_against_hf"] = bound
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "repeats": rows, "median": medians}, indent=2),
+        Path(args.json).write_text(json.dumps({"args": vars(args), "repeats": rows, "median": medians,
+                                               "roofline": roofline, "matmul": rate if work_of else None}, indent=2),
                                    encoding="utf-8")  # fmt: skip
     return 0
 

@@ -76,6 +76,39 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TRL_RUNNER = Path(__file__).resolve().parent / "_trl_grpo_run.py"
 HF_PATH_ENV = "BANDPO_BENCH_HF_PATH"  # set to 1: the suite's worker runs without FastLlama (bench_real_lm_step.py)
+FLOPS_ENV = "BANDPO_BENCH_COUNT_FLOPS"  # set to 1: the worker counts each step's FLOPs (bench_real_lm_step.py)
+
+
+class _GlobalOnly:
+    """Stands in for FlopCounterMode's module tracker, which installs global module hooks (and `FastLlama` steps
+    aside for a model with hooks): every count goes to the total."""
+
+    parents = {"Global"}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+class InlineExecutor:
+    """Runs each submitted call at once in the calling thread (a done future): the trainer's background passes in
+    the main thread, where a FLOP counter (a thread-local dispatch mode) sees them; the run's numbers are the same
+    (tests/unit/test_train.py::test_old_log_prob_pass_in_a_worker_thread_changes_no_number)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+    def submit(self, fn, *args):
+        from concurrent.futures import Future
+
+        future: Future = Future()
+        future.set_result(fn(*args))
+        return future
+
+    def shutdown(self, wait: bool = True) -> None:
+        pass
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -86,7 +119,10 @@ def suite_worker(timings_path: str, train_argv: list[str]) -> int:
     """Run ``python -m bandpo.train``'s ``main`` (`bandpo.train.cli.main`) on ``train_argv`` with every
     ``bandpo.train.loop.train_step`` timed; write the timings to JSON. With ``$BANDPO_BENCH_HF_PATH`` = 1 the
     trainer computes through the model's own transformers modules (`bandpo.runtime.fastlm.FastLlama` covers no
-    model: the trainer's path for a model it does not cover)."""
+    model: the trainer's path for a model it does not cover). With ``$BANDPO_BENCH_COUNT_FLOPS`` = 1 each step runs
+    under torch's FLOP counter (``torch.utils.flop_counter.FlopCounterMode``: the matrix products of every forward
+    and backward pass; the C attention kernel's few FLOPs are not seen) with the background passes inline, and each
+    cycle records ``flops``: the step's work, not its time (the counter slows it)."""
     import bandpo.grader
 
     bandpo.grader.start_workers()  # as ``python -m bandpo.train`` does before its imports (one worker)
@@ -97,13 +133,27 @@ def suite_worker(timings_path: str, train_argv: list[str]) -> int:
 
         FastLlama.supports = staticmethod(lambda model: False)
 
+    count_flops = os.environ.get(FLOPS_ENV) == "1"
+    if count_flops:
+        bt.ThreadPoolExecutor = InlineExecutor
     original = bt.train_step
     signature = inspect.signature(original)
     cycles: list[dict] = []
 
     def timed_train_step(*args, **kwargs):
+        counter = None
+        if count_flops:
+            from torch.utils.flop_counter import FlopCounterMode
+
+            counter = FlopCounterMode(display=False)
+            counter.mod_tracker = _GlobalOnly()  # no per-module table: its module hooks would turn FastLlama off
+            counter.__enter__()
         start, cpu_start = time.perf_counter(), time.process_time()
-        metrics = original(*args, **kwargs)
+        try:
+            metrics = original(*args, **kwargs)
+        finally:
+            if counter is not None:
+                counter.__exit__(None, None, None)
         end, cpu_end = time.perf_counter(), time.process_time()
         cfg = signature.bind(*args, **kwargs).arguments["run"].cfg
         n_seq = cfg.prompts_per_step * cfg.samples_per_prompt
@@ -117,6 +167,7 @@ def suite_worker(timings_path: str, train_argv: list[str]) -> int:
                 "step_seconds": metrics["step_seconds"],
                 "rollout_seconds": metrics["rollout_seconds"],
                 "reward_mean": metrics["reward_mean"],
+                **({"flops": counter.get_total_flops()} if counter is not None else {}),
             }
         )
         return metrics

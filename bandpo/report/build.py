@@ -44,6 +44,7 @@ from bandpo.report.figures import (
     FIGURE_CAPTIONS,
     FIGURES,
     PROBE_CURVES,
+    TRAINING_CURVES,
     axis_dose_figure,
     axis_entropy_figure,
     bounds_figure,
@@ -51,6 +52,7 @@ from bandpo.report.figures import (
     final_scores_figure,
     save_figure,
     training_curves_figure,
+    with_validation_before,
 )
 from bandpo.report.markdown import leaderboard_markdown
 from bandpo.report.notes import experiment_notes
@@ -242,7 +244,9 @@ def draw_figures(
     off_cells = axis_cells(off, board.experiments) if off["cells"] else []
     return {
         "bounds": bounds_figure(bounds_table),
-        "training_curves": training_curves_figure(main_metrics, baseline=baseline, seed=seed),
+        "training_curves": training_curves_figure(
+            with_validation_before(main_metrics), columns=TRAINING_CURVES, baseline=baseline, seed=seed
+        ),
         "clipfrac_buckets": clipfrac_figure(main_metrics, baseline=baseline, seed=seed),
         "final_scores": final_scores_figure(of_experiment(board.stats, MAIN), baseline=baseline),
         "random_reward_entropy": training_curves_figure(

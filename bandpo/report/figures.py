@@ -33,7 +33,8 @@ FIGURES = ("bounds", "training_curves", "clipfrac_buckets", "final_scores", "ran
 FIGURE_CAPTIONS = {
     "bounds": "Ratio bounds (a) and allowed probability change p(r - 1) (b) against the old probability p, "
     "BandPO KL / TV / chi2 at delta = {delta:g} (uncapped), GRPO, Clip-Higher and DCPO; dashed: the simplex limits.",
-    "training_curves": "Token entropy and reward against training step, mean over seeds with a 95% bootstrap band.",
+    "training_curves": "Token entropy and reward against training step, and where the runs measured it (val_every) "
+    "validation mean@k (step 0: before training), mean over seeds with a 95% bootstrap band.",
     "clipfrac_buckets": "Fraction of tokens clipped, by old-probability bucket and direction (upper: r > r_hi with "
     "A > 0; lower: r < r_lo with A < 0), off-policy updates, mean over steps and seeds with 95% CI.",
     "final_scores": "Final mean@k and pass@k per method (percent), mean over seeds with 95% stratified-bootstrap CI.",
@@ -50,6 +51,8 @@ FIGURE_CAPTIONS = {
     "seeds with a 95% bootstrap band.",
 }
 PROBE_CURVES = ("probe/p_correct", "probe/accuracy")  # logged by bandpo.train.loop with probe_every
+VAL_CURVE = "val/mean"  # validation mean@k, logged by bandpo.train.loop with val_every
+TRAINING_CURVES = ("entropy", "reward_mean", VAL_CURVE)
 # The figures of one experiment: always written (a placeholder without its runs), shown only when it has runs.
 EXPERIMENT_FIGURES = {"random_reward_entropy": "random-reward", "probe_curves": "probe",
                       "probe_clipfrac_buckets": "probe", "offpolicy_dose": "offpolicy-D8",
@@ -179,6 +182,18 @@ def bounds_figure(data: pd.DataFrame) -> tuple[Any, pd.DataFrame]:
         fig.tight_layout(rect=(0, 0.08, 1, 1))
         fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
     return fig, data
+
+
+def with_validation_before(metrics: pd.DataFrame) -> pd.DataFrame:
+    """``metrics`` with each run's validation score before training (``val/mean_before``, on its first step's row)
+    as a step-0 point of `VAL_CURVE`, so that the validation curve starts where the base model stands."""
+    before = f"{VAL_CURVE}_before"
+    if before not in metrics or metrics[before].isna().all():
+        return metrics
+    rows = metrics[metrics[before].notna()]
+    ids = [c for c in ("profile", "experiment", "model", "entry", "seed") if c in rows]
+    zero = rows[ids].assign(step=0, **{VAL_CURVE: rows[before].to_numpy()})
+    return pd.concat([metrics, zero], ignore_index=True)
 
 
 def training_curves_figure(

@@ -183,6 +183,17 @@ def protocol_overrides(run: VerlRun) -> dict[str, Any]:
     }
 
 
+# The hf rollout's reproducibility (bandpo.verl.hf_rollout): verl's request ids det-<priority> instead of uuid4s
+# (rollout.full_determinism, which also gives the workers a fixed PYTHONHASHSEED) and the agent loop of
+# bandpo.verl.cpu, whose priority is the sample's place in the step; the server samples in that order.
+HF_AGENT_LOOP_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent_loops.yaml")
+HF_DETERMINISM: dict[str, Any] = {
+    f"{_ROLLOUT}.full_determinism": True,
+    f"{_ROLLOUT}.agent.agent_loop_config_path": HF_AGENT_LOOP_CONFIG,
+    f"{_ROLLOUT}.agent.default_agent_loop": "bandpo_single_turn",
+}
+
+
 def _base_overrides(run: VerlRun) -> dict[str, Any]:
     """The settings every run shares beyond the protocol: GRPO advantages, verl's data, model, actor, rollout and
     trainer keys."""
@@ -241,6 +252,7 @@ def overrides(run: VerlRun) -> list[str]:
     o["hydra.run.dir"] = os.path.join(run.output_dir, "hydra")  # Hydra's own log, else ./outputs/<date>/
     if run.rollout_name == "hf":  # bandpo.verl.cpu's server: a step's requests are served as one batch
         o[f"+{_ROLLOUT}.engine_kwargs.hf.max_batch"] = run.prompts_per_step * run.samples_per_prompt
+        o.update(HF_DETERMINISM)
     out = [f"{k}={_hydra_value(v)}" for k, v in o.items()]
     # New keys under the runtime_env struct need Hydra's '+'.
     out += [f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}={_hydra_value(v)}" for k, v in env(run).items()]

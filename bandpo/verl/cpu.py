@@ -25,12 +25,21 @@ lists it), in the driver and in every Ray worker. Importing it registers, and ch
   with verl's default the generation phase of a step lasts a whole number of 2-second polls, rounding the work
   inside it up (benchmarks/CHANGELOG.md has the measurement). Only the waiting changes; what is sampled and trained
   is verl's. It does not take verl's DAPO group filtering (a custom sampler gets no ``filter_groups`` settings):
-  the profile has no dynamic-sampling row.
+  the profile has no dynamic-sampling row. It also hands the trainer a step's samples in one fixed order
+  (`PollingReplayBuffer._materialize_batch`): verl's lists them in the order their rollouts finished, which changes
+  from run to run, and the order decides the mini-batches and the float sums of every update.
+* agent loop ``bandpo_single_turn`` (`AGENT_LOOP`, in agent_loops.yaml; `bandpo.verl.command` selects it for the
+  hf rollout, with ``rollout.full_determinism=true``): verl's single-turn agent loop, giving each sample a priority
+  that is its place in the step (the prompt's data index and the sample's session), so that its request id,
+  ``det-<priority>``, is the same in every run: the hf server samples in that order (`bandpo.verl.hf_rollout`).
+
+Together: one seed gives one run (tests/integration/test_verl_cpu.py runs a short run twice).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -198,6 +207,14 @@ if cpu_selected():
 POLL_INTERVAL_S = 0.05  # verl's ReplayBuffer: 2.0
 
 
+def trajectory_order(key: str, prompt_rank: dict[str, int]) -> tuple[int, int, int]:
+    """Where the trajectory ``<uid>_<session>_<index>`` goes in a training batch: its prompt's place in the step
+    (``prompt_rank``: the order verl registered the step's prompts, the dataloader's), then its session, then its
+    place among the session's outputs."""
+    uid, session, index = key.rsplit("_", 2)
+    return prompt_rank[uid], int(session), int(index)
+
+
 @functools.cache
 def _polling_replay_buffer() -> type:
     # imported on first use, not at the top (an ordering reason): importing verl's trainer resolves verl's platform
@@ -215,15 +232,58 @@ def _polling_replay_buffer() -> type:
                 raise ValueError("PollingReplayBuffer does not take verl's DAPO group filtering")
             super().__init__(trainer_mode, *args, poll_interval=POLL_INTERVAL_S, **kwargs)
 
+        def _materialize_batch(self, partition_id, selected_prompt_uids, partition_snapshot):
+            """verl's batch in a fixed order (`trajectory_order`): TransferQueue lists the prompts of a step in the
+            order they were put (the dataloader's), their trajectories in the order they finished."""
+            meta = super()._materialize_batch(partition_id, selected_prompt_uids, partition_snapshot)
+            rank = {uid: i for i, uid in enumerate(self.prompt_global_steps[partition_id])}
+            pairs = sorted(zip(meta.keys, meta.tags, strict=True), key=lambda kt: trajectory_order(kt[0], rank))
+            return dataclasses.replace(meta, keys=[k for k, _ in pairs], tags=[t for _, t in pairs])
+
     PollingReplayBuffer.__module__ = __name__
     return PollingReplayBuffer
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# The agent loop
+
+AGENT_LOOP = "bandpo_single_turn"  # its name in agent_loops.yaml (bandpo.verl.command.HF_AGENT_LOOP_CONFIG)
+
+
+def sample_priority(index: Any, session_id: Any) -> int:
+    """A sample's priority: its prompt's data index and its session (0 .. n-1), `hf_rollout.SAMPLE_STRIDE`."""
+    session = int(session_id)
+    if not 0 <= session < hf_rollout.SAMPLE_STRIDE:
+        raise ValueError(f"session {session} out of range for the hf rollout's sample order")
+    return int(index) * hf_rollout.SAMPLE_STRIDE + session
+
+
+@functools.cache
+def _agent_loop() -> type:
+    # imported on first use (as the replay buffer): verl's agent loop module imports its trainer
+    from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
+
+    class DeterministicSingleTurnAgentLoop(SingleTurnAgentLoop):
+        """verl's single-turn agent loop with the sample's place in the step as its priority (`sample_priority`):
+        under ``rollout.full_determinism`` verl's request id is ``det-<priority>``, the same in every run."""
+
+        async def run(self, sampling_params: dict[str, Any], priority: int = 0, **kwargs: Any):
+            if "index" in kwargs and "session_id" in kwargs:
+                priority = sample_priority(kwargs["index"], kwargs["session_id"])
+            return await super().run(sampling_params, priority=priority, **kwargs)
+
+    DeterministicSingleTurnAgentLoop.__module__ = __name__
+    return DeterministicSingleTurnAgentLoop
+
+
 def __getattr__(name: str) -> Any:
-    """``PollingReplayBuffer`` is made on first use (verl's ``load_extern_object`` reads it by name), so that importing
-    this module does not import verl's trainer."""
+    """``PollingReplayBuffer`` and ``DeterministicSingleTurnAgentLoop`` are made on first use (verl's
+    ``load_extern_object`` and Hydra read them by name), so that importing this module does not import verl's
+    trainer."""
     if name == "PollingReplayBuffer":
         return _polling_replay_buffer()
+    if name == "DeterministicSingleTurnAgentLoop":
+        return _agent_loop()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

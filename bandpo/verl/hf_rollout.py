@@ -6,14 +6,24 @@ count); the trainer workers' `HFServerAdapter` pushes the actor's weights to it 
 weight sync). `register_rollout` enters it in verl's two rollout registries; `bandpo.verl.cpu` calls it.
 
 Known limits: one server per replica, which batches the requests that reach it together (`HFRolloutServer`), no
-multi-modal input, no tensor parallelism; rollouts are not bit-reproducible across runs (requests reach the server
-in the order Ray delivers them).
+multi-modal input, no tensor parallelism.
+
+Reproducible rollouts: verl's agent loop sends a step's requests concurrently, so they reach the server in an order
+that changes from run to run (asyncio tasks, Ray's delivery), and verl's own request ids are fresh uuid4s. The server
+therefore never samples in arrival order: it sorts a batch by each request's `request_order` (the sample's place
+in the step, ``det-<index * SAMPLE_STRIDE + session>``, when verl passes its deterministic request id:
+``rollout.full_determinism=true`` with `bandpo.verl.cpu`'s agent loop, which `bandpo.verl.command` selects for this
+rollout; else the prompt's tokens) and seeds torch's generator for the batch from the rollout seed, the weights'
+version and that order (`batch_seed`). One seed then gives one run, as long as a step's requests are served as one
+batch (``max_batch`` = the step's request count, as `bandpo.verl.command` sets it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
+import re
 import sys
 import time
 from typing import Any
@@ -31,6 +41,23 @@ from bandpo.runtime.fastlm import FastLlama
 ROLLOUT = "hf"
 SERVER_NAME = "bandpo_hf_rollout_{rank}"  # Ray actor name of replica `rank`'s server
 SAMPLERS = ("suite", "generate")  # HFRolloutServer's samplers
+SAMPLE_STRIDE = 1_000_000  # a sample's priority: its prompt's data index * SAMPLE_STRIDE + its session (0 .. n-1)
+_DET_ID = re.compile(r"det-(\d+)")  # verl's request id under rollout.full_determinism: det-<priority>
+
+
+def request_order(request_id: str, prompt_ids: list[int]) -> tuple:
+    """Where a request goes in its batch: by verl's deterministic id ``det-<priority>`` (`SAMPLE_STRIDE`) when it
+    has one, else by the prompt's tokens (a run-independent set of rows; which of a prompt's requests gets which
+    row then still follows arrival)."""
+    m = _DET_ID.fullmatch(str(request_id))
+    return (0, int(m.group(1)), tuple(prompt_ids)) if m else (1, -1, tuple(prompt_ids))
+
+
+def batch_seed(seed: int, weight_version: int, orders: list[tuple]) -> int:
+    """The seed of torch's generator for one served batch: a function of the rollout seed, the weights' version and
+    the batch's sorted requests, never of arrival order or of earlier batches."""
+    digest = hashlib.sha256(repr((int(seed), int(weight_version), orders)).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
 @dataclasses.dataclass
@@ -40,6 +67,7 @@ class _Request:
     prompt_ids: list[int]
     key: tuple[int, float, float, int]  # (max new tokens, temperature, top_p, top_k)
     future: asyncio.Future
+    order: tuple = ()  # `request_order`: the request's place in a batch
     arrived: float = dataclasses.field(default_factory=time.monotonic)
 
 
@@ -85,6 +113,7 @@ class HFRolloutServer:
         if sampler not in SAMPLERS:
             raise ValueError(f"hf rollout: sampler must be one of {SAMPLERS}, got {sampler!r}")
         torch.manual_seed(seed)
+        self.seed = int(seed)
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
         self.model.eval()
         self.response_length = int(response_length)
@@ -134,7 +163,8 @@ class HFRolloutServer:
         key = (max_new, float(params.get("temperature", 1.0)), float(params.get("top_p", 1.0)),
                int(params.get("top_k", -1)))  # fmt: skip
         loop = asyncio.get_running_loop()
-        request = _Request([int(t) for t in prompt_ids], key, loop.create_future())
+        prompt = [int(t) for t in prompt_ids]
+        request = _Request(prompt, key, loop.create_future(), request_order(request_id, prompt))
         self._queue.append(request)
         if self._flusher is None or self._flusher.done():
             self._grew = asyncio.Event()  # of this event loop
@@ -159,11 +189,12 @@ class HFRolloutServer:
                 break
         while self._queue:
             key = self._queue[0].key
-            batch = [r for r in self._queue if r.key == key][: self.max_batch]
+            batch = sorted((r for r in self._queue if r.key == key), key=lambda r: r.order)[: self.max_batch]
             taken = {id(r) for r in batch}
             self._queue = [r for r in self._queue if id(r) not in taken]
             t0 = time.monotonic()
             try:
+                torch.manual_seed(batch_seed(self.seed, self.weight_version, [r.order for r in batch]))
                 results = self._generate_batch([r.prompt_ids for r in batch], key)
             except Exception as exc:  # every waiting caller gets the error, none hangs
                 for r in batch:

@@ -170,6 +170,93 @@ def test_hf_server_suite_sampler_serves_plain_sampling(tiny_model, monkeypatch):
         HFRolloutServer(str(tiny_model), response_length=10, max_model_len=64, dtype="float32", seed=0, sampler="x")
 
 
+def test_hf_server_samples_in_request_order_not_arrival_order(tiny_model):
+    """verl's requests reach the server in a different order every run: a sample must not depend on it. With verl's
+    deterministic request ids (det-<index * SAMPLE_STRIDE + session>, bandpo.verl.cpu's agent loop) each request
+    gets the same completion whatever the arrival order; without them each prompt still gets the same completions.
+    Before the server sorted its batch and seeded it (batch_seed), it sampled rows in arrival order."""
+    from bandpo.verl.hf_rollout import SAMPLE_STRIDE, HFRolloutServer
+
+    tok = build_tokenizer()
+    prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in ("3+4=", "12*31-7=", "x=")]
+    params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}
+    calls = [(f"det-{(7 + i) * SAMPLE_STRIDE + s}", prompts[i]) for i in range(3) for s in range(4)]
+
+    def serve(order, ids=True):
+        server = HFRolloutServer(str(tiny_model), response_length=10, max_model_len=64, dtype="float32", seed=0,
+                                 max_batch=len(calls))  # fmt: skip
+
+        async def arrive():
+            return await asyncio.gather(*(server.generate(calls[j][0] if ids else f"r{j}", prompt_ids=calls[j][1],
+                                                          sampling_params=params) for j in order))  # fmt: skip
+
+        outs = dict(zip(order, asyncio.run(arrive()), strict=True))
+        assert [b["requests"] for b in server.batch_log] == [len(calls)]
+        return [(outs[j].token_ids, outs[j].log_probs) for j in range(len(calls))]
+
+    forward, backward = list(range(len(calls))), list(reversed(range(len(calls))))
+    shuffled = [5, 0, 11, 3, 8, 1, 10, 6, 2, 9, 4, 7]
+    first = serve(forward)
+    assert serve(backward) == first and serve(shuffled) == first
+    assert len({tuple(t) for t, _ in first}) > 3  # sampled, not one completion per prompt
+    by_prompt = lambda outs: sorted((tuple(calls[j][1]), tuple(t)) for j, (t, _) in enumerate(outs))  # noqa: E731
+    assert by_prompt(serve(backward, ids=False)) == by_prompt(serve(forward, ids=False))
+
+
+def test_replay_buffer_orders_a_steps_trajectories(monkeypatch):
+    """verl's replay buffer lists a step's trajectories in the order they finished; the profile's buffer hands the
+    trainer the prompts in the dataloader's order (TransferQueue's listing of the prompt keys), each prompt's
+    sessions in order."""
+    import verl.trainer.ppo.v1.replay_buffer as rb
+    from omegaconf import OmegaConf
+
+    import bandpo.verl.cpu as vc
+
+    monkeypatch.setattr(rb.tq, "kv_clear", lambda **kwargs: None)
+    buffer = vc.PollingReplayBuffer("sync", trainer_config=OmegaConf.create({}), max_off_policy_threshold=None,
+                                    max_off_policy_strategy="drop", sampler_kwargs=OmegaConf.create({}),
+                                    refill_fn=lambda n: None)  # fmt: skip
+    uids = ["f0-a", "0b-c", "9e-d"]  # uuid4s: their sort order is not the dataloader's
+    buffer.prompt_global_steps["train"] = {u: 1 for u in uids}
+    finished = [f"{uids[p]}_{s}_0" for p, s in [(2, 1), (0, 3), (1, 0), (0, 0), (2, 0), (1, 1), (0, 1), (0, 2)]]
+    snapshot = {k: {"seq_len": i} for i, k in enumerate(finished)}
+    meta = buffer._materialize_batch("train", list(reversed(uids)), snapshot)
+    expected = [f"{uids[p]}_{s}_0" for p, s in [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (2, 0), (2, 1)]]
+    assert meta.keys == expected and meta.tags == [snapshot[k] for k in expected]
+    assert vc.trajectory_order("9e-d_10_2", {"9e-d": 4}) == (4, 10, 2)
+
+
+def test_hf_rollout_command_selects_the_deterministic_agent_loop():
+    """For the hf rollout the command turns on verl's deterministic request ids and names the agent loop whose
+    priority is the sample's place in the step; verl's registry file names the class by its import path."""
+    import hydra.utils
+    from omegaconf import OmegaConf
+
+    import bandpo.verl.cpu as vc
+    from bandpo.verl.hf_rollout import SAMPLE_STRIDE
+
+    for key, value in command.HF_DETERMINISM.items():
+        assert command._hydra_value(value) in {"true", "'bandpo_single_turn'", f"'{command.HF_AGENT_LOOP_CONFIG}'"}, key
+    entries = {e.name: e for e in OmegaConf.load(command.HF_AGENT_LOOP_CONFIG)}
+    assert command.HF_DETERMINISM["actor_rollout_ref.rollout.agent.default_agent_loop"] == vc.AGENT_LOOP in entries
+    cls = hydra.utils.get_class(entries[vc.AGENT_LOOP]["_target_"])
+    assert cls is vc.DeterministicSingleTurnAgentLoop
+
+    seen = {}
+
+    async def fake_run(self, sampling_params, priority=0, **kwargs):
+        seen["priority"] = priority
+
+    from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
+
+    original, SingleTurnAgentLoop.run = SingleTurnAgentLoop.run, fake_run
+    try:
+        asyncio.run(cls.__new__(cls).run({}, index=12, session_id=3, uid="x"))
+    finally:
+        SingleTurnAgentLoop.run = original
+    assert seen["priority"] == 12 * SAMPLE_STRIDE + 3
+
+
 def test_rollout_benchmark_runs_both_servers(tiny_model, tmp_path, capsys):
     import importlib.util
 
@@ -337,3 +424,26 @@ def test_verl_cpu_run_through_the_dag(tmp_path):
     assert (wd / "results" / "verl-cpu-test" / "leaderboard.csv").is_file()
     beside = pd.read_csv(wd / "results" / "verl-cpu-test" / "beside.csv")
     assert set(beside["entry"]) == {"base", "bandpo_kl"} and beside["mean@8_other"].isna().all()
+
+    # one seed, one run: the same spec trained again into another folder logs the same numbers at every step (before
+    # the hf rollout sampled in arrival order and the replay buffer listed trajectories as they finished, the
+    # step-1 entropy of two runs differed)
+    spec = json.loads((wd / "results/verl-cpu-test/plan/train/vtest-tiny/bandpo_kl/seed0.json").read_text())
+    again = tmp_path / "again"
+    spec["output_dir"] = str(again)
+    (tmp_path / "again.json").write_text(json.dumps(spec))
+    try:
+        rerun = subprocess.run([sys.executable, "-m", "bandpo.verl.launch", "--spec", str(tmp_path / "again.json")],
+                               cwd=wd, capture_output=True, text=True, timeout=1800)  # fmt: skip
+    finally:
+        subprocess.run(["ray", "stop", "--force"], capture_output=True, timeout=120)
+    assert rerun.returncode == 0, (rerun.stdout + rerun.stderr)[-4000:]
+
+    def numbers(folder: Path) -> list[dict]:
+        lines = [json.loads(line) for line in (folder / "verl_metrics.jsonl").read_text().splitlines()]
+        timing = ("timing", "perf", "actor/perf")  # wall-clock measurements
+        return [{k: v for k, v in line.get("data", line).items() if not k.startswith(timing) and "time" not in k}
+                for line in lines]  # fmt: skip
+
+    first, second = numbers(run), numbers(again)
+    assert len(first) == 2 and "actor/entropy" in first[0] and first == second

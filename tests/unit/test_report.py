@@ -806,6 +806,34 @@ def test_training_curves_figure(built, close_figures):
     assert empty.empty and "no training metrics" in empty_fig.axes[0].texts[0].get_text()
 
 
+def test_the_validation_curve_starts_before_training(close_figures):
+    """Runs that measured the validation split (val_every) get a third panel: val/mean against step, with each
+    run's score before training (val/mean_before on its first step) as step 0; runs without it keep two panels."""
+    from bandpo.report.figures import TRAINING_CURVES, with_validation_before
+
+    rows = []
+    for entry in ("grpo", "bandpo_kl"):
+        for seed in (0, 1):
+            for step in (1, 2, 3, 4):
+                row = {"model": "lm", "entry": entry, "seed": seed, "step": step, "entropy": 0.5, "reward_mean": 0.3}
+                if step == 1:
+                    row["val/mean_before"] = 0.2 + 0.01 * seed
+                if step in (2, 4):
+                    row["val/mean"] = 0.2 + 0.1 * step + 0.01 * seed + (0.05 if entry == "grpo" else 0.0)
+                rows.append(row)
+    metrics = pd.DataFrame(rows)
+    fig, bands = report.training_curves_figure(with_validation_before(metrics), columns=TRAINING_CURVES,
+                                               n_resamples=200)  # fmt: skip
+    assert [ax.get_title() for ax in fig.axes[:3]] == ["lm: entropy", "lm: reward_mean", "lm: val/mean"]
+    val = bands[(bands.metric == "val/mean") & (bands.entry == "bandpo_kl")].sort_values("step")
+    assert val["step"].tolist() == [0, 2, 4] and np.allclose(val["mean"], [0.205, 0.405, 0.605])
+    no_before = metrics.drop(columns=["val/mean_before"])
+    assert with_validation_before(no_before) is no_before  # nothing measured before training: nothing added
+    two, _ = report.training_curves_figure(metrics.drop(columns=["val/mean", "val/mean_before"]),
+                                           columns=TRAINING_CURVES, n_resamples=200)  # fmt: skip
+    assert [ax.get_title() for ax in two.axes[:2]] == ["lm: entropy", "lm: reward_mean"] and len(two.axes) == 2
+
+
 def test_clipfrac_figure(built, close_figures):
     results, _ = built
     metrics = analysis.load_run_metrics(results)

@@ -6,6 +6,7 @@ Every snakemake call runs in a temporary working directory (``-d``), so nothing 
 
 from __future__ import annotations
 
+import argparse
 import copy
 import dataclasses
 import importlib.util
@@ -1273,3 +1274,38 @@ def test_snakemake_lint_is_clean_but_for_the_accepted_lint():
     assert lints and all("Specify a conda environment or container for each rule" in x for x in lints), [
         x for x in lints if "conda environment" not in x
     ]
+
+
+def test_the_real_lm_comparison_is_the_pilot_at_five_pairs_and_the_benchmark_times_its_step(tmp_path):
+    """config/real-lm-compare.yaml (#56): the smoke profile's pinned model, the task format chosen before any RL
+    run, the training settings that benchmarks/bench_real_lm_step.py times (the pilot's), 5 seed pairs in one look
+    at the tiny testbed's margin, published to results/real-lm/ (the smoke keeps a folder of its own); its dry run
+    schedules exactly the sweep's jobs."""
+    raw = yaml.safe_load((ROOT / "config" / "real-lm-compare.yaml").read_text())
+    smoke = yaml.safe_load((ROOT / "config" / "real-lm.yaml").read_text())
+    cfg = validate.validate_config(copy.deepcopy(raw), root=str(ROOT))
+    assert raw["models"] == smoke["models"] and cfg["base_per_seed"] is False
+    assert cfg["publish_dir"] == "results/real-lm" and f"results/{smoke['profile']}" != cfg["publish_dir"]
+    (data,) = raw["data"]
+    assert data["levels"] == [1] and data["prompt_format"] == "answer-line"
+    assert (data["n_val"], data["n_test"]) == (48, 48) and cfg["grader"]["mode"] == "strict-answer-line"
+    assert cfg["eval"]["tasks"][0]["task"] == "tiny_math_answer_line"
+    task_file = ROOT / "bandpo/score/lm_eval_tasks/tiny_math_answer_line.yaml"
+    task = yaml.safe_load(re.sub(r"!function \S+", "fn", task_file.read_text()))
+    assert task["generation_kwargs"]["temperature"] == raw["train"]["temperature"]
+    assert task["generation_kwargs"]["max_gen_toks"] == raw["train"]["max_new_tokens"]
+    spec = importlib.util.spec_from_file_location("bench_real_lm_step", ROOT / "benchmarks" / "bench_real_lm_step.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    args = argparse.Namespace(model="m", data="d", seed=0, threads=2, warmup_steps=1, steps=1, max_new_tokens=32,
+                              temperature=0.7)  # fmt: skip
+    timed = bench.suite_run(args, "out", "fast")
+    for key, value in raw["train"].items():
+        if key not in ("steps", "checkpoint_every", "val_every", "val_k"):  # the run's length; no step's numbers
+            assert getattr(timed, key) == value, key
+    primary = cfg["experiments"]["main"]["primary"]
+    assert cfg["seeds"] == [0, 1, 2, 3, 4] and "sequential" not in primary and primary["margin"] == 2.0
+    assert primary["compare"] == ["bandpo_kl", "grpo"] and not primary.get("exploratory")
+    proc = snakemake(tmp_path, "-n", "--quiet", "rules", configfile=ROOT / "config" / "real-lm-compare.yaml")
+    assert proc.returncode == 0, proc.output[-3000:]
+    assert job_counts(proc.output) == sweep.expected_jobs(cfg) and job_counts(proc.output)["train"] == 10
