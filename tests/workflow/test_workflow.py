@@ -1309,3 +1309,14 @@ def test_the_real_lm_comparison_is_the_pilot_at_five_pairs_and_the_benchmark_tim
     proc = snakemake(tmp_path, "-n", "--quiet", "rules", configfile=ROOT / "config" / "real-lm-compare.yaml")
     assert proc.returncode == 0, proc.output[-3000:]
     assert job_counts(proc.output) == sweep.expected_jobs(cfg) and job_counts(proc.output)["train"] == 10
+    # item 5: the same comparison through verl's trainer, one seed pair: its data, model, entries, grader and every
+    # protocol setting the local runs set are the comparison's
+    from bandpo.core.protocol import Protocol
+
+    verl = validate.validate_config(yaml.safe_load((ROOT / "config" / "real-lm-compare-verl.yaml").read_text()),
+                                    root=str(ROOT))  # fmt: skip
+    assert verl["trainer"] == "verl" and verl["beside"] == cfg["publish_dir"] and verl["seeds"] == [0]
+    assert all(verl[k] == cfg[k] for k in ("data", "models", "methods", "grader", "base_per_seed"))
+    protocol = {f.name for f in dataclasses.fields(Protocol)}
+    assert {k: v for k, v in raw["train"].items() if k in protocol} == {
+        k: v for k, v in verl["train"].items() if k in protocol and k in raw["train"]}  # fmt: skip
