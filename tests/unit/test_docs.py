@@ -251,7 +251,7 @@ def test_publication_blocks_are_the_provenance():
                 assert f"built for `results/{folder}/`" in bases
     numerics = publication.published_numerics(RESULTS)
     assert "`results/`" in numerics and "`results/offpolicy/`" in numerics and "`results/probe/`" in numerics
-    for folder in ("offpolicy", "probe", "real-lm", "real-lm-verl"):  # the folders their own configs publish
+    for folder in ("offpolicy", "probe", "real-lm-smoke", "real-lm-verl"):  # the folders their own configs publish
         assert publication.published_by_its_config(folder, RESULTS.part(folder).provenance), folder
     local = {"config": {"profile": "embedded", "publish": True}}  # a local report folder is not a publication
     assert not publication.published_by_its_config("embedded", local)

@@ -44,6 +44,7 @@ LAZY_IMPORTS = {
     ("train/trackers.py", "mlflow.entities"): "optional dependency: the mlflow package",
     ("train/trackers.py", "mlflow.tracking"): "optional dependency: the mlflow package",
     ("verl/cpu.py", "verl.trainer.ppo.v1.replay_buffer"): "verl's platform is resolved on this import: after ours",
+    ("verl/cpu.py", "verl.experimental.agent_loop.single_turn_agent_loop"): "imports verl's trainer: as the buffer",
     ("verl/losses.py", "verl.workers.config"): "verl's import (~6 CPU-seconds) paid by verl jobs only",
     ("verl/losses.py", "verl.trainer.ppo.core_algos"): "verl's import paid by verl jobs only",
 }

@@ -98,6 +98,12 @@ ALLOWED = (
     Allowed(r"0\.02", r"nats|margin", "the entropy margin, fixed in the config before the runs"),
     Allowed(r"0\.10|0\.85|0\.9", r"β|power|target", "the verdict rule's β, the power 1 - β and the stability target"),
     Allowed(r"5 seed pairs", r"look every", "the verdict rule's looks: k = 5 pairs (config/config.yaml)"),
+    Allowed(
+        r"5 seed pairs|5 points|15%|60%",
+        r"one look|at least|between",
+        "#56's floor of pairs, its pilot's "
+        "bar and its task's band of base mean@8 (the issue's design, config/real-lm-compare.yaml)",
+    ),
     Allowed(r"120 minutes", r"budget", "the publication budget of issue #55"),
     Allowed(r"0\.5", r"threshold", "a method's default threshold, from its framework (docs/methods.md's rules table)"),
     Allowed(r"90 minutes", r"budget|2 cores", "the budget of issue #21"),
