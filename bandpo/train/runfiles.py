@@ -53,26 +53,20 @@ def load_rows(path: str | os.PathLike) -> list[dict]:
     return rows
 
 
-def _validation_split(cfg: TrainConfig, setting: str, hint: str) -> list[dict]:
-    """The rows of the validation split beside the training data (``setting`` names who asks, in the errors)."""
+def _validation_split(cfg: TrainConfig, setting: str, hint: str) -> Path:
+    """The validation split beside the training data; FileNotFoundError naming ``setting`` (who asks) when absent."""
     path = (Path(cfg.data) if Path(cfg.data).is_dir() else Path(cfg.data).parent) / VAL_SPLIT
     if not path.is_file():
         raise FileNotFoundError(f"{setting}: {path} not found ({hint})")
-    return read_jsonl(path)
+    return path
 
 
 def load_val_rows(cfg: TrainConfig) -> list[dict]:
-    """The validation rows measured every ``val_every`` steps (the split beside the training data); [] when off.
-    ValueError naming the file and row when a row has no string ``prompt`` or no ``answer``."""
+    """The validation rows measured every ``val_every`` steps (the split beside the training data, checked as
+    `load_rows` checks training rows); [] when off."""
     if not cfg.val_every:
         return []
-    rows = _validation_split(cfg, "val_every", "a data folder with a validation split: python -m bandpo.data")
-    for i, row in enumerate(rows, 1):
-        if not isinstance(row.get("prompt"), str) or "answer" not in row:
-            raise ValueError(f"val_every: {VAL_SPLIT} row {i}: a row needs a string 'prompt' and an 'answer'")
-    if not rows:
-        raise ValueError(f"val_every: the validation split beside {cfg.data} has no rows")
-    return rows
+    return load_rows(_validation_split(cfg, "val_every", "a data folder with a validation split: bandpo.data"))
 
 
 def load_probe_rows(cfg: TrainConfig) -> list[dict]:
@@ -80,8 +74,8 @@ def load_probe_rows(cfg: TrainConfig) -> list[dict]:
     beside the training data; [] when probing is off. ValueError naming the file when there are none."""
     if not cfg.probe_every:
         return []
-    rows = _validation_split(cfg, "probe_every", "a probe data set: bandpo.data.tiny_math tiny-math --probe")
-    rows = [r for r in rows if r.get("subset") == "probe"]
+    path = _validation_split(cfg, "probe_every", "a probe data set: bandpo.data.tiny_math tiny-math --probe")
+    rows = [r for r in read_jsonl(path) if r.get("subset") == "probe"]
     if not rows:
         raise ValueError(f"probe_every: {VAL_SPLIT} has no rows with subset 'probe' (not a probe data set?)")
     return rows
