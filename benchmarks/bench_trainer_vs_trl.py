@@ -62,6 +62,7 @@ median ratio: the machine is shared, and alternation spreads a busy period over 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import inspect
 import json
@@ -90,6 +91,15 @@ class _GlobalOnly:
 
     def __exit__(self, *exc) -> None:
         return None
+
+
+def flop_counter():
+    """torch's FLOP counter counting into one total (`_GlobalOnly`)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    counter.mod_tracker = _GlobalOnly()  # no per-module table: its module hooks would turn FastLlama off
+    return counter
 
 
 class InlineExecutor:
@@ -141,20 +151,11 @@ def suite_worker(timings_path: str, train_argv: list[str]) -> int:
     cycles: list[dict] = []
 
     def timed_train_step(*args, **kwargs):
-        counter = None
-        if count_flops:
-            from torch.utils.flop_counter import FlopCounterMode
-
-            counter = FlopCounterMode(display=False)
-            counter.mod_tracker = _GlobalOnly()  # no per-module table: its module hooks would turn FastLlama off
-            counter.__enter__()
-        start, cpu_start = time.perf_counter(), time.process_time()
-        try:
+        counter = flop_counter() if count_flops else None
+        with counter or contextlib.nullcontext():
+            start, cpu_start = time.perf_counter(), time.process_time()
             metrics = original(*args, **kwargs)
-        finally:
-            if counter is not None:
-                counter.__exit__(None, None, None)
-        end, cpu_end = time.perf_counter(), time.process_time()
+            end, cpu_end = time.perf_counter(), time.process_time()
         cfg = signature.bind(*args, **kwargs).arguments["run"].cfg
         n_seq = cfg.prompts_per_step * cfg.samples_per_prompt
         cycles.append(

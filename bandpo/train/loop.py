@@ -176,6 +176,11 @@ class Run:
     # the thread that runs each step's old-log-prob pass while the main thread grades (`collect`)
     background: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "bandpo-policy-view"))
 
+    def own_stream(self):
+        """A context in which the RNG may be reseeded and drawn from, the training RNG (CPU and this run's GPU)
+        restored after it: the measurements' draws (probe, validation) never move the run's."""
+        return torch.random.fork_rng(devices=[self.device.index or 0] if self.device.type == "cuda" else [])
+
     def sync(self) -> None:
         """Wait for the device (CUDA kernels are asynchronous), so that timings are true."""
         if self.device.type == "cuda":
@@ -221,16 +226,15 @@ def train(cfg: TrainConfig) -> dict:
     t_run = time.perf_counter()
     try:
         for step in bar:
-            before = validation_metrics(run, "_before") if cfg.val_every and step == 0 else {}
+            before = validation_metrics(run, "_before") if cfg.val_every and step == 0 else {}  # the base policy
             with counting() as graded:  # grader_items, grader_slow_frac, grader_timeouts of this step
                 m = train_step(run, step)
             m.update(graded.metrics())
             if cfg.probe_every and ((step + 1) % cfg.probe_every == 0 or step + 1 == cfg.steps):
                 m.update(probe_metrics(run, step_seed(cfg.seed, step)))  # not counted in the step's time or grades
+            m.update(before)
             if cfg.val_every and ((step + 1) % cfg.val_every == 0 or step + 1 == cfg.steps):
-                m.update(before | validation_metrics(run))  # not counted in the step's time or grades
-            else:
-                m.update(before)
+                m.update(validation_metrics(run))  # not counted in the step's time or grades
             history.append(m)
             checkpoint.log(m)
             bar.set_postfix(reward=f"{m['reward_mean']:.3f}", entropy=f"{m['entropy']:.3f}")
@@ -530,8 +534,7 @@ def train_step(run: Run, step: int) -> dict:
 def probe_metrics(run: Run, seed: int) -> dict[str, float]:
     """The mechanism probe's view of the policy after this step's updates (`bandpo.train.probe.measure` on the probe
     rows): the deciding correct token's probability and the sampled accuracy. The training RNG is left as it was."""
-    devices = [run.device.index or 0] if run.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
+    with run.own_stream():
         m = measure(run.model, run.tokenizer, run.probe_rows, k=run.cfg.probe_k, seed=seed, greedy=False)
     out = {
         "probe/p_correct": m["deciding"]["p_correct"]["mean"],
@@ -555,9 +558,8 @@ def validation_metrics(run: Run, suffix: str = "") -> dict[str, float]:
     this measurement. Keys ``val/mean``, ``val/pass`` and ``val/seconds``, each with ``suffix``."""
     cfg, rows, k = run.cfg, run.val_rows, run.cfg.val_k
     t0 = time.perf_counter()
-    devices = [run.device.index or 0] if run.device.type == "cuda" else []
     correct: list[int] = []
-    with torch.random.fork_rng(devices=devices), torch.no_grad():
+    with run.own_stream(), torch.no_grad():
         for start in range(0, len(rows), cfg.prompts_per_step):
             chunk = rows[start : start + cfg.prompts_per_step]
             torch.manual_seed(step_seed(cfg.seed, -1 - start))  # the validation stream: never a training step's
