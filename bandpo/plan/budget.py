@@ -66,7 +66,7 @@ import os
 import re
 import statistics
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -467,16 +467,24 @@ def plan(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
         f"(x {model.elapsed_factor:.3f}, the measured run's scheduling factor)"
     )
     if args.budget_min is not None:
-        fits = []
-        for n in range(2, 41):
-            try:
-                planned = config(n)
-            except ConfigError:  # more seeds than a sequential primary's pair: the other entries never run more
-                break
-            if estimate(planned, model, args.cores, args.separation_d)["elapsed_min"] <= args.budget_min:
-                fits.append(n)
-        print(f"seeds that fit {args.budget_min:g} min: " + (f"at most {max(fits)}" if fits else "none (2 do not)"))
+        most = most_seeds_within(args.budget_min, lambda n: estimate(config(n), model, args.cores, args.separation_d))
+        print(f"seeds that fit {args.budget_min:g} min: " + (f"at most {most}" if most else "none (2 do not)"))
     return 0
+
+
+def most_seeds_within(budget_min: float, estimate_of: Callable[[int], Mapping[str, Any]]) -> int | None:
+    """The largest seed count n in 2..40 whose estimate (``estimate_of(n)``, `estimate`'s dict) fits ``budget_min``
+    minutes of elapsed time; None when none does. The search stops at the first n the config refuses (more seeds
+    than a sequential primary's pair: the other entries never run more)."""
+    fits = []
+    for n in range(2, 41):
+        try:
+            est = estimate_of(n)
+        except ConfigError:
+            break
+        if est["elapsed_min"] <= budget_min:
+            fits.append(n)
+    return max(fits, default=None)
 
 
 def parser() -> argparse.ArgumentParser:

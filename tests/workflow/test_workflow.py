@@ -1221,13 +1221,12 @@ def test_budget_estimate_counts_the_dags_jobs_and_reproduces_the_measured_run():
     assert main[0] < main[1] and main[0] < full
 
 
-def test_benchmarks_readme_quotes_the_published_run(tmp_path):
+def test_benchmarks_readme_quotes_the_published_run(tmp_path, capsys):
     """benchmarks/README.md's entries of `python -m bandpo.plan.budget`: the published run's elapsed time and the
     fixed cost of a tiny-s main training job (results/dag_rules.csv), and the seed counts `plan` estimates from that
     table, as its command line computes them; benchmarks/CHANGELOG.md's record of that run against the one before it
     and of the same seed counts."""
     from bandpo.plan import budget
-    from bandpo.plan.validate import ConfigError
 
     rules, measured_cfg = budget.read_measured(ROOT / "results")
     model = budget.CostModel(rules, measured_cfg, stopped=budget.stopped_pairs(ROOT / "results"))
@@ -1246,18 +1245,16 @@ def test_benchmarks_readme_quotes_the_published_run(tmp_path):
     measured_file = tmp_path / "measured.yaml"
     measured_file.write_text(yaml.safe_dump(measured_cfg))
 
-    def minutes(only: str | None, seeds: int) -> float:
-        return budget.estimate(budget.load_config(measured_file, only=only, seeds=seeds, root=ROOT), model, cores=2)[
-            "elapsed_min"
-        ]
+    def estimate(only: str | None, seeds: int) -> dict:
+        return budget.estimate(budget.load_config(measured_file, only=only, seeds=seeds, root=ROOT), model, cores=2)
 
-    fits = []
-    for n in range(2, 41):  # as the command line's --budget-min: up to the sequential pair's seeds
-        try:
-            fits += [n] if minutes("main", n) <= 90 else []
-        except ConfigError:
-            break
-    most = max(fits)
+    def minutes(only: str | None, seeds: int) -> float:
+        return estimate(only, seeds)["elapsed_min"]
+
+    most = budget.most_seeds_within(90, lambda n: estimate("main", n))
+    argv = ["plan", "--config", str(measured_file), "--measured", str(ROOT / "results"), "--only", "main"]
+    assert budget.main([*argv, "--budget-min", "90"]) == 0  # the command line's search is the same
+    assert capsys.readouterr().out.strip().endswith(f"seeds that fit 90 min: at most {most}")
     for doc in (text, log):
         assert f"main alone at most **{most} seeds** within 90 minutes ({minutes('main', 3):.1f} min at 3)" in doc
         assert f"{minutes(None, 6):.1f} min with 6 seeds, {minutes(None, 8):.1f} with 8" in doc
