@@ -321,6 +321,22 @@ def test_primary_rules_are_the_paired_comparisons_of_the_leaderboard():
         assert r.rule == "descriptive"
 
 
+def test_headline_adds_the_rows_of_a_published_folder():
+    """A folder named in the headline's parts adds its primary rows of mean@8 after the embedded profile's, each
+    named by the folder (and its experiment when not main), with the part's own numbers."""
+    from bandpo.report.docs.cells import ci
+
+    own = score_blocks.headline(RESULTS, parts=())
+    both = score_blocks.headline(RESULTS, parts=("horizon",))
+    assert both.startswith(own)
+    added = [line.split(" | ") for line in both[len(own) :].strip().splitlines()]
+    rows = RESULTS.part("horizon").primary.query("metric == 'mean@8'")
+    assert len(added) == len(rows) > 0
+    for cells, r in zip(added, rows.itertuples(), strict=True):
+        assert cells[0] == "| horizon" + ("" if r.experiment == "main" else f": {r.experiment}")
+        assert cells[5] == ci(r.difference, r.ci_low, r.ci_high, sign=True)
+
+
 def test_statistics_claims():
     """docs/statistics.md: the t quantile at n = 3, the shortcut MDE against the exact one there, and how far an SD
     estimated from the fewest seeds of the power table can be off (the generated block `sd-fewest`)."""

@@ -55,25 +55,42 @@ def _base_row(board: Board, experiment: str, model: str, subset: str) -> pd.Seri
     return None
 
 
-def headline(board: Board) -> str:
+# Published folders (results/FOLDER/, a profile of its own) whose primary rows the README's headline adds after
+# the embedded profile's, each named by its folder in the experiment column
+HEADLINE_PARTS: tuple[str, ...] = ()
+
+
+def headline(board: Board, parts: tuple[str, ...] = HEADLINE_PARTS) -> str:
     """BandPO-KL against GRPO where the config fixed a primary comparison of scores, with the base model: the paired
     difference with its 95% paired t interval (the estimate), the margin δ of the question (is BandPO-KL better
     than GRPO by at least δ?), the verdict with the look and pairs it rests on, and its stability (the probability
-    that an independent rerun gives the same verdict), from primary.csv (a demoted primary marked so)."""
+    that an independent rerun gives the same verdict), from primary.csv (a demoted primary marked so); then the
+    same rows of each published folder of ``parts``, its experiment named ``FOLDER`` (``FOLDER: EXPERIMENT`` when
+    not main)."""
+    rows = _headline_rows(board)
+    for name in parts:
+        rows += _headline_rows(board.part(name), name)
+    head = ["experiment", "model", "base", "GRPO", "BandPO-KL", "BandPO-KL − GRPO, paired t", "margin",
+            "verdict (look, pairs)", "stability"]  # fmt: skip
+    return md_table(head, rows, right=2)
+
+
+def _headline_rows(board: Board, folder: str = "") -> list[list[str]]:
     rows = []
     for p in row_series(board.primary[board.primary.metric == METRIC]):
         subset = board.scores.loc[board.scores.task == p["task"], "subset"].iloc[0]  # the task's part of the data
         where = p["model"] + ("" if not subset else f", {subset} subset")
         base = _base_row(board, p["experiment"], p["model"], subset)
         control, treatment = (board.row(p["experiment"], p["model"], e, subset) for e in (p["control"], p["treatment"]))
+        experiment = (
+            p["experiment"] if not folder else folder + ("" if p["experiment"] == "main" else f": {p['experiment']}")
+        )
         rows.append([
-            p["experiment"], where, "—" if base is None else num(base[METRIC]), num(control[METRIC]),
+            experiment, where, "—" if base is None else num(base[METRIC]), num(control[METRIC]),
             num(treatment[METRIC]), ci(p["difference"], p["ci_low"], p["ci_high"], sign=True),
             margin_text(p.get("margin", np.nan)), verdict_cell(p), num(p.get("stability", np.nan), 2, 1.0),
         ])  # fmt: skip
-    head = ["experiment", "model", "base", "GRPO", "BandPO-KL", "BandPO-KL − GRPO, paired t", "margin",
-            "verdict (look, pairs)", "stability"]  # fmt: skip
-    return md_table(head, rows, right=2)
+    return rows
 
 
 def primary(board: Board) -> str:
