@@ -212,20 +212,27 @@ def mde_measured(board: Board) -> str:
 
 def seeds_summary(board: Board) -> str:
     """How many seeds each experiment's rows average (runs.csv): the primary pair's (primary.csv's treatment and
-    control), then the other trained entries', per experiment in the order the runs list them."""
+    control), then the other trained entries', per experiment in the order the runs list them; a count that differs
+    between models is given per model."""
     parts = []
     for xp, runs in board.runs.groupby("experiment", sort=False):
         counts = runs.groupby(["model", "entry"])["seed"].nunique()
         p = board.primary[(board.primary.experiment == xp) & (board.primary.metric == METRIC)]
-        pair = set(p["treatment"]) | set(p["control"])
-        in_pair = counts[[e in pair for _m, e in counts.index]]
-        others = sorted(set(counts[[e not in pair for _m, e in counts.index]]))
-        if in_pair.empty:
-            parts.append(f"{xp} {'/'.join(map(str, sorted(set(counts))))}")
+        pair = counts.index.get_level_values("entry").isin(set(p["treatment"]) | set(p["control"]))
+        if not pair.any():
+            parts.append(f"{xp} {_seed_counts(counts)}")
             continue
-        text = f"{xp} {'/'.join(map(str, sorted(set(in_pair))))} for the primary pair"
-        parts.append(text + (f", {'/'.join(map(str, others))} for the other entries" if others else ""))
+        text = f"{xp} {_seed_counts(counts[pair])} for the primary pair"
+        parts.append(text + (f", {_seed_counts(counts[~pair])} for the other entries" if (~pair).any() else ""))
     return "; ".join(parts)
+
+
+def _seed_counts(counts: pd.Series) -> str:
+    """Seed counts indexed by (model, entry): one number when every model has it, else each model's."""
+    by_model = {m: "/".join(map(str, sorted(set(g)))) for m, g in counts.groupby(level="model")}
+    if len(set(by_model.values())) == 1:
+        return next(iter(by_model.values()))
+    return ", ".join(f"{n} on {m}" for m, n in by_model.items())
 
 
 # sentences: what the tables say, generated so that the prose cannot go stale
