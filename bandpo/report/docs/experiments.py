@@ -10,6 +10,7 @@ import pandas as pd
 
 from bandpo.analysis.experiments import collapse_factors, primary_results
 from bandpo.analysis.stats import t_interval
+from bandpo.analysis.steps import read_steps
 from bandpo.plan.sweep import report_experiments
 from bandpo.report.board import Board
 from bandpo.report.docs.cells import METRIC, ci, margin_text, md_table, num, row_series, verdict_parts
@@ -170,3 +171,60 @@ def horizon_holds(board: Board) -> str:
     if early["verdict"] == late["verdict"]:
         return f"holds on {late['model']}: {a}; {b}; {paired_change}"
     return f"does not hold on {late['model']}: {a}, but {b}; {paired_change}"
+
+
+def held_out_curves(board: Board) -> pd.DataFrame:
+    """The held-out curves of a published folder's runs (steps.csv's val/mean, ``val_every``): one row per run and
+    measurement, columns experiment, model, entry, seed, step (0: before any update) and value (validation mean@k);
+    empty when no run measured one."""
+    steps = read_steps(board.folder / "steps.csv")
+    keys = ["experiment", "model", "entry", "seed"]
+    if "val/mean" not in steps:
+        return pd.DataFrame(columns=[*keys, "step", "value"])
+    before = steps.dropna(subset=["val/mean_before"]).assign(step=0, value=lambda f: f["val/mean_before"])
+    after = steps.dropna(subset=["val/mean"]).assign(value=lambda f: f["val/mean"])
+    return pd.concat([before, after])[[*keys, "step", "value"]].sort_values([*keys, "step"], ignore_index=True)
+
+
+def pilot(board: Board) -> str:
+    """The pilot of a comparison with held-out curves (issue #56, item 3): the primary's control (GRPO) on its first
+    seed, its validation mean@k before training and after every measured step, the change from before training to
+    its last measurement, and its training time a step (runs.csv: the steps' time, the measurements not counted)."""
+    score, _entropy = _experiment_primary(board, "main")
+    runs = board.runs.query("experiment == 'main' and model == @score.model and entry == @score.control")
+    run = runs.sort_values("seed").iloc[0]
+    curves = held_out_curves(board)
+    curve = curves[(curves.model == run.model) & (curves.entry == run.entry) & (curves.seed == run.seed)]
+    if curve.empty or curve.step.iloc[0] != 0:
+        raise ValueError(
+            f"steps.csv has no held-out curve with a before-training value for {run.entry} seed {run.seed}"
+        )
+    k = board.provenance["config"]["train"]["val_k"]
+    after = ", ".join(num(v) for v in curve.value.iloc[1:])
+    steps = "/".join(str(s) for s in curve.step.iloc[1:])
+    change = num(curve.value.iloc[-1] - curve.value.iloc[0], sign=True)
+    return (
+        f"{run.entry}, seed {run.seed}: validation mean@{k} {num(curve.value.iloc[0])} before training, {after} "
+        f"after steps {steps} ({change} points); {run.train_seconds / run.steps:.0f} s a training step"
+    )  # noqa: E501 fmt: skip
+
+
+def held_out_table(board: Board) -> str:
+    """The primary pair's validation mean@k at each measurement (0: before training): each entry's mean over seeds
+    and the paired difference (treatment − control, same seed: the same problems and sampling stream), each with its
+    95% t interval over the seeds; descriptive (the verdict is the test split's)."""
+    score, _entropy = _experiment_primary(board, "main")
+    curves = held_out_curves(board)
+    wide = curves[curves.model == score.model].pivot_table(index=["step", "seed"], columns="entry", values="value")
+    rows = []
+    for step, g in wide.groupby(level="step"):
+        d = (g[score.treatment] - g[score.control]).dropna()
+        rows.append([
+            "before training" if step == 0 else f"after step {step}", str(len(d)),
+            *(ci(g[e].mean(), *t_interval(g[e].dropna())) for e in (score.control, score.treatment)),
+            ci(d.mean(), *t_interval(d), sign=True),
+        ])  # fmt: skip
+    k = board.provenance["config"]["train"]["val_k"]
+    head = ["measured", "seed pairs", f"{score.control}: validation mean@{k}", f"{score.treatment}",
+            f"{score.treatment} − {score.control}, paired"]  # fmt: skip
+    return md_table(head, rows, right=1)
