@@ -251,13 +251,13 @@ def test_publication_blocks_are_the_provenance():
                 assert f"built for `results/{folder}/`" in bases
     numerics = publication.published_numerics(RESULTS)
     assert "`results/`" in numerics and "`results/offpolicy/`" in numerics and "`results/probe/`" in numerics
-    for folder in ("offpolicy", "probe", "real-lm-smoke", "real-lm-verl"):  # the folders their own configs publish
+    for folder in ("offpolicy", "probe", "real-lm-smoke", "real-lm-verl", "real-lm"):  # published by their configs
         assert publication.published_by_its_config(folder, RESULTS.part(folder).provenance), folder
     local = {"config": {"profile": "embedded", "publish": True}}  # a local report folder is not a publication
     assert not publication.published_by_its_config("embedded", local)
     # the seeds: the config's, and the runs' (the primary pair's own seeds where the config gives them)
     for board, xp in ((RESULTS, "main"), (RESULTS, "random-reward"), (RESULTS.part("horizon"), "main"),
-                      (RESULTS.part("horizon"), "horizon")):  # fmt: skip
+                      (RESULTS.part("horizon"), "horizon"), (RESULTS.part("real-lm"), "main")):  # fmt: skip
         spec, runs = board.experiments[xp], board.runs
         seeds = spec.get("seeds") or board.provenance["config"]["seeds"]
         pair = (spec.get("primary") or {}).get("seeds") or seeds
@@ -276,36 +276,39 @@ def test_publication_blocks_are_the_provenance():
     assert publication.seed_range([0, 1, 2, 3]) == "0-3" and publication.seed_range([0, 2]) == "0, 2"
 
 
-def test_primary_rules_are_the_paired_comparisons_of_the_leaderboard():
+@pytest.mark.parametrize("folder", ["", "real-lm"])
+def test_primary_rules_are_the_paired_comparisons_of_the_leaderboard(folder):
     """primary.csv's score rows are the leaderboard's paired difference from GRPO with its paired t interval (the
     same computation: seed s of BandPO-KL minus seed s of GRPO), and their verdicts the verdict rule's on the
     published scores: a single look (`fixed_n_decision`) at the published config's margin (fractions, through the
     run plan) for a primary without a design; its entropy rows the paired t interval of each run's final minus
-    step-1 entropy (runs.csv)."""
+    step-1 entropy (runs.csv). The embedded publication and the real-LM comparison (results/real-lm/: one look)."""
     from scipy.stats import t
 
     from bandpo.plan.sweep import design_settings, report_experiments
     from bandpo.verdict.design import SequentialDesign
     from bandpo.verdict.rule import decide, fixed_n_decision
 
-    plan = report_experiments(RESULTS.provenance["config"])
-    p = RESULTS.primary
+    res = RESULTS.part(folder) if folder else RESULTS
+    plan = report_experiments(res.provenance["config"])
+    p = res.primary
+    assert not p[p.metric == "mean@8"].empty
     for r in p[p.metric == "mean@8"].itertuples():
-        subset = RESULTS.scores.loc[RESULTS.scores.task == r.task, "subset"].iloc[0]
-        row = RESULTS.row(r.experiment, r.model, r.treatment, subset)
+        subset = res.scores.loc[res.scores.task == r.task, "subset"].iloc[0]
+        row = res.row(r.experiment, r.model, r.treatment, subset)
         assert row["baseline"] == r.control and row["mean@8_n_pairs"] == r.n_pairs
         for ours, theirs in ((r.difference, "mean@8_diff"), (r.ci_low, "mean@8_diff_t_ci_low"),
                              (r.ci_high, "mean@8_diff_t_ci_high")):  # fmt: skip
             assert ours == pytest.approx(row[theirs], abs=2e-6)
         assert row["mean@8_role"] == "primary" and row["mean@8_verdict_holm"] == r.verdict
         assert r.margin == plan[r.experiment]["margins"][r.model] == pytest.approx(0.02)
-        sc = RESULTS.scores.query("experiment == @r.experiment and model == @r.model and task == @r.task")
+        sc = res.scores.query("experiment == @r.experiment and model == @r.model and task == @r.task")
         per_seed = sc[sc.name == "mean@8"].pivot_table(index="seed", columns="entry", values="value")
         d = (per_seed[r.treatment] - per_seed[r.control]).dropna()
         if r.rule == "sequential":  # main: the design of the config, its looks in the order of the pair's seeds
-            spec = RESULTS.provenance["config"]["experiments"][r.experiment]["primary"]
+            spec = res.provenance["config"]["experiments"][r.experiment]["primary"]
             assert list(d.index) == spec["seeds"][: len(d)]
-            design = SequentialDesign(**design_settings(RESULTS.provenance["config"], r.experiment, r.model))
+            design = SequentialDesign(**design_settings(res.provenance["config"], r.experiment, r.model))
             expected = decide(design, d.to_numpy())
             assert (r.verdict, r.look, r.n) == (expected.verdict, expected.look, expected.n) and r.n == len(d)
             assert r.t == pytest.approx(expected.t, abs=1e-3) and expected.verdict != "undecided"  # it stopped
@@ -314,7 +317,7 @@ def test_primary_rules_are_the_paired_comparisons_of_the_leaderboard():
         expected = fixed_n_decision(d.to_numpy(), r.margin)
         assert r.verdict == expected.verdict and r.n == len(d) == r.n_pairs
         assert r.p_better == pytest.approx(1 - t.cdf(expected.t, len(d) - 1), abs=1e-4)
-    changes = experiment_blocks.entropy_changes(RESULTS)
+    changes = experiment_blocks.entropy_changes(res)
     for r in p[(p.metric == "entropy_final") & (p.experiment == "random-reward")].itertuples():
         lo, hi = t_interval(changes.loc[changes.entry == r.treatment, "change"])
         assert (r.ci_low, r.ci_high) == pytest.approx((lo, hi), abs=2e-6)
@@ -335,6 +338,81 @@ def test_headline_adds_the_rows_of_a_published_folder():
     for cells, r in zip(added, rows.itertuples(), strict=True):
         assert cells[0] == "| horizon" + ("" if r.experiment == "main" else f": {r.experiment}")
         assert cells[5] == ci(r.difference, r.ci_low, r.ci_high, sign=True)
+
+
+def test_real_lm_comparison_is_the_declared_design():
+    """results/real-lm/ is config/real-lm-compare.yaml's run as declared (issue #56): its provenance holds that
+    config's data, model, methods, seeds and training settings; every entry ran every seed for the declared steps
+    with its held-out curve; the page links only figures that exist and speaks of one downloaded base model; the
+    README's headline carries its row and the README names its model and test set as the config does."""
+    from bandpo.plan.validate import load_yaml, validate_config
+
+    res = RESULTS.part("real-lm")
+    declared = validate_config(load_yaml(ROOT / "config" / "real-lm-compare.yaml"))
+    cfg = res.provenance["config"]
+    for key in ("data", "train_data", "methods", "seeds", "grader", "base_per_seed", "experiments"):
+        assert cfg[key] == declared[key], key
+    assert {k: cfg["models"][0][k] for k in ("id", "package", "version", "sha256")} == {
+        k: declared["models"][0][k] for k in ("id", "package", "version", "sha256")
+    }
+    for key, value in load_yaml(ROOT / "config" / "real-lm-compare.yaml")["train"].items():
+        assert cfg["train"][key] == value, key
+    runs = res.runs[res.runs.experiment == "main"]
+    assert sorted(runs.entry.unique()) == sorted(m["id"] for m in declared["methods"])
+    assert all(sorted(g.seed) == declared["seeds"] for _, g in runs.groupby("entry"))
+    assert set(runs.steps) == {declared["train"]["steps"]}
+    curves = experiment_blocks.held_out_curves(res)
+    every = declared["train"]["val_every"]
+    expected_steps = [0, *range(every, declared["train"]["steps"] + 1, every)]
+    assert all(list(g.step) == expected_steps for _, g in curves.groupby(["entry", "seed"]))
+    assert len(curves.groupby(["entry", "seed"])) == len(runs)
+    page = (res.folder / "leaderboard.md").read_text(encoding="utf-8")
+    linked = re.findall(r"\]\((figures/[^)]+)\)", page)
+    assert {"figures/training_curves.png", "figures/clipfrac_buckets.png"} <= set(linked)
+    assert all((res.folder / f).is_file() for f in linked)
+    assert "pretrained with seed" not in page
+    # the README: its headline row, and the model and test set the sentence beside it names
+    assert score_blocks.HEADLINE_PARTS == ("real-lm",)
+    rows = [line for line in docs.BLOCKS["headline"](RESULTS).splitlines() if line.startswith("| real-lm |")]
+    assert len(rows) == len(res.primary.query("metric == 'mean@8'")) == 1
+    data = declared["data"][0]
+    assert declared["models"][0]["member"].split("/")[1].startswith("SmolLM2-135M-Instruct")
+    assert data["prompt_format"] == "answer-line" and data["n_test"] == 48
+    assert "(`real-lm`: SmolLM2-135M-Instruct, [48 answer-line ones](" in read("README.md")
+
+
+def test_real_lm_blocks_recompute():
+    """The real-LM comparison's blocks against steps.csv and runs.csv (results/real-lm/): the pilot's held-out curve
+    (GRPO, seed 0) and its change against the declared bar, the held-out table's paired differences, and the clip
+    fractions by old-probability bucket."""
+    from bandpo.report.docs.cells import num
+
+    res = RESULTS.part("real-lm")
+    steps = pd.read_csv(res.folder / "steps.csv")
+    grpo0 = steps.query("entry == 'grpo' and seed == 0").sort_values("step")
+    before = grpo0["val/mean_before"].dropna().iloc[0]
+    after = grpo0.dropna(subset=["val/mean"])
+    text = experiment_blocks.pilot(res)
+    values = ", ".join(num(v) for v in after["val/mean"])
+    assert text.startswith(f"grpo, seed 0: validation mean@8 {num(before)} before training, {values} after steps")
+    change = after["val/mean"].iloc[-1] - before
+    assert f"({num(change, sign=True)} points: {'' if change >= 0.05 else 'not '}at least 5)" in text
+    per_step = (res.runs.train_seconds / res.runs.steps).median()
+    assert text.endswith(f"; {per_step:.0f} s a training step")
+    # the held-out table: at each measurement, bandpo_kl − grpo of the same seed, mean and 95% t interval
+    table = _md_rows("## x\n" + experiment_blocks.held_out_table(res))["x"]
+    val = steps.dropna(subset=["val/mean"]).pivot_table(index=["step", "seed"], columns="entry", values="val/mean")
+    assert len(table) == 1 + len(val.index.get_level_values("step").unique())
+    last = table[-1]
+    d = (val.loc[val.index.get_level_values("step").max()]).eval("bandpo_kl - grpo")
+    lo, hi = t_interval(d)
+    assert _floats(last["bandpo_kl − grpo, paired"]) == pytest.approx([100 * d.mean(), 100 * lo, 100 * hi], abs=0.051)
+    assert last["seed pairs"] == str(len(d))
+    # the clip fractions: the lowest bucket's upper clip, per run the mean over steps, then over seeds
+    buckets = _md_rows("## x\n" + experiment_blocks.clip_buckets(res))["x"]
+    low = steps.groupby(["entry", "seed"])["clipfrac_upper/p0.0-0.2"].mean()
+    for entry in ("grpo", "bandpo_kl"):
+        assert _floats(buckets[0][f"upper clip %, {entry}"])[0] == pytest.approx(100 * low[entry].mean(), abs=0.0051)
 
 
 def test_statistics_claims():

@@ -57,7 +57,7 @@ def _base_row(board: Board, experiment: str, model: str, subset: str) -> pd.Seri
 
 # Published folders (results/FOLDER/, a profile of its own) whose primary rows the README's headline adds after
 # the embedded profile's, each named by its folder in the experiment column
-HEADLINE_PARTS: tuple[str, ...] = ()
+HEADLINE_PARTS: tuple[str, ...] = ("real-lm",)
 
 
 def headline(board: Board, parts: tuple[str, ...] = HEADLINE_PARTS) -> str:
