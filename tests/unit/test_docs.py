@@ -398,7 +398,7 @@ def test_real_lm_blocks_recompute():
     change = after["val/mean"].iloc[-1] - before
     assert f"({num(change, sign=True)} points: {'' if change >= 0.05 else 'not '}at least 5)" in text
     per_step = (res.runs.train_seconds / res.runs.steps).median()
-    assert text.endswith(f"; {per_step:.0f} s a training step")
+    assert text.endswith(f"; a training step {per_step:.0f} s (the median over the {len(res.runs)} runs)")
     # the held-out table: at each measurement, bandpo_kl − grpo of the same seed, mean and 95% t interval
     table = _md_rows("## x\n" + experiment_blocks.held_out_table(res))["x"]
     val = steps.dropna(subset=["val/mean"]).pivot_table(index=["step", "seed"], columns="entry", values="val/mean")

@@ -1,5 +1,5 @@
-"""Doc blocks of the settled experiments: the random-reward control's entropy shift and the horizon run against
-main's runs of the same seeds."""
+"""Doc blocks of the settled experiments: the random-reward control's entropy shift, the horizon run against
+main's runs of the same seeds, and the real-LM comparison's pilot, held-out curves and clip fractions by bucket."""
 
 from __future__ import annotations
 
@@ -213,7 +213,7 @@ def pilot(board: Board) -> str:
     return (
         f"{run.entry}, seed {run.seed}: validation mean@{k} {num(curve.value.iloc[0])} before training, {after} "
         f"after steps {steps} ({change} points: {'' if moved else 'not '}at least {num(PILOT_BAR, 0)}); "
-        f"{(runs.train_seconds / runs.steps).median():.0f} s a training step"
+        f"a training step {(runs.train_seconds / runs.steps).median():.0f} s (the median over the {len(runs)} runs)"
     )  # fmt: skip
 
 
