@@ -84,6 +84,12 @@ def job_resources(cfg: Mapping[str, Any], rule: str) -> dict[str, int]:
     return {**cfg["resources"]["default"], **(cfg["resources"].get(rule) or {})}
 
 
+def verl_val_split(cfg: Mapping[str, Any]) -> str:
+    """The split of ``val_data`` that is verl's val_files: the validation split when verl measures held-out
+    (``train.val_every``, as the local trainer does), else the test split (verl requires val_files; unused)."""
+    return "validation" if (cfg.get("train") or {}).get("val_every") else "test"
+
+
 def model_data(cfg: Mapping[str, Any], model: Mapping[str, Any]) -> str:
     """The data set a model is pretrained on (tiny models): its ``data``, default train_data[0]."""
     return model.get("data") or cfg["train_data"][0]

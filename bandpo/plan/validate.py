@@ -50,6 +50,7 @@ from bandpo.plan.sweep import (
     model_data,
     reused_entries,
     sequential_pairs,
+    verl_val_split,
 )
 from bandpo.train.settings import RUN_FIELDS, TrainConfig
 from bandpo.verl.spec import RUN_FIELDS as VERL_RUN_FIELDS
@@ -203,8 +204,8 @@ def _splits_of(d: Mapping[str, Any]) -> set[str]:
 
 
 def _check_data(cfg: Mapping[str, Any], data_ids: Mapping[str, Mapping[str, Any]]) -> None:
-    """Real data sets are registered; ``train_data`` names data sets with a train split, ``val_data`` one with a
-    test split."""
+    """Real data sets are registered; ``train_data`` names data sets with a train split, ``val_data`` one with
+    the split verl validates on (`verl_val_split`)."""
     for i, d in enumerate(cfg["data"]):
         if d["source"] == "real" and d["name"] not in REAL_DATASETS:
             fail(["data", i, "name"], f"unknown real data set {d['name']!r}; known: {', '.join(sorted(REAL_DATASETS))}")
@@ -216,8 +217,10 @@ def _check_data(cfg: Mapping[str, Any], data_ids: Mapping[str, Mapping[str, Any]
     if cfg.get("val_data") is not None:
         if cfg["val_data"] not in data_ids:
             fail(["val_data"], f"unknown data set {cfg['val_data']!r}; defined: {', '.join(data_ids)}")
-        if "test" not in _splits_of(data_ids[cfg["val_data"]]):
-            fail(["val_data"], f"data set {cfg['val_data']!r} has no test split")
+        split = verl_val_split(cfg)
+        if split not in _splits_of(data_ids[cfg["val_data"]]):
+            why = " (train.val_every measures held-out on it)" if split == "validation" else ""
+            fail(["val_data"], f"data set {cfg['val_data']!r} has no {split} split{why}")
 
 
 def _check_eval(cfg: Mapping[str, Any], data_ids: Mapping[str, Mapping[str, Any]]) -> None:

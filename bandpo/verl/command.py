@@ -58,6 +58,8 @@ PROTOCOL_KEYS: dict[str, tuple[str, ...]] = {
     "grad_clip": (f"{_ACTOR}.grad_clip",),
     "kl_coef": (f"{_ACTOR}.kl_loss_coef",),
     "loss_agg_mode": (f"{_ACTOR}.loss_agg_mode",),
+    "val_every": ("trainer.test_freq",),
+    "val_k": (f"{_ROLLOUT}.val_kwargs.n",),
     "dual_clip_c": (f"{_ACTOR}.clip_ratio_c",),
     "trackers": ("trainer.logger",),
 }
@@ -229,9 +231,18 @@ def _base_overrides(run: VerlRun) -> dict[str, Any]:
         "trainer.experiment_name": run.run_name,
         "trainer.default_local_dir": os.path.join(run.output_dir, "checkpoints"),
         "trainer.save_freq": run.save_freq,
-        "trainer.test_freq": -1,  # evaluation is lm-eval's job, on the saved checkpoints
-        "trainer.val_before_train": False,
+        # held-out measurements (val_every; else evaluation is lm-eval's alone, on the saved checkpoints): k samples a
+        # validation problem, drawn as the rollouts are; before training only in a fresh run, not a resumed one
+        "trainer.val_before_train": run.val_every > 0 and not resuming(run),
+        f"{rollout}.val_kwargs.do_sample": True,
+        f"{rollout}.val_kwargs.temperature": run.temperature,
+        f"{rollout}.val_kwargs.top_p": run.top_p,
     }
+
+
+def resuming(run: VerlRun) -> bool:
+    """Whether the run's folder holds a checkpoint verl resumes from (its resume_mode auto)."""
+    return os.path.exists(os.path.join(run.output_dir, "checkpoints", "latest_checkpointed_iteration.txt"))
 
 
 def overrides(run: VerlRun) -> list[str]:

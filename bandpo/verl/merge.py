@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -40,6 +41,7 @@ from bandpo.core.files import atomic_write_text, read_jsonl, replace_dir
 from bandpo.core.provenance import machine, versions
 from bandpo.core.run_contract import check_run
 from bandpo.verl import command
+from bandpo.verl.launch import metrics_logs
 from bandpo.verl.spec import read_spec
 
 TOKENIZER_FILES = (
@@ -65,9 +67,19 @@ VERL_CLIPFRAC = "actor/pg_clipfrac"  # verl's own losses: share of tokens whose 
 PLUGIN_PREFIX = "actor/bandpo/"  # bandpo.verl.plugin's statistics: the same names as the local trainer's
 
 
+# verl's held-out measurement (test_freq): "val-core/<data source>/acc/mean@<k>", the mean over the validation
+# problems and their k samples of the reward function's acc (0 / 1): the local trainer's val/mean (validation mean@k)
+_VAL_MEAN = re.compile(r"val-core/[^/]+/acc/mean@\d+")
+
+
 def contract_metrics(data: dict) -> dict:
     """One step of verl's metrics with the run contract's names (the others keep verl's names)."""
     out = {}
+    val = [key for key in data if _VAL_MEAN.fullmatch(key)]
+    if len(val) > 1:
+        raise ValueError(f"held-out measurements of several data sources ({', '.join(sorted(val))}): give one")
+    if val:
+        out["val/mean"] = data[val[0]]
     if "critic/score/mean" in data:
         # verl does not log the reward function's "acc"; verl_reward.py's score is 2 * acc - 1 (the paper's +1 / -1)
         out["accuracy"] = (data["critic/score/mean"] + 1.0) / 2.0
@@ -83,13 +95,20 @@ def contract_metrics(data: dict) -> dict:
     return out
 
 
-def read_verl_metrics(src: Path) -> list[dict]:
-    """verl's file-logger JSONL -> one contract row per step (the last record of a step wins, e.g. after resumes)."""
+def read_verl_metrics(*logs: Path) -> list[dict]:
+    """verl's file-logger JSONL logs (a run's parts, oldest first: `bandpo.verl.launch.metrics_logs`) -> one contract
+    row per step. A step's records are merged, a later value winning
+    (a step logged again after a resume); the held-out measurement before training (step 0, ``val_every``) goes
+    into the first step's row as ``val/mean_before``, as the local trainer logs it."""
     rows: dict[int, dict] = {}
-    for number, rec in enumerate(read_jsonl(src), start=1):
-        if not isinstance(rec.get("step"), int):
-            raise ValueError(f"{src}: record {number}: not a verl file-logger record with an integer step")
-        rows[rec["step"]] = {**contract_metrics(rec.get("data") or {}), "step": rec["step"]}
+    for src in logs:
+        for number, rec in enumerate(read_jsonl(src), start=1):
+            if not isinstance(rec.get("step"), int) or rec["step"] < 0:
+                raise ValueError(f"{src}: record {number}: not a verl file-logger record with an integer step >= 0")
+            rows.setdefault(rec["step"], {}).update(contract_metrics(rec.get("data") or {}), step=rec["step"])
+    before = rows.pop(0, {})
+    if rows and "val/mean" in before:
+        rows[min(rows)]["val/mean_before"] = before["val/mean"]
     return [rows[s] for s in sorted(rows)]
 
 
@@ -176,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         replace_dir(target, final)
     finally:
         shutil.rmtree(parent, ignore_errors=True)
-    rows = read_verl_metrics(run / "verl_metrics.jsonl")
+    rows = read_verl_metrics(*metrics_logs(run))
     atomic_write_text(run / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
     config = json.loads(json.dumps(command.record(read_spec(args.spec)), default=str))
     info = {

@@ -72,7 +72,14 @@ class VerlRun(Protocol):
     ppo_max_token_len_per_gpu: int = 16384
     """Dynamic batch size: tokens per micro-batch."""
     save_freq: int = 100
-    """Steps between checkpoints; the last step is always saved (as an HF model too) when > 0."""
+    """Steps between checkpoints; the last step is always saved (as an HF model too) when > 0. A killed run started
+    again resumes from its latest checkpoint (verl's resume_mode auto)."""
+    val_every: int = 0
+    """Steps between held-out measurements (verl's trainer.test_freq): validation mean@k on ``val_files``, before
+    training, every ``val_every`` steps and at the last step, sampled as the rollouts are; 0 = none (evaluation is
+    then lm-eval's alone). A resumed run does not measure again before training."""
+    val_k: int = 8
+    """Samples per validation problem of ``val_every`` (verl's rollout.val_kwargs.n: the k of mean@k)."""
     # --- reward, logging
     reward_fn_path: str | None = None
     """A Python file with the training grader; None = verl's default for the data."""
@@ -118,6 +125,10 @@ class VerlRun(Protocol):
             problems.append(f"grader_mode: must be one of {', '.join(GRADER_MODES)}, got {self.grader_mode!r}")
         if not isinstance(self.lr_warmup_steps, int) or self.lr_warmup_steps < 0:
             problems.append(f"lr_warmup_steps: must be an integer >= 0 (0: no warmup), got {self.lr_warmup_steps!r}")
+        if not isinstance(self.val_every, int) or self.val_every < 0:
+            problems.append(f"val_every: must be an integer >= 0 (0: no held-out measurement), got {self.val_every!r}")
+        if not isinstance(self.val_k, int) or self.val_k < 1:
+            problems.append(f"val_k: must be an integer >= 1, got {self.val_k!r}")
         if not isinstance(self.total_epochs, int) or self.total_epochs < 1:
             problems.append(f"total_epochs: must be an integer >= 1, got {self.total_epochs!r}")
         if (

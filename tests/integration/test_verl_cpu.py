@@ -381,7 +381,9 @@ def verl_cpu_test_config(tmp_path: Path) -> Path:
     cfg["models"] = [{"id": "vtest-tiny", "source": "tiny", "size": "tiny-test", "build": {"eval_limit": 8}}]
     cfg["methods"] = [{"id": "bandpo_kl", "method": "bandpo", "params": {"divergence": "kl", "delta": 0.05}}]
     cfg["seeds"] = [0]
-    cfg["train"].update(prompts_per_step=4, samples_per_prompt=4, updates_per_step=2, steps=2)
+    # a checkpoint and a held-out measurement (2 samples a validation problem) every step, as the real-LM profile
+    cfg["train"].update(prompts_per_step=4, samples_per_prompt=4, updates_per_step=2, steps=2, save_freq=1,
+                        val_every=1, val_k=2)  # fmt: skip
     cfg["beside"] = str(ROOT / "results")  # the published local-trainer page (no run of this test's model there)
     path = tmp_path / "verl-cpu-test.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -409,6 +411,9 @@ def test_verl_cpu_run_through_the_dag(tmp_path):
     assert info["grader"]["mode"] == info["config"]["grader_mode"] == "lenient"  # the profile's grader.mode
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]
+    # the held-out curve: before training (step 1's row, as the local trainer logs it) and after each step
+    assert 0.0 <= metrics[0]["val/mean_before"] <= 1.0 and all(0.0 <= m["val/mean"] <= 1.0 for m in metrics)
+    assert json.loads((run / "train_done.json").read_text())["last_checkpoint"] == 2
     assert all(0.0 <= m["clipfrac"] <= 1.0 and m["entropy"] > 0 for m in metrics)
     # the merged model keeps the base model's dtype and loads
     from transformers import AutoModelForCausalLM
@@ -446,4 +451,21 @@ def test_verl_cpu_run_through_the_dag(tmp_path):
                 for line in lines]  # fmt: skip
 
     first, second = numbers(run), numbers(again)
-    assert len(first) == 2 and "actor/entropy" in first[0] and first == second
+    assert len(first) == 3 and "actor/entropy" in first[1] and first == second  # steps 0 (validation), 1, 2
+    assert first[0] == {k: v for k, v in first[0].items() if k.startswith("val-")}
+
+    # a start killed after step 2's checkpoint, before step 2's record: the next start drops that checkpoint,
+    # resumes from step 1's (no second measurement before training) and logs step 2 as the first run did
+    lines = (again / "verl_metrics.jsonl").read_text().splitlines()
+    (again / "verl_metrics.jsonl").write_text("".join(line + "\n" for line in lines[:-1]))
+    try:
+        resumed = subprocess.run([sys.executable, "-m", "bandpo.verl.launch", "--spec", str(tmp_path / "again.json"),
+                                  "--done", str(again / "train_done.json")],
+                                 cwd=wd, capture_output=True, text=True, timeout=1800)  # fmt: skip
+    finally:
+        subprocess.run(["ray", "stop", "--force"], capture_output=True, timeout=120)
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-4000:]
+    assert "resuming after step 1" in resumed.stdout
+    assert json.loads((again / "train_done.json").read_text())["resumed_after"] == 1
+    assert numbers(again) == first[2:]  # the resumed start's own log: step 2 only, the same numbers
+    assert (again / "verl_metrics.jsonl.0").is_file()  # the killed start's steps 0 and 1, kept

@@ -176,3 +176,25 @@ def test_the_local_trainer_writes_the_contract(tmp_path, method):
     train(cfg)
     info = check_run(tmp_path / "run")
     assert info["config"]["method"] == method and info["steps"] == 2
+
+
+def test_verl_held_out_measurements_become_the_local_trainers_val_columns(tmp_path):
+    """verl's validation (val_every: val-core/<source>/acc/mean@k) is the local trainer's val/mean; the measurement
+    before training (step 0) goes into step 1's row as val/mean_before; a step logged twice keeps both records'
+    keys, the later value winning."""
+    before = {"step": 0, "data": {"val-core/tiny-math/acc/mean@8": 0.25, "val-aux/tiny-math/score/mean@8": -0.5}}
+    step4 = verl_record(2)
+    step4["data"]["val-core/tiny-math/acc/mean@8"] = 0.375
+    again = {"step": 2, "data": {"actor/entropy": 1.25}}
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [before, verl_record(1), step4]))
+    (tmp_path / "b.jsonl").write_text(json.dumps(again) + "\n")
+    rows = merge_verl.read_verl_metrics(tmp_path / "a.jsonl", tmp_path / "b.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert rows[0]["val/mean_before"] == 0.25 and "val/mean" not in rows[0]
+    assert rows[1]["val/mean"] == 0.375 and rows[1]["entropy"] == 1.25 and rows[1]["clipfrac"] == 0.03
+    two = {"val-core/a/acc/mean@8": 0.5, "val-core/b/acc/mean@8": 0.5}
+    with pytest.raises(ValueError, match="several data sources"):
+        merge_verl.contract_metrics(two)
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"step": -1, "data": {}}) + "\n")
+    with pytest.raises(ValueError, match="integer step >= 0"):
+        merge_verl.read_verl_metrics(tmp_path / "bad.jsonl")

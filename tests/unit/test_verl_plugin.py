@@ -24,7 +24,7 @@ from verl.workers.config import ActorConfig  # noqa: E402
 
 from bandpo import methods
 from bandpo.methods import registry  # noqa: E402
-from bandpo.verl import command  # noqa: E402
+from bandpo.verl import command, launch  # noqa: E402
 from bandpo.verl import plugin as verl_plugin  # noqa: E402
 from bandpo.verl.spec import VerlRun  # noqa: E402
 
@@ -655,7 +655,8 @@ CHANGED = {"model": "other-model", "method": "grpo", "seed": 11, "steps": 3, "pr
            "samples_per_prompt": 4, "temperature": 0.7, "max_new_tokens": 512, "updates_per_step": 2, "lr": 2e-6,
            "lr_end": 5e-7, "weight_decay": 0.1, "grad_clip": 0.5, "kl_coef": 0.01, "loss_agg_mode": "token-mean",
            "dual_clip_c": 3.0, "ppo_epochs": 2, "kl_loss_type": "kl", "entropy_coeff": 0.01, "top_p": 0.9,
-           "max_prompt_length": 512, "total_epochs": 2, "lr_warmup_steps": 10, "trackers": ["tensorboard"]}  # fmt: skip
+           "max_prompt_length": 512, "total_epochs": 2, "lr_warmup_steps": 10, "trackers": ["tensorboard"],
+           "val_every": 4, "val_k": 4}  # fmt: skip
 
 
 def test_protocol_table_is_true():
@@ -769,3 +770,47 @@ def test_a_ray_worker_may_import_the_hf_rollout_first():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split()[-1] == "True"
+
+
+def killed_run(folder: Path, saved: list[int], logged: list[int]) -> Path:
+    """A run folder as a killed verl start leaves it: checkpoints of ``saved`` steps (the tracker at the last),
+    records of ``logged`` steps in the current JSONL log."""
+    ckpts = folder / "checkpoints"
+    for step in saved:
+        (ckpts / f"global_step_{step}" / "actor").mkdir(parents=True)
+    if saved:
+        (ckpts / launch.TRACKER).write_text(f"{saved[-1]}\n")
+    (folder / launch.METRICS_LOG).write_text("".join(json.dumps({"step": s, "data": {}}) + "\n" for s in logged))
+    return folder
+
+
+def test_a_killed_verl_start_resumes_after_its_last_logged_step(tmp_path):
+    """verl saves a step's checkpoint before it validates and logs the step: a checkpoint without a record goes,
+    the tracker falls back to the last logged one, and the earlier start's log is kept as a part."""
+    run = killed_run(tmp_path / "run", saved=[3, 4], logged=[0, 1, 2, 3])
+    assert launch.prepare_resume(run) == 3
+    assert (run / "checkpoints" / launch.TRACKER).read_text() == "3\n"
+    assert not (run / "checkpoints" / "global_step_4").exists() and (run / "checkpoints" / "global_step_3").exists()
+    assert launch.metrics_logs(run) == [run / f"{launch.METRICS_LOG}.0"]  # verl truncates the current log: moved
+    (run / launch.METRICS_LOG).write_text(json.dumps({"step": 4, "data": {}}) + "\n")  # the next start's log
+    assert launch.prepare_resume(run) == 3 and launch.metrics_logs(run)[-1].name == f"{launch.METRICS_LOG}.1"
+    resumed = sweep_run(output_dir=str(run), val_every=4)
+    assert command.resuming(resumed) and "trainer.val_before_train=false" in command.overrides(resumed)
+    # no logged checkpoint left: a fresh start, without the earlier starts' logs
+    fresh = killed_run(tmp_path / "fresh", saved=[1], logged=[0])
+    assert launch.prepare_resume(fresh) is None
+    assert launch.metrics_logs(fresh) == [] and not (fresh / "checkpoints" / launch.TRACKER).exists()
+    assert not command.resuming(sweep_run(output_dir=str(fresh)))
+    assert "trainer.val_before_train=true" in command.overrides(sweep_run(output_dir=str(fresh), val_every=4))
+    assert launch.prepare_resume(tmp_path / "empty") is None  # a folder never started
+
+
+def test_held_out_measurement_is_verls_validation_sampled_as_the_rollouts(tmp_path):
+    o = dict(x.split("=", 1) for x in command.overrides(sweep_run(val_every=4, val_k=8, temperature=0.7)))
+    assert o["trainer.test_freq"] == "4" and o["actor_rollout_ref.rollout.val_kwargs.n"] == "8"
+    assert o["actor_rollout_ref.rollout.val_kwargs.temperature"] == "0.7"
+    assert o["actor_rollout_ref.rollout.val_kwargs.do_sample"] == "true"
+    off = dict(x.split("=", 1) for x in command.overrides(sweep_run()))
+    assert off["trainer.test_freq"] == "0" and off["trainer.val_before_train"] == "false"
+    with pytest.raises(ValueError, match="val_every: must be an integer >= 0"):
+        sweep_run(val_every=-1).validate()

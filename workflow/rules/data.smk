@@ -43,10 +43,12 @@ rule data_real:
 rule verl_data:
     input:
         train=[data_file(d, "train") for d in TRAIN_DATA],
-        val=data_file(config["val_data"], "test") if config.get("val_data") else [],
+        val=data_file(config["val_data"], verl_val_split(config)) if config.get("val_data") else [],
     output:
         train=f"resources/data/_verl/{PROFILE}/train.parquet",
         val=f"resources/data/_verl/{PROFILE}/val.parquet",
+    params:
+        split=verl_val_split(config),
     resources:
         **res("verl_data"),
     log:
@@ -55,4 +57,4 @@ rule verl_data:
         f"{BENCH}/data/verl_data.tsv"
     shell:
         "python -m bandpo.verl.data --train {input.train} --val {input.val} "
-        "--out-train {output.train} --out-val {output.val} > {log} 2>&1"
+        "--val-split {params.split} --out-train {output.train} --out-val {output.val} > {log} 2>&1"

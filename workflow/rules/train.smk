@@ -6,7 +6,7 @@ if config["trainer"] == "verl":
 
     # verl on Ray with vLLM rollouts: the run's spec (bandpo.verl.spec.VerlRun) -> verl's command line
     # (bandpo.verl.launch, bandpo.verl.command; method parameters travel in BANDPO_METHOD_CONFIG through Ray's
-    # runtime_env). verl resumes from its latest checkpoint when rerun.
+    # runtime_env). A killed job started again resumes from its latest logged checkpoint.
     rule train_verl:
         input:
             spec=_train_spec,
@@ -14,8 +14,9 @@ if config["trainer"] == "verl":
             train=f"resources/data/_verl/{PROFILE}/train.parquet",
             val=f"resources/data/_verl/{PROFILE}/val.parquet",
         output:
-            ckpt=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/checkpoints/latest_checkpointed_iteration.txt",
-            metrics=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/verl_metrics.jsonl",
+            # written when the trainer succeeds: a killed job's checkpoints and logs are not Snakemake's outputs,
+            # so they stay for the next start (bandpo.verl.launch.prepare_resume)
+            done=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/train_done.json",
         wildcard_constraints:
             entry=_alternatives(BUILTIN_SLOTS),
         threads: THREADS
@@ -27,15 +28,14 @@ if config["trainer"] == "verl":
         benchmark:
             f"{BENCH}/train/{{model}}/{{entry}}/seed{{seed}}.tsv"
         shell:
-            "python -m bandpo.verl.launch --spec {input.spec} > {log} 2>&1"
+            "python -m bandpo.verl.launch --spec {input.spec} --done {output.done} > {log} 2>&1"
 
     # verl's FSDP checkpoint of the last step -> a Hugging Face model (python -m verl.model_merger merge),
     # verl's JSONL log -> metrics.jsonl, and run.json: the run contract (bandpo/schemas/run.schema.yaml), checked.
     rule merge_verl:
         input:
             spec=_train_spec,
-            ckpt=rules.train_verl.output.ckpt,
-            metrics=rules.train_verl.output.metrics,
+            done=rules.train_verl.output.done,
         output:
             model=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/model/config.json",
             metrics=f"{RUNS}/{{model}}/{{entry}}/seed{{seed}}/metrics.jsonl",
