@@ -17,7 +17,6 @@ from bandpo.report import docs
 from bandpo.report.board import Board
 from bandpo.report.docs import axes as axis_blocks
 from bandpo.report.docs import experiments as experiment_blocks
-from bandpo.report.docs import runs as run_blocks
 from bandpo.report.docs import scores as score_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -522,7 +521,7 @@ def test_verl_profile_tables_recompute_from_the_published_files():
 
     from bandpo.analysis.leaderboard import beside_table
 
-    verl = ROOT / "results" / run_blocks.VERL_PROFILE
+    verl = ROOT / "results" / "verl-cpu"
     published = pd.read_csv(verl / "beside.csv")
     again = beside_table(verl, verl / "local")
     assert yaml.safe_load((ROOT / "config" / "verl-cpu.yaml").read_text())["beside"] == "results/verl-cpu/local"
@@ -533,9 +532,7 @@ def test_verl_profile_tables_recompute_from_the_published_files():
         else:
             assert again[col].astype(str).tolist() == published[col].astype(str).tolist(), col
     runs = pd.read_csv(verl / "runs.csv")
-    assert set(runs["profile"]) == {run_blocks.VERL_PROFILE} and set(runs["entry"]) == set(published["entry"]) - {
-        "base"
-    }
+    assert set(runs["profile"]) == {"verl-cpu"} and set(runs["entry"]) == set(published["entry"]) - {"base"}
     dag = pd.read_csv(verl / "dag_rules.csv").set_index("rule")
     assert dag.loc["train tiny-s (main)", "jobs"] == len(runs) == dag.loc["merge", "jobs"]
 

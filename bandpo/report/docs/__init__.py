@@ -60,6 +60,8 @@ BLOCKS: dict[str, Callable[[Board], str]] = {
     "pilot": experiments.pilot,
     "held-out": experiments.held_out_table,
     "clip-buckets": experiments.clip_buckets,
+    "verl-held-out": experiments.verl_held_out,
+    "verl-step-cost": experiments.verl_step_cost,
     "table-horizon": scores.leaderboard_block("horizon"),
     "dag-cost": runs.dag_cost,
     "primary-summary": scores.primary_summary,
@@ -67,8 +69,6 @@ BLOCKS: dict[str, Callable[[Board], str]] = {
     "gains-summary": scores.gains_summary,
     "dag-elapsed": runs.dag_elapsed,
     "verl-beside": runs.verl_beside,
-    "verl-cost": runs.verl_cost,
-    "verl-elapsed": runs.verl_elapsed,
     # the verdict rule's plan, from the three publications' scores in git history (not from results/)
     "sequential-plan": lambda board: sequential.plan_body(board.folder or "."),
     "n-runs": lambda board: str(len(board.runs)),

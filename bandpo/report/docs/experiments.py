@@ -263,3 +263,58 @@ def clip_buckets(board: Board) -> str:
     head = ["old probability", f"upper clip %, {c}", f"upper clip %, {t}", f"lower clip %, {c}",
             f"lower clip %, {t}"]  # fmt: skip
     return md_table(head, rows, right=1)
+
+
+def beside_board(board: Board) -> Board:
+    """The published folder a verl profile's runs stand beside (its config's ``beside``, a path from the repository
+    root that holds ``board``'s folder, results/<profile>/)."""
+    beside = board.provenance["config"].get("beside")
+    if not beside:
+        raise ValueError(f"{board.folder / 'provenance.json'}: the config names no `beside` folder")
+    return Board.read(board.folder.resolve().parents[1] / beside)
+
+
+def verl_held_out(board: Board) -> str:
+    """A verl profile's held-out curve beside the local trainer's (issue #56, item 5): per entry, validation mean@k
+    before training and at each of verl's measurements, for verl's runs, the local runs of the same seeds, and the
+    local runs' mean over all their seeds with its 95% t interval; the change from before training to the last
+    measurement. Rows where the local curve has no measurement at one of verl's steps fail (the design's premise)."""
+    ours, other = held_out_curves(board), held_out_curves(beside_board(board))
+    if ours.empty:
+        raise ValueError(f"{board.folder / 'steps.csv'} has no held-out curve (val_every)")
+    steps = sorted(ours.step.unique())
+    seeds = sorted(ours.seed.unique())
+    rows = []
+    for entry in dict.fromkeys(ours.entry):
+        mine = ours[ours.entry == entry]
+        theirs = other[(other.entry == entry) & other.model.isin(mine.model.unique()) & other.step.isin(steps)]
+        if set(theirs.step) != set(steps):
+            raise ValueError(f"the local runs of {entry} have no held-out measurement at steps {steps}")
+        for trainer, curve, picked in (("verl", mine, seeds), ("local", theirs, seeds), ("local", theirs, None)):
+            sel = curve if picked is None else curve[curve.seed.isin(picked)]
+            wide = sel.pivot_table(index="seed", columns="step", values="value")[steps]
+            change = wide[steps[-1]] - wide[steps[0]]
+            cells = [ci(wide[s].mean(), *t_interval(wide[s])) if len(wide) > 1 else num(wide[s].iloc[0]) for s in steps]
+            cells.append(
+                ci(change.mean(), *t_interval(change), sign=True) if len(wide) > 1 else num(change.iloc[0], sign=True)
+            )
+            rows.append([entry, trainer, seed_range(list(wide.index)), *cells])
+    k = board.provenance["config"]["train"]["val_k"]
+    head = ["entry", "trainer", "seeds", *(f"mean@{k} " + ("before training" if s == 0 else f"after step {s}")
+                                          for s in steps), "change"]  # fmt: skip
+    return md_table(head, rows, right=3)
+
+
+def verl_step_cost(board: Board) -> str:
+    """A verl profile's training time per step against the local trainer's it stands beside: per side the median
+    over its runs of runs.csv's training seconds over steps (verl's: its timing of the step, checkpoint saves
+    included, the held-out measurements apart; the local trainer's: its steps, the held-out measurements apart),
+    and their ratio."""
+    mine, theirs = board.runs, beside_board(board).runs
+    theirs = theirs[theirs.model.isin(mine.model.unique())]
+    verl = (mine.train_seconds / mine.steps).median()
+    local = (theirs.train_seconds / theirs.steps).median()
+    return (
+        f"a verl step {verl:.0f} s (the median over its {len(mine)} runs), the local trainer's {local:.0f} s (over "
+        f"its {len(theirs)} runs): {verl / local:.1f} times"
+    )

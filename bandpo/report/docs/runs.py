@@ -52,41 +52,30 @@ def dag_elapsed(board: Board) -> str:
     return _dag_elapsed(board.dag)
 
 
-# the CPU verl profile (config/verl-cpu.yaml), published under results/verl-cpu/
-VERL_PROFILE = "verl-cpu"
-
-
 def verl_beside(board: Board) -> str:
-    """Per entry, verl's runs beside the local trainer's runs of the same base model and seed (results/verl-cpu/local)
-    (beside.csv, `bandpo.analysis.leaderboard.beside_table`): mean@8 of each, the per-seed differences and their mean,
-    the training accuracy over the last 10% of steps, and the training seconds per run (blank where absent)."""
+    """Per entry, a verl profile's runs (results/verl-cpu, results/real-lm-compare-verl) beside the local trainer's
+    runs of the same base model and seed (its beside.csv, `bandpo.analysis.leaderboard.beside_table`): mean@8 of
+    each, the per-seed differences and their mean, the training accuracy over the last 10% of steps, the steps and
+    the training seconds per run (blank where absent)."""
 
     def mean(col: pd.Series, fmt: Callable[[float], str]) -> str:
         return fmt(col.mean()) if col.notna().any() else ""
 
     seconds = lambda v: f"{v:.0f}"  # noqa: E731
     rows = []
-    for entry, g in board.part(VERL_PROFILE).beside.groupby("entry", sort=False):
+    for entry, g in board.beside.groupby("entry", sort=False):
         g = g.sort_values("seed")
         both = g[g[f"{METRIC}_other"].notna()]
         rows.append([entry, ", ".join(str(int(s)) for s in g["seed"]), mean(g[f"{METRIC}_ours"], num),
                      mean(both[f"{METRIC}_other"], num), ", ".join(num(d, sign=True) for d in both["diff"]),
                      mean(both["diff"], lambda v: num(v, sign=True)), mean(g["accuracy_final_ours"], num),
-                     mean(both["accuracy_final_other"], num), mean(g["train_seconds_ours"], seconds),
+                     mean(both["accuracy_final_other"], num), mean(g["steps_ours"], seconds),
+                     mean(both["steps_other"], seconds), mean(g["train_seconds_ours"], seconds),
                      mean(both["train_seconds_other"], seconds)])  # fmt: skip
-    head = ["entry", "seeds", f"{METRIC} verl", f"{METRIC} local", "verl − local per seed", "mean", "train acc verl",
-            "train acc local", "train s / run, verl", "train s / run, local"]  # fmt: skip
+    head = ["entry", "seeds", f"{METRIC} verl", f"{METRIC} local", "verl − local per seed", "mean",
+            "train acc verl", "train acc local", "steps, verl", "steps, local", "train s / run, verl",
+            "train s / run, local"]  # fmt: skip
     return md_table(head, rows, right=2)
-
-
-def verl_cost(board: Board) -> str:
-    """The per-rule cost of the profile's run (results/verl-cpu/dag_rules.csv)."""
-    return _dag_table(board.part(VERL_PROFILE).dag)
-
-
-def verl_elapsed(board: Board) -> str:
-    """The profile's wall time in minutes (results/verl-cpu/dag_rules.csv)."""
-    return _dag_elapsed(board.part(VERL_PROFILE).dag)
 
 
 def atlas(board: Board) -> str:
