@@ -38,7 +38,8 @@ def prepare_resume(run_dir: str | os.PathLike) -> int | None:
     logged. The current JSONL log moves aside to the next part (`metrics_logs`); a checkpoint whose step no log has
     a record of (verl saves a step's checkpoint before it validates and logs the step: a kill in between) is
     removed and the tracker set back to the previous one (verl's resume_mode auto then repeats that step). Without
-    a checkpoint left, the start is a fresh one and the earlier logs go. Returns the step verl will resume from,
+    a checkpoint left (with ``max_actor_ckpt_to_keep=1`` verl has removed the previous one by then), the start is a
+    fresh one and the earlier logs go. Returns the step verl will resume from,
     None for a fresh start."""
     folder = Path(run_dir)
     log = folder / METRICS_LOG
@@ -49,8 +50,9 @@ def prepare_resume(run_dir: str | os.PathLike) -> int | None:
     if not tracker.is_file():
         return _fresh(folder)
     logged = {rec.get("step") for part in metrics_logs(folder) for rec in read_jsonl(part)}
+    # a step's folder whose actor verl removed (max_actor_ckpt_to_keep) holds only the data loader's state
     saved = sorted(int(p.name.removeprefix("global_step_")) for p in ckpts.glob("global_step_*")
-                   if p.name.removeprefix("global_step_").isdigit())  # fmt: skip
+                   if p.name.removeprefix("global_step_").isdigit() and (p / "actor").is_dir())  # fmt: skip
     for step in reversed(saved):
         if step in logged:
             atomic_write_text(tracker, f"{step}\n")

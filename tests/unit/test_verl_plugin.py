@@ -10,6 +10,7 @@ import itertools
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -803,6 +804,10 @@ def test_a_killed_verl_start_resumes_after_its_last_logged_step(tmp_path):
     assert not command.resuming(sweep_run(output_dir=str(fresh)))
     assert "trainer.val_before_train=true" in command.overrides(sweep_run(output_dir=str(fresh), val_every=4))
     assert launch.prepare_resume(tmp_path / "empty") is None  # a folder never started
+    # verl kept one checkpoint (max_actor_ckpt_to_keep=1): the earlier steps' folders hold no actor, only data.pt
+    kept = killed_run(tmp_path / "kept", saved=[2, 3], logged=[0, 1, 2])
+    shutil.rmtree(kept / "checkpoints" / "global_step_2" / "actor")
+    assert launch.prepare_resume(kept) is None and launch.metrics_logs(kept) == []
 
 
 def test_held_out_measurement_is_verls_validation_sampled_as_the_rollouts(tmp_path):

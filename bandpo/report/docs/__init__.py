@@ -62,6 +62,7 @@ BLOCKS: dict[str, Callable[[Board], str]] = {
     "clip-buckets": experiments.clip_buckets,
     "verl-held-out": experiments.verl_held_out,
     "verl-step-cost": experiments.verl_step_cost,
+    "verl-control": experiments.verl_control,
     "table-horizon": scores.leaderboard_block("horizon"),
     "dag-cost": runs.dag_cost,
     "primary-summary": scores.primary_summary,

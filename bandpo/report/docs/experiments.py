@@ -318,3 +318,16 @@ def verl_step_cost(board: Board) -> str:
         f"a verl step {verl:.0f} s (the median over its {len(mine)} runs), the local trainer's {local:.0f} s (over "
         f"its {len(theirs)} runs): {verl / local:.1f} times"
     )
+
+
+def verl_control(board: Board) -> str:
+    """The control of a verl pair: its runs' validation mean@k before training (one seed, one base model: the
+    same bits are expected in every run), whether they are equal, and how many runs there are."""
+    curves = held_out_curves(board)
+    before = curves[curves.step == 0].sort_values(["entry", "seed"])
+    if before.empty:
+        raise ValueError(f"{board.folder / 'steps.csv'} has no held-out measurement before training")
+    values = ", ".join(f"{r.entry} seed {r.seed} {num(r.value)}" for r in before.itertuples())
+    if before.groupby("seed").value.nunique().max() == 1:
+        return f"the same in its {len(before)} runs ({values})"
+    return f"not the same in its {len(before)} runs ({values})"
