@@ -1306,8 +1306,9 @@ def test_the_real_lm_comparison_is_the_pilot_at_five_pairs_and_the_benchmark_tim
     proc = snakemake(tmp_path, "-n", "--quiet", "rules", configfile=ROOT / "config" / "real-lm-compare.yaml")
     assert proc.returncode == 0, proc.output[-3000:]
     assert job_counts(proc.output) == sweep.expected_jobs(cfg) and job_counts(proc.output)["train"] == 10
-    # item 5: the same comparison through verl's trainer, one seed pair: its data, model, entries, grader and every
-    # protocol setting the local runs set are the comparison's
+    # item 5: the same comparison through verl's trainer, one seed pair: its data, model, entries, grader, held-out
+    # measurement and every protocol setting the local runs set are the comparison's, but the steps (declared: 4,
+    # the local runs' first held-out measurement)
     from bandpo.core.protocol import Protocol
 
     verl = validate.validate_config(yaml.safe_load((ROOT / "config" / "real-lm-compare-verl.yaml").read_text()),
@@ -1315,5 +1316,7 @@ def test_the_real_lm_comparison_is_the_pilot_at_five_pairs_and_the_benchmark_tim
     assert verl["trainer"] == "verl" and verl["beside"] == cfg["publish_dir"] and verl["seeds"] == [0]
     assert all(verl[k] == cfg[k] for k in ("data", "models", "methods", "grader", "base_per_seed"))
     protocol = {f.name for f in dataclasses.fields(Protocol)}
-    assert {k: v for k, v in raw["train"].items() if k in protocol} == {
-        k: v for k, v in verl["train"].items() if k in protocol and k in raw["train"]}  # fmt: skip
+    same = (protocol - {"steps"}) | {"val_every", "val_k"}
+    assert {k: v for k, v in raw["train"].items() if k in same} == {
+        k: v for k, v in verl["train"].items() if k in same and k in raw["train"]}  # fmt: skip
+    assert verl["train"]["steps"] == raw["train"]["val_every"] < raw["train"]["steps"]
