@@ -263,6 +263,8 @@ def overrides(run: VerlRun) -> list[str]:
     o["hydra.run.dir"] = os.path.join(run.output_dir, "hydra")  # Hydra's own log, else ./outputs/<date>/
     if run.rollout_name == "hf":  # bandpo.verl.cpu's server: a step's requests are served as one batch
         o[f"+{_ROLLOUT}.engine_kwargs.hf.max_batch"] = run.prompts_per_step * run.samples_per_prompt
+        if run.val_every:  # a validation pass may hold more requests than a step: gathered whole, then split
+            o[f"+{_ROLLOUT}.engine_kwargs.hf.gather_passes"] = True
         o.update(HF_DETERMINISM)
     out = [f"{k}={_hydra_value(v)}" for k, v in o.items()]
     # New keys under the runtime_env struct need Hydra's '+'.

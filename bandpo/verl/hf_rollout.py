@@ -14,8 +14,9 @@ therefore never samples in arrival order: it sorts a batch by each request's `re
 in the step, ``det-<index * SAMPLE_STRIDE + session>``, when verl passes its deterministic request id:
 ``rollout.full_determinism=true`` with `bandpo.verl.cpu`'s agent loop, which `bandpo.verl.command` selects for this
 rollout; else the prompt's tokens) and seeds torch's generator for the batch from the rollout seed, the weights'
-version and that order (`batch_seed`). One seed then gives one run, as long as a step's requests are served as one
-batch (``max_batch`` = the step's request count, as `bandpo.verl.command` sets it).
+version and that order (`batch_seed`). One seed then gives one run, as long as each pass of requests (a step's, a
+validation's) is gathered whole before it is served: a step's as one batch (``max_batch`` = the step's request
+count, as `bandpo.verl.command` sets it), a larger validation pass with ``gather_passes``.
 """
 
 from __future__ import annotations
@@ -83,7 +84,11 @@ class HFRolloutServer:
     short quiet window would split every step into several batches, each paying the whole sequential decode. Set
     ``max_batch`` to a step's request count (prompts x samples): the step is then one batch, served as soon as its
     last request is queued (the quiet window, 2 s by default, only ends a batch that never fills; the gaps between
-    bursts measured: benchmarks/CHANGELOG.md).
+    bursts measured: benchmarks/CHANGELOG.md). A pass of more requests than ``max_batch`` (verl's validation:
+    problems x val_k samples) would then be split by arrival; ``gather_passes`` waits for the quiet window even
+    when ``max_batch`` are queued, so that the whole pass is gathered and served in batches of ``max_batch`` in
+    request order, whatever the arrival order (one quiet window more per step; `bandpo.verl.command` sets it for a
+    run with held-out measurements).
 
     ``sampler``: ``"suite"`` draws plain-sampling batches (temperature > 0, no top-k / top-p) of a model
     `bandpo.runtime.fastlm.FastLlama` covers (the suite's tiny Llamas) with the suite's sampler
@@ -105,6 +110,7 @@ class HFRolloutServer:
         max_batch: int = 256,
         batch_wait_s: float = 2.0,
         sampler: str = "suite",
+        gather_passes: bool = False,
     ):
         if int(max_batch) < 1 or float(batch_wait_s) < 0:
             raise ValueError(
@@ -125,6 +131,7 @@ class HFRolloutServer:
         self.weight_version = 0
         self.max_batch = int(max_batch)
         self.batch_wait_s = float(batch_wait_s)
+        self.gather_passes = bool(gather_passes)
         self.sampler = sampler
         # per served batch: its requests, the sampler used, the first request's wait in the queue, the seconds to
         # sample it (also printed to stderr, which Ray forwards to the training log)
@@ -179,39 +186,57 @@ class HFRolloutServer:
         )
 
     async def _flush(self) -> None:
-        """Serve the queue until it is empty: gather requests while they keep arriving, then batch them."""
-        while len(self._queue) < self.max_batch:  # each new request restarts the quiet window
+        """Serve the queue until it is empty: gather requests while they keep arriving, then serve what was
+        gathered in batches (`_batches`)."""
+        while self._queue:
+            await self._gather()
+            gathered, self._queue = self._queue, []
+            for batch in self._batches(gathered):
+                await self._serve(batch)
+                await asyncio.sleep(0)  # let requests that arrive meanwhile join the queue (the next pass)
+
+    async def _gather(self) -> None:
+        """Wait while requests keep arriving: until the queue has not grown for ``batch_wait_s`` or, unless
+        ``gather_passes``, until ``max_batch`` requests are queued."""
+        while self.gather_passes or len(self._queue) < self.max_batch:  # each new request restarts the window
             assert self._grew is not None
             self._grew.clear()
             try:
                 await asyncio.wait_for(self._grew.wait(), self.batch_wait_s)
             except asyncio.TimeoutError:
-                break
-        while self._queue:
-            key = self._queue[0].key
-            batch = sorted((r for r in self._queue if r.key == key), key=lambda r: r.order)[: self.max_batch]
-            taken = {id(r) for r in batch}
-            self._queue = [r for r in self._queue if id(r) not in taken]
-            t0 = time.monotonic()
-            try:
-                torch.manual_seed(batch_seed(self.seed, self.weight_version, [r.order for r in batch]))
-                results = self._generate_batch([r.prompt_ids for r in batch], key)
-            except Exception as exc:  # every waiting caller gets the error, none hangs
-                for r in batch:
-                    if not r.future.done():
-                        r.future.set_exception(exc)
-            else:
-                for r, result in zip(batch, results, strict=True):
-                    if not r.future.done():
-                        r.future.set_result(result)
-                first = min(r.arrived for r in batch)
-                served = {"requests": len(batch), "sampler": "suite" if self._suite_samples(key) else "generate",
-                          "queued_s": round(t0 - first, 3), "sample_s": round(time.monotonic() - t0, 3)}  # fmt: skip
-                self.batch_log.append(served)
-                print(f"[bandpo.verl.cpu] served {served['requests']} requests ({served['sampler']}): the first "
-                      f"queued {served['queued_s']:.2f} s, sampled in {served['sample_s']:.2f} s",
-                      file=sys.stderr, flush=True)  # fmt: skip
-            await asyncio.sleep(0)  # let requests that arrived meanwhile join the queue
+                return
+
+    def _batches(self, gathered: list[_Request]) -> list[list[_Request]]:
+        """The gathered requests in batches of at most ``max_batch`` with the same sampling settings: by settings,
+        then in request order (`request_order`), never in arrival order."""
+        out = []
+        for key in sorted({r.key for r in gathered}):
+            same = sorted((r for r in gathered if r.key == key), key=lambda r: r.order)
+            out += [same[i : i + self.max_batch] for i in range(0, len(same), self.max_batch)]
+        return out
+
+    async def _serve(self, batch: list[_Request]) -> None:
+        """Sample one batch, its generator seeded by `batch_seed`, and hand each caller its completion (or the
+        error)."""
+        key, t0 = batch[0].key, time.monotonic()
+        try:
+            torch.manual_seed(batch_seed(self.seed, self.weight_version, [r.order for r in batch]))
+            results = self._generate_batch([r.prompt_ids for r in batch], key)
+        except Exception as exc:  # every waiting caller gets the error, none hangs
+            for r in batch:
+                if not r.future.done():
+                    r.future.set_exception(exc)
+        else:
+            for r, result in zip(batch, results, strict=True):
+                if not r.future.done():
+                    r.future.set_result(result)
+            first = min(r.arrived for r in batch)
+            served = {"requests": len(batch), "sampler": "suite" if self._suite_samples(key) else "generate",
+                      "queued_s": round(t0 - first, 3), "sample_s": round(time.monotonic() - t0, 3)}  # fmt: skip
+            self.batch_log.append(served)
+            print(f"[bandpo.verl.cpu] served {served['requests']} requests ({served['sampler']}): the first "
+                  f"queued {served['queued_s']:.2f} s, sampled in {served['sample_s']:.2f} s",
+                  file=sys.stderr, flush=True)  # fmt: skip
 
     def _generate_batch(self, prompts: list[list[int]], key: tuple[int, float, float, int]):
         """Sample one completion per prompt, the batch in one left-padded pass; per prompt (token ids up to and
@@ -324,15 +349,17 @@ def _model_path(model_config: Any) -> str:
 
 def server_options(rollout_config: Any) -> dict[str, Any]:
     """`HFRolloutServer`'s batching and sampler settings from the rollout config's ``engine_kwargs.hf``
-    (``+actor_rollout_ref.rollout.engine_kwargs.hf.max_batch=256``: the keys ``max_batch``, ``batch_wait_s``,
-    ``sampler``); the server's defaults for those not given. Any other key is an error."""
+    (``+actor_rollout_ref.rollout.engine_kwargs.hf.max_batch=256``: the keys of `SERVER_OPTIONS`); the server's
+    defaults for those not given. Any other key is an error."""
     engine = getattr(rollout_config, "engine_kwargs", None) or {}
     given = dict(engine.get("hf") or {})
-    unknown = sorted(set(given) - {"max_batch", "batch_wait_s", "sampler"})
+    unknown = sorted(set(given) - set(SERVER_OPTIONS))
     if unknown:
-        raise ValueError(f"hf rollout: unknown engine_kwargs.hf key(s) {unknown}; known: max_batch, batch_wait_s, "
-                         "sampler")  # fmt: skip
+        raise ValueError(f"hf rollout: unknown engine_kwargs.hf key(s) {unknown}; known: {', '.join(SERVER_OPTIONS)}")
     return given
+
+
+SERVER_OPTIONS = ("max_batch", "batch_wait_s", "sampler", "gather_passes")  # HFRolloutServer's, from engine_kwargs.hf
 
 
 class HFReplica(RolloutReplica):

@@ -182,22 +182,33 @@ def test_hf_server_samples_in_request_order_not_arrival_order(tiny_model):
     params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}
     calls = [(f"det-{(7 + i) * SAMPLE_STRIDE + s}", prompts[i]) for i in range(3) for s in range(4)]
 
-    def serve(order, ids=True):
+    def serve(order, ids=True, max_batch=None, gather_passes=False):
+        max_batch = max_batch or len(calls)
         server = HFRolloutServer(str(tiny_model), response_length=10, max_model_len=64, dtype="float32", seed=0,
-                                 max_batch=len(calls))  # fmt: skip
+                                 max_batch=max_batch, batch_wait_s=0.2, gather_passes=gather_passes)  # fmt: skip
 
         async def arrive():
-            return await asyncio.gather(*(server.generate(calls[j][0] if ids else f"r{j}", prompt_ids=calls[j][1],
-                                                          sampling_params=params) for j in order))  # fmt: skip
+            async def one(j):
+                if max_batch < len(calls):  # a pass that arrives in bursts: two requests at a time
+                    await asyncio.sleep(0.01 * (order.index(j) // 2))
+                return await server.generate(
+                    calls[j][0] if ids else f"r{j}", prompt_ids=calls[j][1], sampling_params=params
+                )
+
+            return await asyncio.gather(*(one(j) for j in order))
 
         outs = dict(zip(order, asyncio.run(arrive()), strict=True))
-        assert [b["requests"] for b in server.batch_log] == [len(calls)]
+        expected = [max_batch] * (len(calls) // max_batch) + [len(calls) % max_batch] * (len(calls) % max_batch > 0)
+        assert [b["requests"] for b in server.batch_log] == expected
         return [(outs[j].token_ids, outs[j].log_probs) for j in range(len(calls))]
 
     forward, backward = list(range(len(calls))), list(reversed(range(len(calls))))
     shuffled = [5, 0, 11, 3, 8, 1, 10, 6, 2, 9, 4, 7]
     first = serve(forward)
     assert serve(backward) == first and serve(shuffled) == first
+    # a pass larger than max_batch (verl's validation: problems x val_k), gathered whole and split in request order
+    split = serve(forward, max_batch=5, gather_passes=True)
+    assert serve(backward, max_batch=5, gather_passes=True) == split == serve(shuffled, max_batch=5, gather_passes=True)
     assert len({tuple(t) for t, _ in first}) > 3  # sampled, not one completion per prompt
     by_prompt = lambda outs: sorted((tuple(calls[j][1]), tuple(t)) for j, (t, _) in enumerate(outs))  # noqa: E731
     assert by_prompt(serve(backward, ids=False)) == by_prompt(serve(forward, ids=False))

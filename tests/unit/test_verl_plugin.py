@@ -745,6 +745,9 @@ def test_cpu_profile_serves_a_steps_requests_as_one_batch(compose):
     rollout = cfg.actor_rollout_ref.rollout
     assert rollout.name == "hf" and server_options(rollout) == {"max_batch": 32 * 8}
     assert "engine_kwargs.hf" not in " ".join(command.overrides(sweep_run()))  # a vllm run has no such key
+    # with held-out measurements a validation pass (problems x val_k) is gathered whole before it is split
+    held_out = compose(command.overrides(sweep_run(**{**profile, "val_every": 4})))
+    assert server_options(held_out.actor_rollout_ref.rollout) == {"max_batch": 32 * 8, "gather_passes": True}
     with pytest.raises(ValueError, match="unknown engine_kwargs.hf"):
         server_options(OmegaConf.create({"engine_kwargs": {"hf": {"max_batchs": 4}}}))
 
