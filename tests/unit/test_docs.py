@@ -729,3 +729,51 @@ def test_horizon_and_seeds_sentences_recompute():
     assert seeds_text in text
     pair = ", ".join(f"{n['main', m, 'grpo']} on {m}" for m in ("tiny-m", "tiny-s"))  # the design's counts differ
     assert f"main {pair} for the primary pair, {n['main', 'tiny-s', 'dcpo']} for the other entries" in seeds_text
+
+
+def test_real_lm_verl_pair_is_the_declared_design():
+    """results/real-lm-compare-verl/ is config/real-lm-compare-verl.yaml's run as declared (issue #56, item 5): its
+    provenance holds that config's data, model, methods, seed and training settings, the same per-step protocol as
+    config/real-lm-compare.yaml's; every run trained the declared steps through verl with its held-out curve at the
+    local runs' measurements; its blocks recompute from steps.csv and runs.csv of both folders."""
+    from bandpo.plan.validate import load_yaml, validate_config
+    from bandpo.report.docs.cells import num
+
+    res = RESULTS.part("real-lm-compare-verl")
+    declared = validate_config(load_yaml(ROOT / "config" / "real-lm-compare-verl.yaml"))
+    local = validate_config(load_yaml(ROOT / "config" / "real-lm-compare.yaml"))
+    cfg = res.provenance["config"]
+    for key in ("data", "train_data", "methods", "seeds", "grader", "base_per_seed", "beside"):
+        assert cfg[key] == declared[key], key
+    assert local["methods"] == declared["methods"] and set(declared["seeds"]) <= set(local["seeds"])
+    for key, value in load_yaml(ROOT / "config" / "real-lm-compare-verl.yaml")["train"].items():
+        assert cfg["train"][key] == value, key
+    for key in ("prompts_per_step", "samples_per_prompt", "updates_per_step", "max_new_tokens", "temperature", "lr",
+                "lr_end", "weight_decay", "grad_clip", "val_every", "val_k"):  # fmt: skip
+        assert declared["train"][key] == local["train"][key], key
+    runs = res.runs
+    assert sorted(runs.entry) == sorted(m["id"] for m in declared["methods"]) and cfg["trainer"] == "verl"
+    assert set(runs.steps) == {declared["train"]["steps"]}
+    curves = experiment_blocks.held_out_curves(res)
+    every = declared["train"]["val_every"]
+    assert all(list(g.step) == [0, *range(every, declared["train"]["steps"] + 1, every)]
+               for _, g in curves.groupby(["entry", "seed"]))  # fmt: skip
+    # the blocks against the files: verl's step 4 and the local runs' of seed 0, the control, the step cost
+    steps, other = pd.read_csv(res.folder / "steps.csv"), pd.read_csv(ROOT / declared["beside"] / "steps.csv")
+    table = experiment_blocks.verl_held_out(res)
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in table.splitlines()[2:]]
+    cells = {tuple(r[:3]): r[3:] for r in rows}  # (entry, trainer, seeds) -> before, after step 4, change
+    last = declared["train"]["steps"]
+    for entry in runs.entry:
+        ours = steps[(steps.entry == entry) & (steps.step == last)]["val/mean"].iloc[0]
+        theirs = other[(other.entry == entry) & (other.seed == 0) & (other.step == last)]["val/mean"].iloc[0]
+        assert cells[(entry, "verl", "0")][-2] == num(ours) and cells[(entry, "local", "0")][-2] == num(theirs)
+    before, first = steps["val/mean_before"].dropna(), steps.query("step == 1")
+    control = experiment_blocks.verl_control(res)
+    assert ("validation mean@8 the same" in control) == (before.nunique() == 1 and len(before) == len(runs))
+    assert ("accuracy / entropy, the same / the same" in control) == (
+        first.accuracy.nunique() == first.entropy.nunique() == 1
+    )
+    other_runs = RESULTS.part("real-lm").runs
+    ratio = (runs.train_seconds / runs.steps).median() / (other_runs.train_seconds / other_runs.steps).median()
+    assert experiment_blocks.verl_step_cost(res).endswith(f": {ratio:.1f} times")

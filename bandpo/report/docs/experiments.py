@@ -321,13 +321,23 @@ def verl_step_cost(board: Board) -> str:
 
 
 def verl_control(board: Board) -> str:
-    """The control of a verl pair: its runs' validation mean@k before training (one seed, one base model: the
-    same bits are expected in every run), whether they are equal, and how many runs there are."""
+    """The controls of a verl pair, one seed and one base model for every run, so the same bits are expected: the
+    runs' validation mean@k before training, and their step-1 rollouts (accuracy and mean token entropy, drawn
+    before any update); for each, whether the runs agree exactly."""
     curves = held_out_curves(board)
     before = curves[curves.step == 0].sort_values(["entry", "seed"])
-    if before.empty:
-        raise ValueError(f"{board.folder / 'steps.csv'} has no held-out measurement before training")
-    values = ", ".join(f"{r.entry} seed {r.seed} {num(r.value)}" for r in before.itertuples())
-    if before.groupby("seed").value.nunique().max() == 1:
-        return f"the same in its {len(before)} runs ({values})"
-    return f"not the same in its {len(before)} runs ({values})"
+    steps = read_steps(board.folder / "steps.csv")
+    first = steps[steps.step == 1].sort_values(["entry", "seed"])
+    if before.empty or first.empty:
+        raise ValueError(f"{board.folder / 'steps.csv'} has no held-out measurement before training or no step 1")
+
+    def same(values: pd.Series) -> str:
+        return "the same" if values.nunique() == 1 else "not the same"
+
+    values = ", ".join(f"{r.entry} {num(r.value)}" for r in before.itertuples())
+    rollouts = ", ".join(f"{r.entry} {num(r.accuracy)} / {r.entropy:.4f}" for r in first.itertuples())
+    return (
+        f"before training, validation mean@{board.provenance['config']['train']['val_k']} {same(before.value)} in "
+        f"its {len(before)} runs ({values}); step 1's rollouts, accuracy / entropy, {same(first.accuracy)} / "
+        f"{same(first.entropy)} ({rollouts})"
+    )
