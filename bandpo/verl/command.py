@@ -240,9 +240,12 @@ def _base_overrides(run: VerlRun) -> dict[str, Any]:
     }
 
 
+CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"  # verl's: the last saved step, under checkpoints/
+
+
 def resuming(run: VerlRun) -> bool:
     """Whether the run's folder holds a checkpoint verl resumes from (its resume_mode auto)."""
-    return os.path.exists(os.path.join(run.output_dir, "checkpoints", "latest_checkpointed_iteration.txt"))
+    return os.path.exists(os.path.join(run.output_dir, "checkpoints", CHECKPOINT_TRACKER))
 
 
 def overrides(run: VerlRun) -> list[str]:

@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -22,15 +23,16 @@ from bandpo.verl import command
 from bandpo.verl.spec import read_spec
 
 METRICS_LOG = "verl_metrics.jsonl"  # == command.env's VERL_FILE_LOGGER_PATH, in the run's folder
-TRACKER = "latest_checkpointed_iteration.txt"
+TRACKER = command.CHECKPOINT_TRACKER
 
 
 def metrics_logs(run_dir: str | os.PathLike) -> list[Path]:
     """verl's JSONL logs of a run, oldest first: one part per earlier start (``verl_metrics.jsonl.<n>``, moved aside
     by `prepare_resume`: verl's file logger truncates its file when it opens it), then the current one."""
     folder = Path(run_dir)
-    parts = sorted(folder.glob(f"{METRICS_LOG}.*"), key=lambda p: int(p.suffix[1:]) if p.suffix[1:].isdigit() else -1)
-    return [p for p in parts if p.suffix[1:].isdigit()] + [p for p in [folder / METRICS_LOG] if p.is_file()]
+    parts = [p for p in folder.glob(f"{METRICS_LOG}.*") if p.suffix[1:].isdigit()]
+    parts.sort(key=lambda p: int(p.suffix[1:]))
+    return parts + [p for p in [folder / METRICS_LOG] if p.is_file()]
 
 
 def prepare_resume(run_dir: str | os.PathLike) -> int | None:
@@ -39,8 +41,7 @@ def prepare_resume(run_dir: str | os.PathLike) -> int | None:
     a record of (verl saves a step's checkpoint before it validates and logs the step: a kill in between) is
     removed and the tracker set back to the previous one (verl's resume_mode auto then repeats that step). Without
     a checkpoint left (with ``max_actor_ckpt_to_keep=1`` verl has removed the previous one by then), the start is a
-    fresh one and the earlier logs go. Returns the step verl will resume from,
-    None for a fresh start."""
+    fresh one and the earlier logs go. Returns the step verl will resume from, None for a fresh start."""
     folder = Path(run_dir)
     log = folder / METRICS_LOG
     if log.is_file() and log.stat().st_size:
@@ -89,7 +90,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv_verl, env = command.command(run), command.env(run)  # after prepare_resume: val_before_train depends on it
     print(command.shell_command(run), flush=True)
     t0 = time.time()
-    rc = subprocess.call(argv_verl, env={**os.environ, **env})
+    proc = subprocess.Popen(argv_verl, env={**os.environ, **env})
+    for signum in (signal.SIGTERM, signal.SIGINT):  # a stopped job stops verl too (and so its Ray workers)
+        signal.signal(signum, lambda sig, _frame: proc.send_signal(sig))
+    rc = proc.wait()
     if rc:
         return rc
     if args.done:

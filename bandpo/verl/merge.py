@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     run = Path(args.run_dir)
     ckpts = run / "checkpoints"
-    step = int((ckpts / "latest_checkpointed_iteration.txt").read_text().strip())
+    step = int((ckpts / command.CHECKPOINT_TRACKER).read_text().strip())
     actor = ckpts / f"global_step_{step}" / "actor"
     if not actor.is_dir():
         raise FileNotFoundError(f"no actor checkpoint at {actor}")

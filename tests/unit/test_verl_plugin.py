@@ -822,3 +822,31 @@ def test_held_out_measurement_is_verls_validation_sampled_as_the_rollouts(tmp_pa
     assert off["trainer.test_freq"] == "0" and off["trainer.val_before_train"] == "false"
     with pytest.raises(ValueError, match="val_every: must be an integer >= 0"):
         sweep_run(val_every=-1).validate()
+
+
+def test_a_stopped_launch_stops_verl(tmp_path):
+    """``python -m bandpo.verl.launch`` runs verl as its child: SIGTERM to the launcher (a stopped Snakemake job)
+    reaches verl's trainer, which stops, and no --done is written."""
+    import signal
+    import time
+
+    marker = tmp_path / "verl.pid"
+    fake = tmp_path / "fake-python"  # stands for the run's python: records its pid, then trains for a minute
+    fake.write_text(f"#!/bin/sh\necho $$ > {marker}\nexec sleep 60\n")
+    fake.chmod(0o755)
+    run = sweep_run(output_dir=str(tmp_path / "run"), python=str(fake))
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(command.record(run), default=str))
+    done = tmp_path / "train_done.json"
+    proc = subprocess.Popen([sys.executable, "-m", "bandpo.verl.launch", "--spec", str(spec), "--done", str(done)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    child = int(marker.read_text())
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) != 0 and not done.exists()
+    with pytest.raises(ProcessLookupError):
+        for _ in range(50):  # the child is gone (reaped by the launcher)
+            os.kill(child, 0)
+            time.sleep(0.1)

@@ -290,9 +290,8 @@ def verl_held_out(board: Board) -> str:
         theirs = other[(other.entry == entry) & other.model.isin(mine.model.unique()) & other.step.isin(steps)]
         if set(theirs.step) != set(steps):
             raise ValueError(f"the local runs of {entry} have no held-out measurement at steps {steps}")
-        for trainer, curve, picked in (("verl", mine, seeds), ("local", theirs, seeds), ("local", theirs, None)):
-            sel = curve if picked is None else curve[curve.seed.isin(picked)]
-            wide = sel.pivot_table(index="seed", columns="step", values="value")[steps]
+        for trainer, curve in (("verl", mine), ("local", theirs[theirs.seed.isin(seeds)]), ("local", theirs)):
+            wide = curve.pivot_table(index="seed", columns="step", values="value")[steps]
             change = wide[steps[-1]] - wide[steps[0]]
             cells = [ci(wide[s].mean(), *t_interval(wide[s])) if len(wide) > 1 else num(wide[s].iloc[0]) for s in steps]
             cells.append(
@@ -331,13 +330,13 @@ def verl_control(board: Board) -> str:
     if before.empty or first.empty:
         raise ValueError(f"{board.folder / 'steps.csv'} has no held-out measurement before training or no step 1")
 
-    def same(values: pd.Series) -> str:
-        return "the same" if values.nunique() == 1 else "not the same"
+    def same(frame: pd.DataFrame, column: str) -> str:  # within each seed: the runs of one seed share its bits
+        return "the same" if frame.groupby("seed")[column].nunique().max() == 1 else "not the same"
 
     values = ", ".join(f"{r.entry} {num(r.value)}" for r in before.itertuples())
     rollouts = ", ".join(f"{r.entry} {num(r.accuracy)} / {r.entropy:.4f}" for r in first.itertuples())
     return (
-        f"before training, validation mean@{board.provenance['config']['train']['val_k']} {same(before.value)} in "
-        f"its {len(before)} runs ({values}); step 1's rollouts, accuracy / entropy, {same(first.accuracy)} / "
-        f"{same(first.entropy)} ({rollouts})"
+        f"before training, validation mean@{board.provenance['config']['train']['val_k']} {same(before, 'value')} in "
+        f"its {len(before)} runs ({values}); step 1's rollouts, accuracy / entropy, {same(first, 'accuracy')} / "
+        f"{same(first, 'entropy')} ({rollouts})"
     )
