@@ -1,4 +1,4 @@
-"""Throughput and latency of ``bandpo.grader`` on realistic, labelled items.
+"""Throughput and latency of ``bandpo.grader`` on realistic, labelled items; the CPU margin of the hardest items.
 
 Builds a deterministic set of model responses (MATH-style answers: integers, thousands separators, fractions,
 decimals, radicals, multiples of pi, intervals, sets, tuples, polynomials, multiple-choice letters), about half of
@@ -10,21 +10,53 @@ reference, as the rollouts of one prompt do in GRPO-style training (``--group-si
 Grades them with ``grade_many`` (and optionally one by one) and prints items/s, total seconds, the slowest item,
 how each score was decided and whether the scores agree with the labels.
 
+``--margin``: the CPU seconds a worker spends on each of the hardest items known (``HARD``: completions of published
+runs that needed math-verify and the shapes the grader's tests use) and on the slowest of the labelled items, each
+the most of ``--repeats`` fresh verdicts, against the first budget (the budgets count the judging worker's CPU
+seconds, `bandpo.grader.pool`): how much slower a CPU would have to be before one of them spent its budget.
+
+``--base-commit COMMIT``: ``grade_many``'s throughput on the labelled items with this tree's grader and with
+COMMIT's, side by side (processes alternated, ``--repeats`` rounds), and their ratio.
+
     python benchmarks/bench_grader.py                # 1,000 items, groups of 4
     python benchmarks/bench_grader.py --group-size 1 --sequential
+    python benchmarks/bench_grader.py --margin
+    python benchmarks/bench_grader.py --base-commit HEAD~1 --repeats 7
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
+import statistics
+import subprocess
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 from math import gcd
+from pathlib import Path
 
 from bandpo import grader
+
+# The hardest items known: each needs math-verify (no fast path decides it), and sympy's work on it is the longest
+# of the items seen. Also the items of the grader's determinism tests (tests/unit/test_grader_determinism.py).
+ISSUE_59 = "4x=-7+7=0, x=0/4=0. \\boxed{0:xed{0}"  # tiny-s/grpo@separation/seed19, step 42: published score 1
+HARD = [
+    (ISSUE_59, "0"),
+    ("1/5+1/5=2/5. \\boxed{2/F5}", "2/5"),  # the same step's other item math-verify judged
+    ("\\boxed{0e0/0}", "0"),
+    ("\\boxed{0\\pi/0}", "0"),
+    ("So the ratio is \\boxed{0:e{0}}", "0"),
+    ("\\boxed{0:ye{0}}", "0"),
+    ("\\boxed{\\frac{0}{x\\cdot 0}}", "0"),
+    ("\\boxed{0/(0e)}", "0"),
+    ("Answer: (x-1)(x+1)", "x^2-1"),
+    ("\\boxed{\\frac{x}{2}+1}", "\\frac{x+2}{2}"),
+    ("\\boxed{x^3}", "x \\cdot x^2 + 1"),
+]
 
 
 @dataclass(frozen=True)
@@ -170,15 +202,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--group-size", type=int, default=4, help="responses per reference (default 4)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sequential", action="store_true", help="also time grade() one item at a time")
+    ap.add_argument("--margin", action="store_true", help="the hardest items' CPU seconds against the budget")
+    ap.add_argument("--base-commit", help="grade_many's throughput against COMMIT's grader, side by side")
+    ap.add_argument("--repeats", type=int, default=5, help="--margin: verdicts per item; --base-commit: rounds")
+    ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # one timing, for --base-commit
     args = ap.parse_args(argv)
 
     items = make_items(args.n, args.group_size, args.seed)
+    if args.json:
+        return _timing_json(items, args.repeats)
+    if args.base_commit:
+        return _side_by_side(args)
     t0 = time.perf_counter()
     ready = grader.warmup()
     warm_s = time.perf_counter() - t0
     info = grader.grader_info()
     print(f"grader {info['id']}  isolation={info['isolation']}  math-verify ready={ready}")
     print(f"warm-up (one-off worker start): {warm_s:.2f} s")
+    if args.margin:
+        _margin(items, args.repeats)
+        grader.shutdown()
+        return 0
 
     t0 = time.perf_counter()
     results = grader.grade_many_detailed([it.response for it in items], [it.reference for it in items])
@@ -194,6 +238,90 @@ def main(argv: list[str] | None = None) -> int:
         seq = [grader.grade_detailed(it.response, it.reference) for it in items]
         _report("grade (one by one)", items, seq, time.perf_counter() - t0)
     grader.shutdown()
+    return 0
+
+
+def _worker_cpu_seconds(gold: str, pred: str, budget: float, repeats: int) -> tuple[float, bool | None]:
+    """The most CPU seconds a worker spent on the normalised pair over ``repeats`` fresh verdicts (each from the
+    same sympy state, `bandpo.grader.judge`), and the verdict (None: the budget was spent)."""
+    pool = grader.pool.get_pool()
+    most, verdict = 0.0, None
+    for _ in range(repeats):
+        try:
+            verdict, cpu_s = pool.submit(gold, pred, budget).result()
+        except Exception:  # the worker spent the budget and was ended
+            return budget, None
+        most = max(most, cpu_s)
+    return most, verdict
+
+
+def _margin(items: list[Item], repeats: int) -> None:
+    """Each hard item's and the slowest labelled items' worker CPU seconds against the first budget."""
+    budget = grader.config.current().timeout_s
+    pairs = [("hard", *pair) for pair in HARD] + [(it.kind, it.response, it.reference) for it in items]
+    rows, seen = [], set()
+    for kind, response, reference in pairs:
+        key = grader.api._prepare(response, reference, "lenient").key
+        if key is None or key in seen:  # decided without math-verify, or already measured
+            continue
+        seen.add(key)
+        cpu_s, verdict = _worker_cpu_seconds(*key, budget=budget, repeats=repeats)
+        rows.append((cpu_s, kind, key, verdict))
+    hard = [r for r in rows if r[1] == "hard"]
+    labelled = sorted((r for r in rows if r[1] != "hard"), reverse=True)[:5]
+    print(f"\nworker CPU seconds per verdict (most of {repeats}) against the first budget, {budget:g} CPU s:")
+    for cpu_s, kind, (gold, pred), verdict in [*hard, *labelled]:
+        print(f"  {cpu_s:8.4f} s  {budget / cpu_s:7.1f}x under  {kind:8} {verdict!s:5}  {pred[:40]!r} vs {gold[:20]!r}")
+    worst = max(rows)
+    print(f"items measured: {len(hard)} hard, {len(rows) - len(hard)} labelled that need math-verify")
+    print(
+        f"slowest: {worst[0]:.4f} CPU s ({worst[1]}): a CPU {budget / worst[0]:.1f}x slower than this one would be "
+        f"needed before it spent the first budget ({budget:g} s), {30 * budget / worst[0]:.0f}x for the second"
+    )
+
+
+def _timing_json(items: list[Item], repeats: int) -> int:
+    """One process's ``grade_many`` seconds on ``items`` (fresh cache each time; the least of ``repeats``), as JSON."""
+    assert grader.warmup()
+    responses, references = [it.response for it in items], [it.reference for it in items]
+    times = []
+    for _ in range(repeats):
+        grader.api.clear_cache()
+        t0 = time.perf_counter()
+        grader.grade_many(responses, references)
+        times.append(time.perf_counter() - t0)
+    grader.shutdown()
+    print(json.dumps({"seconds": min(times), "items": len(items)}))
+    return 0
+
+
+def _side_by_side(args: argparse.Namespace) -> int:
+    """This tree's grader against ``args.base_commit``'s: processes alternated, the ratio of their throughputs."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _worktree import ROOT, base_worktree, tree_env
+
+    script = [sys.executable, str(Path(__file__).resolve()), "--json", "-n", str(args.n),
+              "--group-size", str(args.group_size), "--seed", str(args.seed), "--repeats", "3"]  # fmt: skip
+    with base_worktree(args.base_commit) as base:
+        trees = {"this tree": ROOT, args.base_commit: base}
+        seconds: dict[str, list[float]] = {name: [] for name in trees}
+        for _ in range(args.repeats):
+            for name, tree in trees.items():
+                out = subprocess.run(script, env=tree_env(tree, {"PYTHONHASHSEED": "0"}), cwd=tree,
+                                     capture_output=True, text=True, check=False)  # fmt: skip
+                if out.returncode != 0:
+                    raise SystemExit(f"{name}: {out.stderr[-2000:]}")
+                seconds[name].append(json.loads(out.stdout.splitlines()[-1])["seconds"])
+    for name, times in seconds.items():
+        print(
+            f"{name:>12}: grade_many of {args.n} items {statistics.median(times):.3f} s median "
+            f"({min(times):.3f}-{max(times):.3f}) = {args.n / statistics.median(times):.0f} items/s"
+        )
+    ratios = [b / a for a, b in zip(seconds["this tree"], seconds[args.base_commit], strict=True)]
+    print(
+        f"throughput, this tree / {args.base_commit}: {statistics.median(ratios):.3f}x median of {len(ratios)} "
+        f"rounds ({min(ratios):.3f}-{max(ratios):.3f})"
+    )
     return 0
 
 

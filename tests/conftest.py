@@ -4,12 +4,14 @@ In CI (``CI`` set, as `.ci/run` runs) a skipped test is a failure: CI installs e
 rliable, Debian's chromium), so a skip there means a missing install, which must not pass silently. On a developer's
 machine a test whose optional dependency is missing is skipped with its reason (``pytest -ra`` lists them).
 
-Also here: `snakemake`, the project's Snakefile run in a working directory of its own, and the session fixture
-`smoke_run`, the smoke DAG run once per pytest session for every test that builds on it.
+Also here: `snakemake`, the project's Snakefile run in a working directory of its own, the session fixture
+`smoke_run`, the smoke DAG run once per pytest session for every test that builds on it, and `busy_machine`, other
+processes that keep every core busy.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -90,3 +92,22 @@ def smoke_run(tmp_path_factory):
     proc.reference = tmp_path_factory.mktemp("smoke-reference") / "smoke"
     shutil.copytree(wd / "results" / "smoke", proc.reference)
     return wd, proc
+
+
+BUSY_PER_CORE = 3  # busy processes per core of this machine: a machine kept at three times its capacity
+
+
+@contextlib.contextmanager
+def busy_machine(per_core: int = BUSY_PER_CORE):
+    """``per_core`` processes per usable core that spin on the CPU for the ``with`` block (killed after it, also on
+    an error): the load another job puts on the machine."""
+    n = per_core * len(os.sched_getaffinity(0))
+    spin = "while True:\n    pass\n"
+    procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(n)]
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()

@@ -1,24 +1,27 @@
 """The public grading API: ``grade`` and friends, the verdict cache, time budgets, provenance.
 
-Time budgets, and why a timeout never decides a score
------------------------------------------------------
-An item that needs math-verify gets a first budget (``timeout_s``, 0.8 s by default).  Nearly all take a few ms;
-one that overruns is not scored yet: a wall-clock overrun says as much about the machine's load at that moment as
-about the answer (a rerun of the whole benchmark on another machine changed 4 of 504 scores, each where one item
-had timed out). Such an item is graded again with ``retry_factor`` times the budget (30x: 24 s by default):
+Time budgets in CPU seconds, and why the machine's load never decides a score (issue #72)
+--------------------------------------------------------------------------------------------------
+An item that needs math-verify gets a first budget (``timeout_s``, 0.8 s by default) of the judging worker's own CPU
+time (`bandpo.grader.pool`: the kernel ends the worker when the task has spent it), not of wall time: another
+process on the machine slows a worker down but does not make it spend more CPU, so a loaded machine grades as an
+idle one, and the caller waits for a verdict as long as the workers make progress. Nearly all items take a few ms.
+One that spends its first budget is graded again with ``retry_factor`` times it (30x: 24 CPU seconds by default):
 ``grade_many`` (and :meth:`Grading.results`, for the items asked for) does it after the first attempts, one item at
-a time, when the other items no longer compete for the workers; ``grade`` / ``grade_detailed`` at once. Only an item
-that overruns the second budget too is scored 0 and counted as a timeout (``grader_timeouts``); overruns of the
-first budget are counted as ``grader_retries``. An answer math-verify decides in under 0.8 s unloaded thus keeps its
-score unless the machine slows it down 30-fold.
+a time; ``grade`` / ``grade_detailed`` at once. Only an item that spends the second budget too is scored 0 and
+counted as a timeout (``grader_timeouts``); first-budget overruns are counted as ``grader_retries``. What is left to
+the machine: a CPU slower than the one that graded a published run needs more CPU seconds for the same work, so an
+item within a factor of the CPUs' speed of its budget could score otherwise there (benchmarks/README.md,
+``bench_grader.py --margin``, measures how far the hardest known items are from it).
 
-A deterministic bound (counting sympy's operations rather than seconds) would be exact, but math-verify offers no
+A deterministic bound (counting sympy's operations) would not depend on the CPU either, but math-verify offers no
 such count, and the answers that can run away (towers of powers, huge factorials) spend their time inside single
-C-level big-integer operations that no Python-level counter can interrupt.  So the bound stays wall time, with the
-prechecks (`bandpo.grader.precheck`) refusing the known runaway shapes up front and the pool's kill-on-timeout
-ending anything else: one item costs at most about ``timeout_s * (1 + retry_factor)`` plus a worker restart.  A pair
-that overran the second budget is remembered (with that budget) so that it does not cost it again in this process;
-overruns of the first budget are never remembered.
+C-level big-integer operations that no Python-level counter can interrupt; a CPU-time timer whose signal ends the
+worker does.  The prechecks (`bandpo.grader.precheck`) refuse the known runaway shapes up front.  A wall-clock guard
+(``hang_guard_s``, 600 s) only ends a worker that hangs; such an item is counted as ``hung``, and the caller gives up
+on a pool that finished no task for that long (``unavailable``): both score 0 and count as timeouts.  A pair that
+spent a budget is remembered (with that budget) so that it does not cost it again in this process; hangs and waits
+are never remembered.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from bandpo.grader import config, counters, dapo, judge, pool
-from bandpo.grader.extract import MAX_EXTRACTED_CHARS, extract_answer, reference_answer, to_text
+from bandpo.grader.extract import MAX_EXTRACTED_CHARS, boxed_math_answer, extract_answer, reference_answer, to_text
 from bandpo.grader.normalise import normalise, structural_verdict
 from bandpo.grader.precheck import precheck
 from bandpo.grader.version import (
@@ -80,7 +83,7 @@ class GradeResult:
 # Verdicts of math-verify: cache, pairs in flight, pairs that overran the second budget
 # ---------------------------------------------------------------------------------------------------------------
 _VERDICTS: OrderedDict[tuple[str, str], bool] = OrderedDict()
-_HARD_TIMEOUTS: OrderedDict[tuple[str, str], float] = OrderedDict()  # pair -> the largest budget it overran
+_HARD_TIMEOUTS: OrderedDict[tuple[str, str], float] = OrderedDict()  # pair -> the largest CPU budget it spent
 _INFLIGHT: dict[tuple[str, str], threading.Event] = {}
 _LOCK = threading.Lock()
 
@@ -109,38 +112,34 @@ def _remember(store: OrderedDict, key: tuple[str, str], value: Any, size: int) -
 
 
 def _overran(key: tuple[str, str], budget: float) -> bool:
-    """Whether the pair is remembered to have overrun ``budget`` (or more) as a final attempt."""
+    """Whether the pair is remembered to have spent a CPU budget of ``budget`` (or more) without a verdict."""
     with _LOCK:
         return _HARD_TIMEOUTS.get(key, 0.0) >= budget
 
 
-def _attempt(
-    key: tuple[str, str], budget: float, final: bool, started: pool.Started | None = None
-) -> tuple[bool | None, str]:
-    """One try at math-verify's verdict on a normalised ``(gold, pred)`` pair within ``budget`` seconds.  A pair
-    another thread is verifying is waited for rather than verified twice.  ``final``: a timeout now is the pair's
-    outcome, remembered with its budget.  ``started``: the pair was sent to a worker already (`pool.start`, with
-    this budget); its outcome is this attempt's (or it is forgotten, when the cache or another thread answers)."""
-    with _LOCK:
-        hit = _VERDICTS.get(key)
-        overran = _HARD_TIMEOUTS.get(key, 0.0) >= budget
-        running = _INFLIGHT.get(key) if hit is None and not overran else None
-        if hit is None and not overran and running is None:
-            _INFLIGHT[key] = threading.Event()
-    if started is not None and (hit is not None or overran or running is not None):
-        started.cancel()
-    if hit is not None:
-        return hit, "math_verify"
-    if overran:
-        return None, "timeout"
-    if running is not None:  # the same pair is being verified right now: wait for that verdict
-        running.wait(budget)
+def _attempt(key: tuple[str, str], budget: float, started: pool.Started | None = None) -> tuple[bool | None, str]:
+    """One try at math-verify's verdict on a normalised ``(gold, pred)`` pair within ``budget`` CPU seconds.  A pair
+    another thread is verifying is waited for rather than verified twice; if that try ends without a verdict (a
+    smaller budget, a hang), this one goes on.  A timeout (the CPU budget spent) is remembered with its budget: the
+    pair is not given that budget again.  ``started``: the pair was sent to a worker already (`pool.start`, with this
+    budget); its outcome is this attempt's (or it is forgotten, when the cache or another thread answers)."""
+    while True:
         with _LOCK:
             hit = _VERDICTS.get(key)
             overran = _HARD_TIMEOUTS.get(key, 0.0) >= budget
+            running = _INFLIGHT.get(key) if hit is None and not overran else None
+            if hit is None and not overran and running is None:
+                _INFLIGHT[key] = threading.Event()
+        if started is not None and (hit is not None or overran or running is not None):
+            started.cancel()
+            started = None
         if hit is not None:
             return hit, "math_verify"
-        return None, "timeout" if overran else "unavailable"
+        if overran:
+            return None, "timeout"
+        if running is None:
+            break
+        running.wait()  # the twin's own wait is bounded (`bandpo.grader.pool`); then look again
     verdict, method = None, "error"
     try:
         if started is not None:
@@ -149,7 +148,7 @@ def _attempt(
             verdict, method = pool.verify_bounded(key[0], key[1], budget)
         if verdict is not None:
             _remember(_VERDICTS, key, verdict, _VERDICT_CACHE_SIZE)
-        elif final and method == "timeout":
+        elif method == "timeout":
             _remember(_HARD_TIMEOUTS, key, budget, _HARD_TIMEOUT_MEMO_SIZE)
     finally:
         with _LOCK:
@@ -173,8 +172,10 @@ class _Item:
 def _prepare(response: Any, reference: Any, mode: str) -> _Item:
     """Everything up to (not including) math-verify: extraction, normalisation, fast paths, pre-checks.  The
     ``math-dapo`` mode is decided here (string work only, `bandpo.grader.dapo`)."""
-    if mode == "math-dapo":
-        return _prepare_dapo(response, reference)
+    if mode in ("math-dapo", "math-dapo-paper"):
+        return _prepare_dapo(response, reference, box_fallback=mode == "math-dapo")
+    if mode == "math-boxed":
+        return _prepare_boxed(response, reference)
     pred = extract_answer(response, mode)
     gold = reference_answer(reference)
     item = _Item(pred, gold)
@@ -214,17 +215,33 @@ def _prepare(response: Any, reference: Any, mode: str) -> _Item:
     return item
 
 
-def _prepare_dapo(response: Any, reference: Any) -> _Item:
-    """verl's ``math_dapo`` verdict: the reference as given (its text; not extracted from a solution), the
-    response's last 300 characters.  A missing or blank reference scores 0 (``no_reference``)."""
+def _prepare_dapo(response: Any, reference: Any, box_fallback: bool) -> _Item:
+    """verl's ``math_dapo`` verdict (``box_fallback``: verl 0.9.1's, else the ``Answer:`` line only): the reference
+    as given (its text; not extracted from a solution), the response's last 300 characters.  A missing or blank
+    reference scores 0 (``no_reference``)."""
     gold = to_text(reference)
     if gold is None or not gold.strip():
         return _Item(None, None, (0.0, "no_reference"))
     text = to_text(response) or ""
-    correct, pred, compared = dapo.judge(text, gold)
+    correct, pred, compared = dapo.judge(text, gold, box_fallback)
     if pred == dapo.INVALID and not correct:
         return _Item(None, compared, (0.0, "no_answer"))
     return _Item(pred, compared, (1.0 if correct else 0.0, "math_dapo"))
+
+
+def _prepare_boxed(response: Any, reference: Any) -> _Item:
+    """verl's ``\\boxed{}`` MATH rule (``verl.utils.reward_score.math_reward.compute_score``, by verl's own
+    functions): the last ``\\boxed{}`` of the whole response (`extract.boxed_math_answer`), equal to the reference
+    after the Hendrycks MATH normalisation (``is_equiv``).  A missing or blank reference scores 0."""
+    from verl.utils.reward_score import math_reward  # lazy: verl loads only where the math-boxed mode grades
+
+    gold = to_text(reference)
+    if gold is None or not gold.strip():
+        return _Item(None, None, (0.0, "no_reference"))
+    pred = boxed_math_answer(to_text(response) or "")
+    if pred is None:
+        return _Item(None, gold, (0.0, "no_answer"))
+    return _Item(pred, gold, (1.0 if math_reward.is_equiv(pred, gold) else 0.0, "math_boxed"))
 
 
 def _budgets(timeout_s: float | None) -> tuple[float, float]:
@@ -253,11 +270,11 @@ def grade_detailed(
             score, method = item.result
         else:
             assert item.key is not None
-            verdict, method = _attempt(item.key, first, final=False)
+            verdict, method = _attempt(item.key, first)
             if method in counters.NOT_DECIDED and not _overran(item.key, second):
                 retried = True
                 counters.count("retried")
-                verdict, method = _attempt(item.key, second, final=True)
+                verdict, method = _attempt(item.key, second)
             score = _score(verdict)
     except judge.Alarm:  # pragma: no cover - an alarm that fired just after the in-process judge returned
         score, method = 0.0, "timeout"
@@ -373,7 +390,7 @@ class Grading:
         assert key is not None
         t0 = time.monotonic()
         try:
-            verdict, method = _attempt(key, budget, final, started)
+            verdict, method = _attempt(key, budget, started)
         except Exception:
             log.debug("grader error", exc_info=True)
             verdict, method = None, "error"
@@ -394,18 +411,21 @@ def configure(
     *,
     timeout_s: float | None = None,
     retry_factor: float | None = None,
+    hang_guard_s: float | None = None,
     workers: int | None = None,
     mode: str | None = None,
     isolation: str | None = None,
 ) -> None:
-    """Change the first per-item budget, the second budget's factor (``retry_factor``: the budget of an item's
-    second attempt is ``retry_factor * timeout_s``), the number of worker processes, the grading mode (one of
+    """Change the first per-item budget (CPU seconds), the second budget's factor (``retry_factor``: the budget of an
+    item's second attempt is ``retry_factor * timeout_s``), the wall-clock guard against a hung worker
+    (``hang_guard_s``), the number of worker processes, the grading mode (one of
     :data:`bandpo.grader.MODES`) or the isolation (``"process"`` or ``"inprocess"``).  Overrides the environment
     (`bandpo.grader.config`).
 
     Changing the workers or the isolation stops the current worker pool; the next grading call starts a new one.
     """
-    if config.update(timeout_s=timeout_s, retry_factor=retry_factor, workers=workers, mode=mode, isolation=isolation):
+    if config.update(timeout_s=timeout_s, retry_factor=retry_factor, hang_guard_s=hang_guard_s, workers=workers,
+                     mode=mode, isolation=isolation):  # fmt: skip
         pool.shutdown()
 
 
@@ -432,8 +452,10 @@ def grader_info() -> dict[str, Any]:
         "sympy_version": dist_version("sympy"),
         "pebble_version": dist_version("pebble"),
         "isolation": s.isolation,
+        "budget_clock": "cpu",  # the budgets below are CPU seconds of the judging process (issue #72)
         "timeout_s": s.timeout_s,
         "retry_timeout_s": s.timeout_s * s.retry_factor,
+        "hang_guard_s": s.hang_guard_s,
         "workers": s.workers,
     }
 

@@ -8,10 +8,11 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-SLOW = ("math_verify", "timeout", "unavailable", "error")  # methods of items that needed math-verify
-NOT_DECIDED = ("timeout", "unavailable", "error")  # methods that are not verdicts: the item scores 0
+SLOW = ("math_verify", "timeout", "hung", "unavailable", "error")  # methods of items that needed math-verify
+NOT_DECIDED = ("timeout", "hung", "unavailable", "error")  # methods that are not verdicts: the item scores 0
 
 _STATS: Counter[str] = Counter()
+_SLOWEST: dict[str, float] = {}  # the verdict of this process that took the most CPU seconds: cpu_s, budget
 _LOCK = threading.Lock()
 
 
@@ -30,10 +31,25 @@ def tally(method: str, n: int = 1) -> None:
             _STATS["slow"] += n
 
 
+def note_cpu(cpu_s: float, budget: float) -> None:
+    """A worker's verdict took ``cpu_s`` CPU seconds of its ``budget`` (see :func:`slowest_verdict`)."""
+    with _LOCK:
+        if cpu_s > _SLOWEST.get("cpu_s", -1.0):
+            _SLOWEST.update(cpu_s=cpu_s, budget=budget)
+
+
+def slowest_verdict() -> dict[str, float]:
+    """``{"cpu_s", "budget"}`` of the verdict of this process's workers that took the most CPU seconds (empty before
+    the first): how close the hardest item came to its budget."""
+    with _LOCK:
+        return dict(_SLOWEST)
+
+
 def stats() -> dict[str, int]:
     """Counters since start-up: ``items`` graded, how many each method decided (``exact``, ``numeric``,
-    ``math_verify``, ``timeout``, ...), ``slow`` (items that needed math-verify), ``retried`` (items graded a second
-    time, with the larger budget, after overrunning the first), ``cache_hits`` and ``pool_starts``."""
+    ``math_verify``, ``timeout`` (a worker spent the CPU budget), ``hung`` (a worker task ran past the wall-clock
+    hang guard), ...), ``slow`` (items that needed math-verify), ``retried`` (items graded a second time, with the
+    larger budget, after overrunning the first), ``cache_hits`` and ``pool_starts``."""
     with _LOCK:
         return dict(_STATS)
 
@@ -51,8 +67,9 @@ class Counts:
 
     def metrics(self) -> dict[str, float]:
         """``grader_items``, ``grader_slow_frac`` (share that needed math-verify), ``grader_retries`` (items that
-        overran the first budget and were graded again) and ``grader_timeouts`` (items not decided even then:
-        worker overran the second budget, no worker free, or a worker died; each scored 0)."""
+        overran the first budget and were graded again) and ``grader_timeouts`` (items not decided even then: a
+        worker spent the second CPU budget or ran past the hang guard, the pool made no progress, or a worker died;
+        each scored 0)."""
         c = self.counts
         items = c.get("items", 0)
         return {

@@ -1,7 +1,8 @@
-"""The ``math-dapo`` grading mode: the BandPO paper's reward and validation rule, verl's ``math_dapo`` rule.
+"""The ``math-dapo`` and ``math-dapo-paper`` grading modes: verl's ``math_dapo`` rule, with and without its
+``\\boxed{}`` fallback.
 
-The paper scores a response with ``verl.utils.reward_score.math_dapo.compute_score`` (verl 0.9.1, default
-arguments).  This module re-implements that rule (independently written, checked against verl's function in
+``math-dapo`` is ``verl.utils.reward_score.math_dapo.compute_score`` as verl 0.9.1 ships it (default arguments).
+This module re-implements that rule (independently written, checked against verl's function in
 ``tests/unit/test_grader_dapo.py``):
 
 1. only the last :data:`WINDOW` (300) characters of the response are read;
@@ -13,6 +14,14 @@ arguments).  This module re-implements that rule (independently written, checked
    answer"): the content of the last balanced ``\\boxed{...}`` of the last :data:`BOX_WINDOW` (100) characters,
    compared with the reference string exactly as given (not normalised; a fallback of recent verl, 0.9.1
    included: earlier releases, and the many copies of their ``math_dapo.py``, score such a response wrong).
+
+The ``math-dapo-paper`` mode is steps 1 and 2 alone (``box_fallback=False``): the rule of the verl fork the BandPO
+authors trained and validated with, which grades the ``Answer:`` line only (verl 0.9.1's ``is_correct_minerva`` on
+the last 300 characters, its rule before the fallback). The two differ on one kind of response only: one whose
+last 300 characters hold no ``Answer:`` line (or only one whose answer normalises to ``[INVALID]``) and whose last
+100 hold a closed ``\\boxed{X}`` with X equal to the reference: ``math-dapo`` scores it correct,
+``math-dapo-paper`` wrong (R1-distilled models often end so); and, the other way round, a reference that itself
+normalises to ``[INVALID]``, which only ``math-dapo-paper`` lets an ``Answer:`` line match.
 
 verl's reward is +1 / -1 (``acc`` True / False); ours is 1.0 / 0.0 (``workflow/scripts/verl_reward.py`` maps it
 back to +1 / -1).  Deviation: a missing or blank reference scores 0 (verl raises on ``None`` and would compare
@@ -188,20 +197,22 @@ def last_box_content(text: str) -> str | None:
     return None
 
 
-def prediction(response: str) -> tuple[str, bool]:
+def prediction(response: str, box_fallback: bool = True) -> tuple[str, bool]:
     """(the answer the rule compares, whether it came from the ``\\boxed{}`` fallback).  The answer is
-    :data:`INVALID` when the response has neither an ``Answer:`` line nor a closed ``\\boxed{}`` at its end."""
+    :data:`INVALID` when the response has no ``Answer:`` line and (with ``box_fallback``) no closed ``\\boxed{}``
+    at its end."""
     window = response[-WINDOW:]
     raw = answer_line(window)
     pred = minerva_normalise(raw) if raw is not None else INVALID
-    if pred != INVALID:
+    if pred != INVALID or not box_fallback:
         return pred, False
     boxed = last_box_content(window[-BOX_WINDOW:])
     return (boxed, True) if boxed is not None else (INVALID, False)
 
 
-def judge(response: str, reference: str) -> tuple[bool, str, str]:
-    """(correct, the compared answer, the compared reference) by verl's ``math_dapo`` rule (see the module)."""
-    pred, from_box = prediction(response)
+def judge(response: str, reference: str, box_fallback: bool = True) -> tuple[bool, str, str]:
+    """(correct, the compared answer, the compared reference) by verl 0.9.1's ``math_dapo`` rule, or without its
+    ``\\boxed{}`` fallback (``box_fallback=False``: the ``math-dapo-paper`` mode; see the module)."""
+    pred, from_box = prediction(response, box_fallback)
     gold = reference if from_box else minerva_normalise(reference)
     return pred == gold, pred, gold

@@ -141,6 +141,21 @@ def _tidy_line(s: str) -> str:
     return s
 
 
+def boxed_math_answer(text: str) -> str | None:
+    """The answer verl's ``\\boxed{}`` MATH rule compares (``verl.utils.reward_score.math_reward``, its own
+    functions, imported at first use): the content of the last ``\\boxed{...}`` / ``\\fbox{...}`` of the whole
+    text; ``None`` when there is none or it is not closed (verl's rule then scores 0)."""
+    from verl.utils.reward_score import math_reward  # lazy: verl loads only where the math-boxed mode grades
+
+    boxed = math_reward.last_boxed_only_string(text)
+    if boxed is None:
+        return None
+    try:
+        return math_reward.remove_boxed(boxed)
+    except AssertionError:  # verl's compute_score catches the same error and scores 0
+        return None
+
+
 def extract_answer(text: Any, mode: str | None = None) -> str | None:
     """Final answer of a model response, or ``None`` if it has none.
 
@@ -150,17 +165,20 @@ def extract_answer(text: Any, mode: str | None = None) -> str | None:
     of the last ``Answer:`` line only (a ``\\boxed`` on it is unwrapped).  Runs in time linear in ``len(text)``; a
     ``\\boxed`` argument is read up to 64 KiB.  ``math-dapo``: the answer verl's ``math_dapo`` rule compares (the
     Minerva-normalised last ``Answer:`` line of the last 300 characters, else the last ``\\boxed{}`` of the last
-    100; `bandpo.grader.dapo.prediction`), ``None`` for none or an empty one.  ``mode=None`` uses the configured
-    mode.
+    100; `bandpo.grader.dapo.prediction`), ``None`` for none or an empty one; ``math-dapo-paper`` the same without
+    the ``\\boxed{}`` fallback.  ``math-boxed``: the content of the last closed ``\\boxed{}`` / ``\\fbox{}`` as
+    verl's ``math_reward`` reads it.  ``mode=None`` uses the configured mode.
     """
     mode = config.current().mode if mode is None else config.check_mode(mode)
     try:
         s = to_text(text)
         if not s:
             return None
-        if mode == "math-dapo":
-            pred, _ = dapo.prediction(s)
+        if mode in ("math-dapo", "math-dapo-paper"):
+            pred, _ = dapo.prediction(s, box_fallback=mode == "math-dapo")
             return pred if pred and pred != dapo.INVALID else None
+        if mode == "math-boxed":
+            return boxed_math_answer(s) or None
         reversed_s = s[::-1]
         if mode == "strict-answer-line":
             found = _last_anchor_line(s, reversed_s, _ANSWER_COLON_REVERSED)

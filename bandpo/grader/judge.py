@@ -1,8 +1,9 @@
 """math-verify's judgement (``parse`` + ``verify``), and the in-process fallback that bounds it with an alarm.
 
 The judge runs in the pool's worker processes (`bandpo.grader.pool`); where worker processes cannot be used
-(``isolation="inprocess"``, or the pool failed to start), it runs in the calling process under a ``setitimer``
-alarm, in the main thread only (elsewhere the item is ``unavailable``: only the fast structural verdicts decide).
+(``isolation="inprocess"``, or the pool failed to start), it runs in the calling process under a CPU-time
+``setitimer`` alarm, in the main thread only (elsewhere the item is ``unavailable``: only the fast structural
+verdicts decide).
 
 A verdict is a function of the two answers alone, not of the process that computes it (issue #59)
 -------------------------------------------------------------------------------------------------
@@ -29,7 +30,6 @@ import importlib
 import logging
 import signal
 import threading
-import time
 from typing import Any
 
 
@@ -159,7 +159,7 @@ def inprocess_judge() -> Judge | None:
 
 
 class Alarm(BaseException):
-    """Raised by the ``SIGALRM`` handler of the in-process fallback (a ``BaseException`` so that no library's
+    """Raised by the ``SIGPROF`` handler of the in-process fallback (a ``BaseException`` so that no library's
     ``except Exception`` swallows it)."""
 
 
@@ -167,31 +167,31 @@ def _raise_alarm(signum: int, frame: Any) -> None:
     raise Alarm()
 
 
-def verify_inprocess(gold: str, pred: str, deadline: float) -> tuple[bool | None, str]:
-    """math-verify's verdict in this process, under an alarm at ``deadline`` (``time.monotonic()``):
-    ``(verdict, "math_verify")`` or ``(None, "timeout" | "unavailable")``.  Only in the main thread, and only when
-    the caller's own alarm is not set (it is left alone)."""
+def verify_inprocess(gold: str, pred: str, budget: float) -> tuple[bool | None, str]:
+    """math-verify's verdict in this process, within ``budget`` seconds of this process's CPU time (an
+    ``ITIMER_PROF`` alarm: CPU of all the process's threads, so work the caller runs in other threads meanwhile counts
+    too; the worker pool, `bandpo.grader.pool`, counts the judge's alone): ``(verdict, "math_verify")`` or ``(None,
+    "timeout" | "unavailable")``.  Only in the main thread, and only when the caller's own CPU-time timer is not set
+    (it is left alone).  A Python-level handler cannot interrupt C-level work: the in-process judge is the fallback
+    where worker processes cannot be used."""
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
         return None, "unavailable"
     judge = inprocess_judge()  # one-off import, outside the alarm
     if judge is None:
         return None, "unavailable"
-    if signal.getitimer(signal.ITIMER_REAL)[0] > 0:  # the caller uses the alarm: do not interfere
+    if signal.getitimer(signal.ITIMER_PROF)[0] > 0:  # the caller uses the timer: do not interfere
         return None, "unavailable"
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        return None, "timeout"
-    previous = signal.signal(signal.SIGALRM, _raise_alarm)
+    previous = signal.signal(signal.SIGPROF, _raise_alarm)
     try:
         try:
-            signal.setitimer(signal.ITIMER_REAL, remaining)
+            signal.setitimer(signal.ITIMER_PROF, budget)
             verdict = judge(gold, pred)
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.setitimer(signal.ITIMER_PROF, 0)
     except Alarm:
         return None, "timeout"
     except Exception:
         return False, "math_verify"
     finally:
-        signal.signal(signal.SIGALRM, previous)
+        signal.signal(signal.SIGPROF, previous)
     return verdict, "math_verify"

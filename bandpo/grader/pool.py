@@ -4,19 +4,31 @@ Workers are forks of the caller, made after math-verify was imported and warmed 
 replacement) is ready at once.  A job whose start-up is long can instead start its workers first
 (:func:`start_workers`, before it imports torch): each worker then loads math-verify itself, on another core, while
 the caller goes on (a second or so off a training job's start-up); the caller never loads it, and a replacement
-worker loads it too before its first task (an item that meets a worker still loading is graded again with the
-second budget, as for any first-budget overrun).
+worker loads it too before its first task.
 
 ``fork`` rather than ``spawn`` / ``forkserver``: those run the caller's ``__main__`` module again in every worker (a
 training script's imports, or all of an unguarded script; impossible for ``python - <script``). A worker runs
-nothing but math-verify on two strings. A task that overruns its budget is cancelled and pebble ends its worker
-(which also ends C-level work no signal handler can interrupt, such as a huge integer power) and forks a
-replacement, while the other workers keep answering. This works the same in the main thread, in other threads, in a
-forked child (which starts its own pool) and inside lm-eval, and leaves the caller's ``SIGALRM`` alone.
+nothing but math-verify on two strings. This works the same in the main thread, in other threads, in a forked child
+(which starts its own pool) and inside lm-eval, and leaves the caller's signals and timers alone.
+
+Budgets in CPU seconds, not wall seconds (issue #72)
+----------------------------------------------------
+A task's budget is the CPU time its worker spends on it: the task arms the worker's ``ITIMER_PROF`` timer (user +
+system CPU of the worker) and, with ``SIGPROF`` at its default action, the kernel ends the worker when the budget is
+spent, also inside C-level work no signal handler can interrupt (a huge integer power).  pebble reports the death,
+the item is a ``timeout``, and pebble forks a replacement while the other workers keep answering.  Another process
+on the machine slows a worker down but does not make it spend more CPU, so a verdict is the same under any load.
+
+The caller waits for a task as long as the pool makes progress, however long the queue or the machine's load makes
+that.  Two wall-clock guards stand only against a hung worker or pool, never against a slow one: pebble ends a task
+that has run ``hang_guard_s`` wall seconds (default 600, at least twice its budget: a worker starved 25-fold on the
+second budget of 24 CPU seconds still finishes), counted as ``hung``; and the caller gives up on a queued task when no
+task of the pool has finished for that guard plus :data:`STARTUP_TIMEOUT_S`, counted as ``unavailable``.  Both score
+0 and are counted (`bandpo.grader.counters`), neither is remembered as the pair's outcome.
 
 The task a worker runs is this module's :func:`verify_in_worker`, looked up when each task is scheduled: a test
 replaces it (``monkeypatch.setattr(pool, "verify_in_worker", fn)``, ``fn`` a module-level function the worker can
-import) to make a worker hang or run slowly.
+import) to make a worker hang, spin or run slowly.
 """
 
 from __future__ import annotations
@@ -24,7 +36,6 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import logging
-import math
 import multiprocessing
 import os
 import signal
@@ -40,22 +51,13 @@ log = logging.getLogger("bandpo.grader")
 
 STARTUP_TIMEOUT_S = 60.0  # one-off wait for the first worker of a process to import math-verify
 _MAX_POOL_FAILURES = 3  # pools that broke before answering; after that many, math-verify runs in-process
-_CPU_SLACK_S = 5  # CPU seconds a task may use beyond its budget before the kernel ends its worker
+_POLL_S = 1.0  # how often a waiting caller looks whether the pool still makes progress
+CPU_BUDGET_EXIT = -signal.SIGPROF  # the exit code of a worker the kernel ended at its task's CPU budget
 
 
-def _arm_cpu_guard(seconds: int) -> None:
-    """Let the kernel end this worker (SIGXCPU) if one task burns ``seconds`` of CPU: the pool stops it sooner,
-    but if the calling process itself died mid-task nobody else would stop a C-level computation."""
-    try:
-        import resource  # lazy, inside the try: Unix only (elsewhere the worker runs without this guard)
-
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        soft = int(usage.ru_utime + usage.ru_stime) + seconds
-        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
-        if hard == resource.RLIM_INFINITY or soft < hard:
-            resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
-    except Exception:
-        pass
+def hang_guard(budget: float) -> float:
+    """Wall seconds after which a running task is taken as hung: the configured guard, at least twice ``budget``."""
+    return max(config.current().hang_guard_s, 2.0 * budget)
 
 
 def _limit_worker_memory() -> None:
@@ -77,11 +79,13 @@ _WORKER_JUDGE: judge.Judge | None = None
 
 
 def _worker_init() -> None:
-    """Initializer of each pool worker (a fork of the caller): quiet output, memory cap, math-verify ready."""
+    """Initializer of each pool worker (a fork of the caller): quiet output, memory cap, math-verify ready, and
+    ``SIGPROF`` at its default action, which ends the process: a task's CPU budget (:func:`verify_in_worker`)."""
     global _WORKER_JUDGE
     # pebble installs a Python-level SIGTERM handler, which cannot run while math-verify is inside a C-level
     # computation (a huge integer power); the default action ends the process at once when the pool stops it.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGPROF, signal.SIG_DFL)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # anything a library prints goes nowhere
     sys.stdout = open(os.devnull, "w")
     logging.disable(logging.CRITICAL)
@@ -93,16 +97,21 @@ def _worker_ping() -> bool:
     return _WORKER_JUDGE is not None
 
 
-def verify_in_worker(gold: str, pred: str, cpu_s: int) -> bool:
-    """One math-verify verdict, in a pool worker (pebble runs it in the worker's main thread); the worker is
-    ended by the kernel if the task uses more than ``cpu_s`` seconds of CPU."""
-    _arm_cpu_guard(cpu_s)
+def verify_in_worker(gold: str, pred: str, cpu_s: float) -> tuple[bool, float]:
+    """One math-verify verdict and the CPU seconds it took, in a pool worker (pebble runs it in the worker's main
+    thread).  The kernel ends the worker once the task has used ``cpu_s`` seconds of CPU (``ITIMER_PROF``, whose
+    ``SIGPROF`` ends the process: `_worker_init`)."""
     if _WORKER_JUDGE is None:
         raise RuntimeError("math-verify is not loaded in this worker")
+    c0 = time.process_time()
+    signal.setitimer(signal.ITIMER_PROF, cpu_s)
     try:
-        return _WORKER_JUDGE(gold, pred)
+        verdict = _WORKER_JUDGE(gold, pred)
     except Exception:  # math-verify failed on this pair: not equivalent
-        return False
+        verdict = False
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+    return verdict, time.process_time() - c0
 
 
 class _Pool:
@@ -123,6 +132,8 @@ class _Pool:
             raise RuntimeError("math-verify is not installed")
         self.pid = os.getpid()
         self.ready = False  # a worker has answered
+        self.progress = time.monotonic()  # when a task of this pool last finished (or the pool started)
+        self.longest_guard = 0.0  # the longest hang guard of a task sent to this pool
         self.pool = ProcessPool(
             max_workers=workers, initializer=_worker_init, context=multiprocessing.get_context("fork")
         )
@@ -132,33 +143,48 @@ class _Pool:
     def broken(self) -> bool:
         return not self.pool.active
 
+    def _progressed(self, _future) -> None:
+        self.progress = time.monotonic()
+
     def submit(self, gold: str, pred: str, budget: float):
         """Send one pair to a worker now and return its future; :meth:`outcome` turns it into the verdict. The
-        task is ended with its worker if it runs longer than ``budget`` seconds once a worker has started it."""
-        cpu_s = math.ceil(budget) + _CPU_SLACK_S
-        return self.pool.schedule(verify_in_worker, (gold, pred, cpu_s), timeout=budget)
+        worker is ended once the task has used ``budget`` CPU seconds, or run :func:`hang_guard` wall seconds."""
+        guard = hang_guard(budget)
+        self.longest_guard = max(self.longest_guard, guard)
+        future = self.pool.schedule(verify_in_worker, (gold, pred, budget), timeout=guard)
+        future.add_done_callback(self._progressed)
+        return future
 
     def outcome(self, future, budget: float) -> tuple[bool | None, str]:
-        """``(verdict, "math_verify")`` of a submitted pair, or ``(None, why not)``: ``timeout`` (the worker
-        overran the budget and is ended), ``unavailable`` (no worker started it within ``budget`` seconds of this
-        call), ``error`` (the worker died)."""
+        """``(verdict, "math_verify")`` of a submitted pair, or ``(None, why not)``: ``timeout`` (the worker spent
+        the CPU budget and was ended), ``hung`` (it ran :func:`hang_guard` wall seconds), ``unavailable`` (no task
+        of the pool finished for the longest guard plus the workers' start-up while this one waited), ``error`` (the
+        worker
+        died otherwise). Waits as long as the pool makes progress, whatever the load (the module's docstring)."""
         from pebble import ProcessExpired  # lazy: as in __init__ (a pool exists when this runs)
 
-        # The first task of a pool also waits for the workers to start (once, beyond the item's budget).
-        wait = budget if self.ready else budget + STARTUP_TIMEOUT_S
-        try:
-            verdict = bool(future.result(timeout=wait))
-        except WaitTimeout:  # pebble's task timeout (the future is done) or the wait above (it is not)
-            started = future.done() or future.running()
-            future.cancel()  # a running task is stopped with its worker, a queued one never starts
-            return None, "timeout" if started else "unavailable"
-        except (ProcessExpired, CancelledError):
-            return None, "error"
+        stall = self.longest_guard + STARTUP_TIMEOUT_S  # a live pool ends some task within this
+        waiting_since = time.monotonic()
+        while True:
+            try:
+                verdict, cpu_s = future.result(timeout=_POLL_S)
+                break
+            except WaitTimeout:  # pebble's task timeout (the future is done) or this poll (it is not)
+                if future.done():
+                    return None, "hung"
+                if time.monotonic() - max(self.progress, waiting_since) > stall:
+                    future.cancel()  # a running task is stopped with its worker, a queued one never starts
+                    return None, "unavailable"
+            except ProcessExpired as died:
+                return None, "timeout" if died.exitcode == CPU_BUDGET_EXIT else "error"
+            except CancelledError:
+                return None, "error"
         self.ready = True
-        return verdict, "math_verify"
+        counters.note_cpu(cpu_s, budget)
+        return bool(verdict), "math_verify"
 
     def verify(self, gold: str, pred: str, budget: float) -> tuple[bool | None, str]:
-        """:meth:`submit` then :meth:`outcome`: the verdict within ``budget`` seconds, or ``(None, why not)``."""
+        """:meth:`submit` then :meth:`outcome`: the verdict within ``budget`` CPU seconds, or ``(None, why not)``."""
         return self.outcome(self.submit(gold, pred, budget), budget)
 
     def warm(self, timeout_s: float) -> bool:
@@ -256,8 +282,8 @@ class Started:
         self.pool, self.future, self.budget = pool, future, budget
 
     def outcome(self) -> tuple[bool | None, str]:
-        """As :func:`verify_bounded`, for the pair sent earlier; the ``budget`` seconds of waiting for a worker to
-        start it count from this call (the task's own budget counts from its start, in the worker)."""
+        """As :func:`verify_bounded`, for the pair sent earlier (its CPU budget counts from its start in a
+        worker; the wait lasts as long as the pool makes progress)."""
         try:
             return self.pool.outcome(self.future, self.budget)
         except Exception:  # the pool broke (e.g. all workers died): the next call starts a new one
@@ -284,8 +310,8 @@ def start(gold: str, pred: str, budget: float) -> Started | None:
 
 
 def verify_bounded(gold: str, pred: str, budget: float) -> tuple[bool | None, str]:
-    """math-verify's verdict within ``budget`` seconds: ``(True/False, "math_verify")`` or ``(None, why not)``, in a
-    worker, or in this process where workers cannot be used."""
+    """math-verify's verdict within ``budget`` CPU seconds: ``(True/False, "math_verify")`` or ``(None, why not)``,
+    in a worker, or in this process where workers cannot be used."""
     pool = get_pool() if config.current().isolation == "process" else None
     if pool is not None:
         try:
@@ -293,7 +319,7 @@ def verify_bounded(gold: str, pred: str, budget: float) -> tuple[bool | None, st
         except Exception:  # the pool broke (e.g. all workers died): the next call starts a new one
             log.debug("grader worker pool failed", exc_info=True)
             return None, "error"
-    return judge.verify_inprocess(gold, pred, time.monotonic() + budget)
+    return judge.verify_inprocess(gold, pred, budget)
 
 
 def _after_fork_in_child() -> None:

@@ -24,7 +24,7 @@ import torch
 from bandpo import methods
 from bandpo.core.files import atomic_write_bytes, atomic_write_text, read_jsonl, replace_dir
 from bandpo.core.provenance import machine, versions
-from bandpo.grader import grader_info
+from bandpo.grader import grader_info, slowest_verdict
 from bandpo.runtime.fastlm import light_loadable, load_light
 from bandpo.train.settings import TrainConfig
 from bandpo.train.trackers import Trackers
@@ -195,7 +195,8 @@ def publish(cfg: TrainConfig, run, checkpoint: Checkpoint, history: list[dict], 
         "method_label": run.method.label,
         "method_params": run.method.params.to_dict(),
         "method_modules": sorted(methods.loaded_method_modules()),
-        "grader": grader_info(),
+        # the verdict of this run that took its worker the most CPU seconds, beside its budget (issue #72)
+        "grader": {**grader_info(), "slowest_verdict": slowest_verdict()},
         "steps": cfg.steps,
         "resumed_from_step": start_step,
         "process_seconds": process_seconds,

@@ -20,10 +20,10 @@ from bandpo.core.options import check_fields
 from bandpo.core.protocol import SAMPLER_KERNELS, Protocol, raise_problems
 
 PROG = "python -m bandpo.train"
-# Fields that measure wall-clock time, or count what a wall-clock budget decided: they differ between two runs of the
-# same seed, everything else is identical. ``grader_retries`` counts the grading items that overran the grader's first
-# time budget and were graded again with a longer one (bandpo.grader.api): the grades are the same, the count follows
-# the machine's load.
+# Fields that measure wall-clock time, or count what a time budget decided: they may differ between two runs of the
+# same seed, everything else is identical. ``grader_retries`` counts the grading items that spent the grader's first
+# budget and were graded again with a longer one (bandpo.grader.api): the grades are the same, and the count follows
+# the CPU's speed (the budgets count CPU seconds since issue #72; before, wall seconds, and it followed the load).
 TIMING_KEYS = (
     "step_seconds",
     "rollout_seconds",

@@ -2,11 +2,12 @@
 
 No test asserts wall-clock time (a loaded machine slows everything down).  Work in this process is bounded by its
 process time (``time.process_time``) against the configured budget or by ratios of process times measured side by
-side.  What the budgets do to worker processes is checked by its effects, never by elapsed seconds: which budgets
-an item's attempts were given (the calls of `bandpo.grader.pool.verify_bounded`, recorded by ``attempts``), the
-grader's counters, the result (``timeout``, score 0) and that the process of a hung worker task ended.  Tests make a
-worker hang or run slowly by replacing the task the pool schedules (`bandpo.grader.pool.verify_in_worker`) with a
-function of this module.  Waits for an event poll a bounded number of times and threads are joined with a
+side.  What the budgets (CPU seconds of the judging worker) and the hang guard (wall seconds) do to worker processes
+is checked by its effects, never by elapsed seconds: which budgets an item's attempts were given (the calls of
+`bandpo.grader.pool.verify_bounded`, recorded by ``attempts``), the grader's counters, the result (``timeout`` or
+``hung``, score 0) and that the process of a hung worker task ended.  Tests make a worker hang, spin on the CPU or run
+slowly by replacing the task the pool schedules (`bandpo.grader.pool.verify_in_worker`) with a function of this
+module.  Waits for an event poll a bounded number of times and threads are joined with a
 generous limit: hang guards that make a broken test fail instead of hanging, never a bound on the work itself.
 """
 
@@ -33,7 +34,7 @@ from bandpo.grader import api, config, judge, pool
 from bandpo.grader.normalise import normalise, structural_verdict
 
 SLACK_S = 5.0  # beyond the configured budgets: a worker's kill and replacement, a busy machine
-NOT_DECIDED = ("timeout", "unavailable", "error")
+NOT_DECIDED = ("timeout", "hung", "unavailable", "error")
 HANG_GUARD_S = 300.0  # hang guards only (see the module's docstring): far beyond anything a passing test waits
 POLL_S = 0.05
 
@@ -50,12 +51,13 @@ def workers():
 
 @pytest.fixture
 def short_budgets():
-    """Budgets that keep hanging items short: 0.2 s, then 15x (3 s); the defaults come back after the test."""
+    """Budgets that keep spinning and hanging items short: 0.2 CPU seconds, then 15x (3 s), and a hang guard of
+    1 wall second (6 s for the second budget: at least twice the budget); the defaults come back after the test."""
     s = config.current()
-    old = (s.timeout_s, s.retry_factor)
-    G.configure(timeout_s=0.2, retry_factor=15)
+    old = (s.timeout_s, s.retry_factor, s.hang_guard_s)
+    G.configure(timeout_s=0.2, retry_factor=15, hang_guard_s=1.0)
     yield 0.2, 3.0
-    G.configure(timeout_s=old[0], retry_factor=old[1])
+    G.configure(timeout_s=old[0], retry_factor=old[1], hang_guard_s=old[2])
 
 
 def item_cpu_bound_s(timeout_s: float | None = None) -> float:
@@ -113,22 +115,43 @@ def attempts(monkeypatch):
 
 
 # Worker tasks that stand in for math-verify (module-level, so that a worker can import them by name).
-HANG = "\\testhang"  # a reference whose worker task hangs like a C-level computation only a kill stops
+HANG = "\\testhang"  # a reference whose worker task hangs (asleep, no CPU): only the hang guard ends it
+SPIN = "\\testspin"  # a reference whose worker task spins on the CPU like a runaway computation: its budget ends it
 _REAL_VERIFY = pool.verify_in_worker
-SLOW_S = 0.6  # the slow task's extra time: twice a first budget of 0.3 s, far under its 30x retry budget
+SLOW_S = 0.6  # the slow tasks' extra time: twice a first budget of 0.3 s, far under its 30x retry budget
 # Where a hanging task writes its worker's pid: fixed at import, before the pool forks its workers, so that every
 # worker (a replacement too) knows it.
 HUNG_LOG = Path(tempfile.gettempdir()) / f"bandpo-test-grader-hung-{os.getpid()}.log"
 
 
 def verify_or_hang(gold, pred, cpu_s):
-    """Hangs on ``HANG`` until killed (a worker that is never killed gives the verdict True, after a hang guard)."""
-    if gold == HANG:
+    """Hangs on ``HANG`` and spins on ``SPIN`` (the real task, `bandpo.grader.pool.verify_in_worker`, with a judge that
+    spins) until killed (a worker that is never killed gives the verdict True, after a hang guard)."""
+    if gold in (HANG, SPIN):
         with open(HUNG_LOG, "a") as f:
             f.write(f"{os.getpid()}\n")
+    if gold == HANG:
         time.sleep(HANG_GUARD_S)
-        return True
+        return True, 0.0
+    if gold == SPIN:
+        return _with_judge(lambda g, p: _spin(HANG_GUARD_S) or True, gold, pred, cpu_s)
     return _REAL_VERIFY(gold, pred, cpu_s)
+
+
+def _spin(cpu_s: float) -> None:
+    """Burn ``cpu_s`` seconds of this process's CPU time."""
+    c0 = time.process_time()
+    while time.process_time() - c0 < cpu_s:
+        pass
+
+
+def _with_judge(judge_fn, gold, pred, cpu_s):
+    """The real worker task, with ``judge_fn`` as the worker's judge."""
+    real, pool._WORKER_JUDGE = pool._WORKER_JUDGE, judge_fn
+    try:
+        return _REAL_VERIFY(gold, pred, cpu_s)
+    finally:
+        pool._WORKER_JUDGE = real
 
 
 def hung_pids() -> list[int]:
@@ -136,10 +159,17 @@ def hung_pids() -> list[int]:
     return [int(pid) for pid in HUNG_LOG.read_text().split()] if HUNG_LOG.exists() else []
 
 
-def slow_verify(gold, pred, cpu_s):
-    """math-verify's real verdict, after a delay that stands in for a machine slowed down by load."""
+def starved_verify(gold, pred, cpu_s):
+    """math-verify's real verdict, after a delay without CPU: a worker that other processes keep off the CPU."""
     time.sleep(SLOW_S)
     return _REAL_VERIFY(gold, pred, cpu_s)
+
+
+def spin_verify(gold, pred, cpu_s):
+    """math-verify's real verdict, after ``SLOW_S`` seconds of CPU work in the judge: an item that is expensive to
+    judge."""
+    real = pool._WORKER_JUDGE
+    return _with_judge(lambda g, p: _spin(SLOW_S) or real(g, p), gold, pred, cpu_s)
 
 
 @pytest.fixture
@@ -447,38 +477,56 @@ def test_never_raises_on_weird_input():
 
 
 def test_hung_worker_is_killed_and_the_spare_answers_next(hanging, short_budgets, attempts):
-    """A task only a kill stops: the worker is ended at the first budget, the item is tried once more with the
-    second, then scores 0 as a timeout: two attempts, with the two budgets, and every worker that ran the task is
-    ended; replacement workers answer the next item."""
+    """A task that hangs without using CPU: the worker is ended at the hang guard of the first attempt, the item is
+    tried once more with the second budget (and its guard), then scores 0, counted as ``hung``: two attempts, with
+    the two budgets, and every worker that ran the task is ended; replacement workers answer the next item."""
     first, second = short_budgets
     with G.counting() as c:
         result = G.grade_detailed("\\boxed{1}", HANG)
-    assert (result.score, result.method, result.retried) == (0.0, "timeout", True)
+    assert (result.score, result.method, result.retried) == (0.0, "hung", True)
     assert attempts == [(HANG, first), (HANG, second)]
     hung = hung_pids()
     assert len(hung) == len(set(hung)) <= 2, hung  # at most one worker per attempt (none if it never started)
     eventually(lambda: all(ended(pid) for pid in hung), f"the hung workers {hung} were not ended")
-    assert c.counts == {"items": 1, "slow": 1, "timeout": 1, "retried": 1}
+    assert c.counts == {"items": 1, "slow": 1, "hung": 1, "retried": 1}
     assert c.metrics() == {"grader_items": 1, "grader_slow_frac": 1.0, "grader_retries": 1, "grader_timeouts": 1}
     result = G.grade_detailed(boxed("x^2-9"), "(x-3)(x+3)")  # the replacement workers answer
     assert (result.score, result.method) == (1.0, "math_verify")
 
 
-def test_a_hard_timeout_is_remembered_a_first_overrun_is_not(hanging, short_budgets, attempts):
-    """A pair that overran the second budget is not given it again in this process (a repeat costs nothing: no
-    attempt at all); a pair that only overran a budget too small for it is tried again: its next grading gives the
-    real verdict."""
+def test_a_spinning_worker_is_ended_at_its_cpu_budget(hanging, short_budgets, attempts):
+    """A task that spins on the CPU, as a runaway computation does: the kernel ends its worker when the task has
+    spent its CPU budget, at each of the two budgets (well before the hang guards: the worker's CPU time is bounded),
+    and the item scores 0 as a ``timeout``."""
     first, second = short_budgets
-    first_try = G.grade_detailed("\\boxed{2}", HANG)
+    assert G.warmup()  # the pool starts outside the counted block
+    with G.counting() as c:
+        result = G.grade_detailed("\\boxed{1}", SPIN)
+    assert (result.score, result.method, result.retried) == (0.0, "timeout", True)
+    assert attempts == [(SPIN, first), (SPIN, second)]
+    hung = hung_pids()
+    eventually(lambda: all(ended(pid) for pid in hung), f"the spinning workers {hung} were not ended")
+    assert c.counts == {"items": 1, "slow": 1, "timeout": 1, "retried": 1}
+
+
+def test_a_hard_timeout_is_remembered_a_hang_is_not(hanging, short_budgets, attempts):
+    """A pair that spent the second budget is not given it again in this process (a repeat costs nothing: no attempt
+    at all); a pair that only spent a budget too small for it is tried again: its next grading gives the real
+    verdict; a hang is never remembered (it says nothing about the pair)."""
+    first, second = short_budgets
+    first_try = G.grade_detailed("\\boxed{2}", SPIN)
     assert (first_try.method, first_try.retried) == ("timeout", True)
-    assert attempts == [(HANG, first), (HANG, second)]
-    again = G.grade_detailed("\\boxed{2}", HANG)
+    assert attempts == [(SPIN, first), (SPIN, second)]
+    again = G.grade_detailed("\\boxed{2}", SPIN)
     assert (again.score, again.method, again.retried) == (0.0, "timeout", False)
-    assert attempts == [(HANG, first), (HANG, second)]  # the repeat asked no worker
+    assert attempts == [(SPIN, first), (SPIN, second)]  # the repeat asked no worker
+    assert G.grade_detailed("\\boxed{2}", HANG).method == "hung"
+    assert G.grade_detailed("\\boxed{2}", HANG).method == "hung"
+    assert [gold for gold, _ in attempts].count(HANG) == 4  # asked again: two attempts each time
     pair = (boxed("x^2-25"), "(x-5)(x+5)")
     api.clear_cache()  # an earlier test may have graded the same pair
-    assert G.warmup()  # a fresh pool's first task may also wait for its workers to start, beyond the budget
-    assert G.grade_detailed(*pair, timeout_s=1e-6).method in NOT_DECIDED  # no time at all, even 15x
+    assert G.warmup()
+    assert G.grade_detailed(*pair, timeout_s=1e-6).method == "timeout"  # no CPU time at all, even 15x
     assert api._cached((normalise("(x-5)(x+5)"), "x^2-25")) is None  # not remembered as wrong
     assert G.warmup()  # the workers ended above are replaced
     result = G.grade_detailed(*pair)
@@ -493,10 +541,11 @@ LOADED_ITEMS = [
 ]
 
 
-def test_a_timeout_under_load_leaves_the_score_unchanged(worker_task):
-    """Load that makes every item overrun its first budget (a worker task slowed down by twice that budget) changes
-    no score against an unloaded grading: each overrun is graded again with the 30x budget (after the batch in
-    ``grade_many``, at once in ``grade``)."""
+def test_load_leaves_the_score_unchanged_and_an_expensive_item_gets_the_second_budget(worker_task):
+    """A worker kept off the CPU past its first budget's worth of wall time (load) changes nothing against an
+    unloaded grading: the same scores, no retry, no timeout (the budget counts CPU seconds). An item whose judging
+    itself costs twice the first budget of CPU is graded again with the 30x budget (after the batch in
+    ``grade_many``, at once in ``grade``) and keeps its score."""
     responses, references = zip(*LOADED_ITEMS, strict=True)
     assert G.warmup()
     api.clear_cache()
@@ -505,13 +554,20 @@ def test_a_timeout_under_load_leaves_the_score_unchanged(worker_task):
     expected = [r.score for r in unloaded]
     assert expected == [1.0, 0.0, 1.0, 0.0]
 
-    worker_task(slow_verify)
-    assert config.current().retry_factor * 0.3 > 5 * SLOW_S  # the default factor: the slow task fits the retry
+    worker_task(starved_verify)
     api.clear_cache()
     with G.counting() as c:
-        loaded = G.grade_many_detailed(responses, references, timeout_s=0.3)
-    assert [r.score for r in loaded] == expected
-    assert [(r.method, r.retried) for r in loaded] == [("math_verify", True)] * len(LOADED_ITEMS)
+        starved = G.grade_many_detailed(responses, references, timeout_s=0.3)
+    assert [(r.score, r.method, r.retried) for r in starved] == [(e, "math_verify", False) for e in expected]
+    assert (c.metrics()["grader_retries"], c.metrics()["grader_timeouts"]) == (0, 0)
+
+    worker_task(spin_verify)
+    assert config.current().retry_factor * 0.3 > 5 * SLOW_S  # the default factor: the expensive task fits the retry
+    api.clear_cache()
+    with G.counting() as c:
+        expensive = G.grade_many_detailed(responses, references, timeout_s=0.3)
+    assert [r.score for r in expensive] == expected
+    assert [(r.method, r.retried) for r in expensive] == [("math_verify", True)] * len(LOADED_ITEMS)
     assert (c.metrics()["grader_retries"], c.metrics()["grader_timeouts"]) == (len(LOADED_ITEMS), 0)
 
     api.clear_cache()
@@ -609,11 +665,12 @@ def _probe_thread() -> tuple[bool, bool]:
     return threading.current_thread() is threading.main_thread(), bool(fired)
 
 
-def test_worker_tasks_run_in_the_workers_main_thread(hanging):
+def test_worker_tasks_run_in_the_workers_main_thread(hanging, short_budgets):
     """Also in a replacement worker, forked by pebble's manager thread after a kill."""
     workers = pool.get_pool()
     assert workers.pool.schedule(_probe_thread).result(timeout=30) == (True, True)
-    assert pool.verify_bounded(HANG, "1", 0.2) == (None, "timeout")  # the hung worker is ended and replaced
+    assert pool.verify_bounded(HANG, "1", 0.2) == (None, "hung")  # the hung worker is ended and replaced
+    assert pool.verify_bounded(SPIN, "1", 0.2) == (None, "timeout")  # and the spinning one
     assert [workers.pool.schedule(_probe_thread).result(timeout=30) for _ in range(3)] == [(True, True)] * 3
 
 
@@ -660,7 +717,7 @@ print(*[(r.score, r.method) for r in out], "math_verify" in sys.modules, G.stats
     assert len(fields) == 6, out.stderr[-2000:]
     first, cut_short, after_timeout, after_death, loaded_here, _ = fields
     assert first == after_timeout == after_death == "(1.0, 'math_verify')"
-    assert cut_short in ("(0.0, 'timeout')", "(0.0, 'unavailable')")
+    assert cut_short == "(0.0, 'timeout')"
     assert loaded_here == "False"
 
 
@@ -854,13 +911,13 @@ def test_inprocess_alarm_bounds_the_main_thread(inprocess, short_budgets):
     budgets (the spinning judge would otherwise burn its whole hang guard)."""
     spinner = _SpinningJudge()
     inprocess.setattr(judge, "_INPROCESS", spinner)
-    handler = signal.getsignal(signal.SIGALRM)
+    handler = signal.getsignal(signal.SIGPROF)
     result, cpu = graded(boxed("x+1"), "x+2", timeout_s=0.05)
     assert (result.score, result.method, result.retried) == (0.0, "timeout", True)
     assert spinner.calls <= 2 and spinner.unstopped == 0, (spinner.calls, spinner.unstopped)
     assert cpu < item_cpu_bound_s(0.05)
-    assert signal.getsignal(signal.SIGALRM) is handler
-    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    assert signal.getsignal(signal.SIGPROF) is handler
+    assert signal.getitimer(signal.ITIMER_PROF) == (0.0, 0.0)
 
 
 def test_inprocess_off_main_thread_and_foreign_alarm_do_not_block(inprocess):
@@ -876,16 +933,17 @@ def test_inprocess_off_main_thread_and_foreign_alarm_do_not_block(inprocess):
     assert G.grade(boxed("0.5"), "\\frac{1}{2}") == 1.0
 
     fired = []
-    previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(1))
+    previous = signal.signal(signal.SIGPROF, lambda *_: fired.append(1))
     try:
-        signal.setitimer(signal.ITIMER_REAL, HANG_GUARD_S, HANG_GUARD_S)
+        signal.setitimer(signal.ITIMER_PROF, HANG_GUARD_S, HANG_GUARD_S)
         assert G.grade_detailed(boxed("x+1"), "x+4").method == "unavailable"
-        value, interval = signal.getitimer(signal.ITIMER_REAL)
-        # the caller's timer is untouched: still running, with its own interval (one the grader set has none)
-        assert interval == HANG_GUARD_S and 0 < value <= HANG_GUARD_S
+        value, interval = signal.getitimer(signal.ITIMER_PROF)
+        # the caller's CPU-time timer is untouched: still running, with its own interval (one the grader set has none;
+        # the kernel keeps a CPU-time timer in clock ticks, so its value reads up to a tick above what was set)
+        assert interval == HANG_GUARD_S and 0 < value <= HANG_GUARD_S + 1
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
     assert not fired and spinner.calls == 0
 
 
@@ -960,7 +1018,7 @@ def test_verl_reward_follows_the_mode_it_is_given(monkeypatch):
     reward = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(reward)
     out = reward.compute_score("math", "so \\boxed{3}", "3")
-    assert out == {"score": 1.0, "acc": 1.0}
+    assert out == {"score": 1.0, "acc": 1.0, "pred": "3"}
     assert reward.compute_score("math", "so \\boxed{3}", "3", grader_mode="strict-answer-line")["score"] == -1.0
     assert reward.compute_score("math", "Answer: 3", "3", grader_mode="strict-answer-line")["score"] == 1.0
 
@@ -994,8 +1052,10 @@ def test_the_environment_is_read_at_first_use_not_at_import(fresh_settings):
     fresh_settings.setenv("BANDPO_GRADER_MODE", "strict-answer-line")
     fresh_settings.setenv("BANDPO_GRADER_TIMEOUT_S", "0.5")
     fresh_settings.setenv("BANDPO_GRADER_RETRY_FACTOR", "not a number")  # ignored: the default stays
+    fresh_settings.setenv("BANDPO_GRADER_HANG_GUARD_S", "90")
     info = G.grader_info()
     assert (info["mode"], info["timeout_s"], info["retry_timeout_s"]) == ("strict-answer-line", 0.5, 15.0)
+    assert (info["budget_clock"], info["hang_guard_s"]) == ("cpu", 90.0)
     assert G.grade("I get \\boxed{12}.", "12") == 0.0
     # An unknown mode does not break the import; it is an error where the grader is first used.
     code = "import bandpo.grader as G\ntry:\n    G.grade('a', 'b')\nexcept ValueError as e:\n    print(e)"

@@ -386,8 +386,11 @@ def test_parity_in_batches_and_through_the_verl_reward():
     assert G.grade_many(list(responses), list(references), mode=MODE) == expected
     for (r, g), want in zip(PARITY[:400], expected, strict=False):
         out = reward.compute_score("math_dapo", r, g, grader_mode=MODE)
-        assert out == {"score": 1.0 if want else -1.0, "acc": want}
-        assert out == {"score": math_dapo.compute_score(r, g)["score"], "acc": want}
+        verl = math_dapo.compute_score(r, g)
+        assert out == {"score": 1.0 if want else -1.0, "acc": want, "pred": out["pred"]}
+        assert out["score"] == verl["score"]
+        # verl's maj@k votes on pred: ours is verl's, or "" where verl has none ([INVALID]): the same partition
+        assert out["pred"] == verl["pred"] or (out["pred"] == "" and verl["pred"] == dapo.INVALID)
 
 
 def test_paper_rule_is_stricter_than_the_lenient_modes():
@@ -457,3 +460,79 @@ def test_hostile_inputs_are_fast():
     for response, reference in worst:
         G.grade(response, reference, mode=MODE)
     assert time.process_time() - t0 < 10.0  # a few hundred ms; quadratic work on a megabyte would take hours
+
+
+# --------------------------------------------------------------------------------------------------------------
+# math-dapo-paper: the authors' rule, the Answer: line only
+# --------------------------------------------------------------------------------------------------------------
+PAPER = "math-dapo-paper"
+
+
+def authors_correct(response: str, reference: str) -> bool:
+    """The authors' rule as verl 0.9.1 still has it: its Minerva check of the last 300 characters, without the
+    ``\\boxed{}`` fallback that ``verify`` adds after it."""
+    return math_dapo.is_correct_minerva(response[-300:], reference)[0]
+
+
+def test_paper_mode_parity_with_verl_minerva_check():
+    mismatches = [(r[-120:], g) for r, g in PARITY if (G.grade(r, g, mode=PAPER) == 1.0) != authors_correct(r, g)]
+    assert not mismatches, mismatches[:10]
+
+
+def test_paper_mode_differs_from_verl_091_only_on_the_box_fallback():
+    """Where the two rules disagree, verl 0.9.1 took its \\boxed{} fallback and the paper's rule found no answer;
+    the corpus holds such items (an R1-style ending, \\boxed{X} and no Answer: line)."""
+    differ = [(r, g) for r, g in PARITY if G.grade(r, g, mode=PAPER) != G.grade(r, g, mode=MODE)]
+    # the one other way round: a reference that normalises to verl's own no-answer marker, matched by such a line
+    invalid = [(r, g) for r, g in differ if dapo.minerva_normalise(g) == dapo.INVALID]
+    assert all(authors_correct(r, g) and not verl_correct(r, g) for r, g in invalid)
+    differ = [item for item in differ if item not in invalid]
+    assert len(differ) > 50
+    for r, g in differ:
+        assert verl_correct(r, g) and not authors_correct(r, g)
+        assert math_dapo.is_correct_minerva(r[-300:], g)[1] == dapo.INVALID
+        assert G.grade_detailed(r, g, mode=PAPER).method == "no_answer"
+    r1_ending = "Adding the cases gives 204 in all, so the answer is \\(\\boxed{204}\\)."
+    assert (G.grade(r1_ending, "204", mode=MODE), G.grade(r1_ending, "204", mode=PAPER)) == (1.0, 0.0)
+    both = "so \\boxed{204}\nAnswer: 204"
+    assert G.grade(both, "204", mode=MODE) == G.grade(both, "204", mode=PAPER) == 1.0
+    assert G.extract_answer(r1_ending, MODE) == "204" and G.extract_answer(r1_ending, PAPER) is None
+
+
+def test_paper_mode_through_the_verl_reward():
+    spec = importlib.util.spec_from_file_location("verl_reward", ROOT / "workflow" / "scripts" / "verl_reward.py")
+    reward = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reward)
+    r1_ending = "so the answer is \\boxed{204}"
+    assert reward.compute_score("aime-2024", r1_ending, "204", grader_mode=PAPER)["score"] == -1.0
+    assert reward.compute_score("aime-2024", r1_ending, "204", grader_mode=MODE)["score"] == 1.0
+    # a validation set graded by its own rule (grader_modes: data source -> mode), the others by grader_mode
+    modes = {"amc-2023": "math-boxed"}
+    assert reward.compute_score("amc-2023", r1_ending, "204", grader_mode=PAPER, grader_modes=modes) == {
+        "score": 1.0,
+        "acc": 1.0,
+        "pred": "204",
+    }
+    assert reward.compute_score("aime-2024", r1_ending, "204", grader_mode=PAPER, grader_modes=modes)["acc"] == 0.0
+
+
+# --------------------------------------------------------------------------------------------------------------
+# math-boxed: verl's \\boxed{} MATH rule (the authors' AMC23 validation rows)
+# --------------------------------------------------------------------------------------------------------------
+def test_boxed_mode_parity_with_verl_math_reward():
+    from verl.utils.reward_score import math_reward
+
+    items = [*PARITY[:1500], *((r, g) for r, g in HAND if g.strip())]
+    items += [
+        ("\\boxed{0.5}", "\\frac{1}{2}"),
+        ("\\boxed{\\dfrac{1}{2}}", "\\frac12"),
+        ("\\fbox{7}", "7"),
+        ("\\boxed 7$", "7"),
+    ]
+    mismatches = [
+        (r[-120:], g) for r, g in items if G.grade(r, g, mode="math-boxed") != math_reward.compute_score(r, g)
+    ]
+    assert not mismatches, mismatches[:10]
+    assert G.grade("Answer: 204", "204", mode="math-boxed") == 0.0  # an Answer: line alone does not count
+    assert G.grade("\\boxed{0.5}", "\\frac{1}{2}", mode="math-boxed") == 1.0  # the MATH normalisation
+    assert G.grade("Answer: 0.5", "\\frac{1}{2}", mode=PAPER) == 0.0

@@ -1,16 +1,19 @@
-"""A verdict is a function of the completion and the reference alone (issue #59): the same under starvation, in any
-worker, whatever that worker judged before, and equal to the in-process judge's; a worker killed mid-item shows as a
-counted retry, never as another score.
+"""A verdict is a function of the completion and the reference alone (issues #59 and #72): the same on a machine kept
+busy by other processes (three per core) as on an idle one, in any worker, whatever that worker judged before, and
+equal to the in-process judge's; a worker killed mid-item shows as a counted retry, never as another score, and the
+load leaves no item undecided (the budgets count the worker's CPU seconds, `bandpo.grader.pool`).
 
-The completion of issue #59 (``tiny-s/grpo@separation/seed19``, step 42) is among the hard items: its answer
-``0:xed{0}`` parses as ``0/(x*E*d*0)``, whose ``is_zero`` sympy answered in the order its assumption system drew at
-random, one draw per worker process (`bandpo.grader.judge`). The pool's workers here are forks of this process, so
-each would inherit this process's draw; the task below reseeds sympy's generators once per worker from
-``os.urandom``, as a worker that loaded sympy itself (a training job's, `bandpo.grader.start_workers`) is seeded.
+The hard items are `benchmarks/bench_grader.py`'s ``HARD``. The completion of issue #59
+(``tiny-s/grpo@separation/seed19``, step 42) is among them: its answer ``0:xed{0}`` parses as ``0/(x*E*d*0)``, whose
+``is_zero`` sympy answered in the order its assumption system drew at random, one draw per worker process
+(`bandpo.grader.judge`). The pool's workers here are forks of this process, so each would inherit this process's
+draw; the task below reseeds sympy's generators once per worker from ``os.urandom``, as a worker that loaded sympy
+itself (a training job's, `bandpo.grader.start_workers`) is seeded.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import random
@@ -22,25 +25,17 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import busy_machine
 
 from bandpo import grader as G
-from bandpo.grader import api, judge, pool
+from bandpo.grader import api, counters, judge, pool
 
-NOT_DECIDED = ("timeout", "unavailable", "error")
-ISSUE_59 = "4x=-7+7=0, x=0/4=0. \\boxed{0:xed{0}"  # tiny-s/grpo@separation/seed19, step 42: published score 1
-HARD = [
-    (ISSUE_59, "0"),
-    ("1/5+1/5=2/5. \\boxed{2/F5}", "2/5"),  # the same step's other item math-verify judged
-    ("\\boxed{0e0/0}", "0"),
-    ("\\boxed{0\\pi/0}", "0"),
-    ("So the ratio is \\boxed{0:e{0}}", "0"),
-    ("\\boxed{0:ye{0}}", "0"),
-    ("\\boxed{\\frac{0}{x\\cdot 0}}", "0"),
-    ("\\boxed{0/(0e)}", "0"),
-    ("Answer: (x-1)(x+1)", "x^2-1"),
-    ("\\boxed{\\frac{x}{2}+1}", "\\frac{x+2}{2}"),
-    ("\\boxed{x^3}", "x \\cdot x^2 + 1"),
-]
+_BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_grader.py"
+_spec = importlib.util.spec_from_file_location("bench_grader", _BENCH)
+bench_grader = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("bench_grader", bench_grader)  # its dataclasses look their module up there
+_spec.loader.exec_module(bench_grader)
+HARD = bench_grader.HARD
 # graded by the first batch only, first: the worker that starts it kills itself (its twin in another batch could be a
 # task nobody waits for, whose worker's death no item would show)
 KILLED = ("The answer is \\boxed{0/(0\\pi)}", "0")
@@ -114,53 +109,77 @@ def _grade_at_once(orders: list[list[int]]) -> dict[int, list[G.GradeResult]]:
 
 
 def test_verdicts_are_the_same_under_starvation_in_any_worker_and_in_process(fresh_workers):
-    """Each repetition forgets every verdict, restarts the workers (fresh generators), grades the hard items in
-    ``BATCHES`` batches at once, each in another order, and kills a worker in the middle of ``KILLED``. Every item gets
-    the in-process judge's verdict wherever it is decided (in some batch of every repetition, at least), and the
-    counters account for every retry (the killed item's, and any first attempt the load left undecided) and every
-    item left undecided (scored 0, counted in ``grader_timeouts``)."""
+    """On a machine kept busy by three processes per core, each repetition forgets every verdict, restarts the workers
+    (fresh generators), grades the hard items in ``BATCHES`` batches at once, each in another order, and kills a
+    worker in the middle of ``KILLED``. Every item of every batch gets the in-process judge's verdict (none left
+    undecided by the load), and the counters account for every retry (the killed item's, and those of the items in
+    flight when the kill takes the pool down)."""
     keys = [api._prepare(response, reference, "lenient").key for response, reference in [*HARD, KILLED]]
     assert all(key is not None for key in keys), "every hard item must need math-verify (no fast path, no cache)"
     assert keys[-1][1] == KILLED_PRED
-    seen: list[list[float | None]] = []
+    seen: list[list[float]] = []
     seen_killed: list[float] = []
-    for rep in range(REPEATS):
-        api.clear_cache()
-        G.shutdown()
-        assert G.warmup()
-        KILL_FLAG.touch()
-        orders = [random.Random(rep * BATCHES + b).sample(range(len(HARD)), len(HARD)) for b in range(BATCHES)]
-        with G.counting() as c:
-            results = _grade_at_once(orders)
-        assert sorted(results) == list(range(BATCHES)), "a batch did not finish"
-        assert not KILL_FLAG.exists(), "no worker was killed mid-item"
-        flat = [r for b in range(BATCHES) for r in results[b]]
-        assert {r.method for r in flat} <= {"math_verify", *NOT_DECIDED}, [(r.pred, r.method) for r in flat]
-        undecided = [r for r in flat if r.method in NOT_DECIDED]
-        # undecided: a batch whose second attempt waited for a twin's first attempt (another batch's) that no
-        # worker started in time: scored 0, counted, never a verdict
-        assert all(r.score == 0.0 and r.retried for r in undecided), undecided
-        for i in range(len(HARD)):  # never vacuous: every item has its verdict in some batch of every repetition
-            assert any(results[b][i].method == "math_verify" for b in range(BATCHES)), (rep, HARD[i][0])
-        killed = results[0][-1]
-        assert (killed.method, killed.retried) == ("math_verify", True), killed  # its second attempt decided it
-        retried = sum(r.retried for r in flat)
-        assert c.counts.get("retried", 0) == retried
-        assert c.counts["items"] == len(flat) and c.counts.get("math_verify", 0) == len(flat) - len(undecided)
-        assert c.metrics()["grader_retries"] == retried and c.metrics()["grader_timeouts"] == len(undecided)
-        for b in range(BATCHES):
-            seen.append([r.score if r.method == "math_verify" else None for r in results[b][: len(HARD)]])
-        seen_killed.append(killed.score)
+    with busy_machine():
+        for rep in range(REPEATS):
+            api.clear_cache()
+            G.shutdown()
+            assert G.warmup()
+            KILL_FLAG.touch()
+            orders = [random.Random(rep * BATCHES + b).sample(range(len(HARD)), len(HARD)) for b in range(BATCHES)]
+            with G.counting() as c:
+                results = _grade_at_once(orders)
+            assert sorted(results) == list(range(BATCHES)), "a batch did not finish"
+            assert not KILL_FLAG.exists(), "no worker was killed mid-item"
+            flat = [r for b in range(BATCHES) for r in results[b]]
+            undecided = [(rep, r.pred, r.method) for r in flat if r.method != "math_verify"]
+            assert not undecided, f"items the load left undecided: {undecided}"
+            killed = results[0][-1]
+            assert killed.retried, killed  # its second attempt decided it
+            # the kill can also take down the pool when pebble sees the dead worker before the task it started
+            # ("All workers expired"): the items then in flight are graded again too, and get the same verdicts
+            assert sum(r.retried for r in flat) == c.counts.get("retried", 0) >= 1
+            assert c.metrics()["grader_timeouts"] == 0 and c.counts["math_verify"] == len(flat)
+            seen += [[r.score for r in results[b][: len(HARD)]] for b in range(BATCHES)]
+            seen_killed.append(killed.score)
     # last: workers forked after this process judged the items would inherit its parsed answers (the old judge's
     # cache) and with them its verdicts
     in_process = judge.inprocess_judge()
     expected = [1.0 if in_process(*key) else 0.0 for key in keys]
     assert expected[9] == 1.0 and expected[10] == 0.0  # the plain ones, for scale
-    moved = [(HARD[i][0], sorted({s[i] for s in seen if s[i] is not None}), expected[i]) for i in range(len(HARD))
-             if any(s[i] not in (None, expected[i]) for s in seen)]  # fmt: skip
+    moved = [(HARD[i][0], sorted({s[i] for s in seen}), expected[i]) for i in range(len(HARD))
+             if any(s[i] != expected[i] for s in seen)]  # fmt: skip
     if any(score != expected[-1] for score in seen_killed):
         moved.append((KILLED[0], sorted(set(seen_killed)), expected[-1]))
     assert not moved, f"verdicts that moved (item, scores seen, in-process verdict): {moved}"
+
+
+def test_the_hard_items_grade_the_same_on_a_busy_machine_as_on_an_idle_one():
+    """``grade_many`` of the hard items with the default budgets, once with the machine as it is and once kept busy
+    by three processes per core: the same scores and methods, no retry and no timeout counted either time, and the
+    CPU seconds of the slowest verdict well inside its budget."""
+    G.configure(isolation="process", workers=2)
+    responses, references = zip(*HARD, strict=True)
+
+    def grade() -> tuple[list[tuple[float, str]], dict]:
+        api.clear_cache()
+        G.shutdown()
+        assert G.warmup()
+        with G.counting() as c:
+            results = G.grade_many_detailed(responses, references)
+        return [(r.score, r.method) for r in results], c.metrics()
+
+    try:
+        idle, idle_counts = grade()
+        with busy_machine():
+            busy, busy_counts = grade()
+    finally:
+        G.shutdown()
+        api.clear_cache()
+    assert busy == idle and all(method == "math_verify" for _, method in idle), (idle, busy)
+    assert idle_counts["grader_retries"] == busy_counts["grader_retries"] == 0, (idle_counts, busy_counts)
+    assert idle_counts["grader_timeouts"] == busy_counts["grader_timeouts"] == 0, (idle_counts, busy_counts)
+    slowest = counters.slowest_verdict()
+    assert slowest["cpu_s"] < slowest["budget"] / 2, slowest
 
 
 JUDGE_IN_A_FRESH_PROCESS = """

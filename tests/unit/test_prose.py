@@ -161,6 +161,7 @@ ALLOWED = (
     Allowed(r"0\.05 s", r"polling every", "PollingReplayBuffer's poll interval (code)"),
     Allowed(r"0\.01 s", r"queue had not grown", "the rollout server's old batch trigger (code, as it was)"),
     Allowed(r"0\.8 s", r"first budget", "the grader's first time budget per item (code)"),
+    Allowed(r"600 s", r"wall-clock guard", "the grader's default wall-clock guard against a hung worker (code)"),
     Allowed(r"0\.5 s|15 s|30 s", r"Snakemake's benchmark|then every 30 s|up to 30 s", "how Snakemake samples CPU time"),
     Allowed(r"4x", r"main's steps|its steps|main's\)", "the horizon's design: 4 times main's steps (its config)"),
 )
