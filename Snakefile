@@ -14,9 +14,12 @@
 
 import os
 import sys
+import uuid
 
 # bandpo is installed (`pip install -e .` in dev and CI, or its wheel): the run plan, the config's schema and the
 # lm-eval tasks come from the package (bandpo/plan/, bandpo/schemas/, bandpo/score/lm_eval_tasks/).
+from bandpo.core.failures import RUN_ENV
+from bandpo.plan.config_files import config_file_error
 from bandpo.plan.run_lock import clear_stale_locks
 from bandpo.plan.runs import Plan
 from bandpo.plan.validate import ConfigError, validate_config
@@ -28,9 +31,13 @@ if workflow.is_main_process and clear_stale_locks():
     print("Removed the lock files of a Snakemake run that was killed (no other run is alive here).", file=sys.stderr)
 
 # The default config is read only when no --configfile is given: snakemake would otherwise merge the two files
-# (the sweep of config.yaml would leak into smoke.yaml / gpu.yaml).
+# (the sweep of config.yaml would leak into smoke.yaml / gpu.yaml). Checked first, as the workflow profile checks a
+# --configfile (bandpo/plan/config_files.py): a syntax error is one line naming the file, line and column.
 if not workflow.overwrite_configfiles:
-    workflow.configfile(os.path.join(workflow.basedir, "config", "config.yaml"))
+    _default_config = os.path.join(workflow.basedir, "config", "config.yaml")
+    if _error := config_file_error(_default_config):
+        raise SystemExit(_error)
+    workflow.configfile(_default_config)
 
 try:
     # The config read once into the run plan: validated (registry checks, which import torch, are skipped for a
@@ -47,9 +54,17 @@ except ConfigError as _err:
 config.clear()
 config.update(_validated)
 # Each job's spec file (results/{profile}/plan/), an input of its rule: rewritten only where its settings changed,
-# so exactly those jobs rerun. Jobs that re-parse this file (cluster executors) find them written.
+# so exactly those jobs rerun. Jobs that re-parse this file (cluster executors) find them written. A dry run writes
+# them too (docs/workflow.md, "Dry runs").
 if workflow.is_main_process:
     PLAN.write_specs()
+    # This command's id in every job's environment: a job's deterministic error is printed once, and the retries of
+    # this command end at once instead of running it again (bandpo/core/failures.py).
+    os.environ[RUN_ENV] = uuid.uuid4().hex
+
+
+envvars:
+    RUN_ENV,
 
 
 report: "workflow/report/workflow.rst"

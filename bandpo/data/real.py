@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,22 @@ REAL_DATASETS: dict[str, RealSpec] = {
     "amc-2023": RealSpec("math-ai/amc23", "test", "test"),
     "math-500": RealSpec("HuggingFaceH4/MATH-500", "test", "test"),
 }
+
+
+def real_entry_problems(entry: Mapping[str, Any], profile: str) -> list[tuple[list[str], str]]:
+    """What is wrong with a config's ``data`` entry of a real data set, as (its key path, why): an unknown name, a
+    ``path`` that does not exist (a relative one, from the working folder), or neither a path nor ``download: true``
+    (``profile``: the config's, named in the message)."""
+    name, path = entry["name"], entry.get("path")
+    if name not in REAL_DATASETS:
+        return [(["name"], f"unknown real data set {name!r}; known: {', '.join(sorted(REAL_DATASETS))}")]
+    if not path and not entry.get("download"):
+        return [([], f"no path, and download is off (profile {profile!r}): set path to a local copy of "
+                     f"{REAL_DATASETS[name].hub_id} in its format, or download: true")]  # fmt: skip
+    if path and not os.path.exists(path):
+        where = "" if os.path.isabs(path) else f" (relative to the working folder {os.getcwd()})"
+        return [(["path"], f"{path} does not exist{where}")]
+    return []
 
 
 def normalize_answer(value: Any) -> str:
@@ -127,14 +143,14 @@ def normalize_real_row(name: str, row: dict, index: int) -> dict | None:
     )
 
 
-def _local_files(path: Path) -> list[Path]:
+def _local_files(name: str, path: Path) -> list[Path]:
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.suffix in (".json", ".jsonl", ".parquet"))
         if not files:
-            raise FileNotFoundError(f"no .json/.jsonl/.parquet files under {path}")
+            raise FileNotFoundError(f"{name}: no .json/.jsonl/.parquet files under its path {path}")
         return files
     if not path.exists():
-        raise FileNotFoundError(path)
+        raise FileNotFoundError(f"{name}: its path {path} does not exist")
     return [path]
 
 
@@ -143,7 +159,7 @@ def _iter_source_rows(name: str, spec: RealSpec, path: str | os.PathLike | None,
     from datasets import load_dataset
 
     if path is not None:
-        files = _local_files(Path(path))
+        files = _local_files(name, Path(path))
         builder = "parquet" if all(f.suffix == ".parquet" for f in files) else "json"
         if builder == "json" and any(f.suffix == ".parquet" for f in files):
             raise ValueError(f"mixed parquet and json files under {path}")
@@ -152,8 +168,8 @@ def _iter_source_rows(name: str, spec: RealSpec, path: str | os.PathLike | None,
         return
     if not allow_download:
         raise RuntimeError(
-            f"{name}: no local path given and downloads are off (embedded profile). Pass path=... or "
-            f"allow_download=True (GPU profile) to fetch {spec.hub_id}."
+            f"{name}: no local path and downloads are off: set the data set's path (a local copy of {spec.hub_id} in "
+            "its format) or download: true in the config (by hand: --path FILE or --download)"
         )
     yield from load_dataset(spec.hub_id, split=spec.split)
 

@@ -1,3 +1,4 @@
+from bandpo.core.failures import run_job
 from bandpo.decide.cli import main
 
-raise SystemExit(main())
+raise SystemExit(run_job(main, "python -m bandpo.decide"))

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from bandpo.core.failures import run_job
 from bandpo.core.files import atomic_write_text
 from bandpo.methods import compute_bounds
 
@@ -66,4 +67,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_job(main, "python -m bandpo.methods.bounds_table"))

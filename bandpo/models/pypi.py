@@ -45,6 +45,7 @@ import torch
 from gguf import GGUFReader
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
+from bandpo.core.failures import run_job
 from bandpo.core.files import new_tmp_dir, publish_dir, write_json
 from bandpo.core.provenance import machine, versions, weights_sha256
 
@@ -244,4 +245,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_job(main, "python -m bandpo.models.pypi"))

@@ -85,9 +85,18 @@ def job_resources(cfg: Mapping[str, Any], rule: str) -> dict[str, int]:
 
 
 def verl_val_split(cfg: Mapping[str, Any]) -> str:
-    """The split of ``val_data`` that is verl's val_files: the validation split when verl measures held-out
-    (``train.val_every``, as the local trainer does), else the test split (verl requires val_files; unused)."""
+    """The split of ``val_data`` that is verl's val_files: ``val_split`` when the config sets it (the paper's
+    protocol: ``test``), else the validation split when verl measures held-out (``train.val_every``, as the local
+    trainer does), else the test split (verl requires val_files; unused)."""
+    if cfg.get("val_split"):
+        return cfg["val_split"]
     return "validation" if (cfg.get("train") or {}).get("val_every") else "test"
+
+
+def val_data_ids(cfg: Mapping[str, Any]) -> list[str]:
+    """The data sets of verl's val_files (``val_data``: one id or a list; none before the plan fills it in)."""
+    val = cfg.get("val_data")
+    return [] if val is None else [val] if isinstance(val, str) else list(val)
 
 
 def model_data(cfg: Mapping[str, Any], model: Mapping[str, Any]) -> str:
@@ -252,7 +261,7 @@ def used_data(cfg: Mapping[str, Any]) -> list[str]:
         ids |= {t["data"] for t in xp["eval_tasks"]}
         ids |= {model_data(cfg, models[m]) for m in xp["models"] if models[m]["source"] == "tiny"}
     if cfg["trainer"] == "verl":
-        ids |= set(cfg["train_data"]) | ({cfg["val_data"]} if cfg.get("val_data") else set())
+        ids |= set(cfg["train_data"]) | set(val_data_ids(cfg))
     return [d["id"] for d in cfg["data"] if d["id"] in ids]
 
 

@@ -4,7 +4,8 @@
 
 1. the JSON schema ``bandpo/schemas/config.schema.yaml`` (defaults filled in, unknown keys rejected);
 2. cross references: unique ids, data sets named by ``train_data`` / ``val_data`` / ``eval.tasks`` exist, tiny
-   model sizes and real data set names are registered, every lm-eval task has its YAML;
+   model sizes and real data set names are registered (each with a ``path`` that exists, relative to the working
+   folder, or ``download: true``), every lm-eval task has its YAML;
 3. every method entry through ``bandpo.methods.make_config`` (unknown method, unknown divergence, delta <= 0, ...),
    after importing the config's ``method_modules`` (methods of your own), and every ``train:`` override (top level,
    per model, per method entry) against ``bandpo.train.loop.TrainConfig`` (unknown key with a did-you-mean, type,
@@ -33,7 +34,7 @@ from jsonschema.exceptions import best_match
 
 from bandpo.core.files import package_data
 from bandpo.core.options import check_fields
-from bandpo.data.real import REAL_DATASETS
+from bandpo.data.real import REAL_DATASETS, real_entry_problems
 from bandpo.data.tiny_math import ProbeSpec
 from bandpo.models.sizes import SIZES
 from bandpo.plan.sweep import (
@@ -50,6 +51,7 @@ from bandpo.plan.sweep import (
     model_data,
     reused_entries,
     sequential_pairs,
+    val_data_ids,
     verl_val_split,
 )
 from bandpo.train.settings import RUN_FIELDS, TrainConfig
@@ -207,20 +209,25 @@ def _check_data(cfg: Mapping[str, Any], data_ids: Mapping[str, Mapping[str, Any]
     """Real data sets are registered; ``train_data`` names data sets with a train split, ``val_data`` one with
     the split verl validates on (`verl_val_split`)."""
     for i, d in enumerate(cfg["data"]):
-        if d["source"] == "real" and d["name"] not in REAL_DATASETS:
-            fail(["data", i, "name"], f"unknown real data set {d['name']!r}; known: {', '.join(sorted(REAL_DATASETS))}")
+        for key, why in real_entry_problems(d, cfg["profile"]) if d["source"] == "real" else ():
+            fail(["data", i, *key], why, _entry_label(cfg, "data", i) if key != ["name"] else "")
     for i, did in enumerate(cfg["train_data"]):
         if did not in data_ids:
             fail(["train_data", i], f"unknown data set {did!r}; defined: {', '.join(data_ids)}")
         if "train" not in _splits_of(data_ids[did]):
             fail(["train_data", i], f"data set {did!r} has no train split")
-    if cfg.get("val_data") is not None:
-        if cfg["val_data"] not in data_ids:
-            fail(["val_data"], f"unknown data set {cfg['val_data']!r}; defined: {', '.join(data_ids)}")
+    val_ids = val_data_ids(cfg)
+    for i, did in enumerate(val_ids):
+        path = ["val_data"] if isinstance(cfg["val_data"], str) else ["val_data", i]
+        if did not in data_ids:
+            fail(path, f"unknown data set {did!r}; defined: {', '.join(data_ids)}")
         split = verl_val_split(cfg)
-        if split not in _splits_of(data_ids[cfg["val_data"]]):
+        if split not in _splits_of(data_ids[did]):
             why = " (train.val_every measures held-out on it)" if split == "validation" else ""
-            fail(["val_data"], f"data set {cfg['val_data']!r} has no {split} split{why}")
+            fail(path, f"data set {did!r} has no {split} split{why}")
+    for did in (cfg.get("grader") or {}).get("val_modes") or {}:
+        if did not in val_ids:
+            fail(["grader", "val_modes", did], f"not a data set of val_data ({', '.join(val_ids) or 'none'})")
 
 
 def _check_eval(cfg: Mapping[str, Any], data_ids: Mapping[str, Mapping[str, Any]]) -> None:

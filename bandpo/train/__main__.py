@@ -9,7 +9,8 @@ if not {"-h", "--help"} & set(sys.argv[1:]):
 
     bandpo.grader.start_workers()
 
+from bandpo.core.failures import run_job
 from bandpo.core.options import exit_job
 from bandpo.train.cli import main
 
-exit_job(main())
+exit_job(run_job(main, "python -m bandpo.train"))

@@ -100,6 +100,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from bandpo import methods
 from bandpo.core.atlas_table import COLUMNS, SLICES
 from bandpo.core.atlas_table import STEPS as ATLAS_STEPS
+from bandpo.core.failures import run_job
 from bandpo.core.files import write_csv
 from bandpo.grader import warmup
 from bandpo.methods.band import band_bounds
@@ -470,4 +471,4 @@ def _run(args: argparse.Namespace) -> TrainConfig:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_job(main, "python -m bandpo.train.atlas"))

@@ -35,7 +35,7 @@ def test_docs_are_generated_from_results():
     )
 
 
-def test_render_rewrites_blocks_in_place(tmp_path):
+def test_render_rewrites_blocks_in_place(tmp_path, capsys):
     text = (
         "a <!-- generated:n-runs -->999<!-- /generated:n-runs --> b\n"
         "<!-- generated:primary -->\nold\n<!-- /generated:primary -->\n"
@@ -60,6 +60,9 @@ def test_render_rewrites_blocks_in_place(tmp_path):
     assert main(["docs", "--root", str(tmp_path), "--results", str(ROOT / "results"), "--check"]) == 1
     assert main(["docs", "--root", str(tmp_path), "--results", str(ROOT / "results")]) == 0
     assert (tmp_path / "README.md").read_text() == out
+    capsys.readouterr()
+    assert main(["docs", "--root", str(tmp_path), "--results", str(ROOT / "results"), "--check"]) == 0
+    assert capsys.readouterr().out == "checked 2 generated blocks in 1 files: all up to date\n"  # says what it checked
 
 
 def test_every_block_is_used_somewhere():

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from bandpo.core.protocol import Protocol
+from bandpo.plan.config_files import command_line_configfiles, config_file_error
 from bandpo.plan.runs import Plan, load_plan
 from bandpo.plan.validate import ConfigError, validate_config
 from bandpo.score.spec import read_spec as read_eval_spec
@@ -116,3 +117,24 @@ def test_a_resumed_runs_elapsed_time_is_the_sum_of_its_starts(tmp_path):
     second.write_text("no stamps\n")
     with pytest.raises(ValueError, match="fewer than two time stamps"):
         elapsed_minutes(first, second)
+
+
+def test_a_config_file_is_read_as_snakemake_reads_it_with_one_line_per_error(tmp_path):
+    """bandpo.plan.config_files, the workflow profile's check of every --configfile (the snakemake runs:
+    tests/workflow/test_workflow.py): JSON first (tabs allowed), else YAML; a syntax error names line and column."""
+    cases = {
+        "ok.yaml": ("profile: x\nseeds: [0]\n", None),
+        "tabs.json": ('{\n\t"profile": "x"\n}\n', None),
+        "tabs.yaml": ("profile: x\n\tseeds: [0]\n", "Invalid config ({}:2:1): YAML syntax error: found character "
+                      "'\\t' that cannot start any token"),
+        "indent.yaml": ("profile: x\n  seeds: [0]\n", "Invalid config ({}:2:8): YAML syntax error: mapping values "
+                        "are not allowed here"),
+        "scalar.yaml": ("just text\n", "Invalid config ({}): not a mapping of config keys (the file holds a str)"),
+    }  # fmt: skip
+    for name, (text, expected) in cases.items():
+        (tmp_path / name).write_text(text)
+        path = tmp_path / name
+        assert config_file_error(path) == (expected.format(path) if expected else None), name
+    assert config_file_error(tmp_path / "nope.yaml") == f"Invalid config ({tmp_path / 'nope.yaml'}): no such file"
+    argv = ["-n", "all", "--cores", "2", "--configfile", "a.yaml", "b.yaml", "--config", "only=main"]
+    assert command_line_configfiles(argv) == ["a.yaml", "b.yaml"]

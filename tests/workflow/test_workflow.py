@@ -356,6 +356,15 @@ BAD_CASES = {  # case: (mutation of config/smoke.yaml, regex the error message m
         _set(["method_modules"], ["tests/no_such_methods.py"]),
         r"method_modules\[0\]: method module 'tests/no_such_methods.py': file not found",
     ),
+    "real_data_path_missing": (
+        lambda c: c["data"].append({"id": "aime", "source": "real", "name": "aime-2024", "path": "/no/such.jsonl"}),
+        r"config error at data\[2\]\.path \(data set 'aime'\): /no/such\.jsonl does not exist$",
+    ),
+    "real_data_without_path_or_download": (
+        lambda c: c["data"].append({"id": "aime", "source": "real", "name": "aime-2024"}),
+        r"config error at data\[2\] \(data set 'aime'\): no path, and download is off \(profile 'smoke'\): set "
+        r"path to a local copy of HuggingFaceH4/aime_2024 in its format, or download: true$",
+    ),
 }
 
 
@@ -368,7 +377,15 @@ def test_bad_config_is_rejected_naming_the_field(case):
 
 
 @pytest.mark.parametrize(
-    "case", ["delta_zero", "unknown_divergence", "unknown_nested_key", "missing_models", "train_typo"]
+    "case",
+    [
+        "delta_zero",
+        "unknown_divergence",
+        "unknown_nested_key",
+        "missing_models",
+        "train_typo",
+        "real_data_path_missing",
+    ],
 )
 def test_bad_config_stops_snakemake_before_any_job(tmp_path, case):
     mutate, pattern = BAD_CASES[case]
@@ -377,6 +394,100 @@ def test_bad_config_stops_snakemake_before_any_job(tmp_path, case):
     assert re.search(pattern, proc.output), proc.output[-3000:]
     assert "Job stats" not in proc.output and "rule " not in proc.output  # no job was even planned
     assert not (tmp_path / "wd" / "results").exists() and not (tmp_path / "wd" / "resources").exists()
+
+
+@pytest.mark.parametrize("case", ["syntax", "missing", "not_a_mapping"])
+def test_a_bad_config_file_is_one_line_before_snakemake_reads_it(tmp_path, case):
+    """Snakemake loads a --configfile before the Snakefile runs; the workflow profile checks it first
+    (bandpo/plan/config_files.py): one line naming the file (line and column of a syntax error), no traceback, and
+    not even the working folder created."""
+    path = tmp_path / "cfg.yaml"
+    texts = {"syntax": "profile: smoke\nseeds: [0, 1\nmodels: []\n", "not_a_mapping": "- profile: smoke\n"}
+    if case in texts:
+        path.write_text(texts[case])
+    expected = {
+        "syntax": f"Invalid config ({path}:3:7): YAML syntax error: expected ',' or ']', but got ':' (while parsing "
+        "a flow sequence at line 2, column 8)",
+        "missing": f"Invalid config ({path}): no such file",
+        "not_a_mapping": f"Invalid config ({path}): not a mapping of config keys (the file holds a list)",
+    }[case]
+    proc = snakemake(tmp_path / "wd", "-n", configfile=path)
+    assert proc.returncode == 1
+    assert [line for line in proc.output.splitlines() if not line.startswith("Using workflow")] == [expected]
+    assert not (tmp_path / "wd").exists()
+
+
+TOY_SNAKEFILE = """
+import os, uuid
+from bandpo.core.failures import RUN_ENV
+
+os.environ[RUN_ENV] = uuid.uuid4().hex  # as the project's Snakefile does, once per snakemake command
+
+rule all:
+    input: "bad.done", "killed.done", "offline.done"
+
+rule job:
+    output: "{name}.done"
+    log: "{name}.log"
+    shell: "python job.py {wildcards.name} {output} > {log} 2>&1"
+"""
+TOY_JOB = """
+import os, signal, sys
+from pathlib import Path
+from bandpo.core.failures import run_job
+
+def main():
+    name, out = sys.argv[1:]
+    starts = Path(name + ".starts")
+    starts.write_text((starts.read_text() if starts.exists() else "") + "x")
+    if name == "bad":  # the same inputs give the same error: printed once, not run again
+        raise ValueError("its bounds violate lower <= 1 <= upper on 3 of 8 valid tokens")
+    if len(starts.read_text()) == 1:  # the first start only: transient, retried
+        if name == "killed":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise ConnectionError("connection reset by peer")
+    Path(out).write_text("ok")
+    return 0
+
+raise SystemExit(run_job(main, "python job.py"))
+"""
+
+
+def test_snakemakes_retries_rerun_a_killed_job_but_not_a_deterministic_error(tmp_path):
+    """bandpo.core.failures.run_job under real retries (--retries 2, as profiles/default sets): a job killed by SIGKILL
+    and one whose network dropped are started again and finish; a ValueError is printed once, as one line, and the
+    two retries end at once without running the job."""
+    (tmp_path / "Snakefile").write_text(TOY_SNAKEFILE)
+    (tmp_path / "job.py").write_text(TOY_JOB)
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "1", "--retries", "2", "--keep-going", "--show-failed-logs"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert (tmp_path / "killed.done").is_file() and (tmp_path / "offline.done").is_file()
+    starts = {name: len((tmp_path / f"{name}.starts").read_text()) for name in ("bad", "killed", "offline")}
+    assert starts == {"bad": 1, "killed": 2, "offline": 2}
+    assert out.count("lower <= 1 <= upper") == 1
+    assert re.search(r"^python job\.py: error: ValueError: its bounds violate lower <= 1 <= upper on 3 of 8 valid "
+                     r"tokens \(ValueError raised at job\.py:\d+\)$", out, re.M), out[-3000:]  # fmt: skip
+    retried = r"^python job\.py: not run again: its first attempt in this snakemake command failed with a deterministic"
+    assert len(re.findall(retried, out, re.M)) == 2
+    assert out.count("Traceback") == 1  # the ConnectionError's, retried as before
+
+
+def test_a_deterministic_job_error_in_the_dag_is_printed_once(tmp_path):
+    """The project's Snakefile and profile (retries: 2): a real data set whose rows lack the fields of its layout
+    fails its job with one line, once; both retries say so in a line of their own."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"question": "1+1", "answer": "2"}\n')
+    cfg = bad(lambda c: c["data"].append({"id": "math", "source": "real", "name": "math-l3-5", "path": str(rows)}))
+    proc = snakemake(tmp_path / "wd", "--cores", "1", "resources/data/math/train.jsonl",
+                     configfile=write_config(tmp_path, cfg))  # fmt: skip
+    assert proc.returncode == 1
+    error = (f"python -m bandpo.data: error: ValueError: math-l3-5: source row 0 ({rows}) has no field(s) 'problem', "
+             "'solution', 'subject', 'level'")  # fmt: skip
+    assert proc.output.count(error) == 1, proc.output[-3000:]
+    assert proc.output.count("python -m bandpo.data: not run again:") == 2
+    assert proc.output.count("Trying to restart job") == 2 and "Traceback" not in proc.output
 
 
 # ----------------------------------------------------------------------------------------------------------------

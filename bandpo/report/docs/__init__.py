@@ -102,13 +102,24 @@ def render(text: str, board: Board) -> str:
     return BLOCK.sub(body, text)
 
 
+def doc_files(root: str | Path = ".") -> list[Path]:
+    """The doc files under ``root`` that may hold generated blocks (`DOC_FILES`)."""
+    return sorted({p for pattern in DOC_FILES for p in Path(root).glob(pattern)})
+
+
+def block_count(root: str | Path = ".") -> tuple[int, int]:
+    """The generated blocks under ``root`` and the number of files that hold them."""
+    counts = [len(BLOCK.findall(p.read_text(encoding="utf-8"))) for p in doc_files(root)]
+    return sum(counts), sum(1 for n in counts if n)
+
+
 def update(root: str | Path = ".", results: str | Path | None = None, check: bool = False) -> list[Path]:
     """Regenerate the blocks of every doc file under ``root``; returns the files whose text changed (with
     ``check``, the files that are stale, left as they are)."""
     root = Path(root)
     board = Board.read(results if results is not None else root / "results")
     changed = []
-    for path in sorted({p for pattern in DOC_FILES for p in root.glob(pattern)}):
+    for path in doc_files(root):
         text = path.read_text(encoding="utf-8")
         new = render(text, board)
         if new != text:
