@@ -9,15 +9,10 @@ completion tokens per second of each and their ratio::
         [--seed 0] [--suite-set KEY=VALUE] [--json results.json] [--keep DIR]
 
 TRL's side runs in a child process (``benchmarks/_trl_grpo_run.py``) under ``--trl-python``, by default this
-interpreter, which then needs the project's ``bench`` extra (``pip install -e ".[bench]"``: trl 1.16.0, which
-accepts the installed torch and transformers and changes neither). To keep TRL out of the project's environment
-(verl 0.9.1 breaks beside it), make a venv inside the checkout that adds only TRL, once, and pass its python::
-
-    python -m venv --system-site-packages .venv-trl && .venv-trl/bin/pip install --no-deps "trl==1.16.0"
-    python benchmarks/bench_trainer_vs_trl.py --trl-python .venv-trl/bin/python ...
-
-(``.venv*`` is ignored by git; ``trl==1.16.0`` is the pin of pyproject.toml's ``bench`` extra). Another venv made
-the same way with another trl compares other TRL versions.
+interpreter, which has TRL after the README's set-up (``pip install -e ".[dev,verl-cpu]"``: the ``dev`` extra pulls
+in ``bench``, trl 1.16.0, which accepts the installed torch and transformers and changes neither; verl works beside
+it, docs/verl.md). ``--trl-python`` names another interpreter that imports both the project and TRL (another TRL
+version, say); benchmarks/README.md, "Install", has the recipe checked in a fresh venv.
 
 Settings, both trainers (defaults; a "step" = one rollout batch):
 
@@ -298,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--trl-python",
         default=sys.executable,
-        help="python that runs TRL (default: this one; e.g. .venv-trl/bin/python)",
+        help="python that runs TRL (default: this one); another must import the project and TRL",
     )
     ap.add_argument("--warmup-steps", type=int, default=2, help="rollout batches before timing starts")
     ap.add_argument("--steps", type=int, default=20, help="timed rollout batches")
@@ -336,9 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     probe = subprocess.run([args.trl_python, "-c", "import trl"], capture_output=True, text=True)
     if probe.returncode != 0:
         ap.error(
-            f"--trl-python {args.trl_python} cannot import trl: pip install -e '.[bench]', or make a venv with "
-            "trl alone and pass its python (`python -m venv --system-site-packages .venv-trl && .venv-trl/bin/pip "
-            "install --no-deps trl==1.16.0`, then --trl-python .venv-trl/bin/python)"
+            f"--trl-python {args.trl_python} cannot import trl: install the project as the README does "
+            "(pip install -e '.[dev,verl-cpu]', which holds trl), or pass an interpreter that has it "
+            "(benchmarks/README.md, Install)"
         )
 
     if args.keep:

@@ -15,7 +15,9 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import math
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
@@ -26,6 +28,14 @@ DEFAULT_DUAL_CLIP_C = 10.0
 TRACKERS = ("tensorboard", "mlflow")
 """The experiment trackers a run's curves can also go to (`Protocol.trackers`), named as verl's ``trainer.logger``
 names them."""
+MLFLOW_DIR, MLFLOW_DB = "mlruns", "mlflow.db"  # a run's own MLflow store: <run>/mlruns/mlflow.db (SQLite)
+
+
+def mlflow_store(out: str | os.PathLike) -> str:
+    """The URI of the run's own MLflow store, ``<out>/mlruns/mlflow.db`` (SQLite; the local trainer's and verl's)."""
+    return "sqlite:///" + Path(out, MLFLOW_DIR, MLFLOW_DB).resolve().as_posix()
+
+
 SPEC_OMITTED_AT_DEFAULT = ("trackers",)
 """Fields that change where a run's numbers are shown, not the numbers: a run's spec file leaves them out while they
 hold their default (`spec_fields`), so that adding such a field rewrote no spec file and reran no job."""
@@ -74,9 +84,9 @@ class Protocol:
     """Dual-clip constant c for negative advantages (paper: 10; None disables, local trainer only)."""
     trackers: list[str] = field(default_factory=list)
     """Experiment trackers that also receive each step's metrics, beside metrics.jsonl: ``tensorboard`` (event files
-    in the run's ``tensorboard/`` folder) and / or ``mlflow`` (MLflow's local store, the run's ``mlruns/`` folder;
-    needs the mlflow package). Empty (the default): none. verl: its ``trainer.logger``, after the "console" and
-    "file" it always has."""
+    in the run's ``tensorboard/`` folder) and / or ``mlflow`` (a SQLite store in the run's ``mlruns/`` folder, or
+    the store of $MLFLOW_TRACKING_URI); each needs its package (the trackers extra). Empty (the default): none.
+    verl: its ``trainer.logger``, after the "console" and "file" it always has."""
 
     def protocol_problems(self) -> list[str]:
         """What is wrong with the shared settings, one ``field: why`` line each (empty: nothing)."""
@@ -105,15 +115,15 @@ class Protocol:
 
 
 def trackers_problems(trackers: object) -> list[str]:
-    """What is wrong with a ``trackers`` list (names in `TRACKERS`, each once; ``mlflow`` only where the mlflow
-    package is installed), one line each."""
+    """What is wrong with a ``trackers`` list (names in `TRACKERS`, each once, each where its package, of the same
+    name, is installed), one line each."""
     if not isinstance(trackers, (list, tuple)) or not all(isinstance(t, str) for t in trackers):
         return [f"trackers: must be a list of tracker names ({', '.join(TRACKERS)}), got {trackers!r}"]
     problems = [f"trackers: unknown tracker {t!r}; valid: {', '.join(TRACKERS)}" for t in trackers if t not in TRACKERS]
     if len(set(trackers)) != len(trackers):
         problems.append(f"trackers: each tracker once, got {list(trackers)}")
-    if "mlflow" in trackers and importlib.util.find_spec("mlflow") is None:
-        problems.append("trackers: mlflow needs the mlflow package (pip install mlflow), or use tensorboard")
+    problems += [f"trackers: {t} needs the {t} package: pip install -e \".[trackers]\" (pyproject.toml)"
+                 for t in TRACKERS if t in trackers and importlib.util.find_spec(t) is None]  # fmt: skip
     return problems
 
 

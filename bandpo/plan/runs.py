@@ -313,7 +313,8 @@ class Plan:
                        train_files=os.path.abspath(f"resources/data/_verl/{self.profile}/train.parquet"),
                        val_files=os.path.abspath(f"resources/data/_verl/{self.profile}/val.parquet"),
                        output_dir=os.path.abspath(self.run_dir(model_id, slot, seed)), reward_fn_path=self.verl_reward,
-                       method_modules=self.method_modules(), grader_mode=self.grader_mode, **fields)  # fmt: skip
+                       method_modules=self.method_modules(), grader_mode=self.grader_mode,
+                       val_grader_modes=dict(self.config["grader"].get("val_modes") or {}), **fields)  # fmt: skip
 
     def verl_gpus(self, model_id: str, slot: str, seed: int | str) -> int:
         """GPUs a verl job asks for: nnodes x n_gpus_per_node."""

@@ -13,8 +13,9 @@ Metrics (per problem, from its n = ``repeats`` samples; lm-eval averages them ov
 Every sample is graded by `bandpo.grader` (the suite's one grader, also the training reward) in the mode of
 ``BANDPO_GRADER_MODE`` (the workflow's ``grader.mode``): ``lenient``, the last ``\\boxed{...}`` (a truncated
 ``\\boxed{42`` too) or ``Answer:`` line, ``strict-answer-line``, the last ``Answer:`` line only (both compared by
-math-verify equivalence), or ``math-dapo``, the paper's rule (verl's ``math_dapo``: the last ``Answer:`` line of
-the last 300 characters, Minerva-normalised, string-equal to the reference); each summary records the grader
+math-verify equivalence), ``math-dapo-paper``, the paper's rule (the last ``Answer:`` line of the last 300
+characters, Minerva-normalised, string-equal to the reference), ``math-dapo`` (verl 0.9.1's ``math_dapo``: the same
+with a ``\\boxed{}`` fallback) or ``math-boxed`` (verl's ``\\boxed{}`` MATH rule); each summary records the grader
 (``grader``: name, mode, version, id).
 
 lm-eval hooks (used by the task YAMLs in ``bandpo/score/lm_eval_tasks``): `keep_all_samples` is a custom filter

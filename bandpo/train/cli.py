@@ -12,7 +12,8 @@ select rule). Without ``--spec`` every `TrainConfig` field is a flag of its own,
 their types, defaults and attribute docstrings (`Command`), so each field is documented once, in the source, and the
 help cannot drift from it. ``--method-module`` (repeatable) imports a module of your own that registers methods
 (`bandpo.methods`); ``BANDPO_METHOD_MODULES`` does the same from the environment. Bad values are a usage error (exit
-status 2) naming the field, never a stack trace.
+status 2) naming the field, never a stack trace; a tracker that cannot start is one line too (exit status 1, before
+the first step: `bandpo.train.trackers`).
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         methods.resolve(cfg.method, cfg.params, cfg.loss_settings())  # unknown method / bad parameter: named
     except (ImportError, ValueError) as e:
         return _usage_error(str(e))
-    summary = train(cfg)
+    summary = train(cfg)  # a TrackerError is one line: bandpo.core.failures.run_job, `python -m bandpo.train`
     print(json.dumps({"out": cfg.out, **summary["final"], "train_seconds_total": summary["train_seconds_total"]}))
     return 0
 

@@ -26,13 +26,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shlex
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from bandpo import methods
 from bandpo.core import numerics
+from bandpo.core.protocol import mlflow_store
 from bandpo.verl.spec import VerlRun
 
 __all__ = ["PLUGIN_MODULE", "PROTOCOL_KEYS", "VERL_ONLY_PROTOCOL", "command", "env", "overrides", "shell_command"]
@@ -90,6 +91,11 @@ def _hydra_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(_hydra_value(v) for v in value) + "]"
+    if isinstance(value, dict):  # Hydra's dict keys are unquoted: plain names only
+        bad = [k for k in value if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", str(k))]
+        if bad:
+            raise ValueError(f"cannot pass the key(s) {bad} through a Hydra override (not a plain name)")
+        return "{" + ",".join(f"{k}:{_hydra_value(v)}" for k, v in value.items()) + "}"
     text = str(value)
     if "'" in text or "\\" in text or "${" in text:
         raise ValueError(f"cannot pass {text!r} through a Hydra override (contains ', \\ or ${{)")
@@ -155,13 +161,15 @@ def env(run: VerlRun) -> dict[str, str]:
 
 def tracker_env(run: VerlRun) -> dict[str, str]:
     """Where verl's trackers of ``run.trackers`` write: into the run's folder, as the local trainer's do
-    (`bandpo.train.trackers`): ``TENSORBOARD_DIR`` = <output_dir>/tensorboard, ``MLFLOW_TRACKING_URI`` = the local
-    store <output_dir>/mlruns (verl's defaults: tensorboard_log/<project>/<run> and /tmp/mlruns.db)."""
+    (`bandpo.train.trackers`): ``TENSORBOARD_DIR`` = <output_dir>/tensorboard, ``MLFLOW_TRACKING_URI`` = the run's
+    SQLite store <output_dir>/mlruns/mlflow.db (`bandpo.core.protocol.mlflow_store`; its folder made by
+    `bandpo.verl.launch`) unless the user's environment sets one (verl's defaults: tensorboard_log/<project>/<run> and
+    /tmp/mlruns.db)."""
     out = {}
     if "tensorboard" in run.trackers:
         out["TENSORBOARD_DIR"] = os.path.join(os.path.abspath(run.output_dir), "tensorboard")
-    if "mlflow" in run.trackers:
-        out["MLFLOW_TRACKING_URI"] = Path(run.output_dir, "mlruns").absolute().as_uri()
+    if "mlflow" in run.trackers and "MLFLOW_TRACKING_URI" not in os.environ:
+        out["MLFLOW_TRACKING_URI"] = mlflow_store(run.output_dir)
     return out
 
 
@@ -193,6 +201,16 @@ HF_DETERMINISM: dict[str, Any] = {
     f"{_ROLLOUT}.full_determinism": True,
     f"{_ROLLOUT}.agent.agent_loop_config_path": HF_AGENT_LOOP_CONFIG,
     f"{_ROLLOUT}.agent.default_agent_loop": "bandpo_single_turn",
+}
+
+
+# verl's deterministic settings (VerlRun.deterministic): the rollout's (vLLM: VLLM_BATCH_INVARIANT, a seed per
+# request, request ids and routing fixed; main_ppo also fixes PYTHONHASHSEED) and the FSDP engines' of the actor and
+# the reference (enable_full_determinism). The hf rollout's own HF_DETERMINISM sets the first already.
+DETERMINISM: dict[str, Any] = {
+    f"{_ROLLOUT}.full_determinism": True,
+    f"{_ACTOR}.fsdp_config.full_determinism": True,
+    "actor_rollout_ref.ref.fsdp_config.full_determinism": True,
 }
 
 
@@ -263,12 +281,16 @@ def overrides(run: VerlRun) -> list[str]:
         o["reward.custom_reward_function.path"] = run.reward_fn_path
         o["reward.custom_reward_function.name"] = run.reward_fn_name
         o["+reward.custom_reward_function.reward_kwargs.grader_mode"] = run.grader_mode  # in verl's dump too
+        if run.val_grader_modes:  # the validation sets graded by their source's rule (verl_reward.py)
+            o["+reward.custom_reward_function.reward_kwargs.grader_modes"] = dict(run.val_grader_modes)
     o["hydra.run.dir"] = os.path.join(run.output_dir, "hydra")  # Hydra's own log, else ./outputs/<date>/
     if run.rollout_name == "hf":  # bandpo.verl.cpu's server: a step's requests are served as one batch
         o[f"+{_ROLLOUT}.engine_kwargs.hf.max_batch"] = run.prompts_per_step * run.samples_per_prompt
         if run.val_every:  # a validation pass may hold more requests than a step: gathered whole, then split
             o[f"+{_ROLLOUT}.engine_kwargs.hf.gather_passes"] = True
         o.update(HF_DETERMINISM)
+    if run.deterministic:
+        o.update(DETERMINISM)
     out = [f"{k}={_hydra_value(v)}" for k, v in o.items()]
     # New keys under the runtime_env struct need Hydra's '+'.
     out += [f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}={_hydra_value(v)}" for k, v in env(run).items()]

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bandpo.core.files import atomic_write_text, read_jsonl
+from bandpo.core.protocol import MLFLOW_DIR
 from bandpo.verl import command
 from bandpo.verl.spec import read_spec
 
@@ -86,6 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(line, flush=True)
         return 0
     start = prepare_resume(run.output_dir) if os.path.isdir(run.output_dir) else None
+    if "mlflow" in run.trackers:  # the folder of the run's SQLite store (command.tracker_env)
+        Path(run.output_dir, MLFLOW_DIR).mkdir(parents=True, exist_ok=True)
     print("fresh start" if start is None else f"resuming after step {start}", flush=True)
     argv_verl, env = command.command(run), command.env(run)  # after prepare_resume: val_before_train depends on it
     print(command.shell_command(run), flush=True)

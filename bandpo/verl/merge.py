@@ -69,16 +69,18 @@ PLUGIN_PREFIX = "actor/bandpo/"  # bandpo.verl.plugin's statistics: the same nam
 
 # verl's held-out measurement (test_freq): "val-core/<data source>/acc/mean@<k>", the mean over the validation
 # problems and their k samples of the reward function's acc (0 / 1): the local trainer's val/mean (validation mean@k)
+# when there is one data source. Beside it, and with several sources (config/gpu.yaml: AIME24, AIME25, AMC23), verl's
+# own metrics keep their names: per source mean@k, best@k/mean and maj@k/mean (bootstrap estimates, verl's
+# process_validation_metrics) under val-core/, the rest under val-aux/.
 _VAL_MEAN = re.compile(r"val-core/[^/]+/acc/mean@\d+")
+VAL_PREFIXES = ("val-core/", "val-aux/")
 
 
 def contract_metrics(data: dict) -> dict:
     """One step of verl's metrics with the run contract's names (the others keep verl's names)."""
     out = {}
     val = [key for key in data if _VAL_MEAN.fullmatch(key)]
-    if len(val) > 1:
-        raise ValueError(f"held-out measurements of several data sources ({', '.join(sorted(val))}): give one")
-    if val:
+    if len(val) == 1:
         out["val/mean"] = data[val[0]]
     if "critic/score/mean" in data:
         # verl does not log the reward function's "acc"; verl_reward.py's score is 2 * acc - 1 (the paper's +1 / -1)
@@ -99,7 +101,8 @@ def read_verl_metrics(*logs: Path) -> list[dict]:
     """verl's file-logger JSONL logs (a run's parts, oldest first: `bandpo.verl.launch.metrics_logs`) -> one contract
     row per step. A step's records are merged, a later value winning
     (a step logged again after a resume); the held-out measurement before training (step 0, ``val_every``) goes
-    into the first step's row as ``val/mean_before``, as the local trainer logs it."""
+    into the first step's row as ``val/mean_before``, as the local trainer logs it, and each of verl's validation
+    metrics of step 0 as ``<name>_before``."""
     rows: dict[int, dict] = {}
     for src in logs:
         for number, rec in enumerate(read_jsonl(src), start=1):
@@ -107,8 +110,9 @@ def read_verl_metrics(*logs: Path) -> list[dict]:
                 raise ValueError(f"{src}: record {number}: not a verl file-logger record with an integer step >= 0")
             rows.setdefault(rec["step"], {}).update(contract_metrics(rec.get("data") or {}), step=rec["step"])
     before = rows.pop(0, {})
-    if rows and "val/mean" in before:
-        rows[min(rows)]["val/mean_before"] = before["val/mean"]
+    if rows:
+        kept = {key: v for key, v in before.items() if key == "val/mean" or key.startswith(VAL_PREFIXES)}
+        rows[min(rows)].update({f"{key}_before": v for key, v in kept.items()})
     return [rows[s] for s in sorted(rows)]
 
 

@@ -29,7 +29,7 @@ from bandpo.grader.config import MODES as GRADER_MODES
 # Fields the run plan sets for every run (the run, its data and folders, the grader, the user's modules): not
 # settings of the config's ``train:``.
 RUN_FIELDS = ("model", "method", "params", "seed", "train_files", "val_files", "output_dir", "reward_fn_path",
-              "method_modules", "grader_mode")  # fmt: skip
+              "method_modules", "grader_mode", "val_grader_modes")  # fmt: skip
 
 
 @dataclass(kw_only=True)
@@ -80,13 +80,24 @@ class VerlRun(Protocol):
     then lm-eval's alone). A resumed run does not measure again before training."""
     val_k: int = 8
     """Samples per validation problem of ``val_every`` (verl's rollout.val_kwargs.n: the k of mean@k)."""
+    deterministic: bool = False
+    """verl's deterministic settings (not part of the protocol: the same algorithm, slower): rollout.full_determinism
+    (vLLM's batch-invariant kernels, a seeded sampler per request, fixed request ids and routing) and
+    full_determinism of the actor's and the reference's FSDP engines (verl's enable_full_determinism: deterministic
+    torch algorithms, cuDNN off, deterministic NCCL and flash-attention). verl's own account: "this will negatively
+    impact performance, so only use it for debugging"."""
     # --- reward, logging
     reward_fn_path: str | None = None
     """A Python file with the training grader; None = verl's default for the data."""
     reward_fn_name: str = "compute_score"
     grader_mode: str = "math-dapo"
     """bandpo.grader's mode for the reward (BANDPO_GRADER_MODE in every worker, and the reward function's
-    grader_mode keyword when reward_fn_path is set): the paper's rule, verl's math_dapo, by default."""
+    grader_mode keyword when reward_fn_path is set): verl 0.9.1's math_dapo rule by default (the paper's,
+    math-dapo-paper, is what config/gpu.yaml sets)."""
+    val_grader_modes: Mapping[str, str] = field(default_factory=dict)
+    """bandpo.grader's mode for the rows of these data sources (the data set ids of the verl parquet rows, e.g. the
+    validation sets), by the reward function's grader_modes keyword; the other rows: grader_mode. Needs
+    reward_fn_path."""
     project_name: str = "bandpo-bench"
     experiment_name: str | None = None
     """verl's run name; default <model basename>-<method>-seed<seed>."""
@@ -123,6 +134,11 @@ class VerlRun(Protocol):
             problems.append(f"lr_end: must be in (0, lr = {self.lr}] (verl's min_lr_ratio), got {self.lr_end}")
         if self.grader_mode not in GRADER_MODES:
             problems.append(f"grader_mode: must be one of {', '.join(GRADER_MODES)}, got {self.grader_mode!r}")
+        for source, mode in dict(self.val_grader_modes).items():
+            if mode not in GRADER_MODES:
+                problems.append(f"val_grader_modes: {source}: must be one of {', '.join(GRADER_MODES)}, got {mode!r}")
+        if self.val_grader_modes and self.reward_fn_path is None:
+            problems.append("val_grader_modes: needs reward_fn_path (the suite's reward function reads them)")
         if not isinstance(self.lr_warmup_steps, int) or self.lr_warmup_steps < 0:
             problems.append(f"lr_warmup_steps: must be an integer >= 0 (0: no warmup), got {self.lr_warmup_steps!r}")
         if not isinstance(self.val_every, int) or self.val_every < 0:

@@ -24,6 +24,9 @@ LAZY_IMPORTS = {
     ("grader/judge.py", "sympy.core.random"): "sympy loads with math-verify, in the process that judges",
     ("grader/pool.py", "resource"): "Unix only, inside a try: elsewhere a worker runs without the guard",
     ("grader/pool.py", "pebble"): "the pool is loaded by a process that starts grader workers only",
+    ("grader/api.py", "verl.utils.reward_score"): "verl's own MATH rule (math-boxed): verl loads only for that mode",
+    ("grader/extract.py", "verl.utils.reward_score"): "as grader/api.py",
+    ("plan/config_files.py", "snakemake.cli"): "snakemake's command-line parser, where a profile checks --configfile",
     ("plan/validate.py", "bandpo"): "the method registry imports torch: not paid by every Snakemake start",
     ("plan/validate.py", "bandpo.verdict.design"): "the design imports scipy.stats: not paid by every Snakemake start",
     ("report/docs/scores.py", "bandpo.methods.__main__"): "the rules block reads the registry's metadata (frameworks, "

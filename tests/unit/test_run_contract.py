@@ -4,6 +4,7 @@ mapping of verl's metric names onto the contract's."""
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -192,9 +193,36 @@ def test_verl_held_out_measurements_become_the_local_trainers_val_columns(tmp_pa
     assert [r["step"] for r in rows] == [1, 2]
     assert rows[0]["val/mean_before"] == 0.25 and "val/mean" not in rows[0]
     assert rows[1]["val/mean"] == 0.375 and rows[1]["entropy"] == 1.25 and rows[1]["clipfrac"] == 0.03
-    two = {"val-core/a/acc/mean@8": 0.5, "val-core/b/acc/mean@8": 0.5}
-    with pytest.raises(ValueError, match="several data sources"):
-        merge_verl.contract_metrics(two)
+    assert rows[0]["val-core/tiny-math/acc/mean@8_before"] == 0.25  # verl's own names too
+    assert rows[0]["val-aux/tiny-math/score/mean@8_before"] == -0.5
     (tmp_path / "bad.jsonl").write_text(json.dumps({"step": -1, "data": {}}) + "\n")
     with pytest.raises(ValueError, match="integer step >= 0"):
         merge_verl.read_verl_metrics(tmp_path / "bad.jsonl")
+
+
+def test_verl_validation_of_several_sets_keeps_each_sets_metrics(tmp_path):
+    """The paper's validation (config/gpu.yaml: AIME24, AIME25, AMC23 at k = 32, before training and every 5 steps):
+    no single val/mean, but every set's val-core metrics (mean@32, best@32 and maj@32 with their bootstrap std) on
+    its step's row, and
+    those of step 0 on the first row as <name>_before. The metric names are those verl's own
+    process_validation_metrics gives, computed here from per-sample records."""
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    rng = random.Random(0)
+    sources = [s for s in ("aime-2024", "aime-2025", "amc-2023") for _ in range(3 * 32)]
+    uids = [f"{s}-{i // 32}" for i, s in enumerate(sources)]
+    acc = [float(rng.random() < 0.3) for _ in sources]
+    infos = {"score": [2 * a - 1 for a in acc], "acc": acc, "pred": [str(rng.randint(0, 3)) for _ in sources]}
+    metrics = PPOTrainer._val_metrics_update(None, sources, uids, infos, [])  # verl's naming; it uses no state
+    core = sorted(k for k in metrics if k.startswith("val-core/"))
+    assert core == sorted(
+        f"val-core/{s}/acc/{m}" for s in ("aime-2024", "aime-2025", "amc-2023")
+        for m in ("mean@32", "best@32/mean", "best@32/std", "maj@32/mean", "maj@32/std")
+    )  # fmt: skip
+    records = [{"step": 0, "data": metrics}, verl_record(1), {"step": 5, "data": {**verl_record(5)["data"], **metrics}}]
+    (tmp_path / "v.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    rows = merge_verl.read_verl_metrics(tmp_path / "v.jsonl")
+    assert not any("val/mean" in r or "val/mean_before" in r for r in rows)
+    for key in core:
+        assert rows[0][f"{key}_before"] == rows[1][key] == metrics[key]
+        assert key not in rows[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import logging
 import math
 import os
 import re
@@ -26,6 +27,7 @@ from bandpo.models.tiny import build_tokenizer, get_size, init_model
 from bandpo.runtime.sampling import positions, sample_rows
 from bandpo.train.loop import TrainConfig, group_advantages, lr_at, train
 from bandpo.train.settings import TIMING_KEYS, from_dict, read_spec
+from bandpo.train.trackers import TrackerError, Trackers, mlflow_key, mlflow_store
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,20 +71,41 @@ def tensorboard_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
-def assert_tensorboard_is(folder: Path, lines: list[dict]) -> None:
-    """The event files hold exactly the metrics lines: each numeric field a tag, each step once, at global_step =
-    the line's step, with its value (TensorBoard keeps float32)."""
-    scalars = tensorboard_scalars(folder)
+def mlflow_run(uri: str):
+    """The one active run of experiment bandpo-bench in the MLflow store ``uri``, read back with MLflow's client, and
+    its metrics: name -> [(step, value)] in step order."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("bandpo-bench").experiment_id])
+    history = client.get_metric_history
+    return run, {key: sorted((m.step, m.value) for m in history(run.info.run_id, key)) for key in run.data.metrics}
+
+
+def assert_scalars_are(scalars: dict[str, list[tuple[int, float]]], lines: list[dict], name=str, value=float) -> None:
+    """A tracker's scalars hold exactly the metrics lines: each numeric field under ``name(field)``, each step once,
+    at global_step = the line's step, with ``value(its value)``."""
     expected: dict[str, list[tuple[int, float]]] = {}
     for m in lines:
         for k, v in m.items():
             if k != "step" and isinstance(v, (int, float)):
-                expected.setdefault(k, []).append((m["step"], torch.tensor(float(v), dtype=torch.float32).item()))
+                expected.setdefault(name(k), []).append((m["step"], value(v)))
     assert sorted(scalars) == sorted(expected)
     for tag, points in expected.items():
         got = scalars[tag]
         assert [step for step, _ in got] == [step for step, _ in points], tag  # each step once, in order
         assert all(a == b or (math.isnan(a) and math.isnan(b)) for (_, a), (_, b) in zip(got, points, strict=True))
+
+
+def assert_tensorboard_is(folder: Path, lines: list[dict]) -> None:
+    """The event files hold exactly the metrics lines, under the fields' names (TensorBoard keeps float32)."""
+    as_float32 = lambda v: torch.tensor(float(v), dtype=torch.float32).item()  # noqa: E731
+    assert_scalars_are(tensorboard_scalars(folder), lines, value=as_float32)
+
+
+def assert_mlflow_is(scalars: dict[str, list[tuple[int, float]]], lines: list[dict]) -> None:
+    """An MLflow run's metrics (`mlflow_run`) hold exactly the metrics lines, under `mlflow_key` of the names."""
+    assert_scalars_are(scalars, lines, name=mlflow_key)
 
 
 def test_config_errors_name_the_field(tmp_path):
@@ -258,31 +281,46 @@ def test_resume_after_sigkill_matches_uninterrupted_run(assets, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+# every numeric field the trackers get, among them a name that is also the start of others (clipfrac_upper and
+# clipfrac_upper/p0.0-0.2: MLflow's file store keeps "/" as a folder) and a NaN (a gap)
+TRACKED = [{"step": s, "reward_mean": s / 10, "entropy": 1.0 / s, "clipfrac_upper": 0.1 * s,
+            "clipfrac_upper/p0.0-0.2": 0.5, "clipfrac": float("nan"), "probe/p_correct": s * 0.25, "note": "text"}
+           for s in range(1, 6)]  # fmt: skip
+
+
 def test_trackers_get_the_metrics_lines_and_a_resume_rewrites_them(tmp_path, monkeypatch):
-    """Offline: the run's TensorBoard event files, read back, hold each metrics line at global_step = its step; a
-    process that logged steps past its last checkpoint and died is followed by one whose trackers hold the
-    checkpoint's steps and then its own, each step once. MLflow (a stand-in module here: the package is optional)
-    gets the same lines in the run's local store; without the package, the setting is an error naming it. Off by
-    default: no tracker folder."""
+    """Offline, with the real packages: the run's TensorBoard event files and its MLflow store (SQLite), read back,
+    hold each metrics line at global_step = its step; a process that logged steps past its last checkpoint and died
+    is followed by one whose trackers hold the checkpoint's steps and then its own, each step once. A tracker whose
+    package is missing is an error of the config check, naming it. Off by default: no tracker folder."""
     from bandpo.train.runfiles import Checkpoint
 
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the run's own store
     model, optimizer = torch.nn.Linear(2, 2), torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
-    lines = [{"step": s, "reward_mean": s / 10, "entropy": 1.0 / s, "token_frac/p0.0-0.2": 0.5,
-              "clipfrac": float("nan"), "probe/p_correct": s * 0.25, "note": "text"} for s in range(1, 6)]  # fmt: skip
-    cfg = TrainConfig(model="models/tiny-s", data="d", out=str(tmp_path), method="grpo", trackers=["tensorboard"])
+    lines = TRACKED
+    cfg = TrainConfig(model="models/tiny-s", data="d", out=str(tmp_path), method="grpo", seed=3,
+                      trackers=["tensorboard", "mlflow"])  # fmt: skip
+    assert cfg.problems() == []
     first = Checkpoint(tmp_path, cfg.identity(), cfg)
     assert first.resume(model, optimizer, torch.device("cpu")) == (0, [])
     for m in lines:
         first.log(m)
     first.save(3, model, optimizer, lines[:3])  # the checkpoint after step 3; steps 4, 5 logged after it
     assert_tensorboard_is(tmp_path / "tensorboard", lines)  # flushed per step: readable before close (or a crash)
+    assert_mlflow_is(mlflow_run(mlflow_store(tmp_path))[1], lines)
     resumed = [dict(m, reward_mean=m["reward_mean"] + 1) for m in lines[3:]]  # the resumed process's own values
-    second = Checkpoint(tmp_path, cfg.identity(), cfg)
+    second = Checkpoint(tmp_path, cfg.identity(), cfg)  # the killed process never closed its trackers
     assert second.resume(model, optimizer, torch.device("cpu"))[0] == 3
     for m in resumed:
         second.log(m)
     second.close()
     assert_tensorboard_is(tmp_path / "tensorboard", lines[:3] + resumed)
+    run, scalars = mlflow_run(mlflow_store(tmp_path))  # one active run: the killed process's is deleted
+    assert_mlflow_is(scalars, lines[:3] + resumed)
+    assert run.info.run_name == "tiny-s-grpo-seed3" and run.info.status == "FINISHED"
+    assert run.data.params["method"] == "grpo" and run.data.params["trackers"] == "['tensorboard', 'mlflow']"
+    assert run.data.tags["bandpo_run_dir"] == str(tmp_path.resolve())
+    assert mlflow_store(tmp_path) == f"sqlite:///{tmp_path.resolve()}/mlruns/mlflow.db"
     partial = (tmp_path / "metrics.jsonl.partial").read_text()
     assert partial == "".join(json.dumps(m) + "\n" for m in lines[:3] + resumed)
 
@@ -291,66 +329,114 @@ def test_trackers_get_the_metrics_lines_and_a_resume_rewrites_them(tmp_path, mon
     Checkpoint(off, "x", TrainConfig(model="m", data="d", out=str(off))).resume(model, optimizer, torch.device("cpu"))
     assert not (off / "tensorboard").exists() and not (off / "mlruns").exists()
 
-    # MLflow: the calls its client gets, through a stand-in of the package
-    store = install_fake_mlflow(monkeypatch)
-    cfg = TrainConfig(model="m", data="d", out=str(tmp_path / "ml"), method="grpo", seed=3, trackers=["mlflow"])
-    assert cfg.problems() == []
-    ckpt = Checkpoint(tmp_path / "ml", cfg.identity(), cfg)
-    ckpt.resume(model, optimizer, torch.device("cpu"))
-    for m in lines:
-        ckpt.log(m)
-    ckpt.close()
-    assert store["uri"] == (tmp_path / "ml" / "mlruns").resolve().as_uri()
-    assert store["experiment"] == "bandpo-bench" and store["run_name"] == "m-grpo-seed3" and store["terminated"]
-    assert store["params"]["method"] == "grpo" and store["params"]["trackers"] == "['mlflow']"
-    logged = {(key, step): value for key, value, step in store["metrics"]}
-    assert logged[("reward_mean", 2)] == 0.2 and logged[("token_frac/p0.0-0.2", 5)] == 0.5
-    assert len(logged) == len(store["metrics"]) == 5 * 5  # five numeric fields, five steps, each once
-    monkeypatch.delitem(sys.modules, "mlflow")
+    # a missing package: named by the config check, before any job
     find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else find_spec(name, *a))
-    assert any("mlflow needs the mlflow package" in p for p in cfg.problems())
+    missing = {"tensorboard", "mlflow"}
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in missing else find_spec(name, *a))
+    assert cfg.problems() == [
+        f'trackers: {name} needs the {name} package: pip install -e ".[trackers]" (pyproject.toml)'
+        for name in ("tensorboard", "mlflow")
+    ]
     with pytest.raises(ValueError, match="trackers: unknown tracker 'wandb'"):
         from_dict({"model": "m", "data": "d", "out": "o", "trackers": ["wandb"]})
 
 
-def install_fake_mlflow(monkeypatch) -> dict:
-    """A stand-in for the mlflow package (``mlflow.tracking.MlflowClient``, ``mlflow.entities.Metric`` / ``Param``)
-    that records what the trackers ask of it."""
-    import importlib.machinery
-    import types
+def test_mlflow_names_work_in_its_file_store_and_a_store_of_the_users_choice(tmp_path, monkeypatch):
+    """MLFLOW_TRACKING_URI picks the store; in MLflow's file store (the user's choice, with
+    MLFLOW_ALLOW_FILE_STORE=true) a name and the names under it (clipfrac_upper, clipfrac_upper/p0.0-0.2) are
+    metrics side by side. Several runs share the store, each found by its folder's tag; a resumed run replaces its
+    own earlier one only. Without MLFLOW_ALLOW_FILE_STORE, MLflow refuses the file store: an error of one line."""
+    from mlflow.tracking import MlflowClient
 
-    store: dict = {"metrics": [], "params": {}, "terminated": False}
+    store = (tmp_path / "store").resolve().as_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    runs = {}
+    for seed in (0, 1):
+        out = tmp_path / f"seed{seed}"
+        first = Trackers(out, ["mlflow"], f"tiny-s-grpo-seed{seed}", {"seed": seed})
+        for m in TRACKED:
+            first.log(m)
+        resumed = Trackers(out, ["mlflow"], f"tiny-s-grpo-seed{seed}", {"seed": seed}, TRACKED[:3])
+        resumed.log(TRACKED[3])
+        resumed.close()
+        runs[str(out.resolve())] = TRACKED[:4]
+    client = MlflowClient(tracking_uri=store)
+    active = client.search_runs([client.get_experiment_by_name("bandpo-bench").experiment_id])
+    assert sorted(r.data.tags["bandpo_run_dir"] for r in active) == sorted(runs)
+    for run in active:
+        scalars = {key: sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
+                   for key in run.data.metrics}  # fmt: skip
+        assert_mlflow_is(scalars, runs[run.data.tags["bandpo_run_dir"]])
+    assert {"clipfrac_upper", "clipfrac_upper.p0.0-0.2", "probe.p_correct"} <= set(active[0].data.metrics)
 
-    class Client:
-        def __init__(self, tracking_uri):
-            store["uri"] = tracking_uri
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE")
+    refused_store = (tmp_path / "refused-store").resolve().as_uri()  # a new URI: MLflow caches a store per URI
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", refused_store)
+    with pytest.raises(TrackerError) as refused:
+        Trackers(tmp_path / "refused", ["tensorboard", "mlflow"], "r", {})
+    message = str(refused.value)
+    assert message.startswith(f"trackers: mlflow could not start ({refused_store}), so the run stops before training: ")
+    assert "maintenance mode" in message and "\n" not in message
 
-        def create_experiment(self, name):
-            store["experiment"] = name
-            return "1"
 
-        def create_run(self, experiment_id, run_name=None):
-            store["run_name"] = run_name
-            return types.SimpleNamespace(info=types.SimpleNamespace(run_id="r1"))
+def test_a_training_run_writes_each_tracker_and_stops_before_training_when_one_cannot_start(assets, tmp_path):
+    """``python -m bandpo.train --trackers tensorboard mlflow`` with the real packages: its event files and its MLflow
+    store hold the lines of its metrics.jsonl. A tracker that cannot start (MLflow's file store, refused by MLflow 3
+    unless MLFLOW_ALLOW_FILE_STORE=true) stops the run before its first step with one line and no traceback."""
+    model, data = assets
+    args = [sys.executable, "-m", "bandpo.train", "--model", str(model), "--data", str(data), "--method", "grpo",
+            "--threads", "1", "--no-progress", "--steps", "3", "--prompts-per-step", "4", "--samples-per-prompt", "4",
+            "--max-new-tokens", "12", "--reward", "random", "--trackers", "tensorboard", "mlflow"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **numerics.env()}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    env.pop("MLFLOW_ALLOW_FILE_STORE", None)
+    out = tmp_path / "run"
+    subprocess.run([*args, "--out", str(out)], check=True, env=env, capture_output=True, timeout=HANG_GUARD_S)
+    lines = read_metrics(out)
+    assert [m["step"] for m in lines] == [1, 2, 3]
+    assert_tensorboard_is(out / "tensorboard", lines)
+    run, scalars = mlflow_run(mlflow_store(out))
+    assert_mlflow_is(scalars, lines)
+    assert run.info.status == "FINISHED" and run.data.params["steps"] == "3"
 
-        def log_batch(self, run_id, metrics=(), params=(), tags=()):
-            store["metrics"] += [(m.key, m.value, m.step) for m in metrics]
-            store["params"].update({p.key: p.value for p in params})
+    stopped = tmp_path / "stopped"
+    env["MLFLOW_TRACKING_URI"] = (tmp_path / "file-store").resolve().as_uri()
+    proc = subprocess.run([*args, "--out", str(stopped)], env=env, capture_output=True, text=True,
+                          timeout=HANG_GUARD_S)  # fmt: skip
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("python -m bandpo.train: error:")]
+    assert proc.returncode == 1 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert errors[0].startswith("python -m bandpo.train: error: trackers: mlflow could not start (file://")
+    assert (stopped / "metrics.jsonl.partial").read_text() == ""  # no step was trained
+    assert not (stopped / "checkpoint").exists() and not (stopped / "run.json").exists()
 
-        def set_terminated(self, run_id, status=None):
-            store["terminated"] = True
 
-    modules = {name: types.ModuleType(name) for name in ("mlflow", "mlflow.tracking", "mlflow.entities")}
-    for name, module in modules.items():
-        module.__spec__ = importlib.machinery.ModuleSpec(name, None)
-        monkeypatch.setitem(sys.modules, name, module)
-    modules["mlflow.tracking"].MlflowClient = Client
-    modules["mlflow.entities"].Metric = lambda key, value, timestamp, step: types.SimpleNamespace(
-        key=key, value=value, timestamp=timestamp, step=step
-    )
-    modules["mlflow.entities"].Param = lambda key, value: types.SimpleNamespace(key=key, value=value)
-    return store
+def test_a_tracker_that_fails_mid_run_warns_once_and_the_run_goes_on(tmp_path, monkeypatch, caplog):
+    """A tracker that fails after its start (here: the run deleted from MLflow's store, as from its UI, during the
+    run) is dropped with one warning; the other trackers and metrics.jsonl get every step."""
+    from mlflow.tracking import MlflowClient
+
+    from bandpo.train.runfiles import Checkpoint
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    model, optimizer = torch.nn.Linear(2, 2), torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    cfg = TrainConfig(model="m", data="d", out=str(tmp_path), method="grpo", trackers=["mlflow", "tensorboard"])
+    ckpt = Checkpoint(tmp_path, cfg.identity(), cfg)
+    ckpt.resume(model, optimizer, torch.device("cpu"))
+    ckpt.log(TRACKED[0])
+    run, _ = mlflow_run(mlflow_store(tmp_path))
+    MlflowClient(tracking_uri=mlflow_store(tmp_path)).delete_run(run.info.run_id)
+    with caplog.at_level(logging.WARNING, logger="bandpo.train.trackers"):
+        for m in TRACKED[1:]:
+            ckpt.log(m)
+        ckpt.close()
+    warnings = [r.getMessage() for r in caplog.records if r.name == "bandpo.train.trackers"]
+    assert len(warnings) == 1 and warnings[0].startswith("trackers: mlflow failed at step 2 and is off"), warnings
+    assert "MlflowException" in warnings[0] and "deleted" in warnings[0]
+    assert_tensorboard_is(tmp_path / "tensorboard", TRACKED)
+    assert [json.loads(line) for line in (tmp_path / "metrics.jsonl.partial").read_text().splitlines()] == [
+        json.loads(json.dumps(m)) for m in TRACKED
+    ]
 
 
 def test_a_spec_file_leaves_out_trackers_at_their_default(tmp_path):

@@ -575,6 +575,66 @@ def test_grader_mode_reaches_verls_reward(compose):
         sweep_run(grader_mode="strict")
 
 
+def test_gpu_profile_trains_and_validates_as_the_authors(compose, tmp_path):
+    """config/gpu.yaml through the run plan, as its jobs get it: verl validates before step 1 and every 5 steps on
+    AIME24, AIME25 and AMC23 (their test splits, one parquet whose rows carry their data set's id) with 32 samples
+    at the rollouts' T = 1.0, top_p 1.0; the reward is the authors' Answer:-line rule, AMC23's validation rows the
+    \\boxed{} MATH rule; no deterministic settings unless asked for."""
+    import yaml
+
+    from bandpo.plan.runs import Plan
+    from bandpo.plan.sweep import val_data_ids, verl_val_split
+    from bandpo.plan.validate import validate_config
+
+    cfg = validate_config(yaml.safe_load((ROOT / "config" / "gpu.yaml").read_text(encoding="utf-8")), root=ROOT)
+    assert val_data_ids(cfg) == ["aime-2024", "aime-2025", "amc-2023"] and verl_val_split(cfg) == "test"
+    plan = Plan(cfg, root=ROOT)
+    run = plan.train_spec("qwen2.5-3b-instruct", "bandpo_kl", 0)
+    assert (run.grader_mode, dict(run.val_grader_modes)) == ("math-dapo-paper", {"amc-2023": "math-boxed"})
+    run.output_dir = str(tmp_path / "fresh")  # a fresh run (no checkpoint: validation before training)
+    c = compose(command.overrides(run))
+    assert (c.trainer.test_freq, c.trainer.val_before_train) == (5, True)
+    v = c.actor_rollout_ref.rollout.val_kwargs
+    assert (v.n, v.do_sample, v.temperature, v.top_p) == (32, True, 1.0, 1.0)
+    kwargs = c.reward.custom_reward_function.reward_kwargs
+    assert kwargs.grader_mode == "math-dapo-paper" and dict(kwargs.grader_modes) == {"amc-2023": "math-boxed"}
+    assert c.reward.custom_reward_function.path.endswith("workflow/scripts/verl_reward.py")
+    # the reward function sees each row's data set id as its data_source, the key of grader_modes
+    from bandpo.data.tiny_math import write_jsonl
+    from bandpo.verl.data import verl_rows
+
+    write_jsonl(tmp_path / "amc-2023" / "test.jsonl", [{"id": "a", "prompt": "p", "answer": "7"}])
+    assert verl_rows([str(tmp_path / "amc-2023" / "test.jsonl")], "test")[0]["data_source"] in kwargs.grader_modes
+    assert (
+        not c.actor_rollout_ref.rollout.full_determinism and not c.actor_rollout_ref.actor.fsdp_config.full_determinism
+    )
+    for entry in ("grpo", "dapo", "bandpo_kl_ds"):  # every row validates the same way
+        other = compose(command.overrides(plan.train_spec("r1-distill-qwen-7b", entry, 1)))
+        assert (other.trainer.test_freq, other.actor_rollout_ref.rollout.val_kwargs.n) == (5, 32)
+    with pytest.raises(ValueError, match="val_grader_modes: amc-2023: must be one of"):
+        sweep_run(val_grader_modes={"amc-2023": "boxed"})
+    with pytest.raises(ValueError, match="val_grader_modes: needs reward_fn_path"):
+        sweep_run(val_grader_modes={"amc-2023": "math-boxed"}, reward_fn_path=None)
+
+
+def test_deterministic_switch_sets_verls_settings_for_vllm_and_the_actor(compose):
+    """``deterministic: true`` (config/gpu.yaml's train:): verl's rollout.full_determinism (vLLM) and the FSDP
+    engines' full_determinism, composed with verl's own config; the protocol's keys unchanged."""
+    plain = compose(command.overrides(sweep_run()))
+    det = compose(command.overrides(sweep_run(deterministic=True)))
+    assert det.actor_rollout_ref.rollout.name == "vllm" and det.actor_rollout_ref.rollout.full_determinism
+    assert det.actor_rollout_ref.actor.fsdp_config.full_determinism
+    assert det.actor_rollout_ref.ref.fsdp_config.full_determinism
+    assert not plain.actor_rollout_ref.rollout.full_determinism
+    assert not plain.actor_rollout_ref.actor.fsdp_config.full_determinism
+    assert not plain.actor_rollout_ref.ref.fsdp_config.full_determinism
+    flip = {"rollout.full_determinism", "actor.fsdp_config.full_determinism", "ref.fsdp_config.full_determinism"}
+    a = {k.removeprefix("actor_rollout_ref."): v for k, v in (x.split("=", 1) for x in command.overrides(sweep_run()))}
+    b = dict(x.split("=", 1) for x in command.overrides(sweep_run(deterministic=True)))
+    b = {k.removeprefix("actor_rollout_ref."): v for k, v in b.items()}
+    assert {k for k in set(a) | set(b) if a.get(k) != b.get(k)} == flip
+
+
 def test_wrong_keys_fail_here_not_on_a_cluster(compose):
     from hydra.errors import ConfigCompositionException
 
@@ -709,9 +769,12 @@ def test_trackers_are_verls_trainer_logger_writing_into_the_run(compose, monkeyp
     run = sweep_run(trackers=["tensorboard", "mlflow"])
     cfg = compose(command.overrides(run))
     assert list(cfg.trainer.logger) == ["console", "file", "tensorboard", "mlflow"]
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     env = command.env(run)
     assert env["TENSORBOARD_DIR"] == "/runs/qwen3b/bandpo/seed7/tensorboard"
-    assert env["MLFLOW_TRACKING_URI"] == "file:///runs/qwen3b/bandpo/seed7/mlruns"
+    assert env["MLFLOW_TRACKING_URI"] == "sqlite:////runs/qwen3b/bandpo/seed7/mlruns/mlflow.db"  # the local trainer's
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")  # the user's own store is left alone
+    assert "MLFLOW_TRACKING_URI" not in command.env(run)
     assert cfg.ray_kwargs.ray_init.runtime_env.env_vars["TENSORBOARD_DIR"] == env["TENSORBOARD_DIR"]
     with pytest.raises(ValueError, match="trackers: unknown tracker 'wandb'"):
         sweep_run(trackers=["wandb"])
@@ -739,7 +802,7 @@ def test_cpu_profile_serves_a_steps_requests_as_one_batch(compose):
     from bandpo.verl.hf_rollout import server_options
 
     path = ROOT / "config" / "verl-cpu.yaml"
-    profile = yaml.safe_load(open(path, encoding="utf-8"))["train"]
+    profile = {"val_every": 0, **yaml.safe_load(open(path, encoding="utf-8"))["train"]}  # not gpu.yaml's validation
     run = sweep_run(**profile)
     cfg = compose(command.overrides(run))
     rollout = cfg.actor_rollout_ref.rollout
@@ -818,7 +881,7 @@ def test_held_out_measurement_is_verls_validation_sampled_as_the_rollouts(tmp_pa
     assert o["trainer.test_freq"] == "4" and o["actor_rollout_ref.rollout.val_kwargs.n"] == "8"
     assert o["actor_rollout_ref.rollout.val_kwargs.temperature"] == "0.7"
     assert o["actor_rollout_ref.rollout.val_kwargs.do_sample"] == "true"
-    off = dict(x.split("=", 1) for x in command.overrides(sweep_run()))
+    off = dict(x.split("=", 1) for x in command.overrides(sweep_run(val_every=0)))
     assert off["trainer.test_freq"] == "0" and off["trainer.val_before_train"] == "false"
     with pytest.raises(ValueError, match="val_every: must be an integer >= 0"):
         sweep_run(val_every=-1).validate()

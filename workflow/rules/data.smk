@@ -43,7 +43,7 @@ rule data_real:
 rule verl_data:
     input:
         train=[data_file(d, "train") for d in TRAIN_DATA],
-        val=data_file(config["val_data"], verl_val_split(config)) if config.get("val_data") else [],
+        val=[data_file(d, verl_val_split(config)) for d in val_data_ids(config)],
     output:
         train=f"resources/data/_verl/{PROFILE}/train.parquet",
         val=f"resources/data/_verl/{PROFILE}/val.parquet",
