@@ -36,11 +36,14 @@ def mlflow_store(out: str | os.PathLike) -> str:
     return "sqlite:///" + Path(out, MLFLOW_DIR, MLFLOW_DB).resolve().as_posix()
 
 
-SPEC_OMITTED_AT_DEFAULT = ("trackers",)
-"""Fields that change where a run's numbers are shown, not the numbers: a run's spec file leaves them out while they
-hold their default (`spec_fields`), so that adding such a field rewrote no spec file and reran no job."""
+SPEC_OMITTED_AT_DEFAULT = ("trackers", "sampler_draws")
+"""Fields a run's spec file leaves out while they hold their default (`spec_fields`), so that adding the field
+rewrote no spec file and reran no job: those that change where a run's numbers are shown, not the numbers, and those
+whose default is what every earlier run did (``sampler_draws``: ``stream``)."""
 SAMPLER_KERNELS = ("torch", "c")
 """How the local sampler computes a decoded token's attention (`bandpo.train.settings.TrainConfig.sampler_kernel`)."""
+SAMPLER_DRAWS = ("stream", "keyed")
+"""Where the local sampler's random numbers come from (`bandpo.train.settings.TrainConfig.sampler_draws`)."""
 
 
 @dataclass(kw_only=True)
@@ -132,7 +135,7 @@ def spec_fields(settings: Protocol) -> dict[str, Any]:
     `SPEC_OMITTED_AT_DEFAULT` that hold their default (reading the file back gives them their default again)."""
     values = dataclasses.asdict(settings)
     defaults = {f.name: f for f in dataclasses.fields(settings)}
-    for name in SPEC_OMITTED_AT_DEFAULT:
+    for name in (n for n in SPEC_OMITTED_AT_DEFAULT if n in defaults):  # a field of this trainer's settings
         f = defaults[name]
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         if values.get(name) == default:

@@ -9,17 +9,28 @@ still in the cache they are dropped from it, so late steps run only the rows sti
 torch's global generator: seed it (``torch.manual_seed``) for a reproducible sample. Each token is drawn by `draw`:
 ``torch.multinomial`` for a small vocabulary (the tiny models), the inverse of the distribution function for a large
 one (a real LM), which costs one uniform number per row instead of one exponential per vocabulary entry.
+
+Common random numbers (``keys``, issue #67): instead of the generator's next numbers, each row's token at position t
+is drawn by the inverse distribution function from one uniform number that is a function of the row's key and t
+alone (`keyed_uniforms`: SplitMix64's mixing function of ``key + (t + 1) * 0x9E3779B97F4A7C15``, the top 53 bits),
+whatever the other rows do. A row's key is a hash of (seed, step, prompt, sample) (`draw_keys`), so two runs that
+share a seed (the two arms of a paired comparison) draw the same number wherever they sample the same position, and
+their samples stay together as long as their policies agree. Exact (a uniform number through the inverse
+distribution function) and integer arithmetic: the same bits on any CPU.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
 import torch
 
 from bandpo.runtime import ckernel
 from bandpo.runtime.fastlm import FastLlama, gather_rows, prompt_bias
 
-__all__ = ["COMPACT_FRAC", "MULTINOMIAL_MAX_VOCAB", "completion_log_probs_shared", "draw", "positions", "sample_rows",
-           "tempered"]  # fmt: skip
+__all__ = ["COMPACT_FRAC", "MULTINOMIAL_MAX_VOCAB", "completion_log_probs_shared", "draw", "draw_keys",
+           "keyed_uniforms", "positions", "sample_rows", "tempered"]  # fmt: skip
 
 COMPACT_FRAC = 0.25
 """A rollout drops its finished rows from the batch and the KV cache once they are this fraction of its rows."""
@@ -31,9 +42,45 @@ distribution function above it."""
 DRAW_BLOCK = 256  # `draw`'s block of vocabulary entries (a large vocabulary)
 
 
-def draw(probs: torch.Tensor) -> torch.Tensor:
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64's increment: 2^64 / the golden ratio
+_MASK64 = (1 << 64) - 1
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's mixing function on uint64 numbers (wrapping arithmetic, the same on every machine)."""
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def _word(values) -> np.ndarray:
+    """Integers (negative ones too) as uint64 words, two's complement."""
+    return np.asarray([int(v) & _MASK64 for v in np.atleast_1d(values)], dtype=np.uint64)
+
+
+def draw_keys(seed: int, step: int, prompts: Sequence[int], n: int) -> np.ndarray:
+    """The keys of the ``len(prompts) * n`` rows of a rollout (row r: prompt ``prompts[r // n]``, sample r % n): a
+    hash of (seed, step, prompt, sample), the same in every run of that seed (`keyed_uniforms`)."""
+    with np.errstate(over="ignore"):
+        h = _mix(_mix(_word(seed) + _GOLDEN) ^ _word(step))  # (1,)
+        h = _mix(h ^ (_word(prompts) * _GOLDEN))  # (G,)
+        return _mix(np.repeat(h, n) ^ (np.tile(np.arange(n, dtype=np.uint64), len(prompts)) + _GOLDEN))
+
+
+def keyed_uniforms(keys: np.ndarray, t: int) -> torch.Tensor:
+    """One uniform number in [0, 1) per key for position ``t``: the top 53 bits of SplitMix64's output for
+    ``key + (t + 1) * golden``, as float64 (B,)."""
+    with np.errstate(over="ignore"):
+        z = _mix(keys + np.uint64(t + 1) * _GOLDEN)
+    return torch.from_numpy((z >> np.uint64(11)).astype(np.float64) * 2.0**-53)
+
+
+def draw(probs: torch.Tensor, u: torch.Tensor | None = None) -> torch.Tensor:
     """One token per row of ``probs`` (B, V): non-negative, each row with a positive sum (a softmax), drawn with
-    probability ``probs / probs.sum(-1)`` from torch's global generator; returns (B,) int64.
+    probability ``probs / probs.sum(-1)``; returns (B,) int64. ``u``: (B,) uniform numbers in [0, 1), one per row
+    (common random numbers, `keyed_uniforms`), drawn by the inverse distribution function below whatever the
+    vocabulary's size; None: from torch's global generator, as follows.
 
     Up to `MULTINOMIAL_MAX_VOCAB` entries: ``torch.multinomial(probs, 1)``. It draws one exponential number per
     vocabulary entry (``argmax(p / E)``), which for a real LM's 49,152 tokens and 128 rows costs about ten times the
@@ -43,14 +90,17 @@ def draw(probs: torch.Tensor) -> torch.Tensor:
     exceeds the rest. An entry of probability 0 is never drawn; the blocks' float32 sums shift an entry's
     probability by about 1e-7 of its block's at most."""
     B, V = probs.shape
-    if V <= MULTINOMIAL_MAX_VOCAB:
+    if u is None and V <= MULTINOMIAL_MAX_VOCAB:
         return torch.multinomial(probs, 1).squeeze(1)
     nb = -(-V // DRAW_BLOCK)
     if nb * DRAW_BLOCK != V:
         probs = torch.nn.functional.pad(probs, (0, nb * DRAW_BLOCK - V))
     blocks = probs.view(B, nb, DRAW_BLOCK)
     cdf = blocks.sum(-1).double().cumsum(-1)  # (B, nb)
-    u = torch.rand(B, 1, dtype=torch.float64, device=probs.device) * cdf[:, -1:]
+    if u is None:
+        u = torch.rand(B, 1, dtype=torch.float64, device=probs.device) * cdf[:, -1:]
+    else:
+        u = u.to(device=probs.device, dtype=torch.float64).view(B, 1) * cdf[:, -1:]
     blk = torch.searchsorted(cdf, u, right=True).clamp_(max=nb - 1)  # the first block whose cumulative sum > u
     below = torch.where(blk > 0, cdf.gather(1, (blk - 1).clamp(min=0)), 0.0)
     inner = blocks.gather(1, blk.unsqueeze(2).expand(B, 1, DRAW_BLOCK)).squeeze(1)  # (B, DRAW_BLOCK)
@@ -73,7 +123,8 @@ def tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 
 @torch.no_grad()
 def sample_rows(model, prompt_ids, prompt_mask, n: int, max_new_tokens: int, temperature: float, eos: int,
-                with_entropy: bool = False, with_log_probs: bool = False, kernel: str = "torch"):  # fmt: skip
+                with_entropy: bool = False, with_log_probs: bool = False, kernel: str = "torch",
+                keys: np.ndarray | None = None):  # fmt: skip
     """``n`` completions per prompt of the left-padded ``prompt_ids`` / ``prompt_mask`` (G, P); row r of the result
     continues prompt r // n.
 
@@ -89,8 +140,13 @@ def sample_rows(model, prompt_ids, prompt_mask, n: int, max_new_tokens: int, tem
 
     ``kernel``: how `FastLlama` computes each token's attention, ``torch`` (PyTorch operations) or ``c`` (one C
     call per layer, `bandpo.runtime.ckernel`: equal up to float rounding, so other draws; CPU, x86-64, a model
-    `FastLlama` covers; otherwise a ValueError)."""
+    `FastLlama` covers; otherwise a ValueError).
+
+    ``keys``: one uint64 key per row (G n,), `draw_keys`: the rows' common random numbers (the module's docstring);
+    None: torch's global generator."""
     ckernel.check(kernel)
+    if keys is not None and len(keys) != prompt_ids.shape[0] * n:
+        raise ValueError(f"keys: one per row, {prompt_ids.shape[0] * n}, got {len(keys)}")
     fast = FastLlama.for_model(model)
     if kernel == "c" and (fast is None or prompt_ids.device.type != "cpu"):
         raise ValueError("sampler_kernel: c needs a model the suite's FastLlama covers, on the CPU; use torch")
@@ -99,7 +155,8 @@ def sample_rows(model, prompt_ids, prompt_mask, n: int, max_new_tokens: int, tem
         if fast is not None
         else _HFSteps(model, prompt_ids, prompt_mask, n, max_new_tokens)
     )
-    return _sample_loop(steps, prompt_ids.shape[0] * n, max_new_tokens, temperature, eos, with_entropy, with_log_probs)
+    return _sample_loop(steps, prompt_ids.shape[0] * n, max_new_tokens, temperature, eos, with_entropy, with_log_probs,
+                        keys)  # fmt: skip
 
 
 class _HFSteps:
@@ -153,7 +210,7 @@ class _FastSteps:
 
 
 def _sample_loop(steps, B: int, max_new_tokens: int, temperature: float, eos: int, with_entropy: bool,
-                 with_log_probs: bool):  # fmt: skip
+                 with_log_probs: bool, keys: np.ndarray | None = None):  # fmt: skip
     """The sampler's loop (see `sample_rows`): draw a token for every row still in the cache, record its entropy
     and log-prob, stop rows at EOS, drop finished rows from the cache once they are `COMPACT_FRAC` of it, then ask
     ``steps`` for the next logits."""
@@ -168,7 +225,7 @@ def _sample_loop(steps, B: int, max_new_tokens: int, temperature: float, eos: in
     for t in range(max_new_tokens):
         scaled = tempered(logits, temperature)
         probs = torch.softmax(scaled, -1)
-        tok = draw(probs)
+        tok = draw(probs, None if keys is None else keyed_uniforms(keys[rows.cpu().numpy()], t))
         tokens[rows, t] = tok  # a finished row still in the cache writes after its EOS: masked, then zeroed below
         if entropy is not None or sampled_lp is not None:
             log_probs = torch.log_softmax(scaled, -1)

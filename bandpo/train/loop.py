@@ -74,7 +74,7 @@ from bandpo import methods
 from bandpo.data.tiny_math import chat_messages
 from bandpo.grader import Grading, counting, grade_many, warmup
 from bandpo.runtime.optim import AdamW
-from bandpo.runtime.sampling import completion_log_probs_shared, sample_rows
+from bandpo.runtime.sampling import completion_log_probs_shared, draw_keys, sample_rows
 from bandpo.runtime.schedule import lr_schedule
 from bandpo.train.probe import measure
 from bandpo.train.runfiles import Checkpoint, load_policy, load_probe_rows, load_rows, load_val_rows, publish
@@ -104,9 +104,10 @@ class Batch:
 
 
 def rollout(model, tokenizer, prompts: list[str], cfg: TrainConfig, device: torch.device,
-            shots: list | None = None, n: int | None = None) -> Batch:  # fmt: skip
+            shots: list | None = None, n: int | None = None, keys=None) -> Batch:  # fmt: skip
     """``n`` (default ``samples_per_prompt``) completions per prompt, KV-cached sampling (group members are adjacent
-    rows). ``shots``: per prompt, its row's worked exchanges (`chat_prompts`), or None."""
+    rows). ``shots``: per prompt, its row's worked exchanges (`chat_prompts`), or None. ``keys``: the rows' common
+    random numbers (`bandpo.runtime.sampling.draw_keys`), or None: torch's generator."""
     n = n or cfg.samples_per_prompt
     tokenizer.padding_side = "left"
     if cfg.chat_template:
@@ -116,7 +117,7 @@ def rollout(model, tokenizer, prompts: list[str], cfg: TrainConfig, device: torc
     own = cfg.old_log_probs == "sampler"
     completion, response_mask, entropy, *log_prob = sample_rows(
         model, prompt_ids, prompt_mask, n, cfg.max_new_tokens, cfg.temperature, tokenizer.eos_token_id,
-        with_entropy=own, with_log_probs=own, kernel=cfg.sampler_kernel,
+        with_entropy=own, with_log_probs=own, kernel=cfg.sampler_kernel, keys=keys,
     )  # fmt: skip
     is_eos = (completion == tokenizer.eos_token_id) & response_mask
     truncated = ~is_eos.any(1)
@@ -327,9 +328,11 @@ def collect(run: Run, step: int, seed: int) -> tuple[Collected, Future, Future]:
     torch.manual_seed(seed)  # the sampler's draws
     if run.device.type == "cuda":
         torch.cuda.manual_seed_all(seed)
+    # sampler_draws keyed: a number per (seed, step, prompt, sample, position), shared by the runs of a pair
+    keys = draw_keys(cfg.seed, step, picked, cfg.samples_per_prompt) if cfg.sampler_draws == "keyed" else None
     with torch.no_grad():
         batch = rollout(run.model, run.tokenizer, [run.rows[i]["prompt"] for i in picked], cfg, run.device,
-                        [run.rows[i].get("shots") for i in picked])  # fmt: skip
+                        [run.rows[i].get("shots") for i in picked], keys=keys)  # fmt: skip
     n_rows = batch.response_mask.shape[0]
     parts = [part.to(run.device) for part in minibatches(cfg, n_rows, seed)]
     view = run.background.submit(policy_view, run, batch)

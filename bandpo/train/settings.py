@@ -6,7 +6,6 @@ every run with `TrainConfig.validate` at DAG start."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import math
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bandpo.core.options import check_fields
-from bandpo.core.protocol import SAMPLER_KERNELS, Protocol, raise_problems
+from bandpo.core.protocol import SAMPLER_DRAWS, SAMPLER_KERNELS, Protocol, raise_problems, spec_fields
 
 PROG = "python -m bandpo.train"
 # Fields that measure wall-clock time, or count what a time budget decided: they may differ between two runs of the
@@ -81,6 +80,15 @@ class TrainConfig(Protocol):
     x86-64 baseline, the same bits on any x86-64 CPU); equal up to float rounding, so draws and numbers differ from
     torch's: a recipe's choice, checked with benchmarks/bench_recipe_check.py. Needs a C compiler and a model the
     suite's FastLlama covers, on the CPU."""
+    sampler_draws: str = "stream"
+    """Where the rollouts' sampler takes its random numbers (`bandpo.runtime.sampling.draw`). stream (default, every
+    published run): torch's generator, seeded from (seed, step) each step, one number after another as the rows ask
+    (``torch.multinomial``'s exponentials for a small vocabulary, one uniform per row for a large one), so two runs of
+    a pair part ways from the first row that stops at another token. keyed: common random numbers, one uniform per
+    (seed, step, prompt, sample, position) from a counter-based hash (`bandpo.runtime.sampling.keyed_uniforms`) and
+    the inverse distribution function, so two runs of a pair (the same seed, other methods) draw the same number
+    wherever they sample the same position: an exact sampler too, and the same bits on any CPU; other draws than
+    stream, so a recipe's choice (issue #67)."""
     adv_eps: float = 1e-6
     """Added to the group's reward std in the advantage's denominator."""
     probe_every: int = 0
@@ -129,8 +137,9 @@ class TrainConfig(Protocol):
                 problems.append(f"updates_per_step: {problem}")
         if not isinstance(self.adv_eps, (int, float)) or not math.isfinite(self.adv_eps) or self.adv_eps <= 0:
             problems.append(f"adv_eps: must be a finite number > 0, got {self.adv_eps!r}")
-        choices = {"sampler_kernel": SAMPLER_KERNELS, "old_log_probs": ("sampler", "recompute"),
-                   "minibatch": ("group", "random"), "reward": ("grader", "random")}  # fmt: skip
+        choices = {"sampler_kernel": SAMPLER_KERNELS, "sampler_draws": SAMPLER_DRAWS,
+                   "old_log_probs": ("sampler", "recompute"), "minibatch": ("group", "random"),
+                   "reward": ("grader", "random")}  # fmt: skip
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 problems.append(f"{name}: must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
@@ -162,11 +171,12 @@ class TrainConfig(Protocol):
 
     def identity(self) -> str:
         """Hash of the fields that can change the result: every field but out, progress, keep_checkpoint,
-        checkpoint_every and trackers (threads and device are hashed: they change float rounding). A checkpoint of
-        another identity is not resumed."""
-        d = dataclasses.asdict(self)
+        checkpoint_every and trackers (threads and device are hashed: they change float rounding), as the spec file
+        holds them (`spec_fields`: a field added later is left out at its default, so the identity of every run that
+        was possible before it stays the same). A checkpoint of another identity is not resumed."""
+        d = spec_fields(self)
         for k in ("out", "progress", "keep_checkpoint", "checkpoint_every", "trackers"):
-            d.pop(k)
+            d.pop(k, None)
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

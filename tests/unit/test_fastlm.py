@@ -346,3 +346,68 @@ def test_draw_follows_the_distribution_for_a_large_vocabulary():
     expected = torch.multinomial(small, 1).squeeze(1)
     torch.manual_seed(1)
     assert torch.equal(sampling.draw(small), expected)
+
+
+@pytest.mark.parametrize("V", [50, sampling.MULTINOMIAL_MAX_VOCAB + 904])
+def test_keyed_draws_follow_the_distribution_and_are_a_function_of_their_key(V):
+    """Common random numbers (`sampling.draw_keys`, `keyed_uniforms`): a tiny model's vocabulary and a real LM's
+    both go through the inverse distribution function, which draws each token with its probability (within 5
+    standard errors) and never one of probability 0; the uniform numbers are fixed bits of (seed, step, prompt, sample,
+    position) alone, do not depend on torch's generator, and differ between keys."""
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(V, generator=gen) * 2
+    logits[1::2] = float("-inf")
+    probs = torch.softmax(logits, -1)
+    draws = 40000
+    keys = sampling.draw_keys(7, 3, range(draws // 8), 8)
+    assert keys.dtype.name == "uint64" and len(set(keys.tolist())) == draws
+    torch.manual_seed(0)
+    tokens = sampling.draw(probs.expand(draws, V), sampling.keyed_uniforms(keys, 5))
+    torch.manual_seed(1)  # another generator state: the same tokens
+    assert torch.equal(sampling.draw(probs.expand(draws, V), sampling.keyed_uniforms(keys, 5)), tokens)
+    assert (tokens % 2 == 0).all()
+    freq = torch.bincount(tokens, minlength=V).double() / draws
+    p = probs.double()
+    assert ((freq - p).abs() <= 5 * (p * (1 - p) / draws).sqrt() + 1e-4).all()
+    # the bits: SplitMix64, as written in the module's docstring, for seed 0, step 0, prompt 0, sample 0, position 0
+    u = sampling.keyed_uniforms(sampling.draw_keys(0, 0, [0], 1), 0)
+    assert u.dtype == torch.float64 and 0.0 <= float(u[0]) < 1.0
+    assert float(u[0]) == float(sampling.keyed_uniforms(sampling.draw_keys(0, 0, [0], 1), 0)[0])
+    assert not torch.equal(sampling.keyed_uniforms(keys, 5), sampling.keyed_uniforms(keys, 6))
+    assert sampling.draw_keys(-1, -3, [2], 2).tolist() != sampling.draw_keys(1, 3, [2], 2).tolist()
+
+
+def test_keyed_rollouts_share_their_draws_between_policies(any_model):
+    """Two runs of a pair sample with the same keys: the same policy gives the same completions whatever torch's
+    generator holds; another policy (the weights moved a little) gives completions that agree with the first one's
+    up to the first position where the two distributions send the same number to different tokens, far more than
+    two independent streams of draws agree (the coupling of common random numbers)."""
+    model, tokenizer, _ = any_model
+    tokenizer.padding_side = "left"
+    enc = tokenizer(PROMPTS, return_tensors="pt", padding=True, add_special_tokens=False)
+    n, max_new = 16, 16
+    keys = sampling.draw_keys(4, 9, [0, 1, 2], n)
+
+    def sample(m, keys, seed):
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            tokens, mask, _ = sampling.sample_rows(m, enc["input_ids"], enc["attention_mask"], n, max_new, 1.0,
+                                                   tokenizer.eos_token_id, keys=keys)  # fmt: skip
+        return tokens * mask
+
+    a = sample(model, keys, 0)
+    assert torch.equal(a, sample(model, keys, 123))  # a function of the keys, not of the generator
+    other = type(model)(model.config).eval()
+    other.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        for w in other.parameters():
+            w.add_(0.005 * torch.randn(w.shape, generator=torch.Generator().manual_seed(w.numel())))
+
+    def common_prefix(b):  # mean number of leading positions where the two completions agree
+        return float((a == b).long().cumprod(1).sum(1).double().mean())
+
+    shared, independent = common_prefix(sample(other, keys, 1)), common_prefix(sample(other, None, 1))
+    assert shared > 3 * independent + 1, (shared, independent)
+    with pytest.raises(ValueError, match="keys: one per row"):
+        sampling.sample_rows(model, enc["input_ids"], enc["attention_mask"], n, 2, 1.0, tokenizer.eos_token_id,
+                             keys=keys[:-1])  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib.util
 import json
 import logging
@@ -193,6 +194,25 @@ def test_same_seed_same_run_and_learning_happens(assets, tmp_path):
     final_b = load_file(tmp_path / "b" / "model" / "model.safetensors")
     assert all(torch.equal(final_a[k], final_b[k]) for k in final_a)
     assert any(not torch.equal(final_a[k], init[k]) for k in final_a)  # the updates did change the policy
+
+
+def test_keyed_draws_are_one_seed_one_run_and_share_a_steps_rollouts_between_methods(assets, tmp_path):
+    """``sampler_draws: keyed`` (common random numbers): the same seed gives the same run; another method of the same
+    seed draws the same completions at step 1 (the same policy, the same numbers) and stream draws other ones."""
+    runs = {name: small_config(assets, tmp_path / name, seed=5, sampler_draws=draws, method=method, steps=2)
+            for name, draws, method in (("a", "keyed", "grpo"), ("b", "keyed", "grpo"), ("c", "keyed", "bandpo"),
+                                        ("s", "stream", "grpo"))}  # fmt: skip
+    torch.manual_seed(0)
+    train(runs["a"])
+    torch.manual_seed(1)  # the process's generator does not enter a keyed run
+    train(runs["b"])
+    train(runs["c"])
+    train(runs["s"])
+    a, b, c, s = (without_timing(read_metrics(tmp_path / x)) for x in "abcs")
+    assert a == b
+    first = ("entropy", "response_length", "reward_mean")  # step 1's rollouts: sampled before any update
+    assert [a[0][k] for k in first] == [c[0][k] for k in first]
+    assert [a[0][k] for k in first] != [s[0][k] for k in first]
 
 
 # `python -m bandpo.train` whose update of step STOP_AT_UPDATE stops half-way: it says so on stdout and waits there
@@ -439,18 +459,24 @@ def test_a_tracker_that_fails_mid_run_warns_once_and_the_run_goes_on(tmp_path, m
     ]
 
 
-def test_a_spec_file_leaves_out_trackers_at_their_default(tmp_path):
-    """Adding the trackers setting rewrote no spec file (no job reruns): a spec leaves it out while it is [], and
-    reads back to the same settings either way."""
+def test_a_spec_file_leaves_out_trackers_and_sampler_draws_at_their_default(tmp_path):
+    """Adding the trackers and sampler_draws settings rewrote no spec file (no job reruns) and changed no run's
+    identity (its checkpoints still resume): a spec leaves each out while it holds its default, and reads back to the
+    same settings either way; keyed draws are another identity (other numbers), trackers are not."""
     from bandpo.core.protocol import spec_fields
 
     run = TrainConfig(model="m", data="d", out="o")
-    assert "trackers" not in spec_fields(run) and spec_fields(run) == {
-        k: v for k, v in dataclasses.asdict(run).items() if k != "trackers"
+    assert spec_fields(run) == {
+        k: v for k, v in dataclasses.asdict(run).items() if k not in ("trackers", "sampler_draws")
     }
+    unhashed = ("out", "progress", "keep_checkpoint", "checkpoint_every", "trackers", "sampler_draws")
+    before = {k: v for k, v in dataclasses.asdict(run).items() if k not in unhashed}  # before sampler_draws existed
+    assert run.identity() == hashlib.sha256(json.dumps(before, sort_keys=True, default=str).encode()).hexdigest()[:16]
     on = dataclasses.replace(run, trackers=["tensorboard"])
     assert spec_fields(on)["trackers"] == ["tensorboard"] and on.identity() == run.identity()
-    for settings in (run, on):
+    keyed = dataclasses.replace(run, sampler_draws="keyed")
+    assert spec_fields(keyed)["sampler_draws"] == "keyed" and keyed.identity() != run.identity()
+    for settings in (run, on, keyed):
         spec = tmp_path / "spec.json"
         spec.write_text(json.dumps(spec_fields(settings)))
         assert read_spec(spec) == settings
