@@ -164,6 +164,8 @@ ALLOWED = (
     Allowed(r"600 s", r"wall-clock guard", "the grader's default wall-clock guard against a hung worker (code)"),
     Allowed(r"0\.5 s|15 s|30 s", r"Snakemake's benchmark|then every 30 s|up to 30 s", "how Snakemake samples CPU time"),
     Allowed(r"4x", r"main's steps|its steps|main's\)", "the horizon's design: 4 times main's steps (its config)"),
+    Allowed(r"25%|0\.75", r"paired SD falls", "the adoption rule of common random numbers (config/crn-check.yaml)"),
+    Allowed(r"seeds 0-9", r"at main's settings, seeds 0-9", "crn-check's seeds (config/crn-check.yaml)"),
 )
 
 

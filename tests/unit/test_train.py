@@ -11,11 +11,13 @@ import math
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -213,6 +215,35 @@ def test_keyed_draws_are_one_seed_one_run_and_share_a_steps_rollouts_between_met
     first = ("entropy", "response_length", "reward_mean")  # step 1's rollouts: sampled before any update
     assert [a[0][k] for k in first] == [c[0][k] for k in first]
     assert [a[0][k] for k in first] != [s[0][k] for k in first]
+
+
+def test_crn_check_measures_both_draws_and_applies_the_declared_rule(tmp_path, capsys):
+    """benchmarks/crn_check.py on scores whose numbers are known: the paired SD of each experiment, the arms'
+    correlation, the ratio of the paired SDs and the adoption rule of config/crn-check.yaml (ratio <= 0.75)."""
+    spec = importlib.util.spec_from_file_location("crn_check", ROOT / "benchmarks" / "crn_check.py")
+    crn = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(crn)
+    control = [0.50, 0.40, 0.60, 0.55, 0.45]
+    diffs = {"stream": [0.04, -0.04, 0.02, -0.02, 0.00], "keyed": [0.01, -0.01, 0.005, -0.005, 0.0]}
+    rows = [{"experiment": xp, "model": "tiny-s", "task": "tiny_math", "name": "mean@8", "entry": entry, "seed": seed,
+             "value": c + (d if entry == "bandpo_kl" else 0.0)}
+            for xp, ds in diffs.items() for seed, (c, d) in enumerate(zip(control, ds, strict=True))
+            for entry in ("grpo", "bandpo_kl")]  # fmt: skip
+    pd.DataFrame(rows).to_csv(tmp_path / "scores.csv", index=False)
+    assert crn.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    sd = {xp: statistics.stdev(100 * d for d in ds) for xp, ds in diffs.items()}
+    assert f"SD of the differences {sd['stream']:.2f}" in out and f"SD of the differences {sd['keyed']:.2f}" in out
+    assert f"paired SD, keyed / stream: {sd['keyed'] / sd['stream']:.2f}" in out
+    assert out.rstrip().endswith(": adopt")
+    diffs["keyed"] = diffs["stream"]  # no fall: stream draws stay
+    pd.DataFrame(rows).assign(value=lambda f: f.apply(
+        lambda r: control[r.seed] + (diffs[r.experiment][r.seed] if r.entry == "bandpo_kl" else 0.0), axis=1)
+    ).to_csv(tmp_path / "scores.csv", index=False)  # fmt: skip
+    assert crn.main([str(tmp_path)]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("not adopted on this tier")
+    with pytest.raises(SystemExit, match="not found"):
+        crn.main([str(tmp_path / "missing")])
 
 
 # `python -m bandpo.train` whose update of step STOP_AT_UPDATE stops half-way: it says so on stdout and waits there
