@@ -93,9 +93,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv_verl, env = command.command(run), command.env(run)  # after prepare_resume: val_before_train depends on it
     print(command.shell_command(run), flush=True)
     t0 = time.time()
-    proc = subprocess.Popen(argv_verl, env={**os.environ, **env})
-    for signum in (signal.SIGTERM, signal.SIGINT):  # a stopped job stops verl too (and so its Ray workers)
-        signal.signal(signum, lambda sig, _frame: proc.send_signal(sig))
+    # A stopped job stops verl too (and so its Ray workers): SIGTERM / SIGINT are forwarded to it, also one that
+    # comes while verl is being started (kept, then sent once it runs).
+    child: list[subprocess.Popen] = []
+    pending: list[int] = []
+
+    def forward(sig: int, _frame) -> None:
+        if child:
+            child[0].send_signal(sig)
+        else:
+            pending.append(sig)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, forward)
+    child.append(subprocess.Popen(argv_verl, env={**os.environ, **env}))
+    proc = child[0]
+    for sig in pending:
+        proc.send_signal(sig)
     rc = proc.wait()
     if rc:
         return rc

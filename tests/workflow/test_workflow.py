@@ -549,11 +549,13 @@ def test_gpu_dry_run_commands(tmp_path):
     assert "bandpo.verl.merge --run-dir results/gpu/runs/qwen2.5-3b-instruct/bandpo_tv/seed1" in out
     assert "python -m bandpo.score --spec results/gpu/plan/eval/qwen2.5-3b-instruct/bandpo_tv/seed1.json" in out
     assert eval_spec["backend"] == "vllm" and eval_spec["apply_chat_template"] is True
-    # the paper's grader (grader.mode) in verl's reward (keyword and Ray workers' env) and in lm-eval scoring
-    assert "+reward.custom_reward_function.reward_kwargs.grader_mode='\"'\"'math-dapo'\"'\"'" in out
-    assert "BANDPO_GRADER_MODE=math-dapo" in out
+    # the authors' grader (grader.mode) in verl's reward (keyword and Ray workers' env) and in lm-eval scoring; AMC23's
+    # validation rows by the boxed MATH rule (grader.val_modes)
+    assert "+reward.custom_reward_function.reward_kwargs.grader_mode='\"'\"'math-dapo-paper'\"'\"'" in out
+    assert "+reward.custom_reward_function.reward_kwargs.grader_modes={amc-2023:'\"'\"'math-boxed'\"'\"'}" in out
+    assert "BANDPO_GRADER_MODE=math-dapo-paper" in out
     eval_line = next(line for line in out.splitlines() if "python -m bandpo.score" in line)
-    assert "BANDPO_GRADER_MODE=math-dapo" in eval_line
+    assert "BANDPO_GRADER_MODE=math-dapo-paper" in eval_line
 
 
 def test_grader_mode_reaches_every_job_that_grades(tmp_path):
@@ -774,8 +776,8 @@ def test_verl_data_and_reward(tmp_path):
     spec = importlib.util.spec_from_file_location("verl_reward", ROOT / "workflow" / "scripts" / "verl_reward.py")
     reward = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(reward)
-    assert reward.compute_score("tiny", "1+1=2. \\boxed{2}", "2") == {"score": 1.0, "acc": 1.0}
-    assert reward.compute_score("tiny", "Answer: 3", "2") == {"score": -1.0, "acc": 0.0}  # the paper's +1 / -1
+    assert reward.compute_score("tiny", "1+1=2. \\boxed{2}", "2") == {"score": 1.0, "acc": 1.0, "pred": "2"}
+    assert reward.compute_score("tiny", "Answer: 3", "2") == {"score": -1.0, "acc": 0.0, "pred": "3"}  # +1 / -1
 
 
 # ----------------------------------------------------------------------------------------------------------------
