@@ -52,7 +52,9 @@ def workers():
 @pytest.fixture
 def short_budgets():
     """Budgets that keep spinning and hanging items short: 0.2 CPU seconds, then 15x (3 s), and a hang guard of
-    1 wall second (6 s for the second budget: at least twice the budget); the defaults come back after the test."""
+    1 wall second (6 s for the second budget: at least twice the budget; a test whose worker spins sets a generous
+    guard, `generous_guard`, so that a loaded machine does not end the spin as a hang before it spends its CPU
+    budget); the defaults come back after the test."""
     s = config.current()
     old = (s.timeout_s, s.retry_factor, s.hang_guard_s)
     G.configure(timeout_s=0.2, retry_factor=15, hang_guard_s=1.0)
@@ -494,11 +496,17 @@ def test_hung_worker_is_killed_and_the_spare_answers_next(hanging, short_budgets
     assert (result.score, result.method) == (1.0, "math_verify")
 
 
+def generous_guard() -> None:
+    """A hang guard no spinning task meets, however loaded the machine (its CPU budget ends it first)."""
+    G.configure(hang_guard_s=HANG_GUARD_S)
+
+
 def test_a_spinning_worker_is_ended_at_its_cpu_budget(hanging, short_budgets, attempts):
     """A task that spins on the CPU, as a runaway computation does: the kernel ends its worker when the task has
-    spent its CPU budget, at each of the two budgets (well before the hang guards: the worker's CPU time is bounded),
+    spent its CPU budget, at each of the two budgets (the hang guard is far away: the worker's CPU time is bounded),
     and the item scores 0 as a ``timeout``."""
     first, second = short_budgets
+    generous_guard()
     assert G.warmup()  # the pool starts outside the counted block
     with G.counting() as c:
         result = G.grade_detailed("\\boxed{1}", SPIN)
@@ -514,15 +522,18 @@ def test_a_hard_timeout_is_remembered_a_hang_is_not(hanging, short_budgets, atte
     at all); a pair that only spent a budget too small for it is tried again: its next grading gives the real
     verdict; a hang is never remembered (it says nothing about the pair)."""
     first, second = short_budgets
+    generous_guard()
     first_try = G.grade_detailed("\\boxed{2}", SPIN)
     assert (first_try.method, first_try.retried) == ("timeout", True)
     assert attempts == [(SPIN, first), (SPIN, second)]
     again = G.grade_detailed("\\boxed{2}", SPIN)
     assert (again.score, again.method, again.retried) == (0.0, "timeout", False)
     assert attempts == [(SPIN, first), (SPIN, second)]  # the repeat asked no worker
+    G.configure(hang_guard_s=1.0)  # short_budgets' guard, for the hangs
     assert G.grade_detailed("\\boxed{2}", HANG).method == "hung"
     assert G.grade_detailed("\\boxed{2}", HANG).method == "hung"
     assert [gold for gold, _ in attempts].count(HANG) == 4  # asked again: two attempts each time
+    generous_guard()
     pair = (boxed("x^2-25"), "(x-5)(x+5)")
     api.clear_cache()  # an earlier test may have graded the same pair
     assert G.warmup()
@@ -670,6 +681,7 @@ def test_worker_tasks_run_in_the_workers_main_thread(hanging, short_budgets):
     workers = pool.get_pool()
     assert workers.pool.schedule(_probe_thread).result(timeout=30) == (True, True)
     assert pool.verify_bounded(HANG, "1", 0.2) == (None, "hung")  # the hung worker is ended and replaced
+    generous_guard()
     assert pool.verify_bounded(SPIN, "1", 0.2) == (None, "timeout")  # and the spinning one
     assert [workers.pool.schedule(_probe_thread).result(timeout=30) for _ in range(3)] == [(True, True)] * 3
 
