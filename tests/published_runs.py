@@ -22,7 +22,14 @@ run's and are not to be copied). A new rule (not new data) is written into a pub
 
     python tests/published_runs.py --published results --out /tmp/work --rerender    # rerender_published
 
-which replaces only what the report derives from the tables by its rule (`RERENDERED_FILES`).
+which replaces only what the report derives from the tables by its rule (`RERENDERED_FILES`). The runs rebuilt from a
+folder with steps.csv carry its per-step rows, so the report's figures drawn from them are the published runs' (up to
+steps.csv's 5 digits); a new drawing of the figures (not new data) is written into a published folder by::
+
+    python tests/published_runs.py --published results/real-lm --out /tmp/work --figures    # redraw_figures
+
+which replaces figures/<name>.png and figures/<name>.csv of every figure of `bandpo.report.figures.FIGURES`, and
+prints, per figure whose data the folder published, whether the redrawn data is the published one.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from bandpo.analysis.steps import OFFPOLICY, read_steps, update_keys
@@ -232,10 +240,11 @@ REBUILT_FILES = ("leaderboard.csv", "leaderboard.md", "leaderboard.html", "stats
                  "scores.csv")  # fmt: skip
 
 
-def rebuild_published(published: Path, out: Path, work: Path) -> list[Path]:
+def rebuild_published(published: Path, out: Path, work: Path, own_figures: bool = False) -> list[Path]:
     """The report of today's code on the inputs behind the published tables: run outputs rebuilt under ``work``
     (`rebuild_run_outputs`), the report built into ``out`` with the published experiments (`published_experiments`)
-    and the published figures embedded in the page. Returns the paths of `REBUILT_FILES` under ``out``."""
+    and the published figures embedded in the page (``own_figures``: the figures drawn into ``out``). Returns the
+    paths of `REBUILT_FILES` under ``out``."""
     from bandpo.methods import bounds_table
     from bandpo.report import build_report
 
@@ -243,7 +252,7 @@ def rebuild_published(published: Path, out: Path, work: Path) -> list[Path]:
     bounds_table.main(["--out", str(results / "bounds.csv")])
     base_per_seed = published_config(published).get("base_per_seed")
     build_report(results, out, experiments=published_experiments(published), axes=published_axes(published),
-                 page_figures=published / "figures", base_per_seed=base_per_seed)  # fmt: skip
+                 page_figures=None if own_figures else published / "figures", base_per_seed=base_per_seed)  # fmt: skip
     return [out / name for name in REBUILT_FILES]
 
 
@@ -346,14 +355,63 @@ def rerender_published(published: Path, work: Path) -> list[Path]:
     return written
 
 
+def figure_data_differences(ours: Path, theirs: Path) -> list[str]:
+    """Where the data a figure plotted (figures/<name>.csv) drawn again differs from the published one: columns,
+    rows, text, or numbers beyond the tables' digits (relatively 1e-4: a statistic recomputed from 6-digit tables
+    or 5-digit steps). [] when they agree."""
+    a, b = (pd.read_csv(p, keep_default_na=False, na_values=[""]) for p in (ours, theirs))
+    if list(a.columns) != list(b.columns) or a.shape != b.shape:
+        return [f"columns/shape {list(a.columns)} {a.shape} against {list(b.columns)} {b.shape}"]
+    numbers = [c for c in a.columns if pd.api.types.is_numeric_dtype(a[c]) and pd.api.types.is_numeric_dtype(b[c])]
+    text = [c for c in a.columns if c not in numbers]
+    out = [f"column {c}: text differs" for c in text if not a[c].astype(str).equals(b[c].astype(str))]
+    for c in numbers:
+        x, y = a[c].to_numpy(float), b[c].to_numpy(float)
+        if not np.allclose(x, y, rtol=1e-4, atol=1e-8, equal_nan=True):
+            out.append(f"column {c}: largest difference {np.nanmax(np.abs(x - y)):g}")
+    return out
+
+
+def redraw_figures(published: Path, work: Path) -> list[Path]:
+    """Redraw every figure of a published folder with today's figures (no new runs) and write them into
+    ``published/figures``: the report rebuilt on the folder's tables (`rebuild_published`, in ``work``; its runs
+    carry steps.csv's per-step metrics, its board the published scores, its bounds table today's
+    `bandpo.methods.bounds_table`), each figure of `FIGURES` copied as <name>.png and <name>.csv. Prints, per figure
+    whose data the folder published, whether the redrawn data is the same (`figure_data_differences`). Returns the
+    paths written."""
+    from bandpo.report.figures import FIGURES
+
+    if not (published / "steps.csv").is_file():
+        raise FileNotFoundError(f"{published / 'steps.csv'} not found: the figures need the runs' per-step metrics")
+    out = work / "out"
+    rebuild_published(published, out, work / "_runs", own_figures=True)
+    folder = published / "figures"
+    folder.mkdir(exist_ok=True)
+    written = []
+    for name in FIGURES:
+        ours, theirs = out / "figures" / f"{name}.csv", folder / f"{name}.csv"
+        if theirs.is_file():
+            differences = figure_data_differences(ours, theirs)
+            print(f"{theirs}: {'; '.join(differences) if differences else 'same data as published'}")
+        for suffix in (".png", ".csv"):
+            written.append(Path(shutil.copyfile(out / "figures" / f"{name}{suffix}", folder / f"{name}{suffix}")))
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="rebuild the published report from the published tables")
     ap.add_argument("--published", default=str(Path(__file__).resolve().parents[1] / "results"))
     ap.add_argument("--out", required=True, help="where the rebuilt tables and pages go (--rerender: a work folder)")
     ap.add_argument("--rerender", action="store_true",
                     help="write the re-rendered files into the published folder (rerender_published)")  # fmt: skip
+    ap.add_argument("--figures", action="store_true",
+                    help="redraw the published figures from steps.csv and the tables (redraw_figures)")  # fmt: skip
     args = ap.parse_args(argv)
     out = Path(args.out)
+    if args.figures:
+        for path in redraw_figures(Path(args.published), out):
+            print(path)
+        return 0
     if args.rerender:
         for path in rerender_published(Path(args.published), out):
             print(path)

@@ -47,6 +47,7 @@ from bandpo.report.figures import (
     TRAINING_CURVES,
     axis_dose_figure,
     axis_entropy_figure,
+    bound_keys,
     bounds_figure,
     clipfrac_figure,
     final_scores_figure,
@@ -54,6 +55,7 @@ from bandpo.report.figures import (
     training_curves_figure,
     with_validation_before,
 )
+from bandpo.report.forest import forest_figure
 from bandpo.report.markdown import leaderboard_markdown
 from bandpo.report.notes import experiment_notes
 from bandpo.report.page import leaderboard_html
@@ -235,15 +237,17 @@ def check_looks(results_dir: Path, primary: pd.DataFrame) -> pd.DataFrame:
 def draw_figures(
     metrics: pd.DataFrame, board: Board, bounds_table: pd.DataFrame, baseline: str | None, seed: int
 ) -> dict[str, tuple[Any, pd.DataFrame]]:
-    """Every figure of `bandpo.report.figures.FIGURES` with the data it plotted: main's training curves, clip
-    fractions and final scores, the random-reward and probe experiments' curves, and the off-policy axis."""
+    """Every figure of `bandpo.report.figures.FIGURES` with the data it plotted: the forest plot of the board's
+    leaderboard, the bounds of the rules it compares, main's training curves, clip fractions and final scores, the
+    random-reward and probe experiments' curves, and the off-policy axis."""
     main_metrics, probe_metrics = of_experiment(metrics, MAIN), of_experiment(metrics, "probe")
     off = board.axes.get(OFFPOLICY_AXIS) or {"cells": [], "label": "D", "key": ""}
     axis_table = board.axis if board.axis is not None else pd.DataFrame(columns=RESULT_COLUMNS)
     off_results = axis_table[axis_table["axis"] == OFFPOLICY_AXIS] if not axis_table.empty else axis_table
     off_cells = axis_cells(off, board.experiments) if off["cells"] else []
     return {
-        "bounds": bounds_figure(bounds_table),
+        "forest": forest_figure(board.leaderboard),
+        "bounds": bounds_figure(bounds_table, bound_keys(board.leaderboard), baseline),
         "training_curves": training_curves_figure(
             with_validation_before(main_metrics), columns=TRAINING_CURVES, baseline=baseline, seed=seed
         ),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import math
 import os
 import re
@@ -28,11 +29,16 @@ from bandpo.analysis.training import seed_bands
 from bandpo.core.files import atomic_write_bytes
 from bandpo.plan.sweep import BASE_ENTRY
 
-FIGURES = ("bounds", "training_curves", "clipfrac_buckets", "final_scores", "random_reward_entropy", "probe_curves",
-           "probe_clipfrac_buckets", "offpolicy_dose", "offpolicy_entropy")  # fmt: skip
+FIGURES = ("forest", "bounds", "training_curves", "clipfrac_buckets", "final_scores", "random_reward_entropy",
+           "probe_curves", "probe_clipfrac_buckets", "offpolicy_dose", "offpolicy_entropy")  # fmt: skip
 FIGURE_CAPTIONS = {
-    "bounds": "Ratio bounds (a) and allowed probability change p(r - 1) (b) against the old probability p, "
-    "BandPO KL / TV / chi2 at delta = {delta:g} (uncapped), GRPO, Clip-Higher and DCPO; dashed: the simplex limits.",
+    "forest": "Each trained entry of the main experiment against the baseline, per model size: the paired difference "
+    "of the headline score (entry - baseline, same seeds; points) with its 95% paired t interval, sorted by the "
+    "difference; shaded: the margin delta the verdict tests; the marker gives the verdict (Holm-adjusted), the "
+    "primary comparison is starred.",
+    "bounds": "Ratio bounds (a) and allowed probability change p(r - 1) (b) against the old probability p, of the "
+    "rules this page compares among BandPO KL / TV / chi2 at delta = {delta:g} (uncapped), GRPO, Clip-Higher and "
+    "DCPO; dashed: the simplex limits.",
     "training_curves": "Token entropy and reward against training step, and where the runs measured it (val_every) "
     "validation mean@k (step 0: before training), mean over seeds with a 95% bootstrap band.",
     "clipfrac_buckets": "Fraction of tokens clipped, by old-probability bucket and direction (upper: r > r_hi with "
@@ -118,15 +124,84 @@ def entry_palette(entries: Iterable[str], baseline: str | None = DEFAULT_BASELIN
     return palette
 
 
+LEGEND_LINE_PT = 13.0  # the height of one legend line at fontsize "small" (10 pt font: 8.33 pt text and spacing)
+
+
+def legend_columns(n: int, height_in: float) -> int:
+    """The columns a compact legend (fontsize "small") of ``n`` entries needs to fit a panel row ``height_in``
+    inches tall."""
+    per_column = max(1, int(height_in * 72 / LEGEND_LINE_PT))
+    return max(1, math.ceil(n / per_column))
+
+
+def row_legend(ax, entries: Sequence[str], palette: dict[str, Any], height_in: float, kind: str = "line") -> None:
+    """The legend of one row of panels (one model size): ``entries`` (that row's, in the display order) in the
+    colours of the figure's ``palette``, outside ``ax`` (the row's last panel) on the right; ``kind``: "line"
+    handles (curves) or "patch" handles (bars)."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    if ax.get_legend() is not None:
+        ax.get_legend().remove()
+    if not entries:
+        return
+    handles = [Line2D([], [], color=palette[e], linewidth=1.6) if kind == "line" else Patch(facecolor=palette[e])
+               for e in entries]  # fmt: skip
+    ax.legend(handles, list(entries), loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0,
+              fontsize="small", ncol=legend_columns(len(entries), height_in), frameon=False, handlelength=1.5,
+              columnspacing=1.0, labelspacing=0.3)  # fmt: skip
+
+
 SIMPLEX = "simplex limit"
 
 
-def bounds_figure(data: pd.DataFrame) -> tuple[Any, pd.DataFrame]:
+def bound_key(name: str) -> str:
+    """The name of a rule as a key that a bounds table's label ("BandPO-KL", "Clip-Higher") and a leaderboard's
+    method or entry id ("bandpo_kl", "clip_higher") share: lower case, "-" and " " as "_"."""
+    return re.sub(r"[-\s]+", "_", str(name).strip().lower())
+
+
+def bound_keys(table: pd.DataFrame) -> set[str]:
+    """The rules a leaderboard compares, as `bound_key`s: each trained row's method id, and for a method with a
+    divergence parameter (BandPO: ``params_json`` ``{"divergence": "kl"}``) the method with it (``bandpo_kl``, the
+    bounds table's "BandPO-KL"); a table without a method column gives its entries."""
+    if table.empty or "entry" not in table:
+        return set()
+    rows = table[table["entry"] != BASE_ENTRY]
+    if "method" not in rows:
+        return {bound_key(e) for e in rows["entry"]}
+    keys = set()
+    for method, params in zip(rows["method"], rows.get("params_json", pd.Series([""] * len(rows))), strict=True):
+        divergence = _json_field(params, "divergence")
+        keys.add(bound_key(f"{method}_{divergence}" if divergence else method))
+    return keys
+
+
+def _json_field(text: Any, key: str) -> str:
+    """``key`` of a JSON object given as text ("" when the text is not one or lacks it)."""
+    try:
+        value = json.loads(text) if isinstance(text, str) and text else {}
+    except ValueError:
+        return ""
+    return str(value.get(key) or "") if isinstance(value, dict) else ""
+
+
+def bounds_figure(
+    data: pd.DataFrame, methods: Iterable[str] | None = None, baseline: str | None = DEFAULT_BASELINE
+) -> tuple[Any, pd.DataFrame]:
     """The paper's bound figure from a bounds table (`bandpo.analysis.load.load_bounds`): (a) ratio bounds
     r_lo(p), r_hi(p); (b) allowed probability change p (r - 1); one line per method in the table's order, and the
-    rows of method "simplex limit" (r in [0, 1/p], i.e. q in [0, 1]) dashed. Returns (figure, the table)."""
+    rows of method "simplex limit" (r in [0, 1/p], i.e. q in [0, 1]) dashed. ``methods``: the rules of the page
+    (`bound_keys` of its leaderboard, or names matching the table's labels by `bound_key`): only those, the
+    ``baseline``'s and the simplex limit are drawn (None: every rule of the table). Returns (figure, the rows
+    drawn)."""
     sns = _seaborn()
 
+    if methods is not None and not data.empty:
+        keep = {bound_key(m) for m in methods} | ({bound_key(baseline)} if baseline else set())
+        data = data[data["method"].map(lambda m: m == SIMPLEX or bound_key(m) in keep)].reset_index(drop=True)
+        if data["method"].eq(SIMPLEX).all():
+            return placeholder_figure("ratio bounds", "no rule of this page is in the bounds table"), data.iloc[0:0]
     if data.empty:
         return placeholder_figure("ratio bounds", "no bounds table (bandpo.methods.bounds_table)"), data
     plt = _pyplot()
@@ -143,7 +218,7 @@ def bounds_figure(data: pd.DataFrame) -> tuple[Any, pd.DataFrame]:
     )
     long["bound"] = long["bound"].str.endswith("_hi").map({True: "upper", False: "lower"})
     methods = [m for m in dict.fromkeys(data["method"]) if m != SIMPLEX]
-    palette = dict(zip(methods, sns.color_palette("tab10", len(methods)), strict=True))
+    palette = dict(zip(methods, sns.color_palette("tab10", max(len(methods), 1)), strict=False))
     delta = float(data["delta"].iloc[0])
     with _style():
         fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
@@ -219,8 +294,9 @@ def training_curves_figure(
     order = entry_order(bands["entry"], baseline)
     palette = entry_palette(order, baseline)
     plt = _pyplot()
+    row_height = 3.6
     with _style():
-        fig, axes = plt.subplots(len(models), len(present), figsize=(5.5 * len(present) + 2, 3.6 * len(models)),
+        fig, axes = plt.subplots(len(models), len(present), figsize=(5.5 * len(present) + 2, row_height * len(models)),
                                  squeeze=False)  # fmt: skip
         for i, model in enumerate(models):
             for j, metric in enumerate(present):
@@ -228,7 +304,7 @@ def training_curves_figure(
                 d = bands[(bands["model"] == model) & (bands["metric"] == metric)]
                 hue_order = [e for e in order if e in set(d["entry"])]
                 sns.lineplot(data=d, x="step", y="mean", hue="entry", hue_order=hue_order, palette=palette,
-                             errorbar=None, ax=ax, linewidth=1.4)  # fmt: skip
+                             errorbar=None, ax=ax, linewidth=1.4, legend=False)  # fmt: skip
                 for entry, e in d.groupby("entry"):
                     ax.fill_between(e["step"], e["ci_low"], e["ci_high"], color=palette[entry], alpha=0.18, lw=0)
                 if metric == "entropy" and (d["mean"] > 0).all():
@@ -239,10 +315,8 @@ def training_curves_figure(
                     ax.yaxis.set_minor_formatter(plain)
                 ax.set_title(f"{model}: {metric}")
                 ax.set_ylabel(f"{metric} (mean over seeds)")
-                if ax.get_legend() is not None and not (i == 0 and j == len(present) - 1):
-                    ax.get_legend().remove()
-        if axes[0, -1].get_legend() is not None:
-            sns.move_legend(axes[0, -1], "upper left", bbox_to_anchor=(1.02, 1.0))
+            row = set(bands.loc[bands["model"] == model, "entry"])
+            row_legend(axes[i, -1], [e for e in order if e in row], palette, row_height)
         fig.tight_layout()
     return fig, bands.reset_index(drop=True)
 
@@ -310,8 +384,9 @@ def clipfrac_figure(
     order = entry_order(data["entry"], baseline)
     palette = entry_palette(order, baseline)
     plt = _pyplot()
+    row_height = 3.8
     with _style():
-        fig, axes = plt.subplots(len(models), 2, figsize=(13, 3.8 * len(models)), squeeze=False, sharey="row")
+        fig, axes = plt.subplots(len(models), 2, figsize=(13, row_height * len(models)), squeeze=False, sharey="row")
         for i, model in enumerate(models):
             for j, direction in enumerate(("upper", "lower")):
                 ax = axes[i, j]
@@ -326,16 +401,16 @@ def clipfrac_figure(
                     hue_order=[e for e in order if e in set(d["entry"])],
                     palette=palette,
                     errorbar=_ci_callable(n_resamples, 0.95, seed),
+                    saturation=1.0,  # the bars in the legend's colours (seaborn desaturates them by default)
+                    legend=False,
                     ax=ax,
                 )
                 arrow = "r > r_hi, A > 0" if direction == "upper" else "r < r_lo, A < 0"
                 ax.set_title(f"{model}: {direction} clip ({arrow})")
                 ax.set_xlabel("old probability p bucket")
                 ax.set_ylabel(f"clipped tokens in bucket (%), {which}", fontsize=9)
-                if ax.get_legend() is not None and not (i == 0 and j == 1):
-                    ax.get_legend().remove()
-        if axes[0, 1].get_legend() is not None:
-            sns.move_legend(axes[0, 1], "upper left", bbox_to_anchor=(1.02, 1.0))
+            row = set(data.loc[data["model"] == model, "entry"])
+            row_legend(axes[i, -1], [e for e in order if e in row], palette, row_height, kind="patch")
         fig.tight_layout()
     return fig, data
 
@@ -359,13 +434,15 @@ def final_scores_figure(
     fams = [f for f in families if f in set(data["metric"])]
     order = entry_order(data["entry"], baseline)
     palette = entry_palette(order, baseline)
+    bars = bar_counts(data, models)
     plt = _pyplot()
     with _style():
         fig, axes = plt.subplots(
             len(models),
             len(fams),
-            figsize=(6 * len(fams), 0.45 * len(order) * len(models) + 1.6 * len(models)),
+            figsize=(6 * len(fams), BAR_HEIGHT_IN * sum(bars) + PANEL_EXTRA_IN * len(models)),
             squeeze=False,
+            gridspec_kw={"height_ratios": bars},
         )
         for i, model in enumerate(models):
             for j, fam in enumerate(fams):
@@ -404,6 +481,17 @@ def final_scores_figure(
                     ax.set_yticklabels([])
         fig.tight_layout()
     return fig, data
+
+
+BAR_HEIGHT_IN = 0.32  # the height a bar of the final-scores panels takes (inches)
+PANEL_EXTRA_IN = 1.3  # and each row's title, axis labels and space (inches)
+MIN_BARS, MAX_BARS = 2, 40  # a row is sized for at least / at most this many bars
+
+
+def bar_counts(data: pd.DataFrame, models: Sequence[str]) -> list[int]:
+    """Per model (one row of panels), the bars its panels draw (its entries), clipped to [MIN_BARS, MAX_BARS]:
+    the rows' heights are proportional to these."""
+    return [min(max(data.loc[data["model"] == m, "entry"].nunique(), MIN_BARS), MAX_BARS) for m in models]
 
 
 AXIS_DOSE_COLUMNS = ["panel", "model", "arm", "value", "estimate", "ci_low", "ci_high", "n"]

@@ -883,6 +883,178 @@ def test_final_scores_figure(built, close_figures):
     assert empty.empty and "no evaluation scores" in empty_fig.axes[0].texts[0].get_text()
 
 
+def _two_rows_of_metrics(n_many: int = 20) -> pd.DataFrame:
+    """Per-step metrics of two model sizes: "m-small" with grpo and two entries, "m-large" with grpo, one of those
+    and ``n_many`` - 2 more (a row whose legend needs two columns), each with one clip-fraction bucket."""
+    rows = []
+    entries = {
+        "m-small": ["grpo", "alpha", "beta"],
+        "m-large": ["grpo", "beta", *(f"e{k:02d}" for k in range(n_many - 2))],
+    }
+    for model, names in entries.items():
+        for k, entry in enumerate(names):
+            for seed in (0, 1):
+                for step in (1, 2, 3):
+                    rows.append({"model": model, "entry": entry, "seed": seed, "step": step,
+                                 "entropy": 0.5 + 0.01 * k, "reward_mean": 0.1 * step + 0.001 * k,
+                                 "clipfrac_upper/p0": 0.01 * (k + 1),
+                                 "clipfrac_lower/p0": 0.002 * (k + 1)})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _row_legends(fig, n_rows: int) -> list[dict[str, tuple]]:
+    """Per row of panels, the legend of its last panel: {entry: colour of its handle (RGBA)}."""
+    from matplotlib.colors import to_rgba
+    from matplotlib.patches import Patch
+
+    axes = np.asarray(fig.axes).reshape(n_rows, -1)
+    out = []
+    for ax in axes[:, -1]:
+        legend = ax.get_legend()
+        assert legend is not None, ax.get_title()
+        colours = [h.get_facecolor() if isinstance(h, Patch) else h.get_color() for h in legend.legend_handles]
+        texts = [t.get_text() for t in legend.get_texts()]
+        out.append({t: tuple(np.round(to_rgba(c), 6)) for t, c in zip(texts, colours, strict=True)})
+    return out
+
+
+@pytest.mark.parametrize("which", ["training_curves", "clipfrac_buckets"])
+def test_every_row_of_panels_has_a_legend_of_its_entries_in_the_figures_colours(which, close_figures):
+    """Each model size's row of panels has its own legend (its entries, in the display order, outside on the
+    right), and an entry has one colour in every row: the palette is the figure's, over all its entries."""
+    from bandpo.report.figures import legend_columns
+
+    metrics = _two_rows_of_metrics()
+    draw = report.training_curves_figure if which == "training_curves" else report.clipfrac_figure
+    fig, _ = draw(metrics, n_resamples=50)
+    large, small = _row_legends(fig, 2)  # rows sorted by model name: m-large, m-small
+    for legend, model in ((large, "m-large"), (small, "m-small")):
+        assert list(legend) == analysis.entry_order(metrics.loc[metrics.model == model, "entry"]), model
+    assert large["grpo"] == small["grpo"] and large["beta"] == small["beta"]  # one colour per entry in every row
+    everything = {**large, **small}
+    assert len(set(everything.values())) == len(everything)  # and distinct entries, distinct colours
+    if which == "clipfrac_buckets":  # the bars are drawn in the legend's colours
+        upper_small = np.asarray(fig.axes).reshape(2, 2)[1, 0]
+        faces = {tuple(np.round(p.get_facecolor(), 6)) for p in upper_small.patches if p.get_height() > 0}
+        assert faces == {small[e] for e in small}
+    # a compact legend: fontsize small, as many columns as the row's height needs
+    assert legend_columns(3, 3.6) == 1 and legend_columns(20, 3.6) == 2 and legend_columns(60, 3.6) == 4
+
+
+def test_final_scores_panels_are_as_tall_as_their_bars(close_figures):
+    """Each model's row of panels is sized by its own number of bars, not by every entry of every model."""
+    rows = []
+    for model, n in (("m-few", 3), ("m-many", 12)):
+        for k in range(n):
+            for fam in ("mean", "pass"):
+                rows.append({"task": "all", "model": model, "entry": f"e{k:02d}", "metric": fam,
+                             "label": f"{fam}@8", "mean": 0.3 + 0.01 * k, "ci_low": 0.28 + 0.01 * k,
+                             "ci_high": 0.32 + 0.01 * k})  # fmt: skip
+    fig, data = report.final_scores_figure(pd.DataFrame(rows))
+    axes = np.asarray(fig.axes).reshape(2, 2)
+    height = [ax.get_position().height * fig.get_figheight() for ax in axes[:, 0]]  # inches: m-few, m-many
+    assert [len(ax.patches) for ax in axes[:, 0]] == [3, 12]
+    assert height[1] / height[0] == pytest.approx(12 / 3, rel=1e-6)
+    assert height[0] < 1.5  # three bars: a short panel
+    assert len(data) == 2 * (3 + 12)
+
+
+def test_bounds_figure_draws_only_the_pages_rules(built, close_figures):
+    """The bound figure draws the rules the page compares (its leaderboard's methods, with BandPO's divergence),
+    the baseline's and the simplex limit, and its data is what it draws."""
+    from bandpo.report.figures import bound_key, bound_keys
+
+    data = bounds_script.bounds_table(delta=0.1, p=np.linspace(0.01, 0.99, 50))
+    fig, plotted = report.bounds_figure(data, methods={"bandpo_kl", "clip_higher"})
+    assert _legend_texts(fig.legends[0]) == ["BandPO-KL", "GRPO", "Clip-Higher", report.SIMPLEX]
+    assert list(dict.fromkeys(plotted["method"])) == ["BandPO-KL", "GRPO", "Clip-Higher", report.SIMPLEX]
+    ratio = fig.axes[0]
+    assert len([line for line in ratio.get_lines() if len(line.get_xdata()) == 50]) == 2 * 4  # lo and hi each
+    assert bound_key("BandPO-chi2") == "bandpo_chi2" and bound_key("Clip-Higher") == "clip_higher"
+    none_fig, none = report.bounds_figure(data, methods=["vespo"], baseline=None)
+    assert none.empty and "no rule of this page" in none_fig.axes[0].texts[0].get_text()
+    # the leaderboard's rules: method ids, BandPO with its divergence; the base model is no rule
+    board = pd.DataFrame({"entry": ["base", "grpo", "b", "c"], "method": ["base", "grpo", "bandpo", "dcpo"],
+                          "params_json": ["", "{}", '{"divergence": "chi2"}', "{}"]})  # fmt: skip
+    assert bound_keys(board) == {"grpo", "bandpo_chi2", "dcpo"}
+    # the report's bound figure: the built board's rules only (grpo, clip_higher, bandpo kl and tv)
+    results, _ = built
+    drawn = set(pd.read_csv(results / "figures" / "bounds.csv")["method"])
+    assert drawn == {"GRPO", "Clip-Higher", "BandPO-KL", "BandPO-TV", report.SIMPLEX}
+
+
+def _forest_board() -> pd.DataFrame:
+    """A leaderboard of two model sizes: the base model, the baseline, entries with a paired difference (one the
+    primary, one whose runs are the baseline's again) and a row of another experiment."""
+    cols = ["experiment", "subset", "model", "entry", "method", "baseline", "n_seeds", "mean@8", "mean@8_diff",
+            "mean@8_diff_t_ci_low", "mean@8_diff_t_ci_high", "mean@8_diff_sd", "mean@8_margin",
+            "mean@8_verdict_holm", "mean@8_label", "mean@8_role"]  # fmt: skip
+    rows = [
+        ("main", "", "tiny-s", "base", "base", "grpo", 3, 0.3, -0.1, -0.12, -0.08, 0.01, None, "", "", ""),
+        ("main", "", "tiny-s", "grpo", "grpo", "grpo", 5, 0.4, None, None, None, None, None, "", "", ""),
+        ("main", "", "tiny-s", "low", "x", "grpo", 3, 0.41, 0.01, -0.02, 0.04, 0.01, 0.02, "better", "", "secondary"),
+        ("main", "", "tiny-s", "top", "bandpo", "grpo", 5, 0.43, 0.03, 0.0, 0.06, 0.02, 0.02, "undecided",
+         "undecided (look 1 of 4, 5 pairs)", "primary"),
+        ("main", "", "tiny-s", "same", "y", "grpo", 3, 0.4, 0.0, 0.0, 0.0, 0.0, 0.02, "undecided", "undecided",
+         "secondary"),
+        ("random-reward", "", "tiny-s", "rr", "bandpo", "grpo", 3, 0.2, -0.2, -0.3, -0.1, 0.05, 0.02, "undecided",
+         "", "secondary"),
+        ("main", "", "tiny-m", "grpo", "grpo", "grpo", 3, 0.5, None, None, None, None, None, "", "", ""),
+        ("main", "", "tiny-m", "low", "x", "grpo", 3, 0.48, -0.02, -0.05, 0.01, 0.01, 0.02, "not better by the margin",
+         "", "secondary"),
+    ]  # fmt: skip
+    return pd.DataFrame(rows, columns=cols)
+
+
+def test_forest_plot_of_the_paired_differences(close_figures):
+    """The forest plot: per model size, each trained entry of main at its paired difference (points) with its t
+    interval, largest at the top, the margin shaded from 0 to +delta, the verdict's words in the legend, the
+    primary starred, and an entry identical to the baseline labelled so."""
+    from bandpo.report.forest import MARGIN_LABEL, forest_figure
+
+    assert report.FIGURES[0] == "forest" and "forest" in report.FIGURE_CAPTIONS
+    fig, data = forest_figure(_forest_board())
+    assert list(data["model"]) == ["tiny-m", "tiny-s", "tiny-s", "tiny-s"]  # no base, baseline or other experiment
+    small = data[data.model == "tiny-s"]
+    assert list(small["entry"]) == ["top", "low", "same"]  # sorted by the difference, largest first
+    assert np.allclose(small["diff"], [3.0, 1.0, 0.0]) and np.allclose(small["ci_low"], [0.0, -2.0, 0.0])
+    assert np.allclose(small["ci_high"], [6.0, 4.0, 0.0]) and (data["margin"] == 2.0).all()
+    assert list(small["verdict"]) == ["undecided (look 1 of 4, 5 pairs)", "better", "identical to grpo"]
+    assert list(small["label"]) == ["★ top (5 seeds)", "low (3 seeds)", "same (3 seeds)"]
+    assert data.loc[data.model == "tiny-m", "verdict"].tolist() == ["not better by the margin"]
+    ax_m, ax_s = fig.axes
+    assert "tiny-s" in ax_s.get_title() and "mean@8" in ax_s.get_xlabel()
+    ticks = sorted(ax_s.get_yticklabels(), key=lambda t: -t.get_position()[1])  # top to bottom
+    assert [t.get_text() for t in ticks] == list(small["label"])
+    assert [t.get_fontweight() for t in ticks] == ["bold", "normal", "normal"]  # the primary's
+    points = {
+        round(line.get_xdata()[0], 6): line.get_ydata()[0] for line in ax_s.get_lines() if line.get_marker() != "None"
+    }
+    assert set(points) == {3.0, 1.0, 0.0} and points[3.0] > points[1.0] > points[0.0]
+    assert any(np.allclose(line.get_xdata(), 0.0) and line.get_linestyle() == "-" for line in ax_s.get_lines())
+    fig.canvas.draw()
+    spans = [ax_s.transData.inverted().transform(p.get_window_extent().get_points())[:, 0] for p in ax_s.patches]
+    assert any(np.allclose(x, [0.0, 2.0], atol=1e-6) for x in spans)  # the margin, shaded from 0 to +delta
+    assert _legend_texts(ax_s.get_legend()) == [MARGIN_LABEL, "undecided (look 1 of 4, 5 pairs)", "better",
+                                                "identical to grpo"]  # fmt: skip
+    assert _legend_texts(ax_m.get_legend()) == [MARGIN_LABEL, "not better by the margin"]
+    # panel heights follow the rows: three rows against one (sized as two, the least)
+    heights = [ax.get_position().height for ax in (ax_m, ax_s)]
+    assert heights[1] / heights[0] == pytest.approx(3 / 2, rel=1e-6)
+
+
+def test_forest_plot_without_paired_comparisons_is_a_placeholder(built, close_figures):
+    from bandpo.report.forest import forest_figure
+
+    for table in (pd.DataFrame(), _forest_board()[["model", "entry", "mean@8"]],
+                  _forest_board().query("entry in ['base', 'grpo']")):  # fmt: skip
+        fig, data = forest_figure(table)
+        assert data.empty and "no paired comparison" in fig.axes[0].texts[0].get_text()
+    results, _ = built  # the report draws it from its leaderboard, first of the figures
+    forest = pd.read_csv(results / "figures" / "forest.csv")
+    assert set(forest["entry"]) == {e for e in ENTRIES if e != "grpo"} and set(forest["model"]) == {"tiny-s", "tiny-m"}
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # HTML: escaping (static) and rendering (Chromium)
 
