@@ -271,8 +271,14 @@ def test_publication_blocks_are_the_provenance():
         assert r[~compared].empty or sorted(set(r[~compared].seed)) == seeds
         text = publication.design_seeds(xp)(board)
         assert text.startswith(f"{len(seeds)} seeds ({publication.seed_range(seeds)}")
-        if sequential:
-            assert f"the primary pair seeds until decided, at most {len(pair)}: {publication.seed_range(pair)}" in text
+        if sequential:  # each model's most: primary.seeds up to its n_max (the config's, per model)
+            n_max = spec["primary"]["sequential"]["n_max"]
+            most = {m: pair[: n_max[m] if isinstance(n_max, dict) else n_max] for m in spec["models"]}
+            phrases = [f"at most {len(s)}: {publication.seed_range(s)}" for s in most.values()]
+            each = ", ".join(f"{m} {p}" for m, p in zip(most, phrases, strict=True))
+            assert f"the primary pair seeds until decided, {phrases[0] if len(set(phrases)) == 1 else each})" in text
+            if board is RESULTS:  # the embedded publication: tiny-s and tiny-m stop at different n_max
+                assert "tiny-s at most 20: 0-19, tiny-m at most 15: 0-14" in text
         else:
             assert (f"the primary pair {len(pair)}: {publication.seed_range(pair)}" in text) == (pair != seeds)
     assert publication.seed_range([0, 1, 2, 3]) == "0-3" and publication.seed_range([0, 2]) == "0, 2"
@@ -780,3 +786,114 @@ def test_real_lm_verl_pair_is_the_declared_design():
     other_runs = RESULTS.part("real-lm").runs
     ratio = (runs.train_seconds / runs.steps).median() / (other_runs.train_seconds / other_runs.steps).median()
     assert experiment_blocks.verl_step_cost(res).endswith(f": {ratio:.1f} times")
+
+
+# The pages that describe the published folders, and the words of their rules
+DESCRIBING = ("docs/statistics.md", "docs/results.md", "docs/experiments.md", "README.md")
+
+
+def published_primary_folders() -> list[str]:
+    """The published folders (``""``: results/) whose provenance.json records a config, with their primary.csv."""
+    under = sorted(p.name for p in (ROOT / "results").iterdir()
+                   if (p / "provenance.json").is_file() and (p / "primary.csv").is_file())  # fmt: skip
+    return ["", *under]
+
+
+def _declared_kind(primary: dict) -> str:
+    if primary.get("score") == "entropy":
+        return "descriptive"
+    if primary.get("exploratory"):
+        return "exploratory"
+    if primary.get("demoted"):
+        return "demoted"
+    return "sequential" if primary.get("sequential") else "single look"
+
+
+def _per_model(value, model: str):
+    return value[model] if isinstance(value, dict) else value
+
+
+@pytest.mark.parametrize("folder", published_primary_folders())
+def test_each_published_folder_states_the_rule_its_config_declares(folder):
+    """Each published folder with a primary has a generated block ``[FOLDER/]declared-design`` on a page that
+    describes it, and the block states, per primary and model, the rule its provenance.json config declares (read
+    here from the raw config): sequential with its k, n_max, seeds, β and planning SD, a single look at its pairs,
+    exploratory, demoted or descriptive; primary.csv's rows were decided by that rule."""
+    from bandpo.report.docs.publication import seed_range
+    from bandpo.verdict.design import BETA
+
+    board = RESULTS.part(folder) if folder else RESULTS
+    config = board.provenance["config"]
+    name = f"{folder}/declared-design" if folder else "declared-design"
+    primaries = {(xp, model): spec["primary"] for xp, spec in config["experiments"].items()
+                 for model in spec.get("models") or () if (spec.get("primary") or {}).get("compare")
+                 or (spec.get("primary") or {}).get("score") == "entropy"}  # fmt: skip
+    p = board.primary
+    assert set(zip(p.experiment, p.model, strict=True)) <= set(primaries), "primary.csv holds an undeclared primary"
+    if not primaries:
+        assert p.empty
+        return
+    bodies = [m["body"] for doc in DESCRIBING for m in docs.BLOCK.finditer(read(doc)) if m["name"] == name]
+    assert bodies, f"no generated block {name!r} in {DESCRIBING}: the pages do not state the rule of results/{folder}"
+    for body in bodies:
+        clauses = dict(c.split(": ", 1) for c in body.split("; "))
+        assert set(clauses) == {f"{xp}, {model}" for xp, model in primaries}, body
+        for (xp, model), primary in primaries.items():
+            clause, kind = clauses[f"{xp}, {model}"], _declared_kind(primary)
+            assert clause.startswith(kind), (xp, model, clause)
+            seeds = primary.get("seeds") or config["experiments"][xp].get("seeds") or config["seeds"]
+            if kind == "sequential":
+                design = primary["sequential"]
+                n_max, beta = _per_model(design["n_max"], model), _per_model(design.get("beta", BETA), model)
+                most = f"up to n_max {n_max} (seeds {seed_range(seeds[:n_max])})"
+                assert f"a look every {design['k']} pairs {most}" in clause
+                assert f"β {beta:.2f} (power {1 - beta:.2f}) at a margin of {primary['margin']:.1f} points" in clause
+                assert f"planning SD {_per_model(design['planning_sd'], model):.2f} points" in clause
+            elif kind == "single look":
+                assert f"at {len(seeds)} pairs (seeds {seed_range(seeds)}), β {BETA:.2f}" in clause
+            rows = p[(p.experiment == xp) & (p.model == model) & (p.role != "secondary")]
+            expected = {"sequential": {"sequential"}, "single look": {"single look"}, "exploratory": {"exploratory"},
+                        "demoted": {"single look, Holm"}, "descriptive": {"descriptive"}}[kind]  # fmt: skip
+            assert set(rows.rule) == expected, (folder, xp, model, set(rows.rule))
+    # the embedded publication: tiny-m's design is its own (power 0.85, 15 pairs), not tiny-s's
+    if not folder:
+        assert "main, tiny-m: sequential, a look every 5 pairs up to n_max 15 (seeds 0-14), β 0.15" in bodies[0]
+
+
+def test_design_numbers_are_only_in_generated_blocks():
+    """A design's numbers (n_max, β, the power, the most pairs) on the pages that describe the published folders are
+    in generated blocks, which cannot go stale; hand-written text names the design without them (the rule's β =
+    0.10 of `bandpo.verdict.design.BETA`, its definition, aside)."""
+    stated = re.compile(r"n_max (?:of |= ?)?\d+|1 − β = 0\.\d+|β = 0\.(?!10\b)\d+|(?:at most|up to) \d+ (?:seed )?pairs"
+                        r"|power (?:1 − β = )?0\.\d+")  # fmt: skip
+    for doc in DESCRIBING:
+        text = docs.BLOCK.sub("", read(doc))
+        text = re.sub(r"^ *```.*?^ *```", "", text, flags=re.S | re.M)
+        text = re.sub(r"`[^`\n]+`", "", text)
+        found = stated.findall(text)
+        assert not found, f"{doc}: a design's number in hand-written text: {found} (make it a generated block)"
+
+
+def test_the_plan_block_uses_the_applied_designs():
+    """docs/statistics.md's plan prints the designs the published configs declare (the DAG's: design_settings of the
+    provenance config): tiny-m at its own power and n_max, and the headline's boundaries of the design applied, those
+    primary.csv's looks used (its first look's futility boundary)."""
+    from bandpo.plan.sweep import design_settings
+    from bandpo.report.docs import designs
+    from bandpo.verdict.design import SequentialDesign
+
+    text = read("docs/statistics.md")
+    body = next(m["body"] for m in docs.BLOCK.finditer(text) if m["name"] == "sequential-plan")
+    config = RESULTS.provenance["config"]
+    for model, setting in (("tiny-s", "tiny-s, 64 steps"), ("tiny-m", "tiny-m, 64 steps")):
+        design = SequentialDesign(**design_settings(config, "main", model))
+        row = next(line for line in body.splitlines() if line.startswith(f"| {setting} | main {model}: sequential"))
+        cells = row.split(" | ")
+        assert cells[2:5] == [f"{design.planning_sd * 100:.2f}", f"{1 - design.beta:.2f}", str(design.n_max)], row
+    table = body.split("The headline's boundaries")[1].split("\n\n")[1].splitlines()[2:]
+    looks = {int(line.split(" | ")[0][2:]): line.split(" | ") for line in table}
+    stopped = RESULTS.primary.query("experiment == 'main' and model == 'tiny-s'").iloc[0]
+    boundary = "= efficacy" if stopped.look == stopped.looks else f"{stopped.futility_t:.3f}"
+    assert len(looks) == stopped.looks and looks[int(stopped.look)][3] == boundary
+    assert looks[int(stopped.look)][2] == f"{stopped.efficacy_t:.3f}"
+    assert set(designs.RULE_KINDS) == {"sequential", "single look", "exploratory", "demoted", "descriptive"}

@@ -12,13 +12,17 @@ leaderboard.md by `bandpo.report.build`, the smoke section by `bandpo.report.smo
 which rebuilds leaderboard.md from the tables, and tests/unit/test_docs.py). benchmarks/ is not scanned either:
 benchmarks/README.md and benchmarks/CHANGELOG.md are measurement records, dated and kept as measured.
 
-**What is not prose**: generated blocks, fenced code blocks, inline code spans (code, commands, config keys and
-values as the files spell them: tests/unit/test_doc_references.py checks what they name; a span that holds only a
-commit hash or a date is still scanned), link targets and URLs, HTML comments, arXiv identifiers.
+**What is not prose**: generated blocks, fenced code blocks, inline code spans that are code (`looks_like_code`:
+commands, options, paths, calls, config keys and values as the files spell them, identifiers:
+tests/unit/test_doc_references.py checks what they name; a span that holds a result-like number and looks like none
+of these, `0.67` or `n = 15`, is prose in code font and is scanned, and so is a span that holds only a commit hash or
+a date), link targets and URLs, HTML comments, arXiv identifiers.
 
 **Result-like numbers** (`PATTERNS`): decimals (0.17, 12.4, +0.81), percentages, intervals ([+0.12, +1.49]), speed
 ratios (2.46x), durations (144.2 minutes, 0.6 s), amounts in points (about 20 points), counts of seeds, seed pairs,
-runs and jobs (3 seeds, 20 seed pairs, seeds 10-14), dates (2026-12-04) and commit hashes (ab864f4).
+runs and jobs (3 seeds, 20 seed pairs, seeds 10-14), pairs (14 pairs), sample sizes (n = 15), "k of m" (6 of 10),
+the same written as words (six of ten seeds, five pairs) and fractions in words (about a quarter, two thirds), dates
+(2026-12-04) and commit hashes (ab864f4).
 
 **Allowed** (`ALLOWED`): constants of the design, the method, the statistics and the paper's protocol, versions and
 mathematical facts, each with its reason: a number that does not change when a run is made again. A number of a
@@ -31,6 +35,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from bandpo.report.docs import BLOCK
 
@@ -47,9 +53,25 @@ NOT_PROSE = [
     re.compile(r"<?https?://[^\s)>]+>?"),  # URLs
     re.compile(r"\barXiv:? ?\d{4}\.\d{4,5}\b"),  # arXiv identifiers
 ]
+# an inline code span that is code: a path or URL, a call or a mapping, an option, a file, an identifier, an
+# assignment as code writes it (no spaces), a key: value, a shell variable or quote, a command's short option
+CODE = re.compile(
+    r"[/(){}\[\]<>$'\"_\\|#@*]|--|\.(?:py|ya?ml|json|csv|md|smk|sh)\b|(?:^|\s)-[A-Za-z]"
+    r"|\w=|=\w|^[\w.-]+:(?:\s|$)|\w:\w"
+)
 COMMIT = r"(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}"
 DATE = r"20\d\d-\d\d-\d\d"
 NUMBER = r"[-+−±]?\d+(?:\.\d+)?"
+# numbers written as words: a count or a fraction of a run's result reads the same spelled out ("six of ten seeds",
+# "five pairs", "about a quarter"); "one" and "two" counting alone are the structure of a sentence ("one seed",
+# "the two runs of a pair", "one of two words"), not a result, and are matched only as "k of m" with a counted noun
+MANY = (
+    r"(?:three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen|seventeen|"
+    r"eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred)"
+)
+WORD = rf"(?:one|two|{MANY})"
+WORDS = rf"{WORD}(?:[- ]{WORD})?"
+COUNTED = r"(?:fresh |more |paired |trained |seed )?(?:pairs?|seeds?|runs?|jobs?|comparisons?|entries|looks?)"
 PATTERNS = {
     "interval": rf"\[{NUMBER}, {NUMBER}\]",
     "ratio": r"(?<![\w.])\d+(?:\.\d+)?[x×](?![\w-])",
@@ -58,6 +80,14 @@ PATTERNS = {
     "count": r"(?<![\w.])\d+(?:[-–]\d+| to \d+)? (?:fresh |more |paired |trained )?"
     r"(?:seed pairs?|paired seed differences|seeds?|runs?|jobs?)\b",
     "seeds": r"\bseeds? \d+[-–]\d+\b",
+    "pairs": r"(?<![\w.])\d+(?:[-–]\d+| to \d+)? (?:fresh |more |paired )?pairs?\b",
+    "n =": r"(?<![\w.])(?:n|N|n_max|n_j) ?= ?\d+\b(?!\.\d)",
+    "k of m": r"(?<![\w.-])\d+ of (?:its |the |their |all )?\d+\b(?![.,]\d)",
+    "words": rf"(?i:\b(?:two|{MANY})(?:[- ]{WORD})? of (?:its |the |their |all )?{WORDS}\b(?: {COUNTED}\b)?"
+    rf"|\b{WORDS} of (?:its |the |their |all )?{WORDS} {COUNTED}\b|\b{MANY}(?:[- ]{WORD})? {COUNTED}\b)",
+    "word fraction": r"(?i:\b(?:a|one|two|three|four|five|six|seven|eight|nine) "
+    r"(?:quarters?|thirds?|fifths?|sixths?|eighths?|tenths?)\b"
+    r"|\b(?:about|roughly|nearly|almost|over|under|more than|less than|at least) (?:a |one )?half\b)",
     "points": rf"(?<![\w.]){NUMBER}(?:[-–]\d+(?:\.\d+)?)? (?:percentage )?points?\b",
     "decimal": r"(?<![\w.])[-+−]?\d+\.\d+(?![\w.]*\d)",
     "date": rf"\b{DATE}\b",
@@ -92,6 +122,7 @@ ALLOWED = (
         "t(0.975, 2) against the normal quantile: maths (test_docs.py::test_statistics_claims recomputes it)",
     ),
     Allowed(r"5\.36|5\.65|77%", r"SD / √3|power, not", "the shortcut's and the exact MDE at n = 3: maths"),
+    Allowed(r"n = 3", r"4\.30 at|it gives 5\.36", "the worked examples of the t quantile and the MDE at n = 3: maths"),
     Allowed(r"\[0, 1\]", r"cut to", "the range of a score"),
     Allowed(r"10%", r"last 10% of", "the window of the final entropy: the last 10% of steps (design)"),
     Allowed(r"10%|0\.10", r"not better|p_not_better|/ m", 'the verdict rule\'s β = 0.10, the level of "not better"'),
@@ -148,7 +179,10 @@ ALLOWED = (
     Allowed(r"0\.9", r"p = 0\.9", "an example probability (docs/band-operator.md)"),
     Allowed(r"1\.05", r"tau_neg", "SAPO's tau_neg (verl's default)"),
     Allowed(r"3\.0|20\.0", r"default 3\.0|20\.0 fallback", "verl's clip_ratio_c default and fallback"),
-    Allowed(r"10\.0", r"cap|upper_bound_max|method's \(10\.0\)", "Band's cap and the dual clip c (method settings)"),
+    Allowed(r"10\.0", r"cap|upper_bound_max|method's \(10\.0\)|dual-clip", "Band's cap and the dual clip c (settings)"),
+    Allowed(r"0\.0005|0\.0001", r"learning rate", "the learning rates of TrainConfig (docs/protocol-fields.md)"),
+    Allowed(r"n = 32", r"T = 1\.0", "the paper's validation samples a problem (docs/paper-protocol.md)"),
+    Allowed(r"3 pairs", r"at least 3 pairs", "the adoption rule's floor of pairs on the real LM (declared)"),
     Allowed(r"1\.5", r"Qwen-1\.5B", "a model's name"),
     # versions
     Allowed(r"3\.10", r"Python", "the Python version required"),
@@ -166,6 +200,14 @@ ALLOWED = (
     Allowed(r"4x", r"main's steps|its steps|main's\)", "the horizon's design: 4 times main's steps (its config)"),
     Allowed(r"25%|0\.75", r"paired SD falls", "the adoption rule of common random numbers (config/crn-check.yaml)"),
     Allowed(r"seeds 0-9", r"at main's settings, seeds 0-9", "crn-check's seeds (config/crn-check.yaml)"),
+)
+
+
+# Hits in pages outside this test's owner's edit (issue #68, item 6): real numbers of a run that their pages are to
+# reword; each (file, kind, text) is tolerated until then, and `test_pending_hits_are_still_there` drops it once gone
+PENDING = (
+    ("docs/reproducibility.md", "word fraction", "about half"),  # issue #59's grader: how many workers scored 1
+    ("docs/workflow.md", "word fraction", "a quarter"),  # "a run takes about a quarter of an hour": a duration
 )
 
 
@@ -192,6 +234,13 @@ def _blank(m: re.Match) -> str:
     return re.sub(r"[^\n]", " ", m.group(0))
 
 
+def looks_like_code(span: str) -> bool:
+    """Whether an inline code span is code (`CODE`: a command, an option, a path, a call, a config key or value as
+    the files spell them, an identifier) or holds no result-like number; else it is prose in code font (`0.67`,
+    `n = 15`) and is scanned."""
+    return bool(CODE.search(span)) or not any(re.search(p, span) for p in PATTERNS.values())
+
+
 def prose(text: str) -> str:
     """``text`` with everything that is not hand-written prose blanked (lines and columns kept)."""
     text = BLOCK.sub(_blank, text)
@@ -199,8 +248,9 @@ def prose(text: str) -> str:
     for pattern in NOT_PROSE:
         text = pattern.sub(_blank, text)
 
-    def span(m: re.Match) -> str:  # code is not prose; a commit or a date in a span still is a fact of a run
-        return m.group(0) if re.fullmatch(rf"{COMMIT}|{DATE}", m.group(1)) else _blank(m)
+    def span(m: re.Match) -> str:  # code is not prose; a commit, a date or a number of a run in a span still is
+        keep = re.fullmatch(rf"{COMMIT}|{DATE}", m.group(1)) or not looks_like_code(m.group(1))
+        return m.group(0) if keep else _blank(m)
 
     return SPAN.sub(span, text)
 
@@ -234,6 +284,7 @@ def test_prose_carries_no_published_number():
     for path in prose_files():
         doc = str(path.relative_to(ROOT))
         found += [h for h in hits(doc, path.read_text(encoding="utf-8")) if allowed(h) is None]
+    found = [h for h in found if (h.doc, h.kind, h.text) not in PENDING]
     assert not found, (
         f"{len(found)} result-like number(s) in hand-written prose (make each a generated block, "
         "`bandpo.report.docs`, or reword; a constant of the design goes into ALLOWED with its reason):\n"
@@ -275,3 +326,40 @@ def test_generated_pages_are_written_by_the_report():
     for name in GENERATED_PAGES:
         assert name in source, name
     assert (ROOT / "results" / "README.md") in prose_files()
+
+
+@pytest.mark.parametrize(
+    "kind, sentence, token, constant",
+    [
+        # each new kind: a sentence of a run it catches, and a constant of the design beside it that it leaves alone
+        ("pairs", "the verdict came after 14 pairs, not 10 pairs", "14 pairs", "at least 3 pairs of at least 24 steps"),
+        ("n =", "tiny-m stopped at n = 15 with its interval", "n = 15", "(4.30 at n = 3 against the normal 1.96)"),
+        ("k of m", "6 of 10 seeds favour BandPO-KL", "6 of 10", "the `seeds-main` block, tiny-s at most 20: 0-19"),
+        ("words", "BandPO-KL won six of ten seeds", "six of ten seeds", "one seed, one base model, one of two words"),
+        ("words", "the last look added five pairs", "five pairs", "the two runs of a pair draw the same number"),
+        ("word fraction", "it closes about a quarter of the gap", "a quarter", "a look every 5 seed pairs"),
+        ("word fraction", "two thirds of the runs collapsed", "two thirds", "α = 0.05 at one side"),
+    ],
+)
+def test_each_new_pattern_catches_a_run_and_not_a_constant(kind, sentence, token, constant):
+    assert (kind, token) in [(h.kind, h.text) for h in hits("x.md", sentence)]
+    assert [h for h in hits("x.md", constant) if allowed(h) is None] == []
+
+
+def test_code_spans_are_scanned_unless_they_are_code():
+    """A span that holds a result-like number and is no code (`0.67`, `n = 15`) is prose in code font; commands,
+    options, paths, calls, identifiers and config keys and values as the files spell them are not."""
+    text = "stability `0.67`, stopped at `n = 15`, `6 of 10` seeds, `14 pairs`"
+    assert [(h.kind, h.text) for h in hits("x.md", text)] == [
+        ("decimal", "0.67"), ("n =", "n = 15"), ("k of m", "6 of 10"), ("pairs", "14 pairs")]  # fmt: skip
+    code = ("`--steps 0.5` `n_max: {tiny-s: 20}` `margin: 2.0` `config/config.yaml` `n=15` `python -m x 3 seeds` "
+            "`stability(0.67)` `mean@8_diff` `seeds: [0, 1, 2]` `results/real-lm/`")  # fmt: skip
+    assert [(h.kind, h.text) for h in hits("x.md", code)] == []
+    assert looks_like_code("python -m bandpo.report docs") and not looks_like_code("0.67")
+
+
+def test_pending_hits_are_still_there():
+    """Each `PENDING` hit is still in its page (a page reworded drops its entry) and is not an allowed constant."""
+    for doc, kind, text in PENDING:
+        found = [(h.kind, h.text) for h in hits(doc, (ROOT / doc).read_text(encoding="utf-8")) if allowed(h) is None]
+        assert (kind, text) in found, f"{doc}: {kind} {text!r} is gone: drop it from PENDING"

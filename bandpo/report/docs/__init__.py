@@ -12,7 +12,8 @@ The blocks read the published folder's board (`bandpo.report.board.Board.read`),
 the leaderboard, primary comparisons, power, seeds), `experiments` (the settled experiments), `axes` (the design
 axes and the selection made from them), `runs` (training time, the DAG's cost, the verl profile, the atlas) and
 `publication` (provenance.json: the training commit, the machine and numerics, the base models' builds, each
-experiment's seeds); `cells` formats their numbers. Hand-written text around them carries no number of a run
+experiment's seeds), `designs` (the rule each primary's config declares, and the plan of the designs as applied);
+`cells` formats their numbers. Hand-written text around them carries no number of a run
 (tests/unit/test_prose.py)."""
 
 from __future__ import annotations
@@ -21,9 +22,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from bandpo.analysis import sequential
 from bandpo.report.board import Board
-from bandpo.report.docs import axes, experiments, publication, runs, scores
+from bandpo.report.docs import axes, designs, experiments, publication, runs, scores
 
 DOC_FILES = ("README.md", "docs/*.md", "results/README.md")
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w./-]+) -->)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)
@@ -70,8 +70,9 @@ BLOCKS: dict[str, Callable[[Board], str]] = {
     "gains-summary": scores.gains_summary,
     "dag-elapsed": runs.dag_elapsed,
     "verl-beside": runs.verl_beside,
-    # the verdict rule's plan, from the three publications' scores in git history (not from results/)
-    "sequential-plan": lambda board: sequential.plan_body(board.folder or "."),
+    # the verdict rule's plan, from the three publications' scores in git history, with the designs applied
+    "sequential-plan": designs.sequential_plan,
+    "declared-design": designs.declared_rules,
     "n-runs": lambda board: str(len(board.runs)),
     "publication": publication.publication,
     "machine": publication.machine,

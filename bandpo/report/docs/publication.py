@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from bandpo.plan.sweep import look_blocks
 from bandpo.report.board import Board
 
 NATIVE = "native"  # the numerics mode of a job that recorded none: the CPU's own kernels
@@ -87,7 +88,7 @@ def published_by_its_config(folder: str, prov: Mapping[str, Any]) -> bool:
     return bool(config.get("smoke_section")) and config.get("profile") == folder
 
 
-def _parts(board: Board) -> list[tuple[str, Board]]:
+def published_parts(board: Board) -> list[tuple[str, Board]]:
     """(folder name, board) of every published folder under this board's folder (`published_by_its_config`)."""
     if board.folder is None:
         return []
@@ -112,7 +113,7 @@ def base_models(board: Board) -> str:
     text = f"{_and(sorted(name.values()))}, built on {_and([_article(c) for c in built])}, {record}"
     same = []
     for m in models:
-        for folder, part in _parts(board):
+        for folder, part in published_parts(board):
             for other in part.provenance.get("base_models") or []:
                 where = cpu_name((other.get("built_on") or {}).get("cpu_model"))
                 if other.get("weights_sha256") == m.get("weights_sha256") and where not in built:
@@ -124,7 +125,7 @@ def published_numerics(board: Board) -> str:
     """Each published folder (this one and those under it that record their provenance), grouped by the numerics
     its jobs ran under: "`results/`, `results/offpolicy/` and `results/probe/` under the fixed numerics; ..."."""
     groups: dict[str, list[str]] = {}
-    for folder, b in [("", board), *_parts(board)]:
+    for folder, b in [("", board), *published_parts(board)]:
         groups.setdefault(_numerics_text(b.provenance), []).append(f"`results/{folder + '/' if folder else ''}`")
     return "; ".join(f"{_and(folders)} under {mode}" for mode, folders in groups.items())
 
@@ -137,12 +138,27 @@ def seed_range(seeds: Sequence[int]) -> str:
     return ", ".join(map(str, seeds))
 
 
+def _most_seeds(config: Mapping[str, Any], specs: Mapping[str, Mapping[str, Any]]) -> str:
+    """The most seeds a group-sequential primary's pair may run on each model, as the run plan schedules them
+    (`bandpo.plan.sweep.look_blocks`: ``primary.seeds`` in looks of k up to the model's n_max): "tiny-s at most 20:
+    0-19, tiny-m at most 15: 0-14"; one phrase, "at most 20: 0-19", when every model's are the same."""
+    per_model: dict[str, list[int]] = {}
+    for xp, spec in specs.items():
+        if (spec.get("primary") or {}).get("sequential"):
+            for model in spec.get("models") or [m["id"] for m in config.get("models") or []]:
+                per_model[model] = [s for block in look_blocks(config, xp, model) for s in block]
+    phrases = {model: f"at most {len(s)}: {seed_range(s)}" for model, s in per_model.items()}
+    if len(set(phrases.values())) == 1:
+        return next(iter(phrases.values()))
+    return ", ".join(f"{model} {phrase}" for model, phrase in phrases.items())
+
+
 def design_seeds(experiment: str) -> Callable[[Board], str]:
     """The seeds the published config gave an experiment (an axis: every cell ``experiment-*``, which must agree):
     "3 seeds (0-2; the primary pair 10: 0-9)", the primary pair's own ``primary.seeds`` where it has them; of a
     group-sequential primary (``primary.sequential``) the pair's seeds are the most it may run, in order, look by
-    look: "3 seeds (0-2; the primary pair seeds until decided, at most 20: 0-19)" (where each model stopped: the
-    headline's verdict cell)."""
+    look, up to each model's n_max (`_most_seeds`): "3 seeds (0-2; the primary pair seeds until decided, tiny-s at
+    most 20: 0-19, tiny-m at most 15: 0-14)" (where each model stopped: the headline's verdict cell)."""
 
     def block(board: Board) -> str:
         config = board.provenance.get("config") or {}
@@ -157,7 +173,7 @@ def design_seeds(experiment: str) -> Callable[[Board], str]:
         (seeds,), (pair_seeds,) = found, pair
         text = f"{len(seeds)} seeds ({seed_range(seeds)}"
         if pair_seeds and sequential:
-            text += f"; the primary pair seeds until decided, at most {len(pair_seeds)}: {seed_range(pair_seeds)}"
+            text += f"; the primary pair seeds until decided, {_most_seeds(config, specs)}"
         elif pair_seeds and pair_seeds != seeds:
             text += f"; the primary pair {len(pair_seeds)}: {seed_range(pair_seeds)}"
         return text + ")"
