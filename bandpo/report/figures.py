@@ -22,6 +22,8 @@ import matplotlib
 import matplotlib.ticker
 import numpy as np
 import pandas as pd
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 from bandpo.analysis.leaderboard import entry_order
 from bandpo.analysis.stats import ALL_TASKS, DEFAULT_BASELINE, bootstrap_ci, mean_of_means
@@ -138,9 +140,6 @@ def row_legend(ax, entries: Sequence[str], palette: dict[str, Any], height_in: f
     """The legend of one row of panels (one model size): ``entries`` (that row's, in the display order) in the
     colours of the figure's ``palette``, outside ``ax`` (the row's last panel) on the right; ``kind``: "line"
     handles (curves) or "patch" handles (bars)."""
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
     if ax.get_legend() is not None:
         ax.get_legend().remove()
     if not entries:

@@ -7,8 +7,9 @@
 
 from bandpo.plan.sweep import report_experiments
 
-REPORT_FIGURES = ["bounds", "training_curves", "clipfrac_buckets", "final_scores", "random_reward_entropy",
-                  "probe_curves", "probe_clipfrac_buckets", "offpolicy_dose", "offpolicy_entropy"]  # fmt: skip
+REPORT_FIGURES = ["forest", "bounds", "training_curves", "clipfrac_buckets", "final_scores",
+                  "random_reward_entropy", "probe_curves", "probe_clipfrac_buckets", "offpolicy_dose",
+                  "offpolicy_entropy"]  # fmt: skip
 REPORT_TABLES = ["leaderboard.csv", "leaderboard.md", "leaderboard.html", "stats.csv", "scores.csv", "runs.csv",
                  "primary.csv", "steps.csv"]  # fmt: skip
 # What the report reads of each experiment (description, primary metric and decision rule; the runs it reuses from
