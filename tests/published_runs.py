@@ -327,12 +327,13 @@ def rerender_published(published: Path, work: Path) -> list[Path]:
       (`published_experiments`); every other column of leaderboard.csv kept as published;
     * leaderboard.md and leaderboard.html from the report rebuilt on those tables (`rebuild_published`, in
       ``work``), every line the rule did not change kept as published (`keep_published_lines`), and the smoke
-      section made again from the smoke profiles' folders as `report publish` does.
+      section and the answer at the top (with the published parts' tiers) made again as `report publish` does.
 
     The data tables (scores.csv, runs.csv, steps.csv), stats.csv and provenance.json are left as they are. Returns
     the paths written."""
     from bandpo.analysis.family import family_verdicts
     from bandpo.core.files import atomic_write_text
+    from bandpo.report import verdicts
     from bandpo.report.board import Board
     from bandpo.report.build import primary_tables
     from bandpo.report.smoke import SMOKE_PROFILES, write_section
@@ -352,6 +353,7 @@ def rerender_published(published: Path, work: Path) -> list[Path]:
         written.append(atomic_write_text(published / name, page))
     if any((published / profile).is_dir() for profile in SMOKE_PROFILES):
         write_section(published)  # the page's smoke section, from the smoke profiles' folders (not part of the rebuild)
+    verdicts.write_section(published)  # the answer at the top, with the published parts' tiers, as `publish` does
     return written
 
 

@@ -66,7 +66,7 @@ PRIMARY_COLUMNS = ["experiment", "model", "task", "metric", "role", "rule", "tre
                    "n_control", "n_pairs", "n", "treatment_mean", "control_mean", "difference", "ci_low", "ci_high",
                    "sd", "margin", "verdict", "label", "look", "looks", "t", "efficacy_t", "futility_t", "t_margin",
                    "p_better", "p_not_better", "p_better_holm", "p_not_better_holm", "n_needed", "stability",
-                   "stability_se", "note"]  # fmt: skip
+                   "stability_se", "rerun_better", "rerun_not_better", "rerun_undecided", "note"]  # fmt: skip
 EXPLORATORY = "exploratory"  # the verdict cell of an exploratory primary: no verdict
 NO_INTERVAL = "no interval (fewer than 2 pairs)"
 # the rule column of primary.csv: how the row's verdict was reached
@@ -266,6 +266,7 @@ def _sequential_row(design: SequentialDesign, x: np.ndarray, y: np.ndarray, seed
         st = stability(design, res.estimate, max(res.sd, 1e-12), reps=STABILITY_REPS,
                        rng=seeded_rng(seed, "stability", *key))  # fmt: skip
         out["stability"], out["stability_se"] = st.stability, _mc_se_two(st.p_better, st.reps)
+        out.update(rerun_better=st.p_better, rerun_not_better=st.p_not_better, rerun_undecided=0.0)
     return out
 
 
@@ -299,6 +300,7 @@ def _single_look_row(x: np.ndarray, y: np.ndarray, margin: float, unit: str, see
         stab, words = fixed_n_stability(res.estimate, res.sd, n, margin, reps=STABILITY_REPS,
                                         rng=seeded_rng(seed, "stability", *key))  # fmt: skip
         out["stability"], out["stability_se"] = stab, _mc_se_words(list(words.values()), STABILITY_REPS)
+        out.update(rerun_better=words[BETTER], rerun_not_better=words[NOT_BETTER], rerun_undecided=words[UNDECIDED])
     return out
 
 
@@ -318,11 +320,13 @@ def primary_results(
       ``primary.seeds``: the verdict, the look and pairs ``n`` it rests on, its t statistic and boundaries, and
       ``stability``: the probability that an independent rerun of the design gives the same verdict, simulated at
       the observed mean and SD of those n pairs (`bandpo.verdict.simulate.stability`, `STABILITY_REPS` runs
-      seeded by ``seed`` and the row; ``stability_se`` its Monte-Carlo SE);
+      seeded by ``seed`` and the row; ``stability_se`` its Monte-Carlo SE), and ``rerun_better``,
+      ``rerun_not_better``, ``rerun_undecided``: the probability of each verdict word in that rerun;
     * ``exploratory``: verdict ``exploratory`` (none), the estimate, ``n_needed`` (`single_look_n` at the observed
       SD) and the reason (``note``);
     * else (rule ``single look``): `fixed_n_decision` at the pairs, with p_better (H0: Δ <= 0) and p_not_better
-      (H1: Δ >= margin), n_needed, and the stability of the single look (`fixed_n_stability`); a ``demoted``
+      (H1: Δ >= margin), n_needed, and the stability of the single look and its rerun's words
+      (`fixed_n_stability`); a ``demoted``
       primary is a member of its experiment's family, whose Holm verdict
       `bandpo.analysis.family.family_verdicts` writes into the row.
 

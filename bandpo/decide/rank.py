@@ -39,6 +39,7 @@ from bandpo.core.files import atomic_write_text, write_csv
 from bandpo.core.provenance import weights_sha256
 from bandpo.plan.sweep import MAIN, report_experiments
 from bandpo.verdict.design import ALPHA, BETA
+from bandpo.verdict.rule import BETTER, NOT_BETTER, UNDECIDED, WORDS
 
 RANK_METRICS = ("mean@8", "pass@8")  # the leaderboard's headline metrics
 BASELINE = DEFAULT_BASELINE
@@ -238,11 +239,10 @@ def rank_markdown(table: pd.DataFrame, checks: Sequence[dict], entry: str, publi
         "",
         "Scores in percent (mean over seeds); differences in points, per seed the entry's run minus "
         f"{BASELINE}'s from the same base model and seed: the estimate, with its 95% paired t interval. The verdict "
-        f"answers one question (docs/statistics.md): is {entry} better than {BASELINE} by at least the margin (main's, "
-        "fixed in the config before the runs; points of every metric)? better: the one-sided paired t test of no "
-        "gain rejects at 5%; not better by the margin: the one-sided test of a gain of at least the margin rejects "
-        f"at 10%; else undecided, with the pairs at which a single look would decide for sure at this SD. The "
-        f"{len(table)} rows are one family: each test's p-values Holm-adjusted within it. The place ranks the "
+        f"answers one question (docs/statistics.md): is {entry} better than {BASELINE} by at least the margin δ "
+        "(main's, fixed in the config before the runs; points of every metric)? What each word shows: "
+        + " ".join(WORDS[w] for w in (BETTER, NOT_BETTER, UNDECIDED))
+        + f" The {len(table)} rows are one family: each test's p-values Holm-adjusted within it. The place ranks the "
         "entry's mean among the published entries' means of that model (the published page's ranking), when paired "
         "with the published runs.",
         "",

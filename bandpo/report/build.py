@@ -56,7 +56,7 @@ from bandpo.report.figures import (
     with_validation_before,
 )
 from bandpo.report.forest import forest_figure
-from bandpo.report.markdown import leaderboard_markdown
+from bandpo.report.markdown import FOREST, leaderboard_markdown
 from bandpo.report.notes import experiment_notes
 from bandpo.report.page import leaderboard_html
 
@@ -119,6 +119,7 @@ def build_report(
     written["steps.csv"] = write_steps(inputs.metrics, out / "steps.csv", UPDATE_MEANS, cells)
     present = set(board.leaderboard["experiment"])
     shown = [name for name in FIGURES if EXPERIMENT_FIGURES.get(name, MAIN) in present | {MAIN}]
+    shown = [name for name in shown if name != FOREST or MAIN in present]  # no main rows: no forest at the top
     page_dir = Path(page_figures) if page_figures is not None else out / "figures"
     delta = float(bounds_table["delta"].iloc[0]) if not bounds_table.empty else float("nan")
     board = dataclasses.replace(

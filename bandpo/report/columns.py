@@ -4,7 +4,8 @@ key, a header, the cell text of a row and a numeric sort value (`Column`); and t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,8 +13,10 @@ import pandas as pd
 
 from bandpo.analysis.leaderboard import headline_label
 from bandpo.analysis.stats import DEFAULT_BASELINE, HEADLINE
+from bandpo.plan.sweep import BASE_ENTRY
 from bandpo.report.text import as_float, fmt, fmt_ci, fmt_seconds
 
+IDENTICAL = "identical to {baseline} on every seed (no evidence either way)"
 T_INTERVAL = "t_"  # the tables show Student-t intervals over seeds; leaderboard.csv has the bootstrap ones too
 
 
@@ -52,10 +55,87 @@ def identity_columns(table: pd.DataFrame) -> list[Column]:
         Column("params", "params", lambda r: str(r.get("params") or "")),
     ]
     if "n_seeds" in table:
-        cols.append(
-            Column("n_seeds", "seeds", lambda r: fmt(r.get("n_seeds"), 1.0, 0), lambda r: as_float(r["n_seeds"]))
-        )
+        cols.append(Column("n_seeds", "seeds", seeds_text, lambda r: as_float(r["n_seeds"])))
     return cols
+
+
+def seeds_text(r: Mapping[str, Any]) -> str:
+    """The seed count, with the seeds themselves where the table has them (`with_seeds`): "5 (0-4)"."""
+    n = fmt(r.get("n_seeds"), 1.0, 0)
+    seeds = r.get("seeds")
+    return f"{n} ({seeds})" if isinstance(seeds, str) and seeds else n
+
+
+def seed_ranges(seeds: Iterable[int]) -> str:
+    """Seeds as runs of consecutive numbers: [0, 1, 2, 5] -> "0-2, 5"."""
+    out: list[list[int]] = []
+    for s in sorted(set(int(x) for x in seeds)):
+        if out and s == out[-1][1] + 1:
+            out[-1][1] = s
+        else:
+            out.append([s, s])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
+
+
+def with_seeds(table: pd.DataFrame, scores: pd.DataFrame | None) -> pd.DataFrame:
+    """The table with a ``seeds`` column (`seed_ranges` of each row's scored seeds) and ``diff_common``: the row's
+    paired difference from the baseline in the headline mean@k over the seeds that every trained row of its table
+    has (the order of `by_paired_difference`), both read from the scores."""
+    keys = [k for k in ("experiment", "subset", "model", "entry") if k in table and scores is not None and k in scores]
+    if scores is None or scores.empty or "seed" not in scores or "entry" not in keys:
+        return table
+    norm = scores.astype({k: object for k in keys}).fillna({k: "" for k in keys})
+    seeds = {tuple(str(v) for v in k): seed_ranges(g["seed"]) for k, g in norm.groupby(keys, sort=False)}
+    out = table.copy()
+    key_of = [tuple(str(r.get(k) if r.get(k) == r.get(k) else "") for k in keys) for r in out.to_dict("records")]
+    out["seeds"] = [seeds.get(k, "") for k in key_of]
+    label = headline_label(table, "mean")
+    if label and "name" in norm and "baseline" in out:
+        per_seed = norm[norm["name"] == label].groupby(keys + ["seed"])["value"].mean()  # tasks weighted equally
+        out["diff_common"] = _common_differences(out, per_seed, key_of)
+    return out
+
+
+def _common_differences(table: pd.DataFrame, per_seed: pd.Series, key_of: list[tuple[str, ...]]) -> list[float]:
+    """Each row's mean paired difference from its baseline over the seeds every trained row of its table shares."""
+    by_row = {k: dict(per_seed.xs(k, level=tuple(range(len(k))))) if k in per_seed.index.droplevel(-1) else {}
+              for k in key_of}  # fmt: skip
+    groups: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
+    for k, entry in zip(key_of, table["entry"], strict=True):
+        if entry != BASE_ENTRY:
+            groups.setdefault(k[:-1], []).append(k)
+    out = []
+    for k, baseline in zip(key_of, table["baseline"], strict=True):
+        members = groups.get(k[:-1], [])
+        common = set.intersection(*(set(by_row[m]) for m in members)) if members else set()
+        base = by_row.get((*k[:-1], str(baseline)), {})
+        diffs = [by_row[k][s] - base[s] for s in sorted(common) if s in by_row[k] and s in base]
+        out.append(sum(diffs) / len(diffs) if diffs else float("nan"))
+    return out
+
+
+def identical_to_baseline(r: Mapping[str, Any], label: str) -> bool:
+    """Whether every paired difference of the row from the baseline is exactly 0 (mean and SD both 0 over at least
+    2 pairs): the entry ran as the baseline on every seed, no evidence either way."""
+    if r.get("entry") == r.get("baseline"):
+        return False
+    mean, sd, n = (as_float(r.get(f"{label}_{k}")) for k in ("diff", "diff_sd", "n_pairs"))
+    return mean == 0.0 and sd == 0.0 and n >= 2
+
+
+def by_paired_difference(rows: pd.DataFrame) -> pd.DataFrame:
+    """A section's rows in reading order: the base model, the baseline, then the entries by their paired difference
+    from the baseline (mean@k's) on the seeds every trained row of the table has (``diff_common``, `with_seeds`;
+    else on each row's own pairs), largest first; rows without one last."""
+    if rows.empty or "entry" not in rows:
+        return rows
+    label = headline_label(rows, "mean")
+    column = "diff_common" if "diff_common" in rows else f"{label}_diff"
+    diff = rows[column] if column in rows else pd.Series(float("nan"), rows.index)
+    baseline = rows["baseline"] if "baseline" in rows else pd.Series("", rows.index)
+    first = [0 if e == BASE_ENTRY else (1 if e == b else 2) for e, b in zip(rows["entry"], baseline, strict=True)]
+    key = pd.DataFrame({"first": first, "diff": -diff.astype(float)}, index=rows.index)
+    return rows.loc[key.sort_values(["first", "diff"], kind="stable", na_position="last").index]
 
 
 def display_columns(table: pd.DataFrame) -> list[Column]:
@@ -119,12 +199,19 @@ def diff_text(r: Mapping[str, Any], label: str) -> str:
 
 def verdict_text(r: Mapping[str, Any], label: str) -> str:
     """The verdict cell: the words of a secondary's Holm-adjusted verdict ("better", "not better by 2 points",
-    "undecided"), the primary's own (marked) on its row; the word itself where a table has no words column."""
+    "undecided", with the pairs at which a single look would decide at the row's SD), the primary's own (marked) on
+    its row; the word itself where a table has no words column; an
+    entry whose paired differences are all 0 says so instead (`IDENTICAL`: no evidence, no verdict)."""
+    if identical_to_baseline(r, label):
+        return IDENTICAL.format(baseline=r.get("baseline"))
     words = r.get(f"{label}_label")
     if not isinstance(words, str) or not words:
         words = r.get(f"{label}_verdict_holm")
     if not isinstance(words, str) or not words:
         return ""
+    need = as_float(r.get(f"{label}_n_needed"))
+    if words == "undecided" and math.isfinite(need):  # what a verdict would take, at this (rough) SD
+        words += f" (a single look decides from n = {int(need)})"
     return f"{words} (primary)" if r.get(f"{label}_role") == "primary" else words
 
 
@@ -149,11 +236,11 @@ def sections(table: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
     if table.empty:
         return []
     if "experiment" not in table:
-        return [(str(m), str(m), g) for m, g in by_model(table)]
+        return [(str(m), str(m), by_paired_difference(g)) for m, g in by_model(table)]
     keys = table[["experiment", "subset"]].astype(object).fillna("").astype(str)
     out = []
     for (xp, subset), g in table.groupby([keys["experiment"], keys["subset"]], sort=False):
-        out += [(section_heading(xp, subset, str(m)), str(m), gm) for m, gm in by_model(g)]
+        out += [(section_heading(xp, subset, str(m)), str(m), by_paired_difference(gm)) for m, gm in by_model(g)]
     return out
 
 

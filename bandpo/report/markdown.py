@@ -11,9 +11,12 @@ from bandpo.analysis.leaderboard import BESIDE_KEYS
 from bandpo.report.atlas import NOTE as ATLAS_NOTE
 from bandpo.report.atlas import atlas_markdown
 from bandpo.report.board import Board, Panel
-from bandpo.report.columns import Column, by_model, display_columns, page_title, sections, task_columns
+from bandpo.report.columns import Column, by_model, display_columns, page_title, sections, task_columns, with_seeds
 from bandpo.report.notes import grader_note, power_lines, power_note, reading_notes, unpaired_lines
 from bandpo.report.text import fmt, md_cell
+from bandpo.report.verdicts import section_markdown, tier_rows
+
+FOREST = "forest"  # the forest plot of every entry's paired difference (bandpo.report.figures), shown first
 
 
 def _md_table(rows: pd.DataFrame, cols: Sequence[Column]) -> list[str]:
@@ -40,8 +43,12 @@ def leaderboard_markdown(board: Board) -> str:
     are several tasks), the experiments' notes (`bandpo.report.notes.experiment_notes`), the panels, the notes on
     the statistics and on power, the equivalence atlas and links to the figures (``figures/<name>.png``). Every
     cell is escaped."""
-    table = board.leaderboard
+    table = with_seeds(board.leaderboard, board.scores)
     lines = [f"# {md_cell(page_title(table, board.title))}", ""]
+    answer = section_markdown(tier_rows(board.primary))
+    lines += [answer, ""] if answer else []
+    if FOREST in board.figures:  # the picture a reader looks at first, under the answer
+        lines += [f"![{FOREST}](figures/{FOREST}.png)", ""]
     if table.empty:
         lines += ["No finished runs or evaluation scores were found.", ""]
     if board.notes:
@@ -61,7 +68,7 @@ def leaderboard_markdown(board: Board) -> str:
         lines += ["## Equivalence atlas", "", md_cell(ATLAS_NOTE), "", atlas_markdown(board.atlas), ""]
     if board.figures:
         lines += ["## Figures", ""]
-        for name in board.figures:
+        for name in [n for n in board.figures if n != FOREST]:
             lines += [f"![{name}](figures/{name}.png)", ""]
     return "\n".join(lines)
 

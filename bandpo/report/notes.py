@@ -16,6 +16,7 @@ from bandpo.analysis.leaderboard import headline_label
 from bandpo.plan.sweep import BASE_ENTRY
 from bandpo.report.columns import baseline_of
 from bandpo.report.text import fmt, fmt_ci
+from bandpo.report.verdicts import WORDS
 
 STATS_NOTE = (
     "Scores are fractions of problems solved, shown in percent: the mean over seeds of each seed's lm-eval score "
@@ -28,9 +29,8 @@ STATS_NOTE = (
     "bootstrap one is in the csv); P(>{baseline}) is the probability of improvement on them: the share of seeds "
     "whose difference is positive, ties counting one half; 0.5 means no difference. The verdict column answers the "
     "one question of every comparison with {baseline}: is this entry better than {baseline} by at least the "
-    "experiment's margin (fixed before the runs)? better (the one-sided paired t test of no gain rejects at 5%), "
-    "not better by the margin (the one-sided test of a gain of at least the margin rejects at 10%), else undecided "
-    "at these seeds; Δ and its interval are the estimate beside it (sign, size, equivalence), never a verdict. "
+    "experiment's margin δ (fixed before the runs)? {words} Δ and its interval are the estimate beside the verdict "
+    "(sign, size, equivalence), never a verdict. "
     "Within each experiment the secondaries (every other entry, metric and model, and the entropy comparisons) are "
     "one family, each of its two tests Holm-adjusted; the primary's own verdict (marked) comes from its design: a "
     "group-sequential one stops at the first look that decides, an exploratory primary has none. pass@k is the "
@@ -74,7 +74,11 @@ def seed_counts(table: pd.DataFrame) -> list[int]:
 def stats_note(table: pd.DataFrame, base_per_seed: bool | None = None) -> str:
     """How to read the tables (`STATS_NOTE`), with the sentence on base models that ``base_per_seed`` (the config's
     key; None when unknown) makes true."""
-    return STATS_NOTE.format(baseline=baseline_of(table), seeds=BASE_MODELS[base_per_seed])
+    return STATS_NOTE.format(
+        baseline=baseline_of(table),
+        seeds=BASE_MODELS[base_per_seed],
+        words=" ".join(f"{w[0].upper()}{w[1:]}" for w in WORDS.values()),
+    )
 
 
 def seeds_note(table: pd.DataFrame) -> str:
@@ -126,9 +130,18 @@ def power_note(table: pd.DataFrame) -> str:
     return POWER_NOTE.format(baseline=baseline_of(table), sd_range=sd_range)
 
 
+ROWS_NOTE = (
+    "Rows: the base model, then the baseline ({baseline}), then the entries by their paired difference from "
+    "{baseline} in mean@k over the seeds that every trained row of the table has, largest first (so rows with more "
+    "seeds, the primary pair's, are ordered on the same seeds as the rest; their Δ column is over all their pairs). "
+    "The seeds column gives the count and the seeds."
+)
+
+
 def reading_notes(table: pd.DataFrame, base_per_seed: bool | None = None) -> list[str]:
     """The "How to read these numbers" paragraphs of the page and the Markdown, each computed from the table."""
-    return [x for x in (stats_note(table, base_per_seed), seeds_note(table), intervals_note(table)) if x]
+    rows = ROWS_NOTE.format(baseline=baseline_of(table)) if not table.empty else ""
+    return [x for x in (stats_note(table, base_per_seed), rows, seeds_note(table), intervals_note(table)) if x]
 
 
 def grader_note(table: pd.DataFrame) -> str:
@@ -145,12 +158,21 @@ def grader_note(table: pd.DataFrame) -> str:
 
 
 def unpaired_lines(table: pd.DataFrame) -> list[str]:
-    """One sentence per leaderboard row whose paired comparison left seeds out (the ``*_unpaired`` columns)."""
-    out = []
+    """One sentence per group of leaderboard rows whose paired comparisons left the same seeds out (the
+    ``*_unpaired`` columns): the model (and experiment), the seeds, the entries and the metrics."""
+    groups: dict[tuple[str, str, str], dict[str, list[str]]] = {}
     for col in [c for c in table.columns if c.endswith("_unpaired")]:
         label = col.removesuffix("_unpaired")
         for _, r in table[table[col].notna() & (table[col].astype(str) != "")].iterrows():
-            out.append(f"{r['model']} / {r['entry']}, {label}: left out of the paired comparison: {r[col]}.")
+            xp = str(r.get("experiment") or "")
+            g = groups.setdefault((xp if xp != "main" else "", str(r["model"]), str(r[col])), {"e": [], "m": []})
+            g["e"] += [] if r["entry"] in g["e"] else [str(r["entry"])]
+            g["m"] += [] if label in g["m"] else [label]
+    out = []
+    for (xp, model, seeds), g in groups.items():
+        entries = g["e"][0] if len(g["e"]) == 1 else f"{len(g['e'])} entries ({', '.join(g['e'])})"
+        out.append(f"{xp + ' / ' if xp else ''}{model}: {seeds}: left out of the paired comparison of {entries} "
+                   f"with {baseline_of(table)}, for {', '.join(g['m'])}.")  # fmt: skip
     return out
 
 
@@ -207,8 +229,11 @@ def _how(r: Any) -> str:
 def _stability(r: Any) -> str:
     if r.stability != r.stability:
         return ""
-    return (f"; stability {fmt(r.stability, 1, 2)} (the probability that an independent rerun gives the same "
-            "verdict)")  # fmt: skip
+    rerun = getattr(r, "rerun_better", float("nan"))
+    words = (f": better {fmt(rerun, 1, 2)}, not better {fmt(r.rerun_not_better, 1, 2)}, undecided "
+             f"{fmt(r.rerun_undecided, 1, 2)}" if rerun == rerun else "")  # fmt: skip
+    return (f"; stability {fmt(r.stability, 1, 2)} (the probability that two independent reruns of the design give "
+            f"the same verdict; a rerun's verdict{words})")  # fmt: skip
 
 
 def _score_result(r: Any) -> str:

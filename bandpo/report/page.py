@@ -36,8 +36,11 @@ from bandpo.report.columns import (
     page_title,
     sections,
     task_columns,
+    with_seeds,
 )
+from bandpo.report.markdown import FOREST
 from bandpo.report.notes import grader_note, power_lines, power_note, reading_notes, unpaired_lines
+from bandpo.report.verdicts import section_html, tier_rows
 
 PARAMS_SEPARATOR = ", "  # the only place a params cell may break: between two "key=value" parts
 
@@ -116,8 +119,9 @@ def leaderboard_html(board: Board, embed_figures: bool = True) -> str:
         f"default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'sha256-{script_hash}'; "
         "base-uri 'none'; form-action 'none'"
     )
-    table = board.leaderboard
+    table = with_seeds(board.leaderboard, board.scores)
     exp_col = _experiment_column(table)
+    figures = _figures(board) if embed_figures else []
     return (
         _environment()
         .get_template("leaderboard.html.j2")
@@ -136,7 +140,9 @@ def leaderboard_html(board: Board, embed_figures: bool = True) -> str:
             experiment_notes=[{"name": xp, "text": text} for xp, text in board.notes],
             notes=_reading(board),
             atlas=_atlas(board.atlas),
-            figures=_figures(board) if embed_figures else [],
+            answer=section_html(tier_rows(board.primary)),
+            forest=next((f for f in figures if f["name"] == FOREST), None),
+            figures=[f for f in figures if f["name"] != FOREST],
             panels=[_panel(pn) for pn in board.panels],
         )
     )

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from bandpo.core.files import atomic_write_bytes, atomic_write_text
 from bandpo.core.provenance import code_changes, machine, versions, weights_sha256
+from bandpo.report import verdicts
 from bandpo.report.board import ATLAS_TABLE
 from bandpo.report.smoke import write_section
 from bandpo.train.settings import TIMING_KEYS
@@ -178,4 +179,5 @@ def publish(
     atomic_write_text(dest / "provenance.json", json.dumps(prov, indent=2, default=str) + "\n")
     written.append(dest / "provenance.json")
     written += write_section(dest)  # the real-LM smoke section, kept on the republished page (bandpo.report.smoke)
+    written += verdicts.write_section(dest)  # the answer at the top, with the published real LM's (verdicts.PARTS)
     return written

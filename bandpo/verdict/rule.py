@@ -37,6 +37,23 @@ VERDICTS = (BETTER, NOT_BETTER)
 POINTS = 100.0  # scores are fractions; tables print points
 SCORE_RANGE, SCORE_DIFF_RANGE = (0.0, 1.0), (-1.0, 1.0)  # scores are fractions: where their t intervals are cut
 
+ESTIMATE_ONLY = "estimate only"
+
+WORDS = {
+    BETTER: "better: the one-sided paired t test of no gain (Δ ≤ 0) rejects at 5%. It shows a gain above 0; it does "
+    "not show a gain of the margin δ (at many pairs it is a plain test of Δ > 0).",
+    NOT_BETTER: "not better by δ: the one-sided test of a gain of at least δ (Δ ≥ δ) rejects at 10%. It rules out a "
+    "gain of δ or more; it shows neither that the entry is worse (read the interval's upper end) nor that the two "
+    "are equivalent (read both ends against ±δ).",
+    UNDECIDED: "undecided: neither test rejects at these pairs; no claim either way (the pairs a verdict would need "
+    "stand beside it).",
+    ESTIMATE_ONLY: "estimate only / exploratory: no verdict was planned (the budget cannot hold the pairs a verdict "
+    "needs); the estimate and the pairs a verdict would need.",
+    "identical": "identical to the baseline: every paired difference is exactly 0 (the entry ran as the baseline on "
+    "every seed), which is no evidence either way; no verdict.",
+}
+"""What each verdict word shows, in the words every page, doc and ``rank`` prints."""
+
 
 def t_interval(
     values: Sequence[float] | np.ndarray, confidence: float = 0.95, bounds: tuple[float, float] = (-math.inf, math.inf)

@@ -12,7 +12,18 @@ from scipy.stats import chi2
 from bandpo.analysis.stats import minimum_detectable_difference, power_table
 from bandpo.report.board import Board
 from bandpo.report.columns import verdict_text
-from bandpo.report.docs.cells import METRIC, ci, margin_text, md_table, num, paired, row_series, verdict_cell
+from bandpo.report.docs.cells import (
+    METRIC,
+    ci,
+    margin_text,
+    md_table,
+    num,
+    paired,
+    row_series,
+    verdict_cell,
+    verdict_parts,
+)
+from bandpo.report.verdicts import PARTS, rerun_text, shows
 from bandpo.verdict.rule import BETTER, NOT_BETTER, single_look_n
 
 
@@ -55,28 +66,28 @@ def _base_row(board: Board, experiment: str, model: str, subset: str) -> pd.Seri
     return None
 
 
-# Published folders (results/FOLDER/, a profile of its own) whose primary rows the README's headline adds after
-# the embedded profile's, each named by its folder in the experiment column
-HEADLINE_PARTS: tuple[str, ...] = ("real-lm",)
+HEADLINE_PARTS = PARTS  # the published folders whose primaries the headline adds (bandpo.report.verdicts.PARTS)
 
 
 def headline(board: Board, parts: tuple[str, ...] = HEADLINE_PARTS) -> str:
     """BandPO-KL against GRPO where the config fixed a primary comparison of scores, with the base model: the paired
     difference with its 95% paired t interval (the estimate), the margin δ of the question (is BandPO-KL better
-    than GRPO by at least δ?), the verdict with the look and pairs it rests on, and its stability (the probability
-    that an independent rerun gives the same verdict), from primary.csv (a demoted primary marked so); then the
+    than GRPO by at least δ?), the verdict with the look and pairs it rests on, and the verdicts an independent
+    rerun would give (`bandpo.report.verdicts.rerun_text`), from primary.csv (a demoted primary marked so); then the
     same rows of each published folder of ``parts``, its experiment named ``FOLDER`` (``FOLDER: EXPERIMENT`` when
-    not main)."""
-    rows = _headline_rows(board)
+    not main). Under the table, per row, what its verdict shows and what it does not (`bandpo.report.verdicts.shows`,
+    the page's answer)."""
+    rows, said = _headline_rows(board)
     for name in parts:
-        rows += _headline_rows(board.part(name), name)
+        more, words = _headline_rows(board.part(name), name)
+        rows, said = rows + more, said + words
     head = ["experiment", "model", "base", "GRPO", "BandPO-KL", "BandPO-KL − GRPO, paired t", "margin",
-            "verdict (look, pairs)", "stability"]  # fmt: skip
-    return md_table(head, rows, right=2)
+            "verdict (look, pairs)", "a rerun: better / not better / undecided"]  # fmt: skip
+    return md_table(head, rows, right=2) + "\n\n" + "\n".join(said)
 
 
-def _headline_rows(board: Board, folder: str = "") -> list[list[str]]:
-    rows = []
+def _headline_rows(board: Board, folder: str = "") -> tuple[list[list[str]], list[str]]:
+    rows, said = [], []
     for p in row_series(board.primary[board.primary.metric == METRIC]):
         subset = board.scores.loc[board.scores.task == p["task"], "subset"].iloc[0]  # the task's part of the data
         where = p["model"] + ("" if not subset else f", {subset} subset")
@@ -88,9 +99,11 @@ def _headline_rows(board: Board, folder: str = "") -> list[list[str]]:
         rows.append([
             experiment, where, "—" if base is None else num(base[METRIC]), num(control[METRIC]),
             num(treatment[METRIC]), ci(p["difference"], p["ci_low"], p["ci_high"], sign=True),
-            margin_text(p.get("margin", np.nan)), verdict_cell(p), num(p.get("stability", np.nan), 2, 1.0),
+            margin_text(p.get("margin", np.nan)), verdict_cell(p), rerun_text(p),
         ])  # fmt: skip
-    return rows
+        did, did_not = shows(p)
+        said.append(f"- {experiment}, {where}: {verdict_parts(p)[0]}. Shows: {did}. Does not show: {did_not}.")
+    return rows, said
 
 
 def primary(board: Board) -> str:
