@@ -116,6 +116,7 @@ ALLOWED = (
     Allowed(r"5%", None, "the test level α = 0.05 (and the tolerance a test gives the budget model)"),
     Allowed(r"0\.05", None, "α = 0.05; BandPO's trust-region radius δ = 0.05 (the paper's); the atlas grid's step"),
     Allowed(r"0\.975|0\.80?", r"t\(|power", "the quantile and the power in the t formulas: t(0.975, n-1), power 0.8"),
+    Allowed(r"0\.9", r"stability 0\.9", "the stability a verdict's design targets (issue #67: stability 0.9 at δ)"),
     Allowed(
         r"4\.30|1\.96",
         r"quantile|normal",

@@ -58,6 +58,7 @@ BLOCKS: dict[str, Callable[[Board], str]] = {
     "mde-measured": scores.mde_measured,
     "horizon-holds": experiments.horizon_holds,
     "pilot": experiments.pilot,
+    "metric-cost": experiments.metric_cost,
     "held-out": experiments.held_out_table,
     "clip-buckets": experiments.clip_buckets,
     "verl-held-out": experiments.verl_held_out,

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from bandpo.analysis.experiments import collapse_factors, primary_results
+from bandpo.analysis.metric_cost import choice, cost_table, table_markdown
 from bandpo.analysis.stats import t_interval
 from bandpo.analysis.steps import read_steps
 from bandpo.plan.sweep import report_experiments
@@ -340,3 +341,11 @@ def verl_control(board: Board) -> str:
         f"its {len(before)} runs ({values}); step 1's rollouts, accuracy / entropy, {same(first, 'accuracy')} / "
         f"{same(first, 'entropy')} ({rollouts})"
     )
+
+
+def metric_cost(board: Board) -> str:
+    """The real LM's candidate primary metrics with their measured paired SD, the minutes a pair costs, the design
+    that gives a verdict stability 0.9 and its hours, and the choice the declared rule makes
+    (`bandpo.analysis.metric_cost`), from a published real-LM comparison's folder."""
+    table = cost_table(board.folder)
+    return table_markdown(table) + "\n\nChoice, by the rule: " + choice(table) + "."
