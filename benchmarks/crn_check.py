@@ -9,6 +9,8 @@ resampled together in both experiments: they share base model and seeds) and the
 before the runs: keyed draws are adopted if the ratio is at most 0.75.
 
     python benchmarks/crn_check.py results/embedded-crn
+    python benchmarks/crn_check.py results/real-lm-crn --stream results/real-lm --model smollm2-135m \
+        --task tiny_math_answer_line     # the real LM: its stream arm is the published comparison's runs
 """
 
 from __future__ import annotations
@@ -62,13 +64,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--task", default="tiny_math")
     ap.add_argument("--metric", default="mean@8")
     ap.add_argument("--pair", nargs=2, default=["bandpo_kl", "grpo"], metavar=("TREATMENT", "CONTROL"))
-    ap.add_argument("--experiments", nargs=2, default=["stream", "keyed"], metavar=("BEFORE", "AFTER"))
+    ap.add_argument("--experiments", nargs=2, default=None, metavar=("BEFORE", "AFTER"),
+                    help="default: stream keyed; with --stream: main keyed")  # fmt: skip
+    ap.add_argument("--stream", default=None, metavar="FOLDER",
+                    help="read the BEFORE experiment from this published folder's scores.csv (the real LM's stream "
+                         "arm: results/real-lm, experiment main), on the seeds the AFTER one has")  # fmt: skip
     args = ap.parse_args(argv)
-    path = Path(args.results) / "scores.csv"
-    if not path.is_file():
-        raise SystemExit(f"{path}: not found (run `snakemake --cores all --configfile config/crn-check.yaml` first)")
-    scores = pd.read_csv(path)
-    got = {xp: pairs(scores, xp, args.model, args.task, args.metric, *args.pair) for xp in args.experiments}
+    experiments = args.experiments or (["main", "keyed"] if args.stream else ["stream", "keyed"])
+    before, after = experiments
+    folders = {before: Path(args.stream or args.results), after: Path(args.results)}
+    got = {}
+    for xp, folder in folders.items():
+        path = folder / "scores.csv"
+        if not path.is_file():
+            raise SystemExit(f"{path}: not found (run the config's DAG first: config/crn-check*.yaml)")
+        got[xp] = pairs(pd.read_csv(path), xp, args.model, args.task, args.metric, *args.pair)
+    common = got[before].index.intersection(got[after].index)  # the seeds both draws have, paired by seed
+    got = {xp: p.loc[common] for xp, p in got.items()}
     treatment, control = args.pair
     print(f"{args.model}, {args.metric} on {args.task} (points), {treatment} - {control}, paired by seed:")
     for xp, p in got.items():
@@ -76,7 +88,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {xp:>7}: {s['n']} pairs (seeds {', '.join(map(str, p.index))}): {s['mean']:+.1f} "
               f"[{s['lo']:+.1f}, {s['hi']:+.1f}]; SD of the differences {s['sd']:.2f}; arms' SD {s['sd_t']:.2f} / "
               f"{s['sd_c']:.2f}; correlation of the arms {s['r']:+.2f}")  # fmt: skip
-    before, after = args.experiments
     ratio = describe(got[after])["sd"] / describe(got[before])["sd"]
     lo, hi = sd_ratio_interval(got[before], got[after])
     adopt = ratio <= ADOPT_AT
