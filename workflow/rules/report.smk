@@ -6,10 +6,9 @@
 # machine, and the CPU model / torch CPU capability / thread counts the training and evaluation jobs ran with).
 
 from bandpo.plan.sweep import report_experiments
+from bandpo.report.figures import FIGURES
 
-REPORT_FIGURES = ["forest", "bounds", "training_curves", "clipfrac_buckets", "final_scores",
-                  "random_reward_entropy", "probe_curves", "probe_clipfrac_buckets", "offpolicy_dose",
-                  "offpolicy_entropy"]  # fmt: skip
+REPORT_FIGURES = list(FIGURES)  # the report's figures, declared once (bandpo.report.figures.FIGURES)
 REPORT_TABLES = ["leaderboard.csv", "leaderboard.md", "leaderboard.html", "stats.csv", "scores.csv", "runs.csv",
                  "primary.csv", "steps.csv"]  # fmt: skip
 # What the report reads of each experiment (description, primary metric and decision rule; the runs it reuses from
