@@ -133,3 +133,10 @@ def test_the_published_page_leads_with_every_tiers_answer(page):
     section = text[text.index(verdicts.START) : text.index(verdicts.END)]
     want = verdicts.section_markdown(expected) if page.endswith(".md") else verdicts.section_html(expected)
     assert section + verdicts.END == want.removesuffix("\n")
+
+
+def test_rank_prints_the_same_definitions():
+    from bandpo.decide.rank import rank_markdown
+
+    text = rank_markdown(pd.DataFrame(), [], "half_clip", "results")
+    assert all(WORDS[w] in text for w in (BETTER, NOT_BETTER, UNDECIDED))
