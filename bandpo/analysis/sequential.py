@@ -1,12 +1,12 @@
 """The plan of the verdict rule's designs from the three publications of one design (docs/statistics.md, "The
 verdict rule and seeds until decided"): the paired differences of each primary read from the publications' per-seed
 scores in git history (`publication_differences`), the planning SD per setting (the one-sided 90% upper confidence
-bound of the pooled SD, `planning_sds`), each setting's design (`bandpo.verdict.design.plan_design`) with its
-simulated error rates, expected pairs and the stability of each published primary (`bandpo.verdict.simulate`), and
-the generated block of docs/statistics.md (`plan_body`).
+bound of the pooled SD, `planning_sds`), their training cost (`publication_costs`), and a design's table of
+boundaries, error rates, expected pairs and stability (`plan_lines`). docs/statistics.md's block of the designs as
+the published config applies them is `bandpo.report.docs.designs.sequential_plan`, which reads these.
 
-``python -m bandpo.analysis.sequential plan`` prints a design's table; ``plan --from-publications`` the block of
-docs/statistics.md. Seeded: the same numbers on every machine.
+``python -m bandpo.analysis.sequential plan --sd SD`` prints a design's table. Seeded: the same numbers on every
+machine.
 """
 
 from __future__ import annotations
@@ -23,13 +23,10 @@ import pandas as pd
 from scipy.stats import chi2
 
 from bandpo.verdict.design import ALPHA, BETA, FUTILITY_SPENDING, SPENDING, SequentialDesign, boundaries, plan_design
-from bandpo.verdict.rule import BETTER, NOT_BETTER, POINTS, UNDECIDED, single_look_n
+from bandpo.verdict.rule import POINTS
 from bandpo.verdict.simulate import (
     agreement,
-    bootstrap_stability,
-    fixed_n_stability,
     operating_characteristics,
-    stability,
 )
 
 SD_CONFIDENCE = 0.90  # the planning SD: this one-sided upper confidence bound of the pooled SD
@@ -50,7 +47,6 @@ PRIMARIES = {
 }
 POOLED = "main + separation tiny-s"  # the headline, pooled as one primary
 HEADLINE_SETTING = "tiny-s, 64 steps"
-BLOCK = "sequential-plan"  # the generated block of docs/statistics.md
 TREATMENT, CONTROL, TASK = "bandpo_kl", "grpo", "tiny_math"
 DEFAULT_K = 5
 DELTA_GRID = (-2.0, -1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0)  # points
@@ -110,15 +106,18 @@ def planning_sds(diffs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _pts(x: float, digits: int = 2) -> str:
+def pts(x: float, digits: int = 2) -> str:
+    """A fraction in points, ``digits`` decimals."""
     return f"{x * POINTS:.{digits}f}"
 
 
-def _pct(x: float) -> str:
+def pct(x: float) -> str:
+    """A probability, 3 decimals."""
     return f"{x:.3f}"
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> list[str]:
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> list[str]:
+    """A Markdown table's lines; ``align`` one letter a column (r: right)."""
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"]
     return out + ["| " + " | ".join(r) + " |" for r in rows]
 
@@ -131,7 +130,7 @@ def boundaries_table(design: SequentialDesign) -> list[str]:
         rows.append([str(j + 1), str(lk.n), eff, fut, f"{lk.efficacy_z:.3f}", f"{lk.futility_z:.3f}",
                      f"{lk.alpha_spent:.4f}", f"{lk.beta_spent:.4f}"])  # fmt: skip
     header = ["look", "pairs", "better if t ≥", "not better if t ≤", "z efficacy", "z futility", "α spent", "β spent"]
-    return _table(header, rows, "rrrrrrrr")
+    return table(header, rows, "rrrrrrrr")
 
 
 def plan_lines(design: SequentialDesign, deltas: Sequence[float], sds: Sequence[float], reps: int, seed: int) -> list:
@@ -139,7 +138,7 @@ def plan_lines(design: SequentialDesign, deltas: Sequence[float], sds: Sequence[
     the t procedure at each Δ (points) and SD (fractions)."""
     lines = [
         f"Design: one-sided α = {design.alpha:g} at Δ = 0, power {1 - design.beta:g} at Δ = δ = "
-        f"{design.margin * POINTS:g} points with planning SD {_pts(design.planning_sd)} points; a look every "
+        f"{design.margin * POINTS:g} points with planning SD {pts(design.planning_sd)} points; a look every "
         f"{design.k} pairs, at most {design.n_max} ({design.looks} looks); spending: α {design.spending}, "
         f"β {design.futility_spending}; {'binding' if design.binding else 'non-binding'} efficacy boundaries.",
         "",
@@ -150,10 +149,10 @@ def plan_lines(design: SequentialDesign, deltas: Sequence[float], sds: Sequence[
     for sd in sds:
         for delta in deltas:
             oc = operating_characteristics(design, delta / POINTS, sd, reps, seed)
-            rows.append([_pts(sd), f"{delta:+g}", _pct(oc.p_better), f"{oc.expected_n:.1f}",
-                         _pct(agreement(oc.p_better, reps))])  # fmt: skip
+            rows.append([pts(sd), f"{delta:+g}", pct(oc.p_better), f"{oc.expected_n:.1f}",
+                         pct(agreement(oc.p_better, reps))])  # fmt: skip
     header = ["SD (points)", "true Δ (points)", "P(better)", "expected pairs", "stability"]
-    return lines + _table(header, rows, "rrrrr")
+    return lines + table(header, rows, "rrrrr")
 
 
 def publication_costs(repo: str | Path = ".", commits: Sequence[str] = PUBLICATIONS) -> pd.DataFrame:
@@ -170,100 +169,10 @@ def publication_costs(repo: str | Path = ".", commits: Sequence[str] = PUBLICATI
     return pd.DataFrame(rows)
 
 
-def plan_body(repo: str | Path = ".", k: int = DEFAULT_K, reps: int = 40_000, seed: int = 0) -> str:
-    """The body of docs/statistics.md's block ``sequential-plan`` ("The verdict rule and seeds until decided"): the
-    SDs the three publications measured, each setting's design at its planning SD with its simulated error rates,
-    expected pairs and training cost, the headline's boundaries, each primary's stability at its observed mean and
-    SD, the stability over the true difference, and what the pairs run so far reach at a fixed n."""
-    diffs = publication_differences(repo)
-    plans = planning_sds(diffs).set_index("setting")
-    costs = publication_costs(repo).groupby("setting", sort=False)["cpu_min"].agg(["min", "max"])
-    margin = 2.0 / POINTS
-    out = []
-    # 1. the SDs measured
-    rows = []
-    for (c, primary), g in diffs.groupby(["publication", "primary"], sort=False):
-        d = g["diff"].to_numpy()
-        rows.append([f"`{c}`", primary, str(d.size), _pts(d.mean()), _pts(d.std(ddof=1))])
-    out += ["The paired differences (BandPO-KL − GRPO, final mean@8, points) in each publication:", ""]
-    out += _table(["publication", "primary", "pairs", "mean", "SD"], rows, "llrrr") + [""]
-    cols = ["pooled_mean", "pooled_sd", "largest_sd", "planning_sd"]
-    rows = [[st, f"{p['samples']:.0f}", f"{p['df']:.0f}", *(_pts(p[c]) for c in cols)] for st, p in plans.iterrows()]
-    out += [f"Pooled per setting (planning SD: the one-sided {SD_CONFIDENCE:.0%} upper confidence bound):", ""]
-    header = ["setting", "samples", "df", "pooled mean", "pooled SD", "largest SD", "planning SD"]
-    out += _table(header, rows, "lrrrrrr") + [""]
-    # 2. a design per setting; its operating characteristics and cost
-    designs = {st: plan_design(margin, k, p["planning_sd"]) for st, p in plans.iterrows()}
-    rows = []
-    for st, p in plans.iterrows():
-        des = designs[st]
-        oc0 = operating_characteristics(des, 0.0, des.planning_sd, reps, seed)
-        ocd = operating_characteristics(des, margin, des.planning_sd, reps, seed)
-        ocw = operating_characteristics(des, margin, p["largest_sd"], reps, seed)
-        oco = operating_characteristics(des, p["pooled_mean"], p["pooled_sd"], reps, seed)
-        lo, hi = costs.loc[st, "min"], costs.loc[st, "max"]
-        rows.append([st, str(des.n_max), _pct(oc0.p_better), _pct(1 - ocd.p_better), _pct(1 - ocw.p_better),
-                     f"{oc0.expected_n:.1f}", f"{ocd.expected_n:.1f}", f"{oco.expected_n:.1f}",
-                     f"{lo:.1f}–{hi:.1f}", f"{des.n_max * lo:.0f}–{des.n_max * hi:.0f}"])  # fmt: skip
-    header = ["setting", "n_max", "α (Δ = 0)", "β (Δ = δ)", "β at largest SD", "pairs at Δ = 0", "pairs at Δ = δ",
-              "pairs at pooled mean, SD", "CPU-min a pair", "CPU-min at n_max"]  # fmt: skip
-    out += [f"Each setting's design (k = {k}; n_max the smallest that meets at the planning SD), simulated "
-            f"({reps} runs a cell; training CPU-minutes of one pair in the three publications):", ""]  # fmt: skip
-    out += _table(header, rows, "lrrrrrrrrr") + [""]
-    head = designs[HEADLINE_SETTING]
-    out += [f"The headline's boundaries ({HEADLINE_SETTING}):", ""] + boundaries_table(head) + [""]
-    # 3. stability at the observed mean and SD of each primary and publication, and pooled
-    rows = []
-    groups = [((c, pr), g) for (c, pr), g in diffs.groupby(["publication", "primary"], sort=False)]
-    groups += [((c, POOLED), diffs[(diffs["publication"] == c) & (diffs["setting"] == HEADLINE_SETTING)])
-               for c in PUBLICATIONS]  # fmt: skip
-    for (c, primary), g in groups:
-        d = g["diff"].to_numpy()
-        des = designs[PRIMARIES[primary][0] if primary in PRIMARIES else HEADLINE_SETTING]
-        st = stability(des, float(d.mean()), float(d.std(ddof=1)), d.size, reps, seed)
-        bs = bootstrap_stability(des, d, reps, seed)
-        rows.append([f"`{c}`", primary, str(d.size), _pts(d.mean()), _pts(d.std(ddof=1)), _pct(st.p_better),
-                     f"{st.expected_n:.1f}", _pct(st.stability), _pct(bs.stability), _pct(st.predictive)])  # fmt: skip
-    header = ["publication", "primary", "pairs", "mean", "SD", "P(better)", "expected pairs", "stability",
-              "bootstrap", "predictive"]  # fmt: skip
-    out += ["Stability of each primary's verdict under its setting's design, from its observed mean and SD:", ""]
-    out += _table(header, rows, "llrrrrrrrr") + [""]
-    # 4. the stability over the true Δ at the headline's planning SD
-    rows = []
-    for delta in DELTA_GRID:
-        oc = operating_characteristics(head, delta / POINTS, head.planning_sd, reps, seed)
-        rows.append([f"{delta:+g}", _pct(oc.p_better), f"{oc.expected_n:.1f}", _pct(agreement(oc.p_better, reps))])
-    out += [f"The headline's design over the true Δ at its planning SD ({_pts(head.planning_sd)} points):", ""]
-    out += _table(["true Δ (points)", "P(better)", "expected pairs", "stability"], rows, "rrrr") + [""]
-    # 5. what a fixed n reaches (the pairs each setting's primary ran in the publications)
-    rows, words = [], (BETTER, NOT_BETTER, UNDECIDED)
-    for st, p in plans.iterrows():
-        n = int(diffs[diffs["setting"] == st].groupby(["publication", "primary"]).size().min())
-        stab, probs = fixed_n_stability(p["pooled_mean"], p["pooled_sd"], n, margin, reps=reps, rng=seed)
-        rows.append([st, str(n), _pts(p["pooled_mean"]), _pts(p["pooled_sd"]), *(_pct(probs[w]) for w in words),
-                     _pct(stab), str(single_look_n(p["pooled_sd"], margin))])  # fmt: skip
-    header = ["setting", "pairs", "pooled mean", "pooled SD", "P(better)", "P(not better)", "P(undecided)",
-              "stability", "single look decides from"]  # fmt: skip
-    out += ["A single look at the pairs each primary ran (`fixed_n_decision`), at the pooled mean and SD:", ""]
-    out += _table(header, rows, "lrrrrrrrr")
-    return "\n".join(out)
-
-
-def publication_plan(repo: str | Path = ".", k: int = DEFAULT_K, reps: int = 40_000, seed: int = 0) -> str:
-    """`plan_body` between the block's markers, as docs/statistics.md holds it."""
-    return f"<!-- generated:{BLOCK} -->\n{plan_body(repo, k, reps, seed)}\n<!-- /generated:{BLOCK} -->"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bandpo.analysis.sequential", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("plan", help="print a design's boundaries, error rates, expected pairs and stability")
-    p.add_argument(
-        "--from-publications",
-        action="store_true",
-        help="plan from the three publications' scores (git history): docs/statistics.md's block",
-    )
-    p.add_argument("--repo", default=".", help="the repository whose history holds the publications")
     p.add_argument("--sd", type=float, help="planning SD of the paired differences (fractions: 0.027 = 2.7 points)")
     p.add_argument("--margin", type=float, default=0.02)
     p.add_argument("--k", type=int, default=DEFAULT_K)
@@ -278,11 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     try:
-        if args.from_publications:
-            print(publication_plan(args.repo, args.k, args.reps, args.seed))
-            return 0
         if args.sd is None:
-            parser.error("--sd is needed without --from-publications")
+            parser.error("--sd is needed")
         if args.n_max is None:
             design = plan_design(args.margin, args.k, args.sd, args.alpha, args.beta, args.spending,
                                  args.futility_spending)  # fmt: skip

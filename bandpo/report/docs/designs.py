@@ -10,7 +10,7 @@ plan prints the one it would need (`plan_design` at the setting's planning SD), 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,17 +110,7 @@ def declared_rules(board: Board) -> str:
 # ------------------------------------------------------------------------------------------------------------
 # The plan of the designs (docs/statistics.md, block sequential-plan)
 # ------------------------------------------------------------------------------------------------------------
-def _pts(x: float, digits: int = 2) -> str:
-    return f"{x * POINTS:.{digits}f}"
-
-
-def _p(x: float) -> str:
-    return f"{x:.3f}"
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"]
-    return out + ["| " + " | ".join(r) + " |" for r in rows]
+_pts, _p, _table = seq.pts, seq.pct, seq.table  # the plan's number formats and Markdown tables, as the CLI prints
 
 
 def setting_designs(board: Board, plans, k: int = seq.DEFAULT_K) -> dict[str, tuple[str, SequentialDesign]]:
