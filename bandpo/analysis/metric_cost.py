@@ -5,7 +5,8 @@ real-LM comparison (``results/real-lm/``: 5 seed pairs of GRPO and BandPO-KL at 
 scores.csv, the held-out curve every 4 steps in steps.csv, training seconds in runs.csv, the scoring jobs' seconds in
 dag_rules.csv):
 
-* the paired SD of BandPO-KL's value minus GRPO's (points; per seed);
+* the paired SD of the treatment's value minus the control's (points; per seed; the folder's primary pair and
+  margin, from the config its provenance.json records);
 * the planning SD: its one-sided 90% upper confidence bound (`bandpo.analysis.sequential.upper_sd`, as the tiny
   tier's designs plan);
 * the minutes a pair costs on the machine of the publication (two training runs and their scoring);
@@ -32,6 +33,7 @@ climbing: its SD and cost need runs past 24 steps).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -47,14 +49,28 @@ from bandpo.verdict.design import plan_design
 from bandpo.verdict.rule import POINTS, single_look_n
 from bandpo.verdict.simulate import operating_characteristics
 
-TREATMENT, CONTROL = "bandpo_kl", "grpo"
-MARGIN = 0.02  # δ: 2 points of mean@8, the tiny tier's
+MARGIN = 0.02  # δ: 2 points of mean@8 (the folder's primary declares it; this is the default)
 K, ALPHA_, BETA_ = 5, 0.05, 0.05  # looks of 5 pairs; stability >= 0.9 at Δ = 0 and Δ = δ
 BUDGET_HOURS = 16.0  # the comparison's budget on 2 cores, to n_max
 BIG_TEST = 500  # problems of the larger test set candidate
 REPS = 20_000  # simulated runs per expected-pairs figure
 MAX_PLANNED = 200  # a candidate whose single look needs more pairs gets no sequential plan (its n_max is larger)
 SEED = 0
+
+
+Pair = tuple[str, str]  # (treatment, control): the folder's primary comparison
+
+
+def primary_pair(folder: Path) -> tuple[Pair, float]:
+    """The published folder's primary comparison (treatment, control) and its margin (a fraction), from the
+    config its provenance.json records."""
+    path = folder / "provenance.json"
+    config = json.loads(path.read_text(encoding="utf-8")).get("config") or {} if path.is_file() else {}
+    primary = ((config.get("experiments") or {}).get("main") or {}).get("primary") or {}
+    compare = primary.get("compare")
+    if not compare or len(compare) != 2:
+        raise ValueError(f"{path}: no primary comparison (experiments.main.primary.compare) recorded")
+    return (str(compare[0]), str(compare[1])), float(primary.get("margin", MARGIN * POINTS)) / POINTS
 
 
 @dataclass(frozen=True)
@@ -64,7 +80,7 @@ class Candidate:
 
     name: str
     answers: bool
-    values: Callable[[Path], pd.DataFrame] | None  # rows (entry, seed, value); None: not measurable here
+    values: Callable[[Path, Pair], pd.DataFrame] | None  # rows (entry, seed, value); None: not measurable here
     note: str = ""
 
 
@@ -72,28 +88,28 @@ def _read(folder: Path, name: str) -> pd.DataFrame:
     return pd.read_csv(folder / name, keep_default_na=False, na_values=[""])
 
 
-def final_test(folder: Path) -> pd.DataFrame:
+def final_test(folder: Path, pair: Pair) -> pd.DataFrame:
     """Final test mean@8 per run (scores.csv)."""
     s = _read(folder, "scores.csv")
-    s = s[(s["name"] == "mean@8") & s["entry"].isin([TREATMENT, CONTROL])]
+    s = s[(s["name"] == "mean@8") & s["entry"].isin(pair)]
     return s[["entry", "seed", "value"]].reset_index(drop=True)
 
 
-def _held_out(folder: Path) -> pd.DataFrame:
+def _held_out(folder: Path, pair: Pair) -> pd.DataFrame:
     s = _read(folder, "steps.csv")
-    s = s[s["entry"].isin([TREATMENT, CONTROL]) & s["val/mean"].notna()]
+    s = s[s["entry"].isin(pair) & s["val/mean"].notna()]
     return s[["entry", "seed", "step", "val/mean"]].rename(columns={"val/mean": "value"})
 
 
-def held_out_last(folder: Path) -> pd.DataFrame:
+def held_out_last(folder: Path, pair: Pair) -> pd.DataFrame:
     """Held-out mean@8 at the last step (steps.csv's validation curve)."""
-    h = _held_out(folder)
+    h = _held_out(folder, pair)
     return h[h["step"] == h.groupby(["entry", "seed"])["step"].transform("max")].drop(columns="step")
 
 
-def held_out_mean(folder: Path) -> pd.DataFrame:
+def held_out_mean(folder: Path, pair: Pair) -> pd.DataFrame:
     """The mean of the held-out curve over its steps (after step 0)."""
-    return _held_out(folder).groupby(["entry", "seed"], as_index=False)["value"].mean()
+    return _held_out(folder, pair).groupby(["entry", "seed"], as_index=False)["value"].mean()
 
 
 def saturating(t: np.ndarray, a: float, mid: float, b: float, r0: float) -> np.ndarray:
@@ -117,13 +133,13 @@ def fit_asymptote(t: np.ndarray, y: np.ndarray, r0: float) -> tuple[float, bool]
     return float(params[0]), bool(on_bound)
 
 
-def asymptote(folder: Path) -> pd.DataFrame:
+def asymptote(folder: Path, pair: Pair) -> pd.DataFrame:
     """Each run's fitted asymptote A (`fit_asymptote`) on its held-out curve, the step-0 value
     (``val/mean_before``) as r0. ``at_bound``: the fit ended on a bound (the curve does not say where it
     saturates)."""
     s = _read(folder, "steps.csv")
     rows = []
-    for (entry, seed), g in s[s["entry"].isin([TREATMENT, CONTROL])].groupby(["entry", "seed"]):
+    for (entry, seed), g in s[s["entry"].isin(pair)].groupby(["entry", "seed"]):
         c = g.dropna(subset=["val/mean"])
         a, bound = fit_asymptote(c["step"].to_numpy(float), c["val/mean"].to_numpy(float),
                                  float(g["val/mean_before"].dropna().iloc[0]))  # fmt: skip
@@ -144,49 +160,50 @@ CANDIDATES = (
 )  # fmt: skip
 
 
-def paired(values: pd.DataFrame) -> np.ndarray:
-    """BandPO-KL's value minus GRPO's per seed (seeds both have), in seed order."""
+def paired(values: pd.DataFrame, pair: Pair) -> np.ndarray:
+    """The treatment's value minus the control's per seed (seeds both have), in seed order."""
     w = values.pivot_table(index="seed", columns="entry", values="value").dropna()
-    return (w[TREATMENT] - w[CONTROL]).to_numpy(float)
+    return (w[pair[0]] - w[pair[1]]).to_numpy(float)
 
 
-def pair_minutes(folder: Path, test_scale: float = 1.0) -> float:
+def pair_minutes(folder: Path, pair: Pair, test_scale: float = 1.0) -> float:
     """Minutes a pair costs: the two arms' median training seconds (runs.csv) and their scoring (dag_rules.csv's
     lm-eval seconds per run, times ``test_scale`` for a larger test set)."""
     runs = _read(folder, "runs.csv")
-    train = runs[runs["entry"].isin([TREATMENT, CONTROL])].groupby("entry")["train_seconds"].median().sum()
+    train = runs[runs["entry"].isin(pair)].groupby("entry")["train_seconds"].median().sum()
     dag = _read(folder, "dag_rules.csv")
     ev = dag[dag["rule"].str.startswith("lm-eval")]
     per_run = float(ev["wall_s_sum"].sum()) / max(int(runs["seed"].nunique()) * (runs["entry"].nunique() + 1), 1)
     return float(train + 2 * per_run * test_scale) / 60.0
 
 
-def _big_test_sd(folder: Path) -> tuple[float, int]:
+def _big_test_sd(folder: Path, pair: Pair) -> tuple[float, int]:
     """The paired SD with a `BIG_TEST`-problem test set, estimated from the 48-problem one (see the module)."""
-    d = paired(final_test(folder))
+    d = paired(final_test(folder, pair), pair)
     s = _read(folder, "scores.csv")
-    s = s[(s["name"] == "mean@8") & s["entry"].isin([TREATMENT, CONTROL])]
+    s = s[(s["name"] == "mean@8") & s["entry"].isin(pair)]
     measurement = float((s.groupby("seed")["stderr"].apply(lambda x: float((x**2).sum()))).mean())
     n_test = 48
     var = float(np.var(d, ddof=1)) - (1.0 - n_test / BIG_TEST) * measurement
     return math.sqrt(max(var, 0.0)), int(d.size)
 
 
-def cost_row(name: str, answers: bool, sd: float, n: int, minutes: float, note: str = "") -> dict:
+def cost_row(name: str, answers: bool, sd: float, n: int, minutes: float, note: str = "",
+             margin: float = MARGIN) -> dict:  # fmt: skip
     """One candidate's row: its SD, the design at the planning SD, the expected pairs and hours."""
     row = {"candidate": name, "answers": answers, "pairs": n, "sd": sd * POINTS, "minutes_a_pair": minutes,
            "note": note}  # fmt: skip
     if not (math.isfinite(sd) and n >= 2):
         return row
     plan = upper_sd(sd, n - 1)
-    single = single_look_n(max(plan, 1e-6), MARGIN, ALPHA_, BETA_)
+    single = single_look_n(max(plan, 1e-6), margin, ALPHA_, BETA_)
     row.update(planning_sd=plan * POINTS, n_single=single, hours_single=single * minutes / 60.0)
     if single > MAX_PLANNED:  # far beyond any budget: the single look's n bounds the design's n_max from below
         row["within_budget"] = False
         return row
-    design = plan_design(MARGIN, K, max(plan, 1e-6), ALPHA_, BETA_)
+    design = plan_design(margin, K, max(plan, 1e-6), ALPHA_, BETA_)
     rng = np.random.default_rng(SEED)
-    exp = [operating_characteristics(design, mu, plan, REPS, rng).expected_n for mu in (0.0, MARGIN)]
+    exp = [operating_characteristics(design, mu, plan, REPS, rng).expected_n for mu in (0.0, margin)]
     row.update(n_max=design.n_max, pairs_at_0=exp[0], pairs_at_delta=exp[1],
                hours_n_max=design.n_max * minutes / 60.0, hours_expected=max(exp) * minutes / 60.0)  # fmt: skip
     row["within_budget"] = row["hours_n_max"] <= BUDGET_HOURS
@@ -194,26 +211,27 @@ def cost_row(name: str, answers: bool, sd: float, n: int, minutes: float, note: 
 
 
 def cost_table(folder: str | Path = "results/real-lm") -> pd.DataFrame:
-    """Every candidate's row (`cost_row`), in the order declared."""
+    """Every candidate's row (`cost_row`), in the order declared, for the folder's primary pair and margin."""
     folder = Path(folder)
-    minutes = pair_minutes(folder)
+    pair, margin = primary_pair(folder)
+    minutes = pair_minutes(folder, pair)
     rows = []
     for c in CANDIDATES:
         if c.values is not None:
-            values = c.values(folder)
+            values = c.values(folder, pair)
             note, answers = c.note, c.answers
             if "at_bound" in values and values["at_bound"].any():
                 bound = int(values["at_bound"].sum())
                 note = f"{bound} of {len(values)} fits end on a bound"
                 if 2 * bound > len(values):  # the curves do not identify their asymptote: it answers nothing yet
                     answers, note = False, note + ": the asymptote is not identified at these steps"
-            d = paired(values)
-            rows.append(cost_row(c.name, answers, float(np.std(d, ddof=1)), int(d.size), minutes, note))
+            d = paired(values, pair)
+            rows.append(cost_row(c.name, answers, float(np.std(d, ddof=1)), int(d.size), minutes, note, margin))
         elif c.name.endswith(f"on {BIG_TEST} problems"):
-            sd, n = _big_test_sd(folder)
-            rows.append(cost_row(c.name, c.answers, sd, n, pair_minutes(folder, BIG_TEST / 48), c.note))
+            sd, n = _big_test_sd(folder, pair)
+            rows.append(cost_row(c.name, c.answers, sd, n, pair_minutes(folder, pair, BIG_TEST / 48), c.note, margin))
         else:
-            rows.append(cost_row(c.name, c.answers, float("nan"), 0, float("nan"), c.note))
+            rows.append(cost_row(c.name, c.answers, float("nan"), 0, float("nan"), c.note, margin))
     return pd.DataFrame(rows)
 
 

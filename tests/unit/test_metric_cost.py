@@ -61,6 +61,13 @@ def test_the_published_table_measures_what_the_published_primary_says():
     assert md.count("\n| ") == len(table) and md.endswith(mc.DESIGN_NOTE)  # the header, then a row per candidate
 
 
+def test_the_pair_and_margin_come_from_the_folders_config(tmp_path):
+    assert mc.primary_pair(REAL_LM) == (("bandpo_kl", "grpo"), pytest.approx(0.02))
+    (tmp_path / "provenance.json").write_text('{"config": {"experiments": {"main": {}}}}', encoding="utf-8")
+    with pytest.raises(ValueError, match="no primary comparison"):
+        mc.primary_pair(tmp_path)
+
+
 def test_the_command_line_refuses_a_folder_without_scores(tmp_path, capsys):
     assert mc.main(["--results", str(tmp_path)]) == 2
     assert "holds no scores.csv" in capsys.readouterr().err
