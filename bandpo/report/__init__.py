@@ -17,10 +17,13 @@ metadata from the registry, `docs.scores.rules`). Modules:
     axis       the page's sections of each design axis
     atlas      the equivalence atlas's section
     smoke      the real-LM smoke section of the published page
+    verdicts   the answer at the top of every page: each tier's verdict, what it shows and what it does not
+    forest     the forest plot of every entry's paired difference from the baseline
+    metric_cost  the real LM's candidate primary metrics priced by the cost of a decision (``metric-cost``)
     docs       the generated blocks of README.md, docs/*.md and results/README.md (``python -m bandpo.report docs``)
     publish    `publish` and `provenance`: a profile's report copied to the top-level results/
     compare    a rerun against the published run (``compare``, ``compare --exact``), a profile beside another
-    cli        ``python -m bandpo.report build|publish|compare|beside|smoke|docs``
+    cli        ``python -m bandpo.report build|publish|compare|beside|smoke|docs|metric-cost``
 
 Outputs of `build_report` (``--out``, default: the results folder itself; every file written atomically)::
 

@@ -9,6 +9,7 @@
     python -m bandpo.report beside --results results/verl-cpu --other results
     python -m bandpo.report smoke --dest results [--out SECTION.md --results results/real-lm-smoke ...]
     python -m bandpo.report docs [--check]
+    python -m bandpo.report metric-cost [--results results/real-lm]
 
 ``compare`` checks a rerun (another machine, thread count or BLAS path) against the published leaderboard: which
 rows' means fall outside the published 95% intervals, and whether every paired difference from the baseline whose
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from bandpo.analysis.stats import DEFAULT_BASELINE
 from bandpo.core.files import atomic_write_text
-from bandpo.report import docs
+from bandpo.report import docs, metric_cost
 from bandpo.report.build import build_report
 from bandpo.report.compare import beside, compare, compare_exact
 from bandpo.report.publish import provenance, publish
@@ -82,6 +83,8 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--root", default=".", help="the repository root (default: here)")
     d.add_argument("--results", default=None, help="the published tables (default: ROOT/results)")
     d.add_argument("--check", action="store_true", help="change nothing; exit 1 if a doc is stale")
+    m = sub.add_parser("metric-cost", help="the real LM's candidate metrics priced by the cost of a decision")
+    m.add_argument("--results", default="results/real-lm", help="a published real-LM comparison's folder")
     return ap  # fmt: skip
 
 
@@ -149,8 +152,18 @@ def run_docs(args: argparse.Namespace) -> int:
     return 1 if args.check and stale else 0
 
 
+def run_metric_cost(args: argparse.Namespace) -> int:
+    """`bandpo.report.metric_cost`'s table of a published real-LM comparison and the choice its rule makes."""
+    folder = Path(args.results)
+    if not (folder / "scores.csv").is_file():
+        raise FileNotFoundError(f"{folder} holds no scores.csv (a published results folder)")
+    table = metric_cost.cost_table(folder)
+    print(metric_cost.table_markdown(table) + "\n\nChoice: " + metric_cost.choice(table))
+    return 0
+
+
 COMMANDS = {"build": run_build, "publish": run_publish, "compare": run_compare, "beside": run_beside,
-            "smoke": run_smoke, "docs": run_docs}  # fmt: skip
+            "smoke": run_smoke, "docs": run_docs, "metric-cost": run_metric_cost}  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,5 +1,5 @@
 """The real LM's metric and horizon chosen by the cost of a decision (issue #67, item 2;
-bandpo.analysis.metric_cost)."""
+bandpo.report.metric_cost)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bandpo.analysis import metric_cost as mc
+from bandpo.report import metric_cost as mc
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL_LM = ROOT / "results" / "real-lm"
@@ -68,6 +68,11 @@ def test_the_pair_and_margin_come_from_the_folders_config(tmp_path):
         mc.primary_pair(tmp_path)
 
 
-def test_the_command_line_refuses_a_folder_without_scores(tmp_path, capsys):
-    assert mc.main(["--results", str(tmp_path)]) == 2
+def test_the_command_line_prints_the_table_and_refuses_a_folder_without_scores(tmp_path, capsys):
+    from bandpo.report.cli import main
+
+    assert main(["metric-cost", "--results", str(REAL_LM)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("| candidate |") and "\nChoice: " in out
+    assert main(["metric-cost", "--results", str(tmp_path)]) == 2
     assert "holds no scores.csv" in capsys.readouterr().err

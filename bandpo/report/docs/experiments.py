@@ -9,13 +9,13 @@ import numpy as np
 import pandas as pd
 
 from bandpo.analysis.experiments import collapse_factors, primary_results
-from bandpo.analysis.metric_cost import choice, cost_table, table_markdown
 from bandpo.analysis.stats import t_interval
 from bandpo.analysis.steps import read_steps
 from bandpo.plan.sweep import report_experiments
 from bandpo.report.board import Board
 from bandpo.report.docs.cells import METRIC, ci, margin_text, md_table, num, row_series, verdict_parts
 from bandpo.report.docs.publication import seed_range
+from bandpo.report.metric_cost import choice, cost_table, table_markdown
 from bandpo.verdict.rule import BETTER, NOT_BETTER
 
 
@@ -346,6 +346,6 @@ def verl_control(board: Board) -> str:
 def metric_cost(board: Board) -> str:
     """The real LM's candidate primary metrics with their measured paired SD, the minutes a pair costs, the design
     that gives a verdict stability 0.9 and its hours, and the choice the declared rule makes
-    (`bandpo.analysis.metric_cost`), from a published real-LM comparison's folder."""
+    (`bandpo.report.metric_cost`), from a published real-LM comparison's folder."""
     table = cost_table(board.folder)
     return table_markdown(table) + "\n\nChoice, by the rule: " + choice(table) + "."

@@ -27,16 +27,14 @@ variance, each arm's lm-eval stderr squared, shrunk by 48/500: an optimistic bou
 draws are shared and their errors correlate) and the plateau rule (the published runs stop at 24 steps, still
 climbing: its SD and cost need runs past 24 steps).
 
-``python -m bandpo.analysis.metric_cost [--results results/real-lm]`` prints the table.
+``python -m bandpo.report metric-cost [--results results/real-lm]`` prints the table and the choice.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -282,22 +280,3 @@ def table_markdown(table: pd.DataFrame) -> str:
                      f"| {f(r['minutes_a_pair'])} | {n_max} | {pairs} | {hours} | "
                      f"{f(r.get('hours_expected'), 0)} | {r['note']} |")  # fmt: skip
     return "\n".join(lines) + "\n\n" + DESIGN_NOTE
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bandpo.analysis.metric_cost", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--results", default="results/real-lm", help="the published real-LM comparison's folder")
-    args = ap.parse_args(argv)
-    folder = Path(args.results)
-    if not (folder / "scores.csv").is_file():
-        print(f"error: {folder} holds no scores.csv (a published results folder)", file=sys.stderr)
-        return 2
-    table = cost_table(folder)
-    print(table_markdown(table))
-    print()
-    print("Choice: " + choice(table))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
