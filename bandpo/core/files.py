@@ -1,5 +1,5 @@
-"""Reading JSONL, atomic writes (a reader sees the old file or folder or the whole new one, never a partial one),
-and the data files shipped inside the package (`package_data`)."""
+"""Reading JSON objects and JSONL, atomic writes (a reader sees the old file or folder or the whole new one, never
+a partial one), and the data files shipped inside the package (`package_data`)."""
 
 from __future__ import annotations
 
@@ -111,6 +111,18 @@ def replace_dir(tmp: str | os.PathLike, final: str | os.PathLike) -> Path:
     else:
         old.unlink(missing_ok=True)
     return final
+
+
+def read_json_object(path: str | os.PathLike, what: str) -> dict[str, Any]:
+    """A JSON object from ``path`` (a job's spec file, a setting chosen by an earlier job); ValueError naming
+    ``what`` (the flag that gave it: "--spec") and the file when it is missing, not JSON or not an object."""
+    try:
+        values = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{what} {path}: {e}") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"{what} {path}: expected a JSON object of field values, got {type(values).__name__}")
+    return values
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from bandpo.core.atlas_table import STEPS as ATLAS_STEPS
 from bandpo.train.settings import TrainConfig
+from bandpo.verdict.rule import POINTS  # the config states margins and SDs in points; the code, in fractions
 
 BASE_ENTRY = "base"  # the reserved method-entry id of the untrained base model (the step-0 row)
 MAIN = "main"  # the experiment of the sweep itself (models x methods x seeds); runs without one belong to it
@@ -330,9 +331,6 @@ def look_blocks(cfg: Mapping[str, Any], experiment: str, model: str | None = Non
     n_max = max(int(per_model(design["n_max"], m)) for m in models)
     k = int(design["k"])
     return [seeds[i : i + k] for i in range(0, n_max, k)]
-
-
-POINTS = 100.0  # the config states margins and SDs of scores in points (mean@k in percent); the code, in fractions
 
 
 def per_model(value: float | Mapping[str, float], model: str) -> float:

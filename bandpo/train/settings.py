@@ -12,9 +12,9 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from bandpo.core.files import read_json_object
 from bandpo.core.options import check_fields
 from bandpo.core.protocol import SAMPLER_DRAWS, SAMPLER_KERNELS, Protocol, raise_problems, spec_fields
 
@@ -196,17 +196,6 @@ def from_dict(values: Mapping[str, Any], what: str = "training setting") -> Trai
     cfg = TrainConfig(**typed_fields(values, what))
     cfg.validate()
     return cfg
-
-
-def read_json_object(path: str | os.PathLike, what: str) -> dict[str, Any]:
-    """A JSON object from ``path``; ValueError naming ``what`` and the file when it is missing or not an object."""
-    try:
-        values = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"{what} {path}: {e}") from None
-    if not isinstance(values, dict):
-        raise ValueError(f"{what} {path}: expected a JSON object of field values, got {type(values).__name__}")
-    return values
 
 
 def read_spec(path: str | os.PathLike, set_files: list[str] | None = None) -> TrainConfig:

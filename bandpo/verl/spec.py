@@ -15,13 +15,12 @@ protocol is written out in ``config/gpu.yaml``.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from bandpo.core.files import read_json_object
 from bandpo.core.options import check_fields
 from bandpo.core.protocol import Protocol, raise_problems
 from bandpo.grader.config import MODES as GRADER_MODES
@@ -176,12 +175,7 @@ class VerlRun(Protocol):
 
 def read_spec(path: str | os.PathLike) -> VerlRun:
     """The run a spec file describes, validated; ValueError naming the file and field."""
-    try:
-        values = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"--spec {path}: {e}") from None
-    if not isinstance(values, dict):
-        raise ValueError(f"--spec {path}: expected a JSON object of VerlRun fields, got {type(values).__name__}")
+    values = read_json_object(path, "--spec")
     try:
         return VerlRun.from_mapping(values)
     except (TypeError, ValueError) as e:
