@@ -204,14 +204,6 @@ ALLOWED = (
 )
 
 
-# Hits in pages outside this test's owner's edit (issue #68, item 6): real numbers of a run that their pages are to
-# reword; each (file, kind, text) is tolerated until then, and `test_pending_hits_are_still_there` drops it once gone
-PENDING = (
-    ("docs/reproducibility.md", "word fraction", "about half"),  # issue #59's grader: how many workers scored 1
-    ("docs/workflow.md", "word fraction", "a quarter"),  # "a run takes about a quarter of an hour": a duration
-)
-
-
 @dataclass(frozen=True)
 class Hit:
     doc: str
@@ -285,7 +277,6 @@ def test_prose_carries_no_published_number():
     for path in prose_files():
         doc = str(path.relative_to(ROOT))
         found += [h for h in hits(doc, path.read_text(encoding="utf-8")) if allowed(h) is None]
-    found = [h for h in found if (h.doc, h.kind, h.text) not in PENDING]
     assert not found, (
         f"{len(found)} result-like number(s) in hand-written prose (make each a generated block, "
         "`bandpo.report.docs`, or reword; a constant of the design goes into ALLOWED with its reason):\n"
@@ -357,10 +348,3 @@ def test_code_spans_are_scanned_unless_they_are_code():
             "`stability(0.67)` `mean@8_diff` `seeds: [0, 1, 2]` `results/real-lm/`")  # fmt: skip
     assert [(h.kind, h.text) for h in hits("x.md", code)] == []
     assert looks_like_code("python -m bandpo.report docs") and not looks_like_code("0.67")
-
-
-def test_pending_hits_are_still_there():
-    """Each `PENDING` hit is still in its page (a page reworded drops its entry) and is not an allowed constant."""
-    for doc, kind, text in PENDING:
-        found = [(h.kind, h.text) for h in hits(doc, (ROOT / doc).read_text(encoding="utf-8")) if allowed(h) is None]
-        assert (kind, text) in found, f"{doc}: {kind} {text!r} is gone: drop it from PENDING"
