@@ -11,7 +11,7 @@ from scipy.stats import chi2
 
 from bandpo.analysis.stats import minimum_detectable_difference, power_table
 from bandpo.report.board import Board
-from bandpo.report.columns import verdict_text
+from bandpo.report.columns import by_model, by_paired_difference, verdict_text, with_seeds
 from bandpo.report.docs.cells import (
     METRIC,
     ci,
@@ -32,14 +32,15 @@ def section(board: Board, experiment: str, subset: str = "") -> pd.DataFrame:
 
 
 def leaderboard_block(experiment: str, subset: str = "") -> Callable[[Board], str]:
-    """Every row of one section of the leaderboard: model, entry, mean@8, paired Δ, P(>grpo), pass@8, maj@8,
-    final entropy, share of off-policy tokens clipped."""
+    """Every row of one section of the leaderboard, in the page's order (`by_paired_difference`): model, entry,
+    mean@8, paired Δ, P(>grpo), pass@8, maj@8, final entropy, share of off-policy tokens clipped."""
 
     def block(board: Board) -> str:
         rows = []
         if section(board, experiment, subset).empty:
             return f"No rows of experiment {experiment} in this publication."
-        for r in row_series(section(board, experiment, subset).sort_values("model", kind="stable")):
+        shown = with_seeds(section(board, experiment, subset), board.scores).sort_values("model", kind="stable")
+        for r in row_series(pd.concat([by_paired_difference(g) for _, g in by_model(shown)])):
             base = r["entry"] == r["baseline"]
             rows.append([
                 r["model"], r["entry"], ci(r[METRIC], r[f"{METRIC}_t_ci_low"], r[f"{METRIC}_t_ci_high"]), paired(r),
