@@ -39,6 +39,7 @@ from bandpo.core.files import atomic_write_text, write_csv
 from bandpo.plan.sweep import MAIN
 from bandpo.report.axis import axis_panels
 from bandpo.report.board import ATLAS_TABLE, Board
+from bandpo.report.columns import with_seeds
 from bandpo.report.figures import (
     EXPERIMENT_FIGURES,
     FIGURE_CAPTIONS,
@@ -247,7 +248,7 @@ def draw_figures(
     off_results = axis_table[axis_table["axis"] == OFFPOLICY_AXIS] if not axis_table.empty else axis_table
     off_cells = axis_cells(off, board.experiments) if off["cells"] else []
     return {
-        "forest": forest_figure(board.leaderboard),
+        "forest": forest_figure(with_seeds(board.leaderboard, board.scores)),  # in the tables' order
         "bounds": bounds_figure(bounds_table, bound_keys(board.leaderboard), baseline),
         "training_curves": training_curves_figure(
             with_validation_before(main_metrics), columns=TRAINING_CURVES, baseline=baseline, seed=seed

@@ -31,10 +31,11 @@ def _text(value: Any) -> str:
 
 
 def forest_data(table: pd.DataFrame, experiment: str = MAIN) -> pd.DataFrame:
-    """The rows the forest plot draws (`FOREST_COLUMNS`), per model sorted by the paired difference (largest
-    first): the trained entries of ``experiment`` (main: also rows whose experiment is "") other than the base
-    model and the baseline, with a paired difference. ``diff``, ``ci_low``, ``ci_high`` and ``margin`` in points
-    (the table's fractions x 100); ``verdict`` the words shown (the row's label, else its Holm verdict, else "no
+    """The rows the forest plot draws (`FOREST_COLUMNS`), per model in the leaderboard table's order: by the paired
+    difference on the seeds every row has (``diff_common``, `bandpo.report.columns.with_seeds`), else by the row's
+    own, largest first: the trained entries of ``experiment`` (main: also rows whose experiment is "") other than
+    the base model and the baseline, with a paired difference. ``diff``, ``ci_low``, ``ci_high`` and ``margin`` in
+    points (the table's fractions x 100); ``verdict`` the words shown (the row's label, else its Holm verdict, else "no
     verdict"; an entry whose differences are all zero: "identical to <baseline>"), ``kind`` its class (the Holm
     verdict, "identical" or ""); ``label`` the y label "entry (n seeds)" (subset in brackets when there are
     several), starred for the primary comparison. Empty when the table lacks the headline's paired columns."""
@@ -61,15 +62,16 @@ def forest_data(table: pd.DataFrame, experiment: str = MAIN) -> pd.DataFrame:
         name = f"{r['entry']} [{subset}]" if tagged and subset else str(r["entry"])
         n = int(r["n_seeds"]) if pd.notna(r["n_seeds"]) else 0
         margin = r.get(f"{lab}_margin")
-        rows.append({"model": r["model"], "subset": subset, "entry": r["entry"], "n_seeds": n,
+        order = r.get("diff_common") if pd.notna(r.get("diff_common", float("nan"))) else r[f"{lab}_diff"]
+        rows.append({"model": r["model"], "subset": subset, "entry": r["entry"], "n_seeds": n, "order": order,
                      "label": f"{'★ ' if primary else ''}{name} ({n} seeds)", "diff": 100.0 * r[f"{lab}_diff"],
                      "ci_low": 100.0 * r[f"{lab}_diff_t_ci_low"], "ci_high": 100.0 * r[f"{lab}_diff_t_ci_high"],
                      "margin": 100.0 * float(margin) if pd.notna(margin) else float("nan"), "verdict": verdict,
                      "kind": "identical" if identical else holm, "primary": primary,
                      "identical": identical})  # fmt: skip
-    data = pd.DataFrame(rows, columns=FOREST_COLUMNS)
-    data = data.sort_values(["model", "diff", "entry"], ascending=[True, False, True], kind="stable")
-    return data.reset_index(drop=True)
+    data = pd.DataFrame(rows, columns=[*FOREST_COLUMNS, "order"])
+    data = data.sort_values(["model", "order", "entry"], ascending=[True, False, True], kind="stable")
+    return data.drop(columns="order").reset_index(drop=True)
 
 
 def _style_of(kind: str) -> tuple[str, str]:

@@ -140,3 +140,14 @@ def test_rank_prints_the_same_definitions():
 
     text = rank_markdown(pd.DataFrame(), [], "half_clip", "results")
     assert all(WORDS[w] in text for w in (BETTER, NOT_BETTER, UNDECIDED))
+
+
+def test_the_forest_plot_lists_the_entries_in_the_tables_order():
+    from bandpo.report.forest import forest_data
+
+    table, scores = _board()
+    cols = {"mean@8_diff_t_ci_low": -0.1, "mean@8_diff_t_ci_high": 0.1, "mean@8_diff_sd": 0.05}
+    table = table.assign(**cols)
+    shown = with_seeds(table, scores)
+    assert list(forest_data(shown)["entry"]) == ["y", "x"] == list(by_paired_difference(shown)["entry"])[1:]
+    assert list(forest_data(table)["entry"]) == ["x", "y"]  # without the scores: by each entry's own difference
