@@ -8,5 +8,5 @@ looks (`bandpo.decide.looks`), the report (`bandpo.analysis`), ``rank`` and the 
     rule      the two words and `decide` (a sequential design on the pairs run so far), `fixed_n_decision` (the
               single look of a secondary), `t_interval` (the estimate's interval)
     simulate  the realised error rates and expected pairs (`operating_characteristics`) and the stability of a
-              verdict (`stability`): the probability that an independent rerun gives the same one
+              verdict (`stability`): the probability that two independent reruns give the same one
 """
