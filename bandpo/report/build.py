@@ -44,6 +44,7 @@ from bandpo.report.figures import (
     EXPERIMENT_FIGURES,
     FIGURE_CAPTIONS,
     FIGURES,
+    FOREST,
     PROBE_CURVES,
     TRAINING_CURVES,
     axis_dose_figure,
@@ -57,7 +58,7 @@ from bandpo.report.figures import (
     with_validation_before,
 )
 from bandpo.report.forest import forest_figure
-from bandpo.report.markdown import FOREST, leaderboard_markdown
+from bandpo.report.markdown import leaderboard_markdown
 from bandpo.report.notes import experiment_notes
 from bandpo.report.page import leaderboard_html
 
@@ -248,7 +249,7 @@ def draw_figures(
     off_results = axis_table[axis_table["axis"] == OFFPOLICY_AXIS] if not axis_table.empty else axis_table
     off_cells = axis_cells(off, board.experiments) if off["cells"] else []
     return {
-        "forest": forest_figure(with_seeds(board.leaderboard, board.scores)),  # in the tables' order
+        FOREST: forest_figure(with_seeds(board.leaderboard, board.scores)),  # in the tables' order
         "bounds": bounds_figure(bounds_table, bound_keys(board.leaderboard), baseline),
         "training_curves": training_curves_figure(
             with_validation_before(main_metrics), columns=TRAINING_CURVES, baseline=baseline, seed=seed

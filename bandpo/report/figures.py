@@ -31,7 +31,8 @@ from bandpo.analysis.training import seed_bands
 from bandpo.core.files import atomic_write_bytes
 from bandpo.plan.sweep import BASE_ENTRY
 
-FIGURES = ("forest", "bounds", "training_curves", "clipfrac_buckets", "final_scores", "random_reward_entropy",
+FOREST = "forest"  # the forest plot (bandpo.report.forest): the pages show it first, under the answer
+FIGURES = (FOREST, "bounds", "training_curves", "clipfrac_buckets", "final_scores", "random_reward_entropy",
            "probe_curves", "probe_clipfrac_buckets", "offpolicy_dose", "offpolicy_entropy")  # fmt: skip
 FIGURE_CAPTIONS = {
     "forest": "Each trained entry of the main experiment against the baseline, per model size: the paired difference "

@@ -12,11 +12,10 @@ from bandpo.report.atlas import NOTE as ATLAS_NOTE
 from bandpo.report.atlas import atlas_markdown
 from bandpo.report.board import Board, Panel
 from bandpo.report.columns import Column, by_model, display_columns, page_title, sections, task_columns, with_seeds
+from bandpo.report.figures import FOREST
 from bandpo.report.notes import grader_note, power_lines, power_note, reading_notes, unpaired_lines
 from bandpo.report.text import fmt, md_cell
 from bandpo.report.verdicts import section_markdown, tier_rows
-
-FOREST = "forest"  # the forest plot of every entry's paired difference (bandpo.report.figures), shown first
 
 
 def _md_table(rows: pd.DataFrame, cols: Sequence[Column]) -> list[str]:

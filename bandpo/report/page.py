@@ -38,7 +38,7 @@ from bandpo.report.columns import (
     task_columns,
     with_seeds,
 )
-from bandpo.report.markdown import FOREST
+from bandpo.report.figures import FOREST
 from bandpo.report.notes import grader_note, power_lines, power_note, reading_notes, unpaired_lines
 from bandpo.report.verdicts import section_html, tier_rows
 
