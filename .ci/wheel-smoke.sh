@@ -90,6 +90,9 @@ if compgen -G "$ROOT/results/real-lm*/scores.csv" >/dev/null; then
     for d in "$ROOT"/results/real-lm*/; do cp -r "$d" report/; done
     "$PY" -m bandpo.report smoke --dest report >/dev/null
 fi
+# and the answer at the top with the published parts' tiers (bandpo.report.verdicts.PARTS: the real LM's), as
+# `report publish` does
+"$PY" -c "import sys; from bandpo.report import verdicts; verdicts.write_section(sys.argv[1])" report
 # the same page, up to printed values on a rounding tie of the 6-digit tables (published_runs.page_differences)
 "$PY" - "$ROOT/tests/published_runs.py" report/leaderboard.md "$ROOT/results/leaderboard.md" <<'EOF'
 import importlib.util
