@@ -115,12 +115,12 @@ def _common_differences(table: pd.DataFrame, per_seed: pd.Series, key_of: list[t
 
 
 def identical_to_baseline(r: Mapping[str, Any], label: str) -> bool:
-    """Whether every paired difference of the row from the baseline is exactly 0 (mean and SD both 0 over at least
-    2 pairs): the entry ran as the baseline on every seed, no evidence either way."""
+    """Whether every paired difference of the row from the baseline is exactly 0 (mean and SD both 0; an SD exists
+    only from 2 pairs on): the entry ran as the baseline on every seed, no evidence either way."""
     if r.get("entry") == r.get("baseline"):
         return False
-    mean, sd, n = (as_float(r.get(f"{label}_{k}")) for k in ("diff", "diff_sd", "n_pairs"))
-    return mean == 0.0 and sd == 0.0 and n >= 2
+    mean, sd = (as_float(r.get(f"{label}_{k}")) for k in ("diff", "diff_sd"))
+    return mean == 0.0 and sd == 0.0
 
 
 def by_paired_difference(rows: pd.DataFrame) -> pd.DataFrame:

@@ -12,6 +12,7 @@ import pandas as pd
 
 from bandpo.analysis.leaderboard import headline_label
 from bandpo.plan.sweep import BASE_ENTRY, MAIN
+from bandpo.report.columns import identical_to_baseline
 from bandpo.report.figures import _pyplot, _style, placeholder_figure
 from bandpo.verdict.rule import BETTER, NOT_BETTER, UNDECIDED
 
@@ -55,7 +56,7 @@ def forest_data(table: pd.DataFrame, experiment: str = MAIN) -> pd.DataFrame:
     several = subsets.groupby(t["model"]).transform("nunique") > 1
     rows = []
     for (_, r), subset, tagged in zip(t.iterrows(), subsets, several, strict=True):
-        identical = r[f"{lab}_diff"] == 0 and r[f"{lab}_diff_sd"] == 0
+        identical = identical_to_baseline(r, lab)
         holm, words = _text(r.get(f"{lab}_verdict_holm")), _text(r.get(f"{lab}_label"))
         verdict = f"identical to {r['baseline']}" if identical else (words or holm or NO_VERDICT)
         primary = _text(r.get(f"{lab}_role")) == "primary"

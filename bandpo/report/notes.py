@@ -15,7 +15,7 @@ from scipy.stats import t as student_t
 from bandpo.analysis.leaderboard import headline_label
 from bandpo.plan.sweep import BASE_ENTRY
 from bandpo.report.columns import baseline_of
-from bandpo.report.text import fmt, fmt_ci
+from bandpo.report.text import fmt, fmt_ci, points
 from bandpo.report.verdicts import WORDS
 
 STATS_NOTE = (
@@ -207,12 +207,6 @@ def power_lines(power: pd.DataFrame) -> list[str]:
     return out
 
 
-def _points(v: Any, sign: bool = True) -> str:
-    """A score difference in points, signed, one decimal (as the tables round)."""
-    text = fmt(v, 100.0, 1)
-    return text if not sign or text.startswith("-") or text == "—" else "+" + text
-
-
 def _how(r: Any) -> str:
     """How a primary.csv row was decided, in words without parentheses (they sit inside the result's)."""
     if r.rule == "sequential":
@@ -244,8 +238,8 @@ def _score_result(r: Any) -> str:
     if r.rule == "exploratory":
         verdict += f", {str(r.note).rstrip('.')}" if isinstance(r.note, str) and r.note else ""
     return (
-        f"Result on {r.model} ({_how(r)}): {r.treatment} − {r.control} = {_points(r.difference)} "
-        f"[{_points(r.ci_low)}, {_points(r.ci_high)}] points of {r.metric} (mean of {int(r.n)} paired seed "
+        f"Result on {r.model} ({_how(r)}): {r.treatment} − {r.control} = {points(r.difference)} "
+        f"[{points(r.ci_low)}, {points(r.ci_high)}] points of {r.metric} (mean of {int(r.n)} paired seed "
         f"differences, 95% paired t interval; {margin}): {verdict}{_stability(r)}"
     )
 

@@ -35,6 +35,12 @@ def fmt(v: Any, scale: float = 1.0, digits: int = 1) -> str:
     return "—" if not math.isfinite(f) else f"{rounded(f, scale, digits):.{digits}f}"
 
 
+def points(v: Any, sign: bool = True) -> str:
+    """A score difference in points, one decimal (`fmt` at scale 100), signed unless ``sign`` is False."""
+    text = fmt(v, 100.0, 1)
+    return text if not sign or text.startswith("-") or text == "—" else "+" + text
+
+
 def fmt_ci(v: Any, lo: Any, hi: Any, scale: float = 100.0, digits: int = 1) -> str:
     """``value [lo, hi]`` (`fmt`, scores in percent by default); the value alone without both interval ends."""
     s = fmt(v, scale, digits)

@@ -19,12 +19,11 @@ from __future__ import annotations
 import html
 import math
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from bandpo.core.files import atomic_write_text
-from bandpo.report.text import as_float, fmt, md_cell
+from bandpo.report.text import as_float, fmt, md_cell, points
 from bandpo.verdict.rule import BETTER, NOT_BETTER, UNDECIDED, WORDS
 
 PARTS: tuple[str, ...] = ("real-lm",)
@@ -40,18 +39,13 @@ RERUN = (
 )
 
 
-def _pts(v: Any, sign: bool = True) -> str:
-    text = fmt(v, 100.0, 1)
-    return "+" + text if sign and text not in ("—",) and not text.startswith("-") else text
-
-
 def shows(p: pd.Series) -> tuple[str, str]:
     """(what the verdict shows, what it does not) for a primary.csv row of scores, the second read from the
     estimate's interval against 0 and ±δ."""
     lo, hi, margin = as_float(p.get("ci_low")), as_float(p.get("ci_high")), as_float(p.get("margin"))
-    d = _pts(margin, sign=False)
+    d = points(margin, sign=False)
     verdict = str(p.get("verdict") or "")
-    interval = f"[{_pts(lo)}, {_pts(hi)}]"
+    interval = f"[{points(lo)}, {points(hi)}]"
     if verdict == BETTER:
         not_ = f"a gain of {d} points or more ({interval} reaches below {d})" if lo < margin else "—"
         return "a gain above 0", not_
@@ -92,7 +86,8 @@ def tier_rows(primary: pd.DataFrame | None, folder: str = "") -> list[list[str]]
         words = str(p.get("label") or p.get("verdict")).split(" (")[0]
         look = as_float(p.get("look"))
         how = f"look {int(look)} of {int(p['looks'])}" if math.isfinite(look) else str(p.get("rule"))
-        est = f"{p['treatment']} − {p['control']} = {_pts(p['difference'])} [{_pts(p['ci_low'])}, {_pts(p['ci_high'])}]"
+        interval = f"[{points(p['ci_low'])}, {points(p['ci_high'])}]"
+        est = f"{p['treatment']} − {p['control']} = {points(p['difference'])} {interval}"
         did, did_not = shows(p)
         rows.append([tier, words, f"{how}, {int(p['n'])} pairs", est + " points", did, did_not, rerun_text(p)])
     return rows
