@@ -1,8 +1,11 @@
-"""One family of tests per experiment: every comparison with the control on its page except its primary (the
+"""The families of tests of each experiment: every comparison with the control on its page except its primary (the
 secondaries: each trained entry against the baseline per headline metric, model and subset; a demoted primary; the
 entropy comparisons of ``primary.entropy_compare``), each under the single look of the verdict rule with Holm's
-adjustment of its two one-sided tests' p-values within the family (docs/statistics.md, "The verdict rule and seeds
-until decided"). The primaries themselves and the per-comparison rows are `bandpo.analysis.experiments`'."""
+adjustment of its two one-sided tests' p-values within its family (docs/statistics.md, "The verdict rule and seeds
+until decided"). One family per experiment (``all``), or two where the experiment declares
+``secondaries.verdicts: <metric>``: that metric's comparisons (``verdicts``: the entries' verdicts, an undecided one
+reading "estimate only", as the budget holds no further look) and every other one (``estimates``). The primaries
+themselves and the per-comparison rows are `bandpo.analysis.experiments`'."""
 
 from __future__ import annotations
 
@@ -27,15 +30,26 @@ from bandpo.analysis.leaderboard import headline_label
 from bandpo.analysis.stats import holm, one_sided_tests, rule_verdict
 from bandpo.plan.sweep import BASE_ENTRY, MAIN
 from bandpo.verdict.design import ALPHA, BETA
-from bandpo.verdict.rule import BETTER, NOT_BETTER, UNDECIDED
+from bandpo.verdict.rule import BETTER, ESTIMATE_ONLY, NOT_BETTER, UNDECIDED
 
 FAMILY_FAMILIES = ("mean", "pass", "maj", "best_bootstrap")  # the leaderboard's headline metrics
-FAMILY_COLUMNS = ["experiment", "n_tests", "n_excluding_0", "expected_by_chance", "better", "not_better",
+FAMILY_COLUMNS = ["experiment", "family", "n_tests", "n_excluding_0", "expected_by_chance", "better", "not_better",
                   "undecided"]  # fmt: skip
 # the family columns of leaderboard.csv, per headline metric label L: L_<column>
 CELL_COLUMNS = {"p_better": np.nan, "p_not_better": np.nan, "p_better_holm": np.nan, "p_not_better_holm": np.nan,
                 "margin": np.nan, "verdict": "", "verdict_holm": "", "label": "", "n_needed": np.nan,
                 "role": ""}  # fmt: skip
+ALL, VERDICTS, ESTIMATES = "all", "verdicts", "estimates"  # the families of an experiment (`family_of`)
+
+
+def family_of(spec: Mapping[str, Any], metric: str) -> str:
+    """The family a secondary of an experiment belongs to: ``all`` without ``secondaries.verdicts``, else
+    ``verdicts`` for a comparison in that headline metric family (``mean``, ...) and ``estimates`` for every other
+    one (the other metrics; ``entropy`` for the entropy comparisons)."""
+    declared = ((spec or {}).get("secondaries") or {}).get("verdicts")
+    if not declared:
+        return ALL
+    return VERDICTS if metric == declared else ESTIMATES
 
 
 def _task_subset(primary: Mapping[str, Any], task_subsets: Mapping[str, str]) -> str:
@@ -117,8 +131,11 @@ def family_verdicts(
     members = _cell_members(table, primary, specs, task_subsets, labels, alpha, beta)
     for j, r in primary.iterrows():
         if r["role"] == "secondary" and r["rule"] == SINGLE_LOOK_HOLM and r["p_better"] == r["p_better"]:
-            members.setdefault(str(r["experiment"]), []).append(("entropy", j, "", float(r["margin"])))
-    rows = [_adjust_family(table, primary, xp, group, alpha, beta) for xp, group in members.items()]
+            xp = str(r["experiment"])
+            members.setdefault((xp, family_of(specs.get(xp) or {}, "entropy")), []).append(
+                ("entropy", j, "", float(r["margin"]))
+            )
+    rows = [_adjust_family(table, primary, xp, fam, group, alpha, beta) for (xp, fam), group in members.items()]
     _demoted_rows(table, primary, specs, task_subsets, labels.get("mean"))
     return table, primary, pd.DataFrame(rows, columns=FAMILY_COLUMNS)
 
@@ -135,7 +152,7 @@ def _cell_members(
     """The leaderboard cells of each experiment's family, as experiment -> members ("cell", row index, label,
     margin), with each member's raw single look written into its cell and the primary's own verdict into the primary
     cell (in place: `family_verdicts`' copy of the table)."""
-    members: dict[str, list[tuple[str, Any, str, float]]] = {}
+    members: dict[tuple[str, str], list[tuple[str, Any, str, float]]] = {}
     for i, r in table.iterrows():
         xp = str(r.get("experiment") or MAIN)
         if r["entry"] in (BASE_ENTRY, r.get("baseline")) or not r.get("baseline"):
@@ -157,7 +174,7 @@ def _cell_members(
             raw = rule_verdict(tests["p_better"], tests["p_not_better"], alpha, beta)
             table.loc[i, [f"{lab}_{c}" for c in ("p_better", "p_not_better", "margin", "verdict", "role")]] = [
                 tests["p_better"], tests["p_not_better"], margin, raw, "secondary"]  # fmt: skip
-            members.setdefault(xp, []).append(("cell", i, lab, margin))
+            members.setdefault((xp, family_of(spec, family)), []).append(("cell", i, lab, margin))
     return members
 
 
@@ -165,13 +182,15 @@ def _adjust_family(
     table: pd.DataFrame,
     primary: pd.DataFrame,
     xp: str,
+    fam: str,
     group: list[tuple[str, Any, str, float]],
     alpha: float,
     beta: float,
 ) -> dict[str, Any]:
-    """One experiment's family under Holm's step-down (each one-sided test's m p-values adjusted among themselves):
-    each member's adjusted verdict and ``n_needed`` at the family's strictest levels (alpha / m, beta / m) written
-    into its cell or primary.csv row (in place); returns the experiment's row of `FAMILY_COLUMNS`."""
+    """One family of an experiment under Holm's step-down (each one-sided test's m p-values adjusted among
+    themselves): each member's adjusted verdict and ``n_needed`` at the family's strictest levels (alpha / m,
+    beta / m) written into its cell or primary.csv row (in place), the words of an undecided member of a
+    ``verdicts`` family "estimate only"; returns the family's row of `FAMILY_COLUMNS`."""
     m = len(group)
     p_b = np.array([_member(table, primary, g, "p_better") for g in group], dtype=np.float64)
     p_nb = np.array([_member(table, primary, g, "p_not_better") for g in group], dtype=np.float64)
@@ -184,14 +203,14 @@ def _adjust_family(
         excluding += int(lo > 0 or hi < 0)
         need = needed_pairs(sd, margin, alpha / m, beta / m)
         if kind == "cell":
+            words = ESTIMATE_ONLY if (fam == VERDICTS and v == UNDECIDED) else verdict_label(v, margin)
             table.loc[idx, [f"{lab}_p_better_holm", f"{lab}_p_not_better_holm", f"{lab}_verdict_holm",
-                            f"{lab}_label", f"{lab}_n_needed"]] = [hb, hnb, v, verdict_label(v, margin),
-                                                                   need]  # fmt: skip
+                            f"{lab}_label", f"{lab}_n_needed"]] = [hb, hnb, v, words, need]  # fmt: skip
         else:
             unit = ENTROPY_UNIT
             primary.loc[idx, ["p_better_holm", "p_not_better_holm", "verdict", "n_needed", "label"]] = [
                 hb, hnb, v, need, verdict_label(v, margin, unit, need)]  # fmt: skip
-    return {"experiment": xp, "n_tests": m, "n_excluding_0": excluding, "expected_by_chance": 0.05 * m,
+    return {"experiment": xp, "family": fam, "n_tests": m, "n_excluding_0": excluding, "expected_by_chance": 0.05 * m,
             "better": verdicts.count(BETTER), "not_better": verdicts.count(NOT_BETTER),
             "undecided": verdicts.count(UNDECIDED)}  # fmt: skip
 

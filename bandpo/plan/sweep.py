@@ -134,14 +134,16 @@ def cell_models(cfg: Mapping[str, Any], xp: Mapping[str, Any], entry: str) -> li
 def slot_seeds(cfg: Mapping[str, Any], experiment: str, entry: str) -> list[int]:
     """The seeds an experiment trains and scores a method entry with (its slot's seeds), the same on every model it
     runs the entry on: for the two entries of ``primary.compare`` the experiment's ``primary.seeds`` when set (a
-    superset of its ``seeds``: more seed pairs where the question is), else the experiment's ``seeds``; the
-    base-model entry ``base`` always has the experiment's ``seeds``. ``cfg``: a completed config (experiments
-    filled in by `bandpo.plan.validate`)."""
+    superset of its ``seeds``: more seed pairs where the question is), else the experiment's ``seeds``, kept to the
+    entry's own ``seeds`` where it declares them (an entry that keeps the seeds it has); the base-model entry
+    ``base`` always has the experiment's ``seeds``. ``cfg``: a completed config (experiments filled in by
+    `bandpo.plan.validate`)."""
     xp = cfg["experiments"][experiment]
     primary = xp.get("primary") or {}
     if entry != BASE_ENTRY and primary.get("seeds") and entry in (primary.get("compare") or ()):
         return [int(s) for s in primary["seeds"]]
-    return [int(s) for s in xp["seeds"]]
+    own = (by_id(cfg.get("methods") or []).get(entry) or {}).get("seeds")
+    return [int(s) for s in xp["seeds"] if own is None or s in own]
 
 
 def reused_entries(cfg: Mapping[str, Any], experiment: str) -> list[str]:
@@ -314,6 +316,14 @@ def eval_rule_name(kind: str, experiment: str, primary: bool = False, look: int 
     return f"{name}_look{look}" if look is not None else name
 
 
+def group_rule_name(kind: str, experiment: str, group: Mapping[str, Any]) -> str:
+    """The evaluation rule of one of `eval_seed_groups`' groups: `eval_rule_name`, and for entries that keep seeds
+    of their own (method entries' ``seeds``) that name plus ``_seeds`` and the seeds (``eval_group_seeds0_1_2``)."""
+    name = eval_rule_name(kind, experiment, group["primary"], group["look"])
+    own = group.get("entry_seeds")
+    return f"{name}_seeds{'_'.join(str(s) for s in own)}" if own else name
+
+
 def sequential(cfg: Mapping[str, Any], experiment: str) -> Mapping[str, Any] | None:
     """An experiment's group-sequential design (``primary.sequential``), or None."""
     return ((cfg["experiments"][experiment].get("primary") or {}).get("sequential")) or None
@@ -374,7 +384,7 @@ def family_margin(cfg: Mapping[str, Any], experiment: str, model: str) -> float:
 # What the report reads of each experiment, as the config gives it (the primary's words, the runs it reuses from
 # main, its axis and selection); an axis cell's methods too (a select rule reads them), not main's: adding a method
 # entry must not rerun rule select
-REPORT_KEYS = ("description", "primary", "models", "seeds", "train", "reuse", "axis", "select")
+REPORT_KEYS = ("description", "primary", "secondaries", "models", "seeds", "train", "reuse", "axis", "select")
 
 
 def report_experiments(cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -435,7 +445,9 @@ def eval_seed_groups(cfg: Mapping[str, Any], experiment: str) -> list[dict[str, 
     takes `eval_rule_name`'s ``_primary`` suffix: its seeds are not the experiment's own, i.e. the primary pair's
     ``primary.seeds``), "look": the look whose seeds it scores (a sequential primary's pair: one rule per look's
     block of seeds) or None, "seeds": [int] (the seeds each job of the rule scores, the rule's outputs), "slots":
-    [str] (the slot ids the rule's ``entry`` wildcard matches)}; the group with the experiment's own seeds first.
+    [str] (the slot ids the rule's ``entry`` wildcard matches), "entry_seeds": the seeds of entries that keep seeds
+    of their own (a method entry's ``seeds``; `group_rule_name`'s suffix), else None}; the group with the
+    experiment's own seeds first.
     Empty when the experiment scores nothing of its own (every entry reused)."""
     own = [int(s) for s in cfg["experiments"][experiment]["seeds"]]
     stepwise = sequential_slots(cfg)
@@ -449,8 +461,17 @@ def eval_seed_groups(cfg: Mapping[str, Any], experiment: str) -> list[dict[str, 
             out += [{"primary": True, "look": j, "seeds": block, "slots": ids}
                     for j, block in enumerate(look_blocks(cfg, experiment), 1)]  # fmt: skip
         else:
-            out.append({"primary": list(seeds) != own, "look": None, "seeds": list(seeds), "slots": ids})
-    return sorted(out, key=lambda g: (g["primary"], g["look"] or 0))
+            pair = any(_runs_primary_seeds(cfg, experiment, slots(cfg, base=True)[i]["entry"]) for i in ids)
+            entry_seeds = list(seeds) if list(seeds) != own and not pair else None
+            out.append({"primary": list(seeds) != own and pair, "look": None, "seeds": list(seeds), "slots": ids,
+                        "entry_seeds": entry_seeds})  # fmt: skip
+    return sorted(out, key=lambda g: (g["primary"], g["look"] or 0, bool(g.get("entry_seeds"))))
+
+
+def _runs_primary_seeds(cfg: Mapping[str, Any], experiment: str, entry: str) -> bool:
+    """Whether an entry runs its experiment's ``primary.seeds`` (an entry of a primary pair with seeds of its own)."""
+    primary = cfg["experiments"][experiment].get("primary") or {}
+    return entry != BASE_ENTRY and bool(primary.get("seeds")) and entry in (primary.get("compare") or ())
 
 
 def expected_jobs(cfg: Mapping[str, Any]) -> dict[str, int]:
@@ -478,10 +499,10 @@ def expected_jobs(cfg: Mapping[str, Any]) -> dict[str, int]:
                 continue  # the later looks' seeds: scheduled only when a look does not decide
             n_groups = sum(1 for _m, slot in scored if slot in group["slots"])
             if cfg["eval"]["group_seeds"]:
-                jobs[eval_rule_name("eval_group", xp_id, group["primary"], group["look"])] = n_groups
+                jobs[group_rule_name("eval_group", xp_id, group)] = n_groups
             else:
                 n = n_groups * len(group["seeds"])
-                jobs[eval_rule_name("eval_run", xp_id, group["primary"], group["look"])] = n
+                jobs[group_rule_name("eval_run", xp_id, group)] = n
     jobs["look"] = len(sequential_pairs(cfg))  # each sequential primary's first look
     jobs["decided"] = jobs["look"]  # and the copy of the look that decided it (looks.smk)
     jobs["select"] = sum(1 for xp in cfg["experiments"].values() if xp.get("select"))

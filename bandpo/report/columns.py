@@ -15,6 +15,7 @@ from bandpo.analysis.leaderboard import headline_label
 from bandpo.analysis.stats import DEFAULT_BASELINE, HEADLINE
 from bandpo.plan.sweep import BASE_ENTRY
 from bandpo.report.text import as_float, fmt, fmt_ci, fmt_seconds
+from bandpo.verdict.rule import ESTIMATE_ONLY, UNDECIDED
 
 IDENTICAL = "identical to {baseline} on every seed (no evidence either way)"
 T_INTERVAL = "t_"  # the tables show Student-t intervals over seeds; leaderboard.csv has the bootstrap ones too
@@ -210,7 +211,7 @@ def verdict_text(r: Mapping[str, Any], label: str) -> str:
     if not isinstance(words, str) or not words:
         return ""
     need = as_float(r.get(f"{label}_n_needed"))
-    if words == "undecided" and math.isfinite(need):  # what a verdict would take, at this (rough) SD
+    if words in (UNDECIDED, ESTIMATE_ONLY) and math.isfinite(need):  # what a verdict would take, at this (rough) SD
         words += f" (a single look decides from n = {int(need)})"
     return f"{words} (primary)" if r.get(f"{label}_role") == "primary" else words
 

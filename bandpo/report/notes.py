@@ -266,13 +266,21 @@ def _entropy_result(r: Any) -> str:
 
 
 def family_sentence(f: Any) -> str:
-    """One experiment's family of secondaries (`bandpo.analysis.family.family_verdicts`), in words."""
+    """One family of an experiment's secondaries (`bandpo.analysis.family.family_verdicts`), in words: ``all`` (the
+    experiment's one family), ``verdicts`` (the declared metric's comparisons, the entries' verdicts) or
+    ``estimates`` (the rest)."""
+    what = {
+        "all": "every other trained entry, metric and model of the experiment, and its entropy comparisons",
+        "verdicts": "every other trained entry's comparison in the declared metric, one family: the entries' "
+        "verdicts, an undecided one an estimate only",
+        "estimates": "the other metrics and the entropy comparisons, a family of their own",
+    }[str(getattr(f, "family", "all"))]
+    head = "Secondaries" if str(getattr(f, "family", "all")) != "estimates" else "Further secondaries"
     return (
-        f"Secondaries: {int(f.n_tests)} paired tests against the baseline (every other trained entry, metric and "
-        f"model of the experiment, and its entropy comparisons; Holm-adjusted, the test of no gain at 5% and of a "
-        f"gain of the margin at 10%): {int(f.better)} better, {int(f.not_better)} not better by the margin, "
-        f"{int(f.undecided)} undecided; unadjusted, {int(f.n_excluding_0)} of their 95% intervals exclude 0, where "
-        f"about {fmt(f.expected_by_chance, 1, 1)} would by chance were no entry different"
+        f"{head}: {int(f.n_tests)} paired tests against the baseline ({what}; Holm-adjusted, the test of no gain "
+        f"at 5% and of a gain of the margin at 10%): {int(f.better)} better, {int(f.not_better)} not better by the "
+        f"margin, {int(f.undecided)} undecided; unadjusted, {int(f.n_excluding_0)} of their 95% intervals exclude 0, "
+        f"where about {fmt(f.expected_by_chance, 1, 1)} would by chance were no entry different"
     )
 
 
@@ -297,7 +305,7 @@ def experiment_notes(
     `_entropy_result`: one template per kind of row), its runs' entropy fall (``collapse``, `collapse_sentence`) and
     its family of secondaries (`family_sentence`)."""
     out = []
-    fam = family.set_index("experiment") if family is not None and not family.empty else None
+    fam = family if family is not None and not family.empty else None
     for xp, spec in specs.items():
         parts = [str(spec.get("description") or "").rstrip(".")]
         p = spec.get("primary") or {}
@@ -314,8 +322,8 @@ def experiment_notes(
             parts.append("Result: not available (no scores of both entries yet)")
         if collapse is not None and not collapse.empty and (collapse["experiment"] == xp).any():
             parts.append(collapse_sentence(collapse[collapse["experiment"] == xp]))
-        if fam is not None and xp in fam.index:
-            parts.append(family_sentence(fam.loc[xp]))
+        if fam is not None:
+            parts += [family_sentence(f) for f in fam[fam["experiment"] == xp].itertuples()]
         if any(parts):  # sentences: a description that is a question keeps its "?" without a "." after it
             out.append((xp, " ".join(x if x.endswith(("?", "!")) else x + "." for x in parts if x)))
     return out

@@ -29,8 +29,8 @@ from conftest import snakemake
 
 from bandpo.plan.sweep import (
     cell_models,
-    eval_rule_name,
     eval_seed_groups,
+    group_rule_name,
     job_resources,
     runs,
     score_groups,
@@ -178,10 +178,10 @@ def sacct(env, *fields: str) -> list[dict[str, str]]:
 
 
 def eval_rule_of(cfg: dict, slot: str) -> str:
-    """The scoring rule of a slot (`bandpo.plan.sweep.eval_seed_groups`, `eval_rule_name`)."""
+    """The scoring rule of a slot (`bandpo.plan.sweep.eval_seed_groups`, `group_rule_name`)."""
     experiment = split_slot(slot)[1]
     group = next(g for g in eval_seed_groups(cfg, experiment) if slot in g["slots"])
-    return eval_rule_name("eval_group", experiment, group["primary"])
+    return group_rule_name("eval_group", experiment, group)
 
 
 def rule_of(comment: str) -> str:

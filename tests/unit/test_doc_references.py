@@ -17,7 +17,7 @@ guessing at prose:
   `` `rule x` ``, and the rules listed for a ``workflow/rules/*.smk`` file in a table row of its files (spans
   outside parentheses). Names are lower-case identifiers (a selection rule such as ``largest-learning-compared``
   is not a Snakemake rule); they must be among the ``rule NAME:`` (or ``checkpoint NAME:``) definitions of the
-  Snakefile and workflow/rules/*.smk, or the main experiment's evaluation rules named by ``eval_rule_name("...", ...)``
+  Snakefile and workflow/rules/*.smk, or the main experiment's evaluation rules named by ``group_rule_name("...", ...)``
   (with the ``_primary`` suffix of its primary pair's rule where that pair runs seeds of its own: ``primary.seeds``).
 
 Every missing reference is listed in the failure with its file and line.
@@ -151,7 +151,7 @@ def rule_names() -> frozenset[str]:
     for path in [ROOT / "Snakefile", *sorted((ROOT / "workflow" / "rules").glob("*.smk"))]:
         text = path.read_text(encoding="utf-8")
         names |= set(re.findall(r"^\s*(?:rule|checkpoint)\s+(\w+)\s*:", text, re.M))
-        for kind in re.findall(r"\beval_rule_name\(\s*\"(\w+)\"", text):  # the main experiment's rule names
+        for kind in re.findall(r"\bgroup_rule_name\(\s*\"(\w+)\"", text):  # the main experiment's rule names
             names |= {kind, f"{kind}_primary"}  # its primary pair's, where the pair runs seeds of its own
     return frozenset(names)
 

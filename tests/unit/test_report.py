@@ -2141,6 +2141,40 @@ def test_family_verdicts_adjust_the_secondaries_and_leave_the_primary_alone():
     assert primary_out["p_better_holm"].iloc[0] == cell["mean@8_p_better_holm"]
 
 
+def test_declared_verdict_metric_splits_the_family_and_says_estimate_only():
+    """``secondaries: {verdicts: mean}`` (issue #68): the entries' mean@8 comparisons are one Holm family, their
+    verdicts, an undecided one reading "estimate only" with the pairs a verdict needs; every other metric is a
+    second family, adjusted among itself only. Without the key the experiment keeps one family of all."""
+    from bandpo.analysis.family import family_verdicts
+    from bandpo.analysis.stats import holm, one_sided_tests
+    from bandpo.report.columns import verdict_text
+
+    rows = [_board_row("grpo", np.nan, np.nan), _board_row("a", 0.04, 0.01), _board_row("b", 0.012, 0.02),
+            _board_row("c", -0.03, 0.004)]  # fmt: skip
+    for r, (d, sd) in zip(rows, [(np.nan, np.nan), (0.01, 0.03), (0.2, 0.01), (-0.001, 0.002)], strict=True):
+        r.update({"pass@8": 0.5, "pass@8_diff": d, "pass@8_diff_sd": sd, "pass@8_n_pairs": 10,
+                  "pass@8_diff_t_ci_low": d - 0.01, "pass@8_diff_t_ci_high": d + 0.01})  # fmt: skip
+    board = pd.DataFrame(rows)
+    specs = {"main": {"primary": {"compare": ["bandpo_kl", "grpo"], "margin": 2.0}, "margins": {"tiny-s": 0.02},
+                      "secondaries": {"verdicts": "mean"}}}  # fmt: skip
+    out, _primary, family = family_verdicts(board, specs, {})
+    assert sorted(zip(family["family"], family["n_tests"], strict=True)) == [("estimates", 3), ("verdicts", 3)]
+    by = out.set_index("entry")
+    members = ["a", "b", "c"]
+    raw = [one_sided_tests(by.loc[e, "mean@8_diff"], by.loc[e, "mean@8_diff_sd"], 10, 0.02) for e in members]
+    np.testing.assert_allclose(by.loc[members, "mean@8_p_better_holm"], holm([t["p_better"] for t in raw]))
+    raw = [one_sided_tests(by.loc[e, "pass@8_diff"], by.loc[e, "pass@8_diff_sd"], 10, 0.02) for e in members]
+    np.testing.assert_allclose(by.loc[members, "pass@8_p_better_holm"], holm([t["p_better"] for t in raw]))
+    assert list(by.loc[members, "mean@8_label"]) == ["better", "estimate only", "not better by 2 points"]
+    assert by.loc["b", "pass@8_label"] == "better" and by.loc["a", "pass@8_label"] == "undecided"
+    need = int(by.loc["b", "mean@8_n_needed"])
+    assert verdict_text(by.loc["b"].to_dict() | {"entry": "b"}, "mean@8") == (
+        f"estimate only (a single look decides from n = {need})")  # fmt: skip
+    specs["main"].pop("secondaries")
+    _out, _primary, family = family_verdicts(board, specs, {})
+    assert family["family"].tolist() == ["all"] and family["n_tests"].tolist() == [6]
+
+
 def test_the_holm_family_holds_the_entropy_secondaries():
     """The entropy comparisons of ``primary.entropy_compare`` (role secondary in primary.csv, margin in nats) are
     members of their experiment's family beside the leaderboard's cells (issue #55, item 6): their p-values are

@@ -605,7 +605,11 @@ def test_embedded_dry_run(tmp_path):
     # the sequential pair's groups of its first look (its later looks join when a look does not decide)
     assert [p["model"] for p in pairs] == ["tiny-s", "tiny-m"] and counts["look"] == counts["decided"] == 2
     assert counts["eval_group_primary_look1"] == 2 * len(pairs)
-    assert counts["eval_group"] + counts["eval_group_primary_look1"] == n_cells[sweep.MAIN] + 2  # base models too
+    # entries that keep seeds of their own (offpolicy_mask: its 3) are scored by a rule of their own
+    kept = {e for e in xps[sweep.MAIN]["methods"] if sweep.by_id(cfg["methods"])[e].get("seeds")}
+    assert kept == {"offpolicy_mask"} and counts["eval_group_seeds0_1_2"] == len(kept)
+    assert counts["eval_group"] + counts["eval_group_primary_look1"] + counts["eval_group_seeds0_1_2"] == (
+        n_cells[sweep.MAIN] + 2)  # base models too  # fmt: skip
     assert groups("eval_group_random_reward") == len(xps["random-reward"]["methods"])  # one group per entry
     assert set(xps) == {"main", "random-reward"} and "select" not in counts  # the other experiments: own configs
     assert counts["atlas"] == 1  # the equivalence atlas, before the report
@@ -713,8 +717,11 @@ def test_rerun_check_is_the_main_tiny_s_slice(tmp_path):
     proc = snakemake(tmp_path, "-n", "--quiet", "rules", configfile=ROOT / "config" / "rerun-check.yaml")
     assert proc.returncode == 0, proc.output[-3000:]
     counts = job_counts(proc.output)
-    n = len(rerun["methods"])
-    assert counts["model_tiny"] == 1 and counts["train"] == 3 * n and counts["eval_group"] == n + 1  # one base model
+    cfg = validate.validate_config(rerun)
+    n_runs = sum(len(sweep.slot_seeds(cfg, sweep.MAIN, e["id"])) for e in rerun["methods"])
+    assert n_runs == 5 * len(rerun["methods"]) - 2  # offpolicy_mask keeps its 3 seeds
+    assert counts["model_tiny"] == 1 and counts["train"] == n_runs
+    assert counts["eval_group"] + counts["eval_group_seeds0_1_2"] == len(rerun["methods"]) + 1  # one base model
 
 
 # ----------------------------------------------------------------------------------------------------------------

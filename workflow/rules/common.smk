@@ -5,7 +5,7 @@ import os
 import re
 import shlex
 
-from bandpo.plan.sweep import MAIN, BASE_ENTRY, base_models, cell_models, eval_groups, eval_rule_name, eval_seed_groups, job_resources, runs, score_groups, slot_id, slot_seeds, slots, val_data_ids, verl_val_split
+from bandpo.plan.sweep import MAIN, BASE_ENTRY, base_models, cell_models, eval_groups, eval_seed_groups, group_rule_name, job_resources, runs, score_groups, slot_id, slot_seeds, slots, val_data_ids, verl_val_split
 
 # Every job's folders, environment and spec file come from one place, the run plan (bandpo.plan.runs.Plan, built in
 # the Snakefile; the benchmarks that run a job as the DAG does use the same): the functions below only hand its

@@ -14,7 +14,8 @@
 # for main, eval_group_<experiment> / eval_run_<experiment> (bandpo.plan.sweep.eval_rule_name) for the others; an
 # experiment whose primary pair runs seeds of its own (primary.seeds) scores the pair with a rule of its own,
 # eval_group_primary / eval_group_<experiment>_primary (bandpo.plan.sweep.eval_seed_groups); a sequential primary
-# with one rule per look's seeds (eval_group_primary_look1, ...), scheduled as its looks ask (looks.smk).
+# with one rule per look's seeds (eval_group_primary_look1, ...), scheduled as its looks ask (looks.smk); entries that
+# keep seeds of their own (a method entry's seeds) one more (eval_group_seeds0_1_2; bandpo.plan.sweep.group_rule_name).
 for _xp_id, _xp in EXPERIMENTS.items():
     for _group in eval_seed_groups(config, _xp_id):
 
@@ -22,7 +23,7 @@ for _xp_id, _xp in EXPERIMENTS.items():
 
             rule:
                 name:
-                    eval_rule_name("eval_group", _xp_id, _group["primary"], _group["look"])
+                    group_rule_name("eval_group", _xp_id, _group)
                 input:
                     spec=lambda w, seeds=_group["seeds"]: _eval_spec(w.model, w.entry, seeds),
                     models=lambda w, seeds=_group["seeds"]: [_checkpoint(w.model, w.entry, s) for s in seeds],
@@ -49,7 +50,7 @@ for _xp_id, _xp in EXPERIMENTS.items():
 
             rule:
                 name:
-                    eval_rule_name("eval_run", _xp_id, _group["primary"], _group["look"])
+                    group_rule_name("eval_run", _xp_id, _group)
                 input:
                     spec=lambda w: _eval_spec(w.model, w.entry, [int(w.seed)]),
                     model=lambda w: _checkpoint(w.model, w.entry, w.seed),
