@@ -152,8 +152,9 @@ def grader_note(table: pd.DataFrame) -> str:
     return (
         "Scores graded by " + ", ".join(graders) + " (bandpo.grader: name/mode@version; lenient: last \\boxed{} "
         "or Answer: line; strict-answer-line: the last Answer: line only; both accept equivalent answers; "
-        "math-dapo: the paper's rule, verl's math_dapo, the normalised last Answer: line string-equal to the "
-        "reference)."
+        "math-dapo: verl 0.9.1's math_dapo, the normalised last Answer: line string-equal to the reference, with a "
+        "last-\\boxed{} fallback when there is no such line; math-dapo-paper: the paper's rule, the same without "
+        "the fallback)."
     )
 
 
