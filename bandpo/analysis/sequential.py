@@ -3,7 +3,7 @@ verdict rule and seeds until decided"): the paired differences of each primary r
 scores in git history (`publication_differences`), the planning SD per setting (the one-sided 90% upper confidence
 bound of the pooled SD, `planning_sds`), their training cost (`publication_costs`), and a design's table of
 boundaries, error rates, expected pairs and stability (`plan_lines`). docs/statistics.md's block of the designs as
-the published config applies them is `bandpo.report.docs.designs.sequential_plan`, which reads these.
+the published config applies them is `docs.blocks.designs.sequential_plan`, which reads these.
 
 ``python -m bandpo.analysis.sequential plan --sd SD`` prints a design's table. Seeded: the same numbers on every
 machine.

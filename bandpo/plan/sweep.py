@@ -468,6 +468,20 @@ def eval_seed_groups(cfg: Mapping[str, Any], experiment: str) -> list[dict[str, 
     return sorted(out, key=lambda g: (g["primary"], g["look"] or 0, bool(g.get("entry_seeds"))))
 
 
+def eval_rule_clash(cfg: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """The first evaluation rule name two experiments would share (`group_rule_name`: ids that differ only in
+    characters other than letters, digits and _ share one, and so would an experiment ``primary`` and main's primary
+    pair), as (experiment, name, the other experiment); None when every rule has a name of its own."""
+    seen: dict[str, str] = {}
+    for xp_id in cfg["experiments"]:
+        for group in eval_seed_groups(cfg, xp_id):
+            name = group_rule_name("eval_group", xp_id, group)
+            if seen.get(name, xp_id) != xp_id:
+                return xp_id, name, seen[name]
+            seen[name] = xp_id
+    return None
+
+
 def _runs_primary_seeds(cfg: Mapping[str, Any], experiment: str, entry: str) -> bool:
     """Whether an entry runs its experiment's ``primary.seeds`` (an entry of a primary pair with seeds of its own)."""
     primary = cfg["experiments"][experiment].get("primary") or {}

@@ -43,8 +43,7 @@ from bandpo.plan.sweep import (
     by_id,
     cell_models,
     design_settings,
-    eval_seed_groups,
-    group_rule_name,
+    eval_rule_clash,
     job_resources,
     method_module_path,
     method_module_specs,
@@ -465,16 +464,11 @@ def complete_experiments(cfg: dict[str, Any]) -> None:
             if not cell_models(cfg, xp, e):
                 fail(where + ["methods", i], f"entry {e!r} runs on none of the experiment's models {xp['models']}"
                      f" (its models: {entry_ids[e]['models']})")  # fmt: skip
-            own = entry_ids[e].get("seeds")
-            if own is not None and e in ((xp.get("primary") or {}).get("compare") or ()):
-                fail(
-                    ["methods", list(entry_ids).index(e), "seeds"],
-                    f"entry {e!r} is in the primary pair of "
-                    f"experiment {xp_id!r}: its seeds are the pair's (primary.seeds or the experiment's)",
-                )
-            if own is not None and not set(own) & set(xp["seeds"]):
-                fail(["methods", list(entry_ids).index(e), "seeds"], f"entry {e!r}'s seeds {own} share none "
-                     f"with experiment {xp_id!r}'s {xp['seeds']}: it would run no seed there")  # fmt: skip
+            own, pair = entry_ids[e].get("seeds"), e in ((xp.get("primary") or {}).get("compare") or ())
+            if own is not None and (pair or not set(own) & set(xp["seeds"])):
+                fail(["methods", list(entry_ids).index(e), "seeds"], f"entry {e!r} is in the primary pair of "
+                     f"experiment {xp_id!r}: its seeds are the pair's" if pair else f"entry {e!r}'s seeds {own} "
+                     f"share none with experiment {xp_id!r}'s {xp['seeds']}: it would run no seed there")  # fmt: skip
         out[xp_id] = xp
     _check_axes(cfg, out)
     if cfg.get("only"):
@@ -551,17 +545,11 @@ def _check_models_named(mapping: Mapping[str, Any], xp: Mapping[str, Any], where
 
 
 def _check_eval_rule_names(cfg: Mapping[str, Any]) -> None:
-    """Every evaluation rule of the DAG has a name of its own (`eval_rule_name`: ids that differ only in characters
-    other than letters, digits and _ would share one, and so would an experiment ``primary`` and main's primary
-    pair)."""
-    seen: dict[str, str] = {}
-    for xp_id in cfg["experiments"]:
-        for group in eval_seed_groups(cfg, xp_id):
-            name = group_rule_name("eval_group", xp_id, group)
-            if seen.get(name, xp_id) != xp_id:
-                fail(["experiments", xp_id], f"its evaluation rule would be named {name!r}, the name of a rule of "
-                     f"experiment {seen[name]!r}: rename the experiment")  # fmt: skip
-            seen[name] = xp_id
+    """Every evaluation rule of the DAG has a name of its own (`bandpo.plan.sweep.eval_rule_clash`)."""
+    clash = eval_rule_clash(cfg)
+    if clash:
+        fail(["experiments", clash[0]], f"its evaluation rule would be named {clash[1]!r}, the name of a rule of "
+             f"experiment {clash[2]!r}: rename the experiment")  # fmt: skip
 
 
 def _check_axes(cfg: dict[str, Any], experiments: Mapping[str, Mapping[str, Any]]) -> None:

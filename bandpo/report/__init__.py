@@ -1,9 +1,9 @@
-"""The report stage: renders a profile's statistics (`bandpo.analysis`) as the leaderboard's tables, pages, figures
-and the generated blocks of the docs, all around one object, the board (`board.Board`).
+"""The report stage: renders a profile's statistics (`bandpo.analysis`) as the leaderboard's tables, pages and
+figures, all around one object, the board (`board.Board`). The generated blocks of this repository's own docs read
+the same board from outside the library (`docs/blocks/`, ``python -m docs.blocks``).
 
 It reads files only (the run outputs, the evaluation files, the bounds table and the atlas); it imports no method
-registry and no torch (the one exception, when rendered: the docs' table of rules by framework reads each rule's
-metadata from the registry, `docs.scores.rules`). Modules:
+registry and no torch. Modules:
 
     board      `Board`: the leaderboard, its tables, the config that shaped them and the text the pages print; read
                back from a published folder by `Board.read`
@@ -20,10 +20,9 @@ metadata from the registry, `docs.scores.rules`). Modules:
     verdicts   the answer at the top of every page: each tier's verdict, what it shows and what it does not
     forest     the forest plot of every entry's paired difference from the baseline
     metric_cost  the real LM's candidate primary metrics priced by the cost of a decision (``metric-cost``)
-    docs       the generated blocks of README.md, docs/*.md and results/README.md (``python -m bandpo.report docs``)
     publish    `publish` and `provenance`: a profile's report copied to the top-level results/
     compare    a rerun against the published run (``compare``, ``compare --exact``), a profile beside another
-    cli        ``python -m bandpo.report build|publish|compare|beside|smoke|docs|metric-cost``
+    cli        ``python -m bandpo.report build|publish|compare|beside|smoke|metric-cost``
 
 Outputs of `build_report` (``--out``, default: the results folder itself; every file written atomically)::
 

@@ -1,7 +1,7 @@
 """The board: one leaderboard and everything the report says about it, the one object every renderer takes.
 
 `bandpo.report.build.build_report` makes it from a profile's runs and scores; `Board.read` reads it back from a
-published results folder, which is what the doc blocks render (`bandpo.report.docs`). The Markdown page
+published results folder, which is what the doc blocks render (`docs.blocks`). The Markdown page
 (`bandpo.report.markdown`), the HTML page (`bandpo.report.page`) and the doc blocks read its fields. The figures are
 drawn from the runs' per-step metrics, which the board does not hold; it names the ones the pages show.
 """

@@ -8,7 +8,6 @@
     python -m bandpo.report compare --exact --published results --rerun OTHER
     python -m bandpo.report beside --results results/verl-cpu --other results
     python -m bandpo.report smoke --dest results [--out SECTION.md --results results/real-lm-smoke ...]
-    python -m bandpo.report docs [--check]
     python -m bandpo.report metric-cost [--results results/real-lm]
 
 ``compare`` checks a rerun (another machine, thread count or BLAS path) against the published leaderboard: which
@@ -28,7 +27,7 @@ from pathlib import Path
 
 from bandpo.analysis.stats import DEFAULT_BASELINE
 from bandpo.core.files import atomic_write_text
-from bandpo.report import docs, metric_cost
+from bandpo.report import metric_cost
 from bandpo.report.build import build_report
 from bandpo.report.compare import beside, compare, compare_exact
 from bandpo.report.publish import provenance, publish
@@ -79,10 +78,6 @@ def parser() -> argparse.ArgumentParser:
     k.add_argument("--results", default=None, help="the smoke profile's report folder: its provenance.json goes there")
     k.add_argument("--config-json", default=None, help="the resolved run config (JSON) to record in provenance.json")
     k.add_argument("--models", nargs="*", default=[], help="base model folders whose source and checksums it records")
-    d = sub.add_parser("docs", help="rewrite the generated blocks of README.md, docs/*.md, results/README.md")
-    d.add_argument("--root", default=".", help="the repository root (default: here)")
-    d.add_argument("--results", default=None, help="the published tables (default: ROOT/results)")
-    d.add_argument("--check", action="store_true", help="change nothing; exit 1 if a doc is stale")
     m = sub.add_parser("metric-cost", help="the real LM's candidate metrics priced by the cost of a decision")
     m.add_argument("--results", default="results/real-lm", help="a published real-LM comparison's folder")
     return ap  # fmt: skip
@@ -142,16 +137,6 @@ def run_smoke(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_docs(args: argparse.Namespace) -> int:
-    stale = docs.update(args.root, args.results, check=args.check)
-    for path in stale:
-        print(f"{'stale' if args.check else 'rewrote'}: {path}")
-    if args.check and not stale:
-        blocks, files = docs.block_count(args.root)
-        print(f"checked {blocks} generated blocks in {files} files: all up to date")
-    return 1 if args.check and stale else 0
-
-
 def run_metric_cost(args: argparse.Namespace) -> int:
     """`bandpo.report.metric_cost`'s table of a published real-LM comparison and the choice its rule makes."""
     folder = Path(args.results)
@@ -163,7 +148,7 @@ def run_metric_cost(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"build": run_build, "publish": run_publish, "compare": run_compare, "beside": run_beside,
-            "smoke": run_smoke, "docs": run_docs, "metric-cost": run_metric_cost}  # fmt: skip
+            "smoke": run_smoke, "metric-cost": run_metric_cost}  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

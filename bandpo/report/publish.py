@@ -117,7 +117,7 @@ def provenance(
     package versions, the machine (`bandpo.core.provenance.machine`), the resolved run config when given, each base
     model's weights checksum and build machine (`base_models`), and the numerics of the jobs behind
     ``results_dir`` (`numerics`) and the digest of each of its runs (`run_digests`). ``published_on``: the UTC date
-    it was written (the docs name the publication by it, `bandpo.report.docs.publication`); the commit that adds the
+    it was written (the docs name the publication by it, `docs.blocks.publication`); the commit that adds the
     published folder to the repository cannot be recorded in it (it holds the file): ``git log -1 --
     results/provenance.json`` names it."""
     repo = Path(repo) if repo is not None else Path(__file__).resolve().parent  # the suite's checkout

@@ -353,7 +353,7 @@ def test_rule_revision_3_on_the_published_axis_chooses_main_setting():
     fixed from the axis of 2026-12-02 (then in results/; git history); recomputed here on its republication under
     the fixed numerics (results/offpolicy/): D = 4 qualifies, D = 8 (the cell a rerun on another CPU model chose
     under revision 2, whose interval lies below 2 points) and D = 16 do not."""
-    from bandpo.report.docs.axes import SEPARATION_RULE
+    from docs.blocks.axes import SEPARATION_RULE
 
     root = Path(__file__).resolve().parents[2]
     published = json.loads((root / "results" / "offpolicy" / "provenance.json").read_text())["config"]

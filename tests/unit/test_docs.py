@@ -1,5 +1,5 @@
 """The documentation against the files it describes: every generated block of README.md and docs/*.md equals what
-`python -m bandpo.report docs` makes of results/ today, the numbers and claims written in prose are recomputed
+`python -m docs.blocks` makes of results/ today, the numbers and claims written in prose are recomputed
 from results/ (or from the code they describe), and the README's commands are those CI runs."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import pandas as pd
 import pytest
 import yaml
 
+import docs.blocks as docs
 from bandpo.analysis.stats import t_interval
-from bandpo.report import docs
 from bandpo.report.board import Board
-from bandpo.report.docs import axes as axis_blocks
-from bandpo.report.docs import experiments as experiment_blocks
-from bandpo.report.docs import scores as score_blocks
+from docs.blocks import axes as axis_blocks
+from docs.blocks import experiments as experiment_blocks
+from docs.blocks import scores as score_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Board.read(ROOT / "results")
@@ -31,7 +31,7 @@ def read(name: str) -> str:
 def test_docs_are_generated_from_results():
     stale = docs.update(ROOT, check=True)
     assert not stale, (
-        f"stale generated blocks in {[str(p.relative_to(ROOT)) for p in stale]}: run `python -m bandpo.report docs`"
+        f"stale generated blocks in {[str(p.relative_to(ROOT)) for p in stale]}: run `python -m docs.blocks`"
     )
 
 
@@ -55,13 +55,13 @@ def test_render_rewrites_blocks_in_place(tmp_path, capsys):
     (tmp_path / "README.md").write_text(text)
     assert docs.update(tmp_path, ROOT / "results", check=True) == [tmp_path / "README.md"]
     assert (tmp_path / "README.md").read_text() == text
-    from bandpo.report.cli import main
+    from docs.blocks.__main__ import main
 
-    assert main(["docs", "--root", str(tmp_path), "--results", str(ROOT / "results"), "--check"]) == 1
-    assert main(["docs", "--root", str(tmp_path), "--results", str(ROOT / "results")]) == 0
+    assert main(["--root", str(tmp_path), "--results", str(ROOT / "results"), "--check"]) == 1
+    assert main(["--root", str(tmp_path), "--results", str(ROOT / "results")]) == 0
     assert (tmp_path / "README.md").read_text() == out
     capsys.readouterr()
-    assert main(["docs", "--root", str(tmp_path), "--results", str(ROOT / "results"), "--check"]) == 0
+    assert main(["--root", str(tmp_path), "--results", str(ROOT / "results"), "--check"]) == 0
     assert capsys.readouterr().out == "checked 2 generated blocks in 1 files: all up to date\n"  # says what it checked
 
 
@@ -231,9 +231,9 @@ def test_results_claims():
 
 
 def test_publication_blocks_are_the_provenance():
-    """The blocks that name a publication's commit, machine, base models and seeds (`bandpo.report.docs.publication`)
+    """The blocks that name a publication's commit, machine, base models and seeds (`docs.blocks.publication`)
     say what each published folder's provenance.json records, and the seeds they give are those the runs used."""
-    from bandpo.report.docs import publication
+    from docs.blocks import publication
 
     prov = RESULTS.provenance
     text = publication.publication(RESULTS)
@@ -335,7 +335,7 @@ def test_primary_rules_are_the_paired_comparisons_of_the_leaderboard(folder):
 def test_headline_adds_the_rows_of_a_published_folder():
     """A folder named in the headline's parts adds its primary rows of mean@8 after the embedded profile's, each
     named by the folder (and its experiment when not main), with the part's own numbers."""
-    from bandpo.report.docs.cells import ci
+    from docs.blocks.cells import ci
 
     def table(text: str) -> str:  # the table of the block (the lines on what each verdict shows follow it)
         return "\n".join(line for line in text.splitlines() if line.startswith("|"))
@@ -396,7 +396,7 @@ def test_real_lm_blocks_recompute():
     """The real-LM comparison's blocks against steps.csv and runs.csv (results/real-lm/): the pilot's held-out curve
     (GRPO, seed 0) and its change against the declared bar, the held-out table's paired differences, and the clip
     fractions by old-probability bucket."""
-    from bandpo.report.docs.cells import num
+    from docs.blocks.cells import num
 
     res = RESULTS.part("real-lm")
     steps = pd.read_csv(res.folder / "steps.csv")
@@ -749,7 +749,7 @@ def test_real_lm_verl_pair_is_the_declared_design():
     config/real-lm-compare.yaml's; every run trained the declared steps through verl with its held-out curve at the
     local runs' measurements; its blocks recompute from steps.csv and runs.csv of both folders."""
     from bandpo.plan.validate import load_yaml, validate_config
-    from bandpo.report.docs.cells import num
+    from docs.blocks.cells import num
 
     res = RESULTS.part("real-lm-compare-verl")
     declared = validate_config(load_yaml(ROOT / "config" / "real-lm-compare-verl.yaml"))
@@ -822,8 +822,8 @@ def test_each_published_folder_states_the_rule_its_config_declares(folder):
     describes it, and the block states, per primary and model, the rule its provenance.json config declares (read
     here from the raw config): sequential with its k, n_max, seeds, β and planning SD, a single look at its pairs,
     exploratory, demoted or descriptive; primary.csv's rows were decided by that rule."""
-    from bandpo.report.docs.publication import seed_range
     from bandpo.verdict.design import BETA
+    from docs.blocks.publication import seed_range
 
     board = RESULTS.part(folder) if folder else RESULTS
     config = board.provenance["config"]
@@ -882,8 +882,8 @@ def test_the_plan_block_uses_the_applied_designs():
     provenance config): tiny-m at its own power and n_max, and the headline's boundaries of the design applied, those
     primary.csv's looks used (its first look's futility boundary)."""
     from bandpo.plan.sweep import design_settings
-    from bandpo.report.docs import designs
     from bandpo.verdict.design import SequentialDesign
+    from docs.blocks import designs
 
     text = read("docs/statistics.md")
     body = next(m["body"] for m in docs.BLOCK.finditer(text) if m["name"] == "sequential-plan")

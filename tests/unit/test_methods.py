@@ -700,7 +700,7 @@ def test_methods_listing_shows_user_modules_with_their_files(tmp_path):
 
 
 def test_every_rule_a_framework_ships_names_parity_tests_that_exist():
-    """The ranking page's parity column (`bandpo.report.docs.scores.rules`) names real tests: every method whose
+    """The ranking page's parity column (`docs.blocks.scores.rules`) names real tests: every method whose
     ``shipped_by`` names verl or TRL lists at least one, and each is a test function of an existing test file (its
     parameters, if any, are the test's own)."""
     import ast

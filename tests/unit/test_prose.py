@@ -1,7 +1,7 @@
 """Hand-written prose carries no published number (issue #55, item 7).
 
 A sentence that quotes a number of a run goes stale with the next publication; every such number is a generated
-block (``<!-- generated:NAME -->``, `bandpo.report.docs`), which ``python -m bandpo.report docs`` rewrites from
+block (``<!-- generated:NAME -->``, `docs.blocks`), which ``python -m docs.blocks`` rewrites from
 ``results/`` and `tests/unit/test_docs.py` checks. This test scans the hand-written text for result-like numbers
 and fails with the list, ``file:line: kind 'text'``.
 
@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pytest
 
-from bandpo.report.docs import BLOCK
+from docs.blocks import BLOCK
 
 ROOT = Path(__file__).resolve().parents[2]
 # Pages under results/ that the report writes whole (not hand-written): their text is generated
@@ -279,7 +279,7 @@ def test_prose_carries_no_published_number():
         found += [h for h in hits(doc, path.read_text(encoding="utf-8")) if allowed(h) is None]
     assert not found, (
         f"{len(found)} result-like number(s) in hand-written prose (make each a generated block, "
-        "`bandpo.report.docs`, or reword; a constant of the design goes into ALLOWED with its reason):\n"
+        "`docs.blocks`, or reword; a constant of the design goes into ALLOWED with its reason):\n"
         + "\n".join(map(str, found))
     )
 
@@ -347,4 +347,4 @@ def test_code_spans_are_scanned_unless_they_are_code():
     code = ("`--steps 0.5` `n_max: {tiny-s: 20}` `margin: 2.0` `config/config.yaml` `n=15` `python -m x 3 seeds` "
             "`stability(0.67)` `mean@8_diff` `seeds: [0, 1, 2]` `results/real-lm/`")  # fmt: skip
     assert [(h.kind, h.text) for h in hits("x.md", code)] == []
-    assert looks_like_code("python -m bandpo.report docs") and not looks_like_code("0.67")
+    assert looks_like_code("python -m docs.blocks") and not looks_like_code("0.67")

@@ -2009,8 +2009,8 @@ def test_page_and_docs_round_a_value_and_its_csv_text_the_same():
     """The leaderboard page formats full-precision values, the docs the csv's 6 significant digits: one rule
     (`tables.rounded`) makes them print the same, ties included (a paired mean of -30/2400 printed -1.2 on the page
     and -1.3 in the docs before)."""
-    from bandpo.report.docs.cells import num
     from bandpo.report.text import fmt
+    from docs.blocks.cells import num
 
     tie = (-0.0125 * 3 + 1e-17) / 3  # a tie whose float sits a bit off -0.0125
     assert fmt(tie, 100) == fmt(float(f"{tie:.6g}"), 100) == num(tie) == "-1.3"

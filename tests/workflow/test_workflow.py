@@ -1281,10 +1281,10 @@ def test_run_cost_benchmark_runs_the_rules_command(tmp_path):
 
 
 def _measured_separation_d() -> int | None:
-    """The D the published run's selection rule picked, made again from its scores.csv (`bandpo.report.docs.axes`);
+    """The D the published run's selection rule picked, made again from its scores.csv (`docs.blocks.axes`);
     None when the published config fixed the separation run's D in advance (no select rule)."""
     from bandpo.report.board import Board
-    from bandpo.report.docs.axes import selection
+    from docs.blocks.axes import selection
 
     board = Board.read(ROOT / "results")
     if not any(v.get("select") for v in board.experiments.values()):

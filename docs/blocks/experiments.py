@@ -13,10 +13,10 @@ from bandpo.analysis.stats import t_interval
 from bandpo.analysis.steps import read_steps
 from bandpo.plan.sweep import report_experiments
 from bandpo.report.board import Board
-from bandpo.report.docs.cells import METRIC, ci, margin_text, md_table, num, row_series, verdict_parts
-from bandpo.report.docs.publication import seed_range
 from bandpo.report.metric_cost import choice, cost_table, table_markdown
 from bandpo.verdict.rule import BETTER, NOT_BETTER
+from docs.blocks.cells import METRIC, ci, margin_text, md_table, num, row_series, verdict_parts
+from docs.blocks.publication import seed_range
 
 
 def entropy_changes(board: Board) -> pd.DataFrame:

@@ -12,7 +12,9 @@ from scipy.stats import chi2
 from bandpo.analysis.stats import minimum_detectable_difference, power_table
 from bandpo.report.board import Board
 from bandpo.report.columns import by_model, by_paired_difference, verdict_text, with_seeds
-from bandpo.report.docs.cells import (
+from bandpo.report.verdicts import PARTS, rerun_text, shows
+from bandpo.verdict.rule import BETTER, NOT_BETTER, single_look_n
+from docs.blocks.cells import (
     METRIC,
     ci,
     margin_text,
@@ -23,8 +25,6 @@ from bandpo.report.docs.cells import (
     verdict_cell,
     verdict_parts,
 )
-from bandpo.report.verdicts import PARTS, rerun_text, shows
-from bandpo.verdict.rule import BETTER, NOT_BETTER, single_look_n
 
 
 def section(board: Board, experiment: str, subset: str = "") -> pd.DataFrame:

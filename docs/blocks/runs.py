@@ -9,7 +9,7 @@ import pandas as pd
 
 from bandpo.report.atlas import atlas_markdown
 from bandpo.report.board import Board
-from bandpo.report.docs.cells import METRIC, md_table, num, row_series
+from docs.blocks.cells import METRIC, md_table, num, row_series
 
 
 def cost(board: Board) -> str:

@@ -3,7 +3,7 @@
 README.md, docs/*.md and results/README.md hold blocks ``<!-- generated:NAME -->`` ... ``<!-- /generated:NAME -->``
 (a table on lines of its own, or a value inside a sentence); `render` rewrites each block's body from
 ``results/*.csv`` with the function ``BLOCKS[NAME]`` (``FOLDER/NAME``: from ``results/FOLDER/*.csv``, a settled
-experiment published from a config of its own). ``python -m bandpo.report docs`` rewrites the files, ``--check``
+experiment published from a config of its own). ``python -m docs.blocks`` rewrites the files, ``--check``
 only reports the stale ones (exit 1); tests/unit/test_docs.py asserts that the committed docs equal the output.
 Numbers follow the leaderboard's conventions: scores in percent of problems (points), 95% Student-t intervals over
 seeds, paired differences from GRPO of the same base model and seed.
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bandpo.report.board import Board
-from bandpo.report.docs import axes, designs, experiments, publication, runs, scores
+from docs.blocks import axes, designs, experiments, publication, runs, scores
 
 DOC_FILES = ("README.md", "docs/*.md", "results/README.md")
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[\w./-]+) -->)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)

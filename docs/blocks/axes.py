@@ -9,7 +9,7 @@ import pandas as pd
 from bandpo.analysis.axis import axis_verdicts
 from bandpo.decide.selection import select_setting
 from bandpo.report.board import Board
-from bandpo.report.docs.cells import ci, md_table, num, row_series
+from docs.blocks.cells import ci, md_table, num, row_series
 
 # The separation run's selection rule (config/config.yaml), applied to a published axis that no experiment of its own
 # config selects from (config/offpolicy.yaml): the regime the separation run trained at

@@ -18,11 +18,11 @@ from bandpo.analysis import sequential as seq
 from bandpo.analysis.experiments import ENTROPY
 from bandpo.plan.sweep import look_blocks, report_experiments
 from bandpo.report.board import Board
-from bandpo.report.docs.publication import published_parts, seed_range
 from bandpo.verdict.design import ALPHA, BETA, SequentialDesign, plan_design
 from bandpo.verdict.rule import BETTER, NOT_BETTER, POINTS, UNDECIDED, single_look_n
 from bandpo.verdict.simulate import agreement, bootstrap_stability, fixed_n_stability, operating_characteristics
 from bandpo.verdict.simulate import stability as stability_of
+from docs.blocks.publication import published_parts, seed_range
 
 SEQUENTIAL, SINGLE_LOOK, EXPLORATORY, DEMOTED, DESCRIPTIVE = (
     "sequential", "single look", "exploratory", "demoted", "descriptive",
