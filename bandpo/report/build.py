@@ -45,8 +45,12 @@ from bandpo.report.figures import (
     FIGURE_CAPTIONS,
     FIGURES,
     FOREST,
+    PROBE,
     PROBE_CURVES,
+    RANDOM_REWARD,
     TRAINING_CURVES,
+    UPDATES_AXIS,
+    UPDATES_KEY,
     axis_dose_figure,
     axis_entropy_figure,
     bound_keys,
@@ -61,8 +65,6 @@ from bandpo.report.forest import forest_figure
 from bandpo.report.markdown import leaderboard_markdown
 from bandpo.report.notes import experiment_notes
 from bandpo.report.page import leaderboard_html
-
-OFFPOLICY_AXIS = "offpolicy"  # the axis the page's two axis figures show (config axes.offpolicy)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +122,8 @@ def build_report(
     cells = [c for axis in board.axes.values() for c in axis["cells"]]
     written["steps.csv"] = write_steps(inputs.metrics, out / "steps.csv", UPDATE_MEANS, cells)
     present = set(board.leaderboard["experiment"])
-    shown = [name for name in FIGURES if EXPERIMENT_FIGURES.get(name, MAIN) in present | {MAIN}]
+    kinds = experiments_of_kind(inputs.metrics, board)
+    shown = [n for n in FIGURES if n not in EXPERIMENT_FIGURES or set(kinds[EXPERIMENT_FIGURES[n]]) & present]
     shown = [name for name in shown if name != FOREST or MAIN in present]  # no main rows: no forest at the top
     page_dir = Path(page_figures) if page_figures is not None else out / "figures"
     delta = float(bounds_table["delta"].iloc[0]) if not bounds_table.empty else float("nan")
@@ -243,10 +246,12 @@ def draw_figures(
     """Every figure of `bandpo.report.figures.FIGURES` with the data it plotted: the forest plot of the board's
     leaderboard, the bounds of the rules it compares, main's training curves, clip fractions and final scores, the
     random-reward and probe experiments' curves, and the off-policy axis."""
-    main_metrics, probe_metrics = of_experiment(metrics, MAIN), of_experiment(metrics, "probe")
-    off = board.axes.get(OFFPOLICY_AXIS) or {"cells": [], "label": "D", "key": ""}
+    kinds = experiments_of_kind(metrics, board)
+    main_metrics, probe_metrics = of_experiment(metrics, MAIN), of_experiments(metrics, kinds[PROBE])
+    axis_id = next((a for a, v in board.axes.items() if v.get("key") == UPDATES_KEY), None)
+    off = board.axes.get(axis_id) or {"cells": [], "label": "D", "key": ""}
     axis_table = board.axis if board.axis is not None else pd.DataFrame(columns=RESULT_COLUMNS)
-    off_results = axis_table[axis_table["axis"] == OFFPOLICY_AXIS] if not axis_table.empty else axis_table
+    off_results = axis_table[axis_table["axis"] == axis_id] if not axis_table.empty else axis_table
     off_cells = axis_cells(off, board.experiments) if off["cells"] else []
     return {
         FOREST: forest_figure(with_seeds(board.leaderboard, board.scores)),  # in the tables' order
@@ -257,13 +262,31 @@ def draw_figures(
         "clipfrac_buckets": clipfrac_figure(main_metrics, baseline=baseline, seed=seed),
         "final_scores": final_scores_figure(of_experiment(board.stats, MAIN), baseline=baseline),
         "random_reward_entropy": training_curves_figure(
-            of_experiment(metrics, "random-reward"), columns=("entropy",), baseline=baseline, seed=seed
+            of_experiments(metrics, kinds[RANDOM_REWARD]), columns=("entropy",), baseline=baseline, seed=seed
         ),
         "probe_curves": training_curves_figure(probe_metrics, columns=PROBE_CURVES, baseline=baseline, seed=seed),
         "probe_clipfrac_buckets": clipfrac_figure(probe_metrics, baseline=baseline, seed=seed),
         "offpolicy_dose": axis_dose_figure(off_results, off["label"], baseline=baseline),
         "offpolicy_entropy": axis_entropy_figure(metrics, off_cells, off["label"], baseline=baseline, seed=seed),
     }
+
+
+def experiments_of_kind(metrics: pd.DataFrame, board: Board) -> dict[str, list[str]]:
+    """The page's experiments of each kind `EXPERIMENT_FIGURES` draws, by what they declare or log (no experiment
+    id): `RANDOM_REWARD` those whose ``train`` sets ``reward: random``, `PROBE` those whose runs logged
+    `PROBE_CURVES`, `UPDATES_AXIS` the cells of the axes over `UPDATES_KEY`."""
+    random = [x for x, spec in board.experiments.items() if ((spec or {}).get("train") or {}).get("reward") == "random"]
+    logged = metrics.dropna(subset=[c for c in PROBE_CURVES if c in metrics], how="all") if set(PROBE_CURVES) & set(
+        metrics) else metrics.iloc[:0]  # fmt: skip
+    probe = sorted(set(logged["experiment"].fillna(MAIN))) if "experiment" in logged else [MAIN] * (len(logged) > 0)
+    cells = [c for a in board.axes.values() if a.get("key") == UPDATES_KEY for c in a["cells"]]
+    return {RANDOM_REWARD: random, PROBE: probe, UPDATES_AXIS: cells}
+
+
+def of_experiments(frame: pd.DataFrame, experiments: list[str]) -> pd.DataFrame:
+    """The rows of ``frame`` of any of ``experiments`` (`of_experiment` of each, in order)."""
+    parts = [of_experiment(frame, x) for x in experiments]
+    return pd.concat(parts) if parts else frame.iloc[:0]
 
 
 def write_figures(folder: Path, figures: Mapping[str, tuple[Any, pd.DataFrame]]) -> dict[str, Path]:

@@ -62,10 +62,15 @@ FIGURE_CAPTIONS = {
 PROBE_CURVES = ("probe/p_correct", "probe/accuracy")  # logged by bandpo.train.loop with probe_every
 VAL_CURVE = "val/mean"  # validation mean@k, logged by bandpo.train.loop with val_every
 TRAINING_CURVES = ("entropy", "reward_mean", VAL_CURVE)
-# The figures of one experiment: always written (a placeholder without its runs), shown only when it has runs.
-EXPERIMENT_FIGURES = {"random_reward_entropy": "random-reward", "probe_curves": "probe",
-                      "probe_clipfrac_buckets": "probe", "offpolicy_dose": "offpolicy-D8",
-                      "offpolicy_entropy": "offpolicy-D8"}  # fmt: skip
+# The figures of one kind of experiment, known by what its config declares or its runs log, never by its id
+# (`bandpo.report.build.experiments_of_kind`): always written (a placeholder without such runs), shown only when the
+# page has runs of that kind. RANDOM_REWARD: trained with ``train: {reward: random}`` (the entropy control);
+# PROBE: runs that logged the probe's curves (`PROBE_CURVES`); UPDATES_AXIS: the cells of a design axis over the
+# mini-batch updates per rollout batch (``key: updates_per_step``, the off-policy degree D).
+RANDOM_REWARD, PROBE, UPDATES_AXIS = "random reward", "probe", "updates axis"
+EXPERIMENT_FIGURES = {"random_reward_entropy": RANDOM_REWARD, "probe_curves": PROBE, "probe_clipfrac_buckets": PROBE,
+                      "offpolicy_dose": UPDATES_AXIS, "offpolicy_entropy": UPDATES_AXIS}  # fmt: skip
+UPDATES_KEY = "updates_per_step"
 
 
 def _pyplot():
