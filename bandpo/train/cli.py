@@ -90,11 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     cmd = tyro.cli(Command, args=argv, prog=PROG, description=description, registry=registry)
     try:
         methods.load_method_modules(cmd.method_module)
-        cfg = _config(cmd)
-        methods.resolve(cfg.method, cfg.params, cfg.loss_settings())  # unknown method / bad parameter: named
+        cfg = _config(cmd)  # validated once, here at the edge
+        method = methods.resolve(cfg.method, cfg.params, cfg.loss_settings())  # unknown method / bad parameter
     except (ImportError, ValueError) as e:
         return _usage_error(str(e))
-    summary = train(cfg)  # a TrackerError is one line: bandpo.core.failures.run_job, `python -m bandpo.train`
+    summary = train(cfg, method)  # trusted: a TrackerError is one line (bandpo.core.failures.run_job)
     print(json.dumps({"out": cfg.out, **summary["final"], "train_seconds_total": summary["train_seconds_total"]}))
     return 0
 

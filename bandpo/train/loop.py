@@ -188,10 +188,14 @@ class Run:
             torch.cuda.synchronize()
 
 
-def train(cfg: TrainConfig) -> dict:
-    """Run (or resume) one training run; returns the run summary also written to run.json."""
-    methods.load_env_method_modules()  # the start of a run: methods of the user's own modules ($BANDPO_METHOD_MODULES)
-    cfg.validate()
+def train(cfg: TrainConfig, method: methods.ResolvedMethod | None = None) -> dict:
+    """Run (or resume) one training run; returns the run summary also written to run.json. ``method``: the method
+    the command line resolved from ``cfg`` at the edge, where it validated ``cfg`` too (`bandpo.train.cli`): trusted
+    here; None (a call from Python) validates ``cfg`` and resolves the method here."""
+    if method is None:
+        methods.load_env_method_modules()  # methods of the user's own modules ($BANDPO_METHOD_MODULES)
+        cfg.validate()
+        method = methods.resolve(cfg.method, cfg.params, cfg.loss_settings())
     torch.set_num_threads(cfg.threads)
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device)
     out = Path(cfg.out)
@@ -204,7 +208,6 @@ def train(cfg: TrainConfig) -> dict:
         raise ValueError(f"{cfg.data}: its rows show worked exchanges before the prompt (shots), as earlier turns of "
                          "a chat: set chat_template: true")  # fmt: skip
     warmup()  # start the grader's workers now, not inside the first timed step
-    method = methods.resolve(cfg.method, cfg.params, cfg.loss_settings())
 
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)

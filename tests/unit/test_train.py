@@ -905,8 +905,8 @@ def test_cli_flags_and_spec_build_the_same_config(tmp_path, monkeypatch, capsys)
     spec; a field flag beside --spec, or a set file without one, is a usage error."""
     seen = []
     monkeypatch.setattr(
-        "bandpo.train.loop.train", lambda cfg: seen.append(cfg) or {"final": {}, "train_seconds_total": 0}
-    )
+        "bandpo.train.loop.train", lambda cfg, method: seen.append(cfg) or {"final": {}, "train_seconds_total": 0}
+    )  # the command line resolves the method at the edge and hands it over: the loop trusts it
     from bandpo.train.cli import main
 
     common = ["--model", "m", "--data", "d", "--out", str(tmp_path), "--method", "bandpo", "--params", '{"delta": 0.1}']
