@@ -26,7 +26,7 @@ from bandpo.analysis.experiments import (
     score_margin,
     verdict_label,
 )
-from bandpo.analysis.leaderboard import headline_label
+from bandpo.analysis.leaderboard import headline_label, identical_to_baseline
 from bandpo.analysis.stats import holm, one_sided_tests, rule_verdict
 from bandpo.plan.sweep import BASE_ENTRY, MAIN
 from bandpo.verdict.design import ALPHA, BETA
@@ -158,6 +158,8 @@ def _cell_members(
         if r["entry"] in (BASE_ENTRY, r.get("baseline")) or not r.get("baseline"):
             continue
         for family, lab in labels.items():
+            if identical_to_baseline(r, lab):
+                continue  # the baseline's runs again on every seed: no evidence, no member (the pages say so)
             margin = score_margin(specs, xp, r["model"])
             tests = one_sided_tests(r[f"{lab}_diff"], r[f"{lab}_diff_sd"], r[f"{lab}_n_pairs"], margin)
             if tests["p_better"] != tests["p_better"]:

@@ -154,6 +154,19 @@ def headline_label(table: pd.DataFrame, family: str) -> str | None:
     return None
 
 
+def identical_to_baseline(r: Mapping[str, Any], label: str) -> bool:
+    """Whether every paired difference of a leaderboard row from its baseline is exactly 0 (mean and SD both 0; an SD
+    exists only from 2 pairs on): the entry ran as the baseline on every seed, no evidence either way (no member of
+    a family of tests, `bandpo.analysis.family`; the pages say "identical")."""
+    if r.get("entry") == r.get("baseline"):
+        return False
+    try:
+        mean, sd = (float(r.get(f"{label}_{k}")) for k in ("diff", "diff_sd"))
+    except (TypeError, ValueError):
+        return False
+    return mean == 0.0 and sd == 0.0
+
+
 def per_task_table(
     stats: pd.DataFrame, table: pd.DataFrame, families: Sequence[str] = ("mean", "pass")
 ) -> pd.DataFrame:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from bandpo.analysis.leaderboard import headline_label
+from bandpo.analysis.leaderboard import headline_label, identical_to_baseline
 from bandpo.analysis.stats import DEFAULT_BASELINE, HEADLINE
 from bandpo.plan.sweep import BASE_ENTRY
 from bandpo.report.text import as_float, fmt, fmt_ci, fmt_seconds
@@ -113,15 +113,6 @@ def _common_differences(table: pd.DataFrame, per_seed: pd.Series, key_of: list[t
         diffs = [by_row[k][s] - base[s] for s in sorted(common) if s in by_row[k] and s in base]
         out.append(sum(diffs) / len(diffs) if diffs else float("nan"))
     return out
-
-
-def identical_to_baseline(r: Mapping[str, Any], label: str) -> bool:
-    """Whether every paired difference of the row from the baseline is exactly 0 (mean and SD both 0; an SD exists
-    only from 2 pairs on): the entry ran as the baseline on every seed, no evidence either way."""
-    if r.get("entry") == r.get("baseline"):
-        return False
-    mean, sd = (as_float(r.get(f"{label}_{k}")) for k in ("diff", "diff_sd"))
-    return mean == 0.0 and sd == 0.0
 
 
 def by_paired_difference(rows: pd.DataFrame) -> pd.DataFrame:

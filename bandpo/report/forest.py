@@ -10,9 +10,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bandpo.analysis.leaderboard import headline_label
+from bandpo.analysis.leaderboard import headline_label, identical_to_baseline
 from bandpo.plan.sweep import BASE_ENTRY, MAIN
-from bandpo.report.columns import identical_to_baseline
 from bandpo.report.figures import _pyplot, _style, placeholder_figure
 from bandpo.verdict.rule import BETTER, NOT_BETTER, UNDECIDED
 

@@ -278,7 +278,8 @@ def family_sentence(f: Any) -> str:
     }[str(getattr(f, "family", "all"))]
     head = "Secondaries" if str(getattr(f, "family", "all")) != "estimates" else "Further secondaries"
     return (
-        f"{head}: {int(f.n_tests)} paired tests against the baseline ({what}; Holm-adjusted, the test of no gain "
+        f"{head}: {int(f.n_tests)} paired tests against the baseline ({what}; an entry identical to the baseline on "
+        f"every seed is no evidence and no member; Holm-adjusted, the test of no gain "
         f"at 5% and of a gain of the margin at 10%): {int(f.better)} better, {int(f.not_better)} not better by the "
         f"margin, {int(f.undecided)} undecided; unadjusted, {int(f.n_excluding_0)} of their 95% intervals exclude 0, "
         f"where about {fmt(f.expected_by_chance, 1, 1)} would by chance were no entry different"

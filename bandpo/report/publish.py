@@ -154,7 +154,8 @@ def publish(
 ) -> list[Path]:
     """Copy a profile's leaderboard (``src/leaderboard.{csv,md,html}``), tables (`PUBLISHED_TABLES`: stats, scores,
     runs, primary comparisons, per-step metrics, axes; ``atlas.csv`` when present; one ``src`` lacks is removed from
-    ``dest``, so no table of an older run stays beside this one's) and figures (``src/figures/*.png``) to ``dest``
+    ``dest``, so no table of an older run stays beside this one's) and figures (``src/figures/*.png`` with the data
+    each plotted, ``*.csv``) to ``dest``
     (same names), each file atomically, and write ``dest/provenance.json``
     (`provenance`: git commit and code changes, package versions, the run config, the checksums of the base models
     ``models`` and the numerics of the jobs under ``src``). Returns the written paths."""
@@ -165,7 +166,10 @@ def publish(
     written = []
     pairs = [(src / n, dest / n) for n in LEADERBOARD_FILES]
     pairs += [(src / n, dest / n) for n in (*PUBLISHED_TABLES, ATLAS_TABLE) if (src / n).is_file()]
-    pairs += [(p, dest / "figures" / p.name) for p in sorted((src / "figures").glob("*.png"))]
+    # each figure with the data it plotted (figures/<name>.csv), so the published data never lag the picture
+    pairs += [
+        (p, dest / "figures" / p.name) for ext in ("png", "csv") for p in sorted((src / "figures").glob(f"*.{ext}"))
+    ]
     # a table this run did not make (an experiment moved to a config of its own) must not stay from an older run
     for name in (*PUBLISHED_TABLES, ATLAS_TABLE):
         if not (src / name).is_file() and (dest / name).is_file() and src.resolve() != dest.resolve():

@@ -242,8 +242,15 @@ def seeds_summary(board: Board) -> str:
 
 
 def _seed_counts(counts: pd.Series) -> str:
-    """Seed counts indexed by (model, entry): one number when every model has it, else each model's."""
-    by_model = {m: "/".join(map(str, sorted(set(g)))) for m, g in counts.groupby(level="model")}
+    """Seed counts indexed by (model, entry): one number when every model has it, else each model's; an entry that
+    keeps another count than most (a method entry's own ``seeds``) in brackets: "5 (offpolicy_mask 3)"."""
+
+    def of_model(g: pd.Series) -> str:
+        most = g.value_counts().sort_index(ascending=False).idxmax()
+        others = ", ".join(f"{e} {n}" for (_m, e), n in g.items() if n != most)
+        return f"{most} ({others})" if others else str(most)
+
+    by_model = {m: of_model(g) for m, g in counts.groupby(level="model")}
     if len(set(by_model.values())) == 1:
         return next(iter(by_model.values()))
     return ", ".join(f"{n} on {m}" for m, n in by_model.items())

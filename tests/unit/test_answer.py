@@ -10,8 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from bandpo.analysis.leaderboard import identical_to_baseline
 from bandpo.report import verdicts
-from bandpo.report.columns import by_paired_difference, identical_to_baseline, seed_ranges, verdict_text, with_seeds
+from bandpo.report.columns import by_paired_difference, seed_ranges, verdict_text, with_seeds
 from bandpo.report.notes import unpaired_lines
 from bandpo.verdict.rule import BETTER, NOT_BETTER, UNDECIDED, WORDS
 

@@ -188,14 +188,17 @@ def test_results_claims():
     entries = b.groupby(["experiment", "model"])["entry"].agg(set)
     steps = runs.groupby(["experiment", "model"])["steps"].agg(set)
     seeds = runs.groupby(["experiment", "entry"])["seed"].agg(lambda s: sorted(set(s)))
-    # main: every entry on tiny-s (64 steps), the primary pair on tiny-m (40 steps), 3 seeds (the primary pair's
-    # seeds until decided: as many as its last look on either model)
+    # main: every entry on tiny-s (64 steps), the primary pair on tiny-m (40 steps), the config's seeds (the
+    # primary pair's until decided: as many as its last look on either model; an entry may keep seeds of its own)
     methods = RESULTS.provenance["config"]["methods"]
     assert entries[("main", "tiny-m")] == {"base", "grpo", "bandpo_kl"}
     assert entries[("main", "tiny-s")] == {"base"} | {m["id"] for m in methods}
     assert steps[("main", "tiny-s")] == {64} and steps[("main", "tiny-m")] == {40}
     pairs = int(RESULTS.primary.query("experiment == 'main' and metric == 'mean@8'")["n_pairs"].max())
-    assert seeds[("main", "clip_higher")] == [0, 1, 2] and seeds[("main", "grpo")] == list(range(pairs))
+    cfg = RESULTS.provenance["config"]
+    assert seeds[("main", "clip_higher")] == cfg["seeds"] and seeds[("main", "grpo")] == list(range(pairs))
+    kept = {m["id"]: m["seeds"] for m in methods if m.get("seeds")}  # entries that keep seeds of their own
+    assert all(seeds[("main", e)] == s for e, s in kept.items())
     heading = "## main: every entry on tiny-s, the primary pair on tiny-m, one base model per size"
     assert heading in read("docs/results.md")
     assert "Seeds: <!-- generated:seeds-main -->" in text
@@ -622,12 +625,16 @@ def test_generated_sentences_recompute_from_the_published_files():
         assert m, f"an unrecognised result sentence: {s}"
     assert checked >= 4  # main's two models and the random-reward control's two entries at least
     # the family sentences: their counts are leaderboard.csv's
-    for xp, s in _sentences(page, "Secondaries:"):
-        n = int(re.search(r"Secondaries: (\d+) paired tests", s)[1])
+    further = dict(_sentences(page, "Further secondaries:"))  # a second family: the rest (issue #68)
+    for xp, s in _sentences(page, "Secondaries:"):  # one family, or the declared metric's (issue #68) and the rest
+        counts = [int(re.search(r"econdaries: (\d+) paired tests", x)[1]) for x in (s, further.get(xp)) if x]
         b = board[board.experiment == xp]
         roles = b[[c for c in b.columns if c.endswith("_role")]]
         entropy = RESULTS.primary.query("experiment == @xp and role == 'secondary'")  # in the family too (#55)
-        assert n == int((roles == "secondary").to_numpy().sum()) + len(entropy), s
+        assert sum(counts) == int((roles == "secondary").to_numpy().sum()) + len(entropy), s
+        declared = (RESULTS.provenance["config"]["experiments"].get(xp) or {}).get("secondaries")
+        if declared:  # the first family: the declared metric's cells
+            assert counts[0] == int((b[f"{declared['verdicts']}@8_role"] == "secondary").sum()), s
     # the reading notes: seed counts and t quantiles of the trained rows, the count of intervals
     trained = board[board.entry != "base"]
     counts = sorted(set(trained["n_seeds"].astype(int)))
@@ -740,7 +747,8 @@ def test_horizon_and_seeds_sentences_recompute():
     seeds_text = score_blocks.seeds_summary(RESULTS)
     assert seeds_text in text
     pair = ", ".join(f"{n['main', m, 'grpo']} on {m}" for m in ("tiny-m", "tiny-s"))  # the design's counts differ
-    assert f"main {pair} for the primary pair, {n['main', 'tiny-s', 'dcpo']} for the other entries" in seeds_text
+    kept = f" (offpolicy_mask {n['main', 'tiny-s', 'offpolicy_mask']})"  # an entry that keeps its own seeds
+    assert f"main {pair} for the primary pair, {n['main', 'tiny-s', 'dcpo']}{kept} for the other entries" in seeds_text
 
 
 def test_real_lm_verl_pair_is_the_declared_design():

@@ -1402,7 +1402,12 @@ def test_publish(built, tmp_path):
     names = sorted(p.relative_to(tmp_path / "top").as_posix() for p in written)
     tables = [n for n in report.PUBLISHED_TABLES if (results / n).is_file()]  # axis tables: only with an axis
     assert set(report.PUBLISHED_TABLES) - set(tables) == {"axis.csv", "axis_runs.csv"}
-    expected = [*report.LEADERBOARD_FILES, *tables, *(f"figures/{n}.png" for n in report.FIGURES)]
+    # each figure with the data it plotted: the published figures/<name>.csv never lag the picture
+    expected = [
+        *report.LEADERBOARD_FILES,
+        *tables,
+        *(f"figures/{n}.{ext}" for n in report.FIGURES for ext in ("png", "csv")),
+    ]
     expected.append("provenance.json")
     assert names == sorted(expected)
     assert (tmp_path / "top" / "leaderboard.html").read_bytes() == (results / "leaderboard.html").read_bytes()

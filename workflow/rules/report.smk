@@ -125,6 +125,7 @@ rule publish:
     output:
         tables=[f"{PUBLISH_DIR}/{name}" for name in REPORT_TABLES] + ([f"{PUBLISH_DIR}/atlas.csv"] if ATLAS else []),
         figures=[f"{PUBLISH_DIR}/figures/{name}.png" for name in REPORT_FIGURES],
+        figure_data=[f"{PUBLISH_DIR}/figures/{name}.csv" for name in REPORT_FIGURES],
         provenance=f"{PUBLISH_DIR}/provenance.json",
     params:
         results=lambda w, input: os.path.dirname(input.scores),  # RESULTS
