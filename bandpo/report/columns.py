@@ -81,7 +81,8 @@ def seed_ranges(seeds: Iterable[int]) -> str:
 def with_seeds(table: pd.DataFrame, scores: pd.DataFrame | None) -> pd.DataFrame:
     """The table with a ``seeds`` column (`seed_ranges` of each row's scored seeds) and ``diff_common``: the row's
     paired difference from the baseline in the headline mean@k over the seeds that every trained row of its table
-    has (the order of `by_paired_difference`), both read from the scores."""
+    has but those identical to the baseline (`identical_to_baseline`: their difference is 0 on any seeds, so the
+    seeds they lack do not narrow the others'; the order of `by_paired_difference`), both read from the scores."""
     keys = [k for k in ("experiment", "subset", "model", "entry") if k in table and scores is not None and k in scores]
     if scores is None or scores.empty or "seed" not in scores or "entry" not in keys:
         return table
@@ -93,17 +94,21 @@ def with_seeds(table: pd.DataFrame, scores: pd.DataFrame | None) -> pd.DataFrame
     label = headline_label(table, "mean")
     if label and "name" in norm and "baseline" in out:
         per_seed = norm[norm["name"] == label].groupby(keys + ["seed"])["value"].mean()  # tasks weighted equally
-        out["diff_common"] = _common_differences(out, per_seed, key_of)
+        same = [identical_to_baseline(r, label) for r in out.to_dict("records")]
+        out["diff_common"] = _common_differences(out, per_seed, key_of, same)
     return out
 
 
-def _common_differences(table: pd.DataFrame, per_seed: pd.Series, key_of: list[tuple[str, ...]]) -> list[float]:
-    """Each row's mean paired difference from its baseline over the seeds every trained row of its table shares."""
+def _common_differences(
+    table: pd.DataFrame, per_seed: pd.Series, key_of: list[tuple[str, ...]], identical: list[bool]
+) -> list[float]:
+    """Each row's mean paired difference from its baseline over the seeds every trained row of its table shares,
+    the rows ``identical`` to the baseline left out of that set."""
     by_row = {k: dict(per_seed.xs(k, level=tuple(range(len(k))))) if k in per_seed.index.droplevel(-1) else {}
               for k in key_of}  # fmt: skip
     groups: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
-    for k, entry in zip(key_of, table["entry"], strict=True):
-        if entry != BASE_ENTRY:
+    for k, entry, same in zip(key_of, table["entry"], identical, strict=True):
+        if entry != BASE_ENTRY and not same:
             groups.setdefault(k[:-1], []).append(k)
     out = []
     for k, baseline in zip(key_of, table["baseline"], strict=True):

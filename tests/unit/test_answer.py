@@ -101,6 +101,12 @@ def test_rows_are_ordered_by_the_paired_difference_on_common_seeds():
     assert shown.set_index("entry")["seeds"].to_dict() == {"grpo": "0-4", "y": "0-2", "x": "0-4"}
     assert math.isclose(shown.set_index("entry").loc["x", "diff_common"], -0.1)
     assert by_paired_difference(table)["entry"].tolist() == ["grpo", "x", "y"]  # without scores: its own Δ
+    # a row identical to the baseline on its seeds (0-2) narrows no one's common seeds: it is 0 on any seeds
+    same = table[table.entry == "y"].assign(**{"mean@8_diff": 0.0, "mean@8_diff_sd": 0.0})
+    rows = scores[scores.entry == "y"].assign(value=0.5)
+    shown = with_seeds(pd.concat([table[table.entry != "y"], same]), pd.concat([scores[scores.entry != "y"], rows]))
+    assert math.isclose(shown.set_index("entry").loc["x", "diff_common"], 0.1)  # over x's 5 pairs, not 0-2
+    assert shown.set_index("entry").loc["y", "diff_common"] == 0.0
     assert seed_ranges([5, 0, 1, 2, 7, 8]) == "0-2, 5, 7-8"
 
 
