@@ -140,7 +140,7 @@ def slot_seeds(cfg: Mapping[str, Any], experiment: str, entry: str) -> list[int]
     `bandpo.plan.validate`)."""
     xp = cfg["experiments"][experiment]
     primary = xp.get("primary") or {}
-    if entry != BASE_ENTRY and primary.get("seeds") and entry in (primary.get("compare") or ()):
+    if _runs_primary_seeds(cfg, experiment, entry):
         return [int(s) for s in primary["seeds"]]
     own = (by_id(cfg.get("methods") or []).get(entry) or {}).get("seeds")
     return [int(s) for s in xp["seeds"] if own is None or s in own]
@@ -452,7 +452,8 @@ def eval_seed_groups(cfg: Mapping[str, Any], experiment: str) -> list[dict[str, 
     own = [int(s) for s in cfg["experiments"][experiment]["seeds"]]
     stepwise = sequential_slots(cfg)
     groups: dict[tuple[int, ...], list[str]] = {}
-    for slot, where in slots(cfg, base=True).items():
+    every = slots(cfg, base=True)
+    for slot, where in every.items():
         if where["experiment"] == experiment:
             groups.setdefault(tuple(slot_seeds(cfg, experiment, where["entry"])), []).append(slot)
     out = []
@@ -461,7 +462,7 @@ def eval_seed_groups(cfg: Mapping[str, Any], experiment: str) -> list[dict[str, 
             out += [{"primary": True, "look": j, "seeds": block, "slots": ids}
                     for j, block in enumerate(look_blocks(cfg, experiment), 1)]  # fmt: skip
         else:
-            pair = any(_runs_primary_seeds(cfg, experiment, slots(cfg, base=True)[i]["entry"]) for i in ids)
+            pair = any(_runs_primary_seeds(cfg, experiment, every[i]["entry"]) for i in ids)
             entry_seeds = list(seeds) if list(seeds) != own and not pair else None
             out.append({"primary": list(seeds) != own and pair, "look": None, "seeds": list(seeds), "slots": ids,
                         "entry_seeds": entry_seeds})  # fmt: skip

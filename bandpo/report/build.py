@@ -115,14 +115,14 @@ def build_report(
     board = make_board(results_dir, inputs, specs, axes or {}, baseline, n_resamples, confidence, seed,
                        base_per_seed)  # fmt: skip
     bounds_table = load_bounds(bounds) if bounds.is_file() else pd.DataFrame(columns=BOUNDS_COLUMNS)
-    written = write_figures(out / "figures", draw_figures(inputs.metrics, board, bounds_table, baseline, seed))
+    kinds = experiments_of_kind(inputs.metrics, board)
+    written = write_figures(out / "figures", draw_figures(inputs.metrics, board, bounds_table, baseline, seed, kinds))
     for name, frame in board.tables():
         written[name] = write_csv(frame, out / name)
     # the per-step metrics behind runs.csv, the figures and (all/<key> of the axes' runs) axis_runs.csv
     cells = [c for axis in board.axes.values() for c in axis["cells"]]
     written["steps.csv"] = write_steps(inputs.metrics, out / "steps.csv", UPDATE_MEANS, cells)
     present = set(board.leaderboard["experiment"])
-    kinds = experiments_of_kind(inputs.metrics, board)
     shown = [n for n in FIGURES if n not in EXPERIMENT_FIGURES or set(kinds[EXPERIMENT_FIGURES[n]]) & present]
     shown = [name for name in shown if name != FOREST or MAIN in present]  # no main rows: no forest at the top
     page_dir = Path(page_figures) if page_figures is not None else out / "figures"
@@ -241,12 +241,16 @@ def check_looks(results_dir: Path, primary: pd.DataFrame) -> pd.DataFrame:
 
 
 def draw_figures(
-    metrics: pd.DataFrame, board: Board, bounds_table: pd.DataFrame, baseline: str | None, seed: int
+    metrics: pd.DataFrame,
+    board: Board,
+    bounds_table: pd.DataFrame,
+    baseline: str | None,
+    seed: int,
+    kinds: Mapping[str, list[str]],
 ) -> dict[str, tuple[Any, pd.DataFrame]]:
     """Every figure of `bandpo.report.figures.FIGURES` with the data it plotted: the forest plot of the board's
     leaderboard, the bounds of the rules it compares, main's training curves, clip fractions and final scores, the
-    random-reward and probe experiments' curves, and the off-policy axis."""
-    kinds = experiments_of_kind(metrics, board)
+    random-reward and probe experiments' curves, and the off-policy axis (``kinds``: `experiments_of_kind`)."""
     main_metrics, probe_metrics = of_experiment(metrics, MAIN), of_experiments(metrics, kinds[PROBE])
     axis_id = next((a for a, v in board.axes.items() if v.get("key") == UPDATES_KEY), None)
     off = board.axes.get(axis_id) or {"cells": [], "label": "D", "key": ""}
