@@ -22,7 +22,7 @@ It prints, and ``--json`` keeps:
 - speed: the sum over seeds of the runs' training time (``step_seconds``), old / new, and the same for each job's
   wall and CPU time (the job process and its children, from ``os.wait4``);
 - the score: final mean@k per seed and the paired difference new - old in points with its 95% t interval, and the
-  verdict rule of every comparison (`bandpo.verdict`, docs/statistics.md) on old - new: is the old recipe better than
+  verdict rule of every comparison (`bandpo.stats`, docs/statistics.md) on old - new: is the old recipe better than
   the new by at least ``--margin`` (δ, 1.5 points by default)? A group-sequential design (a look every ``--k`` seed
   pairs up to ``--n-max`` at ``--planning-sd``): "not better by δ" means the speed-up does not cost δ;
 - the curves: per-step ``entropy`` and ``reward_mean`` in ``--windows`` equal windows of steps; per window the mean
@@ -58,8 +58,8 @@ from pathlib import Path
 from _worktree import base_worktree, resolve, tree_env
 from bench_run_vs_base import checked_plan, checked_sets, eval_command, train_command
 
-from bandpo.verdict.design import SequentialDesign, plan_design
-from bandpo.verdict.rule import BETTER, NOT_BETTER, POINTS, decide
+from bandpo.stats.design import SequentialDesign, plan_design
+from bandpo.stats.rule import BETTER, NOT_BETTER, POINTS, decide
 
 ROOT = Path(__file__).resolve().parents[1]
 CURVES = ("entropy", "reward_mean")
@@ -123,7 +123,7 @@ def arm_env(env: dict[str, str], overrides: list[str]) -> dict[str, str]:
 
 
 def score_rule(design: SequentialDesign, new_minus_old: list[float]):
-    """The verdict rule (`bandpo.verdict.rule.decide`) on old - new (fractions of the score, in seed order, up to the
+    """The verdict rule (`bandpo.stats.rule.decide`) on old - new (fractions of the score, in seed order, up to the
     design's n_max): is the old recipe better than the new by at least the margin? None with fewer pairs than the
     first look's. ``new_minus_old`` in points, as printed."""
     used = [-x / POINTS for x in new_minus_old][: design.n_max]

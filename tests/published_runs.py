@@ -47,8 +47,8 @@ import pandas as pd
 from bandpo.analysis.steps import OFFPOLICY, read_steps, update_keys
 from bandpo.core.files import write_csv
 from bandpo.decide.selection import select_setting
-from bandpo.plan.sweep import BASE_ENTRY, MAIN, report_experiments, run_folder, slot_id
 from bandpo.score.lm_eval_results import FILTER_NAME
+from bandpo.study import BASE_ENTRY, MAIN, report_experiments, run_folder, slot_id
 
 
 def _write_json(path: Path, obj) -> None:
@@ -64,7 +64,7 @@ def published_config(published: Path) -> dict:
 
 def published_experiments(published: Path) -> dict | None:
     """The experiments the published page was built with, as the report rule passes them: the run plan's
-    `bandpo.plan.sweep.report_experiments` of the resolved config in provenance.json (its margins, in the config's
+    `bandpo.study.report_experiments` of the resolved config in provenance.json (its margins, in the config's
     points, converted there as for a run); None when it has none."""
     config = published_config(published)
     return report_experiments(config) if config.get("experiments") else None

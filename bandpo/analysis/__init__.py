@@ -3,8 +3,8 @@ computed from them. Pure pandas, numpy and scipy: no rendering, no method regist
 
     load         the run outputs and the scores in lm-eval's results files (read as bandpo.score.evaluate reads
                  them: `bandpo.score.lm_eval_results`); `load_run` reads one run folder; the bounds table, the atlas
-    stats        bootstrap CIs, IQM, probability of improvement, paired differences from the baseline, minimum
-                 detectable difference and seeds needed, the tests and verdicts, power, a rerun's agreement
+    scores       stats.csv: each score's interval, IQM, probability of improvement, the paired comparison with
+                 the baseline and its power, a rerun's agreement (the statistics themselves: `bandpo.stats`)
     training     the training statistics of each run and entry (`run_stats`), the bands over seeds of the curves
     steps        steps.csv: the per-step training metrics, compact (`steps_table`, `write_steps`, `read_steps`)
     leaderboard  the wide leaderboard frame, the per-task frame, one profile's runs beside another's
@@ -24,20 +24,15 @@ from bandpo.analysis.load import (
     load_runs,
     params_label,
 )
-from bandpo.analysis.stats import (
+from bandpo.analysis.scores import (
     ALL_TASKS,
     DEFAULT_BASELINE,
     MDE_TARGET,
     metric_label,
-    minimum_detectable_difference,
     paired_comparison,
-    paired_t_power,
     power_table,
-    probability_of_improvement,
     rerun_agreement,
     score_stats,
-    seeds_needed,
-    t_interval,
 )
 from bandpo.analysis.steps import read_steps, steps_table, write_steps
 from bandpo.analysis.training import run_stats, seed_bands
@@ -59,22 +54,17 @@ __all__ = [
     "load_run_summaries",
     "load_runs",
     "metric_label",
-    "minimum_detectable_difference",
     "of_experiment",
     "paired_comparison",
-    "paired_t_power",
     "params_label",
     "per_task_table",
     "power_table",
     "primary_results",
-    "probability_of_improvement",
     "read_steps",
     "rerun_agreement",
     "run_stats",
     "score_stats",
     "seed_bands",
-    "seeds_needed",
     "steps_table",
-    "t_interval",
     "write_steps",
 ]

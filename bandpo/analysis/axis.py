@@ -29,9 +29,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bandpo.analysis.stats import minimum_detectable_difference, t_interval
 from bandpo.analysis.training import final_window
-from bandpo.plan.sweep import MAIN, slot_seeds
+from bandpo.stats.power import minimum_detectable_difference
+from bandpo.stats.rule import t_interval
+from bandpo.study import MAIN, slot_seeds
 
 LOW_BUCKET = "p0.0-0.2"  # the lowest old-probability bucket (bandpo.methods.diagnostics.BUCKET_LABELS[0])
 

@@ -1,5 +1,5 @@
 """The leaderboard's experiments: one section per (experiment, subset), and each experiment's comparisons with the
-control under the verdict rule (docs/statistics.md, "The verdict rule and seeds until decided"; `bandpo.verdict`).
+control under the verdict rule (docs/statistics.md, "The verdict rule and seeds until decided"; `bandpo.stats`).
 
 An experiment (``experiments:`` of the workflow config; ``main`` is the sweep itself) is read from the files: the
 ``experiment`` of every evaluation summary and run folder (`bandpo.analysis.load`). Its scores are reported on their
@@ -11,18 +11,18 @@ margin δ? Its unit is the per-seed difference treatment - control (same base mo
 two words, ``better`` or ``not better by the margin``, or ``undecided`` while its pairs do not decide; the mean
 difference with its 95% paired t interval is an estimate beside the word, never a verdict. How each is decided:
 
-* a primary with ``sequential`` (a group-sequential design fixed before the runs): `bandpo.verdict.rule.decide` on
+* a primary with ``sequential`` (a group-sequential design fixed before the runs): `bandpo.stats.rule.decide` on
   the paired differences in the order of the primary's seeds, stopping at the first look that crosses a boundary,
-  with the stability of that verdict (`bandpo.verdict.simulate.stability`, `primary_results`);
+  with the stability of that verdict (`bandpo.stats.simulate.stability`, `primary_results`);
 * a primary with ``exploratory``: no verdict; the estimate with its interval and the pairs a single look would
-  need at the observed SD (`bandpo.verdict.rule.single_look_n`), and the reason;
-* any other primary: the single look of the rule at the pairs available (`bandpo.verdict.rule.fixed_n_decision`),
+  need at the observed SD (`bandpo.stats.power.pairs_needed`), and the reason;
+* any other primary: the single look of the rule at the pairs available (`bandpo.stats.rule.fixed_n_decision`),
   tested alone;
 * every secondary (each other trained entry against the control, each headline metric, each model and subset; a
   demoted primary; the entropy comparisons of ``primary.entropy_compare``): the single look, with Holm's
   adjustment of each one-sided test's p-values within the experiment's family (`bandpo.analysis.family`).
 
-The margins are the run plan's (`bandpo.plan.sweep.report_experiments`: ``margins`` {model: fraction of the score},
+The margins are the run plan's (`bandpo.study.report_experiments`: ``margins`` {model: fraction of the score},
 ``entropy_margins`` {model: nats}, ``designs`` {model: the design's fields}); nothing here converts the config's
 points. A descriptive experiment whose ``primary`` reads ``score: entropy`` (the random-reward control) compares no
 treatment with a control: each run's final token entropy is paired with its own entropy at step 1 (the base
@@ -39,27 +39,25 @@ import numpy as np
 import pandas as pd
 
 from bandpo.analysis.leaderboard import entry_graders, entry_labels, leaderboard
-from bandpo.analysis.stats import (
-    four_verdict,
-    one_sided_tests,
-    paired_tests,
-    score_stats,
-    seeded_rng,
-    t_interval,
-)
+from bandpo.analysis.scores import score_stats
 from bandpo.analysis.training import run_stats
-from bandpo.plan.sweep import MAIN
-from bandpo.verdict.design import ALPHA, BETA, SequentialDesign
-from bandpo.verdict.rule import (
+from bandpo.stats.design import SequentialDesign
+from bandpo.stats.power import pairs_needed
+from bandpo.stats.resample import seeded_rng
+from bandpo.stats.rule import (
     BETTER,
     NOT_BETTER,
     SCORE_DIFF_RANGE,
     UNDECIDED,
     decide,
     fixed_n_decision,
-    single_look_n,
+    four_verdict,
+    one_sided_tests,
+    paired_tests,
+    t_interval,
 )
-from bandpo.verdict.simulate import fixed_n_stability, stability
+from bandpo.stats.simulate import fixed_n_stability, stability
+from bandpo.study import MAIN
 
 SECTION_KEYS = ["experiment", "subset"]
 PRIMARY_COLUMNS = ["experiment", "model", "task", "metric", "role", "rule", "treatment", "control", "n_treatment",
@@ -132,20 +130,20 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 # Margins, labels, the rows' common parts
 # ----------------------------------------------------------------------------------------------------------------
 def _per_model(spec: Mapping[str, Any] | None, key: str, model: str) -> float:
-    """``spec[key][model]`` (a number the run plan put there: `bandpo.plan.sweep.report_experiments`), else NaN."""
+    """``spec[key][model]`` (a number the run plan put there: `bandpo.study.report_experiments`), else NaN."""
     value = ((spec or {}).get(key) or {}).get(model)
     return float(value) if value is not None else float("nan")
 
 
 def _planned(spec: Mapping[str, Any] | None, experiment: str) -> None:
     """ValueError when a spec states a margin in the config's points but carries none of the plan's fractions (the
-    config's experiments passed as they are, not through `bandpo.plan.sweep.report_experiments`)."""
+    config's experiments passed as they are, not through `bandpo.study.report_experiments`)."""
     primary = (spec or {}).get("primary") or {}
     for raw, planned in (("margin", "margins"), ("entropy_margin", "entropy_margins"), ("sequential", "designs")):
         if primary.get(raw) is not None and planned not in (spec or {}):
             raise ValueError(
                 f"experiment {experiment!r}: primary.{raw} without the run plan's {planned!r} (pass the experiments "
-                "of bandpo.plan.sweep.report_experiments(config): the margins as fractions of the score)"
+                "of bandpo.study.report_experiments(config): the margins as fractions of the score)"
             )
 
 
@@ -181,19 +179,11 @@ def verdict_label(verdict: str, margin: float, unit: str = SCORE_UNIT, n_needed:
     if verdict == NOT_BETTER:
         return f"not {'higher' if entropy else 'better'} by {_amount(margin, unit)}"
     if verdict == UNDECIDED:
-        return UNDECIDED + (f" (a single look decides from n = {int(n_needed)})" if n_needed == n_needed else "")
+        return UNDECIDED + (f" (a single look decides from n = {int(n_needed)})" if math.isfinite(n_needed) else "")
     if verdict == EXPLORATORY:
         return "exploratory: no verdict" + (f" (a single look decides from n = {int(n_needed)})"
-                                            if n_needed == n_needed else "")  # fmt: skip
+                                            if math.isfinite(n_needed) else "")  # fmt: skip
     return verdict
-
-
-def needed_pairs(sd: float, margin: float, alpha: float = ALPHA, beta: float = BETA) -> float:
-    """`single_look_n` at this SD (the fewest pairs at which a single look at levels alpha and beta decides for
-    sure), NaN without an SD or a margin."""
-    if not (math.isfinite(sd) and math.isfinite(margin) and margin > 0):
-        return float("nan")
-    return float(single_look_n(sd, margin, alpha, beta))
 
 
 def _seed_order(treatment: pd.Series, control: pd.Series, order: Sequence[int] | None) -> list:
@@ -273,7 +263,7 @@ def _sequential_row(design: SequentialDesign, x: np.ndarray, y: np.ndarray, seed
 def _exploratory_row(x: np.ndarray, y: np.ndarray, margin: float, reason: str) -> dict[str, Any]:
     """An exploratory primary: no verdict; the estimate, the pairs a single look would need at its SD, the reason."""
     est = _estimate(x, y, SCORE_DIFF_RANGE)
-    need = needed_pairs(est["sd"], margin)
+    need = pairs_needed(est["sd"], margin)
     return {"rule": EXPLORATORY, "n": int(x.size), **est, "verdict": EXPLORATORY, "n_needed": need,
             "label": verdict_label(EXPLORATORY, margin, n_needed=need), "note": str(reason)}  # fmt: skip
 
@@ -292,7 +282,7 @@ def _single_look_row(x: np.ndarray, y: np.ndarray, margin: float, unit: str, see
         return {**out, **tests, "verdict": "", "label": "no margin declared", "note": "no margin declared"}
     res = fixed_n_decision(x - y, margin)
     tests = one_sided_tests(res.estimate, res.sd, n, margin)
-    need = needed_pairs(res.sd, margin)
+    need = pairs_needed(res.sd, margin)
     out.update({"verdict": res.verdict, "t": res.t, "t_margin": res.t_margin, "p_better": tests["p_better"],
                 "p_not_better": tests["p_not_better"], "n_needed": need,
                 "label": verdict_label(res.verdict, margin, unit, need)})  # fmt: skip
@@ -310,7 +300,7 @@ def primary_results(
     seed: int = 0,
 ) -> pd.DataFrame:
     """Each experiment's primary comparison of scores, per model (`PRIMARY_COLUMNS`). ``specs``: the run plan's
-    experiments (`bandpo.plan.sweep.report_experiments`): ``primary`` (``compare: [treatment, control]``, ``task``
+    experiments (`bandpo.study.report_experiments`): ``primary`` (``compare: [treatment, control]``, ``task``
     (default: every task of the experiment, averaged per seed), ``score`` (the metric family, default ``mean``:
     mean@k at the largest k), ``sequential`` / ``exploratory`` / ``demoted``, ``seeds``), ``margins`` and
     ``designs`` (fractions of the score). Per model, over the seeds both entries have (n_treatment, n_control and
@@ -319,10 +309,10 @@ def primary_results(
     * ``sequential`` (rule ``sequential``): `decide` with the design on the differences in the order of
       ``primary.seeds``: the verdict, the look and pairs ``n`` it rests on, its t statistic and boundaries, and
       ``stability``: the probability that an independent rerun of the design gives the same verdict, simulated at
-      the observed mean and SD of those n pairs (`bandpo.verdict.simulate.stability`, `STABILITY_REPS` runs
+      the observed mean and SD of those n pairs (`bandpo.stats.simulate.stability`, `STABILITY_REPS` runs
       seeded by ``seed`` and the row; ``stability_se`` its Monte-Carlo SE), and ``rerun_better``,
       ``rerun_not_better``, ``rerun_undecided``: the probability of each verdict word in that rerun;
-    * ``exploratory``: verdict ``exploratory`` (none), the estimate, ``n_needed`` (`single_look_n` at the observed
+    * ``exploratory``: verdict ``exploratory`` (none), the estimate, ``n_needed`` (`pairs_needed` at the observed
       SD) and the reason (``note``);
     * else (rule ``single look``): `fixed_n_decision` at the pairs, with p_better (H0: Δ <= 0) and p_not_better
       (H1: Δ >= margin), n_needed, and the stability of the single look and its rerun's words

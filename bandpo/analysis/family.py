@@ -22,15 +22,22 @@ from bandpo.analysis.experiments import (
     PRIMARY_COLUMNS,
     SCORE_UNIT,
     SINGLE_LOOK_HOLM,
-    needed_pairs,
     score_margin,
     verdict_label,
 )
 from bandpo.analysis.leaderboard import headline_label, identical_to_baseline
-from bandpo.analysis.stats import holm, one_sided_tests, rule_verdict
-from bandpo.plan.sweep import BASE_ENTRY, MAIN
-from bandpo.verdict.design import ALPHA, BETA
-from bandpo.verdict.rule import BETTER, ESTIMATE_ONLY, NOT_BETTER, UNDECIDED
+from bandpo.stats.design import ALPHA, BETA
+from bandpo.stats.power import pairs_needed
+from bandpo.stats.rule import (
+    BETTER,
+    ESTIMATE_ONLY,
+    NOT_BETTER,
+    UNDECIDED,
+    holm,
+    one_sided_tests,
+    rule_verdict,
+)
+from bandpo.study import BASE_ENTRY, MAIN
 
 FAMILY_FAMILIES = ("mean", "pass", "maj", "best_bootstrap")  # the leaderboard's headline metrics
 FAMILY_COLUMNS = ["experiment", "family", "n_tests", "n_excluding_0", "expected_by_chance", "better", "not_better",
@@ -203,7 +210,7 @@ def _adjust_family(
         verdicts.append(v)
         sd, lo, hi = (_member(table, primary, g, c) for c in ("sd", "ci_low", "ci_high"))
         excluding += int(lo > 0 or hi < 0)
-        need = needed_pairs(sd, margin, alpha / m, beta / m)
+        need = pairs_needed(sd, margin, alpha / m, beta / m)
         if kind == "cell":
             words = ESTIMATE_ONLY if (fam == VERDICTS and v == UNDECIDED) else verdict_label(v, margin)
             table.loc[idx, [f"{lab}_p_better_holm", f"{lab}_p_not_better_holm", f"{lab}_verdict_holm",

@@ -12,8 +12,8 @@ from typing import Any
 import pandas as pd
 
 from bandpo.analysis.load import params_label, parse_metric
-from bandpo.analysis.stats import ALL_TASKS, DEFAULT_BASELINE, HEADLINE, PAIRED_COLUMNS
-from bandpo.plan.sweep import BASE_ENTRY
+from bandpo.analysis.scores import ALL_TASKS, DEFAULT_BASELINE, HEADLINE, PAIRED_COLUMNS
+from bandpo.study import BASE_ENTRY
 
 
 def entry_labels(summaries: pd.DataFrame) -> dict[tuple[str, str], str]:
@@ -52,7 +52,7 @@ def leaderboard(
     Per headline metric L (e.g. ``mean@8``): L, L_ci_low, L_ci_high (percentile bootstrap), L_t_ci_low, L_t_ci_high
     (Student t over seeds: the interval the tables show), L_iqm, L_poi, L_poi_ci_low, L_poi_ci_high
     (rliable's P(improvement) over ``baseline``, all seed pairs), and the paired comparison with the baseline
-    (`bandpo.analysis.stats.paired_comparison`): L_diff, L_diff_ci_low, L_diff_ci_high, L_diff_t_ci_low,
+    (`bandpo.analysis.scores.paired_comparison`): L_diff, L_diff_ci_low, L_diff_ci_high, L_diff_t_ci_low,
     L_diff_t_ci_high, L_diff_sd, L_diff_poi, L_diff_poi_ci_low, L_diff_poi_ci_high, L_mde, L_seeds_for_target,
     L_n_pairs, L_unpaired; then the training columns of `run_stats`. ``params`` is the entry's label from
     ``labels`` ((model, entry) -> the runs' ``method_label``, `entry_labels`), else `params_label` of its

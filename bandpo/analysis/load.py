@@ -29,8 +29,8 @@ import pandas as pd
 from bandpo.core.atlas_table import COLUMNS as ATLAS_COLUMNS
 from bandpo.core.files import read_jsonl
 from bandpo.core.run_contract import check_outputs, read_run
-from bandpo.plan.sweep import BASE_ENTRY, MAIN, split_slot
 from bandpo.score.lm_eval_results import FILTER_NAME, lm_eval_task_scores
+from bandpo.study import BASE_ENTRY, MAIN, split_slot
 
 EVAL_SCHEMA_PREFIX = "bandpo-bench/eval-summary/"
 _METRIC = re.compile(r"^(?P<family>[A-Za-z_]+)@(?P<k>\d+|n)(?P<suffix>_[A-Za-z]+)?$")

@@ -22,9 +22,9 @@ from pathlib import Path
 import pandas as pd
 from scipy.stats import chi2
 
-from bandpo.verdict.design import ALPHA, BETA, FUTILITY_SPENDING, SPENDING, SequentialDesign, boundaries, plan_design
-from bandpo.verdict.rule import POINTS
-from bandpo.verdict.simulate import (
+from bandpo.stats.design import ALPHA, BETA, FUTILITY_SPENDING, SPENDING, SequentialDesign, boundaries, plan_design
+from bandpo.stats.rule import POINTS
+from bandpo.stats.simulate import (
     agreement,
     operating_characteristics,
 )

@@ -12,7 +12,9 @@ import numpy as np
 import pandas as pd
 from scipy.stats import bootstrap
 
-from bandpo.analysis.stats import FINAL_FRACTION, bootstrap_ci, mean_of_means, seeded_rng, t_interval
+from bandpo.analysis.scores import FINAL_FRACTION
+from bandpo.stats.resample import bootstrap_ci, mean_of_means, seeded_rng
+from bandpo.stats.rule import t_interval
 
 
 def _logged(df: pd.DataFrame, column: str) -> pd.Series:

@@ -51,7 +51,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, help="the ranking as Markdown; beside it the same path with .csv")
     r.add_argument("--margins-json", default=None,
                    help="main's margin per model, fractions of the score, from the run plan "
-                        "(bandpo.plan.sweep.report_experiments; rule rank passes this config's); default: the "
+                        "(bandpo.study.report_experiments; rule rank passes this config's); default: the "
                         "published config's")  # fmt: skip
     lk = sub.add_parser("look", help="a sequential primary's verdict from the seeds of its first looks")
     lk.add_argument("--spec", required=True, help="the look's spec (the run plan's results/{profile}/plan/looks/...)")

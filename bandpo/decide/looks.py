@@ -1,4 +1,4 @@
-"""A look of a sequential primary: the verdict rule (`bandpo.verdict.rule.decide`) on the paired differences of
+"""A look of a sequential primary: the verdict rule (`bandpo.stats.rule.decide`) on the paired differences of
 the seeds run so far, which tells the DAG whether to train the next look's seeds.
 
 The look's spec (written by the run plan, `bandpo.plan.runs.Plan.look_spec`) names the design (fractions of the
@@ -20,8 +20,8 @@ from typing import Any
 
 from bandpo.analysis.load import parse_metric, summary_values
 from bandpo.core.files import atomic_write_text
-from bandpo.verdict.design import SequentialDesign
-from bandpo.verdict.rule import decide
+from bandpo.stats.design import SequentialDesign
+from bandpo.stats.rule import decide
 
 
 def read_look_spec(path: str | Path) -> dict[str, Any]:

@@ -10,10 +10,10 @@ published GRPO scores of base model m and seed s are the scores a GRPO run here 
    DAG trains and scores GRPO here too, and the entry is paired with that instead.
 2. `rank_table` (rule ``rank``): per model and metric, the entry's scores paired by seed with GRPO's (published or
    rerun, as the check decided): the mean paired difference with its 95% paired t interval (the estimate) and the
-   verdict rule's single look (`bandpo.verdict.rule.fixed_n_decision`, docs/statistics.md): is the entry better
+   verdict rule's single look (`bandpo.stats.rule.fixed_n_decision`, docs/statistics.md): is the entry better
    than GRPO by at least main's margin for that model? ``better``, ``not better by the margin`` or ``undecided``,
    with Holm's adjustment of each one-sided test's p-values within the ranking's family (every model and metric
-   ranked); the margins are the run plan's (`bandpo.plan.sweep.report_experiments`: the config's, fixed before the
+   ranked); the margins are the run plan's (`bandpo.study.report_experiments`: the config's, fixed before the
    runs, as fractions; rule ``rank`` passes this config's, the command line falls back to the published config's);
    and, when paired with the published runs, its place among the published entries of that model by mean.
 
@@ -32,14 +32,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bandpo.analysis.experiments import needed_pairs, verdict_label
+from bandpo.analysis.experiments import verdict_label
 from bandpo.analysis.load import load_eval_scores
-from bandpo.analysis.stats import DEFAULT_BASELINE, holm, one_sided_tests, paired_comparison, rule_verdict
+from bandpo.analysis.scores import DEFAULT_BASELINE, paired_comparison
 from bandpo.core.files import atomic_write_text, write_csv
 from bandpo.core.provenance import weights_sha256
-from bandpo.plan.sweep import MAIN, report_experiments
-from bandpo.verdict.design import ALPHA, BETA
-from bandpo.verdict.rule import BETTER, NOT_BETTER, UNDECIDED, WORDS
+from bandpo.stats.design import ALPHA, BETA
+from bandpo.stats.power import pairs_needed
+from bandpo.stats.rule import BETTER, NOT_BETTER, UNDECIDED, WORDS, holm, one_sided_tests, rule_verdict
+from bandpo.study import MAIN, report_experiments
 
 RANK_METRICS = ("mean@8", "pass@8")  # the leaderboard's headline metrics
 BASELINE = DEFAULT_BASELINE
@@ -196,7 +197,7 @@ def rank_frame(
     table["p_not_better_holm"] = holm(table["p_not_better"].to_numpy(np.float64))
     table["verdict"] = [rule_verdict(b, nb) for b, nb in zip(table["p_better_holm"], table["p_not_better_holm"],
                                                              strict=True)]  # fmt: skip
-    table["n_needed"] = [needed_pairs(sd, mg, ALPHA / m, BETA / m) for sd, mg in zip(table["diff_sd"], table["margin"],
+    table["n_needed"] = [pairs_needed(sd, mg, ALPHA / m, BETA / m) for sd, mg in zip(table["diff_sd"], table["margin"],
                                                                                    strict=True)]  # fmt: skip
     words = zip(table["verdict"], table["margin"], table["n_needed"], strict=True)
     table["label"] = [verdict_label(v, mg, n_needed=need) for v, mg, need in words]

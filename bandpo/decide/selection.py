@@ -16,9 +16,9 @@ import pandas as pd
 
 from bandpo.analysis.axis import axis_cells, final_scores, with_reuse
 from bandpo.analysis.load import load_eval_scores
-from bandpo.analysis.stats import t_interval
 from bandpo.core.files import atomic_write_text, write_csv
-from bandpo.plan.sweep import BASE_ENTRY
+from bandpo.stats.rule import t_interval
+from bandpo.study import BASE_ENTRY
 
 # The selection rules (config `select.rule`), each with the sentence the page prints under the selection's table.
 # `largest-learning-compared` reads only the cells that run both compared arms: at a cell where every bound rule trains

@@ -72,18 +72,9 @@ from pathlib import Path
 from typing import Any
 
 from bandpo.models.sizes import SIZES
-from bandpo.plan.sweep import (
-    MAIN,
-    base_models,
-    by_id,
-    eval_groups,
-    run_settings,
-    runs,
-    sequential_slots,
-    slot_seeds,
-    split_slot,
-)
+from bandpo.plan.sweep import base_models, eval_groups, run_settings, runs, sequential_slots
 from bandpo.plan.validate import ConfigError, load_yaml, validate_config
+from bandpo.study import MAIN, by_id, slot_seeds, split_slot
 from bandpo.train.settings import TrainConfig, typed_fields
 
 __all__ = ["CostModel", "estimate", "fixed_costs", "jobs", "kind_label", "load_config", "read_measured",

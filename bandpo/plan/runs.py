@@ -35,27 +35,21 @@ from bandpo.core.files import atomic_write_text, package_data
 from bandpo.core.options import check_fields
 from bandpo.core.protocol import spec_fields
 from bandpo.plan.sweep import (
-    BASE_ENTRY,
     atlas_spec,
-    by_id,
-    design_settings,
     eval_groups,
-    look_blocks,
     method_module_specs,
     model_data,
     model_path,
     pretrain_seed,
-    run_folder,
     run_settings,
     runs,
     sequential_pairs,
     sequential_slots,
-    slot_id,
-    slot_seeds,
     slots,
 )
 from bandpo.plan.validate import ConfigError, load_yaml, validate_config
 from bandpo.score.spec import EvalJob, EvalRun
+from bandpo.study import BASE_ENTRY, by_id, design_settings, look_blocks, run_folder, slot_id, slot_seeds
 from bandpo.train.settings import RUN_FIELDS, TrainConfig, typed_fields
 from bandpo.verl.spec import RUN_FIELDS as VERL_RUN_FIELDS
 from bandpo.verl.spec import VerlRun
@@ -420,7 +414,7 @@ class Plan:
         return f"{self.results}/looks/{experiment}/{model_id}/look{look}.json"
 
     def look_spec(self, pair: Mapping[str, Any]) -> dict[str, Any]:
-        """What a look of a sequential primary reads: its design (`bandpo.plan.sweep.design_settings`, fractions of
+        """What a look of a sequential primary reads: its design (`bandpo.study.design_settings`, fractions of
         the score), the task and metric it compares, and per seed of the pair, in look order, the two evaluation
         summaries."""
         xp, model = pair["experiment"], pair["model"]
@@ -436,7 +430,7 @@ class Plan:
                               for side in ("treatment", "control")}}  # fmt: skip
 
     def seeds_of(self, slot: str) -> list[int]:
-        """The seeds a slot trains and scores (`bandpo.plan.sweep.slot_seeds`)."""
+        """The seeds a slot trains and scores (`bandpo.study.slot_seeds`)."""
         return slot_seeds(self.config, self.slots[slot]["experiment"], self.slots[slot]["entry"])
 
     def write_specs(self) -> list[str]:

@@ -38,11 +38,8 @@ from bandpo.data.real import REAL_DATASETS, real_entry_problems
 from bandpo.data.tiny_math import ProbeSpec
 from bandpo.models.sizes import SIZES
 from bandpo.plan.sweep import (
-    MAIN,
     THREADED_RULES,
-    by_id,
     cell_models,
-    design_settings,
     eval_rule_clash,
     job_resources,
     method_module_path,
@@ -53,6 +50,7 @@ from bandpo.plan.sweep import (
     val_data_ids,
     verl_val_split,
 )
+from bandpo.study import MAIN, by_id, design_settings
 from bandpo.train.settings import RUN_FIELDS, TrainConfig
 from bandpo.verl.spec import RUN_FIELDS as VERL_RUN_FIELDS
 from bandpo.verl.spec import VerlRun
@@ -354,7 +352,7 @@ def check_registries(cfg: Mapping[str, Any], root: str | os.PathLike = ".") -> N
             fail(["method_modules", i], str(e))
 
     # each sequential primary's design: its last look's boundaries meet within n_max at the planning SD
-    from bandpo.verdict.design import SequentialDesign  # imports scipy: see the docstring
+    from bandpo.stats.design import SequentialDesign  # imports scipy: see the docstring
 
     for pair in sequential_pairs(cfg):
         try:

@@ -45,7 +45,7 @@ class Board:
     and ``axis_runs`` (the design axes' rules, and per run), ``dag`` (dag_rules.csv: a DAG run's per-rule cost),
     ``beside`` (one profile's runs beside another's) and ``atlas`` (the equivalence atlas). The config:
     ``experiments``, ``axes``, ``base_per_seed`` (None: unknown). What the pages add: ``per_task`` (the per-task
-    frame), ``notes`` ((experiment, text) per experiment), ``power`` (`bandpo.analysis.stats.power_table`),
+    frame), ``notes`` ((experiment, text) per experiment), ``power`` (`bandpo.analysis.scores.power_table`),
     ``panels`` (`Panel`), ``figures`` (name -> PNG file, in the order shown), ``captions`` and ``title``. A board
     read back from a folder (`read`) keeps ``folder`` and ``provenance`` (provenance.json)."""
 

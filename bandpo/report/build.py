@@ -33,10 +33,9 @@ from bandpo.analysis.load import (
     run_metrics,
     run_summaries,
 )
-from bandpo.analysis.stats import DEFAULT_BASELINE, power_table
+from bandpo.analysis.scores import DEFAULT_BASELINE, power_table
 from bandpo.analysis.steps import write_steps
 from bandpo.core.files import atomic_write_text, write_csv
-from bandpo.plan.sweep import MAIN
 from bandpo.report.axis import axis_panels
 from bandpo.report.board import ATLAS_TABLE, Board
 from bandpo.report.columns import with_seeds
@@ -65,6 +64,7 @@ from bandpo.report.forest import forest_figure
 from bandpo.report.markdown import leaderboard_markdown
 from bandpo.report.notes import experiment_notes
 from bandpo.report.page import leaderboard_html
+from bandpo.study import MAIN
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +94,7 @@ def build_report(
     """Load everything under ``results_dir`` (= ``results/{profile}``), compute the statistics, write the tables
     and figures into ``out_dir`` (default: ``results_dir``). ``bounds`` is the bounds table of the bound figure
     (default ``results_dir/bounds.csv``; without it the figure is a placeholder). ``experiments``: the run plan's
-    experiments (`bandpo.plan.sweep.report_experiments`: {id: {description, primary, margins, ...}}, the margins as
+    experiments (`bandpo.study.report_experiments`: {id: {description, primary, margins, ...}}, the margins as
     fractions of the score) whose notes and comparisons with the control (primary.csv, the families) the page shows;
     the sections themselves come from the files (`bandpo.analysis.experiments`); an experiment's ``reuse`` entries
     are main's runs, copied into it (`bandpo.analysis.axis.with_reuse`). ``axes``: the config's design axes, whose

@@ -12,7 +12,7 @@
 
 ``compare`` checks a rerun (another machine, thread count or BLAS path) against the published leaderboard: which
 rows' means fall outside the published 95% intervals, and whether every paired difference from the baseline whose
-interval excludes 0 keeps its sign (`bandpo.analysis.stats.rerun_agreement`). ``compare --exact`` checks that a
+interval excludes 0 keeps its sign (`bandpo.analysis.scores.rerun_agreement`). ``compare --exact`` checks that a
 rerun under the fixed numerics (`bandpo.core.numerics`) gave the same bits (`bandpo.report.compare.exact_compare`).
 The decisions the DAG feeds back into its jobs (select, base-check, rank) are ``python -m bandpo.decide``'s.
 """
@@ -25,7 +25,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bandpo.analysis.stats import DEFAULT_BASELINE
+from bandpo.analysis.scores import DEFAULT_BASELINE
 from bandpo.core.files import atomic_write_text
 from bandpo.report import metric_cost
 from bandpo.report.build import build_report
@@ -49,7 +49,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--bounds", default=None, help="bounds table of the bound figure (default: RESULTS/bounds.csv)")
     b.add_argument("--no-embed-figures", action="store_true", help="do not embed the PNGs in the HTML page")
     b.add_argument("--experiments-json", default=None,
-                   help="the run plan's experiments as JSON (bandpo.plan.sweep.report_experiments: margins in "
+                   help="the run plan's experiments as JSON (bandpo.study.report_experiments: margins in "
                         "fractions): notes, primary.csv and the verdicts")  # fmt: skip
     b.add_argument("--axes-json", default=None, help="the config's design axes as JSON: axis.csv")
     b.add_argument("--base-per-seed", choices=["true", "false"], default=None,

@@ -12,10 +12,10 @@ from typing import Any
 import pandas as pd
 
 from bandpo.analysis.leaderboard import headline_label, identical_to_baseline
-from bandpo.analysis.stats import DEFAULT_BASELINE, HEADLINE
-from bandpo.plan.sweep import BASE_ENTRY
+from bandpo.analysis.scores import DEFAULT_BASELINE, HEADLINE
 from bandpo.report.text import as_float, fmt, fmt_ci, fmt_seconds
-from bandpo.verdict.rule import ESTIMATE_ONLY, UNDECIDED
+from bandpo.stats.rule import ESTIMATE_ONLY, UNDECIDED
+from bandpo.study import BASE_ENTRY
 
 IDENTICAL = "identical to {baseline} on every seed (no evidence either way)"
 T_INTERVAL = "t_"  # the tables show Student-t intervals over seeds; leaderboard.csv has the bootstrap ones too

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from bandpo.analysis.leaderboard import beside_table
-from bandpo.analysis.stats import rerun_agreement
+from bandpo.analysis.scores import rerun_agreement
 from bandpo.core.files import atomic_write_text, write_csv
 from bandpo.report.markdown import beside_markdown
 

@@ -2,7 +2,7 @@
 saves the figure with `save_figure` and the data beside it as CSV. With nothing to plot a builder returns a
 placeholder figure that says so, and an empty frame.
 
-Every series comes from files: the run metrics (`bandpo.analysis.load`), the statistics (`bandpo.analysis.stats`)
+Every series comes from files: the run metrics (`bandpo.analysis.load`), the statistics (`bandpo.analysis.scores`)
 and the bounds table written by `bandpo.methods.bounds_table` (the report imports no method registry).
 """
 
@@ -26,10 +26,11 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from bandpo.analysis.leaderboard import entry_order
-from bandpo.analysis.stats import ALL_TASKS, DEFAULT_BASELINE, bootstrap_ci, mean_of_means
+from bandpo.analysis.scores import ALL_TASKS, DEFAULT_BASELINE
 from bandpo.analysis.training import seed_bands
 from bandpo.core.files import atomic_write_bytes
-from bandpo.plan.sweep import BASE_ENTRY
+from bandpo.stats.resample import bootstrap_ci, mean_of_means
+from bandpo.study import BASE_ENTRY
 
 FOREST = "forest"  # the forest plot (bandpo.report.forest): the pages show it first, under the answer
 FIGURES = (FOREST, "bounds", "training_curves", "clipfrac_buckets", "final_scores", "random_reward_entropy",

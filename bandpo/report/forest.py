@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 
 from bandpo.analysis.leaderboard import headline_label, identical_to_baseline
-from bandpo.plan.sweep import BASE_ENTRY, MAIN
 from bandpo.report.figures import _pyplot, _style, placeholder_figure
-from bandpo.verdict.rule import BETTER, NOT_BETTER, UNDECIDED
+from bandpo.stats.rule import BETTER, NOT_BETTER, UNDECIDED
+from bandpo.study import BASE_ENTRY, MAIN
 
 FOREST_COLUMNS = ["model", "subset", "entry", "n_seeds", "label", "diff", "ci_low", "ci_high", "margin", "verdict",
                   "kind", "primary", "identical"]  # fmt: skip

@@ -10,9 +10,9 @@ dag_rules.csv):
 * the planning SD: its one-sided 90% upper confidence bound (`bandpo.analysis.sequential.upper_sd`, as the tiny
   tier's designs plan);
 * the minutes a pair costs on the machine of the publication (two training runs and their scoring);
-* the group-sequential design of the tiny tier's rule (`bandpo.verdict.design.plan_design`: looks of k = 5 pairs,
+* the group-sequential design of the tiny tier's rule (`bandpo.stats.design.plan_design`: looks of k = 5 pairs,
   α = 0.05 and β = 0.05, so that a verdict's stability is at least 0.9 at Δ = 0 and at Δ = δ = 2 points) planned at
-  that SD: n_max, the expected pairs at Δ = 0 and at Δ = δ (`bandpo.verdict.simulate.operating_characteristics`),
+  that SD: n_max, the expected pairs at Δ = 0 and at Δ = δ (`bandpo.stats.simulate.operating_characteristics`),
   and the hours to n_max and the expected hours (the larger of the two Δ).
 
 The choice rule, fixed with the candidates: among those that answer the paper's question (final or asymptotic
@@ -43,9 +43,10 @@ import pandas as pd
 from scipy.optimize import curve_fit
 
 from bandpo.analysis.sequential import upper_sd
-from bandpo.verdict.design import plan_design
-from bandpo.verdict.rule import POINTS, single_look_n
-from bandpo.verdict.simulate import operating_characteristics
+from bandpo.stats.design import plan_design
+from bandpo.stats.power import pairs_needed
+from bandpo.stats.rule import POINTS
+from bandpo.stats.simulate import operating_characteristics
 
 MARGIN = 0.02  # δ: 2 points of mean@8 (the folder's primary declares it; this is the default)
 K, ALPHA_, BETA_ = 5, 0.05, 0.05  # looks of 5 pairs; stability >= 0.9 at Δ = 0 and Δ = δ
@@ -194,7 +195,8 @@ def cost_row(name: str, answers: bool, sd: float, n: int, minutes: float, note: 
     if not (math.isfinite(sd) and n >= 2):
         return row
     plan = upper_sd(sd, n - 1)
-    single = single_look_n(max(plan, 1e-6), margin, ALPHA_, BETA_)
+    single = pairs_needed(max(plan, 1e-6), margin, ALPHA_, BETA_)
+    single = int(single) if math.isfinite(single) else single  # a count of pairs (inf beyond any count)
     row.update(planning_sd=plan * POINTS, n_single=single, hours_single=single * minutes / 60.0)
     if single > MAX_PLANNED:  # far beyond any budget: the single look's n bounds the design's n_max from below
         row["within_budget"] = False

@@ -13,10 +13,10 @@ from scipy.stats import chi2
 from scipy.stats import t as student_t
 
 from bandpo.analysis.leaderboard import headline_label
-from bandpo.plan.sweep import BASE_ENTRY
 from bandpo.report.columns import baseline_of
 from bandpo.report.text import fmt, fmt_ci, points
 from bandpo.report.verdicts import WORDS
+from bandpo.study import BASE_ENTRY
 
 STATS_NOTE = (
     "Scores are fractions of problems solved, shown in percent: the mean over seeds of each seed's lm-eval score "
@@ -178,7 +178,7 @@ def unpaired_lines(table: pd.DataFrame) -> list[str]:
 
 
 def power_lines(power: pd.DataFrame) -> list[str]:
-    """One sentence per (model, metric) of `bandpo.analysis.stats.power_table`, in points; where the comparisons
+    """One sentence per (model, metric) of `bandpo.analysis.scores.power_table`, in points; where the comparisons
     have different seed counts (the primary pair's ``primary.seeds``), each count with its comparisons, and the
     pooled MDE named as that of the fewest."""
     out = []

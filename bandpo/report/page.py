@@ -22,7 +22,6 @@ from typing import Any
 import jinja2
 import pandas as pd
 
-from bandpo.plan.sweep import BASE_ENTRY
 from bandpo.report.atlas import HEAD as ATLAS_HEAD
 from bandpo.report.atlas import NOTE as ATLAS_NOTE
 from bandpo.report.atlas import atlas_cells, atlas_pairs
@@ -41,6 +40,7 @@ from bandpo.report.columns import (
 from bandpo.report.figures import FOREST
 from bandpo.report.notes import grader_note, power_lines, power_note, reading_notes, unpaired_lines
 from bandpo.report.verdicts import section_html, tier_rows
+from bandpo.study import BASE_ENTRY
 
 PARAMS_SEPARATOR = ", "  # the only place a params cell may break: between two "key=value" parts
 

@@ -3,7 +3,7 @@ with the verdict, what it shows and what it does not, the estimate with its inte
 on and the verdicts an independent rerun would give; and the definitions of the verdict words (`WORDS`), the one
 place they are written.
 
-The rule (`bandpo.verdict.rule`) tests H0: Δ <= 0 against H1: Δ >= δ. So "better" shows a gain above 0, not a gain
+The rule (`bandpo.stats.rule`) tests H0: Δ <= 0 against H1: Δ >= δ. So "better" shows a gain above 0, not a gain
 of δ (at many pairs it is a plain test of Δ > 0), and "not better by δ" rules out a gain of δ or more without showing
 that the treatment is worse or that the two are equivalent: those are read from the estimate's interval, and the
 row says which of them the interval shows.
@@ -24,7 +24,7 @@ import pandas as pd
 
 from bandpo.core.files import atomic_write_text
 from bandpo.report.text import as_float, fmt, md_cell, points
-from bandpo.verdict.rule import BETTER, NOT_BETTER, UNDECIDED, WORDS
+from bandpo.stats.rule import BETTER, NOT_BETTER, UNDECIDED, WORDS
 
 PARTS: tuple[str, ...] = ("real-lm",)
 """Published folders (results/FOLDER/, a profile of its own) whose primaries join the top-level page's answer and

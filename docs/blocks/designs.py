@@ -2,7 +2,7 @@
 (`declared_rules`), and docs/statistics.md's plan of the designs (`sequential_plan`), whose designs are those the
 published configs declare, not the ones a plan would derive again.
 
-A design is the DAG's: `bandpo.verdict.design.SequentialDesign` built from `bandpo.plan.sweep.design_settings` of the
+A design is the DAG's: `bandpo.stats.design.SequentialDesign` built from `bandpo.study.design_settings` of the
 config the folder's provenance.json records (what `bandpo.plan.runs.Plan.look_spec` writes for each look and
 `bandpo.decide.looks` decides with; `report_experiments` passes the same to the report), so the boundaries, n_max
 and β printed are those of the looks that ran. A setting whose primary was declared exploratory has no design; the
@@ -16,12 +16,13 @@ from typing import Any
 
 from bandpo.analysis import sequential as seq
 from bandpo.analysis.experiments import ENTROPY
-from bandpo.plan.sweep import look_blocks, report_experiments
 from bandpo.report.board import Board
-from bandpo.verdict.design import ALPHA, BETA, SequentialDesign, plan_design
-from bandpo.verdict.rule import BETTER, NOT_BETTER, POINTS, UNDECIDED, single_look_n
-from bandpo.verdict.simulate import agreement, bootstrap_stability, fixed_n_stability, operating_characteristics
-from bandpo.verdict.simulate import stability as stability_of
+from bandpo.stats.design import ALPHA, BETA, SequentialDesign, plan_design
+from bandpo.stats.power import pairs_needed
+from bandpo.stats.rule import BETTER, NOT_BETTER, POINTS, UNDECIDED
+from bandpo.stats.simulate import agreement, bootstrap_stability, fixed_n_stability, operating_characteristics
+from bandpo.stats.simulate import stability as stability_of
+from bandpo.study import look_blocks, report_experiments
 from docs.blocks.publication import published_parts, seed_range
 
 SEQUENTIAL, SINGLE_LOOK, EXPLORATORY, DEMOTED, DESCRIPTIVE = (
@@ -205,7 +206,7 @@ def _fixed_n_table(diffs, plans, designs, reps: int, seed: int) -> list[str]:
         n = int(diffs[diffs["setting"] == st].groupby(["publication", "primary"]).size().min())
         stab, probs = fixed_n_stability(p["pooled_mean"], p["pooled_sd"], n, margin, reps=reps, rng=seed)
         rows.append([st, str(n), _pts(p["pooled_mean"]), _pts(p["pooled_sd"]), *(_p(probs[w]) for w in words),
-                     _p(stab), str(single_look_n(p["pooled_sd"], margin))])  # fmt: skip
+                     _p(stab), str(int(pairs_needed(p["pooled_sd"], margin)))])  # fmt: skip
     header = ["setting", "pairs", "pooled mean", "pooled SD", "P(better)", "P(not better)", "P(undecided)",
               "stability", "single look decides from"]  # fmt: skip
     out = ["A single look at the pairs each primary ran (`fixed_n_decision`), at the pooled mean and SD:", ""]

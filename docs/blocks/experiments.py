@@ -9,12 +9,11 @@ import numpy as np
 import pandas as pd
 
 from bandpo.analysis.experiments import collapse_factors, primary_results
-from bandpo.analysis.stats import t_interval
 from bandpo.analysis.steps import read_steps
-from bandpo.plan.sweep import report_experiments
 from bandpo.report.board import Board
 from bandpo.report.metric_cost import choice, cost_table, table_markdown
-from bandpo.verdict.rule import BETTER, NOT_BETTER
+from bandpo.stats.rule import BETTER, NOT_BETTER, t_interval
+from bandpo.study import report_experiments
 from docs.blocks.cells import METRIC, ci, margin_text, md_table, num, row_series, verdict_parts
 from docs.blocks.publication import seed_range
 

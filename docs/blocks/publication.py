@@ -12,8 +12,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from bandpo.plan.sweep import look_blocks
 from bandpo.report.board import Board
+from bandpo.study import look_blocks
 
 NATIVE = "native"  # the numerics mode of a job that recorded none: the CPU's own kernels
 
@@ -140,7 +140,7 @@ def seed_range(seeds: Sequence[int]) -> str:
 
 def _most_seeds(config: Mapping[str, Any], specs: Mapping[str, Mapping[str, Any]]) -> str:
     """The most seeds a group-sequential primary's pair may run on each model, as the run plan schedules them
-    (`bandpo.plan.sweep.look_blocks`: ``primary.seeds`` in looks of k up to the model's n_max): "tiny-s at most 20:
+    (`bandpo.study.look_blocks`: ``primary.seeds`` in looks of k up to the model's n_max): "tiny-s at most 20:
     0-19, tiny-m at most 15: 0-14"; one phrase, "at most 20: 0-19", when every model's are the same."""
     per_model: dict[str, list[int]] = {}
     for xp, spec in specs.items():

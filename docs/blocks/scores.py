@@ -3,17 +3,19 @@ gain over the base model, the spread over seeds, the power and the seeds behind 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 from scipy.stats import chi2
 
-from bandpo.analysis.stats import minimum_detectable_difference, power_table
+from bandpo.analysis.scores import power_table
 from bandpo.report.board import Board
 from bandpo.report.columns import by_model, by_paired_difference, verdict_text, with_seeds
 from bandpo.report.verdicts import PARTS, rerun_text, shows
-from bandpo.verdict.rule import BETTER, NOT_BETTER, single_look_n
+from bandpo.stats.power import minimum_detectable_difference, pairs_needed
+from bandpo.stats.rule import BETTER, NOT_BETTER
 from docs.blocks.cells import (
     METRIC,
     ci,
@@ -164,7 +166,7 @@ def spread(board: Board) -> str:
 
 
 def power(board: Board) -> str:
-    """The power of the comparisons with GRPO (bandpo.analysis.stats.power_table of stats.csv); the seeds of each
+    """The power of the comparisons with GRPO (bandpo.analysis.scores.power_table of stats.csv); the seeds of each
     comparison ("3 for 11, 10 for 1": 11 comparisons at 3 seeds, one at 10), the MDE at the fewest."""
     rows = []
     for p in row_series(power_table(board.stats)):
@@ -183,7 +185,7 @@ def power(board: Board) -> str:
 def pairs_main(board: Board) -> str:
     """The pairs a single look of the rule would need to decide for sure at the SD the main experiment's primary
     pair measured (primary.csv's ``n_needed``; for a group-sequential primary, which records none, computed from its
-    ``sd`` and ``margin`` by the same `bandpo.verdict.rule.single_look_n`), per model size in reverse name order
+    ``sd`` and ``margin`` by the same `bandpo.stats.power.pairs_needed`), per model size in reverse name order
     (tiny-s, then tiny-m), with the seed pairs run: "12 seed pairs on tiny-s (10 run), 14 on tiny-m (10)"."""
     p = board.primary[(board.primary["experiment"] == "main") & (board.primary["metric"] == METRIC)]
     p = p.sort_values("model", ascending=False)
@@ -191,8 +193,8 @@ def pairs_main(board: Board) -> str:
     for i, r in enumerate(row_series(p)):
         need = r["n_needed"]
         if need != need and r["sd"] == r["sd"] and r["margin"] == r["margin"]:
-            need = single_look_n(float(r["sd"]), float(r["margin"]))
-        need = "—" if need != need else str(int(need))
+            need = pairs_needed(float(r["sd"]), float(r["margin"]))
+        need = "—" if not math.isfinite(need) else str(int(need))
         unit, run = (" seed pairs", " run") if i == 0 else ("", "")
         parts.append(f"{need}{unit} on {r['model']} ({int(r['n_pairs'])}{run})")
     return ", ".join(parts)
@@ -306,7 +308,7 @@ def entropy_main(board: Board, model: str = "tiny-s") -> str:
 def probe_power(board: Board) -> str:
     """The probe's primary comparison (primary.csv of results/probe/, BandPO-KL − GRPO on the probe subset): the SD
     of its paired differences at its seed pairs and the pairs a single look of the verdict rule would need at that
-    SD and the margin (primary.csv's ``n_needed``, `bandpo.verdict.rule.single_look_n`): why it is demoted."""
+    SD and the margin (primary.csv's ``n_needed``, `bandpo.stats.power.pairs_needed`): why it is demoted."""
     (p,) = row_series(board.primary[board.primary.metric == METRIC].head(1))
     need = "an unknown number of" if p["n_needed"] != p["n_needed"] else f"about {int(p['n_needed'])}"
     return (

@@ -35,12 +35,10 @@ from bandpo.plan.sweep import (
     runs,
     score_groups,
     sequential_slots,
-    slot_id,
-    slot_seeds,
-    split_slot,
     xp_entries,
 )
 from bandpo.plan.validate import ConfigError, validate_config
+from bandpo.study import slot_id, slot_seeds, split_slot
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAKEFILE = ROOT / "Snakefile"

@@ -14,7 +14,7 @@ from bandpo.analysis.leaderboard import identical_to_baseline
 from bandpo.report import verdicts
 from bandpo.report.columns import by_paired_difference, seed_ranges, verdict_text, with_seeds
 from bandpo.report.notes import unpaired_lines
-from bandpo.verdict.rule import BETTER, NOT_BETTER, UNDECIDED, WORDS
+from bandpo.stats.rule import BETTER, NOT_BETTER, UNDECIDED, WORDS
 
 ROOT = Path(__file__).resolve().parents[2]
 

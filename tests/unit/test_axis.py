@@ -241,7 +241,7 @@ def test_reuse_needs_every_setting_equal():
 
 
 def test_reuse_compares_each_entrys_seeds_with_mains():
-    """With primary.seeds an entry's runs are main's when its seeds (sweep.slot_seeds) are among main's seeds of
+    """With primary.seeds an entry's runs are main's when its seeds (study.slot_seeds) are among main's seeds of
     that entry: main's pair running more seeds keeps the cell's reuse; a cell's own pair with seeds main's pair lacks
     trains and scores that pair itself (a rule of its own), the other entries are still main's."""
     raw = yaml.safe_load((CONFIGS["config"].parent / "smoke.yaml").read_text())

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 import docs.blocks as docs
-from bandpo.analysis.stats import t_interval
 from bandpo.report.board import Board
+from bandpo.stats.rule import t_interval
 from docs.blocks import axes as axis_blocks
 from docs.blocks import experiments as experiment_blocks
 from docs.blocks import scores as score_blocks
@@ -296,9 +296,9 @@ def test_primary_rules_are_the_paired_comparisons_of_the_leaderboard(folder):
     step-1 entropy (runs.csv). The embedded publication and the real-LM comparison (results/real-lm/: one look)."""
     from scipy.stats import t
 
-    from bandpo.plan.sweep import design_settings, report_experiments
-    from bandpo.verdict.design import SequentialDesign
-    from bandpo.verdict.rule import decide, fixed_n_decision
+    from bandpo.stats.design import SequentialDesign
+    from bandpo.stats.rule import decide, fixed_n_decision
+    from bandpo.study import design_settings, report_experiments
 
     res = RESULTS.part(folder) if folder else RESULTS
     plan = report_experiments(res.provenance["config"])
@@ -434,7 +434,8 @@ def test_statistics_claims():
     estimated from the fewest seeds of the power table can be off (the generated block `sd-fewest`)."""
     from scipy.stats import chi2, t
 
-    from bandpo.analysis.stats import minimum_detectable_difference, paired_t_power, power_table
+    from bandpo.analysis.scores import power_table
+    from bandpo.stats.power import minimum_detectable_difference, paired_t_power
 
     text = _flat(read("docs/statistics.md"))
     assert f"{t.ppf(0.975, 2):.2f}" == "4.30" and "(4.30 at n = 3 against the normal 1.96)" in text
@@ -659,7 +660,7 @@ def test_generated_sentences_recompute_from_the_published_files():
 def test_planned_seeds_table_recomputes():
     """docs/statistics.md's record of issue #37's plan: its planned MDEs are the exact MDE at the SD assumed and the
     seeds planned (the config now runs the pair's seeds look by look: `test_the_embedded_design_is_declared`)."""
-    from bandpo.analysis.stats import minimum_detectable_difference
+    from bandpo.stats.power import minimum_detectable_difference
 
     text = read("docs/statistics.md")
     rows = re.findall(r"^\| (main|separation) \| (tiny-[sm]) \| ([\d.]+) \| (\d+) \| ([\d.]+) \|$", text, re.M)
@@ -674,9 +675,9 @@ def test_the_embedded_design_is_declared():
     """config/config.yaml declares the headline's group-sequential design before the runs: main's pair in looks of 5
     seed pairs, pooled with the earlier separation seeds (one question once), each model's design meeting at its
     planning SD; the horizon runs from a config of its own as an exploratory experiment."""
-    from bandpo.plan.sweep import design_settings, look_blocks
     from bandpo.plan.validate import load_yaml, validate_config
-    from bandpo.verdict.design import SequentialDesign
+    from bandpo.stats.design import SequentialDesign
+    from bandpo.study import design_settings, look_blocks
 
     cfg = validate_config(load_yaml(ROOT / "config" / "config.yaml"))
     assert "separation" not in cfg["experiments"] and "horizon" not in cfg["experiments"]
@@ -830,7 +831,7 @@ def test_each_published_folder_states_the_rule_its_config_declares(folder):
     describes it, and the block states, per primary and model, the rule its provenance.json config declares (read
     here from the raw config): sequential with its k, n_max, seeds, β and planning SD, a single look at its pairs,
     exploratory, demoted or descriptive; primary.csv's rows were decided by that rule."""
-    from bandpo.verdict.design import BETA
+    from bandpo.stats.design import BETA
     from docs.blocks.publication import seed_range
 
     board = RESULTS.part(folder) if folder else RESULTS
@@ -874,7 +875,7 @@ def test_each_published_folder_states_the_rule_its_config_declares(folder):
 def test_design_numbers_are_only_in_generated_blocks():
     """A design's numbers (n_max, β, the power, the most pairs) on the pages that describe the published folders are
     in generated blocks, which cannot go stale; hand-written text names the design without them (the rule's β =
-    0.10 of `bandpo.verdict.design.BETA`, its definition, aside)."""
+    0.10 of `bandpo.stats.design.BETA`, its definition, aside)."""
     stated = re.compile(r"n_max (?:of |= ?)?\d+|1 − β = 0\.\d+|β = 0\.(?!10\b)\d+|(?:at most|up to) \d+ (?:seed )?pairs"
                         r"|power (?:1 − β = )?0\.\d+")  # fmt: skip
     for doc in DESCRIBING:
@@ -889,8 +890,8 @@ def test_the_plan_block_uses_the_applied_designs():
     """docs/statistics.md's plan prints the designs the published configs declare (the DAG's: design_settings of the
     provenance config): tiny-m at its own power and n_max, and the headline's boundaries of the design applied, those
     primary.csv's looks used (its first look's futility boundary)."""
-    from bandpo.plan.sweep import design_settings
-    from bandpo.verdict.design import SequentialDesign
+    from bandpo.stats.design import SequentialDesign
+    from bandpo.study import design_settings
     from docs.blocks import designs
 
     text = read("docs/statistics.md")

@@ -28,7 +28,7 @@ LAZY_IMPORTS = {
     ("grader/extract.py", "verl.utils.reward_score"): "as grader/api.py",
     ("plan/config_files.py", "snakemake.cli"): "snakemake's command-line parser, where a profile checks --configfile",
     ("plan/validate.py", "bandpo"): "the method registry imports torch: not paid by every Snakemake start",
-    ("plan/validate.py", "bandpo.verdict.design"): "the design imports scipy.stats: not paid by every Snakemake start",
+    ("plan/validate.py", "bandpo.stats.design"): "the design imports scipy.stats: not paid by every Snakemake start",
     ("report/figures.py", "matplotlib.pyplot"): "pyplot fixes the process's backend: imported after it is set to Agg",
     ("report/figures.py", "seaborn"): "seaborn imports pyplot: after the backend is set",
     ("score/evaluate.py", "lm_eval"): "the job's recorded start-up (seconds.process_startup) counts lm-eval's import",

@@ -93,13 +93,14 @@ def test_an_entry_may_keep_fewer_seeds_than_its_experiment():
     """A method entry's ``seeds`` keep it to those of each experiment's seeds (issue #68: an entry identical to GRPO
     keeps its 3 while the others gain 2): its runs and score groups follow, the base model and the other entries
     keep the experiment's; on a primary pair's entry, or with no seed in common, a clear error before any work."""
+    from bandpo import study
     from bandpo.plan import sweep
 
     raw = smoke()
     raw["methods"].append({"id": "clip_higher", "method": "clip_higher", "seeds": [1]})
     cfg = validate_config(raw)
-    assert sweep.slot_seeds(cfg, "main", "clip_higher") == [1]
-    assert sweep.slot_seeds(cfg, "main", "base") == [0, 1]
+    assert study.slot_seeds(cfg, "main", "clip_higher") == [1]
+    assert study.slot_seeds(cfg, "main", "base") == [0, 1]
     runs = {(m, slot, s) for m, slot, s in sweep.runs(cfg) if slot.startswith("clip_higher")}
     assert {s for _m, _slot, s in runs} == {1}
     bad = smoke()

@@ -106,7 +106,7 @@ class Allowed:
 
 
 ALLOWED = (
-    # the statistics of the design (bandpo.analysis.stats): levels, power, margins, windows, and their maths
+    # the statistics of the design (bandpo.stats): levels, power, margins, windows, and their maths
     Allowed(
         r"(?:95|90|80)%",
         None,

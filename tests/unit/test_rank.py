@@ -101,7 +101,7 @@ def test_rank_frame_pairs_with_the_published_runs_or_with_a_rerun():
 
 def test_the_ranking_is_one_holm_family_over_models_and_metrics():
     """Every model and metric ranked is one family: each one-sided test's p-values Holm-adjusted over its rows."""
-    from bandpo.analysis.stats import holm
+    from bandpo.stats.rule import holm
 
     rows = []
     for m, gain in (("s", 0.03), ("t", 0.004)):

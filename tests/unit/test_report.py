@@ -20,15 +20,23 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bandpo import analysis, report
+from bandpo import analysis, report, study
 from bandpo.analysis.leaderboard import beside_table
 from bandpo.methods import BUCKET_LABELS
 from bandpo.methods import bounds_table as bounds_script
-from bandpo.plan import sweep
 from bandpo.report import Board, verdicts
 from bandpo.report.notes import experiment_notes
 from bandpo.report.smoke import SMOKE_PROFILES, write_section
 from bandpo.score.lm_eval_results import lm_eval_task_scores
+from bandpo.stats import power as stats_power
+from bandpo.stats import resample as stats_resample
+from bandpo.stats import rule as stats_rule
+
+
+def seeds_for_target(sd: float, target: float = 0.02) -> float:
+    """stats.csv's seeds_for_target: the pairs the two-sided paired t test needs for an MDE of ``target``."""
+    return stats_power.pairs_needed(sd, target, stats_power.ALPHA, 1 - stats_power.POWER, two_sided=True)
+
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = "testprof"
@@ -325,21 +333,23 @@ def test_the_report_reads_files_only():
 
 
 def test_probability_of_improvement():
-    assert analysis.probability_of_improvement([3, 4, 5], [0, 1, 2])[0] == 1.0
-    assert analysis.probability_of_improvement([0, 1, 2], [3, 4, 5])[0] == 0.0
-    assert analysis.probability_of_improvement([1, 1], [1, 1])[0] == 0.5
+    assert stats_resample.probability_of_improvement([3, 4, 5], [0, 1, 2])[0] == 1.0
+    assert stats_resample.probability_of_improvement([0, 1, 2], [3, 4, 5])[0] == 0.0
+    assert stats_resample.probability_of_improvement([1, 1], [1, 1])[0] == 0.5
     # pairs: (1>0) (1=1) (1<2) (3>0) (3>1) (3>2) -> (4 + 0.5) / 6
-    est, lo, hi = analysis.probability_of_improvement([1, 3], [0, 1, 2], n_resamples=300)
+    est, lo, hi = stats_resample.probability_of_improvement([1, 3], [0, 1, 2], n_resamples=300)
     assert est == pytest.approx(4.5 / 6) and 0 <= lo <= est <= hi <= 1
     # two tasks: averaged; deterministic given the seed
     x, y = {"a": [1, 2, 3], "b": [0, 0, 0]}, {"a": [0, 0, 0], "b": [1, 1, 1]}
-    assert analysis.probability_of_improvement(x, y)[0] == 0.5
-    assert analysis.probability_of_improvement(x, y, rng=7) == analysis.probability_of_improvement(x, y, rng=7)
+    assert stats_resample.probability_of_improvement(x, y)[0] == 0.5
+    assert stats_resample.probability_of_improvement(x, y, rng=7) == stats_resample.probability_of_improvement(
+        x, y, rng=7
+    )
     # one score summed in two orders differs in its last bits: still a tie, as it is
     # once the tables round it to 6 digits (the published main tiny-m pass@2 of seed 6 was such a pair)
     a, b = sum([0.1, 0.2, 0.3]) / 3, sum([0.3, 0.2, 0.1]) / 3
     assert a != b and abs(a - b) < 1e-12
-    assert analysis.probability_of_improvement([a], [b])[0] == 0.5
+    assert stats_resample.probability_of_improvement([a], [b])[0] == 0.5
     frame = lambda v: pd.DataFrame({"seed": [0], "task": ["t"], "value": [v]})  # noqa: E731
     assert analysis.paired_comparison(frame(a), frame(b), n_resamples=10)["diff_poi"] == 0.5
 
@@ -451,7 +461,7 @@ def test_paired_difference_and_its_interval_by_hand():
     assert row.diff_poi == pytest.approx(0.8)  # 4 of 5 seeds improve
     # pairing removes the base models' spread: the all-pairs P(improvement) sees mostly that spread
     assert row.poi < 0.7 and row.diff_ci_low > 0
-    assert row.mde == pytest.approx(analysis.minimum_detectable_difference(np.std(d, ddof=1), 5))
+    assert row.mde == pytest.approx(stats_power.minimum_detectable_difference(np.std(d, ddof=1), 5))
 
 
 def test_t_intervals_of_the_mean_and_of_the_paired_differences():
@@ -460,12 +470,14 @@ def test_t_intervals_of_the_mean_and_of_the_paired_differences():
     from scipy import stats as st
 
     x = np.array([0.31, 0.36, 0.33])
-    lo, hi = analysis.t_interval(x)
+    lo, hi = stats_rule.t_interval(x)
     ref = st.t.interval(0.95, 2, loc=x.mean(), scale=st.sem(x))
     assert (lo, hi) == pytest.approx(ref, abs=1e-12)
     assert hi - lo == pytest.approx(2 * 4.303 * np.std(x, ddof=1) / math.sqrt(3), abs=1e-3)
-    assert all(math.isnan(v) for v in analysis.t_interval([0.3])) and analysis.t_interval([0.2, np.nan, 0.4])[0] < 0.2
-    assert analysis.t_interval([0.0, 0.1, 0.9], bounds=(0.0, 1.0)) == pytest.approx((0.0, 1.0))  # a score's range
+    assert (
+        all(math.isnan(v) for v in stats_rule.t_interval([0.3])) and stats_rule.t_interval([0.2, np.nan, 0.4])[0] < 0.2
+    )
+    assert stats_rule.t_interval([0.0, 0.1, 0.9], bounds=(0.0, 1.0)) == pytest.approx((0.0, 1.0))  # a score's range
     d = np.array([0.03, -0.01, 0.05])
     y = np.array([0.30, 0.40, 0.25])
     scores = _scores({"x": dict(enumerate(y + d)), "grpo": dict(enumerate(y))})
@@ -473,7 +485,7 @@ def test_t_intervals_of_the_mean_and_of_the_paired_differences():
     assert (row.diff_t_ci_low, row.diff_t_ci_high) == pytest.approx(
         st.t.interval(0.95, 2, loc=d.mean(), scale=st.sem(d)), abs=1e-12
     )
-    assert (row.t_ci_low, row.t_ci_high) == pytest.approx(analysis.t_interval(y + d), abs=1e-12)
+    assert (row.t_ci_low, row.t_ci_high) == pytest.approx(stats_rule.t_interval(y + d), abs=1e-12)
     assert row.diff_t_ci_low < row.diff_ci_low and row.diff_t_ci_high > row.diff_ci_high  # the bootstrap's narrower
     board = analysis.leaderboard(
         analysis.score_stats(scores, n_resamples=200), pd.DataFrame(columns=["model", "entry"])
@@ -491,26 +503,30 @@ def test_minimum_detectable_difference_is_exact():
     from scipy import stats as st
 
     for sd, n in ((1.0, 2), (1.0, 3), (0.0177, 3), (2.0, 5), (0.03, 10), (0.01, 200)):
-        mde = analysis.minimum_detectable_difference(sd, n)
-        assert analysis.stats.paired_t_power(mde, sd, n) == pytest.approx(0.8, abs=1e-6)
+        mde = stats_power.minimum_detectable_difference(sd, n)
+        assert stats_power.paired_t_power(mde, sd, n) == pytest.approx(0.8, abs=1e-6)
         approx = (st.t.ppf(0.975, n - 1) + st.t.ppf(0.8, n - 1)) * sd / math.sqrt(n)
         if n <= 10:  # few seeds: the approximation is too small (at 200 both agree to 1e-4)
-            assert mde > approx and analysis.stats.paired_t_power(approx, sd, n) < 0.8
+            assert mde > approx and stats_power.paired_t_power(approx, sd, n) < 0.8
         assert mde == pytest.approx(approx, rel=0.2 if n <= 3 else 0.02)
     # at 3 seeds: 5.653 SDs / sqrt(3) (the approximation: (4.303 + 1.061) / sqrt(3), 77% power)
-    assert analysis.minimum_detectable_difference(1.0, 3) * math.sqrt(3) == pytest.approx(5.6535, abs=1e-3)
-    assert analysis.stats.paired_t_power((4.303 + 1.061) / math.sqrt(3), 1.0, 3) == pytest.approx(0.766, abs=1e-3)
-    mdes = [analysis.minimum_detectable_difference(1.0, n) for n in range(2, 60)]
+    assert stats_power.minimum_detectable_difference(1.0, 3) * math.sqrt(3) == pytest.approx(5.6535, abs=1e-3)
+    assert stats_power.paired_t_power((4.303 + 1.061) / math.sqrt(3), 1.0, 3) == pytest.approx(0.766, abs=1e-3)
+    mdes = [stats_power.minimum_detectable_difference(1.0, n) for n in range(2, 60)]
     assert all(a > b for a, b in zip(mdes, mdes[1:], strict=False))
     # large n: the normal approximation (z_0.975 + z_0.8) sd / sqrt(n)
-    assert analysis.minimum_detectable_difference(1.0, 5000) * math.sqrt(5000) == pytest.approx(2.8016, abs=2e-3)
-    assert math.isnan(analysis.minimum_detectable_difference(1.0, 1))
-    assert analysis.minimum_detectable_difference(0.0, 3) == 0
-    assert math.isnan(analysis.minimum_detectable_difference(float("nan"), 3))
+    assert stats_power.minimum_detectable_difference(1.0, 5000) * math.sqrt(5000) == pytest.approx(2.8016, abs=2e-3)
+    assert math.isnan(stats_power.minimum_detectable_difference(1.0, 1))
+    assert stats_power.minimum_detectable_difference(0.0, 3) == 0
+    assert math.isnan(stats_power.minimum_detectable_difference(float("nan"), 3))
     for sd in (0.005, 0.01, 0.03):
-        n = int(analysis.seeds_needed(sd, 0.02))
-        assert analysis.minimum_detectable_difference(sd, n) <= 0.02 < analysis.minimum_detectable_difference(sd, n - 1)
-    assert analysis.seeds_needed(0.0) == 2 and math.isinf(analysis.seeds_needed(10.0, 0.02))
+        n = int(seeds_for_target(sd, 0.02))
+        assert (
+            stats_power.minimum_detectable_difference(sd, n)
+            <= 0.02
+            < stats_power.minimum_detectable_difference(sd, n - 1)
+        )
+    assert seeds_for_target(0.0) == 2 and math.isinf(seeds_for_target(10.0, 0.02))
 
 
 def test_paired_t_power_matches_monte_carlo():
@@ -521,16 +537,16 @@ def test_paired_t_power_matches_monte_carlo():
     rng = np.random.default_rng(20260301)
     reps = 200_000
     for sd, n in ((0.0177, 3), (1.0, 5)):
-        mde = analysis.minimum_detectable_difference(sd, n)
+        mde = stats_power.minimum_detectable_difference(sd, n)
         approx = (st.t.ppf(0.975, n - 1) + st.t.ppf(0.8, n - 1)) * sd / math.sqrt(n)
         crit = st.t.ppf(0.975, n - 1)
         for d in (mde, approx, 0.0):
             x = rng.normal(d, sd, size=(reps, n))
             tstat = x.mean(axis=1) / (x.std(axis=1, ddof=1) / math.sqrt(n))
             rate = float((np.abs(tstat) > crit).mean())
-            exact = analysis.stats.paired_t_power(d, sd, n) if d else 0.05
+            exact = stats_power.paired_t_power(d, sd, n) if d else 0.05
             assert rate == pytest.approx(exact, abs=0.005), (sd, n, d)
-        assert analysis.stats.paired_t_power(mde, sd, n) - analysis.stats.paired_t_power(approx, sd, n) > 0.005
+        assert stats_power.paired_t_power(mde, sd, n) - stats_power.paired_t_power(approx, sd, n) > 0.005
 
 
 def test_unmatched_seeds_are_left_out_and_named(tmp_path):
@@ -558,8 +574,8 @@ def test_power_is_published_per_model_and_metric(built):
     trained = trained[~trained.entry.isin(["base", "grpo"])]
     assert row.n_comparisons == len(trained) and row.n_seeds == 3
     assert row.sd == pytest.approx(math.sqrt((trained["diff_sd"] ** 2).mean()))
-    assert row.mde == pytest.approx(analysis.minimum_detectable_difference(row.sd, 3))
-    assert row.seeds_for_target == analysis.seeds_needed(row.sd)
+    assert row.mde == pytest.approx(stats_power.minimum_detectable_difference(row.sd, 3))
+    assert row.seeds_for_target == seeds_for_target(row.sd)
     md = (results / "leaderboard.md").read_text()
     assert "## Power" in md and f"tiny-s, mean@{N}: SD of the paired differences" in md
     assert "Minimum detectable difference" in (results / "leaderboard.html").read_text()
@@ -1669,7 +1685,7 @@ def test_snakemake_report(tmp_path):
 
 
 def test_split_slot():
-    from bandpo.plan.sweep import split_slot
+    from bandpo.study import split_slot
 
     assert split_slot("grpo@probe") == ("grpo", "probe")
     assert split_slot("bandpo_kl@random-reward") == ("bandpo_kl", "random-reward")
@@ -2041,7 +2057,7 @@ def test_paired_tests_are_scipys_t_tests_and_tost_is_the_90_interval_inside_the_
         n = int(rng.integers(2, 12))
         d = rng.normal(rng.normal(0, 0.02), 0.015, n)
         margin = float(rng.uniform(0.005, 0.04))
-        out = analysis.stats.paired_tests(d, margin)
+        out = stats_rule.paired_tests(d, margin)
         assert out["p_value"] == pytest.approx(st.ttest_1samp(d, 0.0).pvalue, rel=1e-9)
         lower = st.ttest_1samp(d, -margin, alternative="greater").pvalue  # H0: mean <= -margin
         upper = st.ttest_1samp(d, margin, alternative="less").pvalue  # H0: mean >= +margin
@@ -2049,14 +2065,14 @@ def test_paired_tests_are_scipys_t_tests_and_tost_is_the_90_interval_inside_the_
         lo, hi = st.t.interval(0.90, n - 1, loc=d.mean(), scale=st.sem(d))
         assert (out["ci90_low"], out["ci90_high"]) == pytest.approx((lo, hi))
         assert (out["p_equivalence"] < 0.05) == (-margin < lo and hi < margin)
-    assert np.isnan(analysis.stats.paired_tests([0.01, 0.02])["p_equivalence"])  # no margin: no equivalence test
-    assert np.isnan(analysis.stats.paired_tests([0.01])["p_value"])  # one pair: no test
-    same = analysis.stats.paired_tests([0.01, 0.01, 0.01], 0.02)
+    assert np.isnan(stats_rule.paired_tests([0.01, 0.02])["p_equivalence"])  # no margin: no equivalence test
+    assert np.isnan(stats_rule.paired_tests([0.01])["p_value"])  # one pair: no test
+    same = stats_rule.paired_tests([0.01, 0.01, 0.01], 0.02)
     assert same["p_value"] == 0.0 and same["p_equivalence"] == 0.0
 
 
 def test_four_verdicts():
-    v = analysis.stats.four_verdict
+    v = stats_rule.four_verdict
     assert v(0.03, 0.01, 0.9, "better", "worse") == "better" and v(-0.03, 0.01, 0.9, "b", "w") == "w"
     assert v(0.001, 0.5, 0.01, "b", "w") == "equivalent"
     assert v(0.004, 0.01, 0.01, "b", "w") == "equivalent"  # resolved but inside the margin: too small to act on
@@ -2064,11 +2080,11 @@ def test_four_verdicts():
 
 
 def test_holm_step_down():
-    adjusted = analysis.stats.holm([0.01, 0.04, 0.03, np.nan, 0.5])
+    adjusted = stats_rule.holm([0.01, 0.04, 0.03, np.nan, 0.5])
     # sorted 0.01, 0.03, 0.04, 0.5 (m = 4): x4, x3, x2, x1, made non-decreasing, capped at 1
     np.testing.assert_allclose(adjusted, [0.04, 0.09, 0.09, np.nan, 0.5])
-    assert analysis.stats.holm([0.3, 0.6])[1] == 0.6 and analysis.stats.holm([0.6, 0.9]).max() <= 1.0
-    assert np.isnan(analysis.stats.holm([np.nan])).all()
+    assert stats_rule.holm([0.3, 0.6])[1] == 0.6 and stats_rule.holm([0.6, 0.9]).max() <= 1.0
+    assert np.isnan(stats_rule.holm([np.nan])).all()
 
 
 def _board_row(entry, diff, sd, n=10, experiment="main", lo=None, hi=None):
@@ -2084,8 +2100,7 @@ def test_one_sided_tests_are_the_single_look_of_the_rule():
     and are scipy's one-sided t tests."""
     from scipy import stats as st
 
-    from bandpo.analysis.stats import one_sided_tests, rule_verdict
-    from bandpo.verdict.rule import fixed_n_decision
+    from bandpo.stats.rule import fixed_n_decision, one_sided_tests, rule_verdict
 
     rng = np.random.default_rng(5)
     for _ in range(300):
@@ -2104,7 +2119,7 @@ def test_family_verdicts_adjust_the_secondaries_and_leave_the_primary_alone():
     at alpha = 0.05, p_not_better at beta = 0.10); the primary cell is not a member and shows the primary's own
     verdict; a demoted primary is a member."""
     from bandpo.analysis.family import family_verdicts
-    from bandpo.analysis.stats import holm, one_sided_tests
+    from bandpo.stats.rule import holm, one_sided_tests
 
     board = pd.DataFrame([_board_row("base", -0.08, 0.01), _board_row("grpo", np.nan, np.nan),
                           _board_row("bandpo_kl", 0.001, 0.005), _board_row("a", 0.04, 0.01),
@@ -2151,8 +2166,8 @@ def test_declared_verdict_metric_splits_the_family_and_says_estimate_only():
     verdicts, an undecided one reading "estimate only" with the pairs a verdict needs; every other metric is a
     second family, adjusted among itself only. Without the key the experiment keeps one family of all."""
     from bandpo.analysis.family import family_verdicts
-    from bandpo.analysis.stats import holm, one_sided_tests
     from bandpo.report.columns import verdict_text
+    from bandpo.stats.rule import holm, one_sided_tests
 
     rows = [_board_row("grpo", np.nan, np.nan), _board_row("a", 0.04, 0.01), _board_row("b", 0.012, 0.02),
             _board_row("c", -0.03, 0.004)]  # fmt: skip
@@ -2186,7 +2201,7 @@ def test_the_holm_family_holds_the_entropy_secondaries():
     Holm-adjusted with the cells', the family counts them, and their rows carry the adjusted verdict."""
     from bandpo.analysis.experiments import entropy_pair_results
     from bandpo.analysis.family import family_verdicts
-    from bandpo.analysis.stats import holm
+    from bandpo.stats.rule import holm
 
     arms = (("grpo", 0.10), ("bandpo_kl", 0.15), ("other", 0.10))
     per_run = pd.DataFrame([{"experiment": "sep", "model": "tiny-s", "entry": e, "seed": s,
@@ -2235,9 +2250,9 @@ def test_a_sequential_primary_is_decided_by_its_design_at_the_first_crossing():
     the boundaries and its stability."""
     import dataclasses
 
-    from bandpo.verdict.design import plan_design
-    from bandpo.verdict.rule import decide
-    from bandpo.verdict.simulate import stability
+    from bandpo.stats.design import plan_design
+    from bandpo.stats.rule import decide
+    from bandpo.stats.simulate import stability
 
     design = plan_design(0.02, 5, 0.027)
     fields = dataclasses.asdict(design)
@@ -2255,7 +2270,7 @@ def test_a_sequential_primary_is_decided_by_its_design_at_the_first_crossing():
     assert (row.efficacy_t, row.futility_t) == pytest.approx((expected.efficacy_t, expected.futility_t))
     assert row.label == f"not better by 2 points (look 1 of {design.looks}, 5 pairs)"
     again = stability(design, expected.estimate, expected.sd, reps=analysis.experiments.STABILITY_REPS,
-                      rng=analysis.stats.seeded_rng(0, "stability", "main", "tiny-s"))  # fmt: skip
+                      rng=stats_resample.seeded_rng(0, "stability", "main", "tiny-s"))  # fmt: skip
     assert row.stability == again.stability and 0 <= row.stability_se < 0.01
     # seed order is the design's (primary.seeds), not the seeds' numbers: reversed, the later pairs come first
     (rev,) = analysis.primary_results(_sequential_scores(diffs), _sequential_specs(fields, seeds[::-1])).itertuples()
@@ -2276,7 +2291,7 @@ def test_the_report_checks_its_sequential_verdict_against_the_dags_last_look(tmp
     import dataclasses
 
     from bandpo.report.build import check_looks
-    from bandpo.verdict.design import plan_design
+    from bandpo.stats.design import plan_design
 
     design = plan_design(0.02, 5, 0.027)
     diffs = np.random.default_rng(11).normal(-0.03, 0.01, 10)
@@ -2295,7 +2310,7 @@ def test_the_report_checks_its_sequential_verdict_against_the_dags_last_look(tmp
 
 
 def test_an_exploratory_primary_has_no_verdict_and_the_pairs_it_would_need():
-    from bandpo.verdict.rule import single_look_n
+    from bandpo.stats.power import pairs_needed
 
     diffs = np.random.default_rng(2).normal(-0.01, 0.025, 5)
     specs = {"horizon": {"primary": {"compare": ["bandpo_kl", "grpo"], "task": "tiny_math", "margin": 2.0,
@@ -2304,7 +2319,7 @@ def test_an_exploratory_primary_has_no_verdict_and_the_pairs_it_would_need():
     scores = _sequential_scores(diffs).assign(experiment="horizon")
     (row,) = analysis.primary_results(scores, specs).itertuples()
     assert row.verdict == "exploratory" and row.rule == "exploratory" and row.role == "primary"
-    assert row.n_needed == single_look_n(float(np.std(diffs, ddof=1)), 0.02) and row.n == 5
+    assert row.n_needed == pairs_needed(float(np.std(diffs, ddof=1)), 0.02) and row.n == 5
     assert row.note == "its n_max does not fit the budget" and np.isnan(row.stability)
     assert row.label == f"exploratory: no verdict (a single look decides from n = {int(row.n_needed)})"
     assert row.difference == pytest.approx(diffs.mean(), abs=1e-12) and row.ci_low < row.difference < row.ci_high
@@ -2327,7 +2342,7 @@ def test_margins_are_the_run_plans_fractions_only():
         "other": {"models": ["s"], "primary": {"compare": ["a", "grpo"], "entropy_margin": 0.02,
                                                "entropy_compare": ["a"]}},
     }, "axes": {"ax": {"primary": {"margin": 4.0}}}}  # fmt: skip
-    plan = sweep.report_experiments(cfg)
+    plan = study.report_experiments(cfg)
     assert plan["main"]["margins"] == pytest.approx({"s": 0.02, "m": 0.03})
     assert plan["main"]["designs"]["s"]["margin"] == pytest.approx(0.02)
     assert plan["main"]["designs"]["m"]["planning_sd"] == pytest.approx(0.027)

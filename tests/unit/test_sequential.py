@@ -12,11 +12,12 @@ from scipy.stats import multivariate_normal, norm
 from scipy.stats import t as student_t
 
 from bandpo.analysis import sequential as sq
-from bandpo.verdict import design as sd
-from bandpo.verdict import rule, simulate
-from bandpo.verdict.design import SequentialDesign, boundaries, plan_design, z_boundaries, z_crossing
-from bandpo.verdict.rule import BETTER, NOT_BETTER, UNDECIDED, decide, fixed_n_decision, single_look_n
-from bandpo.verdict.simulate import bootstrap_stability, operating_characteristics, stability
+from bandpo.stats import design as sd
+from bandpo.stats import rule, simulate
+from bandpo.stats.design import SequentialDesign, boundaries, plan_design, z_boundaries, z_crossing
+from bandpo.stats.power import pairs_needed
+from bandpo.stats.rule import BETTER, NOT_BETTER, UNDECIDED, decide, fixed_n_decision
+from bandpo.stats.simulate import bootstrap_stability, operating_characteristics, stability
 
 MARGIN, SD = 0.02, 0.027  # 2 points; about the planning SD of tiny-s at 64 steps
 
@@ -239,7 +240,7 @@ def test_fixed_n_decision_words():
     r = fixed_n_decision(x, MARGIN)
     assert r.verdict == NOT_BETTER and r.t_margin <= -student_t.isf(0.1, 9) and r.n_needed is None
     r = fixed_n_decision(_pairs(0.0, 3), MARGIN)  # 3 pairs at SD 2.7 points: neither test rejects
-    assert r.verdict == UNDECIDED and r.n_needed == single_look_n(r.sd, MARGIN)
+    assert r.verdict == UNDECIDED and r.n_needed == pairs_needed(r.sd, MARGIN)
     assert r.label == f"undecided at n = 3; a single look decides from n = {r.n_needed} at this SD"
     # both tests reject (0 < Δ < margin, resolved): "better", as at a design's last look
     y = _pairs(4.0, 30, sd=0.01)
@@ -248,14 +249,14 @@ def test_fixed_n_decision_words():
 
 
 def test_fixed_n_decision_is_the_single_look_design():
-    """At n pairs with n at least `single_look_n` at the observed SD the gap is empty, and the fixed-n verdict is
+    """At n pairs with n at least `pairs_needed` at the observed SD the gap is empty, and the fixed-n verdict is
     that of the one-look design (k = n_max = n) planned at that SD."""
     rng = np.random.default_rng(13)
     for _ in range(60):
         n = 25
         x = rng.normal(rng.uniform(-0.01, 0.03), 0.02, n)
         sd = float(x.std(ddof=1))
-        if single_look_n(sd, MARGIN) > n:
+        if pairs_needed(sd, MARGIN) > n:
             continue
         one = SequentialDesign(MARGIN, n, n, sd)
         assert boundaries(one)[0].efficacy_t == pytest.approx(student_t.isf(0.05, n - 1))

@@ -22,6 +22,7 @@ import pytest
 import yaml
 from conftest import snakemake
 
+from bandpo import study
 from bandpo.plan import run_lock, sweep, validate
 from bandpo.plan.runs import Plan
 from bandpo.verl import command
@@ -121,10 +122,10 @@ def test_validation_is_idempotent(name):
 
 def test_embedded_config_matrix():
     cfg = validate.validate_config(read_config("config"))
-    models = sweep.by_id(cfg["models"])
-    assert [models[m]["size"] for m in cfg["experiments"][sweep.MAIN]["models"]] == ["tiny-s", "tiny-m"]
+    models = study.by_id(cfg["models"])
+    assert [models[m]["size"] for m in cfg["experiments"][study.MAIN]["models"]] == ["tiny-s", "tiny-m"]
     # model size stays an axis of the main comparison: the primary pair trains on every size
-    main = cfg["experiments"][sweep.MAIN]
+    main = cfg["experiments"][study.MAIN]
     for entry in main["primary"]["compare"]:
         assert sweep.cell_models(cfg, main, entry) == main["models"]
     # the controls: experiments of the same DAG; the probe: its own config (settled); rules fixed in the config
@@ -137,8 +138,8 @@ def test_embedded_config_matrix():
     assert len(probe["seeds"]) >= 3 and {"grpo", "bandpo_kl"} <= set(probe["methods"])
     assert probe["primary"]["compare"] == ["bandpo_kl", "grpo"] and probe["primary"]["task"] == "tiny_math_probe"
     (probe_model,) = probe["models"]
-    probe_models = sweep.by_id(probe_cfg["models"])
-    assert sweep.by_id(probe_cfg["data"])[probe_models[probe_model]["data"]]["probe"]
+    probe_models = study.by_id(probe_cfg["models"])
+    assert study.by_id(probe_cfg["data"])[probe_models[probe_model]["data"]]["probe"]
     assert probe["train"]["probe_every"] > 0 and probe["primary"]["demoted"]
     assert {t["subset"] for t in probe["eval_tasks"]} == {"probe", "rest"}
     # rules fixed before any run: each experiment's, or for the cells of a design axis the axis's
@@ -195,12 +196,12 @@ def test_primary_pair_runs_seeds_of_its_own():
     pairs = {"main": [0, 1, 2, 3], "separation": [2, 3, 4]}
     for x, seeds in pairs.items():
         pair = xps[x]["primary"]["compare"]
-        assert [sweep.slot_seeds(cfg, x, e) for e in pair] == [seeds, seeds]
-        assert sweep.slot_seeds(cfg, x, "clip_higher") == sweep.slot_seeds(cfg, x, sweep.BASE_ENTRY) == xps[x]["seeds"]
+        assert [study.slot_seeds(cfg, x, e) for e in pair] == [seeds, seeds]
+        assert study.slot_seeds(cfg, x, "clip_higher") == study.slot_seeds(cfg, x, study.BASE_ENTRY) == xps[x]["seeds"]
     assert xps["main"]["seeds"] == cfg["seeds"] == [0, 1] and xps["separation"]["seeds"] == [2]
-    assert sweep.slot_seeds(cfg, "probe", "bandpo_kl") == xps["probe"]["seeds"]  # no primary.seeds there
+    assert study.slot_seeds(cfg, "probe", "bandpo_kl") == xps["probe"]["seeds"]  # no primary.seeds there
     # the runs: the pairs' extra seeds on every model the pair runs on, nothing else
-    extra = {(m, sweep.slot_id(x, e), s) for x, seeds in pairs.items() for e in xps[x]["primary"]["compare"]
+    extra = {(m, study.slot_id(x, e), s) for x, seeds in pairs.items() for e in xps[x]["primary"]["compare"]
              for m in sweep.cell_models(cfg, xps[x], e) for s in seeds if s not in xps[x]["seeds"]}  # fmt: skip
     assert len(extra) == 2 * 2 + 2 * 2  # 2 entries x 2 seeds, one model, in each experiment
     assert set(sweep.runs(cfg)) == set(sweep.runs(plain)) | extra and len(sweep.runs(cfg)) == len(set(sweep.runs(cfg)))
@@ -224,10 +225,10 @@ def test_budget_seeds_what_if_keeps_the_primary_pairs_extra_seeds(tmp_path):
 
     path = write_config(tmp_path, _with_primary_seeds(_smoke_without_primary_seeds(), [0, 1, 2], [2, 3, 4]))
     cfg = budget.load_config(path, seeds=4, root=ROOT)
-    assert cfg["seeds"] == list(range(4)) and sweep.slot_seeds(cfg, "main", "grpo") == list(range(5))
-    assert sweep.slot_seeds(cfg, "separation", "grpo") == [2, 3, 4]  # seeds of its own: untouched
+    assert cfg["seeds"] == list(range(4)) and study.slot_seeds(cfg, "main", "grpo") == list(range(5))
+    assert study.slot_seeds(cfg, "separation", "grpo") == [2, 3, 4]  # seeds of its own: untouched
     cfg = budget.load_config(path, only="separation,offpolicy", seeds=3, root=ROOT)
-    assert sweep.slot_seeds(cfg, "separation", "bandpo_kl") == list(range(5))
+    assert study.slot_seeds(cfg, "separation", "bandpo_kl") == list(range(5))
 
 
 def bad(mutate):
@@ -594,7 +595,7 @@ def test_embedded_dry_run(tmp_path):
 
     def n_seeds(x, e, m):
         first = [p["blocks"][0] for p in pairs if (p["experiment"], p["model"]) == (x, m) and e in p.values()]
-        return len(first[0]) if first else len(sweep.slot_seeds(cfg, x, e))
+        return len(first[0]) if first else len(study.slot_seeds(cfg, x, e))
 
     assert counts["train"] == sum(n_seeds(x, e, m) for x, v in xps.items() for e in v["methods"] if e not in v["reuse"]
                                   for m in sweep.cell_models(cfg, v, e))  # fmt: skip
@@ -606,10 +607,10 @@ def test_embedded_dry_run(tmp_path):
     assert [p["model"] for p in pairs] == ["tiny-s", "tiny-m"] and counts["look"] == counts["decided"] == 2
     assert counts["eval_group_primary_look1"] == 2 * len(pairs)
     # entries that keep seeds of their own (offpolicy_mask: its 3) are scored by a rule of their own
-    kept = {e for e in xps[sweep.MAIN]["methods"] if sweep.by_id(cfg["methods"])[e].get("seeds")}
+    kept = {e for e in xps[study.MAIN]["methods"] if study.by_id(cfg["methods"])[e].get("seeds")}
     assert kept == {"offpolicy_mask"} and counts["eval_group_seeds0_1_2"] == len(kept)
     assert counts["eval_group"] + counts["eval_group_primary_look1"] + counts["eval_group_seeds0_1_2"] == (
-        n_cells[sweep.MAIN] + 2)  # base models too  # fmt: skip
+        n_cells[study.MAIN] + 2)  # base models too  # fmt: skip
     assert groups("eval_group_random_reward") == len(xps["random-reward"]["methods"])  # one group per entry
     assert set(xps) == {"main", "random-reward"} and "select" not in counts  # the other experiments: own configs
     assert counts["atlas"] == 1  # the equivalence atlas, before the report
@@ -713,12 +714,12 @@ def test_rerun_check_is_the_main_tiny_s_slice(tmp_path):
     assert {k: rerun[k] for k in same} == {k: main[k] for k in same}
     assert rerun["data"] == [d for d in main["data"] if d["id"] in main["train_data"]]
     assert rerun["models"] == [m for m in main["models"] if m["id"] == "tiny-s"]
-    assert list(rerun["experiments"]) == [sweep.MAIN] and rerun["publish"] is False
+    assert list(rerun["experiments"]) == [study.MAIN] and rerun["publish"] is False
     proc = snakemake(tmp_path, "-n", "--quiet", "rules", configfile=ROOT / "config" / "rerun-check.yaml")
     assert proc.returncode == 0, proc.output[-3000:]
     counts = job_counts(proc.output)
     cfg = validate.validate_config(rerun)
-    n_runs = sum(len(sweep.slot_seeds(cfg, sweep.MAIN, e["id"])) for e in rerun["methods"])
+    n_runs = sum(len(study.slot_seeds(cfg, study.MAIN, e["id"])) for e in rerun["methods"])
     assert n_runs == 5 * len(rerun["methods"]) - 2  # offpolicy_mask keeps its 3 seeds
     assert counts["model_tiny"] == 1 and counts["train"] == n_runs
     assert counts["eval_group"] + counts["eval_group_seeds0_1_2"] == len(rerun["methods"]) + 1  # one base model
@@ -746,7 +747,7 @@ def test_one_experiment_alone_dry_run(tmp_path, only):
     counts = job_counts(proc.output)
     assert counts == sweep.expected_jobs(cfg) and "publish" not in counts
     slots = set(re.findall(r"wildcards: model=[^,\n]+, entry=([^,\n]+)", proc.output))
-    assert slots and all(sweep.split_slot(s)[1] in only.split(",") for s in slots)
+    assert slots and all(study.split_slot(s)[1] in only.split(",") for s in slots)
 
 
 def test_atomic_dir_publishes_only_finished_folders(tmp_path):
@@ -795,17 +796,17 @@ def test_smoke_dag_end_to_end(smoke_run):
     wd, proc = smoke_run
     cfg = validate.validate_config(read_config("smoke"))
     assert job_counts(proc.output) == sweep.expected_jobs(cfg)
-    entries = [sweep.BASE_ENTRY] + [e["id"] for e in cfg["methods"]]
+    entries = [study.BASE_ENTRY] + [e["id"] for e in cfg["methods"]]
     model = cfg["models"][0]["id"]
     # seeds until decided: the pair scores the same (t = 0), so look 1 (3 pairs) is undecided, and the checkpoint
     # schedules look 2's seeds; look 2 (n_max) decides, and rule `decided` keeps its copy for the report
-    looks = wd / "results" / "smoke" / "looks" / sweep.MAIN / model
+    looks = wd / "results" / "smoke" / "looks" / study.MAIN / model
     first, decided = (json.loads((looks / f"{name}.json").read_text()) for name in ("look1", "decided"))
     assert (first["verdict"], first["n"], first["next_n"]) == ("undecided", 3, 6)
     assert decided == json.loads((looks / "look2.json").read_text()) and (decided["look"], decided["n"]) == (2, 6)
     assert decided["verdict"] != "undecided" and sorted(p.name for p in looks.iterdir()) == [
         "decided.json", "look1.json", "look2.json"]  # fmt: skip
-    pair = cfg["experiments"][sweep.MAIN]["primary"]["compare"]
+    pair = cfg["experiments"][study.MAIN]["primary"]["compare"]
     seeds_of = {e: (decided["seeds"] if e in pair else cfg["seeds"]) for e in entries}
     assert seeds_of["grpo"] == list(range(6))
     for entry in entries:
@@ -818,8 +819,8 @@ def test_smoke_dag_end_to_end(smoke_run):
             assert results["config"]["random_seed"] == seed
             assert (d / "tiny_math.samples.jsonl").stat().st_size > 0
             base_dir = f"resources/models/{model}/seed{seed}"  # base_per_seed: seed s starts from base model s
-            assert summary["model_dir" if entry == sweep.BASE_ENTRY else "base_model_dir"] == base_dir
-            if entry != sweep.BASE_ENTRY:
+            assert summary["model_dir" if entry == study.BASE_ENTRY else "base_model_dir"] == base_dir
+            if entry != study.BASE_ENTRY:
                 run = wd / "results" / "smoke" / "runs" / model / entry / f"seed{seed}"
                 assert (run / "model" / "config.json").is_file() and (run / "run.json").is_file()
                 assert len((run / "metrics.jsonl").read_text().splitlines()) == cfg["train"]["steps"]
@@ -831,9 +832,9 @@ def test_smoke_dag_end_to_end(smoke_run):
     assert len({json.dumps(i["weights_sha256"]) for i in infos}) == len(cfg["seeds"])
     # the report stage: leaderboard rows per entry (+ base), per-seed scores read from lm-eval's files
     board = pd.read_csv(wd / "results" / "smoke" / "leaderboard.csv")
-    assert sorted(board.loc[board["experiment"] == sweep.MAIN, "entry"]) == sorted(entries)
+    assert sorted(board.loc[board["experiment"] == study.MAIN, "entry"]) == sorted(entries)
     scores = pd.read_csv(wd / "results" / "smoke" / "scores.csv")
-    main_scores = scores[scores["experiment"] == sweep.MAIN]
+    main_scores = scores[scores["experiment"] == study.MAIN]
     scored = {tuple(x) for x in main_scores[["entry", "seed"]].drop_duplicates().itertuples(index=False)}
     assert scored == {(e, s) for e in entries for s in seeds_of[e]}
     assert set(scores["metric"]) >= {"mean", "pass", "maj"}
@@ -854,7 +855,7 @@ def test_smoke_dag_end_to_end(smoke_run):
     assert 0 < dag["minutes_per_core"].iloc[-1] and 0 < dag["elapsed_min"].iloc[-1] < 60
     assert {f"train {model} (main)", f"model build {model}", f"lm-eval group {model}", "report"} <= set(rows)
     assert int(rows["all"][1]) == len(tsv)
-    assert int(rows[f"train {model} (main)"][1]) == sum(len(seeds_of[e]) for e in entries if e != sweep.BASE_ENTRY)
+    assert int(rows[f"train {model} (main)"][1]) == sum(len(seeds_of[e]) for e in entries if e != study.BASE_ENTRY)
     # one lm-eval process scored all seeds of an entry, or of a look for the pair
     eval_logs = wd / "logs" / "smoke" / "eval" / model
     assert (eval_logs / "base.log").read_text().count("tiny_math: mean@8=") == len(cfg["seeds"])
@@ -883,11 +884,11 @@ def test_smoke_experiments_end_to_end(smoke_run):
     for model, slot, seed in sweep.runs(cfg):
         info = json.loads((results / "runs" / model / slot / f"seed{seed}" / "run.json").read_text())
         assert info["config"]["reward"] == ("random" if slot.endswith("@random-reward") else "grader")
-        experiment = sweep.split_slot(slot)[1]
+        experiment = study.split_slot(slot)[1]
         assert info["config"]["data"] == f"resources/data/{cfg['experiments'][experiment]['data']}"
     for entry in probe["methods"]:
         for seed in probe["seeds"]:
-            run = results / "runs" / probe["models"][0] / sweep.slot_id("probe", entry) / f"seed{seed}"
+            run = results / "runs" / probe["models"][0] / study.slot_id("probe", entry) / f"seed{seed}"
             rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
             every = probe["train"]["probe_every"]
             logged = [r["step"] for r in rows if "probe/p_correct" in r]
@@ -907,14 +908,14 @@ def test_smoke_experiments_end_to_end(smoke_run):
     assert summaries["tiny_math_probe"]["experiment"] == "probe" and summaries["tiny_math_probe"]["entry"] == "grpo"
     # the leaderboard: experiment column; the probe's rows name their subset; entries per experiment
     board = pd.read_csv(results / "leaderboard.csv", keep_default_na=False)
-    assert set(board["experiment"]) == {sweep.MAIN, "random-reward", "probe", *cfg["axes"]["offpolicy"]["cells"],
+    assert set(board["experiment"]) == {study.MAIN, "random-reward", "probe", *cfg["axes"]["offpolicy"]["cells"],
                                         "separation"}  # fmt: skip
     assert set(board.loc[board["experiment"] == "probe", "subset"]) == {"probe", "rest"}
     assert set(board.loc[board["experiment"] != "probe", "subset"]) == {""}
     assert sorted(board.loc[board["experiment"] == "random-reward", "entry"]) == sorted(rr["methods"])
     for subset in ("probe", "rest"):
         rows = board[(board["experiment"] == "probe") & (board["subset"] == subset)]
-        assert sorted(rows["entry"]) == sorted([sweep.BASE_ENTRY, *probe["methods"]])
+        assert sorted(rows["entry"]) == sorted([study.BASE_ENTRY, *probe["methods"]])
         assert (rows["n_seeds"] == len(probe["seeds"])).all()
     primary = pd.read_csv(results / "primary.csv")
     row = primary[primary["experiment"] == "probe"].iloc[0]
@@ -1061,7 +1062,7 @@ def test_plain_command_resumes_after_sigkill_of_the_dag(smoke_run, tmp_path):
     output = again.stdout + again.stderr
     assert again.returncode == 0, output[-5000:]
     assert "IncompleteFilesException" not in output and "profiles/default" in output
-    entries = [sweep.BASE_ENTRY] + [e["id"] for e in read_config("smoke")["methods"]]
+    entries = [study.BASE_ENTRY] + [e["id"] for e in read_config("smoke")["methods"]]
     resumed, uninterrupted = (
         _run_outputs(repo / "results" / "smoke", entries),
         _run_outputs(smoke_run[1].reference, entries),
@@ -1081,7 +1082,7 @@ def test_adding_a_method_entry_reruns_only_its_jobs(smoke_run, tmp_path):
     proc = snakemake(wd, "-n", "--cores", "2", configfile=write_config(tmp_path, cfg))
     assert proc.returncode == 0, proc.output[-3000:]
     counts = job_counts(proc.output)
-    n_models, n_seeds = len(validate.validate_config(cfg)["experiments"][sweep.MAIN]["models"]), len(cfg["seeds"])
+    n_models, n_seeds = len(validate.validate_config(cfg)["experiments"][study.MAIN]["models"]), len(cfg["seeds"])
     assert counts == {"train": n_models * n_seeds, "eval_group": n_models, "report": 1, "all": 1}
     planned = set(re.findall(r"wildcards: model=[^,\n]+, entry=([^,\n]+)", proc.output))
     assert planned == {"bandpo_tv_d0.1"}
@@ -1153,7 +1154,7 @@ def test_external_trainer_rule_gets_scored(smoke_run, tmp_path):
         summary = json.loads(
             (wd / "results/smoke/eval" / model / "copy_trainer" / f"seed{seed}" / "tiny_math.json").read_text()
         )
-        base_eval = wd / "results/smoke/eval" / sweep.run_folder(model, sweep.BASE_ENTRY, seed)
+        base_eval = wd / "results/smoke/eval" / study.run_folder(model, study.BASE_ENTRY, seed)
         base = json.loads((base_eval / "tiny_math.json").read_text())
         assert summary["method"] == "copy-of-base" and summary["trainer"] == "copy"  # as its run.json says
         assert summary["metrics"] == base["metrics"]  # the same weights, the same evaluation seed: the same scores
@@ -1205,7 +1206,7 @@ def test_a_new_method_ranks_against_the_published_runs_without_rerunning_them(sm
     wd, _ = smoke_run
     cfg = read_config("smoke")
     full = validate.validate_config(copy.deepcopy(cfg))
-    main = full["experiments"][sweep.MAIN]
+    main = full["experiments"][study.MAIN]
     # every base model of main's that the smoke run built (its pair's looks' seeds included), as rule publish does
     dirs = [d for d in sweep.base_models(full) if d.split("/")[2] in main["models"] and (wd / d).is_dir()]
     published = tmp_path / "published"  # the smoke run, published as the embedded run publishes results/
@@ -1234,7 +1235,7 @@ def test_a_new_method_ranks_against_the_published_runs_without_rerunning_them(sm
         grpo = theirs.query("experiment == 'main' and model == @row.model and entry == 'grpo' and name == @row.metric")
         assert row.baseline_mean == pytest.approx(grpo["value"].mean())
         assert row.verdict in ("better", "not better by the margin", "undecided") and 1 <= row.place <= row.of
-        assert row.margin == pytest.approx(sweep.report_experiments(full)[sweep.MAIN]["margins"][row.model])
+        assert row.margin == pytest.approx(study.report_experiments(full)[study.MAIN]["margins"][row.model])
     page = (clone / target).read_text()
     assert "the base models built here are the published ones (sha256 identical)" in page
 
@@ -1249,7 +1250,7 @@ def test_a_new_method_ranks_against_the_published_runs_without_rerunning_them(sm
     # GRPO's jobs join the DAG after the check (a checkpoint), so the job table printed first does not list them;
     # GRPO is the sequential pair's control, so its runs are those of its own seeds (every look's), a superset of
     # the new entry's
-    n_grpo = len(sweep.slot_seeds(full, sweep.MAIN, "grpo")) * n_models
+    n_grpo = len(study.slot_seeds(full, study.MAIN, "grpo")) * n_models
     assert n_grpo >= n_seeds * n_models
     assert len(list((clone / "results/smoke/runs").glob("*/grpo/seed*/run.json"))) == n_grpo
     assert len(list((clone / "results/smoke/eval").glob("*/grpo/seed*/tiny_math.json"))) == n_grpo

@@ -5,7 +5,8 @@ import os
 import re
 import shlex
 
-from bandpo.plan.sweep import MAIN, BASE_ENTRY, base_models, cell_models, eval_groups, eval_seed_groups, group_rule_name, job_resources, runs, score_groups, slot_id, slot_seeds, slots, val_data_ids, verl_val_split
+from bandpo.plan.sweep import base_models, cell_models, eval_groups, eval_seed_groups, group_rule_name, job_resources, runs, score_groups, slots, val_data_ids, verl_val_split
+from bandpo.study import MAIN, BASE_ENTRY, slot_id, slot_seeds
 
 # Every job's folders, environment and spec file come from one place, the run plan (bandpo.plan.runs.Plan, built in
 # the Snakefile; the benchmarks that run a job as the DAG does use the same): the functions below only hand its
@@ -26,7 +27,7 @@ MODELS = PLAN.models
 ENTRIES = PLAN.entries
 EXPERIMENTS = PLAN.experiments  # completed by bandpo.plan.sweep: main (the sweep) and the other experiments
 # A slot is an experiment's method entry, the {entry} wildcard and folder name: the entry id in main,
-# {entry}@{experiment} elsewhere (bandpo.plan.sweep.slot_id). SLOTS: slot -> {"experiment", "entry"}.
+# {entry}@{experiment} elsewhere (bandpo.study.slot_id). SLOTS: slot -> {"experiment", "entry"}.
 SLOTS = PLAN.slots
 RUNS_ALL = runs(config)  # (model, slot, seed) of every training run
 RUNS_AT_ONCE = [(m, e, s) for m, e, s in RUNS_ALL if e not in PLAN.stepwise]  # the rest: as the looks ask (looks.smk)
@@ -41,7 +42,7 @@ select_file, run_meta, _checkpoint = PLAN.select_file, PLAN.run_meta, PLAN.check
 
 
 def seeds_of(slot):
-    """The seeds a slot trains and scores (bandpo.plan.sweep.slot_seeds): its experiment's seeds, or for the two
+    """The seeds a slot trains and scores (bandpo.study.slot_seeds): its experiment's seeds, or for the two
     entries of its primary.compare the experiment's primary.seeds where set."""
     return PLAN.seeds_of(slot)
 

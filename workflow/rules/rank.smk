@@ -15,7 +15,7 @@
 
 from bandpo.decide.rank import plan_margins
 
-# main's margin per model, fractions of the score, from the run plan (bandpo.plan.sweep.report_experiments): the
+# main's margin per model, fractions of the score, from the run plan (bandpo.study.report_experiments): the
 # question of the ranking's verdicts (is the entry better than GRPO by at least it?), fixed in this config
 RANK_MARGINS = plan_margins(config)
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import t as student_t
 
-from bandpo.verdict.design import ALPHA, BETA, SequentialDesign, boundaries
-from bandpo.verdict.rule import BETTER, NOT_BETTER, UNDECIDED, clean_differences, t_statistic
+from bandpo.stats.design import ALPHA, BETA, SequentialDesign, boundaries
+from bandpo.stats.rule import BETTER, NOT_BETTER, UNDECIDED, clean_differences, t_statistic
 
 _CHUNK = 40_000
 

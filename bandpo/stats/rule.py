@@ -12,7 +12,7 @@ saying it grows with the pairs. Sign, size and equivalence are estimates (the me
 t interval, `t_interval`), never verdicts. A comparison not decided within its pairs reads ``undecided``
 (`UNDECIDED`, with the n it would need).
 
-**Seeds until decided** (`decide`, on a `bandpo.verdict.design.SequentialDesign`): at look j the paired t statistic
+**Seeds until decided** (`decide`, on a `bandpo.stats.design.SequentialDesign`): at look j the paired t statistic
 T = mean sqrt(n) / sd of the first n_j pairs is compared with the look's two boundaries: ``better`` if T >= e_j,
 ``not better`` if T <= f_j, else the next k pairs. The futility stops are binding in use (a look that crosses f_j
 ends the comparison), and at the last look f_K = e_K, so a verdict always comes by ``n_max``. A comparison at a
@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.stats import t as student_t
 
-from bandpo.verdict.design import ALPHA, BETA, SequentialDesign, boundaries
+from bandpo.stats.design import ALPHA, BETA, SequentialDesign, boundaries
+from bandpo.stats.power import pairs_needed
 
 BETTER, NOT_BETTER, UNDECIDED = "better", "not better by the margin", "undecided"
 VERDICTS = (BETTER, NOT_BETTER)
@@ -178,21 +179,6 @@ class FixedResult:
         return f"undecided at n = {self.n}{need}"
 
 
-def single_look_n(sd: float, margin: float, alpha: float = ALPHA, beta: float = BETA, max_pairs: int = 100_000) -> int:
-    """The fewest pairs n >= 2 at which t_{1-alpha, n-1} + t_{1-beta, n-1} <= margin sqrt(n) / sd: where the
-    single look's two tests (H0: Δ <= 0 at alpha, H1: Δ >= margin at beta) leave no gap at this SD."""
-    if not (math.isfinite(sd) and sd >= 0 and margin > 0):
-        raise ValueError("sd: finite and >= 0; margin > 0")
-    if sd == 0:
-        return 2
-    n = 2
-    while n <= max_pairs:
-        if student_t.isf(alpha, n - 1) + student_t.isf(beta, n - 1) <= margin * math.sqrt(n) / sd:
-            return n
-        n += 1
-    raise ValueError(f"single_look_n: more than {max_pairs} pairs")
-
-
 def fixed_n_decision(
     diffs: Sequence[float] | np.ndarray, margin: float, alpha: float = ALPHA, beta: float = BETA
 ) -> FixedResult:
@@ -201,9 +187,10 @@ def fixed_n_decision(
     * ``better`` if T = mean sqrt(n) / sd >= t_{1-alpha, n-1} (H0: Δ <= 0 rejected at one-sided ``alpha``);
     * else ``not better by the margin`` if T_margin = (mean - margin) sqrt(n) / sd <= -t_{1-beta, n-1} (H1:
       Δ >= margin rejected at ``beta``: the one-sided 1 - beta upper confidence bound lies below the margin);
-    * else ``undecided`` at n, with `single_look_n` at the observed SD.
+    * else ``undecided`` at n, with the pairs a single look needs at the observed SD
+      (`bandpo.stats.power.pairs_needed`).
 
-    When n reaches `single_look_n` the gap is empty and the rule is a design's last look (T >= e: better, else not
+    When n reaches that number the gap is empty and the rule is a design's last look (T >= e: better, else not
     better); below it the gap is what a sequential design closes by adding pairs. ValueError for non-finite
     differences or fewer than 2 pairs."""
     d = clean_differences(diffs)
@@ -222,5 +209,124 @@ def fixed_n_decision(
     else:
         verdict = UNDECIDED
     lo, hi = t_interval(d, 0.95, SCORE_DIFF_RANGE)
-    need = single_look_n(sd, margin, alpha, beta) if verdict == UNDECIDED else None
+    need = pairs_needed(sd, margin, alpha, beta) if verdict == UNDECIDED else math.nan
+    need = int(need) if math.isfinite(need) else None
     return FixedResult(verdict, n, mean, lo, hi, sd, t, t_margin, need, margin)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The verdict rule's two one-sided tests from a comparison's summary (leaderboard.csv holds mean, SD and count)
+# ------------------------------------------------------------------------------------------------------------
+def one_sided_tests(mean: float, sd: float, n: int, margin: float) -> dict[str, float]:
+    """The two one-sided paired t tests of the verdict rule (`fixed_n_decision`) from the
+    differences' mean, SD (ddof 1) and count, with T = mean sqrt(n) / sd and T_margin = (mean - margin) sqrt(n) /
+    sd on n - 1 degrees of freedom:
+
+    * ``p_better``: the p-value of H0: Δ <= 0 against Δ > 0, P(T_{n-1} >= T) ("better" when <= alpha);
+    * ``p_not_better``: the p-value of H1: Δ >= margin against Δ < margin, P(T_{n-1} <= T_margin) ("not better
+      by the margin" when <= beta).
+
+    Also ``t`` and ``t_margin``. NaN p-values for fewer than 2 pairs, a missing SD or no positive margin (then
+    ``p_not_better`` alone is NaN); an SD of 0 gives p-values 0 or 1 (`t_statistic`)."""
+    nan = float("nan")
+    out = {"p_better": nan, "p_not_better": nan, "t": nan, "t_margin": nan}
+    n = int(n) if n == n else 0
+    if n < 2 or not (math.isfinite(mean) and math.isfinite(sd)):
+        return out
+    t = float(t_statistic(mean, sd, n))
+    out["t"], out["p_better"] = t, float(student_t.sf(t, n - 1))
+    if math.isfinite(margin) and margin > 0:
+        tm = float(t_statistic(mean - margin, sd, n))
+        out["t_margin"], out["p_not_better"] = tm, float(student_t.cdf(tm, n - 1))
+    return out
+
+
+def rule_verdict(p_better: float, p_not_better: float, alpha: float = ALPHA, beta: float = BETA) -> str:
+    """The verdict rule's word from its two p-values (raw: `fixed_n_decision`; Holm-adjusted: a family's):
+    `BETTER` when ``p_better`` <= alpha, else `NOT_BETTER` when ``p_not_better`` <= beta, else `UNDECIDED`
+    (also without a test)."""
+    if p_better == p_better and p_better <= alpha:
+        return BETTER
+    if p_not_better == p_not_better and p_not_better <= beta:
+        return NOT_BETTER
+    return UNDECIDED
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Four verdicts (retired for comparisons with the control, issue #55): kept for the descriptive rule of the
+# random-reward control, each run's final entropy against its own step-1 entropy (no control, no question of
+# "better"): rises, falls, unchanged within a margin fixed before the runs, or unresolved
+# ------------------------------------------------------------------------------------------------------------
+EQUIVALENCE_CONFIDENCE = 0.90  # two one-sided tests at 5% each <=> the 90% interval inside [-margin, +margin]
+EQUIVALENT, UNRESOLVED = "equivalent", "unresolved"
+EQUIVALENCE_ALPHA = 0.05  # the level of both the difference and the equivalence test
+
+
+def paired_tests(d: Sequence[float] | np.ndarray, margin: float = math.nan) -> dict[str, float]:
+    """The two tests of a paired design on the per-seed differences ``d`` (treatment - control), n = pairs:
+
+    * difference: the two-sided one-sample t-test of mean(d) = 0, p_value = 2 P(T_{n-1} > |mean| sqrt(n) / sd);
+    * equivalence within ``margin`` (TOST, Schuirmann 1987): the two one-sided t-tests of mean(d) <= -margin and
+      mean(d) >= +margin, p_equivalence = the larger of their p-values; p_equivalence < 0.05 exactly when the
+      90% t interval (ci90_low, ci90_high) lies inside [-margin, +margin]. NaN without a margin.
+
+    NaN p-values for fewer than 2 pairs; an SD of 0 gives p 0 or 1 (the differences are all equal)."""
+    x = np.asarray(d, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    sd = float(np.std(x, ddof=1)) if x.size >= 2 else math.nan
+    lo, hi = t_interval(x, EQUIVALENCE_CONFIDENCE)
+    mean = float(x.mean()) if x.size else math.nan
+    return {**summary_tests(mean, sd, x.size, margin), "ci90_low": lo, "ci90_high": hi}
+
+
+def summary_tests(mean: float, sd: float, n: int, margin: float = math.nan) -> dict[str, float]:
+    """`paired_tests`' p-values from the differences' mean, SD (ddof 1) and count alone (as leaderboard.csv holds
+    them): p_value (difference from 0, two-sided) and p_equivalence (TOST within ``margin``; NaN without one)."""
+    nan = float("nan")
+    out = {"p_value": nan, "p_equivalence": nan}
+    n = int(n) if n == n else 0
+    if n < 2 or not (math.isfinite(mean) and math.isfinite(sd)):
+        return out
+    has_margin = math.isfinite(margin) and margin > 0
+    se = sd / math.sqrt(n)
+    if se == 0:
+        out["p_value"] = 0.0 if mean != 0 else 1.0
+        out["p_equivalence"] = (0.0 if abs(mean) < margin else 1.0) if has_margin else nan
+        return out
+    out["p_value"] = float(2 * student_t.sf(abs(mean) / se, n - 1))
+    if has_margin:
+        p_low = float(student_t.sf((mean + margin) / se, n - 1))  # H0: mean <= -margin
+        p_high = float(student_t.cdf((mean - margin) / se, n - 1))  # H0: mean >= +margin
+        out["p_equivalence"] = max(p_low, p_high)
+    return out
+
+
+def four_verdict(
+    difference: float, p_value: float, p_equivalence: float, above: str, below: str, alpha: float = EQUIVALENCE_ALPHA
+) -> str:
+    """One of four verdicts from a comparison's tests (`paired_tests`, p-values raw or Holm-adjusted):
+    ``equivalent`` when the equivalence test rejects (the difference, whatever its sign, is inside the margin: a
+    resolved difference smaller than the margin is one nobody would act on, so it reads as equivalent), else
+    ``above`` / ``below`` when the difference test rejects (by the sign of the difference), else ``unresolved``
+    (also without any test: fewer than 2 pairs)."""
+    if p_equivalence == p_equivalence and p_equivalence < alpha:
+        return EQUIVALENT
+    if p_value == p_value and p_value < alpha:
+        return above if difference > 0 else below
+    return UNRESOLVED
+
+
+def holm(pvalues: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Holm's step-down adjustment (Holm 1979) of a family of p-values (NaN stays NaN and is not counted): sorted
+    ascending, p_(i) x (m - i + 1), made non-decreasing, capped at 1; controls the family-wise error rate at the
+    level the adjusted p-values are compared with, under any dependence."""
+    p = np.asarray(pvalues, dtype=np.float64)
+    out = np.full(p.shape, np.nan)
+    ok = np.flatnonzero(np.isfinite(p))
+    if ok.size == 0:
+        return out
+    order = ok[np.argsort(p[ok], kind="stable")]
+    m = order.size
+    adjusted = np.minimum(1.0, np.maximum.accumulate(p[order] * (m - np.arange(m))))
+    out[order] = adjusted
+    return out

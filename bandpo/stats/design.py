@@ -8,7 +8,7 @@ are less correlated than the z statistics', which a binding computation turns in
 then each moved to the t scale by matching its tail probability at the look's degrees of freedom (efficacy under
 Δ = 0: central t; futility under Δ = δ: noncentral t at the planning SD). ``n_max`` is the smallest multiple of
 ``k`` at which the two boundaries of the last look meet (`plan_design`): power 1 - beta at Δ = δ when the true SD is
-at most the planning SD. The verdict rule that uses them: `bandpo.verdict.rule`.
+at most the planning SD. The verdict rule that uses them: `bandpo.stats.rule`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Statistics of the report (rliable-style, Agarwal et al. 2021, computed with scipy; all resampling seeded).
-
-Pure functions of frames and arrays: nothing here reads or writes files.
+"""The score tables of the report: stats.csv's rows, the paired comparisons with the baseline, the power table
+and a rerun's agreement. Pure functions of frames; the statistics they apply are `bandpo.stats` (resampling,
+power and sample size, the tests): nothing here reads or writes files.
 
 For a (model, entry) and a metric, the unit is one seed's score on one task. Over tasks (``task == "all"``):
 
@@ -26,42 +26,37 @@ For a (model, entry) and a metric, the unit is one seed's score on one task. Ove
 * **power**: ``mde`` = the minimum detectable difference of a two-sided paired t-test at level 0.05 with 80%
   power, for the seeds used: exact, from the noncentral t (`minimum_detectable_difference`, `paired_t_power`);
   ``seeds_for_target`` the fewest seeds whose MDE at this SD is at most ``MDE_TARGET`` (2 points),
-  `seeds_needed`. The SD behind both is itself an estimate from the few seeds run.
+  `bandpo.stats.power.pairs_needed` with ``two_sided=True``. The SD behind both is itself an estimate from the
+  few seeds run.
 * training columns: `bandpo.analysis.training`.
 """
 
 from __future__ import annotations
 
-import functools
-import json
 import math
-import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import brentq
-from scipy.stats import bootstrap, nct, trim_mean
-from scipy.stats import t as student_t
 
-from bandpo.plan.sweep import BASE_ENTRY
-from bandpo.verdict import rule as verdict_rule
-from bandpo.verdict.design import ALPHA as RULE_ALPHA
-from bandpo.verdict.design import BETA as RULE_BETA
-from bandpo.verdict.rule import SCORE_DIFF_RANGE, SCORE_RANGE, t_interval
+from bandpo.stats.power import ALPHA, POWER, minimum_detectable_difference, pairs_needed
+from bandpo.stats.resample import (
+    bootstrap_ci,
+    improvement_share,
+    iqm,
+    mean_of_means,
+    probability_of_improvement,
+    seeded_rng,
+)
+from bandpo.stats.rule import SCORE_DIFF_RANGE, SCORE_RANGE, t_interval
+from bandpo.study import BASE_ENTRY
 
 DEFAULT_BASELINE = "grpo"
 HEADLINE = ("mean", "pass", "maj", "best_bootstrap")  # metric families of the leaderboard, at k = n samples
 ALL_TASKS = "all"
 FINAL_FRACTION = 0.1  # "final" training statistics: mean over the last 10% of a run's steps
 MDE_TARGET = 0.02  # a 2-point difference (scores are fractions): what the seed count should resolve
-# Scores closer than this are a tie in P(improvement): two runs with the same score (a fraction of problems) can
-# differ in its last float bits when their sums ran in another order; rounding to the tables' 6 digits would
-# otherwise turn a win into a tie
-TIE_TOLERANCE = 1e-9
-POWER, ALPHA = 0.8, 0.05  # of the minimum detectable difference: 80% power, two-sided level 0.05
-MAX_SEEDS = 10_000  # seeds_needed gives up beyond this
 
 
 def metric_label(family: str, k: Any) -> str:
@@ -69,260 +64,6 @@ def metric_label(family: str, k: Any) -> str:
     k_str = "n" if k is None or (isinstance(k, float) and math.isnan(k)) else str(int(k))
     head, _, tail = family.partition("_")
     return f"{head}@{k_str}" + (f"_{tail}" if tail else "")
-
-
-def seeded_rng(seed: int, *key: Any) -> np.random.Generator:
-    """A generator that depends only on (seed, key): a row's CI does not change when other rows are added."""
-    h = zlib.crc32(json.dumps([str(k) for k in key]).encode("utf-8"))
-    return np.random.default_rng([int(seed), h])
-
-
-def bootstrap_ci(
-    samples: Sequence[np.ndarray],
-    statistic: Callable[..., np.ndarray],
-    n_resamples: int,
-    rng: np.random.Generator,
-    confidence: float,
-) -> tuple[float, float]:
-    """Percentile-bootstrap CI of ``statistic`` over independent samples (strata), resampled each within itself.
-    NaN when resampling is off or a stratum has fewer than 2 observations (one seed has no spread to resample)."""
-    if n_resamples <= 0 or not samples or any(len(s) < 2 for s in samples):
-        return float("nan"), float("nan")
-    res = bootstrap(
-        tuple(np.asarray(s, dtype=np.float64) for s in samples),
-        statistic,
-        n_resamples=n_resamples,
-        vectorized=True,
-        axis=-1,
-        method="percentile",
-        confidence_level=confidence,
-        rng=rng,
-    )
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
-
-
-def mean_of_means(*strata: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.mean([np.mean(s, axis=axis) for s in strata], axis=0)
-
-
-def iqm(*strata: np.ndarray, axis: int = -1) -> np.ndarray:
-    return trim_mean(np.concatenate(strata, axis=axis), 0.25, axis=axis)
-
-
-def _poi_pairs(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Mean over all pairs of 1[x > y] + 1/2 1[x = y], over the last axis of each (batch dims broadcast); x = y
-    within `TIE_TOLERANCE`."""
-    return _improvement(x[..., :, None] - y[..., None, :], axis=(-2, -1))
-
-
-def _poi_stat(*xy: np.ndarray, axis: int = -1) -> np.ndarray:
-    xy = tuple(np.moveaxis(a, axis, -1) for a in xy)
-    return np.mean([_poi_pairs(x, y) for x, y in zip(xy[0::2], xy[1::2], strict=True)], axis=0)
-
-
-def probability_of_improvement(
-    x: Mapping[str, Sequence[float]] | Sequence[float],
-    y: Mapping[str, Sequence[float]] | Sequence[float],
-    n_resamples: int = 2000,
-    confidence: float = 0.95,
-    rng: np.random.Generator | int = 0,
-) -> tuple[float, float, float]:
-    """P(X > Y) of the scores ``x`` (an entry's seeds) against ``y`` (the baseline's), with a bootstrap CI.
-
-    Per task (give dicts task -> scores, or two sequences for one task): the mean over all seed pairs of
-    1[x > y] + 1/2 1[x = y]; averaged over the tasks both have. Returns (estimate, ci_low, ci_high)."""
-    if not isinstance(x, Mapping):
-        x, y = {"_": x}, {"_": y}
-    tasks = [t for t in x if t in y and len(x[t]) and len(y[t])]
-    if not tasks:
-        return float("nan"), float("nan"), float("nan")
-    samples = [np.asarray(s, dtype=np.float64) for t in tasks for s in (x[t], y[t])]
-    estimate = float(_poi_stat(*samples))
-    rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
-    return (estimate, *bootstrap_ci(samples, _poi_stat, n_resamples, rng, confidence))
-
-
-def paired_t_power(diff: float, sd: float, n: int, alpha: float = ALPHA) -> float:
-    """Exact power of the two-sided paired t-test at level ``alpha`` from ``n`` pairs whose differences are normal
-    with mean ``diff`` and standard deviation ``sd``: P(|T| > t_{1-alpha/2, n-1}) for T noncentral t with n - 1
-    degrees of freedom and noncentrality diff * sqrt(n) / sd (`scipy.stats.nct`). NaN for n < 2 or an unknown or
-    zero SD."""
-    if n < 2 or not (math.isfinite(sd) and sd > 0 and math.isfinite(diff)):
-        return float("nan")
-    return _power_at(diff * math.sqrt(n) / sd, n - 1, alpha)
-
-
-def _power_at(nc: float, df: int, alpha: float) -> float:
-    crit = student_t.ppf(1 - alpha / 2, df)
-    # both tails as upper tails: nct.cdf(-crit, df, nc) returns NaN for some large nc, nct.sf(crit, df, -nc) does not
-    return float(nct.sf(crit, df, nc) + nct.sf(crit, df, -nc))
-
-
-@functools.lru_cache(maxsize=4096)
-def _noncentrality_for_power(n: int, alpha: float, power: float) -> float:
-    """The noncentrality at which the two-sided paired t-test from ``n`` pairs has power ``power`` (the power
-    rises with it from ``alpha`` at 0): bracketed from the t-quantile approximation, solved by Brent's method."""
-    df = n - 1
-    hi = max(1.0, float(student_t.ppf(1 - alpha / 2, df) + student_t.ppf(power, df)))
-    while _power_at(hi, df, alpha) < power:  # the approximation falls short of the power: widen the bracket
-        hi *= 2
-    return float(brentq(lambda nc: _power_at(nc, df, alpha) - power, 0.0, hi, xtol=1e-12, rtol=1e-14, maxiter=200))
-
-
-def minimum_detectable_difference(sd: float, n: int, alpha: float = ALPHA, power: float = POWER) -> float:
-    """The smallest true mean difference a two-sided paired t-test at level ``alpha`` detects with probability
-    ``power`` from ``n`` pairs whose differences have standard deviation ``sd``: the exact solution d of
-    `paired_t_power` (d, sd, n) = power, i.e. nc * sd / sqrt(n) where nc is the noncentrality of the noncentral t
-    with n - 1 degrees of freedom that reaches the power. (The usual approximation (t_{1-alpha/2, n-1} +
-    t_{power, n-1}) * sd / sqrt(n) is too small at few seeds: 5.36 against 5.65 SDs / sqrt(3) at 3 seeds, i.e.
-    77% power, not 80%.) 0 for an SD of 0; NaN for n < 2 or an unknown SD."""
-    if n < 2 or not math.isfinite(sd) or sd < 0 or not 0 < alpha < power < 1:
-        return float("nan")
-    if sd == 0:
-        return 0.0
-    return _noncentrality_for_power(int(n), float(alpha), float(power)) * sd / math.sqrt(n)
-
-
-def seeds_needed(sd: float, target: float = MDE_TARGET, alpha: float = ALPHA, power: float = POWER) -> float:
-    """The fewest seeds (pairs) whose exact `minimum_detectable_difference` at this SD is at most ``target``: 2 when
-    the SD is 0, NaN when it is unknown, inf beyond `MAX_SEEDS`. The SD is itself an estimate (from the few seeds
-    run), so the answer is as uncertain as that estimate."""
-    if not math.isfinite(sd) or target <= 0:
-        return float("nan")
-    if sd == 0:
-        return 2.0
-    lo, hi = 2, MAX_SEEDS  # the MDE falls with n: bisect for the first n that reaches the target
-    if minimum_detectable_difference(sd, hi, alpha, power) > target:
-        return float("inf")
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if minimum_detectable_difference(sd, mid, alpha, power) <= target:
-            hi = mid
-        else:
-            lo = mid + 1
-    return float(lo)
-
-
-# ------------------------------------------------------------------------------------------------------------
-# The verdict rule's two one-sided tests from a comparison's summary (leaderboard.csv holds mean, SD and count)
-# ------------------------------------------------------------------------------------------------------------
-def one_sided_tests(mean: float, sd: float, n: int, margin: float) -> dict[str, float]:
-    """The two one-sided paired t tests of the verdict rule (`bandpo.verdict.rule.fixed_n_decision`) from the
-    differences' mean, SD (ddof 1) and count, with T = mean sqrt(n) / sd and T_margin = (mean - margin) sqrt(n) /
-    sd on n - 1 degrees of freedom:
-
-    * ``p_better``: the p-value of H0: Δ <= 0 against Δ > 0, P(T_{n-1} >= T) ("better" when <= alpha);
-    * ``p_not_better``: the p-value of H1: Δ >= margin against Δ < margin, P(T_{n-1} <= T_margin) ("not better
-      by the margin" when <= beta).
-
-    Also ``t`` and ``t_margin``. NaN p-values for fewer than 2 pairs, a missing SD or no positive margin (then
-    ``p_not_better`` alone is NaN); an SD of 0 gives p-values 0 or 1 (`bandpo.verdict.rule.t_statistic`)."""
-    nan = float("nan")
-    out = {"p_better": nan, "p_not_better": nan, "t": nan, "t_margin": nan}
-    n = int(n) if n == n else 0
-    if n < 2 or not (math.isfinite(mean) and math.isfinite(sd)):
-        return out
-    t = float(verdict_rule.t_statistic(mean, sd, n))
-    out["t"], out["p_better"] = t, float(student_t.sf(t, n - 1))
-    if math.isfinite(margin) and margin > 0:
-        tm = float(verdict_rule.t_statistic(mean - margin, sd, n))
-        out["t_margin"], out["p_not_better"] = tm, float(student_t.cdf(tm, n - 1))
-    return out
-
-
-def rule_verdict(p_better: float, p_not_better: float, alpha: float = RULE_ALPHA, beta: float = RULE_BETA) -> str:
-    """The verdict rule's word from its two p-values (raw: `fixed_n_decision`; Holm-adjusted: a family's):
-    `BETTER` when ``p_better`` <= alpha, else `NOT_BETTER` when ``p_not_better`` <= beta, else `UNDECIDED`
-    (also without a test)."""
-    if p_better == p_better and p_better <= alpha:
-        return verdict_rule.BETTER
-    if p_not_better == p_not_better and p_not_better <= beta:
-        return verdict_rule.NOT_BETTER
-    return verdict_rule.UNDECIDED
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Four verdicts (retired for comparisons with the control, issue #55): kept for the descriptive rule of the
-# random-reward control, each run's final entropy against its own step-1 entropy (no control, no question of
-# "better"): rises, falls, unchanged within a margin fixed before the runs, or unresolved
-# ------------------------------------------------------------------------------------------------------------
-EQUIVALENCE_CONFIDENCE = 0.90  # two one-sided tests at 5% each <=> the 90% interval inside [-margin, +margin]
-EQUIVALENT, UNRESOLVED = "equivalent", "unresolved"
-
-
-def paired_tests(d: Sequence[float] | np.ndarray, margin: float = math.nan) -> dict[str, float]:
-    """The two tests of a paired design on the per-seed differences ``d`` (treatment - control), n = pairs:
-
-    * difference: the two-sided one-sample t-test of mean(d) = 0, p_value = 2 P(T_{n-1} > |mean| sqrt(n) / sd);
-    * equivalence within ``margin`` (TOST, Schuirmann 1987): the two one-sided t-tests of mean(d) <= -margin and
-      mean(d) >= +margin, p_equivalence = the larger of their p-values; p_equivalence < 0.05 exactly when the
-      90% t interval (ci90_low, ci90_high) lies inside [-margin, +margin]. NaN without a margin.
-
-    NaN p-values for fewer than 2 pairs; an SD of 0 gives p 0 or 1 (the differences are all equal)."""
-    x = np.asarray(d, dtype=np.float64)
-    x = x[np.isfinite(x)]
-    sd = float(np.std(x, ddof=1)) if x.size >= 2 else math.nan
-    lo, hi = t_interval(x, EQUIVALENCE_CONFIDENCE)
-    mean = float(x.mean()) if x.size else math.nan
-    return {**summary_tests(mean, sd, x.size, margin), "ci90_low": lo, "ci90_high": hi}
-
-
-def summary_tests(mean: float, sd: float, n: int, margin: float = math.nan) -> dict[str, float]:
-    """`paired_tests`' p-values from the differences' mean, SD (ddof 1) and count alone (as leaderboard.csv holds
-    them): p_value (difference from 0, two-sided) and p_equivalence (TOST within ``margin``; NaN without one)."""
-    nan = float("nan")
-    out = {"p_value": nan, "p_equivalence": nan}
-    n = int(n) if n == n else 0
-    if n < 2 or not (math.isfinite(mean) and math.isfinite(sd)):
-        return out
-    has_margin = math.isfinite(margin) and margin > 0
-    se = sd / math.sqrt(n)
-    if se == 0:
-        out["p_value"] = 0.0 if mean != 0 else 1.0
-        out["p_equivalence"] = (0.0 if abs(mean) < margin else 1.0) if has_margin else nan
-        return out
-    out["p_value"] = float(2 * student_t.sf(abs(mean) / se, n - 1))
-    if has_margin:
-        p_low = float(student_t.sf((mean + margin) / se, n - 1))  # H0: mean <= -margin
-        p_high = float(student_t.cdf((mean - margin) / se, n - 1))  # H0: mean >= +margin
-        out["p_equivalence"] = max(p_low, p_high)
-    return out
-
-
-def four_verdict(
-    difference: float, p_value: float, p_equivalence: float, above: str, below: str, alpha: float = ALPHA
-) -> str:
-    """One of four verdicts from a comparison's tests (`paired_tests`, p-values raw or Holm-adjusted):
-    ``equivalent`` when the equivalence test rejects (the difference, whatever its sign, is inside the margin: a
-    resolved difference smaller than the margin is one nobody would act on, so it reads as equivalent), else
-    ``above`` / ``below`` when the difference test rejects (by the sign of the difference), else ``unresolved``
-    (also without any test: fewer than 2 pairs)."""
-    if p_equivalence == p_equivalence and p_equivalence < alpha:
-        return EQUIVALENT
-    if p_value == p_value and p_value < alpha:
-        return above if difference > 0 else below
-    return UNRESOLVED
-
-
-def holm(pvalues: Sequence[float] | np.ndarray) -> np.ndarray:
-    """Holm's step-down adjustment (Holm 1979) of a family of p-values (NaN stays NaN and is not counted): sorted
-    ascending, p_(i) x (m - i + 1), made non-decreasing, capped at 1; controls the family-wise error rate at the
-    level the adjusted p-values are compared with, under any dependence."""
-    p = np.asarray(pvalues, dtype=np.float64)
-    out = np.full(p.shape, np.nan)
-    ok = np.flatnonzero(np.isfinite(p))
-    if ok.size == 0:
-        return out
-    order = ok[np.argsort(p[ok], kind="stable")]
-    m = order.size
-    adjusted = np.minimum(1.0, np.maximum.accumulate(p[order] * (m - np.arange(m))))
-    out[order] = adjusted
-    return out
-
-
-def _improvement(d: np.ndarray, axis: int | tuple[int, ...] = -1) -> np.ndarray:
-    """Share of positive differences, ties (within `TIE_TOLERANCE`) counting one half."""
-    return (d > TIE_TOLERANCE).mean(axis=axis) + 0.5 * (np.abs(d) <= TIE_TOLERANCE).mean(axis=axis)
 
 
 def _per_seed(frame: pd.DataFrame, tasks: Sequence[str]) -> pd.Series:
@@ -347,7 +88,8 @@ def paired_comparison(
     Returns n_pairs, diff (mean of x_s - y_s), diff_ci_low/high (percentile bootstrap over the pairs),
     diff_t_ci_low/high (the paired t interval, `t_interval` of the differences), diff_sd
     (ddof 1), diff_poi (share of d_s > 0, ties 1/2) and its CI, mde (`minimum_detectable_difference` for
-    n_pairs), seeds_for_target (`seeds_needed` for `MDE_TARGET`), unpaired (text, "" when every seed is paired)."""
+    n_pairs), seeds_for_target (`pairs_needed`, two-sided, for `MDE_TARGET`), unpaired (text, "" when every seed
+    is paired)."""
     tasks = sorted(set(x["task"]))
     xs, ys = _per_seed(x, tasks), _per_seed(y, tasks)
     seeds = sorted(set(xs.index) & set(ys.index))
@@ -364,7 +106,7 @@ def paired_comparison(
     n = len(d)
     sd = float(np.std(d, ddof=1)) if n >= 2 else float("nan")
     lo, hi = bootstrap_ci([d], mean_of_means, n_resamples, rng, confidence) if n else (float("nan"),) * 2
-    poi_lo, poi_hi = bootstrap_ci([d], _improvement, n_resamples, rng, confidence) if n else (float("nan"),) * 2
+    poi_lo, poi_hi = bootstrap_ci([d], improvement_share, n_resamples, rng, confidence) if n else (float("nan"),) * 2
     t_lo, t_hi = t_interval(d, confidence, SCORE_DIFF_RANGE)
     return {
         "n_pairs": n,
@@ -374,11 +116,11 @@ def paired_comparison(
         "diff_t_ci_low": t_lo,
         "diff_t_ci_high": t_hi,
         "diff_sd": sd,
-        "diff_poi": float(_improvement(d)) if n else float("nan"),
+        "diff_poi": float(improvement_share(d)) if n else float("nan"),
         "diff_poi_ci_low": poi_lo,
         "diff_poi_ci_high": poi_hi,
         "mde": minimum_detectable_difference(sd, n),
-        "seeds_for_target": seeds_needed(sd),
+        "seeds_for_target": pairs_needed(sd, MDE_TARGET, ALPHA, 1 - POWER, two_sided=True),
         "unpaired": "; ".join(notes),
     }
 
@@ -499,8 +241,8 @@ def power_table(stats: pd.DataFrame, families: Sequence[str] = ("mean", "pass"))
     ``seed_counts``: ((seeds, comparisons), ...) ascending, e.g. ((3, 11), (10, 1)) where the primary pair has more
     seeds than the other entries), the MDE at that SD and the fewest seeds (`minimum_detectable_difference`), the
     range of the entries' own MDEs, and the seeds the pooled SD would need for an MDE of `MDE_TARGET`
-    (`seeds_needed`). Columns: [experiment, subset,] model, label, n_comparisons, n_seeds, seed_counts, sd, mde,
-    mde_min, mde_max, target, seeds_for_target."""
+    (`pairs_needed`, two-sided). Columns: [experiment, subset,] model, label, n_comparisons, n_seeds, seed_counts,
+    sd, mde, mde_min, mde_max, target, seeds_for_target."""
     groups = [k for k in ("experiment", "subset") if k in stats]  # one row per section when the stats have them
     columns = [*groups, "model", "label", "n_comparisons", "n_seeds", "seed_counts", "sd", "mde", "mde_min",
                "mde_max", "target", "seeds_for_target"]  # fmt: skip
@@ -526,7 +268,7 @@ def power_table(stats: pd.DataFrame, families: Sequence[str] = ("mean", "pass"))
                 "mde_min": float(g["mde"].min()),
                 "mde_max": float(g["mde"].max()),
                 "target": MDE_TARGET,
-                "seeds_for_target": seeds_needed(sd),
+                "seeds_for_target": pairs_needed(sd, MDE_TARGET, ALPHA, 1 - POWER, two_sided=True),
             }
         )
     return pd.DataFrame(rows, columns=columns)
