@@ -142,6 +142,7 @@ def report_experiments(cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     * ``margins``: {model: the margin of its comparisons with the control, a fraction of the score}
       (`family_margin`; a model without one is left out);
     * ``entropy_margins``: {model: ``primary.entropy_margin``, nats} where declared;
+    * ``clip_margins``: {model: ``primary.clip_margin`` / `POINTS`, a fraction of the rare tokens} where declared;
     * ``designs``: {model: `design_settings`} for a primary with ``sequential`` (the fields of
       `bandpo.stats.design.SequentialDesign`, in fractions).
 
@@ -156,6 +157,8 @@ def report_experiments(cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         primary = xp.get("primary") or {}
         if primary.get("entropy_margin") is not None:
             spec["entropy_margins"] = {m: per_model(primary["entropy_margin"], m) for m in models}
+        if primary.get("clip_margin") is not None:
+            spec["clip_margins"] = {m: per_model(primary["clip_margin"], m) / POINTS for m in models}
         if sequential(cfg, xp_id) is not None:
             spec["designs"] = {m: design_settings(cfg, xp_id, m) for m in models}
         out[xp_id] = spec

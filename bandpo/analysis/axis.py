@@ -29,28 +29,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bandpo.analysis.training import final_window
+from bandpo.analysis.training import RUN_METRICS, final_window, run_value
 from bandpo.stats.power import minimum_detectable_difference
 from bandpo.stats.rule import t_interval
 from bandpo.study import MAIN, slot_seeds
 
-LOW_BUCKET = "p0.0-0.2"  # the lowest old-probability bucket (bandpo.methods.diagnostics.BUCKET_LABELS[0])
-
-
-# per-run outcome <- per-step metric (mean over the run's steps; absent metrics give NaN)
-STEP_MEANS = {
-    "entropy_auc": "entropy",
-    "reward_auc": "reward_mean",
-    "clip_upper_low": f"clipfrac_upper/{LOW_BUCKET}",
-    "clip_lower_low": f"clipfrac_lower/{LOW_BUCKET}",
-    "clip_upper": "clipfrac_upper",
-    "clip_lower": "clipfrac_lower",
-    "stopped_pos_low": f"stopped_frac_pos/{LOW_BUCKET}",
-    "stopped_neg_low": f"stopped_frac_neg/{LOW_BUCKET}",
-    "stopped_pos": "stopped_frac_pos",
-    "stopped_neg": "stopped_frac_neg",
-    "approx_kl": "approx_kl",
-}
+# per-run outcomes: the run statistics (`bandpo.analysis.training.RUN_METRICS`) that are means over the run's steps
+STEP_MEANS = {m.name: m.source for m in RUN_METRICS.values() if m.aggregate == "mean"}
 
 
 # the update statistics among them (logged per update, so a run's all-updates value differs from its off-policy one):
@@ -123,8 +108,8 @@ def run_outcomes(
             for (model, entry, seed), g in m.groupby(["model", "entry", "seed"], sort=True) if not m.empty else []:
                 row = {"experiment": cell, "axis": axis_id, "value": value, "model": model, "entry": entry,
                        "seed": int(seed)}  # fmt: skip
-                for name, column in STEP_MEANS.items():
-                    row[name] = float(g[column].mean()) if column in g and g[column].notna().any() else np.nan
+                for name in STEP_MEANS:
+                    row[name] = run_value(g, RUN_METRICS[name])
                 row["entropy_final"] = final_window(g, "entropy")
                 row["score"] = float(final.get((cell, model, entry, int(seed)), np.nan))
                 rows.append(row)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,7 +41,7 @@ import pandas as pd
 
 from bandpo.analysis.leaderboard import entry_graders, entry_labels, leaderboard
 from bandpo.analysis.scores import score_stats
-from bandpo.analysis.training import run_stats
+from bandpo.analysis.training import run_stats, with_run_metrics
 from bandpo.stats.design import SequentialDesign
 from bandpo.stats.power import pairs_needed
 from bandpo.stats.resample import seeded_rng
@@ -139,7 +140,12 @@ def _planned(spec: Mapping[str, Any] | None, experiment: str) -> None:
     """ValueError when a spec states a margin in the config's points but carries none of the plan's fractions (the
     config's experiments passed as they are, not through `bandpo.study.report_experiments`)."""
     primary = (spec or {}).get("primary") or {}
-    for raw, planned in (("margin", "margins"), ("entropy_margin", "entropy_margins"), ("sequential", "designs")):
+    for raw, planned in (
+        ("margin", "margins"),
+        ("entropy_margin", "entropy_margins"),
+        ("clip_margin", "clip_margins"),
+        ("sequential", "designs"),
+    ):
         if primary.get(raw) is not None and planned not in (spec or {}):
             raise ValueError(
                 f"experiment {experiment!r}: primary.{raw} without the run plan's {planned!r} (pass the experiments "
@@ -159,9 +165,15 @@ def score_margin(specs: Mapping[str, Mapping[str, Any]], experiment: str, model:
 
 def entropy_margin(specs: Mapping[str, Mapping[str, Any]], experiment: str, model: str) -> float:
     """The margin of an experiment's entropy comparisons on a model (nats, ``entropy_margins``), else NaN."""
+    return run_margin(specs, experiment, model, "entropy_margins")
+
+
+def run_margin(specs: Mapping[str, Mapping[str, Any]], experiment: str, model: str, key: str) -> float:
+    """The margin of an experiment's comparisons of a training statistic on a model (the run plan's ``key``:
+    ``entropy_margins`` in nats, ``clip_margins`` a fraction of the rare tokens), else NaN."""
     spec = specs.get(experiment)
     _planned(spec, experiment)
-    return _per_model(spec, "entropy_margins", model)
+    return _per_model(spec, key, model)
 
 
 def _amount(margin: float, unit: str) -> str:
@@ -169,15 +181,18 @@ def _amount(margin: float, unit: str) -> str:
     return f"{round(scaled, 6):g} {unit}"
 
 
-def verdict_label(verdict: str, margin: float, unit: str = SCORE_UNIT, n_needed: float = float("nan")) -> str:
+def verdict_label(
+    verdict: str, margin: float, unit: str = SCORE_UNIT, n_needed: float = float("nan"), word: str | None = None
+) -> str:
     """The words a page prints for a verdict: "better", "not better by 2 points" ("higher" / "not higher by
-    0.02 nats" for entropy), "undecided (a single look decides from n = 14)"; an exploratory primary's "exploratory:
-    no verdict"; any other text (a descriptive verdict) as it is."""
-    entropy = unit == ENTROPY_UNIT
+    0.02 nats" for entropy; ``word`` names the claim of a training statistic: "lower" / "not lower by 0.5 points"),
+    "undecided (a single look decides from n = 14)"; an exploratory primary's "exploratory: no verdict"; any other
+    text (a descriptive verdict) as it is."""
+    word = word or ("higher" if unit == ENTROPY_UNIT else BETTER)
     if verdict == BETTER:
-        return "higher" if entropy else BETTER
+        return word
     if verdict == NOT_BETTER:
-        return f"not {'higher' if entropy else 'better'} by {_amount(margin, unit)}"
+        return f"not {word} by {_amount(margin, unit)}"
     if verdict == UNDECIDED:
         return UNDECIDED + (f" (a single look decides from n = {int(n_needed)})" if math.isfinite(n_needed) else "")
     if verdict == EXPLORATORY:
@@ -269,23 +284,25 @@ def _exploratory_row(x: np.ndarray, y: np.ndarray, margin: float, reason: str) -
 
 
 def _single_look_row(x: np.ndarray, y: np.ndarray, margin: float, unit: str, seed: int, key: tuple,
-                     bounds: tuple[float, float] = SCORE_DIFF_RANGE, alone: bool = True) -> dict[str, Any]:  # fmt: skip
+                     bounds: tuple[float, float] = SCORE_DIFF_RANGE, alone: bool = True,
+                     word: str | None = None, lower: bool = False) -> dict[str, Any]:  # fmt: skip
     """The single look of the rule (`fixed_n_decision`) at the pairs given, with both one-sided p-values; tested
-    ``alone`` (a primary: its stability too) or as a member of a family (the Holm columns are filled later)."""
+    ``alone`` (a primary: its stability too) or as a member of a family (the Holm columns are filled later). The
+    estimate is x - y; with ``lower`` the claim is a lower x, so the rule reads y - x (its words: ``word``)."""
     est = _estimate(x, y, bounds)
     n = int(x.size)
     out = {"rule": SINGLE_LOOK if alone else SINGLE_LOOK_HOLM, "n": n, **est}
     if n < 2:
         return {**out, "verdict": NO_INTERVAL, "label": NO_INTERVAL}
     if not (math.isfinite(margin) and margin > 0):
-        tests = one_sided_tests(est["difference"], est["sd"], n, margin)
+        tests = one_sided_tests(-est["difference"] if lower else est["difference"], est["sd"], n, margin)
         return {**out, **tests, "verdict": "", "label": "no margin declared", "note": "no margin declared"}
-    res = fixed_n_decision(x - y, margin)
+    res = fixed_n_decision(y - x if lower else x - y, margin)
     tests = one_sided_tests(res.estimate, res.sd, n, margin)
     need = pairs_needed(res.sd, margin)
     out.update({"verdict": res.verdict, "t": res.t, "t_margin": res.t_margin, "p_better": tests["p_better"],
                 "p_not_better": tests["p_not_better"], "n_needed": need,
-                "label": verdict_label(res.verdict, margin, unit, need)})  # fmt: skip
+                "label": verdict_label(res.verdict, margin, unit, need, word)})  # fmt: skip
     if alone and res.sd == res.sd:
         stab, words = fixed_n_stability(res.estimate, res.sd, n, margin, reps=STABILITY_REPS,
                                         rng=seeded_rng(seed, "stability", *key))  # fmt: skip
@@ -370,42 +387,76 @@ def primary_results(
 ENTROPY = "entropy"  # primary ``score`` of a descriptive experiment read from training, not from lm-eval
 
 
-ENTROPY_METRICS = {"entropy_final": "final token entropy (mean over the last 10% of steps)",
-                   "entropy_auc": "entropy area under the curve (mean of the per-step entropy)"}  # fmt: skip
+@dataclass(frozen=True)
+class RunStatistic:
+    """A training statistic of each run (a column of runs.csv: `bandpo.analysis.training.RUN_METRICS` declares
+    what it is) that an experiment compares with its control as a secondary, paired by seed: the entries named by
+    the primary's ``entries`` key, at the run plan's margins ``margins``, in ``unit`` (the page's: points for a
+    fraction); the claim is a ``word`` value than the control's (``lower``: the rule reads control - entry)."""
+
+    metric: str
+    entries: str
+    margins: str
+    unit: str
+    word: str
+    lower: bool = False
 
 
-def entropy_pair_results(
-    per_run: pd.DataFrame, specs: Mapping[str, Mapping[str, Any]], confidence: float = 0.95, seed: int = 0
+RUN_STATISTICS = {s.metric: s for s in (
+    RunStatistic("entropy_final", "entropy_compare", "entropy_margins", ENTROPY_UNIT, "higher"),
+    RunStatistic("entropy_auc", "entropy_compare", "entropy_margins", ENTROPY_UNIT, "higher"),
+    RunStatistic("clip_upper_low", "clip_compare", "clip_margins", SCORE_UNIT, "lower", lower=True),
+    RunStatistic("clip_lower_low", "clip_compare", "clip_margins", SCORE_UNIT, "lower", lower=True),
+)}  # fmt: skip
+"""The training statistics an experiment may compare with its control (``primary.entropy_compare`` and
+``primary.clip_compare``): one declaration each, read by the rows (`run_pair_results`), the family and the page."""
+
+
+def run_pair_results(
+    per_run: pd.DataFrame,
+    specs: Mapping[str, Mapping[str, Any]],
+    confidence: float = 0.95,
+    seed: int = 0,
+    metrics: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """The entropy secondaries of an experiment whose ``primary`` names ``entropy_compare: [entry, ...]``: per model,
-    entry and entropy statistic of the runs (`ENTROPY_METRICS`: ``entropy_final`` and ``entropy_auc``), the paired
-    difference from the primary's control (same base model and seed) in nats, and the single look of the rule at
-    the run plan's ``entropy_margins`` (is the entry's entropy higher than the control's by at least the margin?):
-    p_better, p_not_better and the unadjusted verdict; members of the experiment's family, whose Holm verdict
-    `bandpo.analysis.family.family_verdicts` writes into them. Rows have `PRIMARY_COLUMNS`, role ``secondary``."""
+    """The secondaries of an experiment that compare training statistics of its runs (`RUN_STATISTICS`): for each
+    statistic whose ``entries`` key its ``primary`` names (``entropy_compare: [entry, ...]``: final entropy and
+    entropy AUC; ``clip_compare``: the rare tokens' clip fractions at each bound), per model and entry, the paired
+    difference from the primary's control (same base model and seed, entry - control) and the single look of the
+    rule at the run plan's margin (is the entry's value higher, or for a ``lower`` statistic lower, than the
+    control's by at least the margin?): p_better, p_not_better and the unadjusted verdict; members of the
+    experiment's family, whose Holm verdict `bandpo.analysis.family.family_verdicts` writes into them. Rows have
+    `PRIMARY_COLUMNS`, role ``secondary``. A statistic runs.csv does not hold (the clip fractions) is computed from
+    the runs' per-step ``metrics`` (`with_run_metrics`)."""
     del confidence
+    if metrics is not None:
+        per_run = with_run_metrics(per_run, metrics, list(RUN_STATISTICS))
     rows = []
     for xp, spec in specs.items():
         primary = (spec or {}).get("primary") or {}
-        arms, compare = primary.get("entropy_compare") or [], primary.get("compare") or []
+        compare = primary.get("compare") or []
         xr = of_experiment(per_run, xp)
-        if not arms or len(compare) < 2 or xr.empty:
+        if len(compare) < 2 or xr.empty:
             continue
         control = compare[1]
-        for metric in [m for m in ENTROPY_METRICS if m in xr]:
-            for model, gm in xr.dropna(subset=[metric]).groupby("model", sort=True):
-                ctrl = gm[gm["entry"] == control].set_index("seed")[metric]
-                margin = entropy_margin(specs, xp, model)
+        for stat in RUN_STATISTICS.values():
+            arms = primary.get(stat.entries) or []
+            if not arms or stat.metric not in xr:
+                continue
+            for model, gm in xr.dropna(subset=[stat.metric]).groupby("model", sort=True):
+                ctrl = gm[gm["entry"] == control].set_index("seed")[stat.metric]
+                margin = run_margin(specs, xp, model, stat.margins)
                 for arm in arms:
-                    runs = gm[gm["entry"] == arm].set_index("seed")[metric]
+                    runs = gm[gm["entry"] == arm].set_index("seed")[stat.metric]
                     if runs.empty or ctrl.empty:
                         continue
                     seeds = _seed_order(runs, ctrl, None)
                     x, y = runs.loc[seeds].to_numpy(np.float64), ctrl.loc[seeds].to_numpy(np.float64)
-                    rule = _single_look_row(x, y, margin, ENTROPY_UNIT, seed, (xp, model, metric, arm),
-                                            (-np.inf, np.inf), alone=False)  # fmt: skip
-                    rows.append(_row(experiment=xp, model=model, metric=metric, role="secondary", treatment=arm,
-                                     control=control, n_treatment=len(runs), n_control=len(ctrl),
+                    rule = _single_look_row(x, y, margin, stat.unit, seed, (xp, model, stat.metric, arm),
+                                            (-np.inf, np.inf), alone=False, word=stat.word,
+                                            lower=stat.lower)  # fmt: skip
+                    rows.append(_row(experiment=xp, model=model, metric=stat.metric, role="secondary",
+                                     treatment=arm, control=control, n_treatment=len(runs), n_control=len(ctrl),
                                      n_pairs=len(seeds), margin=margin, **rule))  # fmt: skip
     return pd.DataFrame(rows, columns=PRIMARY_COLUMNS)
 

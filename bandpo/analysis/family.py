@@ -18,8 +18,8 @@ import pandas as pd
 from bandpo.analysis.experiments import (
     DESCRIPTIVE,
     ENTROPY,
-    ENTROPY_UNIT,
     PRIMARY_COLUMNS,
+    RUN_STATISTICS,
     SCORE_UNIT,
     SINGLE_LOOK_HOLM,
     score_margin,
@@ -105,8 +105,9 @@ def family_verdicts(
       which compare the untrained model) and headline metric L of `FAMILY_FAMILIES`: the paired comparison with the
       baseline from the row's ``L_diff``, ``L_diff_sd`` and ``L_n_pairs`` (`one_sided_tests`) at the experiment's
       margin (`score_margin`, a fraction of the score for every metric); a demoted primary is one of them;
-    * the entropy secondaries of ``primary`` (primary.csv's rows of role ``secondary``: `entropy_pair_results`) at
-      the experiment's entropy margin (nats).
+    * the training-statistic secondaries of ``primary`` (primary.csv's rows of role ``secondary``:
+      `run_pair_results`: entropy at the experiment's entropy margin in nats, the rare tokens' clip fractions at its
+      clip margin).
 
     Two p-values per member (`one_sided_tests`): p_better, of H0: Δ <= 0 (P(T_{n-1} >= T), T = mean sqrt(n) / sd),
     and p_not_better, of H1: Δ >= δ (P(T_{n-1} <= T_margin), T_margin = (mean - δ) sqrt(n) / sd). Holm's step-down
@@ -140,7 +141,7 @@ def family_verdicts(
         if r["role"] == "secondary" and r["rule"] == SINGLE_LOOK_HOLM and r["p_better"] == r["p_better"]:
             xp = str(r["experiment"])
             members.setdefault((xp, family_of(specs.get(xp) or {}, "entropy")), []).append(
-                ("entropy", j, "", float(r["margin"]))
+                ("run", j, "", float(r["margin"]))
             )
     rows = [_adjust_family(table, primary, xp, fam, group, alpha, beta) for (xp, fam), group in members.items()]
     _demoted_rows(table, primary, specs, task_subsets, labels.get("mean"))
@@ -216,9 +217,9 @@ def _adjust_family(
             table.loc[idx, [f"{lab}_p_better_holm", f"{lab}_p_not_better_holm", f"{lab}_verdict_holm",
                             f"{lab}_label", f"{lab}_n_needed"]] = [hb, hnb, v, words, need]  # fmt: skip
         else:
-            unit = ENTROPY_UNIT
+            stat = RUN_STATISTICS[str(primary.loc[idx, "metric"])]
             primary.loc[idx, ["p_better_holm", "p_not_better_holm", "verdict", "n_needed", "label"]] = [
-                hb, hnb, v, need, verdict_label(v, margin, unit, need)]  # fmt: skip
+                hb, hnb, v, need, verdict_label(v, margin, stat.unit, need, stat.word)]  # fmt: skip
     return {"experiment": xp, "family": fam, "n_tests": m, "n_excluding_0": excluding, "expected_by_chance": 0.05 * m,
             "better": verdicts.count(BETTER), "not_better": verdicts.count(NOT_BETTER),
             "undecided": verdicts.count(UNDECIDED)}  # fmt: skip
@@ -236,7 +237,7 @@ def _primary_row(primary: pd.DataFrame, experiment: str, model: str) -> Mapping[
 def _member(table: pd.DataFrame, primary: pd.DataFrame, member: tuple, column: str) -> float:
     """A family member's value: its p-values, SD and 95% interval, from its leaderboard cell or primary.csv row."""
     kind, idx, lab, _margin = member
-    if kind == "entropy":
+    if kind == "run":
         return float(primary.loc[idx, column])
     name = {"p_better": f"{lab}_p_better", "p_not_better": f"{lab}_p_not_better", "sd": f"{lab}_diff_sd",
             "ci_low": f"{lab}_diff_t_ci_low", "ci_high": f"{lab}_diff_t_ci_high"}[column]  # fmt: skip

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -15,6 +16,7 @@ from scipy.stats import bootstrap
 from bandpo.analysis.scores import FINAL_FRACTION
 from bandpo.stats.resample import bootstrap_ci, mean_of_means, seeded_rng
 from bandpo.stats.rule import t_interval
+from bandpo.study import MAIN
 
 
 def _logged(df: pd.DataFrame, column: str) -> pd.Series:
@@ -44,8 +46,80 @@ def _clipfrac_column(metrics: pd.DataFrame) -> str | None:
     return None
 
 
-RUN_COLUMNS = ["profile", "model", "entry", "method", "params", "seed", "steps", "entropy_first", "entropy_final",
-               "entropy_auc", "reward_final", "accuracy_final", "clipfrac", "train_seconds"]  # fmt: skip
+RARE_BUCKET = "p0.0-0.2"  # the lowest old-probability bucket (bandpo.methods.diagnostics.BUCKET_LABELS[0]): rare tokens
+
+
+@dataclass(frozen=True)
+class RunMetric:
+    """One statistic of a training run, from one per-step metric of its metrics.jsonl (``source``): ``first`` (its
+    first logged value), ``final`` (`final_window`: the mean over the last 10% of its steps) or ``mean`` (over all
+    its steps: the area under the curve per step), in ``unit``. Declared once here; runs.csv, the axes' per-run
+    outcomes and the secondaries that compare runs read it (`run_value`)."""
+
+    name: str
+    source: str
+    aggregate: str
+    unit: str
+    text: str
+
+
+RUN_METRICS = {m.name: m for m in (
+    RunMetric("entropy_first", "entropy", "first", "nats", "token entropy at step 1 (the base model's)"),
+    RunMetric("entropy_final", "entropy", "final", "nats", "final token entropy (mean over the last 10% of steps)"),
+    RunMetric("entropy_auc", "entropy", "mean", "nats", "entropy area under the curve (mean of the per-step entropy)"),
+    RunMetric("reward_final", "reward_mean", "final", "reward", "final reward (the trainer's scale)"),
+    RunMetric("accuracy_final", "accuracy", "final", "fraction", "final training accuracy"),
+    RunMetric("reward_auc", "reward_mean", "mean", "reward", "mean reward over the steps"),
+    RunMetric("clip_upper_low", f"clipfrac_upper/{RARE_BUCKET}", "mean", "fraction",
+              "clip fraction of the rare tokens (old probability < 0.2) at the upper bound, mean over steps"),
+    RunMetric("clip_lower_low", f"clipfrac_lower/{RARE_BUCKET}", "mean", "fraction",
+              "clip fraction of the rare tokens (old probability < 0.2) at the lower bound, mean over steps"),
+    RunMetric("clip_upper", "clipfrac_upper", "mean", "fraction", "clip fraction at the upper bound, mean over steps"),
+    RunMetric("clip_lower", "clipfrac_lower", "mean", "fraction", "clip fraction at the lower bound, mean over steps"),
+    RunMetric("stopped_pos_low", f"stopped_frac_pos/{RARE_BUCKET}", "mean", "fraction",
+              "share of the rare tokens with a positive advantage whose gradient the method stops"),
+    RunMetric("stopped_neg_low", f"stopped_frac_neg/{RARE_BUCKET}", "mean", "fraction",
+              "share of the rare tokens with a negative advantage whose gradient the method stops"),
+    RunMetric("stopped_pos", "stopped_frac_pos", "mean", "fraction",
+              "share of the tokens with a positive advantage whose gradient the method stops"),
+    RunMetric("stopped_neg", "stopped_frac_neg", "mean", "fraction",
+              "share of the tokens with a negative advantage whose gradient the method stops"),
+    RunMetric("approx_kl", "approx_kl", "mean", "nats", "approximate KL of the update (k3), mean over steps"),
+)}  # fmt: skip
+
+
+def run_value(g: pd.DataFrame, metric: RunMetric) -> float:
+    """One run's value of ``metric`` from its per-step metrics ``g``; NaN when the run never logged the source."""
+    if metric.aggregate == "first":
+        return first_value(g, metric.source)
+    if metric.aggregate == "final":
+        return final_window(g, metric.source)
+    return float(g[metric.source].mean()) if metric.source in g else float("nan")  # NaN steps skipped
+
+
+# runs.csv's statistics of each run, in its column order (`RUN_METRICS`; clipfrac: `_clipfrac_column`)
+RUN_STATS = ("entropy_first", "entropy_final", "entropy_auc", "reward_final", "accuracy_final", "clipfrac")
+RUN_COLUMNS = ["profile", "model", "entry", "method", "params", "seed", "steps", *RUN_STATS, "train_seconds"]
+RUN_KEYS = ["experiment", "model", "entry", "seed"]
+
+
+def with_run_metrics(per_run: pd.DataFrame, metrics: pd.DataFrame, names: Sequence[str]) -> pd.DataFrame:
+    """``per_run`` (rows of `RUN_KEYS`) with a column for each statistic of ``names`` (`RUN_METRICS`) it lacks,
+    computed from the runs' per-step ``metrics`` (`run_value`; NaN for a run without them)."""
+    missing = [n for n in names if n not in per_run]
+    if not missing or per_run.empty:
+        return per_run
+    values = {}
+    if not metrics.empty:
+        m = metrics.assign(experiment=metrics["experiment"].fillna(MAIN) if "experiment" in metrics else MAIN)
+        for key, g in m.groupby(RUN_KEYS, sort=False):
+            values[(key[0], key[1], key[2], int(key[3]))] = [run_value(g, RUN_METRICS[n]) for n in missing]
+    nan = [float("nan")] * len(missing)
+    keys = zip(per_run["experiment"], per_run["model"], per_run["entry"], per_run["seed"].astype(int), strict=True)
+    table = pd.DataFrame([values.get(k, nan) for k in keys], columns=missing, index=per_run.index)
+    return pd.concat([per_run, table], axis=1)
+
+
 ENTRY_COLUMNS = ["model", "entry", "n_runs", "entropy_final", "entropy_final_ci_low", "entropy_final_ci_high",
                  "reward_final", "clipfrac", "train_seconds_mean", "train_seconds_total"]  # fmt: skip
 
@@ -59,8 +133,9 @@ def run_stats(
     the rollout policy of step 1 is the base model), entropy_final, reward_final and accuracy_final (mean over the
     last 10% of steps; the reward's scale is the trainer's, accuracy is comparable across trainers), entropy_auc
     (the mean of the per-step entropy: the area under the entropy curve per step), clipfrac (mean over steps,
-    off-policy updates when logged), train_seconds, steps. per_entry (`ENTRY_COLUMNS`): one row per (model, entry)
-    with n_runs, entropy_final (mean over seeds) and its Student-t interval, reward_final, clipfrac,
+    off-policy updates when logged), train_seconds, steps: each statistic declared in `RUN_METRICS` (other run
+    statistics, for the experiments that compare them: `with_run_metrics`). per_entry (`ENTRY_COLUMNS`): one row per
+    (model, entry) with n_runs, entropy_final (mean over seeds) and its Student-t interval, reward_final, clipfrac,
     train_seconds_mean (per run) and train_seconds_total (all seeds)."""
     per_run = []
     clip_col = _clipfrac_column(metrics) if not metrics.empty else None
@@ -74,11 +149,7 @@ def run_stats(
             "method": None,
             "params": None,
             "steps": int(g["step"].max()),
-            "entropy_first": first_value(g, "entropy"),
-            "entropy_final": final_window(g, "entropy"),
-            "entropy_auc": float(g["entropy"].mean()) if "entropy" in g else float("nan"),
-            "reward_final": final_window(g, "reward_mean"),
-            "accuracy_final": final_window(g, "accuracy"),
+            **{name: run_value(g, RUN_METRICS[name]) for name in RUN_STATS if name != "clipfrac"},
             "clipfrac": float(g[clip_col].mean()) if clip_col else float("nan"),
             "train_seconds": float("nan"),
         }

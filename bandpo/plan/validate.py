@@ -453,7 +453,7 @@ def complete_experiments(cfg: dict[str, Any]) -> None:
         tasks = [t["task"] for t in xp["eval_tasks"]]
         if len(set(tasks)) != len(tasks):
             fail(where + ["eval_tasks"], f"a task is listed twice: {tasks}")
-        for key in ("compare", "entropy_compare"):
+        for key in ("compare", "entropy_compare", "clip_compare"):
             for i, e in enumerate((xp.get("primary") or {}).get(key) or []):
                 if e not in xp["methods"]:
                     fail(where + ["primary", key, i], f"entry {e!r} is not among the experiment's methods")
@@ -513,6 +513,9 @@ def _check_primary(xp: Mapping[str, Any], where: list[Any]) -> None:
             own = "the top-level seeds" if where[-1] == MAIN else "the experiment's seeds"
             fail(where + ["primary", "seeds"], f"{primary['seeds']} must contain {own} {xp['seeds']} (missing "
                  f"{missing}): the primary pair runs more seeds than the other entries, never others")  # fmt: skip
+    for entries, margin in (("entropy_compare", "entropy_margin"), ("clip_compare", "clip_margin")):
+        if primary.get(entries) and primary.get(margin) is None:
+            fail(where + ["primary", entries], f"primary.{entries} compares at primary.{margin}: declare it")
     for key in ("margin",):
         if isinstance(primary.get(key), Mapping):
             _check_models_named(primary[key], xp, where + ["primary", key])

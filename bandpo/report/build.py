@@ -17,10 +17,10 @@ from bandpo.analysis.axis import RESULT_COLUMNS, UPDATE_MEANS, axis_cells, axis_
 from bandpo.analysis.experiments import (
     build_sections,
     collapse_factors,
-    entropy_pair_results,
     entropy_shift_results,
     of_experiment,
     primary_results,
+    run_pair_results,
 )
 from bandpo.analysis.family import family_verdicts
 from bandpo.analysis.leaderboard import per_task_table
@@ -172,7 +172,9 @@ def make_board(
             f"nothing to report under {results_dir}: no runs/*/*/seed*/metrics.jsonl and no "
             "eval/*/*/seed*/*.json evaluation summaries"
         )
-    primary = check_looks(results_dir, primary_tables(scores, per_run, specs, n_resamples, confidence, seed))
+    primary = check_looks(
+        results_dir, primary_tables(scores, per_run, specs, n_resamples, confidence, seed, inputs.metrics)
+    )
     table, primary, family = family_verdicts(table, specs, task_subsets, primary)
     ran = {a: v for a, v in axes.items() if any(c in specs for c in v["cells"])}
     outcomes = run_outcomes(inputs.metrics, scores, ran, specs)
@@ -206,13 +208,15 @@ def primary_tables(
     n_resamples: int,
     confidence: float,
     seed: int,
+    metrics: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """primary.csv: each experiment's primary comparison of scores, then the entropy rules (an experiment's final
-    entropy against step 1, and entries' entropy against the control's, the secondaries whose Holm verdicts
-    `family_verdicts` adds)."""
+    """primary.csv: each experiment's primary comparison of scores, then the rules on training statistics (an
+    experiment's final entropy against step 1, and entries' entropy and rare-token clip fractions against the
+    control's, from the runs and their per-step ``metrics``: the secondaries whose Holm verdicts `family_verdicts`
+    adds)."""
     primary = primary_results(scores, specs, seed)
     for extra in (entropy_shift_results(per_run, specs, n_resamples, confidence, seed),
-                  entropy_pair_results(per_run, specs, confidence, seed)):  # fmt: skip
+                  run_pair_results(per_run, specs, confidence, seed, metrics)):  # fmt: skip
         if not extra.empty:
             primary = pd.concat([primary, extra], ignore_index=True) if not primary.empty else extra
     return primary

@@ -16,6 +16,7 @@ from bandpo.analysis.leaderboard import headline_label
 from bandpo.report.columns import baseline_of
 from bandpo.report.text import fmt, fmt_ci, points
 from bandpo.report.verdicts import WORDS
+from bandpo.stats.rule import BETTER
 from bandpo.study import BASE_ENTRY
 
 STATS_NOTE = (
@@ -248,7 +249,7 @@ def _score_result(r: Any) -> str:
 def _entropy_result(r: Any) -> str:
     """The sentence of an entropy row of primary.csv: a run's final entropy against its own step-1 entropy
     (control ``step 1``, `entropy_shift_results`, descriptive) or an entry's entropy against the control's, paired
-    by seed (`entropy_pair_results`, a secondary of the family)."""
+    by seed (`run_pair_results`, a secondary of the family)."""
     what = "final entropy" if r.metric == "entropy_final" else "entropy area under the curve per step"
     if r.control == "step 1":
         margin = f"margin ±{fmt(r.margin, 1, 3)} nats" if r.margin == r.margin else "no equivalence margin declared"
@@ -266,15 +267,61 @@ def _entropy_result(r: Any) -> str:
     )
 
 
-def family_sentence(f: Any) -> str:
+def _clip_result(r: Any) -> str:
+    """The sentence of a clip-fraction row of primary.csv (`run_pair_results`, a secondary of the family): the share
+    of an entry's rare tokens (old probability < 0.2) clipped at one bound against the control's, paired by seed,
+    in percent of those tokens."""
+    side = "upper" if r.metric == "clip_upper_low" else "lower"
+    margin = f"margin {fmt(r.margin, 100.0, 1)} points" if r.margin == r.margin else "no margin declared"
+    return (
+        f"Result on {r.model}, rare tokens (old probability < 0.2) clipped at the {side} bound: {r.treatment} "
+        f"{fmt(r.treatment_mean, 100.0, 1)}% against {r.control} {fmt(r.control_mean, 100.0, 1)}% (means over "
+        f"{r.n_pairs} seed pairs), paired difference {fmt_ci(r.difference, r.ci_low, r.ci_high)} points (95% paired "
+        f"t; {margin}; {_how(r)}): {r.label}"
+    )
+
+
+def mechanism_sentence(rows: pd.DataFrame) -> list[str]:
+    """Per (model, entry) with both a final-entropy row and a lower-bound clip row of `run_pair_results`: which way
+    the entry's final entropy moved against the control's (the sign of the estimate, and whether its 95% interval
+    excludes 0), and whether the lower bound on rare tokens accounts for it, read from the per-bucket rows: the
+    candidate mechanism (a looser lower bound lets a rare token's probability fall further, which lowers entropy)
+    is called consistent with the runs only when the entry clips fewer rare tokens at the lower bound (the family's
+    verdict "lower") and its entropy's interval lies below 0; an association over seeds, never a cause."""
+    out = []
+    for (model, entry), g in rows.groupby(["model", "treatment"], sort=True):
+        ent, clip = g[g["metric"] == "entropy_final"], g[g["metric"] == "clip_lower_low"]
+        if ent.empty or clip.empty:
+            continue
+        e, c = ent.iloc[0], clip.iloc[0]
+        way = "lower" if e["difference"] < 0 else "higher"
+        shown = e["ci_high"] < 0 or e["ci_low"] > 0
+        sure = "its 95% interval excludes 0" if shown else "its 95% interval includes 0, so the direction is not shown"
+        fewer = c["verdict"] == BETTER
+        if fewer and e["ci_high"] < 0:
+            why = ("consistent with the runs: it clips fewer rare tokens at the lower bound (verdict lower) and its "
+                   "entropy is lower; an association over seeds, not a shown cause")  # fmt: skip
+        else:
+            missing = [] if fewer else [f"its lower-bound clipping of rare tokens is not shown lower ({c['label']})"]
+            missing += [] if e["ci_high"] < 0 else ["its entropy is not shown lower"]
+            why = "not shown by these runs: " + " and ".join(missing)
+        out.append(
+            f"Mechanism on {model}: {entry}'s final entropy is {way} than {e['control']}'s "
+            f"({fmt_ci(e['difference'], e['ci_low'], e['ci_high'], 1.0, 3)} nats; {sure}); the candidate mechanism, "
+            f"a looser lower bound on rare tokens letting their probability fall further, is {why}"
+        )
+    return out
+
+
+def family_sentence(f: Any, runs: str = "entropy comparisons") -> str:
     """One family of an experiment's secondaries (`bandpo.analysis.family.family_verdicts`), in words: ``all`` (the
     experiment's one family), ``verdicts`` (the declared metric's comparisons, the entries' verdicts) or
-    ``estimates`` (the rest)."""
+    ``estimates`` (the rest); ``runs`` names its comparisons of training statistics."""
     what = {
-        "all": "every other trained entry, metric and model of the experiment, and its entropy comparisons",
+        "all": f"every other trained entry, metric and model of the experiment, and its {runs}",
         "verdicts": "every other trained entry's comparison in the declared metric, one family: the entries' "
         "verdicts, an undecided one an estimate only",
-        "estimates": "the other metrics and the entropy comparisons, a family of their own",
+        "estimates": f"the other metrics and the {runs}, a family of their own",
     }[str(getattr(f, "family", "all"))]
     head = "Secondaries" if str(getattr(f, "family", "all")) != "estimates" else "Further secondaries"
     return (
@@ -319,13 +366,18 @@ def experiment_notes(
                 parts.append(f"Demoted to a secondary: {str(p['demoted']).rstrip('.')}")
         rows = primary[primary["experiment"] == xp] if not primary.empty else primary
         for r in rows.itertuples():
-            parts.append(_entropy_result(r) if str(r.metric).startswith("entropy") else _score_result(r))
+            metric = str(r.metric)
+            parts.append(_entropy_result(r) if metric.startswith("entropy") else
+                         _clip_result(r) if metric.startswith("clip_") else _score_result(r))  # fmt: skip
+        parts += mechanism_sentence(rows[rows["role"] == "secondary"]) if not rows.empty else []
         if p.get("compare") and rows.empty:
             parts.append("Result: not available (no scores of both entries yet)")
         if collapse is not None and not collapse.empty and (collapse["experiment"] == xp).any():
             parts.append(collapse_sentence(collapse[collapse["experiment"] == xp]))
         if fam is not None:
-            parts += [family_sentence(f) for f in fam[fam["experiment"] == xp].itertuples()]
+            clips = not rows.empty and rows["metric"].astype(str).str.startswith("clip_").any()
+            runs = "entropy and clip-fraction comparisons" if clips else "entropy comparisons"
+            parts += [family_sentence(f, runs) for f in fam[fam["experiment"] == xp].itertuples()]
         if any(parts):  # sentences: a description that is a question keeps its "?" without a "." after it
             out.append((xp, " ".join(x if x.endswith(("?", "!")) else x + "." for x in parts if x)))
     return out

@@ -331,13 +331,13 @@ def test_panels_show_the_rules_the_per_value_table_and_the_selection():
 
 
 def test_secondary_entropy_pairs_by_seed():
-    from bandpo.analysis.experiments import entropy_pair_results
+    from bandpo.analysis.experiments import run_pair_results
 
     per_run = pd.DataFrame([{"experiment": "sep", "model": "m", "entry": e, "seed": s, "entropy_final": v + 0.01 * s}
                             for e, v in (("grpo", 0.1), ("arm", 0.2), ("other", 0.1)) for s in range(4)])  # fmt: skip
     specs = {"sep": {"primary": {"compare": ["arm", "grpo"], "entropy_compare": ["arm", "other"],
                                  "entropy_margin": 0.02}, "entropy_margins": {"m": 0.02}}}  # fmt: skip
-    rows = entropy_pair_results(per_run, specs).set_index("treatment")
+    rows = run_pair_results(per_run, specs).set_index("treatment")
     # the single look of the verdict rule (unadjusted here; its Holm family: family_verdicts): higher entropy than
     # the control by at least the margin?
     assert rows.loc["arm", "difference"] == pytest.approx(0.1) and rows.loc["arm", "verdict"] == "better"

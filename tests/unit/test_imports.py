@@ -89,7 +89,7 @@ def test_the_graph_sees_the_imports():
     graph = import_graph()
     assert "bandpo.core.files" in graph["bandpo.core.run_contract"]
     assert "bandpo.score.lm_eval_results" in graph["bandpo.score.evaluate"]
-    assert "bandpo.plan.sweep" in graph["bandpo.analysis.load"]
+    assert "bandpo.study" in graph["bandpo.analysis.load"]
     assert {"bandpo.report.build", "bandpo.report.cli"} <= graph["bandpo.report"] | graph["bandpo.report.__main__"]
 
 
@@ -102,12 +102,14 @@ def test_no_import_cycle_among_bandpo_modules():
 
 # bandpo's packages from the ground floor up. A module may import its own package and the floors below it, never
 # a floor above: the ground floor (core) holds what several stages share (file writes, settings by name, provenance,
-# the run contract, the training protocol both trainers share); the verdict rule is every decision's (the plan checks
-# a design with it, the looks, the analysis and rank decide with it); the runtime runs a model for every stage (sampler,
+# the run contract, the training protocol both trainers share); the statistics are every decision's (the plan checks
+# a design with them, the looks, the analysis and rank decide with them); the study holds what the config declares
+# that every stage, the analysis and the report read (run folders' names, seeds, margins in the code's unit); the
+# runtime runs a model for every stage (sampler,
 # lean forward pass, optimiser, schedule); the methods and the grader serve every stage that trains or scores; the
 # run plan reads the config into every stage's jobs, so it stands above them; the analysis reads what they wrote, the
 # decisions the DAG feeds back into its jobs (decide) are made from it, and the report renders it all.
-FLOORS = ("core", "verdict", "runtime", "methods", "grader", "data", "models", "train", "verl", "score", "plan",
+FLOORS = ("core", "stats", "study", "runtime", "methods", "grader", "data", "models", "train", "verl", "score", "plan",
           "analysis", "decide", "report")  # fmt: skip
 
 
@@ -127,6 +129,16 @@ def test_every_import_runs_down_the_floors():
     up = sorted((a, b) for a, targets in graph.items() for b in targets
                 if floor(a) is not None and floor(b) is not None and floor(b) > floor(a))  # fmt: skip
     assert up == [], "imports from a lower floor up to a higher one: " + ", ".join(f"{a} -> {b}" for a, b in up)
+
+
+def test_no_stage_analysis_or_report_imports_the_planner():
+    """The planner (bandpo.plan) turns the config into jobs; what the stages, the analysis, the decisions and the
+    report read of the config is the study's (bandpo.study, below them all), so none of them imports the planner
+    (issue #70)."""
+    graph = import_graph()
+    readers = [m for m in graph if floor(m) is not None and FLOORS[floor(m)] not in ("plan",)]
+    wrong = sorted((a, b) for a in readers for b in graph[a] if b == "bandpo.plan" or b.startswith("bandpo.plan."))
+    assert wrong == [], f"modules importing the planner: {wrong}"
 
 
 def test_an_import_up_is_found():

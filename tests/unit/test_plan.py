@@ -89,6 +89,24 @@ def test_a_spec_file_is_rewritten_only_where_its_settings_changed(tmp_path, monk
     }
 
 
+def test_clip_comparisons_need_their_margin_and_entries_of_the_experiment():
+    """``primary.clip_compare`` (issue #67, item 4) names entries of the experiment and needs ``clip_margin``
+    (points of the rare tokens), as ``entropy_compare`` needs ``entropy_margin``: clear errors before any work."""
+    raw = smoke()
+    primary = raw["experiments"]["main"]["primary"]
+    primary |= {"clip_compare": ["bandpo_kl"], "clip_margin": 0.5}
+    assert validate_config(raw)["experiments"]["main"]["primary"]["clip_margin"] == 0.5
+    del primary["clip_margin"]
+    with pytest.raises(ConfigError, match=r"primary\.clip_compare.*compares at primary\.clip_margin: declare it"):
+        validate_config(raw)
+    primary |= {"clip_compare": ["nobody"], "clip_margin": 0.5}
+    with pytest.raises(ConfigError, match=r"clip_compare\[0\].*'nobody' is not among the experiment's methods"):
+        validate_config(raw)
+    primary |= {"clip_compare": ["bandpo_kl"], "clip_margin": 150}
+    with pytest.raises(ConfigError, match=r"clip_margin"):
+        validate_config(raw)
+
+
 def test_an_entry_may_keep_fewer_seeds_than_its_experiment():
     """A method entry's ``seeds`` keep it to those of each experiment's seeds (issue #68: an entry identical to GRPO
     keeps its 3 while the others gain 2): its runs and score groups follow, the base model and the other entries

@@ -2199,7 +2199,7 @@ def test_the_holm_family_holds_the_entropy_secondaries():
     """The entropy comparisons of ``primary.entropy_compare`` (role secondary in primary.csv, margin in nats) are
     members of their experiment's family beside the leaderboard's cells (issue #55, item 6): their p-values are
     Holm-adjusted with the cells', the family counts them, and their rows carry the adjusted verdict."""
-    from bandpo.analysis.experiments import entropy_pair_results
+    from bandpo.analysis.experiments import run_pair_results
     from bandpo.analysis.family import family_verdicts
     from bandpo.stats.rule import holm
 
@@ -2210,7 +2210,7 @@ def test_the_holm_family_holds_the_entropy_secondaries():
     specs = {"sep": {"primary": {"compare": ["bandpo_kl", "grpo"], "entropy_compare": ["bandpo_kl", "other"],
                                  "margin": 2.0, "entropy_margin": 0.02},
                      "margins": {"tiny-s": 0.02}, "entropy_margins": {"tiny-s": 0.02}}}  # fmt: skip
-    entropy = entropy_pair_results(per_run, specs)
+    entropy = run_pair_results(per_run, specs)
     assert set(entropy["role"]) == {"secondary"} and set(entropy["rule"]) == {"single look, Holm"}
     assert len(entropy) == 4 and (entropy["margin"] == 0.02).all()
     board = pd.DataFrame([_board_row("grpo", np.nan, np.nan, experiment="sep"),
@@ -2226,6 +2226,84 @@ def test_the_holm_family_holds_the_entropy_secondaries():
     other = primary.set_index(["treatment", "metric"]).loc[("other", "entropy_final")]
     assert other["verdict"] == "not better by the margin" and other["label"] == "not higher by 0.02 nats"
     assert f.better == 2 and f.not_better + f.undecided == 3
+
+
+def test_clip_fractions_of_rare_tokens_are_lower_claims_in_the_family_and_the_page_reads_the_mechanism():
+    """``primary.clip_compare`` (issue #67, item 4): each entry's mean clip fraction of the rare tokens at each bound
+    against the control's, paired by seed, is a secondary whose claim is a *lower* value (the rule reads control -
+    entry, at the clip margin, a fraction of those tokens), a member of the family with the entropy comparisons; the
+    page gives each row's sentence and says which way entropy moved and whether the lower-bound clipping of rare
+    tokens goes with it, from the rows' verdicts and intervals."""
+    from bandpo.analysis.experiments import RUN_STATISTICS, run_pair_results
+    from bandpo.analysis.family import family_verdicts
+    from bandpo.report.notes import experiment_notes, mechanism_sentence
+    from bandpo.study import report_experiments
+
+    # grpo clips 7% of rare tokens at the lower bound, bandpo_kl 1% (every seed); the upper bound: both about 2%
+    arms = {"grpo": (0.020, 0.070, 0.110), "bandpo_kl": (0.0205, 0.010, 0.080)}
+    per_run = pd.DataFrame([{"experiment": "main", "model": "lm", "entry": e, "seed": s,
+                             "clip_upper_low": up + 0.004 * ((s * 7) % 5 - 2), "clip_lower_low": lo + 0.001 * s,
+                             "entropy_final": ent + 0.002 * (s % 3), "entropy_auc": ent + 0.001 * s}
+                            for e, (up, lo, ent) in arms.items() for s in range(6)])  # fmt: skip
+    cfg = {"experiments": {"main": {"models": ["lm"], "primary": {
+        "compare": ["bandpo_kl", "grpo"], "margin": 2.0, "entropy_compare": ["bandpo_kl"], "entropy_margin": 0.02,
+        "clip_compare": ["bandpo_kl"], "clip_margin": 0.5}}}}  # fmt: skip
+    specs = report_experiments(cfg)
+    assert specs["main"]["clip_margins"] == {"lm": 0.005}  # points -> a fraction, in the study alone
+    rows = run_pair_results(per_run, specs).set_index("metric")
+    assert list(rows.index) == ["entropy_final", "entropy_auc", "clip_upper_low", "clip_lower_low"]
+    lower = rows.loc["clip_lower_low"]
+    assert lower["difference"] == pytest.approx(-0.06) and lower["verdict"] == "better" and lower["label"] == "lower"
+    assert lower["p_better"] < 1e-6  # the test of "no fall" (grpo - bandpo_kl <= 0) rejects
+    upper = rows.loc["clip_upper_low"]
+    assert upper["verdict"] == "not better by the margin" and upper["label"] == "not lower by 0.5 points"
+    assert RUN_STATISTICS["clip_lower_low"].lower and not RUN_STATISTICS["entropy_final"].lower
+    board = pd.DataFrame([{**_board_row("grpo", np.nan, np.nan), "model": "lm"}])
+    _, primary, family = family_verdicts(board, specs, {}, rows.reset_index())
+    assert int(family["n_tests"].sum()) == 4  # the entropy and clip comparisons: one family
+    assert primary.set_index("metric").loc["clip_lower_low", "label"] == "lower"
+    (sentence,) = mechanism_sentence(primary)
+    assert "bandpo_kl's final entropy is lower than grpo's" in sentence and "excludes 0" in sentence
+    assert "consistent with the runs" in sentence
+    notes = dict(experiment_notes(specs, primary, family))["main"]
+    assert "rare tokens (old probability < 0.2) clipped at the lower bound: bandpo_kl 1.3% against grpo 7.3%" in notes
+    assert "its entropy and clip-fraction comparisons" in notes
+    # the same runs with the lower bound clipping as often in both arms: the mechanism is not shown
+    same = primary.copy()
+    same.loc[same["metric"] == "clip_lower_low", ["verdict", "label"]] = ["undecided", "undecided"]
+    (sentence,) = mechanism_sentence(same)
+    assert "not shown by these runs: its lower-bound clipping of rare tokens is not shown lower" in sentence
+
+
+def test_run_statistics_are_declared_once_and_computed_from_the_steps():
+    """A run statistic is one declaration (`RUN_METRICS`: its per-step source, aggregation and unit) that runs.csv,
+    the axes' per-run outcomes and the secondaries read; one runs.csv lacks (the rare tokens' clip fractions) is
+    computed from the per-step metrics for an experiment that compares it (`with_run_metrics`), NaN for a run that
+    logged none."""
+    from bandpo.analysis.axis import STEP_MEANS
+    from bandpo.analysis.experiments import run_pair_results
+    from bandpo.analysis.training import RUN_COLUMNS, RUN_METRICS, run_value, with_run_metrics
+
+    steps = pd.DataFrame([{"model": "lm", "entry": e, "seed": s, "step": t, "entropy": 0.5 - 0.1 * t + 0.01 * s,
+                           "clipfrac_lower/p0.0-0.2": (0.07 if e == "grpo" else 0.01) + 0.001 * t}
+                          for e in ("grpo", "bandpo_kl") for s in range(3) for t in range(1, 5)])  # fmt: skip
+    g = steps[(steps.entry == "grpo") & (steps.seed == 0)]
+    assert run_value(g, RUN_METRICS["entropy_first"]) == pytest.approx(0.4)
+    assert run_value(g, RUN_METRICS["entropy_final"]) == pytest.approx(0.1)  # the last 10% of 4 steps: step 4
+    assert run_value(g, RUN_METRICS["clip_lower_low"]) == pytest.approx(0.0725)
+    assert math.isnan(run_value(g, RUN_METRICS["clip_upper_low"]))  # never logged
+    assert STEP_MEANS == {m.name: m.source for m in RUN_METRICS.values() if m.aggregate == "mean"}
+    assert "clip_lower_low" not in RUN_COLUMNS  # runs.csv keeps its published columns
+    per_run = pd.DataFrame([{"experiment": "main", "model": "lm", "entry": e, "seed": s}
+                            for e in ("grpo", "bandpo_kl") for s in range(4)])  # fmt: skip
+    out = with_run_metrics(per_run, steps, ["clip_lower_low", "entropy_auc"])
+    assert out.loc[0, "clip_lower_low"] == pytest.approx(0.0725) and math.isnan(out.loc[3, "clip_lower_low"])
+    assert out.loc[4, "entropy_auc"] == pytest.approx(0.25)
+    specs = {"main": {"primary": {"compare": ["bandpo_kl", "grpo"], "clip_compare": ["bandpo_kl"], "clip_margin": 0.5},
+                      "clip_margins": {"lm": 0.005}}}  # fmt: skip
+    (row,) = run_pair_results(per_run, specs, metrics=steps).query("metric == 'clip_lower_low'").itertuples()
+    assert row.n_pairs == 3 and row.difference == pytest.approx(-0.06) and row.verdict == "better"
+    assert run_pair_results(per_run, specs).empty  # without the steps there is nothing to compare
 
 
 def _sequential_scores(diffs, base: float = 0.3) -> pd.DataFrame:
