@@ -19,7 +19,7 @@ import uuid
 # bandpo is installed (`pip install -e .` in dev and CI, or its wheel): the run plan, the config's schema and the
 # lm-eval tasks come from the package (bandpo/plan/, bandpo/schemas/, bandpo/score/lm_eval_tasks/).
 from bandpo.core.failures import RUN_ENV
-from bandpo.plan.config_files import config_file_error
+from bandpo.plan.config_files import config_file_error, overlay_error
 from bandpo.plan.run_lock import clear_stale_locks
 from bandpo.plan.runs import Plan
 from bandpo.plan.validate import ConfigError, validate_config
@@ -38,6 +38,8 @@ if not workflow.overwrite_configfiles:
     if _error := config_file_error(_default_config):
         raise SystemExit(_error)
     workflow.configfile(_default_config)
+elif _error := overlay_error(workflow.overwrite_configfiles):  # an overlay without the config it extends before it
+    raise SystemExit(_error)
 
 try:
     # The config read once into the run plan: validated (registry checks, which import torch, are skipped for a

@@ -7,6 +7,12 @@ templates whose ``__definitions__`` call `check_command_line` while Snakemake re
 the config files: a bad file stops the command there with one line, ``Invalid config (FILE:LINE:COLUMN): ...``. The
 Snakefile checks the default ``config/config.yaml`` (read only without ``--configfile``) the same way. Imports only
 PyYAML (and Snakemake's own argument parser, already loaded): it runs at every ``snakemake`` start.
+
+An overlay is a config file read after another one, which it names: ``extends: real-lm-compare.yaml`` (relative to
+the overlay's folder). Snakemake merges the files given to ``--configfile`` in order (mappings key by key, at every
+depth; any other value replaced), so an overlay states only what it changes; `check_command_line` stops a command
+that gives an overlay without its base before it, and `read_config` merges a file over its base as Snakemake does
+(for the tools and tests that read one config file).
 """
 
 from __future__ import annotations
@@ -14,7 +20,9 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -57,9 +65,51 @@ def command_line_configfiles(argv: Sequence[str] | None = None) -> list[str]:
     return [str(p) for p in args.configfile or []]
 
 
+def _extends(path: str | os.PathLike) -> Path | None:
+    """The base an overlay names (``extends``, relative to its folder), resolved; None for a plain config file."""
+    with open(path, encoding="utf-8") as f:
+        base = (yaml.safe_load(f) or {}).get("extends")
+    return (Path(path).parent / str(base)).resolve() if base else None
+
+
+def overlay_error(paths: Sequence[str | os.PathLike]) -> str | None:
+    """None, or one line when an overlay among ``paths`` (in ``--configfile`` order) comes without its base before
+    it: the command that reads both."""
+    for i, path in enumerate(paths):
+        base = _extends(path)
+        if base is not None and base not in [Path(p).resolve() for p in paths[:i]]:
+            rel = os.path.relpath(base)
+            return (f"Invalid config ({path}): it extends {rel}, which must come before it: snakemake --configfile "
+                    f"{rel} {path}")  # fmt: skip
+    return None
+
+
+def merge_config(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` merged into ``base`` as Snakemake merges two config files: mappings key by key at every depth, any
+    other value (a list included) replaced."""
+    out = dict(base)
+    for key, value in over.items():
+        both = isinstance(value, Mapping) and isinstance(out.get(key), Mapping)
+        out[key] = merge_config(out[key], value) if both else value
+    return out
+
+
+def read_config(path: str | os.PathLike) -> dict[str, Any]:
+    """A config file as the workflow reads it with its base: an overlay (``extends``) merged over the config it
+    extends (`merge_config`, recursively), a plain file as it is."""
+    with open(path, encoding="utf-8") as f:
+        data = yaml.safe_load(f) or {}
+    base = _extends(path)
+    return merge_config(read_config(base), data) if base is not None else data
+
+
 def check_command_line(argv: Sequence[str] | None = None) -> None:
-    """Stop the command (SystemExit, one line) at the first bad ``--configfile``: the profiles' hook."""
-    for path in command_line_configfiles(argv):
+    """Stop the command (SystemExit, one line) at the first bad ``--configfile``, or an overlay given without its
+    base: the profiles' hook."""
+    paths = command_line_configfiles(argv)
+    for path in paths:
         error = config_file_error(path)
         if error:
             raise SystemExit(error)
+    if error := overlay_error(paths):
+        raise SystemExit(error)

@@ -34,6 +34,7 @@ from bandpo.core import numerics
 from bandpo.core.files import atomic_write_text, package_data
 from bandpo.core.options import check_fields
 from bandpo.core.protocol import spec_fields
+from bandpo.plan.config_files import read_config
 from bandpo.plan.sweep import (
     atlas_spec,
     eval_groups,
@@ -47,7 +48,7 @@ from bandpo.plan.sweep import (
     sequential_slots,
     slots,
 )
-from bandpo.plan.validate import ConfigError, load_yaml, validate_config
+from bandpo.plan.validate import ConfigError, validate_config
 from bandpo.score.spec import EvalJob, EvalRun
 from bandpo.study import BASE_ENTRY, by_id, design_settings, look_blocks, run_folder, slot_id, slot_seeds
 from bandpo.train.settings import RUN_FIELDS, TrainConfig, typed_fields
@@ -77,7 +78,7 @@ def _write_json(path: Path, content: Mapping[str, Any]) -> bool:
 def load_plan(path: str | os.PathLike, root: str | os.PathLike = ".") -> Plan:
     """The plan of a config file: read, validated (`validate_config`), every job built; `ConfigError` naming the
     field."""
-    return Plan(validate_config(load_yaml(path), root=root), root)
+    return Plan(validate_config(read_config(path), root=root), root)
 
 
 class Plan:

@@ -161,6 +161,32 @@ def test_a_resumed_runs_elapsed_time_is_the_sum_of_its_starts(tmp_path):
         elapsed_minutes(first, second)
 
 
+def test_an_overlay_is_read_after_the_config_it_extends(tmp_path, monkeypatch):
+    """An overlay (``extends``) states only what it changes: merged over its base as Snakemake merges two
+    --configfile (mappings at every depth, lists replaced), and a command that gives it without its base before it
+    stops with one line naming the command that reads both. config/real-lm-next.yaml (issue #67) is one: the pilot's
+    settings with 500 test problems, 10 seed pairs, an exploratory primary and the mechanism's secondaries."""
+    from bandpo.plan.config_files import merge_config, overlay_error, read_config
+
+    assert merge_config({"a": {"b": 1, "c": [1, 2]}, "d": 1}, {"a": {"c": [3]}, "e": 2}) == {
+        "a": {"b": 1, "c": [3]}, "d": 1, "e": 2}  # fmt: skip
+    monkeypatch.chdir(ROOT)
+    base, over = "config/real-lm-compare.yaml", "config/real-lm-next.yaml"
+    assert overlay_error([base, over]) is None and overlay_error([base]) is None
+    assert overlay_error([over]) == (f"Invalid config ({over}): it extends {base}, which must come before it: "
+                                     f"snakemake --configfile {base} {over}")  # fmt: skip
+    assert overlay_error([over, base]) is not None
+    pilot, cfg = validate_config(read_config(base)), validate_config(read_config(over))
+    assert cfg["models"] == pilot["models"] and cfg["methods"] == pilot["methods"] and cfg["train"] == pilot["train"]
+    assert cfg["seeds"] == list(range(10)) and cfg["data"][0]["n_test"] == 500 and cfg["profile"] != pilot["profile"]
+    primary = cfg["experiments"]["main"]["primary"]
+    assert primary["exploratory"] and primary["compare"] == ["bandpo_kl", "grpo"] and primary["margin"] == 2.0
+    assert primary["clip_compare"] == primary["entropy_compare"] == ["bandpo_kl"]
+    assert cfg["train"].get("sampler_draws", "stream") == pilot["train"].get("sampler_draws", "stream")
+    plan = load_plan(over, root=ROOT)  # the plan reads an overlay with its base
+    assert len(plan.train_specs) == 20
+
+
 def test_a_config_file_is_read_as_snakemake_reads_it_with_one_line_per_error(tmp_path):
     """bandpo.plan.config_files, the workflow profile's check of every --configfile (the snakemake runs:
     tests/workflow/test_workflow.py): JSON first (tabs allowed), else YAML; a syntax error names line and column."""

@@ -141,7 +141,12 @@ ALLOWED = (
         r"0\.5 points",
         r"lower by",
         "the clip margin of the real LM's mechanism secondaries, declared in "
-        "config/real-lm-compare.yaml before the next comparison's runs (issue #67, item 4)",
+        "config/real-lm-next.yaml before the next comparison's runs (issue #67, item 4)",
+    ),
+    Allowed(
+        r"10 seed pairs",
+        r"pilot's trainer settings",
+        "the next real-LM comparison's design (config/real-lm-next.yaml, declared before its runs)",
     ),
     Allowed(r"0\.5", r"threshold", "a method's default threshold, from its framework (docs/methods.md's rules table)"),
     Allowed(r"90 minutes", r"budget|2 cores", "the budget of issue #21"),
