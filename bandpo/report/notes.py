@@ -259,12 +259,7 @@ def _entropy_result(r: Any) -> str:
             f"difference {fmt_ci(r.difference, r.ci_low, r.ci_high, 1, 3)} nats (95% paired t; {margin}; "
             f"descriptive): {r.verdict}"
         )
-    margin = f"margin {fmt(r.margin, 1, 3)} nats" if r.margin == r.margin else "no margin declared"
-    return (
-        f"Result on {r.model}, {what}: {r.treatment} {fmt(r.treatment_mean, 1, 3)} against {r.control} "
-        f"{fmt(r.control_mean, 1, 3)} (means over {r.n_pairs} seed pairs), paired difference "
-        f"{fmt_ci(r.difference, r.ci_low, r.ci_high, 1, 3)} nats (95% paired t; {margin}; {_how(r)}): {r.label}"
-    )
+    return _pair_result(r, what, 1.0, 3, "", "nats")
 
 
 def _clip_result(r: Any) -> str:
@@ -272,12 +267,19 @@ def _clip_result(r: Any) -> str:
     of an entry's rare tokens (old probability < 0.2) clipped at one bound against the control's, paired by seed,
     in percent of those tokens."""
     side = "upper" if r.metric == "clip_upper_low" else "lower"
-    margin = f"margin {fmt(r.margin, 100.0, 1)} points" if r.margin == r.margin else "no margin declared"
+    return _pair_result(r, f"rare tokens (old probability < 0.2) clipped at the {side} bound", 100.0, 1, "%", "points")
+
+
+def _pair_result(r: Any, what: str, scale: float, digits: int, mark: str, unit: str) -> str:
+    """A training statistic of an entry against the control's, paired by seed (`run_pair_results`): both means
+    (``scale`` x the value to ``digits`` decimals, then ``mark``), the paired difference with its interval in
+    ``unit``, the margin, how it was decided and the family's words."""
+    margin = f"margin {fmt(r.margin, scale, digits)} {unit}" if r.margin == r.margin else "no margin declared"
     return (
-        f"Result on {r.model}, rare tokens (old probability < 0.2) clipped at the {side} bound: {r.treatment} "
-        f"{fmt(r.treatment_mean, 100.0, 1)}% against {r.control} {fmt(r.control_mean, 100.0, 1)}% (means over "
-        f"{r.n_pairs} seed pairs), paired difference {fmt_ci(r.difference, r.ci_low, r.ci_high)} points (95% paired "
-        f"t; {margin}; {_how(r)}): {r.label}"
+        f"Result on {r.model}, {what}: {r.treatment} {fmt(r.treatment_mean, scale, digits)}{mark} against "
+        f"{r.control} {fmt(r.control_mean, scale, digits)}{mark} (means over {r.n_pairs} seed pairs), paired "
+        f"difference {fmt_ci(r.difference, r.ci_low, r.ci_high, scale, digits)} {unit} (95% paired t; {margin}; "
+        f"{_how(r)}): {r.label}"
     )
 
 
