@@ -39,7 +39,8 @@ steps, pretraining steps and seeds behind each mean). The cost model is linear a
   plan ``--planned-fixed-s``, by default the median of the measured ``fixed_s`` over the training kinds, else
   ``--fixed-s`` (``benchmarks/bench_job_startup.py`` measures the change of a code change side by side);
 - a base-model build costs ``(measured mean) x (build steps / measured build steps)`` (pretraining is ~97% of it);
-- an lm-eval group costs ``(measured mean of that model's groups) x (seeds / measured seeds per group)``;
+- an lm-eval group costs ``(measured mean of that model's groups) x (seeds x test problems / the measured
+  groups' seeds x test problems)`` (the test problems of its experiment's tasks, as the data entries give them);
 - the other rules (data, atlas, select, report, publish) cost what they cost in the measured run;
 - the separation run's D is chosen at run time by its selection rule: ``--separation-d`` (default: the largest D
   of its axis, the dearest case). In the measured run it is ``--measured-separation-d`` (docs/results.md states
@@ -72,8 +73,9 @@ from pathlib import Path
 from typing import Any
 
 from bandpo.models.sizes import SIZES
+from bandpo.plan.config_files import read_config
 from bandpo.plan.sweep import base_models, eval_groups, run_settings, runs, sequential_slots
-from bandpo.plan.validate import ConfigError, load_yaml, validate_config
+from bandpo.plan.validate import ConfigError, validate_config
 from bandpo.study import MAIN, by_id, slot_seeds, split_slot
 from bandpo.train.settings import TrainConfig, typed_fields
 
@@ -236,6 +238,13 @@ def _build_steps(cfg: Mapping[str, Any], model: str) -> int:
     return int((m.get("build") or {}).get("steps", SIZES[m.get("size", model)].steps))
 
 
+def _test_problems(cfg: Mapping[str, Any], experiment: str) -> int:
+    """The test problems an experiment's scoring reads: the ``n_test`` of its tasks' data entries (1 for a data set
+    that states none: its groups then scale by seeds alone)."""
+    data = by_id(cfg["data"])
+    return sum(int(data.get(t["data"], {}).get("n_test") or 1) for t in cfg["experiments"][experiment]["eval_tasks"])
+
+
 def _separation_d(cfg: Mapping[str, Any], xp: Mapping[str, Any], default: int | None) -> int | None:
     sel = xp.get("select")
     if not sel:
@@ -274,12 +283,14 @@ def jobs(
                     "selected": bool(xp.get("select"))})  # fmt: skip
     for folder in base_models(cfg):  # resources/models/{model}/seed{s}
         model = folder.split("/")[2]
-        out.append({"kind": "build", "model": model, "steps": _build_steps(cfg, model)})
+        if by_id(cfg["models"])[model]["source"] == "tiny":  # a download (hub, PyPI) is among the other rules
+            out.append({"kind": "build", "model": model, "steps": _build_steps(cfg, model)})
     for model, slot in eval_groups(cfg):  # the slot's seeds: a primary pair's primary.seeds where set
         entry, experiment = split_slot(slot)
         seeds = slot_seeds(cfg, experiment, entry)
         kept = ran(model, slot, experiment)
-        out.append({"kind": "eval", "model": model, "seeds": len(seeds if kept is None else kept & set(seeds))})
+        out.append({"kind": "eval", "model": model, "seeds": len(seeds if kept is None else kept & set(seeds)),
+                    "problems": _test_problems(cfg, experiment)})  # fmt: skip
     return out
 
 
@@ -350,7 +361,7 @@ class CostModel:
             elif mine[0]["kind"] == "build":
                 self.build[mine[0]["model"]] = r["wall_s_mean"] / mine[0]["steps"]
             else:
-                self.eval[mine[0]["model"]] = r["wall_s_sum"] / max(1, sum(j["seeds"] for j in mine))
+                self.eval[mine[0]["model"]] = r["wall_s_sum"] / max(1, sum(j["seeds"] * j["problems"] for j in mine))
         if planned_fixed_s is None:
             planned_fixed_s = statistics.median(train_fixed) if train_fixed else fixed_s
         self.fixed_s = planned_fixed_s
@@ -363,7 +374,7 @@ class CostModel:
             return self.fixed_s + job["steps"] * job["completions"] * per[d]
         if job["kind"] == "build":
             return job["steps"] * self.build.get(model, self.build[_fallback(self.build, model)])
-        return job["seeds"] * self.eval.get(model, self.eval[_fallback(self.eval, model)])
+        return job["seeds"] * job["problems"] * self.eval.get(model, self.eval[_fallback(self.eval, model)])
 
 
 def _fallback(table: Mapping[str, Any], model: str) -> str:
@@ -403,7 +414,7 @@ def load_config(path: str | os.PathLike, rl_steps: Sequence[str] = (), build_ste
     that take the global one; a primary pair with seeds of its own, ``primary.seeds``, keeps as many seeds beyond
     its experiment's as the config gives it: 0 .. seeds + extra - 1; a sequential primary keeps its seeds as they
     are, the maximum n of its design); validated with ``root`` as the repository."""
-    raw = load_yaml(path)
+    raw = read_config(path)  # an overlay with the config it extends
     if only:
         raw["only"] = only
     if seeds is not None:

@@ -219,6 +219,28 @@ def test_primary_pair_runs_seeds_of_its_own():
     assert scored[0] == scored[1] + len(extra)
 
 
+def test_budget_scales_scoring_by_the_test_problems_and_reads_an_overlay():
+    """The budget of config/real-lm-next.yaml (an overlay) from the published pilot's table: a downloaded model is no
+    build job, and a scoring group costs in proportion to seeds x test problems (500 against the pilot's 48), so the
+    larger test set is priced before its runs."""
+    from bandpo.plan import budget
+
+    rules, measured_cfg = budget.read_measured(ROOT / "results" / "real-lm")
+    model = budget.CostModel(rules, measured_cfg)
+    pilot = budget.load_config(ROOT / "config" / "real-lm-compare.yaml", root=ROOT)
+    nxt = budget.load_config(ROOT / "config" / "real-lm-next.yaml", root=ROOT)
+    jobs = {name: budget.jobs(c) for name, c in (("pilot", pilot), ("next", nxt))}
+    assert not any(j["kind"] == "build" for js in jobs.values() for j in js)
+    evals = {name: [j for j in js if j["kind"] == "eval"] for name, js in jobs.items()}
+    assert {j["problems"] for j in evals["pilot"]} == {48} and {j["problems"] for j in evals["next"]} == {500}
+    cost = {name: sum(model.cost(j) for j in js) for name, js in evals.items()}
+    seeds = {name: sum(j["seeds"] for j in js) for name, js in evals.items()}
+    assert cost["next"] / cost["pilot"] == pytest.approx(500 * seeds["next"] / (48 * seeds["pilot"]))
+    assert sum(model.cost(j) for j in evals["pilot"]) == pytest.approx(
+        rules["lm-eval group smollm2-135m"]["wall_s_sum"]
+    )
+
+
 def test_budget_seeds_what_if_keeps_the_primary_pairs_extra_seeds(tmp_path):
     """`budget plan --seeds N`: the pair keeps as many seeds beyond its experiment's as the config gives it."""
     from bandpo.plan import budget
