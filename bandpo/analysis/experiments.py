@@ -41,7 +41,7 @@ import pandas as pd
 
 from bandpo.analysis.leaderboard import entry_graders, entry_labels, leaderboard
 from bandpo.analysis.scores import score_stats
-from bandpo.analysis.training import run_stats, with_run_metrics
+from bandpo.analysis.training import RUN_METRICS, run_stats, with_run_metrics
 from bandpo.stats.design import SequentialDesign
 from bandpo.stats.power import pairs_needed
 from bandpo.stats.resample import seeded_rng
@@ -161,11 +161,6 @@ def score_margin(specs: Mapping[str, Mapping[str, Any]], experiment: str, model:
         spec = specs.get(MAIN)
     _planned(spec, experiment)
     return _per_model(spec, "margins", model)
-
-
-def entropy_margin(specs: Mapping[str, Mapping[str, Any]], experiment: str, model: str) -> float:
-    """The margin of an experiment's entropy comparisons on a model (nats, ``entropy_margins``), else NaN."""
-    return run_margin(specs, experiment, model, "entropy_margins")
 
 
 def run_margin(specs: Mapping[str, Mapping[str, Any]], experiment: str, model: str, key: str) -> float:
@@ -389,24 +384,28 @@ ENTROPY = "entropy"  # primary ``score`` of a descriptive experiment read from t
 
 @dataclass(frozen=True)
 class RunStatistic:
-    """A training statistic of each run (a column of runs.csv: `bandpo.analysis.training.RUN_METRICS` declares
-    what it is) that an experiment compares with its control as a secondary, paired by seed: the entries named by
-    the primary's ``entries`` key, at the run plan's margins ``margins``, in ``unit`` (the page's: points for a
-    fraction); the claim is a ``word`` value than the control's (``lower``: the rule reads control - entry)."""
+    """A training statistic of each run (`bandpo.analysis.training.RUN_METRICS` declares what it is) that an
+    experiment compares with its control as a secondary, paired by seed: the entries named by the primary's
+    ``entries`` key, at the run plan's margins ``margins``; the claim is a ``word`` value than the control's
+    (``lower``: the rule reads control - entry)."""
 
     metric: str
     entries: str
     margins: str
-    unit: str
     word: str
     lower: bool = False
 
+    @property
+    def unit(self) -> str:
+        """The page's unit: nats as they are, a fraction in points."""
+        return ENTROPY_UNIT if RUN_METRICS[self.metric].unit == ENTROPY_UNIT else SCORE_UNIT
+
 
 RUN_STATISTICS = {s.metric: s for s in (
-    RunStatistic("entropy_final", "entropy_compare", "entropy_margins", ENTROPY_UNIT, "higher"),
-    RunStatistic("entropy_auc", "entropy_compare", "entropy_margins", ENTROPY_UNIT, "higher"),
-    RunStatistic("clip_upper_low", "clip_compare", "clip_margins", SCORE_UNIT, "lower", lower=True),
-    RunStatistic("clip_lower_low", "clip_compare", "clip_margins", SCORE_UNIT, "lower", lower=True),
+    RunStatistic("entropy_final", "entropy_compare", "entropy_margins", "higher"),
+    RunStatistic("entropy_auc", "entropy_compare", "entropy_margins", "higher"),
+    RunStatistic("clip_upper_low", "clip_compare", "clip_margins", "lower", lower=True),
+    RunStatistic("clip_lower_low", "clip_compare", "clip_margins", "lower", lower=True),
 )}  # fmt: skip
 """The training statistics an experiment may compare with its control (``primary.entropy_compare`` and
 ``primary.clip_compare``): one declaration each, read by the rows (`run_pair_results`), the family and the page."""
@@ -429,8 +428,10 @@ def run_pair_results(
     `PRIMARY_COLUMNS`, role ``secondary``. A statistic runs.csv does not hold (the clip fractions) is computed from
     the runs' per-step ``metrics`` (`with_run_metrics`)."""
     del confidence
+    compared = [s.metric for s in RUN_STATISTICS.values()
+                if any(((spec or {}).get("primary") or {}).get(s.entries) for spec in specs.values())]  # fmt: skip
     if metrics is not None:
-        per_run = with_run_metrics(per_run, metrics, list(RUN_STATISTICS))
+        per_run = with_run_metrics(per_run, metrics, compared)
     rows = []
     for xp, spec in specs.items():
         primary = (spec or {}).get("primary") or {}
@@ -488,7 +489,7 @@ def entropy_shift_results(
             continue
         xr = xr.dropna(subset=["entropy_first", "entropy_final"])
         for model, gm in xr.groupby("model", sort=True):
-            margin = entropy_margin(specs, xp, model)
+            margin = run_margin(specs, xp, model, "entropy_margins")
             for entry, ge in gm.groupby("entry", sort=True):
                 runs = ge.set_index("seed").sort_index()
                 x, y = runs["entropy_final"].to_numpy(np.float64), runs["entropy_first"].to_numpy(np.float64)

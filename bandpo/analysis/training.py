@@ -53,38 +53,33 @@ RARE_BUCKET = "p0.0-0.2"  # the lowest old-probability bucket (bandpo.methods.di
 class RunMetric:
     """One statistic of a training run, from one per-step metric of its metrics.jsonl (``source``): ``first`` (its
     first logged value), ``final`` (`final_window`: the mean over the last 10% of its steps) or ``mean`` (over all
-    its steps: the area under the curve per step), in ``unit``. Declared once here; runs.csv, the axes' per-run
-    outcomes and the secondaries that compare runs read it (`run_value`)."""
+    its steps: the area under the curve per step), in ``unit`` (``nats``, ``reward`` or ``fraction``). Declared once
+    here; runs.csv, the axes' per-run outcomes and the secondaries that compare runs read it (`run_value`)."""
 
     name: str
     source: str
     aggregate: str
     unit: str
-    text: str
 
 
 RUN_METRICS = {m.name: m for m in (
-    RunMetric("entropy_first", "entropy", "first", "nats", "token entropy at step 1 (the base model's)"),
-    RunMetric("entropy_final", "entropy", "final", "nats", "final token entropy (mean over the last 10% of steps)"),
-    RunMetric("entropy_auc", "entropy", "mean", "nats", "entropy area under the curve (mean of the per-step entropy)"),
-    RunMetric("reward_final", "reward_mean", "final", "reward", "final reward (the trainer's scale)"),
-    RunMetric("accuracy_final", "accuracy", "final", "fraction", "final training accuracy"),
-    RunMetric("reward_auc", "reward_mean", "mean", "reward", "mean reward over the steps"),
-    RunMetric("clip_upper_low", f"clipfrac_upper/{RARE_BUCKET}", "mean", "fraction",
-              "clip fraction of the rare tokens (old probability < 0.2) at the upper bound, mean over steps"),
-    RunMetric("clip_lower_low", f"clipfrac_lower/{RARE_BUCKET}", "mean", "fraction",
-              "clip fraction of the rare tokens (old probability < 0.2) at the lower bound, mean over steps"),
-    RunMetric("clip_upper", "clipfrac_upper", "mean", "fraction", "clip fraction at the upper bound, mean over steps"),
-    RunMetric("clip_lower", "clipfrac_lower", "mean", "fraction", "clip fraction at the lower bound, mean over steps"),
-    RunMetric("stopped_pos_low", f"stopped_frac_pos/{RARE_BUCKET}", "mean", "fraction",
-              "share of the rare tokens with a positive advantage whose gradient the method stops"),
-    RunMetric("stopped_neg_low", f"stopped_frac_neg/{RARE_BUCKET}", "mean", "fraction",
-              "share of the rare tokens with a negative advantage whose gradient the method stops"),
-    RunMetric("stopped_pos", "stopped_frac_pos", "mean", "fraction",
-              "share of the tokens with a positive advantage whose gradient the method stops"),
-    RunMetric("stopped_neg", "stopped_frac_neg", "mean", "fraction",
-              "share of the tokens with a negative advantage whose gradient the method stops"),
-    RunMetric("approx_kl", "approx_kl", "mean", "nats", "approximate KL of the update (k3), mean over steps"),
+    RunMetric("entropy_first", "entropy", "first", "nats"),  # step 1's: the base model's
+    RunMetric("entropy_final", "entropy", "final", "nats"),
+    RunMetric("entropy_auc", "entropy", "mean", "nats"),
+    RunMetric("reward_final", "reward_mean", "final", "reward"),  # the trainer's scale
+    RunMetric("accuracy_final", "accuracy", "final", "fraction"),
+    RunMetric("reward_auc", "reward_mean", "mean", "reward"),
+    # the clip fractions at each bound, of the rare tokens (old probability < 0.2) and of all tokens
+    RunMetric("clip_upper_low", f"clipfrac_upper/{RARE_BUCKET}", "mean", "fraction"),
+    RunMetric("clip_lower_low", f"clipfrac_lower/{RARE_BUCKET}", "mean", "fraction"),
+    RunMetric("clip_upper", "clipfrac_upper", "mean", "fraction"),
+    RunMetric("clip_lower", "clipfrac_lower", "mean", "fraction"),
+    # the shares of the tokens with a positive / negative advantage whose gradient the method stops (rare, all)
+    RunMetric("stopped_pos_low", f"stopped_frac_pos/{RARE_BUCKET}", "mean", "fraction"),
+    RunMetric("stopped_neg_low", f"stopped_frac_neg/{RARE_BUCKET}", "mean", "fraction"),
+    RunMetric("stopped_pos", "stopped_frac_pos", "mean", "fraction"),
+    RunMetric("stopped_neg", "stopped_frac_neg", "mean", "fraction"),
+    RunMetric("approx_kl", "approx_kl", "mean", "nats"),  # the update's k3 estimate
 )}  # fmt: skip
 
 

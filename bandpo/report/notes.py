@@ -296,7 +296,7 @@ def mechanism_sentence(rows: pd.DataFrame) -> list[str]:
         if ent.empty or clip.empty:
             continue
         e, c = ent.iloc[0], clip.iloc[0]
-        way = "lower" if e["difference"] < 0 else "higher"
+        way = "lower" if e["difference"] < 0 else "higher" if e["difference"] > 0 else "no different"
         shown = e["ci_high"] < 0 or e["ci_low"] > 0
         sure = "its 95% interval excludes 0" if shown else "its 95% interval includes 0, so the direction is not shown"
         fewer = c["verdict"] == BETTER
