@@ -34,8 +34,9 @@ from bandpo.stats.power import minimum_detectable_difference
 from bandpo.stats.rule import t_interval
 from bandpo.study import MAIN, slot_seeds
 
-# per-run outcomes: the run statistics (`bandpo.analysis.training.RUN_METRICS`) that are means over the run's steps
-STEP_MEANS = {m.name: m.source for m in RUN_METRICS.values() if m.aggregate == "mean"}
+# per-run outcomes: the run statistics (`bandpo.analysis.training.RUN_METRICS`) that are means over the run's steps,
+# each of one per-step metric of its own (no fallback, which is chosen for a whole table)
+STEP_MEANS = {m.name: m.source for m in RUN_METRICS.values() if m.aggregate == "mean" and m.fallback is None}
 
 
 # the update statistics among them (logged per update, so a run's all-updates value differs from its off-policy one):

@@ -386,14 +386,22 @@ ENTROPY = "entropy"  # primary ``score`` of a descriptive experiment read from t
 class RunStatistic:
     """A training statistic of each run (`bandpo.analysis.training.RUN_METRICS` declares what it is) that an
     experiment compares with its control as a secondary, paired by seed: the entries named by the primary's
-    ``entries`` key, at the run plan's margins ``margins``; the claim is a ``word`` value than the control's
-    (``lower``: the rule reads control - entry)."""
+    ``entries`` key, at the run plan's margins ``margins``; the claim is the statistic's better direction
+    (`RunMetric.direction`): a ``higher`` or ``lower`` value than the control's (`lower`: the rule reads control -
+    entry)."""
 
     metric: str
     entries: str
     margins: str
-    word: str
-    lower: bool = False
+
+    @property
+    def word(self) -> str:
+        """The claim's word: the statistic's better direction."""
+        return RUN_METRICS[self.metric].direction
+
+    @property
+    def lower(self) -> bool:
+        return self.word == "lower"
 
     @property
     def unit(self) -> str:
@@ -402,10 +410,10 @@ class RunStatistic:
 
 
 RUN_STATISTICS = {s.metric: s for s in (
-    RunStatistic("entropy_final", "entropy_compare", "entropy_margins", "higher"),
-    RunStatistic("entropy_auc", "entropy_compare", "entropy_margins", "higher"),
-    RunStatistic("clip_upper_low", "clip_compare", "clip_margins", "lower", lower=True),
-    RunStatistic("clip_lower_low", "clip_compare", "clip_margins", "lower", lower=True),
+    RunStatistic("entropy_final", "entropy_compare", "entropy_margins"),
+    RunStatistic("entropy_auc", "entropy_compare", "entropy_margins"),
+    RunStatistic("clip_upper_low", "clip_compare", "clip_margins"),
+    RunStatistic("clip_lower_low", "clip_compare", "clip_margins"),
 )}  # fmt: skip
 """The training statistics an experiment may compare with its control (``primary.entropy_compare`` and
 ``primary.clip_compare``): one declaration each, read by the rows (`run_pair_results`), the family and the page."""

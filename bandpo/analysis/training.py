@@ -39,41 +39,69 @@ def final_window(df: pd.DataFrame, column: str) -> float:
     return float(values.iloc[-n:].mean())
 
 
-def _clipfrac_column(metrics: pd.DataFrame) -> str | None:
-    for name in ("offpolicy/clipfrac", "clipfrac"):
-        if name in metrics and metrics[name].notna().any():
-            return name
-    return None
-
-
 RARE_BUCKET = "p0.0-0.2"  # the lowest old-probability bucket (bandpo.methods.diagnostics.BUCKET_LABELS[0]): rare tokens
 
 
 @dataclass(frozen=True)
+class Display:
+    """How the leaderboard pages show an entry's statistic (`bandpo.report.columns.display_columns`): the column's
+    header, the scale of its numbers (100: percent), their digits, and whether the Student-t interval over seeds
+    stands beside the mean (`entry_stats`' ``<name>_ci_low`` / ``_ci_high``); ``seconds``: a duration, shown as
+    one."""
+
+    head: str
+    scale: float = 1.0
+    digits: int = 1
+    interval: bool = False
+    seconds: bool = False
+
+
+@dataclass(frozen=True)
 class RunMetric:
-    """One statistic of a training run, from one per-step metric of its metrics.jsonl (``source``): ``first`` (its
-    first logged value), ``final`` (`final_window`: the mean over the last 10% of its steps) or ``mean`` (over all
-    its steps: the area under the curve per step), in ``unit`` (``nats``, ``reward`` or ``fraction``). Declared once
-    here; runs.csv, the axes' per-run outcomes and the secondaries that compare runs read it (`run_value`)."""
+    """One statistic of a training run, declared once (`RUN_METRICS`); everything that reads a run statistic reads
+    this: runs.csv, the entries' columns of leaderboard.csv and of the pages, the axes' per-run outcomes and the
+    secondaries that compare runs.
+
+    - ``source``: the per-step metric of metrics.jsonl it comes from (the trainer's; `bandpo.train.loop`), or for
+      ``aggregate: summary`` the field of the run's summary (run.json); ``fallback``: the metric read instead when
+      no run of the table logged ``source`` (the off-policy updates' clip fraction, else all updates');
+    - ``aggregate``: ``first`` (its first logged value), ``final`` (`final_window`: the mean over the last 10% of
+      its steps), ``mean`` (over all its steps: the area under the curve per step) or ``summary`` (the run's own);
+    - ``unit``: ``nats``, ``reward``, ``fraction`` or ``seconds``; ``direction``: which way is better for a
+      method (``higher`` / ``lower``), None where the statistic describes a run and ranks nothing;
+    - ``per_run``: a column of runs.csv (in declaration order); ``entry``: a column of each (model, entry) of
+      leaderboard.csv, the mean over seeds (``mean``), with its Student-t interval (``mean_t``), or the mean per run
+      and the total over seeds (``mean_total``: ``<name>_mean`` and ``<name>_total``); ``display``: a column of the
+      pages (`Display`; an ``entry`` statistic)."""
 
     name: str
     source: str
     aggregate: str
     unit: str
+    direction: str | None = None
+    per_run: bool = False
+    entry: str | None = None
+    display: Display | None = None
+    fallback: str | None = None
 
 
 RUN_METRICS = {m.name: m for m in (
-    RunMetric("entropy_first", "entropy", "first", "nats"),  # step 1's: the base model's
-    RunMetric("entropy_final", "entropy", "final", "nats"),
-    RunMetric("entropy_auc", "entropy", "mean", "nats"),
-    RunMetric("reward_final", "reward_mean", "final", "reward"),  # the trainer's scale
-    RunMetric("accuracy_final", "accuracy", "final", "fraction"),
-    RunMetric("reward_auc", "reward_mean", "mean", "reward"),
+    RunMetric("entropy_first", "entropy", "first", "nats", per_run=True),  # step 1's: the base model's
+    RunMetric("entropy_final", "entropy", "final", "nats", "higher", per_run=True, entry="mean_t",
+              display=Display("entropy (final)", 1.0, 3, interval=True)),
+    RunMetric("entropy_auc", "entropy", "mean", "nats", "higher", per_run=True),
+    RunMetric("reward_final", "reward_mean", "final", "reward", "higher", per_run=True, entry="mean"),  # its scale
+    RunMetric("accuracy_final", "accuracy", "final", "fraction", "higher", per_run=True),
+    RunMetric("clipfrac", "offpolicy/clipfrac", "mean", "fraction", per_run=True, entry="mean",
+              display=Display("clipped %", 100.0, 2), fallback="clipfrac"),
+    RunMetric("train_seconds", "train_seconds", "summary", "seconds", "lower", per_run=True, entry="mean_total",
+              display=Display("train time / run", seconds=True)),  # the total over seeds: leaderboard.csv only
+    RunMetric("reward_auc", "reward_mean", "mean", "reward", "higher"),
     # the clip fractions at each bound, of the rare tokens (old probability < 0.2) and of all tokens
-    RunMetric("clip_upper_low", f"clipfrac_upper/{RARE_BUCKET}", "mean", "fraction"),
-    RunMetric("clip_lower_low", f"clipfrac_lower/{RARE_BUCKET}", "mean", "fraction"),
-    RunMetric("clip_upper", "clipfrac_upper", "mean", "fraction"),
-    RunMetric("clip_lower", "clipfrac_lower", "mean", "fraction"),
+    RunMetric("clip_upper_low", f"clipfrac_upper/{RARE_BUCKET}", "mean", "fraction", "lower"),
+    RunMetric("clip_lower_low", f"clipfrac_lower/{RARE_BUCKET}", "mean", "fraction", "lower"),
+    RunMetric("clip_upper", "clipfrac_upper", "mean", "fraction", "lower"),
+    RunMetric("clip_lower", "clipfrac_lower", "mean", "fraction", "lower"),
     # the shares of the tokens with a positive / negative advantage whose gradient the method stops (rare, all)
     RunMetric("stopped_pos_low", f"stopped_frac_pos/{RARE_BUCKET}", "mean", "fraction"),
     RunMetric("stopped_neg_low", f"stopped_frac_neg/{RARE_BUCKET}", "mean", "fraction"),
@@ -81,20 +109,31 @@ RUN_METRICS = {m.name: m for m in (
     RunMetric("stopped_neg", "stopped_frac_neg", "mean", "fraction"),
     RunMetric("approx_kl", "approx_kl", "mean", "nats"),  # the update's k3 estimate
 )}  # fmt: skip
+STEP_METRICS = [m for m in RUN_METRICS.values() if m.aggregate != "summary"]  # read from metrics.jsonl
 
 
-def run_value(g: pd.DataFrame, metric: RunMetric) -> float:
-    """One run's value of ``metric`` from its per-step metrics ``g``; NaN when the run never logged the source."""
+def source_in(metrics: pd.DataFrame, metric: RunMetric) -> str:
+    """The per-step metric ``metric`` reads in the table ``metrics``: its ``source``, or its ``fallback`` where no
+    run of the table logged the source."""
+    if metric.fallback is None or (metric.source in metrics and metrics[metric.source].notna().any()):
+        return metric.source
+    return metric.fallback
+
+
+def run_value(g: pd.DataFrame, metric: RunMetric, source: str | None = None) -> float:
+    """One run's value of ``metric`` from its per-step metrics ``g`` (``source``: the column to read, `source_in`
+    of the whole table; default the metric's own); NaN when the run never logged it."""
+    column = source or metric.source
     if metric.aggregate == "first":
-        return first_value(g, metric.source)
+        return first_value(g, column)
     if metric.aggregate == "final":
-        return final_window(g, metric.source)
-    return float(g[metric.source].mean()) if metric.source in g else float("nan")  # NaN steps skipped
+        return final_window(g, column)
+    return float(g[column].mean()) if column in g else float("nan")  # NaN steps skipped
 
 
-# runs.csv's statistics of each run, in its column order (`RUN_METRICS`; clipfrac: `_clipfrac_column`)
-RUN_STATS = ("entropy_first", "entropy_final", "entropy_auc", "reward_final", "accuracy_final", "clipfrac")
-RUN_COLUMNS = ["profile", "model", "entry", "method", "params", "seed", "steps", *RUN_STATS, "train_seconds"]
+# runs.csv's statistics of each run, in its column order
+RUN_STATS = tuple(m.name for m in RUN_METRICS.values() if m.per_run)
+RUN_COLUMNS = ["profile", "model", "entry", "method", "params", "seed", "steps", *RUN_STATS]
 RUN_KEYS = ["experiment", "model", "entry", "seed"]
 
 
@@ -107,16 +146,29 @@ def with_run_metrics(per_run: pd.DataFrame, metrics: pd.DataFrame, names: Sequen
     values = {}
     if not metrics.empty:
         m = metrics.assign(experiment=metrics["experiment"].fillna(MAIN) if "experiment" in metrics else MAIN)
+        sources = [source_in(m, RUN_METRICS[n]) for n in missing]
         for key, g in m.groupby(RUN_KEYS, sort=False):
-            values[(key[0], key[1], key[2], int(key[3]))] = [run_value(g, RUN_METRICS[n]) for n in missing]
+            values[(key[0], key[1], key[2], int(key[3]))] = [
+                run_value(g, RUN_METRICS[n], s) for n, s in zip(missing, sources, strict=True)
+            ]
     nan = [float("nan")] * len(missing)
     keys = zip(per_run["experiment"], per_run["model"], per_run["entry"], per_run["seed"].astype(int), strict=True)
     table = pd.DataFrame([values.get(k, nan) for k in keys], columns=missing, index=per_run.index)
     return pd.concat([per_run, table], axis=1)
 
 
-ENTRY_COLUMNS = ["model", "entry", "n_runs", "entropy_final", "entropy_final_ci_low", "entropy_final_ci_high",
-                 "reward_final", "clipfrac", "train_seconds_mean", "train_seconds_total"]  # fmt: skip
+def entry_columns(name: str, entry: str) -> list[str]:
+    """The columns of leaderboard.csv that an ``entry`` statistic ``name`` fills (`RunMetric`)."""
+    if entry == "mean_t":
+        return [name, f"{name}_ci_low", f"{name}_ci_high"]
+    if entry == "mean_total":
+        return [f"{name}_mean", f"{name}_total"]
+    return [name]
+
+
+ENTRY_STATS = [m for m in RUN_METRICS.values() if m.entry]
+UNIT_RANGE = {"nats": (0.0, math.inf), "fraction": (0.0, 1.0), "seconds": (0.0, math.inf)}  # where a mean can lie
+ENTRY_COLUMNS = ["model", "entry", "n_runs", *(c for m in ENTRY_STATS for c in entry_columns(m.name, m.entry))]
 
 
 def run_stats(
@@ -124,16 +176,16 @@ def run_stats(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Training statistics. Returns (per_run, per_entry).
 
-    per_run (`RUN_COLUMNS`): one row per run with entropy_first (at its first logged step: the base model's, since
-    the rollout policy of step 1 is the base model), entropy_final, reward_final and accuracy_final (mean over the
-    last 10% of steps; the reward's scale is the trainer's, accuracy is comparable across trainers), entropy_auc
-    (the mean of the per-step entropy: the area under the entropy curve per step), clipfrac (mean over steps,
-    off-policy updates when logged), train_seconds, steps: each statistic declared in `RUN_METRICS` (other run
-    statistics, for the experiments that compare them: `with_run_metrics`). per_entry (`ENTRY_COLUMNS`): one row per
-    (model, entry) with n_runs, entropy_final (mean over seeds) and its Student-t interval, reward_final, clipfrac,
-    train_seconds_mean (per run) and train_seconds_total (all seeds)."""
+    per_run (`RUN_COLUMNS`): one row per run with its ``per_run`` statistics (`RUN_METRICS`): entropy_first (at
+    its first logged step: the base model's, since the rollout policy of step 1 is the base model), entropy_final,
+    reward_final and accuracy_final (mean over the last 10% of steps; the reward's scale is the trainer's, accuracy
+    is comparable across trainers), entropy_auc (the mean of the per-step entropy: the area under the entropy curve
+    per step), clipfrac (mean over steps, off-policy updates when logged), train_seconds (the run's summary), and
+    steps (other run statistics, for the experiments that compare them: `with_run_metrics`). per_entry
+    (`ENTRY_COLUMNS`, `entry_stats`): one row per (model, entry) with n_runs and each ``entry`` statistic."""
     per_run = []
-    clip_col = _clipfrac_column(metrics) if not metrics.empty else None
+    step_stats = [m for m in STEP_METRICS if m.per_run]
+    sources = {m.name: source_in(metrics, m) for m in step_stats} if not metrics.empty else {}
     info = summaries.set_index(["model", "entry", "seed"]) if not summaries.empty else None
     for (model, entry, seed_), g in metrics.groupby(["model", "entry", "seed"], sort=True):
         row = {
@@ -144,39 +196,39 @@ def run_stats(
             "method": None,
             "params": None,
             "steps": int(g["step"].max()),
-            **{name: run_value(g, RUN_METRICS[name]) for name in RUN_STATS if name != "clipfrac"},
-            "clipfrac": float(g[clip_col].mean()) if clip_col else float("nan"),
-            "train_seconds": float("nan"),
+            **{m.name: run_value(g, m, sources[m.name]) for m in step_stats},
+            **{m.name: float("nan") for m in RUN_METRICS.values() if m.per_run and m.aggregate == "summary"},
         }
         if info is not None and (model, entry, seed_) in info.index:
             s = info.loc[(model, entry, seed_)]
-            row.update(method=s["method"], params=s["params"], train_seconds=s["train_seconds"])
+            row.update(method=s["method"], params=s["params"])
+            row.update({m.name: s[m.source] for m in RUN_METRICS.values() if m.per_run and m.aggregate == "summary"})
         per_run.append(row)
     per_run_df = pd.DataFrame(per_run, columns=RUN_COLUMNS)
     return per_run_df, entry_stats(per_run_df, confidence)
 
 
 def entry_stats(per_run: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
-    """`run_stats`' per_entry: the runs of each (model, entry) summarised over seeds (`ENTRY_COLUMNS`)."""
+    """`run_stats`' per_entry: the runs of each (model, entry) summarised over seeds (`ENTRY_COLUMNS`): each
+    ``entry`` statistic of `RUN_METRICS` as it declares (a Student-t interval cut to its unit's range,
+    `UNIT_RANGE`)."""
     per_entry = []
     for (model, entry), g in per_run.groupby(["model", "entry"], sort=True):
-        ent = g["entropy_final"].dropna().to_numpy(np.float64)
-        lo, hi = t_interval(ent, confidence, (0.0, math.inf))
-        secs = g["train_seconds"].dropna()
-        per_entry.append(
-            {
-                "model": model,
-                "entry": entry,
-                "n_runs": len(g),
-                "entropy_final": float(ent.mean()) if ent.size else float("nan"),
-                "entropy_final_ci_low": lo,
-                "entropy_final_ci_high": hi,
-                "reward_final": float(g["reward_final"].mean()),
-                "clipfrac": float(g["clipfrac"].mean()),
-                "train_seconds_mean": float(secs.mean()) if len(secs) else float("nan"),
-                "train_seconds_total": float(secs.sum()) if len(secs) else float("nan"),
-            }
-        )
+        row = {"model": model, "entry": entry, "n_runs": len(g)}
+        for m in ENTRY_STATS:
+            if m.entry == "mean_t":
+                values = g[m.name].dropna().to_numpy(np.float64)
+                lo, hi = t_interval(values, confidence, UNIT_RANGE.get(m.unit, (-math.inf, math.inf)))
+                row.update({m.name: float(values.mean()) if values.size else float("nan"),
+                            f"{m.name}_ci_low": lo, f"{m.name}_ci_high": hi})  # fmt: skip
+            elif m.entry == "mean_total":
+                values = g[m.name].dropna()
+                nan = float("nan")
+                row.update({f"{m.name}_mean": float(values.mean()) if len(values) else nan,
+                            f"{m.name}_total": float(values.sum()) if len(values) else nan})  # fmt: skip
+            else:
+                row[m.name] = float(g[m.name].mean())
+        per_entry.append(row)
     return pd.DataFrame(per_entry, columns=ENTRY_COLUMNS)
 
 

@@ -13,6 +13,7 @@ import pandas as pd
 
 from bandpo.analysis.leaderboard import headline_label, identical_to_baseline
 from bandpo.analysis.scores import DEFAULT_BASELINE, HEADLINE
+from bandpo.analysis.training import ENTRY_STATS, RunMetric, entry_columns
 from bandpo.report.text import as_float, fmt, fmt_ci, fmt_seconds
 from bandpo.stats.rule import ESTIMATE_ONLY, UNDECIDED
 from bandpo.study import BASE_ENTRY
@@ -158,15 +159,20 @@ def display_columns(table: pd.DataFrame) -> list[Column]:
             if f"{label}_verdict_holm" in table:  # `bandpo.analysis.family.family_verdicts`
                 cols.append(Column(f"{label}_verdict_holm", "verdict",
                                    lambda r, c=label: verdict_text(r, c)))  # fmt: skip
-    if "entropy_final" in table:
-        cols.append(ci_column("entropy_final", "entropy (final)", 1.0, 3))
-    if "clipfrac" in table:
-        cols.append(Column("clipfrac", "clipped %", lambda r: fmt(r.get("clipfrac"), 100.0, 2),
-                            lambda r: as_float(r.get("clipfrac"))))  # fmt: skip
-    for key, head in (("train_seconds_mean", "train time / run"),):  # the total over seeds: leaderboard.csv
-        if key in table:
-            cols.append(Column(key, head, lambda r, k=key: fmt_seconds(r.get(k)), lambda r, k=key: as_float(r.get(k))))
-    return cols
+    return cols + [c for m in ENTRY_STATS if m.display and (c := run_column(m, table)) is not None]
+
+
+def run_column(metric: RunMetric, table: pd.DataFrame) -> Column | None:
+    """The page's column of a training statistic (`bandpo.analysis.training.RUN_METRICS`, its ``display``), None
+    where the table lacks it: the mean over seeds (with its interval), or a run's mean duration."""
+    show = metric.display
+    key = entry_columns(metric.name, metric.entry)[0]
+    if key not in table:
+        return None
+    if show.interval:
+        return ci_column(key, show.head, show.scale, show.digits)
+    text = (lambda r: fmt_seconds(r.get(key))) if show.seconds else (lambda r: fmt(r.get(key), show.scale, show.digits))
+    return Column(key, show.head, text, lambda r: as_float(r.get(key)))
 
 
 def task_columns(table: pd.DataFrame) -> list[Column]:

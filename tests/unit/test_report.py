@@ -2292,7 +2292,7 @@ def test_run_statistics_are_declared_once_and_computed_from_the_steps():
     assert run_value(g, RUN_METRICS["entropy_final"]) == pytest.approx(0.1)  # the last 10% of 4 steps: step 4
     assert run_value(g, RUN_METRICS["clip_lower_low"]) == pytest.approx(0.0725)
     assert math.isnan(run_value(g, RUN_METRICS["clip_upper_low"]))  # never logged
-    assert STEP_MEANS == {m.name: m.source for m in RUN_METRICS.values() if m.aggregate == "mean"}
+    assert STEP_MEANS == {m.name: m.source for m in RUN_METRICS.values() if m.aggregate == "mean" and not m.fallback}
     assert "clip_lower_low" not in RUN_COLUMNS  # runs.csv keeps its published columns
     per_run = pd.DataFrame([{"experiment": "main", "model": "lm", "entry": e, "seed": s}
                             for e in ("grpo", "bandpo_kl") for s in range(4)])  # fmt: skip
@@ -2475,3 +2475,35 @@ def test_the_seeds_note_gives_each_seed_count_its_t_quantile_and_says_so_of_one_
     assert "Rows have 3 to 5 seeds" in note and "4.30 at 3 seeds, 2.78 at 5 seeds" in note
     one = seeds_note(pd.DataFrame({"entry": ["base", "grpo"], "n_seeds": [1, 1]}))
     assert "Rows have 1 seed" in one and "t(0.975" not in one
+
+
+def test_the_run_statistics_registry_gives_the_published_columns_and_the_pages():
+    """`RUN_METRICS` declares each training statistic once: runs.csv's columns and leaderboard.csv's training columns
+    come from it in the published order (results/runs.csv, results/leaderboard.csv), the page shows those that
+    declare a display, and a statistic declared with a display appears on the page with no other change."""
+    import dataclasses
+
+    from bandpo.analysis import training
+    from bandpo.report import columns
+
+    published_runs = (ROOT / "results" / "runs.csv").read_text().splitlines()[0].split(",")
+    assert ["experiment", *training.RUN_COLUMNS] == published_runs  # the experiment: bandpo.analysis.experiments
+    board = (ROOT / "results" / "leaderboard.csv").read_text().splitlines()[0].split(",")
+    trained = [c for c in training.ENTRY_COLUMNS if c not in ("model", "entry")]
+    assert [c for c in board if c in trained] == trained
+    table = pd.DataFrame([{"entry": "grpo", "method": "grpo", "params": "", "entropy_final": 0.25,
+                           "entropy_final_ci_low": 0.2, "entropy_final_ci_high": 0.3, "clipfrac": 0.0123,
+                           "train_seconds_mean": 90.0, "approx_kl": 0.01}])  # fmt: skip
+    shown = {c.key: c for c in columns.display_columns(table)}
+    row = table.iloc[0].to_dict()
+    assert shown["entropy_final"].text(row) == "0.250 [0.200, 0.300]"
+    assert shown["clipfrac"].text(row) == "1.23" and "train_seconds_mean" in shown
+    assert "approx_kl" not in shown  # declared without a display
+    kl = dataclasses.replace(training.RUN_METRICS["approx_kl"], entry="mean", display=training.Display("KL", 1.0, 3))
+    assert columns.run_column(kl, table).text(row) == "0.010"
+    # the claim of a run comparison is its statistic's better direction
+    from bandpo.analysis.experiments import RUN_STATISTICS
+
+    assert {s.metric: (s.word, s.lower) for s in RUN_STATISTICS.values()} == {
+        "entropy_final": ("higher", False), "entropy_auc": ("higher", False),
+        "clip_upper_low": ("lower", True), "clip_lower_low": ("lower", True)}  # fmt: skip
