@@ -15,6 +15,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,33 +34,6 @@ from bandpo.stats.resample import bootstrap_ci, mean_of_means
 from bandpo.study import BASE_ENTRY
 
 FOREST = "forest"  # the forest plot (bandpo.report.forest): the pages show it first, under the answer
-FIGURES = (FOREST, "bounds", "training_curves", "clipfrac_buckets", "final_scores", "random_reward_entropy",
-           "probe_curves", "probe_clipfrac_buckets", "offpolicy_dose", "offpolicy_entropy")  # fmt: skip
-FIGURE_CAPTIONS = {
-    "forest": "Each trained entry of the main experiment against the baseline, per model size: the paired difference "
-    "of the headline score (entry - baseline, same seeds; points) with its 95% paired t interval, sorted by the "
-    "difference; shaded: the margin delta the verdict tests; the marker gives the verdict (Holm-adjusted), the "
-    "primary comparison is starred.",
-    "bounds": "Ratio bounds (a) and allowed probability change p(r - 1) (b) against the old probability p, of the "
-    "rules this page compares among BandPO KL / TV / chi2 at delta = {delta:g} (uncapped), GRPO, Clip-Higher and "
-    "DCPO; dashed: the simplex limits.",
-    "training_curves": "Token entropy and reward against training step, and where the runs measured it (val_every) "
-    "validation mean@k (step 0: before training), mean over seeds with a 95% bootstrap band.",
-    "clipfrac_buckets": "Fraction of tokens clipped, by old-probability bucket and direction (upper: r > r_hi with "
-    "A > 0; lower: r < r_lo with A < 0), off-policy updates, mean over steps and seeds with 95% CI.",
-    "final_scores": "Final mean@k and pass@k per method (percent), mean over seeds with 95% stratified-bootstrap CI.",
-    "random_reward_entropy": "Random-reward control (Bernoulli(0.5) reward per completion): token entropy against "
-    "step per method, mean over seeds with a 95% bootstrap band: what clipping alone does to entropy.",
-    "probe_curves": "Mechanism probe: probability of the deciding correct token (mean over the probe problems of the "
-    "validation split) and sampled accuracy on them against step, mean over seeds with a 95% bootstrap band.",
-    "probe_clipfrac_buckets": "Mechanism probe: fraction of tokens clipped by old-probability bucket and direction "
-    "(the lowest bucket holds the rare correct tokens), mean over steps and seeds with 95% CI.",
-    "offpolicy_dose": "Off-policy axis: (a) the upper clip fraction among lowest-bucket tokens (old probability < "
-    "0.2) per arm and (b) the paired difference of the mean per-step entropy, arm - GRPO (same base model and seed), "
-    "against D, the mini-batch updates per rollout batch; mean over seeds with a 95% t interval.",
-    "offpolicy_entropy": "Off-policy axis: token entropy against step per arm, one row of panels per D, mean over "
-    "seeds with a 95% bootstrap band.",
-}
 PROBE_CURVES = ("probe/p_correct", "probe/accuracy")  # logged by bandpo.train.loop with probe_every
 VAL_CURVE = "val/mean"  # validation mean@k, logged by bandpo.train.loop with val_every
 TRAINING_CURVES = ("entropy", "reward_mean", VAL_CURVE)
@@ -69,8 +43,55 @@ TRAINING_CURVES = ("entropy", "reward_mean", VAL_CURVE)
 # PROBE: runs that logged the probe's curves (`PROBE_CURVES`); UPDATES_AXIS: the cells of a design axis over the
 # mini-batch updates per rollout batch (``key: updates_per_step``, the off-policy degree D).
 RANDOM_REWARD, PROBE, UPDATES_AXIS = "random reward", "probe", "updates axis"
-EXPERIMENT_FIGURES = {"random_reward_entropy": RANDOM_REWARD, "probe_curves": PROBE, "probe_clipfrac_buckets": PROBE,
-                      "offpolicy_dose": UPDATES_AXIS, "offpolicy_entropy": UPDATES_AXIS}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A figure of the report, declared once (`FIGURE_LIST`): its name (``figures/<name>.png`` and ``.csv``, the
+    report rule's outputs in workflow/rules/report.smk), its caption (``{delta}``: the Band rules' delta), and the
+    kind of experiment it draws (`experiments_of_kind`; None: the main experiment's, always shown). Its drawing is
+    `bandpo.report.build.draw_figures`' entry of the same name."""
+
+    name: str
+    caption: str
+    kind: str | None = None
+
+
+# fmt: off
+FIGURE_LIST = (
+    Figure(FOREST, "Each trained entry of the main experiment against the baseline, per model size: the paired "
+           "difference of the headline score (entry - baseline, same seeds; points) with its 95% paired t interval, "
+           "sorted by the difference; shaded: the margin delta the verdict tests; the marker gives the verdict "
+           "(Holm-adjusted), the primary comparison is starred."),
+    Figure("bounds", "Ratio bounds (a) and allowed probability change p(r - 1) (b) against the old probability p, of "
+           "the rules this page compares among BandPO KL / TV / chi2 at delta = {delta:g} (uncapped), GRPO, "
+           "Clip-Higher and DCPO; dashed: the simplex limits."),
+    Figure("training_curves", "Token entropy and reward against training step, and where the runs measured it "
+           "(val_every) validation mean@k (step 0: before training), mean over seeds with a 95% bootstrap band."),
+    Figure("clipfrac_buckets", "Fraction of tokens clipped, by old-probability bucket and direction (upper: r > r_hi "
+           "with A > 0; lower: r < r_lo with A < 0), off-policy updates, mean over steps and seeds with 95% CI."),
+    Figure("final_scores", "Final mean@k and pass@k per method (percent), mean over seeds with 95% "
+           "stratified-bootstrap CI."),
+    Figure("random_reward_entropy", "Random-reward control (Bernoulli(0.5) reward per completion): token entropy "
+           "against step per method, mean over seeds with a 95% bootstrap band: what clipping alone does to entropy.",
+           RANDOM_REWARD),
+    Figure("probe_curves", "Mechanism probe: probability of the deciding correct token (mean over the probe problems "
+           "of the validation split) and sampled accuracy on them against step, mean over seeds with a 95% bootstrap "
+           "band.", PROBE),
+    Figure("probe_clipfrac_buckets", "Mechanism probe: fraction of tokens clipped by old-probability bucket and "
+           "direction (the lowest bucket holds the rare correct tokens), mean over steps and seeds with 95% CI.",
+           PROBE),
+    Figure("offpolicy_dose", "Off-policy axis: (a) the upper clip fraction among lowest-bucket tokens (old "
+           "probability < 0.2) per arm and (b) the paired difference of the mean per-step entropy, arm - GRPO (same "
+           "base model and seed), against D, the mini-batch updates per rollout batch; mean over seeds with a 95% t "
+           "interval.", UPDATES_AXIS),
+    Figure("offpolicy_entropy", "Off-policy axis: token entropy against step per arm, one row of panels per D, mean "
+           "over seeds with a 95% bootstrap band.", UPDATES_AXIS),
+)
+# fmt: on
+FIGURES = tuple(f.name for f in FIGURE_LIST)  # in the pages' order: the forest plot first
+FIGURE_CAPTIONS = {f.name: f.caption for f in FIGURE_LIST}
+EXPERIMENT_FIGURES = {f.name: f.kind for f in FIGURE_LIST if f.kind}
 UPDATES_KEY = "updates_per_step"
 
 
