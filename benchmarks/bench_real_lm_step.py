@@ -153,18 +153,24 @@ def summarise(result: dict, warmup_steps: int) -> dict:
     return s
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_step_arguments(ap: argparse.ArgumentParser, data: str, temperature: float, steps_help: str) -> None:
+    """The run's flags (`suite_run`, `env_of`), shared with profile_real_lm_step.py: model, data, warm-up and
+    measured steps, threads, seed, new tokens, temperature, grader mode."""
     ap.add_argument("--model", default="resources/models/smollm2-135m", help="Hugging Face model directory")
-    ap.add_argument("--data", default="resources/data/tiny-math-real-lm", help="directory with train.jsonl")
+    ap.add_argument("--data", default=data, help="directory with train.jsonl")
     ap.add_argument("--warmup-steps", type=int, default=1)
-    ap.add_argument("--steps", type=int, default=1, help="timed steps per run")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=1, help=steps_help)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-new-tokens", type=int, default=32)
-    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--temperature", type=float, default=temperature)
     ap.add_argument("--grader-mode", default="strict-answer-line")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_step_arguments(ap, "resources/data/tiny-math-real-lm", 1.0, "timed steps per run")
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     ap.add_argument("--trl-python", default=sys.executable, help="python that imports trl (bench_trainer_vs_trl.py)")
     ap.add_argument("--no-flops", action="store_true", help="skip the FLOP count and the matrix-product rate")
@@ -175,12 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--steps and --repeats must be >= 1, --warmup-steps >= 0")
     if "fast" not in args.variants:
         ap.error("--variants: the ratios are against fast; include it")
-    for name in ("model", "data"):
-        path = Path(getattr(args, name))
-        path = path if path.is_absolute() else ROOT / path
-        if not path.exists():
-            ap.error(f"--{name}: {path} not found")
-        setattr(args, name, str(path))
+    base.resolve_paths(ap, args)
     if "trl" in args.variants:
         probe = subprocess.run([args.trl_python, "-c", "import trl"], capture_output=True, text=True)
         if probe.returncode != 0:

@@ -210,6 +210,17 @@ def child_env(threads: int) -> dict[str, str]:
     return env
 
 
+def resolve_paths(ap: argparse.ArgumentParser, args: argparse.Namespace, names=("model", "data")) -> None:
+    """``--model`` / ``--data`` as absolute paths (relative ones from the checkout's root); an argparse error for
+    one that does not exist."""
+    for name in names:
+        path = Path(getattr(args, name))
+        path = path if path.is_absolute() else ROOT / path
+        if not path.exists():
+            ap.error(f"--{name}: {path} not found")
+        setattr(args, name, str(path))
+
+
 def run_child(cmd: list[str], log_path: Path, env: dict[str, str]) -> None:
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -316,12 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         suite_run(args, "-")
     except ValueError as e:
         ap.error(f"--suite-set: {' '.join(str(e).split())}")
-    for name in ("model", "data"):
-        path = Path(getattr(args, name))
-        path = path if path.is_absolute() else ROOT / path
-        if not path.exists():
-            ap.error(f"--{name}: {path} not found")
-        setattr(args, name, str(path))
+    resolve_paths(ap, args)
     trl_python = Path(args.trl_python)
     if not trl_python.is_absolute() and not trl_python.exists():
         trl_python = ROOT / trl_python

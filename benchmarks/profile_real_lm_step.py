@@ -168,15 +168,7 @@ def worker(spec: str, out: str, warmup_steps: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="resources/models/smollm2-135m", help="Hugging Face model directory")
-    ap.add_argument("--data", default="resources/data/tiny-math-answer-line", help="directory with train.jsonl")
-    ap.add_argument("--warmup-steps", type=int, default=1)
-    ap.add_argument("--steps", type=int, default=1, help="profiled steps")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--max-new-tokens", type=int, default=32)
-    ap.add_argument("--temperature", type=float, default=0.7)
-    ap.add_argument("--grader-mode", default="strict-answer-line")
+    step_bench.add_step_arguments(ap, "resources/data/tiny-math-answer-line", 0.7, "profiled steps")
     ap.add_argument("--json", default=None, help="also write the result here")
     ap.add_argument("--worker", nargs=3, metavar=("SPEC", "OUT", "WARMUP"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -184,12 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         return worker(args.worker[0], args.worker[1], int(args.worker[2]))
     if args.steps < 1 or args.warmup_steps < 0:
         ap.error("--steps must be >= 1, --warmup-steps >= 0")
-    for name in ("model", "data"):
-        path = Path(getattr(args, name))
-        path = path if path.is_absolute() else ROOT / path
-        if not path.exists():
-            ap.error(f"--{name}: {path} not found")
-        setattr(args, name, str(path))
+    base.resolve_paths(ap, args)
 
     with tempfile.TemporaryDirectory(prefix="profile-real-lm-step-") as tmp:
         work = Path(tmp)
