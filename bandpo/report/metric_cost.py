@@ -47,6 +47,7 @@ from bandpo.stats.design import plan_design
 from bandpo.stats.power import pairs_needed
 from bandpo.stats.rule import POINTS
 from bandpo.stats.simulate import operating_characteristics
+from bandpo.study import MAIN, primary_margin
 
 MARGIN = 0.02  # δ: 2 points of mean@8 (the folder's primary declares it; this is the default)
 K, ALPHA_, BETA_ = 5, 0.05, 0.05  # looks of 5 pairs; stability >= 0.9 at Δ = 0 and Δ = δ
@@ -61,15 +62,18 @@ Pair = tuple[str, str]  # (treatment, control): the folder's primary comparison
 
 
 def primary_pair(folder: Path) -> tuple[Pair, float]:
-    """The published folder's primary comparison (treatment, control) and its margin (a fraction), from the
-    config its provenance.json records."""
+    """The published folder's primary comparison (treatment, control) and its margin on its first model (a
+    fraction, `bandpo.study.primary_margin`; `MARGIN` where none is declared), from the config its provenance.json
+    records."""
     path = folder / "provenance.json"
     config = json.loads(path.read_text(encoding="utf-8")).get("config") or {} if path.is_file() else {}
     primary = ((config.get("experiments") or {}).get("main") or {}).get("primary") or {}
     compare = primary.get("compare")
     if not compare or len(compare) != 2:
         raise ValueError(f"{path}: no primary comparison (experiments.main.primary.compare) recorded")
-    return (str(compare[0]), str(compare[1])), float(primary.get("margin", MARGIN * POINTS)) / POINTS
+    model = next((str(m["id"]) for m in config.get("models") or [] if "id" in m), "")
+    margin = primary_margin(config, MAIN, model)
+    return (str(compare[0]), str(compare[1])), MARGIN if math.isnan(margin) else margin
 
 
 @dataclass(frozen=True)
