@@ -17,6 +17,8 @@ publication recorded in provenance.json.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from bandpo.stats.rule import POINTS  # the config states margins and SDs in points; the code, in fractions
@@ -134,32 +136,116 @@ def family_margin(cfg: Mapping[str, Any], experiment: str, model: str) -> float:
 REPORT_KEYS = ("description", "primary", "secondaries", "models", "seeds", "train", "reuse", "axis", "select")
 
 
-def report_experiments(cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The experiments as the report and the select rule read them (workflow/rules/report.smk passes them as JSON):
-    each experiment's `REPORT_KEYS` (and an axis cell's ``methods``) plus the numbers its verdicts need, converted
-    here, the one place where the config's points become the code's fractions:
+@dataclass(frozen=True)
+class PlannedExperiment:
+    """One experiment as the report, the select rule and the decision jobs read it: its `REPORT_KEYS` as the
+    config gives them (``spec``: words, ids and settings, no number to convert), and the numbers its verdicts need,
+    per model, in the code's units (converted by `Study.from_config`, the one place where the config's points
+    become fractions):
 
-    * ``margins``: {model: the margin of its comparisons with the control, a fraction of the score}
-      (`family_margin`; a model without one is left out);
-    * ``entropy_margins``: {model: ``primary.entropy_margin``, nats} where declared;
-    * ``clip_margins``: {model: ``primary.clip_margin`` / `POINTS`, a fraction of the rare tokens} where declared;
-    * ``designs``: {model: `design_settings`} for a primary with ``sequential`` (the fields of
+    * ``margins``: the margin of its comparisons with the control, a fraction of the score (`family_margin`; a
+      model without one is left out);
+    * ``entropy_margins``: ``primary.entropy_margin`` in nats, where declared;
+    * ``clip_margins``: ``primary.clip_margin`` / `POINTS`, a fraction of the rare tokens, where declared;
+    * ``designs``: `design_settings` for a primary with ``sequential`` (the fields of
       `bandpo.stats.design.SequentialDesign`, in fractions).
 
-    ``cfg``: a completed config (`bandpo.plan.validate`), or the resolved config a publication recorded in
-    provenance.json (margins in points there too)."""
-    out: dict[str, dict[str, Any]] = {}
-    for xp_id, xp in cfg["experiments"].items():
-        spec = {k: xp.get(k) for k in REPORT_KEYS} | ({"methods": xp.get("methods")} if xp.get("axis") else {})
-        models = list(xp.get("models") or [])
-        margins = {m: family_margin(cfg, xp_id, m) for m in models}
-        spec["margins"] = {m: v for m, v in margins.items() if v == v}
-        primary = xp.get("primary") or {}
-        if primary.get("entropy_margin") is not None:
-            spec["entropy_margins"] = {m: per_model(primary["entropy_margin"], m) for m in models}
-        if primary.get("clip_margin") is not None:
-            spec["clip_margins"] = {m: per_model(primary["clip_margin"], m) / POINTS for m in models}
-        if sequential(cfg, xp_id) is not None:
-            spec["designs"] = {m: design_settings(cfg, xp_id, m) for m in models}
-        out[xp_id] = spec
-    return out
+    Immutable: the mappings are read-only views."""
+
+    id: str
+    spec: Mapping[str, Any]
+    margins: Mapping[str, float]
+    entropy_margins: Mapping[str, float] | None = None
+    clip_margins: Mapping[str, float] | None = None
+    designs: Mapping[str, Mapping[str, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("spec", "margins", "entropy_margins", "clip_margins", "designs"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, MappingProxyType(dict(value)))
+
+    def margin(self, key: str, model: str) -> float:
+        """The planned number ``key`` (``margins``, ``entropy_margins``, ``clip_margins``) on ``model``, NaN where
+        none is planned."""
+        value = (getattr(self, key) or {}).get(model)
+        return float(value) if value is not None else float("nan")
+
+    def to_json(self) -> dict[str, Any]:
+        """The experiment as JSON (workflow/rules/report.smk passes it to the report and the select rule): the
+        spec's keys, then the planned numbers, those that are set."""
+        out = {**self.spec, "margins": dict(self.margins)}
+        for name in PLANNED_KEYS[1:]:
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = json_ready(value)
+        return out
+
+    @classmethod
+    def from_json(cls, experiment: str, data: Mapping[str, Any]) -> PlannedExperiment:
+        """An experiment `to_json` wrote; ValueError when its primary states a margin in the config's points and
+        the plan's number is missing (the config's experiments passed as they are)."""
+        primary = data.get("primary") or {}
+        for raw, planned in zip(("margin", "entropy_margin", "clip_margin", "sequential"), PLANNED_KEYS, strict=True):
+            if primary.get(raw) is not None and planned not in data:
+                raise ValueError(
+                    f"experiment {experiment!r}: primary.{raw} without the run plan's {planned!r} (pass the "
+                    "experiments of bandpo.study.report_experiments(config): the margins as fractions of the score)"
+                )
+        spec = {k: v for k, v in data.items() if k not in PLANNED_KEYS}
+        return cls(experiment, spec, data.get("margins") or {},
+                   *(data.get(k) for k in PLANNED_KEYS[1:]))  # fmt: skip
+
+
+PLANNED_KEYS = ("margins", "entropy_margins", "clip_margins", "designs")
+
+
+def json_ready(value: Any) -> Any:
+    """Read-only views as plain dicts, for JSON."""
+    if isinstance(value, Mapping):
+        return {k: json_ready(v) for k, v in value.items()}
+    return value
+
+
+@dataclass(frozen=True)
+class Study:
+    """The experiments of a completed config as the stages after training read them (`PlannedExperiment`), by id;
+    built once from the config (`from_config`) or from the JSON the workflow passes (`from_json`)."""
+
+    experiments: Mapping[str, PlannedExperiment]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "experiments", MappingProxyType(dict(self.experiments)))
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any]) -> Study:
+        """``cfg``: a completed config (`bandpo.plan.validate`), or the resolved config a publication recorded in
+        provenance.json (margins in points there too)."""
+        out = {}
+        for xp_id, xp in cfg["experiments"].items():
+            spec = {k: xp.get(k) for k in REPORT_KEYS} | ({"methods": xp.get("methods")} if xp.get("axis") else {})
+            models = list(xp.get("models") or [])
+            margins = {m: family_margin(cfg, xp_id, m) for m in models}
+            primary = xp.get("primary") or {}
+            entropy = primary.get("entropy_margin")
+            clip = primary.get("clip_margin")
+            out[xp_id] = PlannedExperiment(
+                xp_id, spec, {m: v for m, v in margins.items() if v == v},
+                {m: per_model(entropy, m) for m in models} if entropy is not None else None,
+                {m: per_model(clip, m) / POINTS for m in models} if clip is not None else None,
+                {m: design_settings(cfg, xp_id, m) for m in models} if sequential(cfg, xp_id) is not None else None,
+            )  # fmt: skip
+        return cls(out)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Mapping[str, Any]]) -> Study:
+        return cls({xp: PlannedExperiment.from_json(xp, spec or {}) for xp, spec in data.items()})
+
+    def to_json(self) -> dict[str, dict[str, Any]]:
+        return {xp: planned.to_json() for xp, planned in self.experiments.items()}
+
+
+def report_experiments(cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The experiments as the report and the select rule read them (workflow/rules/report.smk passes them as JSON):
+    `Study.from_config` written as JSON (`PlannedExperiment.to_json`)."""
+    return Study.from_config(cfg).to_json()

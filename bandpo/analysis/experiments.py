@@ -58,7 +58,7 @@ from bandpo.stats.rule import (
     t_interval,
 )
 from bandpo.stats.simulate import fixed_n_stability, stability
-from bandpo.study import MAIN
+from bandpo.study import MAIN, PlannedExperiment
 
 SECTION_KEYS = ["experiment", "subset"]
 PRIMARY_COLUMNS = ["experiment", "model", "task", "metric", "role", "rule", "treatment", "control", "n_treatment",
@@ -130,45 +130,19 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 # ----------------------------------------------------------------------------------------------------------------
 # Margins, labels, the rows' common parts
 # ----------------------------------------------------------------------------------------------------------------
-def _per_model(spec: Mapping[str, Any] | None, key: str, model: str) -> float:
-    """``spec[key][model]`` (a number the run plan put there: `bandpo.study.report_experiments`), else NaN."""
-    value = ((spec or {}).get(key) or {}).get(model)
-    return float(value) if value is not None else float("nan")
-
-
-def _planned(spec: Mapping[str, Any] | None, experiment: str) -> None:
-    """ValueError when a spec states a margin in the config's points but carries none of the plan's fractions (the
-    config's experiments passed as they are, not through `bandpo.study.report_experiments`)."""
-    primary = (spec or {}).get("primary") or {}
-    for raw, planned in (
-        ("margin", "margins"),
-        ("entropy_margin", "entropy_margins"),
-        ("clip_margin", "clip_margins"),
-        ("sequential", "designs"),
-    ):
-        if primary.get(raw) is not None and planned not in (spec or {}):
-            raise ValueError(
-                f"experiment {experiment!r}: primary.{raw} without the run plan's {planned!r} (pass the experiments "
-                "of bandpo.study.report_experiments(config): the margins as fractions of the score)"
-            )
-
-
 def score_margin(specs: Mapping[str, Mapping[str, Any]], experiment: str, model: str) -> float:
     """The margin of an experiment's comparisons of scores on a model (a fraction): its ``margins`` from the run
-    plan, main's for an experiment the specs do not describe, else NaN."""
+    plan (`bandpo.study.PlannedExperiment`), main's for an experiment the specs do not describe, else NaN."""
     spec = specs.get(experiment)
     if spec is None:
         spec = specs.get(MAIN)
-    _planned(spec, experiment)
-    return _per_model(spec, "margins", model)
+    return PlannedExperiment.from_json(experiment, spec or {}).margin("margins", model)
 
 
 def run_margin(specs: Mapping[str, Mapping[str, Any]], experiment: str, model: str, key: str) -> float:
     """The margin of an experiment's comparisons of a training statistic on a model (the run plan's ``key``:
     ``entropy_margins`` in nats, ``clip_margins`` a fraction of the rare tokens), else NaN."""
-    spec = specs.get(experiment)
-    _planned(spec, experiment)
-    return _per_model(spec, key, model)
+    return PlannedExperiment.from_json(experiment, specs.get(experiment) or {}).margin(key, model)
 
 
 def _amount(margin: float, unit: str) -> str:

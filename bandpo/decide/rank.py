@@ -40,7 +40,7 @@ from bandpo.core.provenance import weights_sha256
 from bandpo.stats.design import ALPHA, BETA
 from bandpo.stats.power import pairs_needed
 from bandpo.stats.rule import BETTER, NOT_BETTER, UNDECIDED, WORDS, holm, one_sided_tests, rule_verdict
-from bandpo.study import MAIN, report_experiments
+from bandpo.study import MAIN, Study
 
 RANK_METRICS = ("mean@8", "pass@8")  # the leaderboard's headline metrics
 BASELINE = DEFAULT_BASELINE
@@ -92,11 +92,11 @@ def _per_seed(scores: pd.DataFrame, model: str, entry: str, metric: str) -> pd.D
 
 
 def plan_margins(config: dict) -> dict[str, float]:
-    """Main's margin per model, a fraction of the score, from the run plan of a config (`report_experiments`: the
+    """Main's margin per model, a fraction of the score, from the run plan of a config (`Study.from_config`: the
     config's points converted there); {} when main is not part of it or declares none."""
     if MAIN not in (config.get("experiments") or {}):
         return {}
-    return dict(report_experiments(config)[MAIN].get("margins") or {})
+    return dict(Study.from_config(config).experiments[MAIN].margins)
 
 
 def published_margins(published: str | os.PathLike) -> dict[str, float]:
