@@ -7,8 +7,10 @@ the planner, `bandpo.plan`, for it).
 * Each experiment's seeds: a slot's seeds (`slot_seeds`), a sequential primary's design (`sequential`) and the
   seeds each of its looks adds (`look_blocks`).
 * The margins and designs in the code's unit: the config states margins and SDs in points; `primary_margin`,
-  `family_margin` and `design_settings` divide by `bandpo.stats.rule.POINTS` here and nowhere else, and
-  `report_experiments` hands them, per experiment and model, to the report and the DAG's decision jobs (as JSON).
+  `family_margin` and `design_settings` divide by `bandpo.stats.rule.POINTS` here and nowhere else.
+* The planned experiments, typed and read-only (`Study`, `PlannedExperiment`): each experiment's settings as the
+  config gives them and its margins and designs per model in fractions, built once from the config and handed to the
+  report and the DAG's decision jobs as JSON (`report_experiments`), which reads back as the same study.
 
 ``cfg`` is a completed config (`bandpo.plan.validate` checks and completes it first), or the resolved config a
 publication recorded in provenance.json.

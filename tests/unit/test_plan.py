@@ -206,3 +206,35 @@ def test_a_config_file_is_read_as_snakemake_reads_it_with_one_line_per_error(tmp
     assert config_file_error(tmp_path / "nope.yaml") == f"Invalid config ({tmp_path / 'nope.yaml'}): no such file"
     argv = ["-n", "all", "--cores", "2", "--configfile", "a.yaml", "b.yaml", "--config", "only=main"]
     assert command_line_configfiles(argv) == ["a.yaml", "b.yaml"]
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_the_typed_study_reads_every_config_and_round_trips_through_its_json(path):
+    """`bandpo.study.Study`: each committed config's experiments as typed, read-only objects, margins and designs in
+    fractions; the JSON the workflow passes to the report reads back as the same study, and a config's experiments
+    passed without the plan's numbers are refused."""
+    from types import MappingProxyType
+
+    from bandpo.plan.config_files import read_config
+    from bandpo.study import MAIN, PlannedExperiment, Study, primary_margin
+
+    cfg = validate_config(copy.deepcopy(read_config(path)), root=str(ROOT))
+    study = Study.from_config(cfg)
+    data = json.loads(json.dumps(study.to_json()))
+    assert Study.from_json(data) == study and Study.from_json(data).to_json() == data
+    xp = MAIN if MAIN in study.experiments else next(iter(study.experiments))  # offpolicy, probe: no main
+    main = study.experiments[xp]
+    for model, margin in main.margins.items():
+        assert 0 < margin < 1  # points became a fraction, once
+        if xp == MAIN:
+            assert margin == primary_margin(cfg, MAIN, model)
+    assert main.margin("margins", "no-such-model") != main.margin("margins", "no-such-model")  # NaN
+    assert isinstance(main.margins, MappingProxyType) and isinstance(study.experiments, MappingProxyType)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        main.margins = {}  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        main.margins["x"] = 0.5  # type: ignore[index]
+    primary = cfg["experiments"][xp].get("primary") or {}
+    if primary.get("margin") is not None:
+        with pytest.raises(ValueError, match="run plan's 'margins'"):
+            PlannedExperiment.from_json(xp, cfg["experiments"][xp])  # the config's points, not the plan's
