@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from bandpo.stats.design import SequentialDesign
 from bandpo.stats.rule import POINTS  # the config states margins and SDs in points; the code, in fractions
 
 BASE_ENTRY = "base"  # the reserved method-entry id of the untrained base model (the step-0 row)
@@ -172,6 +173,11 @@ class PlannedExperiment:
         none is planned."""
         value = (getattr(self, key) or {}).get(model)
         return float(value) if value is not None else float("nan")
+
+    def design(self, model: str) -> SequentialDesign | None:
+        """The sequential primary's design on ``model`` (checked when built), None without one."""
+        settings = (self.designs or {}).get(model)
+        return SequentialDesign(**settings) if settings is not None else None
 
     def to_json(self) -> dict[str, Any]:
         """The experiment as JSON (workflow/rules/report.smk passes it to the report and the select rule): the

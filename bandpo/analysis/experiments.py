@@ -334,12 +334,12 @@ def primary_results(
             seeds = _seed_order(arms[0], arms[1], primary.get("seeds"))
             x, y = (a.loc[seeds].to_numpy(np.float64) for a in arms)
             margin = score_margin(specs, xp, model)
-            design = ((spec or {}).get("designs") or {}).get(model)
+            design = PlannedExperiment.from_json(xp, spec or {}).design(model)
             key = (xp, model)
             if primary.get("exploratory"):
                 rule = _exploratory_row(x, y, margin, primary["exploratory"])
             elif design is not None and not primary.get("demoted"):
-                rule = _sequential_row(SequentialDesign(**design), x, y, seed, key)
+                rule = _sequential_row(design, x, y, seed, key)
             else:
                 rule = _single_look_row(x, y, margin, SCORE_UNIT, seed, key, alone=not primary.get("demoted"))
             if primary.get("demoted"):
