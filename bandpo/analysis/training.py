@@ -110,6 +110,7 @@ RUN_METRICS = {m.name: m for m in (
     RunMetric("approx_kl", "approx_kl", "mean", "nats"),  # the update's k3 estimate
 )}  # fmt: skip
 STEP_METRICS = [m for m in RUN_METRICS.values() if m.aggregate != "summary"]  # read from metrics.jsonl
+SUMMARY_STATS = [m for m in RUN_METRICS.values() if m.per_run and m.aggregate == "summary"]  # runs.csv's, from run.json
 
 
 def source_in(metrics: pd.DataFrame, metric: RunMetric) -> str:
@@ -197,12 +198,12 @@ def run_stats(
             "params": None,
             "steps": int(g["step"].max()),
             **{m.name: run_value(g, m, sources[m.name]) for m in step_stats},
-            **{m.name: float("nan") for m in RUN_METRICS.values() if m.per_run and m.aggregate == "summary"},
+            **{m.name: float("nan") for m in SUMMARY_STATS},
         }
         if info is not None and (model, entry, seed_) in info.index:
             s = info.loc[(model, entry, seed_)]
             row.update(method=s["method"], params=s["params"])
-            row.update({m.name: s[m.source] for m in RUN_METRICS.values() if m.per_run and m.aggregate == "summary"})
+            row.update({m.name: s[m.source] for m in SUMMARY_STATS})
         per_run.append(row)
     per_run_df = pd.DataFrame(per_run, columns=RUN_COLUMNS)
     return per_run_df, entry_stats(per_run_df, confidence)
@@ -215,6 +216,9 @@ def entry_stats(per_run: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame
     per_entry = []
     for (model, entry), g in per_run.groupby(["model", "entry"], sort=True):
         row = {"model": model, "entry": entry, "n_runs": len(g)}
+        # Each aggregation keeps the arithmetic the published leaderboard.csv was written with, to the bit: numpy's
+        # mean of the seeds' values with NaN dropped (mean_t), pandas' skipna mean / sum (mean_total, mean). The two
+        # means may differ in their last bit, so they are not merged.
         for m in ENTRY_STATS:
             if m.entry == "mean_t":
                 values = g[m.name].dropna().to_numpy(np.float64)
