@@ -11,8 +11,9 @@ import pandas as pd
 from scipy.stats import chi2
 
 from bandpo.analysis.scores import power_table
+from bandpo.analysis.training import RUN_METRICS
 from bandpo.report.board import Board
-from bandpo.report.columns import by_model, by_paired_difference, verdict_text, with_seeds
+from bandpo.report.columns import by_model, by_paired_difference, run_column, verdict_text, with_seeds
 from bandpo.report.verdicts import PARTS, rerun_text, shows
 from bandpo.stats.power import minimum_detectable_difference, pairs_needed
 from bandpo.stats.rule import BETTER, NOT_BETTER
@@ -33,26 +34,29 @@ def section(board: Board, experiment: str, subset: str = "") -> pd.DataFrame:
     return board.leaderboard[(board.leaderboard.experiment == experiment) & (board.leaderboard.subset == subset)]
 
 
+TRAINING = ("entropy_final", "clipfrac")  # the training statistics a leaderboard block shows, as the page does
+
+
 def leaderboard_block(experiment: str, subset: str = "") -> Callable[[Board], str]:
     """Every row of one section of the leaderboard, in the page's order (`by_paired_difference`): model, entry,
-    mean@8, paired Δ, P(>grpo), pass@8, maj@8, final entropy, share of off-policy tokens clipped."""
+    mean@8, paired Δ, P(>grpo), pass@8, maj@8, then each training statistic of `TRAINING` with the page's header and
+    text (`bandpo.report.columns.run_column` of its `RUN_METRICS` declaration)."""
 
     def block(board: Board) -> str:
         rows = []
         if section(board, experiment, subset).empty:
             return f"No rows of experiment {experiment} in this publication."
         shown = with_seeds(section(board, experiment, subset), board.scores).sort_values("model", kind="stable")
+        training = [c for c in (run_column(RUN_METRICS[n], shown) for n in TRAINING) if c is not None]
         for r in row_series(pd.concat([by_paired_difference(g) for _, g in by_model(shown)])):
             base = r["entry"] == r["baseline"]
             rows.append([
                 r["model"], r["entry"], ci(r[METRIC], r[f"{METRIC}_t_ci_low"], r[f"{METRIC}_t_ci_high"]), paired(r),
                 "(baseline)" if base else num(r[f"{METRIC}_diff_poi"], 2, 1.0),
-                num(r["pass@8"]), num(r["maj@8"]),
-                ci(r["entropy_final"], r["entropy_final_ci_low"], r["entropy_final_ci_high"], 3, 1.0),
-                "" if r["entry"] == "base" else num(r["clipfrac"], 2) + "%",
+                num(r["pass@8"]), num(r["maj@8"]), *(c.text(r) for c in training),
             ])  # fmt: skip
-        head = ["model", "entry", "mean@8", "Δ vs grpo (paired)", "P(>grpo)", "pass@8", "maj@8", "entropy (final)",
-                "clipped"]  # fmt: skip
+        head = ["model", "entry", "mean@8", "Δ vs grpo (paired)", "P(>grpo)", "pass@8", "maj@8",
+                *(c.head for c in training)]  # fmt: skip
         return md_table(head, rows, right=2)
 
     return block
