@@ -7,7 +7,7 @@ dag_rules.csv):
 
 * the paired SD of the treatment's value minus the control's (points; per seed; the folder's primary pair and
   margin, from the config its provenance.json records);
-* the planning SD: its one-sided 90% upper confidence bound (`bandpo.analysis.sequential.upper_sd`, as the tiny
+* the planning SD: its one-sided 90% upper confidence bound (`bandpo.stats.plan.upper_sd`, as the tiny
   tier's designs plan);
 * the minutes a pair costs on the machine of the publication (two training runs and their scoring);
 * the group-sequential design of the tiny tier's rule (`bandpo.stats.design.plan_design`: looks of k = 5 pairs,
@@ -42,8 +42,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import curve_fit
 
-from bandpo.analysis.sequential import upper_sd
 from bandpo.stats.design import plan_design
+from bandpo.stats.plan import upper_sd
 from bandpo.stats.power import pairs_needed
 from bandpo.stats.rule import POINTS
 from bandpo.stats.simulate import operating_characteristics

@@ -14,15 +14,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bandpo.analysis import sequential as seq
 from bandpo.analysis.experiments import ENTROPY
 from bandpo.report.board import Board
+from bandpo.stats import plan
 from bandpo.stats.design import ALPHA, BETA, SequentialDesign, plan_design
 from bandpo.stats.power import pairs_needed
 from bandpo.stats.rule import BETTER, NOT_BETTER, POINTS, UNDECIDED
 from bandpo.stats.simulate import agreement, bootstrap_stability, fixed_n_stability, operating_characteristics
 from bandpo.stats.simulate import stability as stability_of
 from bandpo.study import look_blocks, report_experiments
+from docs.blocks import history
 from docs.blocks.publication import published_parts, seed_range
 
 SEQUENTIAL, SINGLE_LOOK, EXPLORATORY, DEMOTED, DESCRIPTIVE = (
@@ -52,7 +53,7 @@ class Declared:
 
 def declared(config: Mapping[str, Any]) -> list[Declared]:
     """Every primary of a resolved config (provenance.json's), per experiment and model, in the config's order."""
-    plan = report_experiments(config)
+    planned = report_experiments(config)
     out = []
     for xp, spec in (config.get("experiments") or {}).items():
         primary = spec.get("primary") or {}
@@ -60,12 +61,12 @@ def declared(config: Mapping[str, Any]) -> list[Declared]:
             continue
         models = spec.get("models") or [m["id"] for m in config.get("models") or []]
         for model in models:
-            design = (plan[xp].get("designs") or {}).get(model)
-            margin = plan[xp]["margins"].get(model, float("nan"))
+            design = (planned[xp].get("designs") or {}).get(model)
+            margin = planned[xp]["margins"].get(model, float("nan"))
             seeds = tuple(int(s) for s in primary.get("seeds") or spec.get("seeds") or config.get("seeds") or ())
             reason = str(primary.get("exploratory") or primary.get("demoted") or "")
             if primary.get("score") == ENTROPY:
-                kind, margin = DESCRIPTIVE, (plan[xp].get("entropy_margins") or {}).get(model, float("nan"))
+                kind, margin = DESCRIPTIVE, (planned[xp].get("entropy_margins") or {}).get(model, float("nan"))
             elif primary.get("exploratory"):
                 kind = EXPLORATORY
             elif primary.get("demoted"):
@@ -111,11 +112,11 @@ def declared_rules(board: Board) -> str:
 # ------------------------------------------------------------------------------------------------------------
 # The plan of the designs (docs/statistics.md, block sequential-plan)
 # ------------------------------------------------------------------------------------------------------------
-_pts, _p, _table = seq.pts, seq.pct, seq.table  # the plan's number formats and Markdown tables, as the CLI prints
+_pts, _p, _table = plan.pts, plan.pct, plan.table  # the plan's number formats and Markdown tables, as the CLI prints
 
 
-def setting_designs(board: Board, plans, k: int = seq.DEFAULT_K) -> dict[str, tuple[str, SequentialDesign]]:
-    """Per setting of the plan (`bandpo.analysis.sequential.PRIMARIES`): (how its primary was declared, its design).
+def setting_designs(board: Board, plans, k: int = plan.DEFAULT_K) -> dict[str, tuple[str, SequentialDesign]]:
+    """Per setting of the plan (`docs.blocks.history.PRIMARIES`): (how its primary was declared, its design).
     A setting's primary is the first of its primaries that a published folder (this one, then those under it)
     declares; sequential: the design applied; exploratory: the one it would need (`plan_design` at the setting's
     planning SD, the config's margin)."""
@@ -123,7 +124,7 @@ def setting_designs(board: Board, plans, k: int = seq.DEFAULT_K) -> dict[str, tu
     rules = [d for b in folders for d in declared(b.provenance.get("config") or {})]
     out = {}
     for setting, p in plans.iterrows():
-        names = [(name, xp, model) for name, (st, xp, model) in seq.PRIMARIES.items() if st == setting]
+        names = [(name, xp, model) for name, (st, xp, model) in history.PRIMARIES.items() if st == setting]
         found = [(name, d) for name, xp, model in names for d in rules if (d.experiment, d.model) == (xp, model)]
         if not found:
             raise ValueError(f"no published folder declares a primary of the setting {setting!r}")
@@ -144,7 +145,7 @@ def _sds_tables(diffs, plans) -> list[str]:
     out += _table(["publication", "primary", "pairs", "mean", "SD"], rows, "llrrr") + [""]
     cols = ["pooled_mean", "pooled_sd", "largest_sd", "planning_sd"]
     rows = [[st, f"{p['samples']:.0f}", f"{p['df']:.0f}", *(_pts(p[c]) for c in cols)] for st, p in plans.iterrows()]
-    out += [f"Pooled per setting (planning SD: the one-sided {seq.SD_CONFIDENCE:.0%} upper confidence bound):", ""]
+    out += [f"Pooled per setting (planning SD: the one-sided {plan.SD_CONFIDENCE:.0%} upper confidence bound):", ""]
     header = ["setting", "samples", "df", "pooled mean", "pooled SD", "largest SD", "planning SD"]
     return out + _table(header, rows, "lrrrrrr") + [""]
 
@@ -173,16 +174,17 @@ def _designs_table(plans, designs, costs, reps: int, seed: int) -> list[str]:
 
 
 def _stability_tables(diffs, designs, reps: int, seed: int) -> list[str]:
-    head = designs[seq.HEADLINE_SETTING][1]
-    out = [f"The headline's boundaries ({seq.HEADLINE_SETTING}, the design applied):", ""]
-    out += seq.boundaries_table(head) + [""]
+    head = designs[history.HEADLINE_SETTING][1]
+    out = [f"The headline's boundaries ({history.HEADLINE_SETTING}, the design applied):", ""]
+    out += plan.boundaries_table(head) + [""]
     rows = []
     groups = [((c, pr), g) for (c, pr), g in diffs.groupby(["publication", "primary"], sort=False)]
-    groups += [((c, seq.POOLED), diffs[(diffs["publication"] == c) & (diffs["setting"] == seq.HEADLINE_SETTING)])
-               for c in seq.PUBLICATIONS]  # fmt: skip
+    headline = diffs["setting"] == history.HEADLINE_SETTING
+    groups += [((c, history.POOLED), diffs[(diffs["publication"] == c) & headline]) for c in history.PUBLICATIONS]
     for (c, primary), g in groups:
         d = g["diff"].to_numpy()
-        des = designs[seq.PRIMARIES[primary][0] if primary in seq.PRIMARIES else seq.HEADLINE_SETTING][1]
+        setting = history.PRIMARIES[primary][0] if primary in history.PRIMARIES else history.HEADLINE_SETTING
+        des = designs[setting][1]
         st = stability_of(des, float(d.mean()), float(d.std(ddof=1)), d.size, reps, seed)
         bs = bootstrap_stability(des, d, reps, seed)
         rows.append([f"`{c}`", primary, str(d.size), _pts(d.mean()), _pts(d.std(ddof=1)), _p(st.p_better),
@@ -192,7 +194,7 @@ def _stability_tables(diffs, designs, reps: int, seed: int) -> list[str]:
     out += ["Stability of each primary's verdict under its setting's design, from its observed mean and SD:", ""]
     out += _table(header, rows, "llrrrrrrrr") + [""]
     rows = []
-    for delta in seq.DELTA_GRID:
+    for delta in history.DELTA_GRID:
         oc = operating_characteristics(head, delta / POINTS, head.planning_sd, reps, seed)
         rows.append([f"{delta:+g}", _p(oc.p_better), f"{oc.expected_n:.1f}", _p(agreement(oc.p_better, reps))])
     out += [f"The headline's design over the true Δ at its planning SD ({_pts(head.planning_sd)} points):", ""]
@@ -215,14 +217,14 @@ def _fixed_n_table(diffs, plans, designs, reps: int, seed: int) -> list[str]:
 
 def sequential_plan(board: Board, reps: int = 40_000, seed: int = 0) -> str:
     """The block ``sequential-plan`` of docs/statistics.md ("The verdict rule and seeds until decided"): the SDs
-    the three publications measured (`bandpo.analysis.sequential.publication_differences`, from git history), the
+    the three publications measured (`docs.blocks.history.publication_differences`, from git history), the
     planning SD per setting, each setting's design as applied (`setting_designs`) with its simulated error rates,
     expected pairs and training cost, the headline's boundaries, each primary's stability under its design, the
     stability over the true difference, and what the pairs run so far reach at a fixed n. Seeded."""
     repo = board.folder or "."
-    diffs = seq.publication_differences(repo)
-    plans = seq.planning_sds(diffs).set_index("setting")
-    costs = seq.publication_costs(repo).groupby("setting", sort=False)["cpu_min"].agg(["min", "max"])
+    diffs = history.publication_differences(repo)
+    plans = history.planning_sds(diffs).set_index("setting")
+    costs = history.publication_costs(repo).groupby("setting", sort=False)["cpu_min"].agg(["min", "max"])
     designs = setting_designs(board, plans)
     out = _sds_tables(diffs, plans) + _designs_table(plans, designs, costs, reps, seed)
     out += _stability_tables(diffs, designs, reps, seed) + _fixed_n_table(diffs, plans, designs, reps, seed)

@@ -1,4 +1,4 @@
-"""The verdict rule and its group-sequential design (bandpo.analysis.sequential): boundaries against published values
+"""The verdict rule and its group-sequential design (bandpo.stats): boundaries against published values
 and an independent integration, the t procedure's simulated error rates, refinement with more pairs, stability,
 decide's stopping, the fixed-n rule as the single-look case, and the errors for bad input."""
 
@@ -11,8 +11,8 @@ import pytest
 from scipy.stats import multivariate_normal, norm
 from scipy.stats import t as student_t
 
-from bandpo.analysis import sequential as sq
 from bandpo.stats import design as sd
+from bandpo.stats import plan as sq
 from bandpo.stats import rule, simulate
 from bandpo.stats.design import SequentialDesign, boundaries, plan_design, z_boundaries, z_crossing
 from bandpo.stats.power import pairs_needed
@@ -305,8 +305,8 @@ def test_bad_differences(design):
 
 
 def test_plan_command_prints_the_boundaries(capsys):
-    assert sq.main(["plan", "--sd", "0.027", "--k", "5", "--reps", "2000", "--delta", "0", "2"]) == 0
+    assert sq.main(["--sd", "0.027", "--k", "5", "--reps", "2000", "--delta", "0", "2"]) == 0
     out = capsys.readouterr().out
     assert "at most 20 (4 looks)" in out and "| 4 | 20 |" in out and "= efficacy" in out
-    assert sq.main(["plan", "--sd", "0.027", "--k", "5", "--n-max", "15"]) == 2
+    assert sq.main(["--sd", "0.027", "--k", "5", "--n-max", "15"]) == 2
     assert "SequentialDesign.n_max" in capsys.readouterr().err
