@@ -23,6 +23,7 @@ from bandpo.plan.config_files import config_file_error, overlay_error
 from bandpo.plan.run_lock import clear_stale_locks
 from bandpo.plan.runs import Plan
 from bandpo.plan.validate import ConfigError, validate_config
+from bandpo.report.figures import check_views
 
 # A run killed by SIGKILL leaves Snakemake's lock files behind; with no other run alive here they are stale, and the
 # plain command clears them instead of asking for --unlock (bandpo/plan/run_lock.py). Jobs re-parsing this file
@@ -48,6 +49,10 @@ try:
         config, cache_dir=os.path.join(".snakemake", "bandpo-config-checked"), root=workflow.basedir
     )
     PLAN = Plan(_validated, workflow.basedir)
+    try:
+        check_views(_validated["experiments"])  # the report's figures each experiment names, before any job
+    except ValueError as _views:
+        raise ConfigError(str(_views)) from None
 except ConfigError as _err:
     # A config error, not a broken Snakefile: one line naming the config file and the field, without the location
     # and traceback in the Snakefile that Snakemake prints for an exception raised here (WorkflowError included).

@@ -135,7 +135,7 @@ def family_margin(cfg: Mapping[str, Any], experiment: str, model: str) -> float:
 
 # What the report reads of each experiment, as the config gives it (the primary's words, the runs it reuses from
 # main, its axis and selection); an axis cell's methods too (a select rule reads them), not main's: adding a method
-# entry must not rerun rule select
+# entry must not rerun rule select; and the figures it names (``views``, where it names them)
 REPORT_KEYS = ("description", "primary", "secondaries", "models", "seeds", "train", "reuse", "axis", "select")
 
 
@@ -232,6 +232,7 @@ class Study:
         out = {}
         for xp_id, xp in cfg["experiments"].items():
             spec = {k: xp.get(k) for k in REPORT_KEYS} | ({"methods": xp.get("methods")} if xp.get("axis") else {})
+            spec |= {"views": list(xp["views"])} if xp.get("views") else {}  # the report's figures it names
             models = list(xp.get("models") or [])
             margins = {m: family_margin(cfg, xp_id, m) for m in models}
             primary = xp.get("primary") or {}

@@ -54,6 +54,7 @@ from bandpo.report.figures import (
     axis_entropy_figure,
     bound_keys,
     bounds_figure,
+    check_views,
     clipfrac_figure,
     final_scores_figure,
     save_figure,
@@ -115,15 +116,15 @@ def build_report(
     board = make_board(results_dir, inputs, specs, axes or {}, baseline, n_resamples, confidence, seed,
                        base_per_seed)  # fmt: skip
     bounds_table = load_bounds(bounds) if bounds.is_file() else pd.DataFrame(columns=BOUNDS_COLUMNS)
-    kinds = experiments_of_kind(inputs.metrics, board)
-    written = write_figures(out / "figures", draw_figures(inputs.metrics, board, bounds_table, baseline, seed, kinds))
+    views = figure_experiments(inputs.metrics, board)
+    written = write_figures(out / "figures", draw_figures(inputs.metrics, board, bounds_table, baseline, seed, views))
     for name, frame in board.tables():
         written[name] = write_csv(frame, out / name)
     # the per-step metrics behind runs.csv, the figures and (all/<key> of the axes' runs) axis_runs.csv
     cells = [c for axis in board.axes.values() for c in axis["cells"]]
     written["steps.csv"] = write_steps(inputs.metrics, out / "steps.csv", UPDATE_MEANS, cells)
     present = set(board.leaderboard["experiment"])
-    shown = [n for n in FIGURES if n not in EXPERIMENT_FIGURES or set(kinds[EXPERIMENT_FIGURES[n]]) & present]
+    shown = [n for n in FIGURES if n not in EXPERIMENT_FIGURES or set(views[n]) & present]
     shown = [name for name in shown if name != FOREST or MAIN in present]  # no main rows: no forest at the top
     page_dir = Path(page_figures) if page_figures is not None else out / "figures"
     delta = float(bounds_table["delta"].iloc[0]) if not bounds_table.empty else float("nan")
@@ -250,12 +251,13 @@ def draw_figures(
     bounds_table: pd.DataFrame,
     baseline: str | None,
     seed: int,
-    kinds: Mapping[str, list[str]],
+    views: Mapping[str, list[str]],
 ) -> dict[str, tuple[Any, pd.DataFrame]]:
     """Every figure of `bandpo.report.figures.FIGURES` with the data it plotted: the forest plot of the board's
     leaderboard, the bounds of the rules it compares, main's training curves, clip fractions and final scores, the
-    random-reward and probe experiments' curves, and the off-policy axis (``kinds``: `experiments_of_kind`)."""
-    main_metrics, probe_metrics = of_experiment(metrics, MAIN), of_experiments(metrics, kinds[PROBE])
+    random-reward and probe experiments' curves, and the off-policy axis (``views``: each experiment figure's
+    experiments, `figure_experiments`)."""
+    main_metrics = of_experiment(metrics, MAIN)
     axis_id = next((a for a, v in board.axes.items() if v.get("key") == UPDATES_KEY), None)
     off = board.axes.get(axis_id) or {"cells": [], "label": "D", "key": ""}
     axis_table = board.axis if board.axis is not None else pd.DataFrame(columns=RESULT_COLUMNS)
@@ -270,25 +272,36 @@ def draw_figures(
         "clipfrac_buckets": clipfrac_figure(main_metrics, baseline=baseline, seed=seed),
         "final_scores": final_scores_figure(of_experiment(board.stats, MAIN), baseline=baseline),
         "random_reward_entropy": training_curves_figure(
-            of_experiments(metrics, kinds[RANDOM_REWARD]), columns=("entropy",), baseline=baseline, seed=seed
+            of_experiments(metrics, views["random_reward_entropy"]), columns=("entropy",), baseline=baseline, seed=seed
         ),
-        "probe_curves": training_curves_figure(probe_metrics, columns=PROBE_CURVES, baseline=baseline, seed=seed),
-        "probe_clipfrac_buckets": clipfrac_figure(probe_metrics, baseline=baseline, seed=seed),
+        "probe_curves": training_curves_figure(
+            of_experiments(metrics, views["probe_curves"]), columns=PROBE_CURVES, baseline=baseline, seed=seed
+        ),
+        "probe_clipfrac_buckets": clipfrac_figure(
+            of_experiments(metrics, views["probe_clipfrac_buckets"]), baseline=baseline, seed=seed
+        ),
         "offpolicy_dose": axis_dose_figure(off_results, off["label"], baseline=baseline),
         "offpolicy_entropy": axis_entropy_figure(metrics, off_cells, off["label"], baseline=baseline, seed=seed),
     }
 
 
-def experiments_of_kind(metrics: pd.DataFrame, board: Board) -> dict[str, list[str]]:
-    """The page's experiments of each kind `EXPERIMENT_FIGURES` draws, by what they declare or log (no experiment
-    id): `RANDOM_REWARD` those whose ``train`` sets ``reward: random``, `PROBE` those whose runs logged
-    `PROBE_CURVES`, `UPDATES_AXIS` the cells of the axes over `UPDATES_KEY`."""
+def figure_experiments(metrics: pd.DataFrame, board: Board) -> dict[str, list[str]]:
+    """The experiments each figure of one kind of experiment (`EXPERIMENT_FIGURES`) draws: those whose config names
+    it in ``views`` (`bandpo.report.figures.check_views`), and those that name no views and are of its kind by what
+    they declare or log (no experiment id): `RANDOM_REWARD` those whose ``train`` sets ``reward: random``, `PROBE`
+    those whose runs logged `PROBE_CURVES`, `UPDATES_AXIS` the cells of the axes over `UPDATES_KEY`."""
+    check_views(board.experiments)
+    declared = {x: set(spec["views"]) for x, spec in board.experiments.items() if (spec or {}).get("views")}
     random = [x for x, spec in board.experiments.items() if ((spec or {}).get("train") or {}).get("reward") == "random"]
     logged = metrics.dropna(subset=[c for c in PROBE_CURVES if c in metrics], how="all") if set(PROBE_CURVES) & set(
         metrics) else metrics.iloc[:0]  # fmt: skip
     probe = sorted(set(logged["experiment"].fillna(MAIN))) if "experiment" in logged else [MAIN] * (len(logged) > 0)
     cells = [c for a in board.axes.values() if a.get("key") == UPDATES_KEY for c in a["cells"]]
-    return {RANDOM_REWARD: random, PROBE: probe, UPDATES_AXIS: cells}
+    inferred = {RANDOM_REWARD: random, PROBE: probe, UPDATES_AXIS: cells}
+    return {
+        name: [x for x in inferred[kind] if x not in declared] + [x for x, v in declared.items() if name in v]
+        for name, kind in EXPERIMENT_FIGURES.items()
+    }
 
 
 def of_experiments(frame: pd.DataFrame, experiments: list[str]) -> pd.DataFrame:

@@ -14,7 +14,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,11 +37,12 @@ FOREST = "forest"  # the forest plot (bandpo.report.forest): the pages show it f
 PROBE_CURVES = ("probe/p_correct", "probe/accuracy")  # logged by bandpo.train.loop with probe_every
 VAL_CURVE = "val/mean"  # validation mean@k, logged by bandpo.train.loop with val_every
 TRAINING_CURVES = ("entropy", "reward_mean", VAL_CURVE)
-# The figures of one kind of experiment, known by what its config declares or its runs log, never by its id
-# (`bandpo.report.build.experiments_of_kind`): always written (a placeholder without such runs), shown only when the
-# page has runs of that kind. RANDOM_REWARD: trained with ``train: {reward: random}`` (the entropy control);
-# PROBE: runs that logged the probe's curves (`PROBE_CURVES`); UPDATES_AXIS: the cells of a design axis over the
-# mini-batch updates per rollout batch (``key: updates_per_step``, the off-policy degree D).
+# The figures of one kind of experiment: the views the config's experiments name (``views``), else known by what an
+# experiment declares or its runs log, never by its id (`bandpo.report.build.figure_experiments`): always written (a
+# placeholder without such runs), shown only when the page has runs of an experiment they draw. RANDOM_REWARD:
+# trained with ``train: {reward: random}`` (the entropy control); PROBE: runs that logged the probe's curves
+# (`PROBE_CURVES`); UPDATES_AXIS: the cells of a design axis over the mini-batch updates per rollout batch
+# (``key: updates_per_step``, the off-policy degree D).
 RANDOM_REWARD, PROBE, UPDATES_AXIS = "random reward", "probe", "updates axis"
 
 
@@ -91,7 +92,20 @@ FIGURE_LIST = (
 # fmt: on
 FIGURES = tuple(f.name for f in FIGURE_LIST)  # in the pages' order: the forest plot first
 FIGURE_CAPTIONS = {f.name: f.caption for f in FIGURE_LIST}
-EXPERIMENT_FIGURES = {f.name: f.kind for f in FIGURE_LIST if f.kind}
+EXPERIMENT_FIGURES = {f.name: f.kind for f in FIGURE_LIST if f.kind}  # the views an experiment may name
+
+
+def check_views(experiments: Mapping[str, Mapping[str, Any]]) -> None:
+    """The config's ``experiments.<id>.views`` name figures that draw one kind of experiment (`EXPERIMENT_FIGURES`):
+    ValueError naming the experiment, the figure and the choices otherwise (before any job of the DAG runs)."""
+    for xp, spec in experiments.items():
+        unknown = [v for v in (spec or {}).get("views") or () if v not in EXPERIMENT_FIGURES]
+        if unknown:
+            choices = ", ".join(EXPERIMENT_FIGURES)
+            raise ValueError(f"experiments.{xp}.views: {', '.join(map(repr, unknown))}: not a figure an experiment "
+                             f"can name; choose from {choices} (bandpo.report.figures)")  # fmt: skip
+
+
 UPDATES_KEY = "updates_per_step"
 
 

@@ -2505,3 +2505,45 @@ def test_the_run_statistics_registry_gives_the_published_columns_and_the_pages()
     assert {s.metric: (s.word, s.lower) for s in RUN_STATISTICS.values()} == {
         "entropy_final": ("higher", False), "entropy_auc": ("higher", False),
         "clip_upper_low": ("lower", True), "clip_lower_low": ("lower", True)}  # fmt: skip
+
+
+def test_experiments_name_their_views_else_the_report_infers_them():
+    """An experiment's ``views`` (config) are the figures that draw its runs; one that names none is drawn by the
+    figures of its kind (reward: random; the probe's curves logged; an updates_per_step axis's cells). A name that
+    is not a figure of one kind of experiment is a config error naming the experiment and the choices."""
+    from types import SimpleNamespace
+
+    from bandpo.report.build import figure_experiments
+    from bandpo.report.figures import EXPERIMENT_FIGURES, check_views
+
+    experiments = {
+        "main": {},
+        "rr": {"train": {"reward": "random"}},
+        "rr-probed": {"train": {"reward": "random"}, "views": ["probe_curves"]},  # named: not the inferred kind
+        "named": {"views": ["random_reward_entropy"]},
+    }
+    board = SimpleNamespace(experiments=experiments, axes={"off": {"key": "updates_per_step", "cells": ["d1", "d8"]}})
+    metrics = pd.DataFrame({"experiment": ["p", "rr-probed", "main"], "probe/p_correct": [0.1, 0.2, np.nan]})
+    views = figure_experiments(metrics, board)
+    assert set(views) == set(EXPERIMENT_FIGURES)
+    assert views["random_reward_entropy"] == ["rr", "named"]
+    assert views["probe_curves"] == ["p", "rr-probed"] and views["probe_clipfrac_buckets"] == ["p"]
+    assert views["offpolicy_dose"] == views["offpolicy_entropy"] == ["d1", "d8"]
+    check_views(experiments)
+    for bad in ("forest", "probe_curve"):
+        with pytest.raises(ValueError, match=rf"experiments\.named\.views: '{bad}'.*choose from random_reward_entropy"):
+            check_views({"named": {"views": [bad]}})
+
+
+def test_a_view_no_figure_draws_fails_the_dag_before_any_job(tmp_path):
+    """`snakemake -n` on a config whose experiment names an unknown view: one line naming the field and the choices,
+    exit 1, no job planned (the Snakefile checks the views with the config)."""
+    from conftest import snakemake
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((ROOT / "config" / "smoke.yaml").read_text().replace("views: [random_reward_entropy]",
+                                                                       "views: [random_reward_entropi]"))  # fmt: skip
+    proc = snakemake(tmp_path, "-n", "--cores", "1", configfile=bad, timeout=300)
+    assert proc.returncode == 1, proc.output[-2000:]
+    assert "Invalid config" in proc.output and "experiments.random-reward.views: 'random_reward_entropi'" in proc.output
+    assert "Traceback" not in proc.output and "Job stats" not in proc.output and not (tmp_path / "results").exists()
