@@ -10,11 +10,11 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 
 def package_data(*parts: str) -> Path:
@@ -123,6 +123,26 @@ def read_json_object(path: str | os.PathLike, what: str) -> dict[str, Any]:
     if not isinstance(values, dict):
         raise ValueError(f"{what} {path}: expected a JSON object of field values, got {type(values).__name__}")
     return values
+
+
+Spec = TypeVar("Spec")
+
+
+def read_spec(
+    path: str | os.PathLike, parse: Callable[[dict[str, Any]], Spec], set_files: Sequence[str | os.PathLike] = ()
+) -> Spec:
+    """The job a spec file describes: the one reader of the run plan's spec files (`bandpo.plan.runs`: a training
+    run's, a verl run's, a scoring job's, a look's). The JSON object at ``path``, the settings of each ``set_files``
+    object applied over it (a setting an earlier job chose: the workflow's select rule), then ``parse`` (the job
+    type's checked constructor, which validates every field once: the job trusts the value after); ValueError naming
+    the file and the field."""
+    values = read_json_object(path, "--spec")
+    for set_file in set_files:
+        values.update(read_json_object(set_file, "--set-file"))
+    try:
+        return parse(values)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"--spec {path}: {e}") from None
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:

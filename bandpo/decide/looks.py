@@ -19,21 +19,24 @@ from pathlib import Path
 from typing import Any
 
 from bandpo.analysis.load import parse_metric, summary_values
-from bandpo.core.files import atomic_write_text
+from bandpo.core.files import atomic_write_text, read_spec
 from bandpo.stats.design import SequentialDesign
 from bandpo.stats.rule import decide
 
+LOOK_KEYS = ("design", "task", "metric", "seeds", "summaries")  # a look's spec (bandpo.plan.runs writes it)
+
+
+def look_spec(values: dict[str, Any]) -> dict[str, Any]:
+    """A look's spec from its JSON object; ValueError naming the keys it lacks."""
+    missing = [k for k in LOOK_KEYS if k not in values]
+    if missing:
+        raise ValueError(f"not a look's spec (missing {', '.join(missing)})")
+    return values
+
 
 def read_look_spec(path: str | Path) -> dict[str, Any]:
-    """A look's spec file; ValueError naming the file when it is not one."""
-    try:
-        spec = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"--spec {path}: {e}") from None
-    missing = [k for k in ("design", "task", "metric", "seeds", "summaries") if k not in (spec or {})]
-    if missing:
-        raise ValueError(f"--spec {path}: not a look's spec (missing {', '.join(missing)})")
-    return spec
+    """A look's spec file (`bandpo.core.files.read_spec`); ValueError naming the file when it is not one."""
+    return read_spec(path, look_spec)
 
 
 def seed_score(path: str | Path, task: str, family: str) -> float:

@@ -8,12 +8,12 @@ DAG start.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
+
+from bandpo.core import files
 
 BACKENDS = ("hf", "vllm", "bandpo-tiny")
 """lm-eval's model: hf, vllm, or the suite's own class for its tiny Llamas (`bandpo.score.tiny_lm`)."""
@@ -86,11 +86,5 @@ class EvalJob:
 
 
 def read_spec(path: str | os.PathLike) -> EvalJob:
-    """The job a spec file describes, validated; ValueError naming the file."""
-    try:
-        values = json.loads(Path(path).read_text(encoding="utf-8"))
-        if not isinstance(values, dict):
-            raise ValueError(f"expected a JSON object, got {type(values).__name__}")
-        return EvalJob.from_dict(values)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"--spec {path}: {e}") from None
+    """The job a spec file describes, validated (`bandpo.core.files.read_spec`); ValueError naming the file."""
+    return files.read_spec(path, EvalJob.from_dict)

@@ -10,11 +10,11 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bandpo.core.files import read_json_object
+from bandpo.core import files
 from bandpo.core.options import check_fields
 from bandpo.core.protocol import SAMPLER_DRAWS, SAMPLER_KERNELS, Protocol, raise_problems, spec_fields
 
@@ -198,14 +198,8 @@ def from_dict(values: Mapping[str, Any], what: str = "training setting") -> Trai
     return cfg
 
 
-def read_spec(path: str | os.PathLike, set_files: list[str] | None = None) -> TrainConfig:
+def read_spec(path: str | os.PathLike, set_files: Sequence[str | os.PathLike] = ()) -> TrainConfig:
     """The run a spec file describes (written by the run plan, `bandpo.plan.runs.Plan.write_specs`: every
-    TrainConfig field), with the settings of each ``set_files`` JSON object applied over it (a setting an earlier job
-    chose: the workflow's select rule), validated; ValueError naming the file and field."""
-    values = read_json_object(path, "--spec")
-    for set_file in set_files or ():
-        values.update(read_json_object(set_file, "--set-file"))
-    try:
-        return from_dict(values)
-    except ValueError as e:
-        raise ValueError(f"--spec {path}: {e}") from None
+    TrainConfig field), with the settings of each ``set_files`` JSON object applied over it, validated
+    (`bandpo.core.files.read_spec` with `from_dict`); ValueError naming the file and field."""
+    return files.read_spec(path, from_dict, set_files)

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bandpo.core.files import read_json_object
+from bandpo.core import files
 from bandpo.core.options import check_fields
 from bandpo.core.protocol import Protocol, raise_problems
 from bandpo.grader.config import MODES as GRADER_MODES
@@ -174,9 +174,6 @@ class VerlRun(Protocol):
 
 
 def read_spec(path: str | os.PathLike) -> VerlRun:
-    """The run a spec file describes, validated; ValueError naming the file and field."""
-    values = read_json_object(path, "--spec")
-    try:
-        return VerlRun.from_mapping(values)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"--spec {path}: {e}") from None
+    """The run a spec file describes, validated (`bandpo.core.files.read_spec`); ValueError naming the file and
+    field."""
+    return files.read_spec(path, VerlRun.from_mapping)

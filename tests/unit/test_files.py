@@ -98,3 +98,34 @@ def test_read_jsonl_names_the_bad_line(tmp_path):
     path.write_text('{"a": 1}\n[1, 2]\n')
     with pytest.raises(ValueError, match=r"rows\.jsonl:2: expected a JSON object, got list"):
         files.read_jsonl(path)
+
+
+def test_one_spec_reader_for_every_job(tmp_path):
+    """`files.read_spec`, the one reader of the run plan's spec files: a set file's settings go over the spec, the
+    job type's parser validates, and every failure is a ValueError naming the file (and the parser's field)."""
+    from bandpo.decide.looks import look_spec
+    from bandpo.score.spec import EvalJob
+    from bandpo.train.settings import from_dict
+    from bandpo.verl.spec import VerlRun
+
+    spec, chosen = tmp_path / "spec.json", tmp_path / "chosen.json"
+    spec.write_text('{"model": "m", "data": "d.jsonl", "out": "o", "updates_per_step": 2}')
+    chosen.write_text('{"updates_per_step": 4}')
+    assert files.read_spec(spec, from_dict).updates_per_step == 2
+    assert files.read_spec(spec, from_dict, [chosen]).updates_per_step == 4
+    chosen.write_text('{"updates_per_step": 0}')
+    with pytest.raises(ValueError, match=rf"(?s)--spec {spec}: .*updates_per_step"):
+        files.read_spec(spec, from_dict, [chosen])
+    bad = tmp_path / "bad.json"
+    for text, parse, match in (
+        ("[1]", from_dict, "expected a JSON object"),
+        ("{not json", VerlRun.from_mapping, "Expecting property name"),
+        ('{"bogus": 1}', EvalJob.from_dict, "unknown scoring job field"),
+        ('{"design": {}}', look_spec, r"not a look's spec \(missing task, metric, seeds, summaries\)"),
+        ('{"modle": "m"}', VerlRun.from_mapping, "modle"),
+    ):
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=rf"(?s)--spec {bad}: .*{match}"):
+            files.read_spec(bad, parse)
+    with pytest.raises(ValueError, match="--spec .*nope.json"):
+        files.read_spec(tmp_path / "nope.json", from_dict)
