@@ -253,6 +253,11 @@ class Study:
     def to_json(self) -> dict[str, dict[str, Any]]:
         return {xp: planned.to_json() for xp, planned in self.experiments.items()}
 
+    def margins(self, experiment: str = MAIN) -> dict[str, float]:
+        """An experiment's margin per model, fractions of the score; {} when the study has no such experiment."""
+        planned = self.experiments.get(experiment)
+        return dict(planned.margins) if planned is not None else {}
+
 
 def report_experiments(cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """The experiments as the report and the select rule read them (workflow/rules/report.smk passes them as JSON):

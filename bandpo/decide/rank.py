@@ -94,9 +94,7 @@ def _per_seed(scores: pd.DataFrame, model: str, entry: str, metric: str) -> pd.D
 def plan_margins(config: dict) -> dict[str, float]:
     """Main's margin per model, a fraction of the score, from the run plan of a config (`Study.from_config`: the
     config's points converted there); {} when main is not part of it or declares none."""
-    if MAIN not in (config.get("experiments") or {}):
-        return {}
-    return dict(Study.from_config(config).experiments[MAIN].margins)
+    return Study.from_config(config).margins(MAIN) if MAIN in (config.get("experiments") or {}) else {}
 
 
 def published_margins(published: str | os.PathLike) -> dict[str, float]:

@@ -50,7 +50,7 @@ from bandpo.plan.sweep import (
 )
 from bandpo.plan.validate import ConfigError, validate_config
 from bandpo.score.spec import EvalJob, EvalRun
-from bandpo.study import BASE_ENTRY, by_id, design_settings, look_blocks, run_folder, slot_id, slot_seeds
+from bandpo.study import BASE_ENTRY, Study, by_id, design_settings, look_blocks, run_folder, slot_id, slot_seeds
 from bandpo.train.settings import RUN_FIELDS, TrainConfig, typed_fields
 from bandpo.verl.spec import RUN_FIELDS as VERL_RUN_FIELDS
 from bandpo.verl.spec import VerlRun
@@ -111,6 +111,7 @@ class Plan:
         }
         self.atlas_run = self._atlas_run()
         self.pairs = sequential_pairs(config)  # the sequential primaries' pairs, decided look by look
+        self.study = Study.from_config(config)  # the planned experiments as the report and the rank rule read them
         self.stepwise = sequential_slots(config)
 
     # -- the environment of every job ---------------------------------------------------------------------------

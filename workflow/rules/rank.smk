@@ -13,11 +13,9 @@
 # Its names and input functions (RANK_*, _rank_models, _rank_baseline_inputs, ...) are in common.smk.
 
 
-from bandpo.decide.rank import plan_margins
-
-# main's margin per model, fractions of the score, from the run plan (bandpo.study.report_experiments): the
+# main's margin per model, fractions of the score, from the run plan's study (bandpo.study.Study.margins): the
 # question of the ranking's verdicts (is the entry better than GRPO by at least it?), fixed in this config
-RANK_MARGINS = plan_margins(config)
+RANK_MARGINS = PLAN.study.margins(MAIN)
 
 
 checkpoint base_check:

@@ -5,7 +5,6 @@
 # provenance.json (git commit, package versions, the resolved config, each base model's weights sha256 and build
 # machine, and the CPU model / torch CPU capability / thread counts the training and evaluation jobs ran with).
 
-from bandpo.study import report_experiments
 from bandpo.report.figures import FIGURES
 
 REPORT_FIGURES = list(FIGURES)  # the report's figures, declared once (bandpo.report.figures.FIGURES)
@@ -13,10 +12,10 @@ REPORT_TABLES = ["leaderboard.csv", "leaderboard.md", "leaderboard.html", "stats
                  "primary.csv", "steps.csv"]  # fmt: skip
 # What the report reads of each experiment (description, primary metric and decision rule; the runs it reuses from
 # main; its axis and selection; an axis cell's methods, which a select rule reads; the margins of its verdicts as
-# fractions per model and a sequential primary's design), from the run plan (bandpo.study.report_experiments:
+# fractions per model and a sequential primary's design), from the run plan's study (bandpo.study.Study, built once:
 # the one place where the config's points become fractions), and the design axes whose cells are in this DAG. Main's
 # methods are left out: adding a method entry must not rerun rule select.
-REPORT_EXPERIMENTS = report_experiments(config)
+REPORT_EXPERIMENTS = PLAN.study.to_json()
 REPORT_AXES = {a: v for a, v in config["axes"].items() if all(c in EXPERIMENTS for c in v["cells"])}
 REPORT_TABLES += ["axis.csv", "axis_runs.csv"] if REPORT_AXES else []
 SELECTING = [x for x, v in EXPERIMENTS.items() if v.get("select")]
