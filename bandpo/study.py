@@ -7,7 +7,8 @@ the planner, `bandpo.plan`, for it).
 * Each experiment's seeds: a slot's seeds (`slot_seeds`), a sequential primary's design (`sequential`) and the
   seeds each of its looks adds (`look_blocks`).
 * The margins and designs in the code's unit: the config states margins and SDs in points; `primary_margin`,
-  `family_margin` and `design_settings` divide by `bandpo.stats.rule.POINTS` here and nowhere else.
+  `family_margin`, `design_settings` and `select_min_gain` divide by `bandpo.stats.rule.POINTS` here and nowhere
+  else.
 * The planned experiments, typed and read-only (`Study`, `PlannedExperiment`): each experiment's settings as the
   config gives them and its margins and designs per model in fractions, built once from the config and handed to the
   report and the DAG's decision jobs as JSON (`report_experiments`), which reads back as the same study.
@@ -108,6 +109,12 @@ def primary_margin(cfg: Mapping[str, Any], experiment: str, model: str) -> float
         if primary.get("margin") is not None:
             return per_model(primary["margin"], model) / POINTS
     return float("nan")
+
+
+def select_min_gain(select: Mapping[str, Any]) -> float:
+    """A select rule's ``min_gain`` (config ``experiments.<id>.select``, points of mean@k), a fraction of the score;
+    0 when unset."""
+    return float(select.get("min_gain") or 0.0) / POINTS
 
 
 def design_settings(cfg: Mapping[str, Any], experiment: str, model: str) -> dict[str, Any]:

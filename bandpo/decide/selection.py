@@ -18,7 +18,7 @@ from bandpo.analysis.axis import axis_cells, final_scores, with_reuse
 from bandpo.analysis.load import load_eval_scores
 from bandpo.core.files import atomic_write_text, write_csv
 from bandpo.stats.rule import t_interval
-from bandpo.study import BASE_ENTRY
+from bandpo.study import BASE_ENTRY, select_min_gain
 
 # The selection rules (config `select.rule`), each with the sentence the page prints under the selection's table.
 # `largest-learning-compared` reads only the cells that run both compared arms: at a cell where every bound rule trains
@@ -60,7 +60,7 @@ def select_setting(
     cell qualifies only if the interval lies above it, a margin so that the choice does not flip between reruns
     whose gain at a borderline cell straddles 0."""
     sel = experiments[experiment]["select"]
-    min_gain = float(sel.get("min_gain") or 0.0) / 100  # points of mean@k -> a fraction
+    min_gain = select_min_gain(sel)  # a fraction of the score
     axis = axes[sel["axis"]]
     if sel["rule"] not in SELECT_RULES:
         raise ValueError(f"unknown selection rule {sel['rule']!r} (known: {', '.join(SELECT_RULES)})")

@@ -2433,9 +2433,10 @@ def test_margins_are_the_run_plans_fractions_only():
     assert score_margin(plan, "main", "m") == pytest.approx(0.03) and score_margin(plan, "nope", "s") == 0.02
     with pytest.raises(ValueError, match="primary.margin without the run plan's 'margins'"):
         score_margin({"main": cfg["experiments"]["main"]}, "main", "s")
-    # no module of the analysis scales a margin by 100 (docs.blocks.history plans from the publications'
-    # points in git history and is not the report's); the report prints fractions as points, nothing more
-    for path in sorted((ROOT / "bandpo" / "analysis").glob("*.py")):
+    # no module of the analysis or of the DAG's decision jobs scales a margin by 100 (docs.blocks.history plans
+    # from the publications' points in git history and is not the report's); the report prints fractions as
+    # points, nothing more
+    for path in sorted([*(ROOT / "bandpo" / "analysis").glob("*.py"), *(ROOT / "bandpo" / "decide").glob("*.py")]):
         text = path.read_text()
         assert not re.search(r"\bPOINTS\b|/\s*100\b|\*\s*0?\.01\b|\bscale\s*=\s*POINTS", text), path.name
     # the published configs (points) go through the same plan function
